@@ -1,5 +1,6 @@
-// A glmctl subcommand: its words ("layout check"), a one-line summary, and the function
-// that runs it with the remaining arguments and returns the process exit code.
+// A glmctl subcommand: its words ("layout check"), a one-line summary, and the
+// function that runs it with the remaining arguments and returns the process
+// exit code.
 #ifndef GLM_CLI_COMMAND_H_
 #define GLM_CLI_COMMAND_H_
 

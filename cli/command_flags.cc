@@ -2,9 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 
 namespace glm {
 
@@ -68,8 +68,8 @@ std::string CommandFlags::Help() const {
   if (!order_.empty()) absl::StrAppend(&out, "\nflags:\n");
   for (const std::string& name : order_) {
     const Spec& spec = specs_.at(name);
-    std::string flag = name.size() == 1 ? absl::StrCat("-", name)
-                                        : absl::StrCat("--", name);
+    std::string flag =
+        name.size() == 1 ? absl::StrCat("-", name) : absl::StrCat("--", name);
     if (!spec.is_bool) absl::StrAppend(&flag, "=VALUE");
     absl::StrAppend(&out, "  ", flag, "\n      ", spec.help);
     if (!spec.default_value.empty()) {
@@ -123,7 +123,8 @@ bool CommandFlags::GetBool(const std::string& name) const {
 }
 
 absl::Status CommandFlags::Require(const std::string& name) const {
-  if (!Has(name)) return absl::InvalidArgumentError(absl::StrCat("missing --", name));
+  if (!Has(name))
+    return absl::InvalidArgumentError(absl::StrCat("missing --", name));
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
-// Flags of one glmctl subcommand. absl::flags has one global flag namespace and no
-// subcommands; glmctl needs each subcommand to accept only its own flags, print its own
+// Flags of one glmctl subcommand. absl::flags has one global flag namespace and
+// no subcommands; glmctl needs each subcommand to accept only its own flags,
+// print its own
 // --help, and exit 2 on bad usage, so each subcommand declares its flags here.
 #ifndef GLM_CLI_COMMAND_FLAGS_H_
 #define GLM_CLI_COMMAND_FLAGS_H_
@@ -22,12 +23,14 @@ class CommandFlags {
   // Declares a flag. `default_value` empty means the flag has no default.
   void Add(const std::string& name, const std::string& help,
            const std::string& default_value = "");
-  // Declares a flag that takes no value (--name sets it, --name=false clears it).
+  // Declares a flag that takes no value (--name sets it, --name=false clears
+  // it).
   void AddBool(const std::string& name, const std::string& help);
 
-  // Parses args (after the subcommand words). Accepts --name=value, --name value and
-  // -f value for single-letter aliases declared as names of length 1. Unknown flags and
-  // missing values are InvalidArgument. Positional arguments are kept in order.
+  // Parses args (after the subcommand words). Accepts --name=value, --name
+  // value and -f value for single-letter aliases declared as names of length 1.
+  // Unknown flags and missing values are InvalidArgument. Positional arguments
+  // are kept in order.
   absl::Status Parse(const std::vector<std::string>& args);
 
   bool HelpRequested() const { return help_; }
@@ -40,7 +43,8 @@ class CommandFlags {
   absl::Status GetInt(const std::string& name, int* out) const;
   absl::Status GetDouble(const std::string& name, double* out) const;
   bool GetBool(const std::string& name) const;
-  // InvalidArgument "missing --name" unless the flag was given or has a default.
+  // InvalidArgument "missing --name" unless the flag was given or has a
+  // default.
   absl::Status Require(const std::string& name) const;
 
   const std::vector<std::string>& positional() const { return positional_; }

@@ -1,5 +1,5 @@
-// glmctl: the command-line client. Each subcommand lives in its own file under cli/
-// and is listed in Commands() below.
+// glmctl: the command-line client. Each subcommand lives in its own file under
+// cli/ and is listed in Commands() below.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -11,14 +11,12 @@
 namespace glm {
 namespace {
 
-std::vector<Command> Commands() {
-  return {
-  };
-}
+std::vector<Command> Commands() { return {}; }
 
 void PrintUsage(const std::vector<Command>& commands) {
   std::cout << "glmctl: train GLM-5.x models on a glm-coordinator cluster\n\n"
-               "usage: glmctl COMMAND [flags]   (glmctl COMMAND --help for its flags)\n\n"
+               "usage: glmctl COMMAND [flags]   (glmctl COMMAND --help for its "
+               "flags)\n\n"
                "commands:\n";
   for (const Command& command : commands) {
     std::cout << "  " << command.words;
@@ -59,7 +57,8 @@ int Main(int argc, char** argv) {
     PrintUsage(commands);
     return kExitUsage;
   }
-  return command->run(std::vector<std::string>(args.begin() + used, args.end()));
+  return command->run(
+      std::vector<std::string>(args.begin() + used, args.end()));
 }
 
 }  // namespace

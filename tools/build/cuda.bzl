@@ -1,5 +1,9 @@
 """nvcc rules: CUDA sources compile to objects that a cc_library links."""
 
+# CUDA targets stay out of `bazel build //...` (the CPU build needs no CUDA); build
+# them with `bazel build --config=cuda $(bazel query 'attr(tags, cuda, //...)')`.
+CUDA_TAGS = ["manual", "cuda"]
+
 NVCC_FLAGS = [
     "-std=c++17",
     "-O3",
@@ -8,6 +12,7 @@ NVCC_FLAGS = [
     "--expt-relaxed-constexpr",
     "-I.",
     "-I$(GENDIR)",
+    "-I/usr/local/cuda/include",
 ]
 
 def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = []):
@@ -28,6 +33,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = []):
             srcs = [src] + hdrs + cuda_hdrs,
             outs = [obj],
             cmd = "/usr/local/cuda/bin/nvcc %s -c $(location %s) -o $@" % (" ".join(NVCC_FLAGS), src),
+            tags = CUDA_TAGS,
         )
         objs.append(obj)
     native.cc_library(
@@ -35,5 +41,6 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = []):
         srcs = objs,
         hdrs = hdrs,
         deps = deps + ["//third_party:cuda_runtime"],
+        tags = CUDA_TAGS,
         visibility = ["//visibility:public"],
     )

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the build and the tests need on a fresh Debian 12 machine:
+# Bazel (Debian's bazel-bootstrap, offline) and the system libraries named in
+# DESIGN.md. CUDA is not installed here: where /usr/local/cuda exists, CUDA kernels
+# build with --config=cuda; without it everything else still builds and runs.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap bazel-rules-java
+  g++ python3 git ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
+  libsentencepiece-dev libxxhash-dev nlohmann-json3-dev libssl-dev
+  libcurl4-openssl-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+echo "bootstrap: all packages present"
