@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The project's test command: installs what is missing, runs every CPU test with Bazel,
+# compiles the CUDA kernels when CUDA is present, and ends with 'N passed, N failed'.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+./tools/bootstrap.sh
+
+log=$(mktemp)
+bazel test //... --keep_going --test_output=errors 2>&1 | tee "$log"
+
+checks=()
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "== CUDA kernels (--config=cuda, sm_90a): compile check =="
+  mapfile -t cuda_targets < <(bazel query 'attr(tags, "\bcuda\b", //...)' 2>/dev/null)
+  if bazel build --config=cuda "${cuda_targets[@]}" 2>&1 | tail -3; then
+    checks+=("cuda_build=pass")
+  else
+    checks+=("cuda_build=fail")
+  fi
+fi
+
+exec python3 tools/count_test_results.py "$log" "$(bazel info bazel-testlogs)" "${checks[@]}"
