@@ -1,0 +1,105 @@
+#include "coordinator/job_store.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+
+namespace glm {
+namespace {
+
+constexpr char kJobPrefix[] = "job/";
+constexpr char kNextIdKey[] = "meta/next_job_number";
+
+absl::Status FromRocks(const rocksdb::Status& status, const std::string& what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", status.ToString()));
+}
+
+rocksdb::WriteOptions SyncWrite() {
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return options;
+}
+
+}  // namespace
+
+JobStore::JobStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+JobStore::~JobStore() = default;
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
+    const std::string& directory) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status = rocksdb::DB::Open(options, directory, &raw);
+  if (!status.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open job store in ", directory, ": ", status.ToString()));
+  }
+  return std::unique_ptr<JobStore>(
+      new JobStore(std::unique_ptr<rocksdb::DB>(raw)));
+}
+
+absl::StatusOr<std::string> JobStore::AllocateJobId() {
+  std::string value;
+  int64_t number = 1;
+  rocksdb::Status status = db_->Get(rocksdb::ReadOptions(), kNextIdKey, &value);
+  if (status.ok()) {
+    if (!absl::SimpleAtoi(value, &number)) {
+      return absl::DataLossError(
+          absl::StrCat("job store counter is corrupt: '", value, "'"));
+    }
+  } else if (!status.IsNotFound()) {
+    return FromRocks(status, "reading the job counter");
+  }
+  absl::Status written =
+      FromRocks(db_->Put(SyncWrite(), kNextIdKey, absl::StrCat(number + 1)),
+                "writing the job counter");
+  if (!written.ok()) return written;
+  return absl::StrFormat("job-%06d", number);
+}
+
+absl::Status JobStore::Put(const v1::Job& job) {
+  return FromRocks(db_->Put(SyncWrite(), absl::StrCat(kJobPrefix, job.id()),
+                            job.SerializeAsString()),
+                   absl::StrCat("writing ", job.id()));
+}
+
+absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) const {
+  std::string value;
+  rocksdb::Status status =
+      db_->Get(rocksdb::ReadOptions(), absl::StrCat(kJobPrefix, id), &value);
+  if (status.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  }
+  if (!status.ok()) return FromRocks(status, absl::StrCat("reading ", id));
+  v1::Job job;
+  if (!job.ParseFromString(value)) {
+    return absl::DataLossError(absl::StrCat("stored job ", id, " is corrupt"));
+  }
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobStore::List() const {
+  std::vector<v1::Job> jobs;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(kJobPrefix); it->Valid() && it->key().starts_with(kJobPrefix);
+       it->Next()) {
+    v1::Job job;
+    if (!job.ParseFromArray(it->value().data(),
+                            static_cast<int>(it->value().size()))) {
+      return absl::DataLossError(
+          absl::StrCat("stored job ", it->key().ToString(), " is corrupt"));
+    }
+    jobs.push_back(std::move(job));
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "listing jobs");
+  return jobs;
+}
+
+}  // namespace glm

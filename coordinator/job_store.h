@@ -1,0 +1,49 @@
+// Durable job storage on RocksDB: every glm.v1.Job (spec, state, history,
+// checkpoints) keyed by its id, plus the counter that makes new ids. A
+// coordinator reopening the same directory has every job back.
+#ifndef GLM_COORDINATOR_JOB_STORE_H_
+#define GLM_COORDINATOR_JOB_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/job_service.pb.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace glm {
+
+class JobStore {
+ public:
+  // Opens (creating when absent) the store in `directory`.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(
+      const std::string& directory);
+  ~JobStore();
+
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  // A new id, "job-000001", "job-000002", ...: sortable and never reused, since
+  // the counter is written before the id is handed out.
+  absl::StatusOr<std::string> AllocateJobId();
+
+  // Writes the job (synchronously: it survives a crash once this returns).
+  absl::Status Put(const v1::Job& job);
+  // NOT_FOUND naming the id when there is no such job.
+  absl::StatusOr<v1::Job> Get(const std::string& id) const;
+  // Every job, in id order.
+  absl::StatusOr<std::vector<v1::Job>> List() const;
+
+ private:
+  explicit JobStore(std::unique_ptr<rocksdb::DB> db);
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_COORDINATOR_JOB_STORE_H_

@@ -1,0 +1,78 @@
+#include "coordinator/job_store.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace glm {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::system(("rm -rf '" + dir + "'").c_str());
+  return dir;
+}
+
+TEST(JobStoreTest, JobsAndCounterSurviveReopen) {
+  const std::string dir = FreshDir("reopen");
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto first = (*store)->AllocateJobId();
+    auto second = (*store)->AllocateJobId();
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_EQ(*first, "job-000001");
+    EXPECT_EQ(*second, "job-000002");
+    v1::Job job;
+    job.set_id(*first);
+    job.set_state(v1::CANCELLED);
+    job.mutable_spec()->set_name("tiny");
+    v1::StateChange* change = job.add_history();
+    change->set_from(v1::PENDING);
+    change->set_to(v1::CANCELLED);
+    change->set_reason("user");
+    ASSERT_TRUE((*store)->Put(job).ok());
+  }
+  auto store = JobStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->Get("job-000001");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().name(), "tiny");
+  EXPECT_EQ(job->state(), v1::CANCELLED);
+  ASSERT_EQ(job->history_size(), 1);
+  EXPECT_EQ(job->history(0).reason(), "user");
+  auto next = (*store)->AllocateJobId();
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, "job-000003");
+}
+
+TEST(JobStoreTest, ListIsInIdOrderAndGetMissingIsNotFound) {
+  auto store = JobStore::Open(FreshDir("list"));
+  ASSERT_TRUE(store.ok());
+  for (const char* id : {"job-000002", "job-000010", "job-000001"}) {
+    v1::Job job;
+    job.set_id(id);
+    ASSERT_TRUE((*store)->Put(job).ok());
+  }
+  auto jobs = (*store)->List();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].id(), "job-000001");
+  EXPECT_EQ((*jobs)[1].id(), "job-000002");
+  EXPECT_EQ((*jobs)[2].id(), "job-000010");
+  auto missing = (*store)->Get("job-999999");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("job-999999"), std::string::npos);
+}
+
+TEST(JobStoreTest, OpenOnAFileIsAnError) {
+  const std::string path = FreshDir("a_file");
+  std::system(("touch '" + path + "'").c_str());
+  auto store = JobStore::Open(path);
+  EXPECT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find(path), std::string::npos);
+}
+
+}  // namespace
+}  // namespace glm

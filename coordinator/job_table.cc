@@ -1,0 +1,132 @@
+#include "coordinator/job_table.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/job_state_machine.h"
+
+namespace glm {
+
+int64_t UnixMillisNow() { return absl::ToUnixMillis(absl::Now()); }
+
+JobTable::JobTable(JobStore* store) : store_(store) {}
+
+absl::StatusOr<v1::Job> JobTable::Create(const v1::JobSpec& spec) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::string> id = store_->AllocateJobId();
+  if (!id.ok()) return id.status();
+  const int64_t now = UnixMillisNow();
+  v1::Job job;
+  job.set_id(*id);
+  *job.mutable_spec() = spec;
+  job.set_created_unix_ms(now);
+  job.set_updated_unix_ms(now);
+  job.set_state(v1::PENDING);
+  // A job's life begins in PENDING; the first history entry records its
+  // arrival.
+  v1::StateChange* submitted = job.add_history();
+  submitted->set_to(v1::PENDING);
+  submitted->set_unix_ms(now);
+  submitted->set_reason("submitted");
+  v1::JobEvent event;
+  *event.mutable_state_change() = *submitted;
+  if (absl::Status put = PutAndPublish(job, std::move(event)); !put.ok()) {
+    return put;
+  }
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobTable::Get(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return store_->Get(id);
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobTable::List(
+    const std::vector<v1::JobState>& states) {
+  absl::StatusOr<std::vector<v1::Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs = store_->List();
+  }
+  if (!jobs.ok() || states.empty()) return jobs;
+  std::vector<v1::Job> kept;
+  for (v1::Job& job : *jobs) {
+    if (std::find(states.begin(), states.end(), job.state()) != states.end()) {
+      kept.push_back(std::move(job));
+    }
+  }
+  return kept;
+}
+
+absl::StatusOr<v1::Job> JobTable::Transition(
+    const std::string& id, v1::JobState to, const std::string& reason,
+    const std::function<void(v1::Job*)>& also) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<v1::Job> job = store_->Get(id);
+  if (!job.ok()) return job.status();
+  if (absl::Status moved = ApplyTransition(to, reason, UnixMillisNow(), &*job);
+      !moved.ok()) {
+    return absl::Status(moved.code(), absl::StrCat(id, ": ", moved.message()));
+  }
+  if (also) also(&*job);
+  v1::JobEvent event;
+  *event.mutable_state_change() = job->history(job->history_size() - 1);
+  if (absl::Status put = PutAndPublish(*job, std::move(event)); !put.ok()) {
+    return put;
+  }
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobTable::RecordMetrics(
+    const std::string& id, const v1::StepMetrics& metrics) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<v1::Job> job = store_->Get(id);
+  if (!job.ok()) return job.status();
+  *job->mutable_latest_metrics() = metrics;
+  job->set_updated_unix_ms(UnixMillisNow());
+  v1::JobEvent event;
+  *event.mutable_metrics() = metrics;
+  if (absl::Status put = PutAndPublish(*job, std::move(event)); !put.ok()) {
+    return put;
+  }
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobTable::AddCheckpoint(
+    const std::string& id, const v1::CheckpointManifest& manifest) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<v1::Job> job = store_->Get(id);
+  if (!job.ok()) return job.status();
+  *job->add_checkpoints() = manifest;
+  job->set_updated_unix_ms(UnixMillisNow());
+  if (absl::Status put = store_->Put(*job); !put.ok()) return put;
+  return job;
+}
+
+absl::StatusOr<std::shared_ptr<JobSubscription>> JobTable::Watch(
+    const std::string& id, v1::Job* current) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<v1::Job> job = store_->Get(id);
+  if (!job.ok()) return job.status();
+  *current = *std::move(job);
+  return events_.Subscribe(id);
+}
+
+absl::StatusOr<std::map<v1::JobState, int>> JobTable::CountByState() {
+  absl::StatusOr<std::vector<v1::Job>> jobs = List({});
+  if (!jobs.ok()) return jobs.status();
+  std::map<v1::JobState, int> counts;
+  for (const v1::Job& job : *jobs) ++counts[job.state()];
+  return counts;
+}
+
+absl::Status JobTable::PutAndPublish(const v1::Job& job, v1::JobEvent event) {
+  if (absl::Status put = store_->Put(job); !put.ok()) return put;
+  *event.mutable_job() = job;
+  events_.Publish(job.id(), event);
+  return absl::OkStatus();
+}
+
+}  // namespace glm
