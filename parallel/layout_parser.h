@@ -1,0 +1,34 @@
+// Megatron's pipeline layout strings (--pipeline-model-parallel-layout).
+//
+// Symbols: `E` embedding, `t` decoder layer, `m` MTP layer, `L` loss, `|` ends
+// a stage. Commas and whitespace are cosmetic. `x*n` repeats one symbol
+// (including `|`) and
+// `(...)*n` repeats a group; groups nest, which Megatron's regex expansion does
+// not allow, but every string Megatron accepts expands here to the same stages.
+// Example: "Et*3|(tt|)*2,mL" -> {"Ettt", "tt", "tt", "mL"}.
+#ifndef GLM_PARALLEL_LAYOUT_PARSER_H_
+#define GLM_PARALLEL_LAYOUT_PARSER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace glm {
+
+// Layouts longer than this after expansion are refused: no model has that many
+// layers, and a typo such as "t*99999999" must not exhaust memory.
+inline constexpr int kMaxExpandedLayoutSymbols = 1 << 20;
+
+// Expands `layout` into one symbol string per stage, in stage order. Syntax
+// errors are InvalidArgument naming the offending character and its 1-based
+// position.
+absl::StatusOr<std::vector<std::string>> ParseLayout(absl::string_view layout);
+
+// The layout string of `stages` with every symbol written out ("Ettt|tt|mL").
+std::string FormatLayout(const std::vector<std::string>& stages);
+
+}  // namespace glm
+
+#endif  // GLM_PARALLEL_LAYOUT_PARSER_H_
