@@ -7,11 +7,21 @@
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "cli/command_flags.h"
+#include "cli/model_command.h"
 
 namespace glm {
 namespace {
 
-std::vector<Command> Commands() { return {}; }
+// Each group of subcommands adds one line here.
+std::vector<Command> Commands() {
+  std::vector<Command> commands;
+  for (const std::vector<Command>& group : {
+           ModelCommands(),
+       }) {
+    commands.insert(commands.end(), group.begin(), group.end());
+  }
+  return commands;
+}
 
 void PrintUsage(const std::vector<Command>& commands) {
   std::cout << "glmctl: train GLM-5.x models on a glm-coordinator cluster\n\n"

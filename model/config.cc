@@ -1,7 +1,9 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -338,6 +340,19 @@ absl::StatusOr<ModelConfig> ParseHfConfigJson(const std::string& text) {
                                        &config.index_sharing));
   GLM_RETURN_IF_ERROR(ReadRope(fields, &config));
   GLM_RETURN_IF_ERROR(ValidateModelConfig(config));
+  return config;
+}
+
+absl::StatusOr<ModelConfig> ReadHfConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<ModelConfig> config = ParseHfConfigJson(text.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
   return config;
 }
 

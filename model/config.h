@@ -49,21 +49,25 @@ struct ModelConfig {
 
 // Parameter counts (embedding and lm_head included; MTP counted separately).
 struct ParameterCount {
-  int64_t total = 0;         // main model, all experts
-  int64_t active = 0;        // per token: top-k + shared experts only
-  int64_t mtp = 0;           // MTP layers (not in total)
+  int64_t total = 0;   // main model, all experts
+  int64_t active = 0;  // per token: top-k + shared experts only
+  int64_t mtp = 0;     // MTP layers (not in total)
 };
 
-// Parses the content of an HF config.json. Every missing or inconsistent field is an
-// InvalidArgument error naming the field.
+// Parses the content of an HF config.json. Every missing or inconsistent field
+// is an InvalidArgument error naming the field.
 absl::StatusOr<ModelConfig> ParseHfConfigJson(const std::string& json);
+
+// Reads and parses a config.json file; errors name the file.
+absl::StatusOr<ModelConfig> ReadHfConfigFile(const std::string& path);
 
 // Built-in presets: "glm5.2-tiny", "glm5-tiny", "glm5.2-mini", "glm5.2".
 absl::StatusOr<ModelConfig> PresetConfig(const std::string& name);
 std::vector<std::string> PresetNames();
 
-// Checks internal consistency (positive sizes, experts_per_tok <= experts, groups
-// divide experts, index head dims vs rope dim, ...). InvalidArgument names the field.
+// Checks internal consistency (positive sizes, experts_per_tok <= experts,
+// groups divide experts, index head dims vs rope dim, ...). InvalidArgument
+// names the field.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 
 ParameterCount CountParameters(const ModelConfig& config);
