@@ -1,0 +1,65 @@
+// AdamW (decoupled weight decay, bias-corrected moments) over float32 master
+// weights, as torch.optim.AdamW and Megatron's optimizer apply it. Weight decay
+// skips 1-D tensors (norm weights and biases), as Megatron does.
+#ifndef GLM_TRAINING_ADAMW_H_
+#define GLM_TRAINING_ADAMW_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace glm {
+
+// A weight the optimizer updates, with its gradient.
+struct TrainableTensor {
+  std::string name;
+  Tensor* value = nullptr;
+  Tensor* grad = nullptr;
+};
+
+// Megatron's rule: no weight decay on biases and norm weights, i.e. 1-D
+// tensors.
+bool TakesWeightDecay(const Tensor& value);
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+// First and second moments of one tensor.
+struct AdamMoments {
+  Tensor exp_avg;
+  Tensor exp_avg_sq;
+};
+
+class AdamW {
+ public:
+  explicit AdamW(AdamWOptions options) : options_(options) {}
+
+  // One update with learning rate `lr`; every gradient is multiplied by
+  // `grad_scale` first (the clipping factor). Moments are created on first use.
+  void Step(const std::vector<TrainableTensor>& params, double lr,
+            double grad_scale);
+
+  int64_t steps() const { return steps_; }
+  // Moments by parameter name, for checkpoints.
+  std::map<std::string, AdamMoments>& moments() { return moments_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
+ private:
+  void Update(const TrainableTensor& param, AdamMoments* moments, double lr,
+              double grad_scale) const;
+
+  AdamWOptions options_;
+  int64_t steps_ = 0;
+  std::map<std::string, AdamMoments> moments_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_TRAINING_ADAMW_H_

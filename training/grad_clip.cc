@@ -1,0 +1,23 @@
+#include "training/grad_clip.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace glm {
+
+double GradSquaredSum(const std::vector<TrainableTensor>& params) {
+  double sum = 0;
+  for (const TrainableTensor& param : params) {
+    for (float g : param.grad->values()) sum += static_cast<double>(g) * g;
+  }
+  return sum;
+}
+
+double GlobalNorm(double squared_sum) { return std::sqrt(squared_sum); }
+
+double ClipScale(double global_norm, double max_norm) {
+  if (max_norm <= 0 || !std::isfinite(global_norm)) return 1.0;
+  return std::min(1.0, max_norm / (global_norm + 1e-6));
+}
+
+}  // namespace glm
