@@ -1,0 +1,161 @@
+// The compute backend: every op the model needs, forward and backward.
+//
+// Model code talks only to this interface. Ops take strided views
+// (kernels/tensor.h) of memory the backend can address; the CPU backend
+// (kernels/cpu/) is the reference and a CUDA backend implements the same list.
+// Conventions shared by all ops:
+//   - Backward ops ACCUMULATE (+=) into every gradient they are given, inputs
+//   and
+//     weights alike, so a value used twice simply receives two calls.
+//   - An empty view (data == nullptr) as a gradient output means "not needed".
+//   - Index arrays use -1 for "no entry" (a query with fewer selectable keys
+//   than k).
+#ifndef GLM_KERNELS_BACKEND_H_
+#define GLM_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/tensor.h"
+
+namespace glm {
+
+// Sigmoid top-k routing with a selection-only bias (DeepSeek-V3 noaux_tc).
+struct RouterSpec {
+  int top_k = 1;
+  int n_group = 1;
+  int topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+
+  // ---- dense algebra ----
+  // y = x w^T (+ y when accumulate). x [n, in], w [out, in], y [n, out].
+  virtual void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
+                      bool accumulate) = 0;
+  // dx += dy w; dw += dy^T x.
+  virtual void LinearBackward(ConstMatrixView x, ConstMatrixView w,
+                              ConstMatrixView dy, MatrixView dx,
+                              MatrixView dw) = 0;
+  // y = x (shapes equal).
+  virtual void Copy(ConstMatrixView x, MatrixView y) = 0;
+  // y += alpha * x.
+  virtual void Axpy(float alpha, ConstMatrixView x, MatrixView y) = 0;
+
+  // ---- rows ----
+  // out[i] = table[ids[i]]. out has `n` rows.
+  virtual void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
+                                MatrixView out) = 0;
+  // dtable[ids[i]] += dout[i].
+  virtual void EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,
+                                 MatrixView dtable) = 0;
+  // out[rows[i]] += scale[i] * src[i] (scale may be null: 1).
+  virtual void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
+                              const float* scale, MatrixView out) = 0;
+  // Backward of ScatterAddRows: dsrc[i] += scale[i] * dout[rows[i]];
+  // dscale[i] += src[i] . dout[rows[i]] (dscale may be null).
+  virtual void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
+                                      const float* scale, ConstMatrixView dout,
+                                      MatrixView dsrc, float* dscale) = 0;
+
+  // ---- normalization ----
+  // y = x * rsqrt(mean(x^2) + eps) * w; rstd [rows] saved for backward.
+  virtual void RmsNormForward(ConstMatrixView x, const float* w, float eps,
+                              MatrixView y, float* rstd) = 0;
+  virtual void RmsNormBackward(ConstMatrixView x, const float* w,
+                               const float* rstd, ConstMatrixView dy,
+                               MatrixView dx, float* dw) = 0;
+  // y = (x - mean) * rstd * w + b; mean, rstd [rows] saved.
+  virtual void LayerNormForward(ConstMatrixView x, const float* w,
+                                const float* b, float eps, MatrixView y,
+                                float* mean, float* rstd) = 0;
+  virtual void LayerNormBackward(ConstMatrixView x, const float* w,
+                                 const float* mean, const float* rstd,
+                                 ConstMatrixView dy, MatrixView dx, float* dw,
+                                 float* db) = 0;
+
+  // ---- activations ----
+  // out = silu(gate) * up.
+  virtual void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
+                             MatrixView out) = 0;
+  virtual void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
+                              ConstMatrixView dout, MatrixView dgate,
+                              MatrixView dup) = 0;
+
+  // ---- rotary embedding, interleaved pairs in, half layout out ----
+  // Row r uses position positions[r / rows_per_position]; x cols = rotary dim
+  // R: y[:R/2] = x0 cos - x1 sin, y[R/2:] = x1 cos + x0 sin with (x0, x1) =
+  // x[0::2], x[1::2], angle = pos / theta^(2i/R).
+  virtual void RopeForward(ConstMatrixView x, const int32_t* positions,
+                           int64_t rows_per_position, float theta,
+                           MatrixView y) = 0;
+  virtual void RopeBackward(ConstMatrixView dy, const int32_t* positions,
+                            int64_t rows_per_position, float theta,
+                            MatrixView dx) = 0;
+
+  // ---- router ----
+  // logits [n, E]; bias [E] for selection only. Writes scores = sigmoid(logits)
+  // [n, E], weights [n, top_k] (unbiased scores of the chosen, normalized and
+  // scaled) and indices [n * top_k].
+  virtual void RouterForward(ConstMatrixView logits, const float* bias,
+                             const RouterSpec& spec, MatrixView scores,
+                             MatrixView weights, int32_t* indices) = 0;
+  // dlogits += d(weights)/d(logits)^T dweights.
+  virtual void RouterBackward(ConstMatrixView scores, const int32_t* indices,
+                              ConstMatrixView dweights, const RouterSpec& spec,
+                              MatrixView dlogits) = 0;
+
+  // ---- loss ----
+  // Sum over rows with targets[r] >= 0 of -log softmax(logits[r])[targets[r]].
+  virtual double CrossEntropyForward(ConstMatrixView logits,
+                                     const int32_t* targets) = 0;
+  // dlogits += scale * (softmax(logits[r]) - onehot(targets[r])) on counted
+  // rows.
+  virtual void CrossEntropyBackward(ConstMatrixView logits,
+                                    const int32_t* targets, float scale,
+                                    MatrixView dlogits) = 0;
+
+  // ---- sparse attention (MLA over DSA-selected keys) ----
+  // Rows are token-major, head-minor: q [n*heads, dqk], k [n*heads, dqk], v
+  // [n*heads, dv]. keys [n, topk]: token indices (into the same n tokens) each
+  // query attends, -1 = none. out [n*heads, dv]; probs [n*heads, topk] saved (0
+  // on -1 slots).
+  virtual void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
+                                      ConstMatrixView v, const int32_t* keys,
+                                      int64_t topk, int64_t heads, float scale,
+                                      MatrixView out, MatrixView probs) = 0;
+  virtual void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
+                                       ConstMatrixView v, const int32_t* keys,
+                                       int64_t topk, int64_t heads, float scale,
+                                       ConstMatrixView probs,
+                                       ConstMatrixView dout, MatrixView dq,
+                                       MatrixView dk, MatrixView dv) = 0;
+
+  // ---- DSA indexer ----
+  // iq [n*heads, d], ik [n, d], w [n, heads]. score[t, s] = sum_h w[t,h] *
+  // relu(scale * iq[t,h] . ik[s]) over keys s in [seq_start[t], t]. Writes the
+  // min(topk, t - seq_start[t] + 1) best keys per query, best first (ties:
+  // lower index first), -1 after them. keys [n, topk].
+  virtual void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
+                           ConstMatrixView w, const int32_t* seq_start,
+                           int64_t topk, float scale, int32_t* keys) = 0;
+  // KL(target || softmax(index scores over the selected keys)), averaged over
+  // the n queries and times coeff. target[t] = sum over attention heads of
+  // probs [n*attn_heads, topk], L1-normalized. Returns the loss; accumulates
+  // coeff-scaled gradients into diq, dik, dw.
+  virtual double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                               ConstMatrixView w, const int32_t* keys,
+                               int64_t topk, float scale,
+                               ConstMatrixView attn_probs, int64_t attn_heads,
+                               float coeff, MatrixView diq, MatrixView dik,
+                               MatrixView dw) = 0;
+};
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_BACKEND_H_

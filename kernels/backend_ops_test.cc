@@ -1,0 +1,629 @@
+// Every backend op, forward and backward, on fresh random inputs (the idea of
+// ggml's test-backend-ops): a table of op cases, each run on every backend in
+// Backends().
+//   forward:  compared with a naive double-precision reference, NMSE <= 1e-10;
+//   backward: the backend's gradients against central finite differences of the
+//             backend's own forward (loss = sum(dout . out), step 1e-2, or 1e-3
+//             where selections could flip), NMSE <= 1e-4.
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace glm {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+using Reference = std::vector<std::vector<double>>;
+
+std::vector<std::unique_ptr<Backend>> Backends() {
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(std::make_unique<CpuBackend>());
+  return backends;
+}
+
+struct OpCase {
+  std::string name;
+  Tensors inputs;  // the float inputs; gradients are checked for each of them
+  std::function<Tensors(Backend&, const Tensors&)> forward;
+  std::function<Reference(const Tensors&)> reference;
+  // Gradients of sum(douts . outputs) for every input (an empty Tensor: not
+  // checked).
+  std::function<Tensors(Backend&, const Tensors&, const Tensors&)> backward;
+  double fd_step = 1e-2;
+};
+
+Tensor Random(std::vector<int64_t> shape, std::mt19937& rng,
+              float scale = 1.f) {
+  Tensor t(std::move(shape));
+  std::normal_distribution<float> normal(0.f, scale);
+  for (float& v : t.values()) v = normal(rng);
+  return t;
+}
+
+Tensor ZerosLike(const Tensor& t) { return Tensor(t.shape()); }
+
+double Nmse(const std::vector<double>& expected,
+            const std::vector<double>& actual) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    err += (expected[i] - actual[i]) * (expected[i] - actual[i]);
+    norm += expected[i] * expected[i];
+  }
+  return err / std::max(norm, 1e-30);
+}
+
+std::vector<double> AsDouble(const Tensor& t) {
+  return std::vector<double>(t.values().begin(), t.values().end());
+}
+
+double WeightedSum(const Tensors& outputs, const Tensors& douts) {
+  double total = 0;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    for (int64_t i = 0; i < outputs[o].numel(); ++i) {
+      total += double{outputs[o].data()[i]} * douts[o].data()[i];
+    }
+  }
+  return total;
+}
+
+void RunCase(Backend& backend, OpCase op) {
+  SCOPED_TRACE(op.name + " on " + backend.Name());
+  std::mt19937 rng(7);
+  const Tensors outputs = op.forward(backend, op.inputs);
+  const Reference expected = op.reference(op.inputs);
+  ASSERT_EQ(outputs.size(), expected.size());
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    EXPECT_LE(Nmse(expected[o], AsDouble(outputs[o])), 1e-10) << "output " << o;
+  }
+  Tensors douts;
+  for (const Tensor& out : outputs) douts.push_back(Random(out.shape(), rng));
+  const Tensors grads = op.backward(backend, op.inputs, douts);
+  ASSERT_EQ(grads.size(), op.inputs.size());
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    if (grads[i].empty()) continue;
+    std::vector<double> numeric(op.inputs[i].numel());
+    for (int64_t e = 0; e < op.inputs[i].numel(); ++e) {
+      Tensors moved = op.inputs;
+      moved[i].data()[e] += static_cast<float>(op.fd_step);
+      const double plus = WeightedSum(op.forward(backend, moved), douts);
+      moved[i].data()[e] -= static_cast<float>(2 * op.fd_step);
+      const double minus = WeightedSum(op.forward(backend, moved), douts);
+      numeric[e] = (plus - minus) / (2 * op.fd_step);
+    }
+    EXPECT_LE(Nmse(numeric, AsDouble(grads[i])), 1e-4)
+        << "gradient of input " << i;
+  }
+}
+
+// ---- cases ----
+
+OpCase LinearCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "linear";
+  op.inputs = {Random({5, 7}, rng), Random({3, 7}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({5, 3});
+    b.Linear(in[0].Matrix(), in[1].Matrix(), y.Matrix(), false);
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y(15, 0.0);
+    for (int r = 0; r < 5; ++r)
+      for (int o = 0; o < 3; ++o)
+        for (int c = 0; c < 7; ++c)
+          y[r * 3 + o] +=
+              double{in[0].data()[r * 7 + c]} * in[1].data()[o * 7 + c];
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor dx = ZerosLike(in[0]), dw = ZerosLike(in[1]);
+    b.LinearBackward(in[0].Matrix(), in[1].Matrix(), d[0].Matrix(), dx.Matrix(),
+                     dw.Matrix());
+    return Tensors{dx, dw};
+  };
+  return op;
+}
+
+// A strided column view in and out: Linear on columns [2, 9) of a [4, 12]
+// input.
+OpCase StridedLinearCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "linear_strided";
+  op.inputs = {Random({4, 12}, rng), Random({3, 7}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({4, 5});
+    b.Linear(in[0].Matrix().Columns(2, 7), in[1].Matrix(),
+             y.Matrix().Columns(1, 3), false);
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y(20, 0.0);
+    for (int r = 0; r < 4; ++r)
+      for (int o = 0; o < 3; ++o)
+        for (int c = 0; c < 7; ++c)
+          y[r * 5 + 1 + o] +=
+              double{in[0].data()[r * 12 + 2 + c]} * in[1].data()[o * 7 + c];
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor dx = ZerosLike(in[0]), dw = ZerosLike(in[1]);
+    b.LinearBackward(in[0].Matrix().Columns(2, 7), in[1].Matrix(),
+                     d[0].Matrix().Columns(1, 3), dx.Matrix().Columns(2, 7),
+                     dw.Matrix());
+    return Tensors{dx, dw};
+  };
+  return op;
+}
+
+const std::vector<int32_t> kIds = {3, 0, 3, 5, 1, 3};
+
+OpCase EmbeddingCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "embedding";
+  op.inputs = {Random({6, 4}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({6, 4});
+    b.EmbeddingForward(in[0].Matrix(), kIds.data(), y.Matrix());
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y;
+    for (int32_t id : kIds)
+      for (int c = 0; c < 4; ++c) y.push_back(in[0].data()[id * 4 + c]);
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor dt = ZerosLike(in[0]);
+    b.EmbeddingBackward(d[0].Matrix(), kIds.data(), dt.Matrix());
+    return Tensors{dt};
+  };
+  return op;
+}
+
+OpCase ScatterAddCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "scatter_add_rows";
+  op.inputs = {Random({6, 4}, rng), Random({6}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({7, 4});
+    b.ScatterAddRows(in[0].Matrix(), kIds.data(), in[1].data(), y.Matrix());
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y(28, 0.0);
+    for (int i = 0; i < 6; ++i)
+      for (int c = 0; c < 4; ++c)
+        y[kIds[i] * 4 + c] += double{in[1].data()[i]} * in[0].data()[i * 4 + c];
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor ds = ZerosLike(in[0]), dscale = ZerosLike(in[1]);
+    b.ScatterAddRowsBackward(in[0].Matrix(), kIds.data(), in[1].data(),
+                             d[0].Matrix(), ds.Matrix(), dscale.data());
+    return Tensors{ds, dscale};
+  };
+  return op;
+}
+
+OpCase RmsNormCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "rms_norm";
+  op.inputs = {Random({5, 8}, rng), Random({8}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({5, 8}), rstd({5});
+    b.RmsNormForward(in[0].Matrix(), in[1].data(), 1e-5f, y.Matrix(),
+                     rstd.data());
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y;
+    for (int r = 0; r < 5; ++r) {
+      double ss = 0;
+      for (int c = 0; c < 8; ++c) ss += std::pow(in[0].data()[r * 8 + c], 2);
+      const double inv = 1 / std::sqrt(ss / 8 + 1e-5);
+      for (int c = 0; c < 8; ++c)
+        y.push_back(in[0].data()[r * 8 + c] * inv * in[1].data()[c]);
+    }
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor y({5, 8}), rstd({5}), dx = ZerosLike(in[0]), dw = ZerosLike(in[1]);
+    b.RmsNormForward(in[0].Matrix(), in[1].data(), 1e-5f, y.Matrix(),
+                     rstd.data());
+    b.RmsNormBackward(in[0].Matrix(), in[1].data(), rstd.data(), d[0].Matrix(),
+                      dx.Matrix(), dw.data());
+    return Tensors{dx, dw};
+  };
+  return op;
+}
+
+OpCase LayerNormCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "layer_norm";
+  op.inputs = {Random({5, 8}, rng), Random({8}, rng), Random({8}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({5, 8}), mean({5}), rstd({5});
+    b.LayerNormForward(in[0].Matrix(), in[1].data(), in[2].data(), 1e-6f,
+                       y.Matrix(), mean.data(), rstd.data());
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y;
+    for (int r = 0; r < 5; ++r) {
+      double mu = 0, var = 0;
+      for (int c = 0; c < 8; ++c) mu += in[0].data()[r * 8 + c] / 8.0;
+      for (int c = 0; c < 8; ++c)
+        var += std::pow(in[0].data()[r * 8 + c] - mu, 2) / 8.0;
+      for (int c = 0; c < 8; ++c)
+        y.push_back((in[0].data()[r * 8 + c] - mu) / std::sqrt(var + 1e-6) *
+                        in[1].data()[c] +
+                    in[2].data()[c]);
+    }
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor y({5, 8}), mean({5}), rstd({5});
+    Tensor dx = ZerosLike(in[0]), dw = ZerosLike(in[1]), db = ZerosLike(in[2]);
+    b.LayerNormForward(in[0].Matrix(), in[1].data(), in[2].data(), 1e-6f,
+                       y.Matrix(), mean.data(), rstd.data());
+    b.LayerNormBackward(in[0].Matrix(), in[1].data(), mean.data(), rstd.data(),
+                        d[0].Matrix(), dx.Matrix(), dw.data(), db.data());
+    return Tensors{dx, dw, db};
+  };
+  return op;
+}
+
+OpCase SwiGluCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "swiglu";
+  op.inputs = {Random({4, 6}, rng), Random({4, 6}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({4, 6});
+    b.SwiGluForward(in[0].Matrix(), in[1].Matrix(), y.Matrix());
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y;
+    for (int i = 0; i < 24; ++i) {
+      const double g = in[0].data()[i];
+      y.push_back(g / (1 + std::exp(-g)) * in[1].data()[i]);
+    }
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor dg = ZerosLike(in[0]), du = ZerosLike(in[1]);
+    b.SwiGluBackward(in[0].Matrix(), in[1].Matrix(), d[0].Matrix(), dg.Matrix(),
+                     du.Matrix());
+    return Tensors{dg, du};
+  };
+  return op;
+}
+
+// Two heads per token; positions [0, 5, 17].
+const std::vector<int32_t> kPositions = {0, 5, 17};
+
+OpCase RopeCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "rope_interleaved";
+  op.inputs = {Random({6, 8}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({6, 8});
+    b.RopeForward(in[0].Matrix(), kPositions.data(), 2, 100.f, y.Matrix());
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y(48);
+    for (int r = 0; r < 6; ++r) {
+      for (int i = 0; i < 4; ++i) {
+        const double angle = kPositions[r / 2] / std::pow(100.0, 2.0 * i / 8);
+        const double x0 = in[0].data()[r * 8 + 2 * i],
+                     x1 = in[0].data()[r * 8 + 2 * i + 1];
+        y[r * 8 + i] = x0 * std::cos(angle) - x1 * std::sin(angle);
+        y[r * 8 + 4 + i] = x1 * std::cos(angle) + x0 * std::sin(angle);
+      }
+    }
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor dx = ZerosLike(in[0]);
+    b.RopeBackward(d[0].Matrix(), kPositions.data(), 2, 100.f, dx.Matrix());
+    return Tensors{dx};
+  };
+  return op;
+}
+
+const RouterSpec kRouter{/*top_k=*/3, /*n_group=*/2, /*topk_group=*/1,
+                         /*norm_topk_prob=*/true,
+                         /*routed_scaling_factor=*/2.5f};
+const std::vector<float> kRouterBias = {0.1f,  -0.2f, 0.f,  0.3f,
+                                        0.05f, -0.1f, 0.2f, 0.f};
+
+OpCase RouterCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "router";
+  op.fd_step = 1e-3;
+  op.inputs = {Random({5, 8}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor scores({5, 8}), weights({5, 3}), dense({5, 8});
+    std::vector<int32_t> idx(15);
+    b.RouterForward(in[0].Matrix(), kRouterBias.data(), kRouter,
+                    scores.Matrix(), weights.Matrix(), idx.data());
+    // Dense [token, expert] weights, so a changed choice would show.
+    for (int r = 0; r < 5; ++r)
+      for (int k = 0; k < 3; ++k)
+        dense.data()[r * 8 + idx[r * 3 + k]] = weights.data()[r * 3 + k];
+    return Tensors{dense};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y(40, 0.0);
+    for (int r = 0; r < 5; ++r) {
+      double s[8], choice[8];
+      for (int e = 0; e < 8; ++e) {
+        s[e] = 1 / (1 + std::exp(-double{in[0].data()[r * 8 + e]}));
+        choice[e] = s[e] + kRouterBias[e];
+      }
+      // Two groups of four: keep the group whose two best sum higher.
+      double group[2];
+      for (int g = 0; g < 2; ++g) {
+        std::vector<double> m(choice + 4 * g, choice + 4 * g + 4);
+        std::sort(m.rbegin(), m.rend());
+        group[g] = m[0] + m[1];
+      }
+      const int kept = group[1] > group[0] ? 1 : 0;
+      std::vector<int> members = {4 * kept, 4 * kept + 1, 4 * kept + 2,
+                                  4 * kept + 3};
+      std::sort(members.begin(), members.end(),
+                [&](int a, int b) { return choice[a] > choice[b]; });
+      double sum = 0;
+      for (int k = 0; k < 3; ++k) sum += s[members[k]];
+      for (int k = 0; k < 3; ++k)
+        y[r * 8 + members[k]] = s[members[k]] / sum * 2.5;
+    }
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor scores({5, 8}), weights({5, 3}), dweights({5, 3}),
+        dlogits = ZerosLike(in[0]);
+    std::vector<int32_t> idx(15);
+    b.RouterForward(in[0].Matrix(), kRouterBias.data(), kRouter,
+                    scores.Matrix(), weights.Matrix(), idx.data());
+    for (int r = 0; r < 5; ++r)
+      for (int k = 0; k < 3; ++k)
+        dweights.data()[r * 3 + k] = d[0].data()[r * 8 + idx[r * 3 + k]];
+    b.RouterBackward(scores.Matrix(), idx.data(), dweights.Matrix(), kRouter,
+                     dlogits.Matrix());
+    return Tensors{dlogits};
+  };
+  return op;
+}
+
+const std::vector<int32_t> kTargets = {2, -1, 0, 6, 6};
+
+OpCase CrossEntropyCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "cross_entropy";
+  op.inputs = {Random({5, 7}, rng, 2.f)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor loss({1});
+    loss.data()[0] = static_cast<float>(
+        b.CrossEntropyForward(in[0].Matrix(), kTargets.data()));
+    return Tensors{loss};
+  };
+  op.reference = [](const Tensors& in) {
+    double total = 0;
+    for (int r = 0; r < 5; ++r) {
+      if (kTargets[r] < 0) continue;
+      double sum = 0;
+      for (int c = 0; c < 7; ++c)
+        sum += std::exp(double{in[0].data()[r * 7 + c]});
+      total += std::log(sum) - in[0].data()[r * 7 + kTargets[r]];
+    }
+    return Reference{{total}};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor dl = ZerosLike(in[0]);
+    b.CrossEntropyBackward(in[0].Matrix(), kTargets.data(), d[0].data()[0],
+                           dl.Matrix());
+    return Tensors{dl};
+  };
+  return op;
+}
+
+// Five tokens in two sequences ([0, 3) and [3, 5)), two heads, top-2 causal
+// keys.
+constexpr int64_t kTokens = 5, kHeads = 2, kTopK = 2;
+const std::vector<int32_t> kKeys = {0, -1, 1, 0, 1, 2, 3, -1, 3, 4};
+const std::vector<int32_t> kSeqStart = {0, 0, 0, 3, 3};
+
+Reference NaiveAttention(const Tensors& in, int64_t dqk, int64_t dv,
+                         float scale) {
+  std::vector<double> out(kTokens * kHeads * dv, 0.0);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      const int64_t row = t * kHeads + h;
+      std::vector<double> s;
+      std::vector<int32_t> used;
+      for (int64_t j = 0; j < kTopK; ++j) {
+        const int32_t key = kKeys[t * kTopK + j];
+        if (key < 0) continue;
+        double dot = 0;
+        for (int64_t c = 0; c < dqk; ++c)
+          dot += double{in[0].data()[row * dqk + c]} *
+                 in[1].data()[(key * kHeads + h) * dqk + c];
+        s.push_back(dot * scale);
+        used.push_back(key);
+      }
+      const double max = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& v : s) sum += (v = std::exp(v - max));
+      for (size_t j = 0; j < s.size(); ++j)
+        for (int64_t c = 0; c < dv; ++c)
+          out[row * dv + c] +=
+              s[j] / sum * in[2].data()[(used[j] * kHeads + h) * dv + c];
+    }
+  }
+  return Reference{out};
+}
+
+OpCase SparseAttentionCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "sparse_attention";
+  const int64_t dqk = 6, dv = 4;
+  const float scale = 0.4f;
+  op.inputs = {Random({kTokens * kHeads, dqk}, rng),
+               Random({kTokens * kHeads, dqk}, rng),
+               Random({kTokens * kHeads, dv}, rng)};
+  op.forward = [=](Backend& b, const Tensors& in) {
+    Tensor out({kTokens * kHeads, dv}), probs({kTokens * kHeads, kTopK});
+    b.SparseAttentionForward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                             kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
+                             probs.Matrix());
+    return Tensors{out};
+  };
+  op.reference = [=](const Tensors& in) {
+    return NaiveAttention(in, dqk, dv, scale);
+  };
+  op.backward = [=](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor out({kTokens * kHeads, dv}), probs({kTokens * kHeads, kTopK});
+    b.SparseAttentionForward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                             kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
+                             probs.Matrix());
+    Tensor dq = ZerosLike(in[0]), dk = ZerosLike(in[1]), dv_ = ZerosLike(in[2]);
+    b.SparseAttentionBackward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                              kKeys.data(), kTopK, kHeads, scale,
+                              probs.Matrix(), d[0].Matrix(), dq.Matrix(),
+                              dk.Matrix(), dv_.Matrix());
+    return Tensors{dq, dk, dv_};
+  };
+  return op;
+}
+
+double NaiveIndexScore(const Tensors& in, int64_t t, int64_t s, int64_t heads,
+                       int64_t dim, double scale) {
+  double total = 0;
+  for (int64_t h = 0; h < heads; ++h) {
+    double dot = 0;
+    for (int64_t c = 0; c < dim; ++c)
+      dot += double{in[0].data()[(t * heads + h) * dim + c]} *
+             in[1].data()[s * dim + c];
+    total += in[2].data()[t * heads + h] * std::max(scale * dot, 0.0);
+  }
+  return total;
+}
+
+// Indexer loss: fixed attention probabilities (3 attention heads), random
+// indexer inputs.
+OpCase IndexerKlCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "indexer_kl_loss";
+  const int64_t dim = 4, attn_heads = 3;
+  const float scale = 0.5f, coeff = 0.7f;
+  Tensor probs({kTokens * attn_heads, kTopK});
+  std::uniform_real_distribution<float> uniform(0.1f, 1.f);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t h = 0; h < attn_heads; ++h) {
+      float* p = probs.data() + (t * attn_heads + h) * kTopK;
+      float sum = 0;
+      for (int64_t j = 0; j < kTopK; ++j)
+        sum += (p[j] = kKeys[t * kTopK + j] < 0 ? 0.f : uniform(rng));
+      for (int64_t j = 0; j < kTopK; ++j) p[j] /= sum;
+    }
+  }
+  op.inputs = {Random({kTokens * kHeads, dim}, rng),
+               Random({kTokens, dim}, rng), Random({kTokens, kHeads}, rng)};
+  op.forward = [=](Backend& b, const Tensors& in) {
+    Tensor loss({1});
+    Tensor diq = ZerosLike(in[0]), dik = ZerosLike(in[1]),
+           dw = ZerosLike(in[2]);
+    loss.data()[0] = static_cast<float>(
+        b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                        kKeys.data(), kTopK, scale, probs.Matrix(), attn_heads,
+                        coeff, diq.Matrix(), dik.Matrix(), dw.Matrix()));
+    return Tensors{loss};
+  };
+  op.reference = [=](const Tensors& in) {
+    double total = 0;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      std::vector<double> z, q;
+      for (int64_t j = 0; j < kTopK; ++j) {
+        const int32_t key = kKeys[t * kTopK + j];
+        if (key < 0) continue;
+        z.push_back(NaiveIndexScore(in, t, key, kHeads, dim, scale));
+        double mass = 0;
+        for (int64_t h = 0; h < attn_heads; ++h)
+          mass += probs.data()[(t * attn_heads + h) * kTopK + j];
+        q.push_back(mass / attn_heads);
+      }
+      double lse = 0;
+      for (double v : z) lse += std::exp(v);
+      lse = std::log(lse);
+      for (size_t j = 0; j < z.size(); ++j)
+        total += q[j] * (std::log(q[j]) - (z[j] - lse));
+    }
+    return Reference{{coeff * total / kTokens}};
+  };
+  op.backward = [=](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor diq = ZerosLike(in[0]), dik = ZerosLike(in[1]),
+           dw = ZerosLike(in[2]);
+    b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                    kKeys.data(), kTopK, scale, probs.Matrix(), attn_heads,
+                    coeff, diq.Matrix(), dik.Matrix(), dw.Matrix());
+    for (Tensor* g : {&diq, &dik, &dw})
+      for (float& v : g->values()) v *= d[0].data()[0];
+    return Tensors{diq, dik, dw};
+  };
+  return op;
+}
+
+std::vector<OpCase> AllCases() {
+  std::mt19937 rng(2026);
+  return {LinearCase(rng),          StridedLinearCase(rng),
+          EmbeddingCase(rng),       ScatterAddCase(rng),
+          RmsNormCase(rng),         LayerNormCase(rng),
+          SwiGluCase(rng),          RopeCase(rng),
+          RouterCase(rng),          CrossEntropyCase(rng),
+          SparseAttentionCase(rng), IndexerKlCase(rng)};
+}
+
+TEST(BackendOps, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
+  for (auto& backend : Backends()) {
+    for (OpCase& op : AllCases()) RunCase(*backend, op);
+  }
+}
+
+// Top-k has no gradient: compare the selected lists with a naive ranking,
+// including the per-sequence causal limit (sequences [0, 3) and [3, 5)) and -1
+// padding.
+TEST(BackendOps, IndexerTopKMatchesNaiveRanking) {
+  std::mt19937 rng(11);
+  const int64_t heads = 2, dim = 4, topk = 2;
+  Tensors in = {Random({kTokens * heads, dim}, rng),
+                Random({kTokens, dim}, rng), Random({kTokens, heads}, rng)};
+  for (auto& backend : Backends()) {
+    std::vector<int32_t> keys(kTokens * topk, 7);
+    backend->IndexerTopK(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                         kSeqStart.data(), topk, 0.5f, keys.data());
+    for (int64_t t = 0; t < kTokens; ++t) {
+      std::vector<std::pair<double, int32_t>> ranked;
+      for (int32_t s = kSeqStart[t]; s <= t; ++s)
+        ranked.push_back({-NaiveIndexScore(in, t, s, heads, dim, 0.5), s});
+      std::sort(ranked.begin(), ranked.end());
+      for (int64_t j = 0; j < topk; ++j) {
+        const int32_t expected =
+            j < static_cast<int64_t>(ranked.size()) ? ranked[j].second : -1;
+        EXPECT_EQ(keys[t * topk + j], expected)
+            << "query " << t << " slot " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace glm

@@ -1,0 +1,81 @@
+// The reference backend: host memory, OpenMP over rows, GEMMs through OpenBLAS.
+#ifndef GLM_KERNELS_CPU_CPU_BACKEND_H_
+#define GLM_KERNELS_CPU_CPU_BACKEND_H_
+
+#include "kernels/backend.h"
+
+namespace glm {
+
+class CpuBackend : public Backend {
+ public:
+  std::string Name() const override { return "cpu"; }
+
+  void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
+              bool accumulate) override;
+  void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
+                      MatrixView dx, MatrixView dw) override;
+  void Copy(ConstMatrixView x, MatrixView y) override;
+  void Axpy(float alpha, ConstMatrixView x, MatrixView y) override;
+  void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
+                        MatrixView out) override;
+  void EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,
+                         MatrixView dtable) override;
+  void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
+                      const float* scale, MatrixView out) override;
+  void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
+                              const float* scale, ConstMatrixView dout,
+                              MatrixView dsrc, float* dscale) override;
+  void RmsNormForward(ConstMatrixView x, const float* w, float eps,
+                      MatrixView y, float* rstd) override;
+  void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
+                       ConstMatrixView dy, MatrixView dx, float* dw) override;
+  void LayerNormForward(ConstMatrixView x, const float* w, const float* b,
+                        float eps, MatrixView y, float* mean,
+                        float* rstd) override;
+  void LayerNormBackward(ConstMatrixView x, const float* w, const float* mean,
+                         const float* rstd, ConstMatrixView dy, MatrixView dx,
+                         float* dw, float* db) override;
+  void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
+                     MatrixView out) override;
+  void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
+                      ConstMatrixView dout, MatrixView dgate,
+                      MatrixView dup) override;
+  void RopeForward(ConstMatrixView x, const int32_t* positions,
+                   int64_t rows_per_position, float theta,
+                   MatrixView y) override;
+  void RopeBackward(ConstMatrixView dy, const int32_t* positions,
+                    int64_t rows_per_position, float theta,
+                    MatrixView dx) override;
+  void RouterForward(ConstMatrixView logits, const float* bias,
+                     const RouterSpec& spec, MatrixView scores,
+                     MatrixView weights, int32_t* indices) override;
+  void RouterBackward(ConstMatrixView scores, const int32_t* indices,
+                      ConstMatrixView dweights, const RouterSpec& spec,
+                      MatrixView dlogits) override;
+  double CrossEntropyForward(ConstMatrixView logits,
+                             const int32_t* targets) override;
+  void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
+                            float scale, MatrixView dlogits) override;
+  void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
+                              ConstMatrixView v, const int32_t* keys,
+                              int64_t topk, int64_t heads, float scale,
+                              MatrixView out, MatrixView probs) override;
+  void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
+                               ConstMatrixView v, const int32_t* keys,
+                               int64_t topk, int64_t heads, float scale,
+                               ConstMatrixView probs, ConstMatrixView dout,
+                               MatrixView dq, MatrixView dk,
+                               MatrixView dv) override;
+  void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
+                   const int32_t* seq_start, int64_t topk, float scale,
+                   int32_t* keys) override;
+  double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                       ConstMatrixView w, const int32_t* keys, int64_t topk,
+                       float scale, ConstMatrixView attn_probs,
+                       int64_t attn_heads, float coeff, MatrixView diq,
+                       MatrixView dik, MatrixView dw) override;
+};
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_CPU_CPU_BACKEND_H_

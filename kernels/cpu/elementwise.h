@@ -1,0 +1,14 @@
+// Element-wise ops on strided views: copy and axpy.
+#ifndef GLM_KERNELS_CPU_ELEMENTWISE_H_
+#define GLM_KERNELS_CPU_ELEMENTWISE_H_
+
+#include "kernels/tensor.h"
+
+namespace glm::cpu {
+
+void Copy(ConstMatrixView x, MatrixView y);
+void Axpy(float alpha, ConstMatrixView x, MatrixView y);
+
+}  // namespace glm::cpu
+
+#endif  // GLM_KERNELS_CPU_ELEMENTWISE_H_

@@ -1,0 +1,43 @@
+#include "kernels/cpu/linear.h"
+
+#include <cblas.h>
+
+#include <cassert>
+
+namespace glm::cpu {
+
+void LinearForward(ConstMatrixView x, ConstMatrixView w, MatrixView y,
+                   bool accumulate) {
+  assert(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
+  if (x.rows == 0 || w.rows == 0) return;
+  if (x.cols == 0) {
+    if (!accumulate) {
+      for (int64_t r = 0; r < y.rows; ++r)
+        std::fill(y.Row(r), y.Row(r) + y.cols, 0.f);
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, x.rows, w.rows, x.cols,
+              1.f, x.data, x.stride, w.data, w.stride, accumulate ? 1.f : 0.f,
+              y.data, y.stride);
+}
+
+void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
+                    MatrixView dx, MatrixView dw) {
+  assert(dy.rows == x.rows && dy.cols == w.rows);
+  if (x.rows == 0 || w.rows == 0 || x.cols == 0) return;
+  if (!dx.empty()) {
+    assert(dx.rows == x.rows && dx.cols == x.cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dy.rows, w.cols,
+                dy.cols, 1.f, dy.data, dy.stride, w.data, w.stride, 1.f,
+                dx.data, dx.stride);
+  }
+  if (!dw.empty()) {
+    assert(dw.rows == w.rows && dw.cols == w.cols);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w.rows, x.cols, x.rows,
+                1.f, dy.data, dy.stride, x.data, x.stride, 1.f, dw.data,
+                dw.stride);
+  }
+}
+
+}  // namespace glm::cpu

@@ -1,0 +1,24 @@
+// Row gathers and scatters: embedding lookup and MoE token dispatch/combine.
+#ifndef GLM_KERNELS_CPU_ROWS_H_
+#define GLM_KERNELS_CPU_ROWS_H_
+
+#include <cstdint>
+
+#include "kernels/tensor.h"
+
+namespace glm::cpu {
+
+// out[i] = table[ids[i]] for i < out.rows.
+void GatherRows(ConstMatrixView table, const int32_t* ids, MatrixView out);
+// out[rows[i]] += scale[i] * src[i] (scale null: 1). Serial over i:
+// deterministic.
+void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
+                    const float* scale, MatrixView out);
+// dsrc[i] += scale[i] * dout[rows[i]]; dscale[i] += src[i] . dout[rows[i]].
+void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
+                            const float* scale, ConstMatrixView dout,
+                            MatrixView dsrc, float* dscale);
+
+}  // namespace glm::cpu
+
+#endif  // GLM_KERNELS_CPU_ROWS_H_

@@ -1,0 +1,24 @@
+// Causal attention over per-query key lists (MLA with DSA): each query attends
+// only to the tokens its top-k list names, so the cost is n * topk, not n^2.
+#ifndef GLM_KERNELS_CPU_SPARSE_ATTENTION_H_
+#define GLM_KERNELS_CPU_SPARSE_ATTENTION_H_
+
+#include <cstdint>
+
+#include "kernels/tensor.h"
+
+namespace glm::cpu {
+
+void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
+                            ConstMatrixView v, const int32_t* keys,
+                            int64_t topk, int64_t heads, float scale,
+                            MatrixView out, MatrixView probs);
+void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
+                             ConstMatrixView v, const int32_t* keys,
+                             int64_t topk, int64_t heads, float scale,
+                             ConstMatrixView probs, ConstMatrixView dout,
+                             MatrixView dq, MatrixView dk, MatrixView dv);
+
+}  // namespace glm::cpu
+
+#endif  // GLM_KERNELS_CPU_SPARSE_ATTENTION_H_
