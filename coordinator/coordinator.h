@@ -1,0 +1,58 @@
+// The coordinator, embeddable: glm-coordinator runs one, and `glmctl local` and
+// tests start one in-process. Start() opens the job store, recovers in-flight
+// jobs, and serves JobService, WorkerService and RendezvousService (and
+// Prometheus metrics).
+#ifndef GLM_COORDINATOR_COORDINATOR_H_
+#define GLM_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace glm {
+
+struct CoordinatorOptions {
+  // host:port to serve gRPC on; port 0 picks a free one (see
+  // Coordinator::port()).
+  std::string listen = "127.0.0.1:7070";
+  std::string state_dir;
+  // host:port for /metrics; empty serves no metrics.
+  std::string metrics_listen;
+  // Every RPC must carry `authorization: Bearer <auth_token>`.
+  std::string auth_token;
+  // PEM certificate chain and private key; both empty: plaintext.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  int64_t heartbeat_interval_ms = 1000;
+  // A worker silent this long is dead.
+  int64_t heartbeat_timeout_ms = 10000;
+  // How long ranks of an attempt wait for each other at rendezvous.
+  int64_t rendezvous_timeout_ms = 300000;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(
+      const CoordinatorOptions& options);
+  // Shuts down when still serving.
+  ~Coordinator();
+
+  // Stops taking calls, ends open streams, waits for handlers, closes the
+  // store.
+  void Shutdown();
+
+  int port() const;
+  // 0 when metrics are not served.
+  int metrics_port() const;
+
+ private:
+  struct Parts;
+  explicit Coordinator(std::unique_ptr<Parts> parts);
+  std::unique_ptr<Parts> parts_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,123 @@
+// glm-coordinator: the daemon that holds jobs, assigns ranks to workers, runs
+// rendezvous and serves metrics. Stops gracefully on SIGTERM or SIGINT.
+#include <signal.h>
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/command_flags.h"
+#include "coordinator/coordinator.h"
+#include "rpc/bearer_token.h"
+
+namespace glm {
+namespace {
+
+CommandFlags DeclareFlags() {
+  CommandFlags flags(
+      "glm-coordinator --listen=ADDR --state-dir=DIR "
+      "--metrics-listen=ADDR --auth-token-file=FILE [flags]");
+  flags.Add("listen", "host:port to serve gRPC on", "127.0.0.1:7070");
+  flags.Add("state-dir", "directory of the RocksDB job store");
+  flags.Add("metrics-listen", "host:port to serve Prometheus /metrics on",
+            "127.0.0.1:9464");
+  flags.Add("auth-token-file",
+            "file holding the bearer token every RPC must carry");
+  flags.Add("tls-cert",
+            "PEM certificate chain (TLS when given with --tls-key)");
+  flags.Add("tls-key", "PEM private key of --tls-cert");
+  flags.Add("heartbeat-interval-ms", "how often workers are told to heartbeat",
+            "1000");
+  flags.Add("heartbeat-timeout-ms",
+            "a worker silent this long is declared dead", "10000");
+  return flags;
+}
+
+absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
+  for (const char* required : {"state-dir", "auth-token-file"}) {
+    if (absl::Status given = flags.Require(required); !given.ok()) return given;
+  }
+  if (flags.Has("tls-cert") != flags.Has("tls-key")) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  CoordinatorOptions options;
+  options.listen = flags.Get("listen");
+  options.state_dir = flags.Get("state-dir");
+  options.metrics_listen = flags.Get("metrics-listen");
+  for (const auto& [flag, out] :
+       {std::pair<const char*, int64_t*>{"heartbeat-interval-ms",
+                                         &options.heartbeat_interval_ms},
+        {"heartbeat-timeout-ms", &options.heartbeat_timeout_ms}}) {
+    if (absl::Status parsed = flags.GetInt(flag, out); !parsed.ok()) {
+      return parsed;
+    }
+    if (*out <= 0) {
+      return absl::InvalidArgumentError(std::string("--") + flag +
+                                        " must be positive");
+    }
+  }
+  absl::StatusOr<std::string> token =
+      ReadTokenFile(flags.Get("auth-token-file"));
+  if (!token.ok()) return token.status();
+  options.auth_token = *token;
+  if (flags.Has("tls-cert")) {
+    absl::StatusOr<std::string> cert = ReadTextFile(flags.Get("tls-cert"));
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadTextFile(flags.Get("tls-key"));
+    if (!key.ok()) return key.status();
+    options.tls_cert_pem = *cert;
+    options.tls_key_pem = *key;
+  }
+  return options;
+}
+
+int Main(int argc, char** argv) {
+  CommandFlags flags = DeclareFlags();
+  if (absl::Status parsed =
+          flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
+      !parsed.ok()) {
+    std::cerr << "glm-coordinator: " << parsed.message() << "\n"
+              << flags.Help();
+    return kExitUsage;
+  }
+  if (flags.HelpRequested()) {
+    std::cout << flags.Help();
+    return kExitOk;
+  }
+  absl::StatusOr<CoordinatorOptions> options = OptionsFrom(flags);
+  if (!options.ok()) {
+    std::cerr << "glm-coordinator: " << options.status().message() << "\n";
+    return options.status().code() == absl::StatusCode::kInvalidArgument
+               ? kExitUsage
+               : kExitFailure;
+  }
+  // Block the stop signals before any thread starts, so every thread inherits
+  // the mask and only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(*options);
+  if (!coordinator.ok()) {
+    std::cerr << "glm-coordinator: " << coordinator.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cerr << "glm-coordinator: serving on port " << (*coordinator)->port()
+            << ", metrics on port " << (*coordinator)->metrics_port()
+            << ", state in " << options->state_dir << std::endl;
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  std::cerr << "glm-coordinator: signal " << signal << ", shutting down"
+            << std::endl;
+  (*coordinator)->Shutdown();
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace glm
+
+int main(int argc, char** argv) { return glm::Main(argc, argv); }

@@ -1,0 +1,121 @@
+#include "coordinator/job_service.h"
+
+#include <iostream>
+#include <vector>
+
+#include "coordinator/job_spec_validator.h"
+#include "coordinator/job_state_machine.h"
+
+namespace glm {
+namespace {
+
+// How often a watch stream looks at whether its client or the server went away.
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
+
+}  // namespace
+
+JobServiceImpl::JobServiceImpl(const RpcEnv& env, JobTable* jobs,
+                               Scheduler* scheduler,
+                               const std::atomic<bool>* stopping)
+    : env_(env), jobs_(jobs), scheduler_(scheduler), stopping_(stopping) {}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
+                                       const v1::SubmitJobRequest* request,
+                                       v1::SubmitJobResponse* response) {
+  return GuardRpc(env_, *context, "JobService/SubmitJob", [&] {
+    absl::StatusOr<JobPlan> plan = ValidateJobSpec(request->spec());
+    if (!plan.ok()) return ToGrpcStatus(plan.status());
+    absl::StatusOr<v1::Job> job = jobs_->Create(request->spec());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    if (absl::Status scheduled = scheduler_->ScheduleReady(); !scheduled.ok()) {
+      std::cerr << "glm-coordinator: scheduling: " << scheduled << "\n";
+    }
+    absl::StatusOr<v1::Job> now = jobs_->Get(job->id());
+    *response->mutable_job() = now.ok() ? *now : *job;
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
+                                    const v1::GetJobRequest* request,
+                                    v1::Job* response) {
+  return GuardRpc(env_, *context, "JobService/GetJob", [&] {
+    absl::StatusOr<v1::Job> job = jobs_->Get(request->id());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    *response = *std::move(job);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
+                                      const v1::ListJobsRequest* request,
+                                      v1::ListJobsResponse* response) {
+  return GuardRpc(env_, *context, "JobService/ListJobs", [&] {
+    std::vector<v1::JobState> states;
+    for (int state : request->states()) {
+      states.push_back(static_cast<v1::JobState>(state));
+    }
+    absl::StatusOr<std::vector<v1::Job>> jobs = jobs_->List(states);
+    if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+    for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
+                                       const v1::CancelJobRequest* request,
+                                       v1::Job* response) {
+  return GuardRpc(env_, *context, "JobService/CancelJob", [&] {
+    absl::StatusOr<v1::Job> job =
+        scheduler_->Cancel(request->id(), request->reason());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    *response = *std::move(job);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobServiceImpl::WatchJob(
+    grpc::ServerContext* context, const v1::WatchJobRequest* request,
+    grpc::ServerWriter<v1::JobEvent>* writer) {
+  return GuardRpc(env_, *context, "JobService/WatchJob",
+                  [&] { return StreamJob(context, request->id(), writer); });
+}
+
+grpc::Status JobServiceImpl::StreamJob(
+    grpc::ServerContext* context, const std::string& id,
+    grpc::ServerWriter<v1::JobEvent>* writer) {
+  v1::JobEvent first;
+  absl::StatusOr<std::shared_ptr<JobSubscription>> subscription =
+      jobs_->Watch(id, first.mutable_job());
+  if (!subscription.ok()) return ToGrpcStatus(subscription.status());
+  const v1::Job& current = first.job();
+  if (current.history_size() > 0) {
+    *first.mutable_state_change() = current.history(current.history_size() - 1);
+  }
+  bool ended = IsTerminalState(current.state());
+  if (!writer->Write(first)) return grpc::Status::CANCELLED;
+  while (!ended) {
+    if (context->IsCancelled() || stopping_->load()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "watch ended before the job did");
+    }
+    std::optional<v1::JobEvent> event = (*subscription)->Next(kWatchPoll);
+    if (!event) continue;
+    ended = IsTerminalState(event->job().state());
+    if (!writer->Write(*event)) return grpc::Status::CANCELLED;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListCheckpoints(
+    grpc::ServerContext* context, const v1::ListCheckpointsRequest* request,
+    v1::ListCheckpointsResponse* response) {
+  return GuardRpc(env_, *context, "JobService/ListCheckpoints", [&] {
+    absl::StatusOr<v1::Job> job = jobs_->Get(request->job_id());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    *response->mutable_checkpoints() = job->checkpoints();
+    return grpc::Status::OK;
+  });
+}
+
+}  // namespace glm

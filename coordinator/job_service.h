@@ -1,0 +1,52 @@
+// JobService: what users (glmctl) call. Thin: each handler asks the job table
+// or the scheduler.
+#ifndef GLM_COORDINATOR_JOB_SERVICE_H_
+#define GLM_COORDINATOR_JOB_SERVICE_H_
+
+#include <atomic>
+
+#include "coordinator/job_table.h"
+#include "coordinator/rpc_guard.h"
+#include "coordinator/scheduler.h"
+#include "proto/job_service.grpc.pb.h"
+
+namespace glm {
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  // `stopping` ends open WatchJob streams when the coordinator shuts down.
+  JobServiceImpl(const RpcEnv& env, JobTable* jobs, Scheduler* scheduler,
+                 const std::atomic<bool>* stopping);
+
+  grpc::Status SubmitJob(grpc::ServerContext* context,
+                         const v1::SubmitJobRequest* request,
+                         v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context,
+                      const v1::GetJobRequest* request,
+                      v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context,
+                        const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context,
+                         const v1::CancelJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context,
+                        const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* context,
+                               const v1::ListCheckpointsRequest* request,
+                               v1::ListCheckpointsResponse* response) override;
+
+ private:
+  grpc::Status StreamJob(grpc::ServerContext* context, const std::string& id,
+                         grpc::ServerWriter<v1::JobEvent>* writer);
+
+  const RpcEnv env_;
+  JobTable* const jobs_;
+  Scheduler* const scheduler_;
+  const std::atomic<bool>* const stopping_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_COORDINATOR_JOB_SERVICE_H_

@@ -1,0 +1,227 @@
+#include "coordinator/scheduler.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/assignment_builder.h"
+#include "coordinator/job_spec_validator.h"
+#include "coordinator/job_state_machine.h"
+
+namespace glm {
+namespace {
+
+v1::DeviceKind DeviceKindOf(const v1::JobSpec& spec) {
+  return spec.device() == "cuda" ? v1::CUDA : v1::CPU;
+}
+
+// Attempts are numbered by how often the job has been scheduled, so a requeued
+// job's new attempt gets a fresh rendezvous scope.
+int NextAttemptNumber(const v1::Job& job) {
+  int scheduled = 0;
+  for (const v1::StateChange& change : job.history()) {
+    scheduled += change.to() == v1::SCHEDULED;
+  }
+  return scheduled + 1;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(JobTable* jobs, WorkerRegistry* workers,
+                     RendezvousTable* rendezvous, int64_t rendezvous_timeout_ms)
+    : jobs_(jobs),
+      workers_(workers),
+      rendezvous_(rendezvous),
+      rendezvous_timeout_ms_(rendezvous_timeout_ms) {}
+
+absl::Status Scheduler::RecoverAfterRestart() {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::vector<v1::Job>> in_flight =
+      jobs_->List({v1::SCHEDULED, v1::RUNNING});
+  if (!in_flight.ok()) return in_flight.status();
+  for (const v1::Job& job : *in_flight) {
+    const bool running = job.state() == v1::RUNNING;
+    absl::StatusOr<v1::Job> moved = jobs_->Transition(
+        job.id(), running ? v1::FAILED : v1::PENDING,
+        running
+            ? "coordinator restarted while the job ran; its workers are gone"
+            : "coordinator restarted before the job started; requeued");
+    if (!moved.ok()) return moved.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::ScheduleReady() {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::vector<v1::Job>> pending = jobs_->List({v1::PENDING});
+  if (!pending.ok()) return pending.status();
+  for (const v1::Job& job : *pending) {
+    if (absl::Status scheduled = ScheduleJob(job); !scheduled.ok()) {
+      return scheduled;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::ScheduleJob(const v1::Job& job) {
+  std::vector<std::string> idle =
+      workers_->IdleWorkers(DeviceKindOf(job.spec()));
+  if (static_cast<int>(idle.size()) < job.spec().parallel().world_size()) {
+    return absl::OkStatus();  // waits for more workers
+  }
+  absl::StatusOr<JobPlan> plan = ValidateJobSpec(job.spec());
+  if (!plan.ok()) {
+    return jobs_
+        ->Transition(
+            job.id(), v1::FAILED,
+            absl::StrCat("cannot plan ranks: ", plan.status().message()))
+        .status();
+  }
+  Attempt attempt;
+  attempt.number = NextAttemptNumber(job);
+  std::vector<v1::Assignment> assignments =
+      BuildAssignments(job, *plan, attempt.number, rendezvous_timeout_ms_);
+  attempt.workers.assign(idle.begin(), idle.begin() + assignments.size());
+  absl::StatusOr<v1::Job> scheduled =
+      jobs_->Transition(job.id(), v1::SCHEDULED,
+                        absl::StrCat("attempt ", attempt.number, ": ",
+                                     assignments.size(), " ranks assigned"),
+                        [&](v1::Job* j) {
+                          for (const std::string& worker : attempt.workers) {
+                            j->add_worker_ids(worker);
+                          }
+                        });
+  if (!scheduled.ok()) return scheduled.status();
+  for (size_t rank = 0; rank < assignments.size(); ++rank) {
+    workers_->Assign(attempt.workers[rank], assignments[rank]);
+  }
+  attempts_[job.id()] = std::move(attempt);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id,
+                                          const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  return EndAttempt(job_id, v1::CANCELLED,
+                    reason.empty() ? "cancelled by user" : reason);
+}
+
+absl::StatusOr<v1::Job> Scheduler::EndAttempt(const std::string& job_id,
+                                              v1::JobState to,
+                                              const std::string& reason) {
+  absl::StatusOr<v1::Job> ended = jobs_->Transition(job_id, to, reason);
+  if (!ended.ok()) return ended;
+  auto it = attempts_.find(job_id);
+  if (it != attempts_.end()) {
+    for (const std::string& worker : it->second.workers) {
+      workers_->Release(worker);
+    }
+    rendezvous_->DropScope(RendezvousScope(job_id, it->second.number));
+    attempts_.erase(it);
+  }
+  return ended;
+}
+
+absl::StatusOr<int> Scheduler::RankOf(const std::string& worker_id,
+                                      const std::string& job_id, int attempt) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end() || (attempt && it->second.number != attempt)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " has no attempt ",
+                     attempt ? absl::StrCat(attempt) : "", " in flight"));
+  }
+  const std::vector<std::string>& ranks = it->second.workers;
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    if (ranks[rank] == worker_id) return static_cast<int>(rank);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(worker_id, " holds no rank of ", job_id));
+}
+
+void Scheduler::MarkActive(const std::string& job_id, int rank) {
+  Attempt& attempt = attempts_.at(job_id);
+  attempt.active.insert(rank);
+  if (attempt.active.size() != attempt.workers.size()) return;
+  absl::StatusOr<v1::Job> job = jobs_->Get(job_id);
+  if (job.ok() && job->state() == v1::SCHEDULED) {
+    jobs_
+        ->Transition(job_id, v1::RUNNING,
+                     absl::StrCat("all ", attempt.workers.size(),
+                                  " ranks running"))
+        .IgnoreError();  // a concurrent cancel already ended it
+  }
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Scheduler::OnHeartbeat(
+    const v1::HeartbeatRequest& request, int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status alive = workers_->Heartbeat(request.worker_id(), now_ms);
+      !alive.ok()) {
+    return alive;
+  }
+  v1::HeartbeatResponse response;
+  if (request.job_id().empty()) return response;
+  absl::StatusOr<int> rank = RankOf(request.worker_id(), request.job_id(), 0);
+  if (rank.ok()) {
+    MarkActive(request.job_id(), *rank);
+    return response;
+  }
+  absl::StatusOr<v1::Job> job = jobs_->Get(request.job_id());
+  response.set_stop_job(true);
+  response.set_reason(job.ok() && !job->message().empty()
+                          ? absl::StrCat(job->id(), " ",
+                                         v1::JobState_Name(job->state()), ": ",
+                                         job->message())
+                          : std::string(rank.status().message()));
+  return response;
+}
+
+absl::StatusOr<bool> Scheduler::OnMetrics(
+    const v1::ReportMetricsRequest& request) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int> rank = RankOf(request.worker_id(), request.job_id(), 0);
+  if (!rank.ok()) return true;  // the attempt ended: stop
+  absl::StatusOr<v1::Job> job =
+      jobs_->RecordMetrics(request.job_id(), request.metrics());
+  if (!job.ok()) return job.status();
+  MarkActive(request.job_id(), *rank);
+  return false;
+}
+
+absl::Status Scheduler::OnJobResult(const v1::ReportJobResultRequest& request) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int> rank =
+      RankOf(request.worker_id(), request.job_id(), request.attempt());
+  if (!rank.ok()) return rank.status();
+  MarkActive(request.job_id(), *rank);  // a rank that finished has run
+  if (!request.ok()) {
+    return EndAttempt(request.job_id(), v1::FAILED,
+                      absl::StrCat("rank ", *rank, " (", request.worker_id(),
+                                   ") failed: ", request.message()))
+        .status();
+  }
+  Attempt& attempt = attempts_.at(request.job_id());
+  attempt.succeeded.insert(*rank);
+  if (attempt.succeeded.size() < attempt.workers.size())
+    return absl::OkStatus();
+  return EndAttempt(
+             request.job_id(), v1::SUCCEEDED,
+             absl::StrCat("all ", attempt.workers.size(), " ranks finished"))
+      .status();
+}
+
+void Scheduler::ExpireSilentWorkers(int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  for (const WorkerRecord& dead : workers_->ExpireSilent(now_ms)) {
+    if (dead.job_id.empty() || !attempts_.count(dead.job_id)) continue;
+    // A lost rank ends the attempt. spec.training.max_restarts is where a
+    // restart policy would requeue the job (RUNNING -> PENDING) instead of
+    // failing it.
+    EndAttempt(
+        dead.job_id, v1::FAILED,
+        absl::StrCat(dead.id, " (rank ", dead.rank, ") sent no heartbeat for ",
+                     workers_->heartbeat_timeout_ms(), " ms"))
+        .IgnoreError();  // the job may have ended concurrently
+  }
+}
+
+}  // namespace glm

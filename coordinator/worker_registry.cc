@@ -1,0 +1,126 @@
+#include "coordinator/worker_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace glm {
+
+WorkerRegistry::WorkerRegistry(int64_t heartbeat_timeout_ms)
+    : heartbeat_timeout_ms_(heartbeat_timeout_ms) {}
+
+std::string WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
+                                     int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  const int64_t number = next_number_++;
+  WorkerRecord& record = workers_[number];
+  record.id = absl::StrCat("worker-", number);
+  record.info = request;
+  record.last_heartbeat_ms = now_ms;
+  numbers_[record.id] = number;
+  return record.id;
+}
+
+WorkerRecord* WorkerRegistry::Find(const std::string& worker_id) {
+  auto it = numbers_.find(worker_id);
+  return it == numbers_.end() ? nullptr : &workers_.at(it->second);
+}
+
+absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id,
+                                       int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord* record = Find(worker_id);
+  if (!record) {
+    return absl::NotFoundError(absl::StrCat("no worker '", worker_id, "'"));
+  }
+  if (!record->alive) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(worker_id,
+                     " missed its heartbeats and was declared dead; "
+                     "register again"));
+  }
+  record->last_heartbeat_ms = now_ms;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord* record = Find(worker_id);
+  if (!record) {
+    return absl::NotFoundError(absl::StrCat("no worker '", worker_id, "'"));
+  }
+  return *record;
+}
+
+std::vector<std::string> WorkerRegistry::IdleWorkers(v1::DeviceKind kind) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> idle;
+  for (const auto& [number, record] : workers_) {
+    if (record.alive && record.job_id.empty() &&
+        record.info.device_kind() == kind) {
+      idle.push_back(record.id);
+    }
+  }
+  return idle;
+}
+
+void WorkerRegistry::Assign(const std::string& worker_id,
+                            const v1::Assignment& assignment) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord* record = Find(worker_id);
+  if (!record) return;
+  record->job_id = assignment.job_id();
+  record->rank = assignment.rank();
+  queued_[worker_id].push_back(assignment);
+}
+
+void WorkerRegistry::Release(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord* record = Find(worker_id);
+  if (!record) return;
+  record->job_id.clear();
+  record->rank = -1;
+  queued_.erase(worker_id);
+}
+
+std::optional<v1::Assignment> WorkerRegistry::NextAssignment(
+    const std::string& worker_id, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto has_assignment = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = queued_.find(worker_id);
+    return it != queued_.end() && !it->second.empty();
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&has_assignment), timeout)) {
+    return std::nullopt;
+  }
+  std::deque<v1::Assignment>& queue = queued_[worker_id];
+  v1::Assignment assignment = std::move(queue.front());
+  queue.pop_front();
+  return assignment;
+}
+
+std::vector<WorkerRecord> WorkerRegistry::ExpireSilent(int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerRecord> expired;
+  for (auto& [number, record] : workers_) {
+    if (record.alive &&
+        now_ms - record.last_heartbeat_ms > heartbeat_timeout_ms_) {
+      record.alive = false;
+      expired.push_back(record);
+      queued_.erase(record.id);
+    }
+  }
+  return expired;
+}
+
+int WorkerRegistry::RegisteredCount() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(workers_.size());
+}
+
+int WorkerRegistry::AliveCount() {
+  absl::MutexLock lock(&mu_);
+  int alive = 0;
+  for (const auto& [number, record] : workers_) alive += record.alive;
+  return alive;
+}
+
+}  // namespace glm

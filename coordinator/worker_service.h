@@ -1,0 +1,61 @@
+// WorkerService: what glm-worker processes call. Thin: each handler asks the
+// worker registry, the scheduler or the job table.
+#ifndef GLM_COORDINATOR_WORKER_SERVICE_H_
+#define GLM_COORDINATOR_WORKER_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "coordinator/job_table.h"
+#include "coordinator/rpc_guard.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/worker_registry.h"
+#include "proto/worker_service.grpc.pb.h"
+
+namespace glm {
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  // `stopping` ends open WatchAssignments streams when the coordinator shuts
+  // down.
+  WorkerServiceImpl(const RpcEnv& env, WorkerRegistry* workers,
+                    Scheduler* scheduler, JobTable* jobs,
+                    int64_t heartbeat_interval_ms,
+                    const std::atomic<bool>* stopping);
+
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status WatchAssignments(
+      grpc::ServerContext* context, const v1::WatchAssignmentsRequest* request,
+      grpc::ServerWriter<v1::Assignment>* writer) override;
+  grpc::Status ReportMetrics(grpc::ServerContext* context,
+                             const v1::ReportMetricsRequest* request,
+                             v1::ReportMetricsResponse* response) override;
+  grpc::Status ReportCheckpoint(
+      grpc::ServerContext* context, const v1::ReportCheckpointRequest* request,
+      v1::ReportCheckpointResponse* response) override;
+  grpc::Status ReportJobResult(grpc::ServerContext* context,
+                               const v1::ReportJobResultRequest* request,
+                               v1::ReportJobResultResponse* response) override;
+
+ private:
+  grpc::Status StreamAssignments(grpc::ServerContext* context,
+                                 const std::string& worker_id,
+                                 grpc::ServerWriter<v1::Assignment>* writer);
+  void ScheduleReady();
+
+  const RpcEnv env_;
+  WorkerRegistry* const workers_;
+  Scheduler* const scheduler_;
+  JobTable* const jobs_;
+  const int64_t heartbeat_interval_ms_;
+  const std::atomic<bool>* const stopping_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_COORDINATOR_WORKER_SERVICE_H_

@@ -1,0 +1,56 @@
+#include "rpc/client_connection.h"
+
+#include <chrono>
+
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "rpc/bearer_token.h"
+
+namespace glm {
+
+absl::StatusOr<ConnectionOptions> LoadConnectionOptions(
+    const std::string& target, const std::string& token_file,
+    const std::string& tls_ca_file) {
+  ConnectionOptions options;
+  options.target = target;
+  if (token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "no token file: give --token-file or set GLM_TOKEN_FILE");
+  }
+  absl::StatusOr<std::string> token = ReadTokenFile(token_file);
+  if (!token.ok()) return token.status();
+  options.token = *token;
+  if (!tls_ca_file.empty()) {
+    absl::StatusOr<std::string> pem = ReadTextFile(tls_ca_file);
+    if (!pem.ok()) return pem.status();
+    options.tls_root_pem = *pem;
+  }
+  return options;
+}
+
+ClientConnection::ClientConnection(const ConnectionOptions& options)
+    : target_(options.target), token_(options.token) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options.tls_root_pem.empty()) {
+    credentials = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  channel_ = grpc::CreateChannel(options.target, credentials);
+}
+
+std::unique_ptr<grpc::ClientContext> ClientConnection::NewContext(
+    absl::Duration timeout) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->AddMetadata(kAuthorizationHeader, AuthorizationValue(token_));
+  if (timeout != absl::InfiniteDuration()) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          absl::ToChronoMilliseconds(timeout));
+  }
+  return context;
+}
+
+}  // namespace glm

@@ -1,0 +1,51 @@
+// A client's connection to the coordinator: the channel (TLS when a CA is
+// given) and contexts that carry the bearer token.
+#ifndef GLM_RPC_CLIENT_CONNECTION_H_
+#define GLM_RPC_CLIENT_CONNECTION_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace glm {
+
+struct ConnectionOptions {
+  std::string target;  // host:port
+  std::string token;
+  // PEM of the CA that signed the coordinator's certificate; empty: plaintext.
+  std::string tls_root_pem;
+};
+
+// Reads the token file and (when given) the CA file into options for `target`.
+absl::StatusOr<ConnectionOptions> LoadConnectionOptions(
+    const std::string& target, const std::string& token_file,
+    const std::string& tls_ca_file);
+
+class ClientConnection {
+ public:
+  explicit ClientConnection(const ConnectionOptions& options);
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  const std::string& target() const { return target_; }
+
+  // A context with the bearer token, and a deadline unless `timeout` is
+  // infinite.
+  std::unique_ptr<grpc::ClientContext> NewContext(
+      absl::Duration timeout = absl::InfiniteDuration()) const;
+
+ private:
+  std::string target_;
+  std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_RPC_CLIENT_CONNECTION_H_

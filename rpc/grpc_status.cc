@@ -1,0 +1,24 @@
+#include "rpc/grpc_status.h"
+
+#include "absl/strings/ascii.h"
+
+namespace glm {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::string StatusCodeName(int code) {
+  return absl::AsciiStrToUpper(
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+}
+
+}  // namespace glm
