@@ -1,0 +1,44 @@
+// A loaded SentencePiece model behind a header free of Abseil. Debian's
+// sentencepiece_processor.h declares `absl::string_view` itself, which
+// collides with Abseil's own class, so only sentencepiece_model.cc includes
+// it, and that file includes nothing from Abseil.
+#ifndef GLM_DATA_SENTENCEPIECE_MODEL_H_
+#define GLM_DATA_SENTENCEPIECE_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace glm {
+
+class SentencePieceModel {
+ public:
+  SentencePieceModel();
+  ~SentencePieceModel();
+
+  // False with `error` set when the file is missing or not a model.
+  bool Load(const std::string& path, std::string* error);
+
+  int size() const;
+  int eos_id() const;
+  int pad_id() const;
+  // Id of `piece`, or -1 when the model does not have it.
+  int Find(const std::string& piece) const;
+  bool IsControl(int id) const;
+  const std::string& Piece(int id) const;
+
+  std::vector<int> Encode(std::string_view text) const;
+  std::string Decode(const std::vector<int>& ids) const;
+
+ private:
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_DATA_SENTENCEPIECE_MODEL_H_
