@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "cli/command_flags.h"
+#include "cli/layout_command.h"
 #include "cli/model_command.h"
 
 namespace glm {
@@ -17,6 +18,7 @@ std::vector<Command> Commands() {
   std::vector<Command> commands;
   for (const std::vector<Command>& group : {
            ModelCommands(),
+           LayoutCommands(),
        }) {
     commands.insert(commands.end(), group.begin(), group.end());
   }
