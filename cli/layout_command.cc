@@ -1,6 +1,5 @@
 #include "cli/layout_command.h"
 
-#include <algorithm>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -152,14 +151,6 @@ json StagesJson(const std::vector<StageSlice>& slices) {
   return stages;
 }
 
-double Bottleneck(const std::vector<StageSlice>& slices) {
-  double worst = 0;
-  for (const StageSlice& slice : slices) {
-    worst = std::max(worst, StageCost(slice));
-  }
-  return worst;
-}
-
 // The layout string of validated slices, e.g. for an uneven split.
 std::string LayoutOf(const LayoutRequest& request) {
   absl::StatusOr<std::vector<std::string>> stages = RequestedStages(request);
@@ -171,8 +162,8 @@ void PrintLayout(const std::string& layout,
                  std::ostream& out) {
   out << "layout: " << layout << "\n"
       << "stages: " << slices.size() << " (pp " << pp << " x vpp "
-      << slices.size() / pp << "), largest stage cost " << Bottleneck(slices)
-      << "\n\n"
+      << slices.size() / pp << "), largest stage cost "
+      << LargestStageCost(slices) << "\n\n"
       << StageTable(slices);
 }
 
@@ -182,7 +173,7 @@ json LayoutJson(const std::string& layout,
           {"layout", layout},
           {"pp", pp},
           {"vpp", slices.size() / pp},
-          {"largest_stage_cost", Bottleneck(slices)},
+          {"largest_stage_cost", LargestStageCost(slices)},
           {"stages", StagesJson(slices)}};
 }
 

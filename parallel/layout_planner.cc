@@ -184,6 +184,14 @@ double StageCost(const StageSlice& slice) {
          (slice.has_loss ? kLossCost : 0) + slice.mtp_layers * kMtpLayerCost;
 }
 
+double LargestStageCost(const std::vector<StageSlice>& slices) {
+  double largest = 0;
+  for (const StageSlice& slice : slices) {
+    largest = std::max(largest, StageCost(slice));
+  }
+  return largest;
+}
+
 absl::StatusOr<std::string> PlanLayout(const LayoutRequest& request) {
   if (!request.layout.empty() || request.num_layers_in_first_stage > 0 ||
       request.num_layers_in_last_stage > 0) {

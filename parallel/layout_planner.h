@@ -24,6 +24,7 @@
 #define GLM_PARALLEL_LAYOUT_PLANNER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "parallel/pipeline_layout.h"
@@ -39,6 +40,8 @@ inline constexpr double kMtpLayerCost = kDecoderLayerCost + kLossCost;
 std::string CostModelDescription();
 
 double StageCost(const StageSlice& slice);
+// The pipeline's bottleneck: the largest StageCost.
+double LargestStageCost(const std::vector<StageSlice>& slices);
 
 // A balanced valid layout for request.num_layers, mtp_layers, pp, vpp (0 or 1 =
 // one stage per pp rank) and sharing. InvalidArgument when the request gives a

@@ -26,14 +26,6 @@ LayoutRequest Sizes(int layers, int mtp, int pp, int vpp,
   return request;
 }
 
-double Bottleneck(const std::vector<StageSlice>& slices) {
-  double worst = 0;
-  for (const StageSlice& slice : slices) {
-    worst = std::max(worst, StageCost(slice));
-  }
-  return worst;
-}
-
 // The layout `request` gets from the planner, checked by the validator.
 std::vector<StageSlice> PlannedSlices(const LayoutRequest& request) {
   absl::StatusOr<std::string> layout = PlanLayout(request);
@@ -48,7 +40,7 @@ std::vector<StageSlice> PlannedSlices(const LayoutRequest& request) {
 // The smallest bottleneck over every layout the validator accepts, by
 // enumeration: every non-decreasing choice of decoder layers before each stage
 // and every stage for the MTP layers.
-double BruteForceBottleneck(const LayoutRequest& request) {
+double BruteForceLargestStageCost(const LayoutRequest& request) {
   const int stages = request.pp * std::max(request.vpp, 1);
   double best = 1e18;
   std::vector<int> before(stages + 1, 0);
@@ -68,7 +60,7 @@ double BruteForceBottleneck(const LayoutRequest& request) {
         LayoutRequest candidate = request;
         candidate.layout = FormatLayout(symbols);
         absl::StatusOr<std::vector<StageSlice>> slices = PlanStages(candidate);
-        if (slices.ok()) best = std::min(best, Bottleneck(*slices));
+        if (slices.ok()) best = std::min(best, LargestStageCost(*slices));
         if (request.mtp_layers == 0) break;
       }
       return;
@@ -100,8 +92,8 @@ TEST(LayoutPlannerTest, MatchesExhaustiveSearchOnSmallModels) {
   for (const LayoutRequest& request : cases) {
     SCOPED_TRACE(::testing::Message() << request.num_layers << " layers, pp "
                                       << request.pp << " vpp " << request.vpp);
-    EXPECT_DOUBLE_EQ(Bottleneck(PlannedSlices(request)),
-                     BruteForceBottleneck(request));
+    EXPECT_DOUBLE_EQ(LargestStageCost(PlannedSlices(request)),
+                     BruteForceLargestStageCost(request));
   }
 }
 
@@ -110,8 +102,9 @@ TEST(LayoutPlannerTest, Glm52Pp4IsOptimal) {
   std::vector<StageSlice> slices = PlannedSlices(request);
   ASSERT_EQ(slices.size(), 4u);
   // 84 units over 4 stages is 21 each; boundaries land every 4 layers.
-  EXPECT_DOUBLE_EQ(Bottleneck(slices), BruteForceBottleneck(request));
-  EXPECT_LE(Bottleneck(slices), 23);
+  EXPECT_DOUBLE_EQ(LargestStageCost(slices),
+                   BruteForceLargestStageCost(request));
+  EXPECT_LE(LargestStageCost(slices), 23);
 }
 
 TEST(LayoutPlannerTest, Glm52Pp8AndVirtualStagesAreBalanced) {
@@ -127,7 +120,8 @@ TEST(LayoutPlannerTest, Glm52Pp8AndVirtualStagesAreBalanced) {
     // No stage exceeds the mean by more than one sharing group (4 layers): a
     // boundary can only move in steps of 4.
     const double total = 78 + kEmbeddingCost + kLossCost + kMtpLayerCost;
-    EXPECT_LE(Bottleneck(slices), total / slices.size() + 4) << slices.size();
+    EXPECT_LE(LargestStageCost(slices), total / slices.size() + 4)
+        << slices.size();
   }
 }
 
@@ -135,7 +129,7 @@ TEST(LayoutPlannerTest, BeatsTheVerificationCardLayoutAtPp11) {
   LayoutRequest request = Sizes(78, 1, 11, 1, IndexSharing{4, 3});
   // The card's layout ends with ttttmL (cost 9); the plan moves MTP and loss to
   // their own stage to reach the 8 of a full middle stage.
-  EXPECT_DOUBLE_EQ(Bottleneck(PlannedSlices(request)), 8);
+  EXPECT_DOUBLE_EQ(LargestStageCost(PlannedSlices(request)), 8);
 }
 
 TEST(LayoutPlannerTest, MoreStagesThanComputingLayersLeavesStagesEmpty) {

@@ -15,16 +15,21 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+LayoutRequest Request(const std::string& layout, int layers, int mtp, int pp,
+                      IndexSharing sharing = IndexSharing{}) {
+  LayoutRequest request;
+  request.layout = layout;
+  request.num_layers = layers;
+  request.mtp_layers = mtp;
+  request.pp = pp;
+  request.sharing = sharing;
+  return request;
+}
+
 // GLM-5.2: 78 decoder layers, one MTP layer, top-k shared by 4 layers after
 // layer 3.
 LayoutRequest Glm52(const std::string& layout, int pp) {
-  LayoutRequest request;
-  request.layout = layout;
-  request.num_layers = 78;
-  request.mtp_layers = 1;
-  request.pp = pp;
-  request.sharing = IndexSharing{4, 3};
-  return request;
+  return Request(layout, 78, 1, pp, IndexSharing{4, 3});
 }
 
 std::vector<int> FirstLayers(const std::vector<StageSlice>& slices) {
@@ -109,9 +114,7 @@ TEST(PipelineLayoutTest, SameRuleAppliesToLayoutStrings) {
 }
 
 TEST(PipelineLayoutTest, EvenSplit) {
-  LayoutRequest request;
-  request.num_layers = 8;
-  request.pp = 4;
+  LayoutRequest request = Request("", 8, 0, 4);
   absl::StatusOr<std::vector<StageSlice>> slices = PlanStages(request);
   ASSERT_TRUE(slices.ok()) << slices.status();
   EXPECT_THAT(FirstLayers(*slices), ElementsAre(1, 3, 5, 7));
@@ -120,9 +123,7 @@ TEST(PipelineLayoutTest, EvenSplit) {
 }
 
 TEST(PipelineLayoutTest, EvenSplitMustDivide) {
-  LayoutRequest request;
-  request.num_layers = 78;
-  request.pp = 4;
+  LayoutRequest request = Request("", 78, 0, 4);
   EXPECT_THAT(PlanError(request),
               HasSubstr("num_layers 78 is not divisible by pp 4"));
   request.pp = 2;
@@ -132,10 +133,7 @@ TEST(PipelineLayoutTest, EvenSplitMustDivide) {
 }
 
 TEST(PipelineLayoutTest, EvenSplitWithVirtualStagesInterleaves) {
-  LayoutRequest request;
-  request.num_layers = 8;
-  request.mtp_layers = 1;
-  request.pp = 2;
+  LayoutRequest request = Request("", 8, 1, 2);
   request.vpp = 2;
   absl::StatusOr<std::vector<StageSlice>> slices = PlanStages(request);
   ASSERT_TRUE(slices.ok()) << slices.status();
@@ -161,9 +159,7 @@ TEST(PipelineLayoutTest, UnevenSplitMustDivide) {
 }
 
 TEST(PipelineLayoutTest, UnevenSplitDividesRanksOverVirtualChunks) {
-  LayoutRequest request;
-  request.num_layers = 14;
-  request.pp = 3;
+  LayoutRequest request = Request("", 14, 0, 3);
   request.vpp = 2;
   request.num_layers_in_first_stage = 2;  // ranks hold 2, 6, 6
   absl::StatusOr<std::vector<StageSlice>> slices = PlanStages(request);
@@ -176,10 +172,7 @@ TEST(PipelineLayoutTest, UnevenSplitDividesRanksOverVirtualChunks) {
 }
 
 TEST(PipelineLayoutTest, VirtualStagesDerivedFromLayout) {
-  LayoutRequest request;
-  request.layout = "Et|t|t|tL";
-  request.num_layers = 4;
-  request.pp = 2;
+  LayoutRequest request = Request("Et|t|t|tL", 4, 0, 2);
   absl::StatusOr<std::vector<StageSlice>> slices = PlanStages(request);
   ASSERT_TRUE(slices.ok()) << slices.status();
   EXPECT_EQ(slices->back().pp_rank, 1);
@@ -192,11 +185,9 @@ TEST(PipelineLayoutTest, VirtualStagesDerivedFromLayout) {
 }
 
 TEST(PipelineLayoutTest, IndexSharingAppliesToVirtualStages) {
-  LayoutRequest request;
-  request.layout = "Ett|ttt|ttt|tttL";  // virtual stage starts 1, 3, 6, 9
-  request.num_layers = 11;
-  request.pp = 2;
-  request.sharing = IndexSharing{2, 1};  // computing layers 1, 3, 5, 7, 9, 11
+  // Virtual stages start at 1, 3, 6, 9; layers 1, 3, 5, 7, 9, 11 compute.
+  LayoutRequest request =
+      Request("Ett|ttt|ttt|tttL", 11, 0, 2, IndexSharing{2, 1});
   EXPECT_THAT(
       PlanError(request),
       AllOf(HasSubstr("stage 2 (pp rank 0, virtual chunk 1) starts at "
@@ -205,11 +196,8 @@ TEST(PipelineLayoutTest, IndexSharingAppliesToVirtualStages) {
 }
 
 TEST(PipelineLayoutTest, EmptyStagesAreAllowedAndNotChecked) {
-  LayoutRequest request;
-  request.layout = "Ettt||t|L";
-  request.num_layers = 4;
-  request.pp = 4;
-  request.sharing = IndexSharing{4, 3};  // 4 is a skip layer
+  // Layer 4 is a skip layer.
+  LayoutRequest request = Request("Ettt||t|L", 4, 0, 4, IndexSharing{4, 3});
   EXPECT_THAT(PlanError(request), HasSubstr("stage 2 (pp rank 2, virtual "
                                             "chunk 0) starts at layer 4"));
   request.layout = "Etttt|||L";
@@ -229,11 +217,7 @@ struct RuleCase {
 class StageRuleTest : public ::testing::TestWithParam<RuleCase> {};
 
 TEST_P(StageRuleTest, NamesTheRule) {
-  LayoutRequest request;
-  request.layout = GetParam().layout;
-  request.num_layers = 4;
-  request.mtp_layers = 1;
-  request.pp = GetParam().pp;
+  LayoutRequest request = Request(GetParam().layout, 4, 1, GetParam().pp);
   EXPECT_THAT(PlanError(request),
               HasSubstr(absl::StrCat("layout rule '", GetParam().rule, "'")));
 }
@@ -257,20 +241,12 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(PipelineLayoutTest, MtpStandaloneStageIsAllowed) {
   // Megatron allows MTP on its own stage before the loss stage, in the last
   // chunk.
-  LayoutRequest request;
-  request.layout = "Ett|tt|t|m|L";
-  request.num_layers = 5;
-  request.mtp_layers = 1;
-  request.pp = 5;
+  LayoutRequest request = Request("Ett|tt|t|m|L", 5, 1, 5);
   EXPECT_TRUE(PlanStages(request).ok());
 }
 
 TEST(PipelineLayoutTest, MtpSplitOverStagesIsRejected) {
-  LayoutRequest request;
-  request.layout = "Ettm|mL";
-  request.num_layers = 2;
-  request.mtp_layers = 2;
-  request.pp = 2;
+  LayoutRequest request = Request("Ettm|mL", 2, 2, 2);
   EXPECT_THAT(PlanError(request), HasSubstr("MTP in one stage"));
 }
 
