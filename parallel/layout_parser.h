@@ -2,9 +2,10 @@
 //
 // Symbols: `E` embedding, `t` decoder layer, `m` MTP layer, `L` loss, `|` ends
 // a stage. Commas and whitespace are cosmetic. `x*n` repeats one symbol
-// (including `|`) and
-// `(...)*n` repeats a group; groups nest, which Megatron's regex expansion does
-// not allow, but every string Megatron accepts expands here to the same stages.
+// (including `|`) and `(...)*n` repeats a group. Groups nest here, which
+// Megatron's regex expansion does not allow; otherwise a string expands to the
+// stages Megatron gives it, except that a comma inside a repeat count ("t*1,2")
+// is an error here rather than silently joined.
 // Example: "Et*3|(tt|)*2,mL" -> {"Ettt", "tt", "tt", "mL"}.
 #ifndef GLM_PARALLEL_LAYOUT_PARSER_H_
 #define GLM_PARALLEL_LAYOUT_PARSER_H_

@@ -100,6 +100,14 @@ std::vector<std::string> SearchStages(const PlanShape& shape, Fold fold,
 }
 
 absl::StatusOr<std::vector<std::string>> PlanStagesFor(const PlanShape& shape) {
+  const int64_t steps =
+      int64_t{shape.stages()} * (shape.layers + 1) * (shape.layers + 1);
+  if (steps > kMaxPlannerSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("planning ", shape.layers, " layers over ", shape.stages(),
+                     " stages takes ", steps, " search steps, more than ",
+                     kMaxPlannerSteps, "; give a layout to check instead"));
+  }
   double bottleneck = 0;
   SearchStages(
       shape, [](double cost, double rest) { return std::max(cost, rest); },

@@ -3,17 +3,13 @@
 //
 // Cost model, in units of one decoder layer's forward+backward time:
 //   decoder layer 't'  kDecoderLayerCost = 1
-//   embedding 'E'      kEmbeddingCost    = 1  (little compute, but a
-//   vocab-sized table
-//                                               and its optimizer state, like a
-//                                               layer's memory)
-//   loss 'L'           kLossCost         = 2  (output projection over the
-//   vocabulary and
-//                                               cross-entropy: about two GLM-5
-//                                               layers)
-//   MTP layer 'm'      kMtpLayerCost     = 3  (a decoder layer plus its own
-//   output
-//                                               projection and loss)
+//   embedding 'E'      kEmbeddingCost    = 1  little compute, but a vocab-sized
+//                                             table and its optimizer state
+//   loss 'L'           kLossCost         = 2  output projection over the
+//                                             vocabulary and cross-entropy:
+//                                             about two GLM-5 layers
+//   MTP layer 'm'      kMtpLayerCost     = 3  a decoder layer plus its own
+//                                             output projection and loss
 // A stage costs the sum over its symbols. The planner minimises the largest
 // stage cost (the pipeline's bottleneck) and, among layouts with that
 // bottleneck, the sum of squared stage costs (spreading the slack), subject to
@@ -23,6 +19,7 @@
 #ifndef GLM_PARALLEL_LAYOUT_PLANNER_H_
 #define GLM_PARALLEL_LAYOUT_PLANNER_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,10 +40,13 @@ double StageCost(const StageSlice& slice);
 // The pipeline's bottleneck: the largest StageCost.
 double LargestStageCost(const std::vector<StageSlice>& slices);
 
+// The exact search takes stages * (layers + 1)^2 steps; more is refused.
+inline constexpr int64_t kMaxPlannerSteps = int64_t{1} << 28;
+
 // A balanced valid layout for request.num_layers, mtp_layers, pp, vpp (0 or 1 =
 // one stage per pp rank) and sharing. InvalidArgument when the request gives a
-// layout or an uneven split (the planner chooses the split) or is itself
-// invalid, saying why.
+// layout or an uneven split (the planner chooses the split), is itself invalid
+// or needs more than kMaxPlannerSteps, saying why.
 absl::StatusOr<std::string> PlanLayout(const LayoutRequest& request);
 
 struct LayoutSuggestion {

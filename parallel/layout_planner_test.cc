@@ -151,6 +151,9 @@ TEST(LayoutPlannerTest, ExplainsImpossibleRequests) {
   LayoutRequest request = Sizes(78, 1, 4, 1, IndexSharing{4, 0});
   EXPECT_THAT(PlanLayout(request).status().message(),
               HasSubstr("layer 1 is a skip layer"));
+  request = Sizes(60000, 0, 1000, 1, IndexSharing{4, 3});
+  EXPECT_THAT(PlanLayout(request).status().message(),
+              HasSubstr("search steps"));
   request = Sizes(78, 1, 4, 1, IndexSharing{4, 3});
   request.layout = "Et*78mL";
   EXPECT_THAT(PlanLayout(request).status().message(),

@@ -136,6 +136,14 @@ absl::Status ValidateRequest(const LayoutRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("vpp must be 0 or more, got ", request.vpp));
   }
+  if (int64_t{request.num_layers} + request.mtp_layers > kMaxLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_layers + mtp_layers must be at most ", kMaxLayers));
+  }
+  if (int64_t{request.pp} * std::max(request.vpp, 1) > kMaxStages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pp * vpp must be at most ", kMaxStages));
+  }
   if (request.num_layers_in_first_stage < 0 ||
       request.num_layers_in_last_stage < 0) {
     return absl::InvalidArgumentError(

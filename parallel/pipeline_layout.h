@@ -51,8 +51,14 @@ struct StageSlice {  // one pipeline stage (virtual chunk of a pp rank)
 // "stage 2 (pp rank 2, virtual chunk 0)", as errors and tables name stages.
 std::string StageName(int stage, int pp);
 
-// Checks the request's numbers (sizes positive, index-sharing parameters
-// usable) and that a layout string and an uneven split are not both given.
+// Bounds that keep a mistyped size from exhausting memory; real models are far
+// below them.
+inline constexpr int kMaxLayers = 1 << 16;  // num_layers + mtp_layers
+inline constexpr int kMaxStages = 1 << 16;  // pp * vpp
+
+// Checks the request's numbers (sizes positive and within the bounds above,
+// index-sharing parameters usable) and that a layout string and an uneven split
+// are not both given.
 absl::Status ValidateRequest(const LayoutRequest& request);
 
 // The stages' symbol strings ("Ettt", "tt", "mL"): the parsed layout, or the

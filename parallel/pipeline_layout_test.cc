@@ -259,6 +259,12 @@ TEST(PipelineLayoutTest, RequestErrors) {
   request = Glm52(kPretrainPp11, 11);
   request.sharing = IndexSharing{4, 0};
   EXPECT_THAT(PlanError(request), HasSubstr("layer 1 is a skip layer"));
+  request = Glm52(kPretrainPp11, 11);
+  request.num_layers = 1 << 30;
+  EXPECT_THAT(PlanError(request), HasSubstr("at most 65536"));
+  request = Glm52("", 1 << 16);
+  request.vpp = 2;
+  EXPECT_THAT(PlanError(request), HasSubstr("pp * vpp must be at most"));
   request = Glm52("Et*78|(mL", 1);
   EXPECT_THAT(PlanError(request), HasSubstr("unclosed '(' at position 7"));
 }

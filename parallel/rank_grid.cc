@@ -16,6 +16,10 @@ absl::Status CheckPositive(const GridSpec& spec) {
           absl::StrCat("grid constraint ", name, " >= 1 violated: got ", size));
     }
   }
+  if (spec.world > kMaxWorld) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grid constraint world <= ", kMaxWorld, " violated: got ", spec.world));
+  }
   if (spec.num_experts < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grid constraint num_experts >= 0 violated: got ", spec.num_experts));

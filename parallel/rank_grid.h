@@ -28,8 +28,12 @@ struct RankGrid {
   std::vector<RankCoordinates> ranks;
 };
 
-// InvalidArgument naming the violated constraint: sizes >= 1, world divisible
-// by tp*cp*pp and by etp*ep*pp, num_experts divisible by ep.
+// Bound on world that keeps a mistyped size from exhausting memory.
+inline constexpr int kMaxWorld = 1 << 20;
+
+// InvalidArgument naming the violated constraint: sizes >= 1, world <=
+// kMaxWorld, world divisible by tp*cp*pp and by etp*ep*pp, num_experts
+// divisible by ep.
 absl::StatusOr<RankGrid> BuildRankGrid(const GridSpec& spec);
 
 }  // namespace glm

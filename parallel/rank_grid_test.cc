@@ -89,6 +89,8 @@ TEST(RankGridTest, EachConstraintIsNamed) {
                         "divide over ep 4"));
   EXPECT_THAT(GridError(GridSpec{8, 1, 1, 0, 1, 1, 0}),
               HasSubstr("cp >= 1 violated"));
+  EXPECT_THAT(GridError(GridSpec{1 << 30, 1, 1, 1, 1, 1, 0}),
+              HasSubstr("world <= 1048576 violated"));
   EXPECT_THAT(GridError(GridSpec{0, 1, 1, 1, 1, 1, 0}),
               HasSubstr("world >= 1 violated"));
 }
