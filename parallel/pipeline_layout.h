@@ -37,8 +37,8 @@ struct LayoutRequest {
 
 struct StageSlice {  // one pipeline stage (virtual chunk of a pp rank)
   int stage = 0, pp_rank = 0, virtual_chunk = 0;
-  int first_layer = 0,
-      last_layer = 0;  // 1-indexed decoder layers, 0/0 when none
+  // 1-indexed global decoder layers, 0/0 when the stage holds none.
+  int first_layer = 0, last_layer = 0;
   bool has_embedding = false, has_loss = false;
   int mtp_layers = 0;
   std::vector<int> computing_layers;
