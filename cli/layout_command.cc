@@ -89,6 +89,11 @@ absl::StatusOr<LayoutRequest> RequestFromFlags(const CommandFlags& flags) {
   ReadInt(flags, "num-layers-in-last-stage", &request.num_layers_in_last_stage,
           &status);
   if (!status.ok()) return status;
+  if (!request.layout.empty() && (request.num_layers_in_first_stage > 0 ||
+                                  request.num_layers_in_last_stage > 0)) {
+    return absl::InvalidArgumentError(
+        "give either --layout or --num-layers-in-first/last-stage, not both");
+  }
   return request;
 }
 

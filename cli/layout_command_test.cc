@@ -101,6 +101,10 @@ TEST(LayoutCheckCommandTest, BadUsageExitsTwo) {
   EXPECT_EQ(Invoke(RunLayoutCheck, With({"--pp=4", "--bogus=1"})).code, 2);
   EXPECT_EQ(Invoke(RunLayoutCheck, With({"--pp=4", "--output=xml"})).code, 2);
   EXPECT_EQ(Invoke(RunLayoutCheck, With({"--pp=4", "extra"})).code, 2);
+  EXPECT_EQ(Invoke(RunLayoutCheck, With({"--pp=1", "--layout=Et*78mL",
+                                         "--num-layers-in-first-stage=78"}))
+                .code,
+            2);
   Result help = Invoke(RunLayoutCheck, {"--help"});
   EXPECT_EQ(help.code, 0);
   EXPECT_THAT(help.out, HasSubstr("--num-layers-in-first-stage"));
