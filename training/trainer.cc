@@ -1,0 +1,229 @@
+#include "training/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "training/flops.h"
+#include "training/grad_clip.h"
+#include "training/router_bias.h"
+
+namespace glm {
+namespace {
+
+int64_t PeakResidentBytes() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB
+}
+
+absl::Status ValidateOptions(const TrainerOptions& o) {
+  if (o.train_iters <= 0) {
+    return absl::InvalidArgumentError("training.train_iters: must be > 0");
+  }
+  if (o.micro_batch_size <= 0 || o.global_batch_size <= 0 ||
+      o.global_batch_size % o.micro_batch_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.global_batch_size: ", o.global_batch_size,
+                     " must be a positive multiple of micro_batch_size ",
+                     o.micro_batch_size));
+  }
+  if (o.seq_length <= 1) {
+    return absl::InvalidArgumentError("training.seq_length: must be > 1");
+  }
+  return o.schedule.Validate();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const TrainerOptions& options, std::unique_ptr<TokenSampleDataset> data,
+    std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend) {
+  if (absl::Status status = ValidateOptions(options); !status.ok()) {
+    return status;
+  }
+  if (data->seq_length() != options.seq_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset seq_length ", data->seq_length(),
+                     " differs from training.seq_length ", options.seq_length));
+  }
+  const int64_t needed = options.train_iters * options.global_batch_size;
+  if (data->size() < needed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset has ", data->size(), " samples; ", needed,
+                     " are needed (train_iters x global_batch_size)"));
+  }
+  if (params == nullptr) {
+    params = std::make_unique<ModelParameters>(options.model);
+    params->InitRandom(options.seed);
+  }
+  return std::unique_ptr<Trainer>(new Trainer(
+      options, std::move(data), std::move(params), std::move(backend)));
+}
+
+Trainer::Trainer(const TrainerOptions& options,
+                 std::unique_ptr<TokenSampleDataset> data,
+                 std::unique_ptr<ModelParameters> params,
+                 std::unique_ptr<Backend> backend)
+    : options_(options),
+      data_(std::move(data)),
+      params_(std::move(params)),
+      backend_(std::move(backend)),
+      model_(std::make_unique<GlmModel>(params_.get(), backend_.get(),
+                                        options.loss)),
+      optimizer_(options.adamw) {}
+
+std::vector<TrainableTensor> Trainer::Trainable() {
+  std::vector<TrainableTensor> trainable;
+  for (const NamedTensor& named : params_->Named()) {
+    if (named.grad != nullptr) {
+      trainable.push_back({named.name, named.value, named.grad});
+    }
+  }
+  return trainable;
+}
+
+// Samples [first_sample, first_sample + micro_batch_size) packed into one row;
+// each sample is its own sequence, so nothing attends across samples.
+absl::Status Trainer::RunMicroBatch(int64_t first_sample,
+                                    MicroBatchTotals* totals) {
+  std::vector<std::vector<int32_t>> rows;
+  for (int64_t i = 0; i < options_.micro_batch_size; ++i) {
+    rows.push_back(data_->Sample(first_sample + i));
+  }
+  absl::StatusOr<ForwardResult> result =
+      model_->Forward(Batch::FromSequences(rows));
+  if (!result.ok()) return result.status();
+  if (absl::Status status = model_->Backward(); !status.ok()) return status;
+  totals->lm_loss += result->lm_loss;
+  totals->mtp_loss += result->mtp_loss;
+  totals->indexer_loss += result->indexer_loss;
+  if (totals->expert_load.empty()) {
+    totals->expert_load = std::move(result->expert_load);
+  } else {
+    for (size_t layer = 0; layer < totals->expert_load.size(); ++layer) {
+      for (size_t e = 0; e < totals->expert_load[layer].size(); ++e) {
+        totals->expert_load[layer][e] += result->expert_load[layer][e];
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
+  if (options_.router_bias_update_rate == 0) return;
+  for (size_t layer = 0; layer < totals.expert_load.size(); ++layer) {
+    if (totals.expert_load[layer].empty()) continue;
+    UpdateRouterBias(totals.expert_load[layer],
+                     options_.router_bias_update_rate,
+                     &params_->layers[layer].moe.e_score_correction_bias);
+  }
+}
+
+absl::StatusOr<v1::StepMetrics> Trainer::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t micro_batches =
+      options_.global_batch_size / options_.micro_batch_size;
+  params_->ZeroGrad();
+  MicroBatchTotals totals;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    absl::Status status = RunMicroBatch(
+        consumed_samples_ + m * options_.micro_batch_size, &totals);
+    if (!status.ok()) return status;
+  }
+  ++iteration_;
+  consumed_samples_ += options_.global_batch_size;
+
+  // Each micro batch's loss is a mean over its tokens; the step's loss is the
+  // mean over micro batches, so the summed gradients are scaled by 1/M.
+  const std::vector<TrainableTensor> trainable = Trainable();
+  const double grad_norm =
+      GlobalNorm(GradSquaredSum(trainable)) / micro_batches;
+  const double lr = options_.schedule.At(iteration_);
+  if (std::isfinite(grad_norm)) {
+    const double scale =
+        ClipScale(grad_norm, options_.clip_grad) / micro_batches;
+    optimizer_.Step(trainable, lr, scale);
+    UpdateRouterBiases(totals);
+  } else {
+    ++skipped_iterations_;
+    ++nan_iterations_;
+  }
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  v1::StepMetrics metrics;
+  metrics.set_iteration(iteration_);
+  metrics.set_train_iters(options_.train_iters);
+  metrics.set_consumed_samples(consumed_samples_);
+  metrics.set_step_time_ms(seconds * 1e3);
+  metrics.set_tflops_per_device(TrainingFlops(options_.model,
+                                              options_.seq_length,
+                                              options_.global_batch_size) /
+                                seconds / 1e12);
+  metrics.set_tokens_per_sec_per_device(
+      static_cast<double>(options_.global_batch_size * options_.seq_length) /
+      seconds);
+  metrics.set_learning_rate(lr);
+  metrics.set_lm_loss(totals.lm_loss / micro_batches);
+  metrics.set_mtp_loss(totals.mtp_loss / micro_batches);
+  metrics.set_indexer_loss(totals.indexer_loss / micro_batches);
+  metrics.set_grad_norm(grad_norm);
+  metrics.set_skipped_iterations(skipped_iterations_);
+  metrics.set_nan_iterations(nan_iterations_);
+  metrics.set_peak_memory_bytes(PeakResidentBytes());
+  for (const std::vector<int64_t>& load : totals.expert_load) {
+    if (!load.empty()) metrics.add_expert_load_imbalance(LoadImbalance(load));
+  }
+  return metrics;
+}
+
+TrainingState Trainer::State() {
+  TrainingState state;
+  for (const NamedTensor& named : params_->Named()) {
+    state.model.push_back({named.name, named.value});
+  }
+  for (const TrainableTensor& param : Trainable()) {
+    AdamMoments& moments = optimizer_.moments()[param.name];
+    if (moments.exp_avg.numel() != param.value->numel()) {
+      moments.exp_avg = Tensor(param.value->shape());
+      moments.exp_avg_sq = Tensor(param.value->shape());
+    }
+    state.optimizer.push_back({"exp_avg/" + param.name, &moments.exp_avg});
+    state.optimizer.push_back(
+        {"exp_avg_sq/" + param.name, &moments.exp_avg_sq});
+  }
+  state.optimizer_steps = optimizer_.steps();
+  state.iteration = iteration_;
+  state.consumed_samples = consumed_samples_;
+  state.skipped_iterations = skipped_iterations_;
+  state.nan_iterations = nan_iterations_;
+  state.rng_seed = options_.seed;
+  return state;
+}
+
+absl::Status Trainer::Restore(const TrainingState& state) {
+  if (state.iteration < 0 || state.iteration > options_.train_iters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint iteration ", state.iteration,
+        " is outside [0, train_iters=", options_.train_iters, "]"));
+  }
+  if (state.consumed_samples != state.iteration * options_.global_batch_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint consumed_samples ", state.consumed_samples,
+                     " does not match iteration ", state.iteration,
+                     " x global_batch_size ", options_.global_batch_size));
+  }
+  iteration_ = state.iteration;
+  consumed_samples_ = state.consumed_samples;
+  skipped_iterations_ = state.skipped_iterations;
+  nan_iterations_ = state.nan_iterations;
+  optimizer_.set_steps(state.optimizer_steps);
+  return absl::OkStatus();
+}
+
+}  // namespace glm

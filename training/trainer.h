@@ -1,0 +1,92 @@
+// One rank's training loop for a whole model (no model parallelism): gradient
+// accumulation over micro batches, AdamW with global-norm clipping, the LR
+// schedule, NaN/Inf iterations skipped and counted, aux-loss-free router bias
+// updates, and the per-step metrics Megatron logs.
+#ifndef GLM_TRAINING_TRAINER_H_
+#define GLM_TRAINING_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/training_state.h"
+#include "data/gpt_dataset.h"
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/glm_model.h"
+#include "model/parameters.h"
+#include "proto/metrics.pb.h"
+#include "training/adamw.h"
+#include "training/lr_schedule.h"
+
+namespace glm {
+
+struct TrainerOptions {
+  ModelConfig model;
+  int64_t train_iters = 0;
+  int64_t global_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  int64_t seq_length = 0;
+  LrSchedule schedule;
+  AdamWOptions adamw;
+  double clip_grad = 1.0;
+  LossOptions loss;
+  double router_bias_update_rate = 0;
+  // Weight initialization when no weights are given. Training itself draws no
+  // random numbers (no dropout), so the seed is the whole random state.
+  uint64_t seed = 0;
+};
+
+class Trainer {
+ public:
+  // `params` may be null: weights are then initialized from options.seed.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const TrainerOptions& options, std::unique_ptr<TokenSampleDataset> data,
+      std::unique_ptr<ModelParameters> params,
+      std::unique_ptr<Backend> backend);
+
+  // Runs the next iteration and returns its metrics.
+  absl::StatusOr<v1::StepMetrics> Step();
+
+  int64_t iteration() const { return iteration_; }
+  bool Done() const { return iteration_ >= options_.train_iters; }
+  const TrainerOptions& options() const { return options_; }
+  ModelParameters& params() { return *params_; }
+
+  // Views of everything a checkpoint holds; the tensors stay owned by the
+  // trainer.
+  TrainingState State();
+  // After a checkpoint was loaded into State()'s tensors, restores the scalars.
+  absl::Status Restore(const TrainingState& state);
+
+ private:
+  Trainer(const TrainerOptions& options,
+          std::unique_ptr<TokenSampleDataset> data,
+          std::unique_ptr<ModelParameters> params,
+          std::unique_ptr<Backend> backend);
+
+  struct MicroBatchTotals {
+    double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
+    std::vector<std::vector<int64_t>> expert_load;
+  };
+  absl::Status RunMicroBatch(int64_t first_sample, MicroBatchTotals* totals);
+  std::vector<TrainableTensor> Trainable();
+  void UpdateRouterBiases(const MicroBatchTotals& totals);
+
+  TrainerOptions options_;
+  std::unique_ptr<TokenSampleDataset> data_;
+  std::unique_ptr<ModelParameters> params_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<GlmModel> model_;
+  AdamW optimizer_;
+
+  int64_t iteration_ = 0;
+  int64_t consumed_samples_ = 0;
+  int64_t skipped_iterations_ = 0;
+  int64_t nan_iterations_ = 0;
+};
+
+}  // namespace glm
+
+#endif  // GLM_TRAINING_TRAINER_H_

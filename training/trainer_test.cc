@@ -1,0 +1,125 @@
+#include "training/trainer.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace glm {
+namespace {
+
+// Samples cut from a short repeating text: a tiny model learns it quickly.
+class RepeatingTextDataset : public TokenSampleDataset {
+ public:
+  RepeatingTextDataset(int64_t seq_length, int64_t size)
+      : seq_length_(seq_length), size_(size) {}
+  int64_t size() const override { return size_; }
+  int64_t seq_length() const override { return seq_length_; }
+  std::vector<int32_t> Sample(int64_t index) const override {
+    const std::string text = "the quick brown fox jumps over the lazy dog. ";
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i <= seq_length_; ++i) {
+      ids.push_back(
+          static_cast<unsigned char>(text[(index * 7 + i) % text.size()]));
+    }
+    return ids;
+  }
+
+ private:
+  int64_t seq_length_, size_;
+};
+
+TrainerOptions TinyOptions(int64_t iters) {
+  TrainerOptions o;
+  o.model = *PresetConfig("glm5.2-tiny");
+  o.train_iters = iters;
+  o.global_batch_size = 4;
+  o.micro_batch_size = 2;
+  o.seq_length = 32;  // longer than index_topk 16: sparse attention
+  o.schedule = {3e-3, 3e-4, 2, iters};
+  o.router_bias_update_rate = 1e-3;
+  o.seed = 42;
+  return o;
+}
+
+std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& options) {
+  auto trainer = Trainer::Create(
+      options, std::make_unique<RepeatingTextDataset>(options.seq_length, 4096),
+      nullptr, std::make_unique<CpuBackend>());
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return std::move(*trainer);
+}
+
+std::vector<double> Losses(Trainer* trainer) {
+  std::vector<double> losses;
+  while (!trainer->Done()) {
+    absl::StatusOr<v1::StepMetrics> metrics = trainer->Step();
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    losses.push_back(metrics->lm_loss());
+  }
+  return losses;
+}
+
+TEST(TrainerTest, LossFallsOnATinyRun) {
+  auto trainer = MakeTrainer(TinyOptions(30));
+  const std::vector<double> losses = Losses(trainer.get());
+  // Random init predicts ~uniformly over 512 tokens: ln 512 = 6.24.
+  EXPECT_NEAR(losses.front(), std::log(512.0), 0.3);
+  EXPECT_LT(losses.back(), losses.front() - 2.0);
+}
+
+TEST(TrainerTest, DeterministicRerunIsBitwiseEqual) {
+  auto first = MakeTrainer(TinyOptions(4));
+  auto second = MakeTrainer(TinyOptions(4));
+  const std::vector<double> a = Losses(first.get());
+  const std::vector<double> b = Losses(second.get());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << i;
+  EXPECT_EQ(first->params().lm_head.value.values(),
+            second->params().lm_head.value.values());
+}
+
+TEST(TrainerTest, NonFiniteGradientsSkipTheIterationAndCountIt) {
+  auto trainer = MakeTrainer(TinyOptions(3));
+  trainer->params().norm.value.data()[0] =
+      std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> before = trainer->params().lm_head.value.values();
+  absl::StatusOr<v1::StepMetrics> metrics = trainer->Step();
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(metrics->skipped_iterations(), 1);
+  EXPECT_EQ(metrics->nan_iterations(), 1);
+  EXPECT_EQ(metrics->iteration(), 1);
+  EXPECT_EQ(metrics->consumed_samples(), 4);
+  // A skipped iteration leaves the weights alone.
+  EXPECT_EQ(trainer->params().lm_head.value.values(), before);
+}
+
+TEST(TrainerTest, MetricsCarryScheduleAndThroughput) {
+  auto trainer = MakeTrainer(TinyOptions(3));
+  absl::StatusOr<v1::StepMetrics> metrics = trainer->Step();
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_DOUBLE_EQ(metrics->learning_rate(), 1.5e-3);  // warmup 1 of 2
+  EXPECT_GT(metrics->tokens_per_sec_per_device(), 0);
+  EXPECT_GT(metrics->tflops_per_device(), 0);
+  EXPECT_GT(metrics->grad_norm(), 0);
+  EXPECT_GT(metrics->peak_memory_bytes(), 0);
+  // 7 MoE layers in the main model (first_k_dense_replace = 1).
+  EXPECT_EQ(metrics->expert_load_imbalance_size(), 7);
+  for (double imbalance : metrics->expert_load_imbalance()) {
+    EXPECT_GE(imbalance, 1.0);
+  }
+}
+
+TEST(TrainerTest, RejectsADatasetTooSmallForTheRun) {
+  TrainerOptions options = TinyOptions(100);
+  auto trainer = Trainer::Create(
+      options, std::make_unique<RepeatingTextDataset>(options.seq_length, 10),
+      nullptr, std::make_unique<CpuBackend>());
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.status().message().find("samples"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace glm
