@@ -1,28 +1,16 @@
 #include "coordinator/job_spec_validator.h"
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 
-#include "google/protobuf/util/json_util.h"
+#include "coordinator/test_specs.h"
 #include "gtest/gtest.h"
 
 namespace glm {
 namespace {
 
-v1::JobSpec LoadSpec(const std::string& name) {
-  std::ifstream in("coordinator/testdata/" + name);
-  std::stringstream text;
-  text << in.rdbuf();
-  v1::JobSpec spec;
-  auto status = google::protobuf::util::JsonStringToMessage(text.str(), &spec);
-  EXPECT_TRUE(status.ok()) << name << ": " << status.ToString();
-  return spec;
-}
-
 TEST(JobSpecValidatorTest, TinySpecPlansRanksAndStages) {
-  absl::StatusOr<JobPlan> plan = ValidateJobSpec(LoadSpec("tiny_job.json"));
+  absl::StatusOr<JobPlan> plan = ValidateJobSpec(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->model.num_hidden_layers, 8);
   EXPECT_EQ(plan->grid.dp, 1);
@@ -41,7 +29,7 @@ TEST(JobSpecValidatorTest, TinySpecPlansRanksAndStages) {
 void ExpectRejected(const std::string& field_prefix,
                     const std::function<void(v1::JobSpec*)>& edit,
                     const std::string& also = "") {
-  v1::JobSpec spec = LoadSpec("tiny_job.json");
+  v1::JobSpec spec = LoadTestSpec("tiny_job.json");
   edit(&spec);
   absl::StatusOr<JobPlan> plan = ValidateJobSpec(spec);
   ASSERT_FALSE(plan.ok()) << "expected " << field_prefix << " to be rejected";
@@ -53,7 +41,7 @@ void ExpectRejected(const std::string& field_prefix,
 
 TEST(JobSpecValidatorTest, StageStartingOnSkipLayerNamesLayout) {
   absl::StatusOr<JobPlan> plan =
-      ValidateJobSpec(LoadSpec("skip_layer_job.json"));
+      ValidateJobSpec(LoadTestSpec("skip_layer_job.json"));
   ASSERT_FALSE(plan.ok());
   const std::string message(plan.status().message());
   EXPECT_EQ(message.rfind("parallel.layout: ", 0), 0u) << message;

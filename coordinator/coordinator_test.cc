@@ -1,0 +1,258 @@
+// The coordinator over its real gRPC API on 127.0.0.1: auth refusals, submit
+// validation, persistence across a restart, and a Prometheus scrape.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "coordinator/test_coordinator.h"
+#include "coordinator/test_specs.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "proto/job_service.grpc.pb.h"
+#include "rpc/bearer_token.h"
+
+namespace glm {
+namespace {
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  explicit CoordinatorTest(bool serve_metrics = false)
+      : server_(::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                10000, serve_metrics) {
+    Reconnect();
+  }
+
+  void Reconnect() {
+    connection_ = server_.Connect();
+    jobs_ = v1::JobService::NewStub(connection_->channel());
+  }
+
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    v1::SubmitJobResponse response;
+    grpc::Status status =
+        jobs_->SubmitJob(connection_->NewContext().get(), request, &response);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    return response.job();
+  }
+
+  TestCoordinator server_;
+  std::shared_ptr<ClientConnection> connection_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+};
+
+TEST_F(CoordinatorTest, RefusesCallsWithoutTheRightToken) {
+  auto channel =
+      grpc::CreateChannel(server_.target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::JobService::NewStub(channel);
+  v1::ListJobsRequest request;
+  v1::ListJobsResponse response;
+
+  grpc::ClientContext no_header;
+  grpc::Status status = stub->ListJobs(&no_header, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(status.error_message().find("missing"), std::string::npos);
+
+  grpc::ClientContext wrong;
+  wrong.AddMetadata(kAuthorizationHeader, AuthorizationValue("guess"));
+  status = stub->ListJobs(&wrong, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(status.error_message(), "wrong bearer token");
+
+  grpc::ClientContext not_bearer;
+  not_bearer.AddMetadata(kAuthorizationHeader, TestCoordinator::kToken);
+  status = stub->ListJobs(&not_bearer, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  grpc::ClientContext right;
+  right.AddMetadata(kAuthorizationHeader,
+                    AuthorizationValue(TestCoordinator::kToken));
+  status = stub->ListJobs(&right, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+
+  // A refused submit stores nothing.
+  grpc::ClientContext wrong_submit;
+  wrong_submit.AddMetadata(kAuthorizationHeader, AuthorizationValue("guess"));
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = LoadTestSpec("tiny_job.json");
+  v1::SubmitJobResponse submitted;
+  EXPECT_EQ(stub->SubmitJob(&wrong_submit, submit, &submitted).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(
+      jobs_->ListJobs(connection_->NewContext().get(), request, &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 0);
+}
+
+TEST_F(CoordinatorTest, InvalidSpecIsRejectedAndNothingStored) {
+  absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("skip_layer_job.json"));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message().rfind("parallel.layout: ", 0), 0u)
+      << job.status();
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(jobs_
+                  ->ListJobs(connection_->NewContext().get(),
+                             v1::ListJobsRequest(), &listed)
+                  .ok());
+  EXPECT_EQ(listed.jobs_size(), 0);
+}
+
+TEST_F(CoordinatorTest, RestartedCoordinatorHasEveryJobAndItsHistory) {
+  absl::StatusOr<v1::Job> cancelled = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  absl::StatusOr<v1::Job> waiting = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_EQ(cancelled->id(), "job-000001");
+  EXPECT_EQ(waiting->id(), "job-000002");
+  v1::CancelJobRequest cancel;
+  cancel.set_id(cancelled->id());
+  cancel.set_reason("changed my mind");
+  v1::Job after_cancel;
+  ASSERT_TRUE(
+      jobs_->CancelJob(connection_->NewContext().get(), cancel, &after_cancel)
+          .ok());
+  EXPECT_EQ(after_cancel.state(), v1::CANCELLED);
+  // Cancelling again is an illegal transition.
+  grpc::Status again =
+      jobs_->CancelJob(connection_->NewContext().get(), cancel, &after_cancel);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(again.error_message().find("CANCELLED -> CANCELLED"),
+            std::string::npos);
+
+  ASSERT_TRUE(server_.Restart().ok());
+  Reconnect();
+
+  v1::GetJobRequest get;
+  get.set_id(cancelled->id());
+  v1::Job stored;
+  ASSERT_TRUE(
+      jobs_->GetJob(connection_->NewContext().get(), get, &stored).ok());
+  EXPECT_EQ(stored.state(), v1::CANCELLED);
+  EXPECT_EQ(stored.message(), "changed my mind");
+  ASSERT_EQ(stored.history_size(), 2);
+  EXPECT_EQ(stored.history(0).to(), v1::PENDING);
+  EXPECT_EQ(stored.history(1).from(), v1::PENDING);
+  EXPECT_EQ(stored.history(1).to(), v1::CANCELLED);
+  EXPECT_EQ(stored.spec().name(), "tiny-pretrain");
+
+  get.set_id(waiting->id());
+  ASSERT_TRUE(
+      jobs_->GetJob(connection_->NewContext().get(), get, &stored).ok());
+  EXPECT_EQ(stored.state(), v1::PENDING);
+
+  absl::StatusOr<v1::Job> next = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->id(), "job-000003");
+
+  get.set_id("job-000404");
+  EXPECT_EQ(
+      jobs_->GetJob(connection_->NewContext().get(), get, &stored).error_code(),
+      grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(CoordinatorTest, WatchSendsCurrentStateThenChangesUntilTheEnd) {
+  absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(job.ok());
+  v1::WatchJobRequest request;
+  request.set_id(job->id());
+  std::unique_ptr<grpc::ClientContext> context =
+      connection_->NewContext(absl::Seconds(10));
+  auto reader = jobs_->WatchJob(context.get(), request);
+  v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.job().state(), v1::PENDING);
+  EXPECT_EQ(event.state_change().to(), v1::PENDING);
+
+  v1::CancelJobRequest cancel;
+  cancel.set_id(job->id());
+  v1::Job cancelled;
+  ASSERT_TRUE(
+      jobs_->CancelJob(connection_->NewContext().get(), cancel, &cancelled)
+          .ok());
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.state_change().from(), v1::PENDING);
+  EXPECT_EQ(event.state_change().to(), v1::CANCELLED);
+  EXPECT_FALSE(reader->Read(&event));  // the stream ends with the job
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
+// GET /metrics over a plain socket: the real HTTP endpoint, no client library.
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return "";
+  }
+  const std::string request =
+      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  send(fd, request.data(), request.size(), 0);
+  std::string reply;
+  char buffer[4096];
+  for (ssize_t n; (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
+    reply.append(buffer, n);
+  }
+  close(fd);
+  return reply;
+}
+
+class CoordinatorMetricsTest : public CoordinatorTest {
+ protected:
+  CoordinatorMetricsTest() : CoordinatorTest(/*serve_metrics=*/true) {}
+};
+
+TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
+  ASSERT_TRUE(Submit(LoadTestSpec("tiny_job.json")).ok());
+  EXPECT_FALSE(Submit(LoadTestSpec("skip_layer_job.json")).ok());
+  auto refused = server_.Connect("wrong");
+  auto stub = v1::JobService::NewStub(refused->channel());
+  v1::ListJobsResponse listed;
+  EXPECT_FALSE(stub->ListJobs(refused->NewContext().get(),
+                              v1::ListJobsRequest(), &listed)
+                   .ok());
+
+  const int port = server_.coordinator().metrics_port();
+  ASSERT_GT(port, 0);
+  std::string body;
+  // Gauges are refreshed by the coordinator's periodic tick.
+  for (int i = 0; i < 50; ++i) {
+    body = HttpGet(port, "/metrics");
+    if (body.find("glm_jobs{state=\"PENDING\"} 1") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_NE(body.find("200 OK"), std::string::npos) << body;
+  EXPECT_NE(body.find("glm_jobs{state=\"PENDING\"} 1"), std::string::npos)
+      << body;
+  EXPECT_NE(body.find("glm_jobs{state=\"RUNNING\"} 0"), std::string::npos);
+  EXPECT_NE(body.find("glm_workers{status=\"registered\"} 0"),
+            std::string::npos);
+  EXPECT_NE(body.find("glm_rpcs_total{code=\"OK\",method=\"JobService/"
+                      "SubmitJob\"} 1"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find("glm_rpcs_total{code=\"INVALID_ARGUMENT\",method="
+                      "\"JobService/SubmitJob\"} 1"),
+            std::string::npos);
+  EXPECT_NE(body.find("glm_rpcs_total{code=\"UNAUTHENTICATED\",method="
+                      "\"JobService/ListJobs\"} 1"),
+            std::string::npos);
+  EXPECT_NE(body.find("glm_rpc_latency_seconds_count{method=\"JobService/"
+                      "SubmitJob\"} 2"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace glm

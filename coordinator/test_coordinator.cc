@@ -1,0 +1,50 @@
+#include "coordinator/test_coordinator.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace glm {
+
+TestCoordinator::TestCoordinator(const std::string& name,
+                                 int64_t heartbeat_timeout_ms,
+                                 bool serve_metrics) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  options_.state_dir = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
+  std::system(absl::StrCat("rm -rf '", options_.state_dir, "'").c_str());
+  options_.listen = "127.0.0.1:0";
+  if (serve_metrics) options_.metrics_listen = "127.0.0.1:0";
+  options_.auth_token = kToken;
+  options_.heartbeat_interval_ms = heartbeat_timeout_ms / 5;
+  options_.heartbeat_timeout_ms = heartbeat_timeout_ms;
+  absl::Status started = Restart();
+  if (!started.ok()) {
+    std::fprintf(stderr, "coordinator failed to start: %s\n",
+                 started.ToString().c_str());
+    std::abort();
+  }
+}
+
+absl::Status TestCoordinator::Restart() {
+  if (coordinator_) coordinator_->Shutdown();
+  coordinator_.reset();
+  absl::StatusOr<std::unique_ptr<Coordinator>> started =
+      Coordinator::Start(options_);
+  if (!started.ok()) return started.status();
+  coordinator_ = *std::move(started);
+  return absl::OkStatus();
+}
+
+std::string TestCoordinator::target() const {
+  return absl::StrCat("127.0.0.1:", coordinator_->port());
+}
+
+std::shared_ptr<ClientConnection> TestCoordinator::Connect(
+    const std::string& token) const {
+  ConnectionOptions options;
+  options.target = target();
+  options.token = token;
+  return std::make_shared<ClientConnection>(options);
+}
+
+}  // namespace glm

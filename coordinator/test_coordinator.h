@@ -1,0 +1,42 @@
+// Tests' coordinator: a real Coordinator serving on 127.0.0.1 (free ports) with
+// its store under TEST_TMPDIR, and connections to it with the right token, a
+// wrong one or none.
+#ifndef GLM_COORDINATOR_TEST_COORDINATOR_H_
+#define GLM_COORDINATOR_TEST_COORDINATOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "coordinator/coordinator.h"
+#include "rpc/client_connection.h"
+
+namespace glm {
+
+class TestCoordinator {
+ public:
+  static constexpr char kToken[] = "test-token-3f9a";
+
+  // Starts with a fresh state directory named `name`. Metrics are served only
+  // when asked: stopping prometheus-cpp's HTTP server takes up to 2 s.
+  explicit TestCoordinator(const std::string& name,
+                           int64_t heartbeat_timeout_ms = 10000,
+                           bool serve_metrics = false);
+
+  // Shuts down and starts again on the same state directory (new ports).
+  absl::Status Restart();
+  Coordinator& coordinator() { return *coordinator_; }
+  const CoordinatorOptions& options() const { return options_; }
+  std::string target() const;
+
+  std::shared_ptr<ClientConnection> Connect(
+      const std::string& token = kToken) const;
+
+ private:
+  CoordinatorOptions options_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_COORDINATOR_TEST_COORDINATOR_H_
