@@ -104,16 +104,15 @@ class HfNameMap {
   // optimizer name "<state>/<param>" is placed as <param>; names outside the
   // model (adapters) are whole.
   RowRange RowsHeld(const std::string& name, int rank, int64_t dim0) const;
+  // The model tensor a state name is about ("exp_avg/x" -> x); nullptr when
+  // outside the model.
+  const HfTensor* ParamOf(const std::string& name) const;
   // Whether `rank` is the one that writes its part of `name` to a
   // checkpoint (see the file comment); a name outside the model is written by
   // the rank's tp = cp = dp = 0 replica.
   bool Writes(const std::string& name, int rank) const;
 
  private:
-  // The model tensor a state name is about ("exp_avg/x" -> x); nullptr when
-  // outside the model.
-  const HfTensor* ParamOf(const std::string& name) const;
-
   ModelConfig config_;
   ExpertForm form_ = ExpertForm::kPerExpert;
   int ep_ = 1;
