@@ -72,7 +72,8 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
   o.adamw.eps = OrDefault(t.adam_eps(), 1e-8);
   o.adamw.weight_decay = OrDefault(t.weight_decay(), 0.01);
   o.clip_grad = OrDefault(t.clip_grad(), 1.0);
-  o.loss.mtp_loss_scale = static_cast<float>(OrDefault(t.mtp_loss_scale(), 0.1));
+  o.loss.mtp_loss_scale =
+      static_cast<float>(OrDefault(t.mtp_loss_scale(), 0.1));
   o.loss.indexer_loss_coeff =
       static_cast<float>(OrDefault(t.indexer_loss_coeff(), 0.001));
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);

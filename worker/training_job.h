@@ -1,5 +1,5 @@
-// Runs one rank's part of a training job from its assignment: builds the model, the
-// data and the trainer, steps to the end, and reports through the hooks.
+// Runs one rank's part of a training job from its assignment: builds the model,
+// the data and the trainer, steps to the end, and reports through the hooks.
 #ifndef GLM_WORKER_TRAINING_JOB_H_
 #define GLM_WORKER_TRAINING_JOB_H_
 

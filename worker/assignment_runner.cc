@@ -1,0 +1,75 @@
+#include "worker/assignment_runner.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/training_job.h"
+
+namespace glm {
+
+AssignmentRunner::AssignmentRunner(CoordinatorClient* client,
+                                   std::function<void(const std::string&)> log)
+    : client_(client), log_(std::move(log)) {}
+
+void AssignmentRunner::Serve() {
+  client_->StartHeartbeats(
+      [this](const std::string& reason) {
+        log_("coordinator stopped the job: " + reason);
+        stop_job_ = true;
+      },
+      [this](const absl::Status& status) {
+        log_(absl::StrCat("heartbeat failed: ", status.ToString()));
+      });
+  auto backoff = std::chrono::milliseconds(200);
+  while (!shutdown_) {
+    absl::Status status = client_->WatchAssignments(
+        [this](const v1::Assignment& assignment) { Run(assignment); });
+    if (shutdown_) break;
+    log_(absl::StrCat("assignment stream ended (", status.ToString(),
+                      "); reconnecting"));
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+  client_->StopHeartbeats();
+}
+
+void AssignmentRunner::Shutdown() {
+  shutdown_ = true;
+  stop_job_ = true;
+  client_->CancelWatch();
+}
+
+void AssignmentRunner::Run(const v1::Assignment& assignment) {
+  const std::string& job = assignment.job_id();
+  log_(absl::StrCat("job ", job, " attempt ", assignment.attempt(), ": rank ",
+                    assignment.rank(), " of ", assignment.world_size()));
+  stop_job_ = false;
+  client_->SetCurrentJob(job, 0);
+  TrainingJobHooks hooks;
+  hooks.log = log_;
+  hooks.on_step = [&](const v1::StepMetrics& metrics) {
+    client_->SetCurrentJob(job, metrics.iteration());
+    absl::StatusOr<bool> stop =
+        client_->ReportMetrics(job, assignment.rank(), metrics);
+    if (!stop.ok())
+      log_("reporting metrics failed: " + stop.status().ToString());
+    return stop_job_.load() || (stop.ok() && *stop);
+  };
+  hooks.on_checkpoint = [&](const v1::CheckpointManifest& manifest) {
+    absl::Status reported = client_->ReportCheckpoint(manifest);
+    if (!reported.ok())
+      log_("reporting checkpoint failed: " + reported.ToString());
+  };
+  const absl::Status result = RunTrainingJob(assignment, hooks);
+  log_(absl::StrCat("job ", job, " finished: ", result.ToString()));
+  absl::Status reported =
+      client_->ReportJobResult(job, assignment.rank(), assignment.attempt(),
+                               result.ok(), std::string(result.message()));
+  if (!reported.ok())
+    log_("reporting the result failed: " + reported.ToString());
+  client_->SetCurrentJob("", 0);
+}
+
+}  // namespace glm

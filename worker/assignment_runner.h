@@ -1,0 +1,41 @@
+// The worker's life between registration and shutdown: take each assignment the
+// coordinator pushes, run it, and report its metrics and result. Heartbeats
+// carry the current job and iteration; a coordinator's "stop" (cancel, failure
+// elsewhere) stops the running job after its current iteration.
+#ifndef GLM_WORKER_ASSIGNMENT_RUNNER_H_
+#define GLM_WORKER_ASSIGNMENT_RUNNER_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "proto/worker_service.pb.h"
+#include "worker/coordinator_client.h"
+
+namespace glm {
+
+class AssignmentRunner {
+ public:
+  // `log` receives progress lines. Neither pointer is owned.
+  AssignmentRunner(CoordinatorClient* client,
+                   std::function<void(const std::string&)> log);
+
+  // Heartbeats, then serves assignments until Shutdown (or the stream fails,
+  // after which it reconnects with backoff).
+  void Serve();
+  // Safe from any thread: stops the current job after its iteration and ends
+  // Serve.
+  void Shutdown();
+
+ private:
+  void Run(const v1::Assignment& assignment);
+
+  CoordinatorClient* client_;
+  std::function<void(const std::string&)> log_;
+  std::atomic<bool> shutdown_{false};
+  std::atomic<bool> stop_job_{false};
+};
+
+}  // namespace glm
+
+#endif  // GLM_WORKER_ASSIGNMENT_RUNNER_H_

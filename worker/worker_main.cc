@@ -1,0 +1,125 @@
+// glm-worker: one process per GPU (or CPU rank). Registers with the
+// coordinator, heartbeats, runs the assignments it is given, and reports
+// metrics, checkpoints and results. Stops on SIGTERM or SIGINT after the
+// current iteration.
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cli/command_flags.h"
+#include "rpc/client_connection.h"
+#include "worker/assignment_runner.h"
+#include "worker/coordinator_client.h"
+
+namespace glm {
+namespace {
+
+CommandFlags DeclareFlags() {
+  CommandFlags flags(
+      "glm-worker --coordinator=ADDR --token-file=FILE --device=cpu|cuda:N");
+  flags.Add("coordinator", "host:port of glm-coordinator", "127.0.0.1:7070");
+  flags.Add("token-file", "file holding the bearer token");
+  flags.Add("tls-ca", "PEM of the CA that signed the coordinator (TLS)");
+  flags.Add("device", "cpu, or cuda:N for GPU N", "cpu");
+  flags.Add("address", "host:port peers reach this worker on (informational)");
+  flags.Add("register-timeout-s",
+            "how long to keep trying to reach the coordinator", "60");
+  return flags;
+}
+
+absl::StatusOr<v1::DeviceKind> ParseDevice(const std::string& device) {
+  if (device == "cpu") return v1::CPU;
+  if (absl::StartsWith(device, "cuda:")) return v1::CUDA;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device must be cpu or cuda:N, got '", device, "'"));
+}
+
+// Retries while the coordinator is not up yet (workers often start first).
+absl::Status RegisterWithRetry(CoordinatorClient& client,
+                               const v1::RegisterWorkerRequest& request,
+                               int64_t timeout_s) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  absl::Status status;
+  while (true) {
+    status = client.Register(request);
+    if (status.ok() || status.code() == absl::StatusCode::kUnauthenticated ||
+        std::chrono::steady_clock::now() > deadline) {
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+void Log(const std::string& line) { std::cerr << line << std::endl; }
+
+int Main(int argc, char** argv) {
+  CommandFlags flags = DeclareFlags();
+  if (absl::Status parsed =
+          flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
+      !parsed.ok()) {
+    std::cerr << "glm-worker: " << parsed.message() << "\n" << flags.Help();
+    return kExitUsage;
+  }
+  if (flags.HelpRequested()) {
+    std::cout << flags.Help();
+    return kExitOk;
+  }
+  absl::StatusOr<v1::DeviceKind> kind = ParseDevice(flags.Get("device"));
+  int64_t register_timeout_s = 0;
+  absl::Status usage = kind.status();
+  if (usage.ok()) usage = flags.Require("token-file");
+  if (usage.ok())
+    usage = flags.GetInt("register-timeout-s", &register_timeout_s);
+  if (!usage.ok()) {
+    std::cerr << "glm-worker: " << usage.message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<ConnectionOptions> options = LoadConnectionOptions(
+      flags.Get("coordinator"), flags.Get("token-file"), flags.Get("tls-ca"));
+  if (!options.ok()) {
+    std::cerr << "glm-worker: " << options.status().message() << "\n";
+    return kExitFailure;
+  }
+  // Only the signal thread below receives the stop signals.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  CoordinatorClient client(std::make_shared<ClientConnection>(*options));
+  v1::RegisterWorkerRequest request =
+      DescribeThisHost(*kind, flags.Get("address"));
+  if (*kind == v1::CUDA) request.set_gpu_count(1);
+  if (absl::Status registered =
+          RegisterWithRetry(client, request, register_timeout_s);
+      !registered.ok()) {
+    std::cerr << "glm-worker: cannot register with " << flags.Get("coordinator")
+              << ": " << registered.ToString() << "\n";
+    return kExitFailure;
+  }
+  Log(absl::StrCat("glm-worker ", client.worker_id(), ": registered with ",
+                   flags.Get("coordinator"), " (", flags.Get("device"), ")"));
+  AssignmentRunner runner(&client, Log);
+  std::thread signals([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    Log(absl::StrCat("glm-worker: signal ", signal, ", stopping"));
+    runner.Shutdown();
+  });
+  signals.detach();
+  runner.Serve();
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace glm
+
+int main(int argc, char** argv) { return glm::Main(argc, argv); }
