@@ -1,6 +1,5 @@
 #include "checkpoint/native_checkpoint.h"
 
-#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -8,7 +7,6 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -17,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "checkpoint/file_util.h"
 #include "data/atomic_file.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -24,10 +23,6 @@ namespace glm {
 namespace {
 
 constexpr char kHfConfigFile[] = "hf_config.json";
-
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
-}
 
 std::string ShardName(int rank) {
   return absl::StrFormat("rank_%05d.safetensors", rank);
@@ -39,19 +34,6 @@ std::string RecordName(int rank) {
 
 std::string HashHex(std::string_view bytes) {
   return absl::StrFormat("%016x", XXH64(bytes.data(), bytes.size(), 0));
-}
-
-bool Exists(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0;
-}
-
-absl::StatusOr<int64_t> FileSize(const std::string& path) {
-  struct stat info;
-  if (stat(path.c_str(), &info) != 0) {
-    return absl::NotFoundError(absl::StrCat("missing file ", path));
-  }
-  return static_cast<int64_t>(info.st_size);
 }
 
 // XXH64 of a whole file, read in blocks so memory stays bounded.
@@ -68,27 +50,6 @@ absl::StatusOr<std::string> FileHashHex(const std::string& path) {
   const uint64_t hash = XXH64_digest(state);
   XXH64_freeState(state);
   return absl::StrFormat("%016x", hash);
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-absl::Status MakeDirectories(const std::string& path) {
-  std::string prefix;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    prefix = path.substr(0, i);
-    if (prefix.empty() || Exists(prefix)) continue;
-    if (mkdir(prefix.c_str(), 0755) != 0 && !Exists(prefix)) {
-      return absl::InternalError(absl::StrCat("cannot create ", prefix));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
@@ -147,7 +108,7 @@ v1::TensorEntry EntryOf(const ShardTensor& tensor, const std::string& shard) {
 }
 
 absl::Status RefuseFinishedIteration(const std::string& dir) {
-  if (Exists(JoinPath(dir, kManifestFile))) {
+  if (FileExists(JoinPath(dir, kManifestFile))) {
     return absl::FailedPreconditionError(absl::StrCat(
         dir, " already holds a finished checkpoint; it is never overwritten"));
   }
@@ -158,7 +119,7 @@ absl::Status RefuseFinishedIteration(const std::string& dir) {
 absl::StatusOr<v1::CheckpointManifest> ReadRecord(const std::string& dir,
                                                   int rank) {
   const std::string path = JoinPath(dir, RecordName(rank));
-  if (!Exists(path)) {
+  if (!FileExists(path)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank, " has not finished its shard: missing ", path));
   }
@@ -471,7 +432,7 @@ absl::StatusOr<NativeCheckpoint> NativeCheckpoint::Open(
   NativeCheckpoint checkpoint;
   checkpoint.dir_ = iteration_dir;
   const std::string manifest_path = JoinPath(iteration_dir, kManifestFile);
-  if (!Exists(manifest_path)) {
+  if (!FileExists(manifest_path)) {
     return absl::NotFoundError(
         absl::StrCat("no manifest ", manifest_path,
                      ": the checkpoint is missing or its save did not finish"));
