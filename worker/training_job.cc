@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/hf_name_map.h"
+#include "checkpoint/native_checkpoint.h"
 #include "coordinator/job_spec_validator.h"
 #include "data/gpt_dataset.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -51,6 +53,73 @@ absl::Status CheckSupported(const v1::Assignment& assignment) {
   }
   return absl::OkStatus();
 }
+
+// Checkpoints of a one-rank job: the whole model on rank 0, experts per expert.
+class JobCheckpoints {
+ public:
+  static absl::StatusOr<JobCheckpoints> Create(const v1::Assignment& assignment,
+                                               const ModelConfig& model) {
+    const v1::TrainingSpec& training = assignment.spec().training();
+    v1::ParallelLayout layout;
+    layout.set_tp(1);
+    layout.set_pp(1);
+    layout.set_cp(1);
+    layout.set_ep(1);
+    layout.set_etp(1);
+    layout.set_dp(1);
+    absl::StatusOr<HfNameMap> map =
+        HfNameMap::Create(model, ExpertForm::kFused, layout);
+    if (!map.ok()) return map.status();
+    const std::string load_dir =
+        training.load_dir().empty() ? training.save_dir() : training.load_dir();
+    return JobCheckpoints(*std::move(map), layout, assignment.job_id(),
+                          training.save_dir(), load_dir,
+                          training.save_interval());
+  }
+
+  // Continues from the latest checkpoint under the load folder, if any.
+  absl::StatusOr<int64_t> Resume(Trainer* trainer) {
+    if (load_dir_.empty()) return 0;
+    if (!ReadLatestIteration(load_dir_).ok()) return 0;
+    TrainingState state = trainer->State();
+    absl::StatusOr<v1::CheckpointManifest> loaded =
+        LoadCheckpoint(load_dir_, map_, /*rank=*/0, &state);
+    if (!loaded.ok()) return loaded.status();
+    if (absl::Status restored = trainer->Restore(state); !restored.ok()) {
+      return restored;
+    }
+    return loaded->iteration();
+  }
+
+  bool Due(const Trainer& trainer) const {
+    if (save_dir_.empty()) return false;
+    return trainer.Done() ||
+           (save_interval_ > 0 && trainer.iteration() % save_interval_ == 0);
+  }
+
+  absl::StatusOr<v1::CheckpointManifest> Save(Trainer* trainer) {
+    absl::StatusOr<v1::CheckpointManifest> manifest =
+        SaveCheckpoint(save_dir_, map_, layout_, trainer->State());
+    if (manifest.ok()) manifest->set_job_id(job_id_);
+    return manifest;
+  }
+
+ private:
+  JobCheckpoints(HfNameMap map, v1::ParallelLayout layout, std::string job_id,
+                 std::string save_dir, std::string load_dir,
+                 int64_t save_interval)
+      : map_(std::move(map)),
+        layout_(std::move(layout)),
+        job_id_(std::move(job_id)),
+        save_dir_(std::move(save_dir)),
+        load_dir_(std::move(load_dir)),
+        save_interval_(save_interval) {}
+
+  HfNameMap map_;
+  v1::ParallelLayout layout_;
+  std::string job_id_, save_dir_, load_dir_;
+  int64_t save_interval_ = 0;
+};
 
 }  // namespace
 
@@ -107,11 +176,26 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       BuildTrainer(assignment.spec(), plan->model);
   if (!trainer.ok()) return trainer.status();
+  absl::StatusOr<JobCheckpoints> checkpoints =
+      JobCheckpoints::Create(assignment, plan->model);
+  if (!checkpoints.ok()) return checkpoints.status();
+  absl::StatusOr<int64_t> resumed = checkpoints->Resume(trainer->get());
+  if (!resumed.ok()) return resumed.status();
+  if (*resumed > 0) {
+    hooks.log(absl::StrCat("resumed from iteration ", *resumed));
+  }
   const int64_t global_batch = assignment.spec().training().global_batch_size();
   while (!(*trainer)->Done()) {
     absl::StatusOr<v1::StepMetrics> metrics = (*trainer)->Step();
     if (!metrics.ok()) return metrics.status();
     hooks.log(FormatLogLine(*metrics, global_batch));
+    if (checkpoints->Due(**trainer)) {
+      absl::StatusOr<v1::CheckpointManifest> saved =
+          checkpoints->Save(trainer->get());
+      if (!saved.ok()) return saved.status();
+      hooks.log("saved checkpoint " + saved->directory());
+      hooks.on_checkpoint(*saved);
+    }
     if (hooks.on_step(*metrics)) {
       return absl::CancelledError(absl::StrCat(
           "stopped after iteration ", metrics->iteration(), " on request"));

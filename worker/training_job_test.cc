@@ -1,0 +1,129 @@
+#include "worker/training_job.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint/native_checkpoint.h"
+#include "data/indexed_dataset.h"
+#include "gtest/gtest.h"
+
+namespace glm {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Byte-tokenized documents of a few repeating sentences.
+std::string WriteCorpus(const std::string& dir) {
+  const std::string prefix = dir + "/corpus";
+  auto builder = IndexedDatasetBuilder::Create(prefix, TokenDtype::kUint16);
+  EXPECT_TRUE(builder.ok());
+  const std::vector<std::string> documents = {
+      "the quick brown fox jumps over the lazy dog. ",
+      "a stitch in time saves nine. ", "all that glitters is not gold. "};
+  for (int copy = 0; copy < 40; ++copy) {
+    for (const std::string& text : documents) {
+      std::vector<int32_t> ids(text.begin(), text.end());
+      ids.push_back(256);  // end of document
+      EXPECT_TRUE((*builder)->AddDocument(ids).ok());
+    }
+  }
+  EXPECT_TRUE((*builder)->Finish().ok());
+  return prefix;
+}
+
+v1::Assignment TinyJob(const std::string& dir, int64_t iters) {
+  v1::Assignment assignment;
+  assignment.set_job_id("job-test");
+  assignment.set_world_size(1);
+  v1::JobSpec& spec = *assignment.mutable_spec();
+  spec.set_device("cpu");
+  spec.mutable_model()->set_preset("glm5.2-tiny");
+  spec.mutable_parallel()->set_world_size(1);
+  v1::TrainingSpec& t = *spec.mutable_training();
+  t.set_mode(v1::PRETRAIN);
+  t.set_train_iters(iters);
+  t.set_lr(3e-3);
+  t.set_min_lr(3e-4);
+  t.set_warmup_iters(2);
+  t.set_global_batch_size(4);
+  t.set_micro_batch_size(2);
+  t.set_seq_length(32);
+  t.set_seed(7);
+  t.set_deterministic(true);
+  t.set_save_dir(dir + "/checkpoints");
+  t.set_save_interval(3);
+  v1::DatasetSource& source = *spec.mutable_data()->add_sources();
+  source.set_path(WriteCorpus(dir));
+  source.set_weight(1.0);
+  spec.mutable_data()->set_tokenizer("byte");
+  spec.mutable_data()->set_data_seed(11);
+  return assignment;
+}
+
+struct RunRecord {
+  absl::Status status;
+  std::vector<double> losses;  // by iteration, from the first one run
+  std::vector<v1::CheckpointManifest> checkpoints;
+};
+
+RunRecord RunJob(const v1::Assignment& assignment, int64_t stop_after = -1) {
+  RunRecord record;
+  TrainingJobHooks hooks;
+  hooks.log = [](const std::string&) {};
+  hooks.on_step = [&](const v1::StepMetrics& metrics) {
+    record.losses.push_back(metrics.lm_loss());
+    return metrics.iteration() == stop_after;
+  };
+  hooks.on_checkpoint = [&](const v1::CheckpointManifest& manifest) {
+    record.checkpoints.push_back(manifest);
+  };
+  record.status = RunTrainingJob(assignment, hooks);
+  return record;
+}
+
+TEST(TrainingJobTest, ResumeReproducesAnUninterruptedRunBitwise) {
+  const RunRecord straight = RunJob(TinyJob(TempDir("straight"), 6));
+  ASSERT_TRUE(straight.status.ok()) << straight.status;
+  ASSERT_EQ(straight.losses.size(), 6u);
+  ASSERT_EQ(straight.checkpoints.size(), 2u);  // iterations 3 and 6
+
+  const v1::Assignment job = TinyJob(TempDir("interrupted"), 6);
+  const RunRecord first = RunJob(job, /*stop_after=*/3);
+  EXPECT_EQ(first.status.code(), absl::StatusCode::kCancelled);
+  ASSERT_EQ(first.checkpoints.size(), 1u);
+  EXPECT_EQ(first.checkpoints[0].iteration(), 3);
+  EXPECT_EQ(first.checkpoints[0].job_id(), "job-test");
+
+  const RunRecord second = RunJob(job);
+  ASSERT_TRUE(second.status.ok()) << second.status;
+  ASSERT_EQ(second.losses.size(), 3u);  // iterations 4..6 only
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(second.losses[i], straight.losses[3 + i])
+        << "iteration " << 4 + i;
+  }
+  EXPECT_EQ(*ReadLatestIteration(job.spec().training().save_dir()), 6);
+}
+
+TEST(TrainingJobTest, UnsupportedSetupsAreClearErrors) {
+  v1::Assignment job = TinyJob(TempDir("unsupported"), 2);
+  job.set_world_size(2);
+  absl::Status status = RunTrainingJob(job, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(status.message().find("world_size"), std::string::npos);
+
+  job.set_world_size(1);
+  job.mutable_spec()->mutable_data()->clear_sources();
+  status = RunJob(job).status;
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("data.sources"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace glm
