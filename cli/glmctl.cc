@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "cli/command_flags.h"
+#include "cli/job_commands.h"
 #include "cli/layout_command.h"
 #include "cli/model_command.h"
 
@@ -19,6 +20,7 @@ std::vector<Command> Commands() {
   for (const std::vector<Command>& group : {
            ModelCommands(),
            LayoutCommands(),
+           JobCommands(),
        }) {
     commands.insert(commands.end(), group.begin(), group.end());
   }

@@ -1,0 +1,134 @@
+#!/bin/bash
+# End to end: the real glm-coordinator on 127.0.0.1, driven by the real glmctl.
+# Submit (valid and invalid), list, get, cancel, restart the coordinator and find the
+# job with its history, refuse a wrong token, stop on SIGTERM.
+set -u
+
+COORDINATOR="coordinator/glm-coordinator"
+GLMCTL="cli/glmctl"
+SPECS="coordinator/testdata"
+WORK="${TEST_TMPDIR:-$(mktemp -d)}/e2e"
+rm -rf "$WORK" && mkdir -p "$WORK"
+echo "e2e-token-$$" > "$WORK/token"
+echo "not-the-token" > "$WORK/wrong_token"
+export GLM_TOKEN_FILE="$WORK/token"
+unset GLM_COORDINATOR
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# Starts the coordinator on free ports and sets COORDINATOR_PID and GLM_COORDINATOR.
+start_coordinator() {
+  "$COORDINATOR" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 \
+    --state-dir="$WORK/state" --auth-token-file="$WORK/token" \
+    2> "$WORK/coordinator.log" &
+  COORDINATOR_PID=$!
+  local port=""
+  for _ in $(seq 100); do
+    port=$(sed -n 's/.*serving on port \([0-9]*\),.*/\1/p' "$WORK/coordinator.log")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    cat "$WORK/coordinator.log"
+    echo "FAIL: coordinator did not start"
+    exit 1
+  fi
+  export GLM_COORDINATOR="127.0.0.1:$port"
+}
+
+stop_coordinator() {
+  kill -TERM "$COORDINATOR_PID"
+  wait "$COORDINATOR_PID"
+  local code=$?
+  [ "$code" -eq 0 ] || fail "coordinator exited $code on SIGTERM"
+  grep -q "shutting down" "$WORK/coordinator.log" || fail "no graceful shutdown"
+}
+
+# run NAME EXPECTED_EXIT ARGS...: runs glmctl, keeps stdout/stderr in $WORK/NAME.*
+run() {
+  local name=$1 expected=$2
+  shift 2
+  "$GLMCTL" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
+  local code=$?
+  if [ "$code" -ne "$expected" ]; then
+    fail "glmctl $* exited $code, expected $expected"
+    cat "$WORK/$name.out" "$WORK/$name.err"
+  fi
+}
+
+expect_in() {
+  local file=$1 text=$2
+  grep -qF -- "$text" "$WORK/$file" || {
+    fail "'$text' not in $file:"
+    cat "$WORK/$file"
+  }
+}
+
+start_coordinator
+
+run submit 0 submit -f "$SPECS/tiny_job.json"
+expect_in submit.out "submitted job-000001 (PENDING)"
+
+run invalid 1 submit -f "$SPECS/skip_layer_job.json"
+expect_in invalid.err "INVALID_ARGUMENT: parallel.layout:"
+expect_in invalid.err "starts at layer 4"
+
+echo '{"name": "typo", "trainig": {}}' > "$WORK/typo.json"
+run typo 1 submit -f "$WORK/typo.json"
+expect_in typo.err "trainig"
+
+run list 0 list
+expect_in list.out "job-000001"
+expect_in list.out "tiny-pretrain"
+expect_in list.out "PENDING"
+[ "$(grep -c job- "$WORK/list.out")" -eq 1 ] || fail "the invalid job was stored"
+
+run list_json 0 list --output=json
+expect_in list_json.out '"id": "job-000001"'
+
+run get 0 get job-000001
+expect_in get.out "state:       PENDING"
+expect_in get.out "layout Etttttt|ttmL"
+
+run cancel 0 cancel job-000001 --reason="e2e says stop"
+expect_in cancel.out "cancelled job-000001"
+run cancel_again 1 cancel job-000001
+expect_in cancel_again.err "FAILED_PRECONDITION"
+
+run missing 1 get job-000404
+expect_in missing.err "NOT_FOUND"
+
+stop_coordinator
+start_coordinator
+
+run get_after_restart 0 get job-000001 --output=json
+expect_in get_after_restart.out '"state": "CANCELLED"'
+expect_in get_after_restart.out '"reason": "submitted"'
+expect_in get_after_restart.out '"reason": "e2e says stop"'
+run history_after_restart 0 get job-000001
+expect_in history_after_restart.out "PENDING  CANCELLED  e2e says stop"
+
+run watch_ended 1 watch job-000001
+expect_in watch_ended.out "job-000001 CANCELLED: e2e says stop"
+
+run second 0 submit -f "$SPECS/tiny_job.json"
+expect_in second.out "submitted job-000002"
+
+run wrong_token 1 list --token-file="$WORK/wrong_token"
+expect_in wrong_token.err "UNAUTHENTICATED"
+run no_token 2 list --token-file=
+expect_in no_token.err "token"
+run help 0 submit --help
+expect_in help.out "usage: glmctl submit"
+
+stop_coordinator
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "PASS"
