@@ -1,7 +1,7 @@
-// Everything a training run needs to continue exactly where it stopped: weights and
-// buffers, optimizer moments, scheduler position, data order and random streams.
-// The trainer fills one of these (pointing at its own tensors) to save, and hands one
-// with the same names and shapes to load into.
+// Everything a training run needs to continue exactly where it stopped: weights
+// and buffers, optimizer moments, scheduler position, data order and random
+// streams. The trainer fills one of these (pointing at its own tensors) to
+// save, and hands one with the same names and shapes to load into.
 #ifndef GLM_CHECKPOINT_TRAINING_STATE_H_
 #define GLM_CHECKPOINT_TRAINING_STATE_H_
 
@@ -20,8 +20,8 @@ struct StateTensor {
 };
 
 struct TrainingState {
-  // Model parameters and buffers (e.g. the router's e_score_correction_bias), by HF
-  // name, as this rank holds them.
+  // Model parameters and buffers (e.g. the router's e_score_correction_bias),
+  // by HF name, as this rank holds them.
   std::vector<StateTensor> model;
   // Optimizer moments: "exp_avg/<param>", "exp_avg_sq/<param>".
   std::vector<StateTensor> optimizer;
