@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "coordinator/test_coordinator.h"
@@ -15,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "proto/job_service.grpc.pb.h"
 #include "rpc/bearer_token.h"
+#include "worker/coordinator_client.h"
 
 namespace glm {
 namespace {
@@ -215,7 +218,22 @@ class CoordinatorMetricsTest : public CoordinatorTest {
 };
 
 TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
+  CoordinatorClient first(server_.Connect());
+  CoordinatorClient second(server_.Connect());
+  ASSERT_TRUE(first.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  ASSERT_TRUE(second.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   ASSERT_TRUE(Submit(LoadTestSpec("tiny_job.json")).ok());
+  ASSERT_TRUE(Submit(LoadTestSpec("tiny_job.json")).ok());  // waits: no workers
+  v1::StepMetrics step;
+  step.set_iteration(7);
+  step.set_lm_loss(4.5);
+  step.set_grad_norm(1.25);
+  step.set_tokens_per_sec_per_device(1500);
+  step.set_tflops_per_device(0.5);
+  step.set_indexer_loss(0.125);
+  step.add_expert_load_imbalance(1.5);
+  step.add_expert_load_imbalance(2.75);
+  ASSERT_FALSE(*first.ReportMetrics("job-000001", 0, step));
   EXPECT_FALSE(Submit(LoadTestSpec("skip_layer_job.json")).ok());
   auto refused = server_.Connect("wrong");
   auto stub = v1::JobService::NewStub(refused->channel());
@@ -236,13 +254,27 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
   EXPECT_NE(body.find("200 OK"), std::string::npos) << body;
   EXPECT_NE(body.find("glm_jobs{state=\"PENDING\"} 1"), std::string::npos)
       << body;
+  EXPECT_NE(body.find("glm_jobs{state=\"SCHEDULED\"} 1"), std::string::npos);
   EXPECT_NE(body.find("glm_jobs{state=\"RUNNING\"} 0"), std::string::npos);
-  EXPECT_NE(body.find("glm_workers{status=\"registered\"} 0"),
+  EXPECT_NE(body.find("glm_workers{status=\"registered\"} 2"),
             std::string::npos);
+  EXPECT_NE(body.find("glm_workers{status=\"alive\"} 2"), std::string::npos);
   EXPECT_NE(body.find("glm_rpcs_total{code=\"OK\",method=\"JobService/"
-                      "SubmitJob\"} 1"),
+                      "SubmitJob\"} 2"),
             std::string::npos)
       << body;
+  for (const char* line : {
+           "glm_job_iteration{job=\"job-000001\"} 7",
+           "glm_job_lm_loss{job=\"job-000001\"} 4.5",
+           "glm_job_grad_norm{job=\"job-000001\"} 1.25",
+           "glm_job_tokens_per_second_per_device{job=\"job-000001\"} 1500",
+           "glm_job_tflops_per_device{job=\"job-000001\"} 0.5",
+           "glm_job_indexer_loss{job=\"job-000001\"} 0.125",
+           "glm_job_expert_load_imbalance{job=\"job-000001\",moe_layer=\"1\"} "
+           "2.75",
+       }) {
+    EXPECT_NE(body.find(line), std::string::npos) << line;
+  }
   EXPECT_NE(body.find("glm_rpcs_total{code=\"INVALID_ARGUMENT\",method="
                       "\"JobService/SubmitJob\"} 1"),
             std::string::npos);
@@ -250,8 +282,49 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
                       "\"JobService/ListJobs\"} 1"),
             std::string::npos);
   EXPECT_NE(body.find("glm_rpc_latency_seconds_count{method=\"JobService/"
-                      "SubmitJob\"} 2"),
+                      "SubmitJob\"} 3"),
             std::string::npos);
+}
+
+std::string ReadTestFile(const std::string& path) {
+  std::ifstream in("coordinator/testdata/" + path);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+TEST(CoordinatorTlsTest, ServesTlsAndStillRequiresTheToken) {
+  CoordinatorOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/tls";
+  options.auth_token = TestCoordinator::kToken;
+  options.tls_cert_pem = ReadTestFile("tls/loopback.crt");
+  options.tls_key_pem = ReadTestFile("tls/loopback.key");
+  ASSERT_FALSE(options.tls_cert_pem.empty());
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ConnectionOptions client;
+  client.target = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  client.token = TestCoordinator::kToken;
+  client.tls_root_pem = options.tls_cert_pem;
+  auto call = [](const ConnectionOptions& options) {
+    ClientConnection connection(options);
+    auto stub = v1::JobService::NewStub(connection.channel());
+    v1::ListJobsResponse response;
+    return stub->ListJobs(connection.NewContext(absl::Seconds(5)).get(),
+                          v1::ListJobsRequest(), &response);
+  };
+  grpc::Status status = call(client);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+
+  ConnectionOptions wrong_token = client;
+  wrong_token.token = "guess";
+  EXPECT_EQ(call(wrong_token).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  ConnectionOptions plaintext = client;
+  plaintext.tls_root_pem.clear();
+  EXPECT_EQ(call(plaintext).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace
