@@ -1,0 +1,276 @@
+#include "checkpoint/hf_convert.h"
+
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "model/config.h"
+#include "nlohmann/json.hpp"
+
+namespace glm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  std::string pattern = fs::temp_directory_path() / "hf_convert_XXXXXX";
+  return mkdtemp(pattern.data());
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+v1::ParallelLayout Pp2Ep2() {
+  v1::ParallelLayout layout;
+  layout.set_pp(2);
+  layout.set_ep(2);
+  layout.set_layout("Etttttt|ttmL");
+  return layout;
+}
+
+struct Fixture {
+  std::string preset = "glm5.2-tiny";
+  ExpertForm form = ExpertForm::kPerExpert;
+  DType dtype = DType::kBF16;
+  bool mtp_extras = false;  // the MTP layer's own embed_tokens / head copies
+  std::vector<std::string> extra_keys;
+  std::vector<std::string> dropped_keys;
+};
+
+// Writes an HF folder: config.json (with its own formatting, to check it is
+// kept byte for byte) and random tensor bytes in sharded safetensors.
+std::string MakeHfFolder(const Fixture& fixture) {
+  const std::string dir = TempDir();
+  ModelConfig config = *PresetConfig(fixture.preset);
+  config.torch_dtype = fixture.dtype == DType::kBF16 ? "bfloat16" : "float32";
+  nlohmann::json json = nlohmann::json::parse(ToHfConfigJson(config));
+  json["transformers_version"] = "5.17.0";
+  std::ofstream(dir + "/config.json") << json.dump(3) << "\n\n";
+
+  const HfNameMap map =
+      *HfNameMap::Create(config, fixture.form, v1::ParallelLayout());
+  std::mt19937 random(42);
+  std::vector<std::string> storage;
+  std::vector<TensorBytes> tensors;
+  auto add = [&](const std::string& name, DType dtype,
+                 const std::vector<int64_t>& shape) {
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    std::string bytes(count * DTypeSize(dtype), '\0');
+    for (char& byte : bytes) byte = static_cast<char>(random());
+    storage.push_back(std::move(bytes));
+    tensors.push_back({name, dtype, shape, {}});
+  };
+  storage.reserve(map.tensors().size() + fixture.extra_keys.size());
+  for (const HfTensor& tensor : map.tensors()) {
+    if (!tensor.required && !fixture.mtp_extras) continue;
+    if (std::count(fixture.dropped_keys.begin(), fixture.dropped_keys.end(),
+                   tensor.name)) {
+      continue;
+    }
+    const bool fp32 = absl::EndsWith(tensor.name, "e_score_correction_bias");
+    add(tensor.name, fp32 ? DType::kF32 : fixture.dtype, tensor.shape);
+  }
+  for (const std::string& name : fixture.extra_keys)
+    add(name, DType::kF32, {4});
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = storage[i];
+  // Sharded input: several files and an index.
+  EXPECT_TRUE(WriteSafetensorsFolder(dir, tensors, 200'000).ok());
+  EXPECT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));
+  return dir;
+}
+
+// Every tensor of `a` is in `b` with the same dtype, shape and bytes, and
+// the key sets agree.
+void ExpectSameFolders(const std::string& a_dir, const std::string& b_dir) {
+  absl::StatusOr<SafetensorsFolder> a = SafetensorsFolder::Open(a_dir);
+  absl::StatusOr<SafetensorsFolder> b = SafetensorsFolder::Open(b_dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->TensorNames(), b->TensorNames());
+  for (const std::string& name : a->TensorNames()) {
+    const TensorInfo& x = *a->Find(name);
+    const TensorInfo& y = *b->Find(name);
+    EXPECT_EQ(x.dtype, y.dtype) << name;
+    EXPECT_EQ(x.shape, y.shape) << name;
+    EXPECT_EQ(*a->FileOf(name)->Bytes(name), *b->FileOf(name)->Bytes(name))
+        << name;
+  }
+}
+
+void RoundTrip(const Fixture& fixture) {
+  const std::string hf = MakeHfFolder(fixture);
+  const std::string native = TempDir() + "/native";
+  const std::string out = TempDir() + "/export";
+  absl::StatusOr<VerifySummary> imported =
+      ImportHfCheckpoint({hf, native, Pp2Ep2()});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  absl::StatusOr<SafetensorsFolder> source = SafetensorsFolder::Open(hf);
+  EXPECT_EQ(imported->tensors,
+            static_cast<int64_t>(source->TensorNames().size()));
+  EXPECT_TRUE(absl::StrContains(imported->Text(), " elements bitwise equal"));
+
+  absl::StatusOr<NativeCheckpoint> checkpoint =
+      NativeCheckpoint::Open(IterationDirectory(native, 0));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->manifest().shards_size(), 4);
+  EXPECT_EQ(checkpoint->manifest().expert_form(),
+            std::string(ExpertFormName(fixture.form)));
+  EXPECT_EQ(*checkpoint->HfConfigJson(), ReadAll(hf + "/config.json"));
+  EXPECT_EQ(*ReadLatestIteration(native), 0);
+  // The dtype stays the file's.
+  EXPECT_EQ(checkpoint->Find("model.embed_tokens.weight")->dtype(),
+            std::string(DTypeName(fixture.dtype)));
+
+  absl::StatusOr<VerifySummary> exported =
+      ExportHfCheckpoint({native, out, 300'000, ""});
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->tensors, imported->tensors);
+  EXPECT_EQ(exported->elements, imported->elements);
+  ExpectSameFolders(hf, out);
+  EXPECT_EQ(ReadAll(out + "/config.json"), ReadAll(hf + "/config.json"));
+
+  const nlohmann::json index =
+      nlohmann::json::parse(ReadAll(out + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["weight_map"].size(), source->TensorNames().size());
+  uint64_t total = 0;
+  for (const std::string& name : source->TensorNames()) {
+    total += source->Find(name)->NumBytes();
+    const std::string file = index["weight_map"][name];
+    EXPECT_TRUE(fs::exists(out + "/" + file)) << file;
+    EXPECT_LE(fs::file_size(out + "/" + file), 300'000u + 65'536u);
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+  EXPECT_GT(
+      index["weight_map"]["lm_head.weight"].get<std::string>(),
+      index["weight_map"]["model.embed_tokens.weight"].get<std::string>());
+}
+
+TEST(HfConvertTest, RoundTripPerExpertBf16) { RoundTrip({}); }
+
+TEST(HfConvertTest, RoundTripFusedF32) {
+  Fixture fixture;
+  fixture.form = ExpertForm::kFused;
+  fixture.dtype = DType::kF32;
+  RoundTrip(fixture);
+}
+
+TEST(HfConvertTest, RoundTripFusedBf16WithMtpExtras) {
+  Fixture fixture;
+  fixture.form = ExpertForm::kFused;
+  fixture.mtp_extras = true;
+  RoundTrip(fixture);
+}
+
+TEST(HfConvertTest, RoundTripEveryLayerComputing) {
+  Fixture fixture;
+  fixture.preset = "glm5-tiny";  // the MTP layer has its own indexer
+  RoundTrip(fixture);
+}
+
+TEST(HfConvertTest, IndexerTensorsOnlyOnComputingLayers) {
+  const std::string hf = MakeHfFolder({});
+  const std::string native = TempDir();
+  ASSERT_TRUE(ImportHfCheckpoint({hf, native, Pp2Ep2()}).ok());
+  absl::StatusOr<NativeCheckpoint> checkpoint =
+      NativeCheckpoint::Open(IterationDirectory(native, 0));
+  ASSERT_TRUE(checkpoint.ok());
+  int indexers = 0;
+  for (const std::string& name : checkpoint->names()) {
+    indexers += absl::StrContains(name, "indexer.wq_b");
+  }
+  EXPECT_EQ(indexers, 4);  // layers 1, 2, 3 and 7
+  EXPECT_NE(checkpoint->Find("model.layers.6.self_attn.indexer.wk.weight"),
+            nullptr);
+  EXPECT_EQ(checkpoint->Find("model.layers.7.self_attn.indexer.wk.weight"),
+            nullptr);
+}
+
+TEST(HfConvertTest, UnexpectedAndMissingKeysAreErrors) {
+  Fixture fixture;
+  fixture.extra_keys = {"model.layers.3.self_attn.indexer.wk.weight"};
+  fixture.dropped_keys = {"model.layers.2.mlp.experts.3.up_proj.weight"};
+  const std::string hf = MakeHfFolder(fixture);
+  const std::string native = TempDir() + "/native";
+  absl::StatusOr<VerifySummary> imported =
+      ImportHfCheckpoint({hf, native, Pp2Ep2()});
+  ASSERT_FALSE(imported.ok());
+  const std::string message(imported.status().message());
+  EXPECT_TRUE(absl::StrContains(message,
+                                "1 missing key(s): "
+                                "'model.layers.2.mlp.experts.3.up_"
+                                "proj.weight'"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(
+      message,
+      "1 unexpected key(s): 'model.layers.3.self_attn.indexer.wk.weight'"))
+      << message;
+  EXPECT_FALSE(fs::exists(native));
+}
+
+TEST(HfConvertTest, WrongShapeIsAnError) {
+  const std::string hf = MakeHfFolder({});
+  std::string config = ReadAll(hf + "/config.json");
+  const std::string vocab = "\"vocab_size\": 512";
+  config.replace(config.find(vocab), vocab.size(), "\"vocab_size\": 640");
+  std::ofstream(hf + "/config.json", std::ios::trunc) << config;
+  absl::StatusOr<VerifySummary> imported =
+      ImportHfCheckpoint({hf, TempDir(), Pp2Ep2()});
+  ASSERT_FALSE(imported.ok());
+  EXPECT_TRUE(
+      absl::StrContains(imported.status().message(),
+                        "has shape [512, 64], config.json implies [640, 64]"))
+      << imported.status();
+}
+
+TEST(HfConvertTest, VerificationFailsOnAnyDifference) {
+  const std::string hf = MakeHfFolder({});
+  const std::string native = TempDir();
+  ASSERT_TRUE(ImportHfCheckpoint({hf, native, Pp2Ep2()}).ok());
+  absl::StatusOr<NativeCheckpoint> checkpoint =
+      NativeCheckpoint::Open(IterationDirectory(native, 0));
+  ASSERT_TRUE(checkpoint.ok());
+
+  // Change one byte of one tensor in the HF source.
+  absl::StatusOr<SafetensorsFolder> source = SafetensorsFolder::Open(hf);
+  const std::string victim = "model.layers.5.mlp.experts.6.down_proj.weight";
+  const std::string path = source->FileOf(victim)->path();
+  const uint64_t begin = source->Find(victim)->begin;
+  std::string bytes = ReadAll(path);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  bytes[8 + header + begin + 3] ^= 1;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+
+  absl::StatusOr<SafetensorsFolder> changed = SafetensorsFolder::Open(hf);
+  ASSERT_TRUE(changed.ok());
+  absl::StatusOr<VerifySummary> compared = CompareWithHf(*checkpoint, *changed);
+  ASSERT_FALSE(compared.ok());
+  EXPECT_TRUE(absl::StrContains(compared.status().message(), victim))
+      << compared.status();
+}
+
+TEST(HfConvertTest, LoraCheckpointsDoNotExport) {
+  const std::string dir = TempDir();
+  Tensor value({4});
+  ASSERT_TRUE(SaveLoraCheckpoint(dir, 1, {{"adapter", &value}}).ok());
+  absl::StatusOr<VerifySummary> exported =
+      ExportHfCheckpoint({dir, TempDir(), kDefaultMaxShardBytes, ""});
+  ASSERT_FALSE(exported.ok());
+  EXPECT_TRUE(absl::StrContains(exported.status().message(), "'lora'"))
+      << exported.status();
+}
+
+}  // namespace
+}  // namespace glm
