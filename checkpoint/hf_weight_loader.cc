@@ -1,0 +1,160 @@
+#include "checkpoint/hf_weight_loader.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace glm {
+namespace {
+
+constexpr char kFusedGateUp[] = "mlp.experts.gate_up_proj";
+constexpr char kFusedDown[] = "mlp.experts.down_proj";
+constexpr size_t kNamesListed = 5;
+
+// "a, b, c and 7 more".
+std::string ListNames(const std::vector<std::string>& names) {
+  std::vector<std::string> shown(
+      names.begin(), names.begin() + std::min(names.size(), kNamesListed));
+  std::string text = absl::StrJoin(shown, ", ");
+  if (names.size() > kNamesListed) {
+    absl::StrAppend(&text, " and ", names.size() - kNamesListed, " more");
+  }
+  return text;
+}
+
+class Loader {
+ public:
+  Loader(const SafetensorsFolder& folder, const ModelConfig& config)
+      : folder_(folder),
+        mtp_prefix_(
+            absl::StrCat("model.layers.", config.num_hidden_layers, ".")),
+        has_mtp_(config.num_mtp_layers > 0) {}
+
+  absl::StatusOr<WeightLoadSummary> Run(
+      const std::vector<WeightTarget>& targets) {
+    for (const WeightTarget& target : targets) {
+      if (absl::StartsWith(target.name, mtp_prefix_ + "self_attn.indexer.")) {
+        mtp_has_indexer_ = true;
+      }
+    }
+    for (const WeightTarget& target : targets) {
+      absl::Status status = Load(target);
+      if (!status.ok()) return status;
+    }
+    if (!missing_.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          missing_.size(),
+          " weight(s) missing from the checkpoint: ", ListNames(missing_)));
+    }
+    std::vector<std::string> unexpected;
+    for (const std::string& name : folder_.TensorNames()) {
+      if (used_.count(name)) continue;
+      (Ignorable(name) ? summary_.ignored : unexpected).push_back(name);
+    }
+    if (!unexpected.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          unexpected.size(), " unexpected key(s) in the checkpoint (",
+          folder_.FileOf(unexpected[0])->path(), "): ", ListNames(unexpected)));
+    }
+    return summary_;
+  }
+
+ private:
+  absl::Status Load(const WeightTarget& target) {
+    if (folder_.Find(target.name) != nullptr) {
+      return Read(target.name, target.shape, target.data);
+    }
+    const bool gate_up = absl::EndsWith(target.name, kFusedGateUp);
+    if (!gate_up && !absl::EndsWith(target.name, kFusedDown)) {
+      missing_.push_back(target.name);
+      return absl::OkStatus();
+    }
+    return LoadPerExpert(target, gate_up);
+  }
+
+  // A fused expert target from per-expert keys: expert e's gate [I, H] and up
+  // [I, H] are rows [0, I) and [I, 2I) of gate_up slab e; its down [H, I] is
+  // down slab e.
+  absl::Status LoadPerExpert(const WeightTarget& target, bool gate_up) {
+    const std::string prefix = target.name.substr(
+        0, target.name.size() -
+               std::string(gate_up ? "gate_up_proj" : "down_proj").size());
+    if (target.shape.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "target ", target.name, " is not [experts, rows, cols]"));
+    }
+    const int64_t experts = target.shape[0];
+    const int64_t rows = target.shape[1];
+    const int64_t cols = target.shape[2];
+    if (gate_up) ++summary_.per_expert_layers;
+    for (int64_t e = 0; e < experts; ++e) {
+      float* slab = target.data + e * rows * cols;
+      const std::string expert = absl::StrCat(prefix, e, ".");
+      absl::Status status =
+          gate_up ? Read(expert + "gate_proj.weight", {rows / 2, cols}, slab)
+                  : Read(expert + "down_proj.weight", {rows, cols}, slab);
+      if (status.ok() && gate_up) {
+        status = Read(expert + "up_proj.weight", {rows / 2, cols},
+                      slab + rows / 2 * cols);
+      }
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(const std::string& key, const std::vector<int64_t>& shape,
+                    float* dest) {
+    const TensorInfo* info = folder_.Find(key);
+    if (info == nullptr) {
+      missing_.push_back(key);
+      return absl::OkStatus();
+    }
+    const SafetensorsFile& file = *folder_.FileOf(key);
+    if (info->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": tensor '", key, "' has shape ",
+          ShapeString(info->shape), ", the model needs ", ShapeString(shape)));
+    }
+    absl::StatusOr<std::string_view> bytes = file.Bytes(key);
+    if (!bytes.ok()) return bytes.status();
+    absl::Status status =
+        ConvertToFloat32(info->dtype, bytes->data(), info->NumElements(), dest);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": tensor '", key, "': ", status.message()));
+    }
+    used_.insert(key);
+    ++summary_.tensors_read;
+    summary_.elements += info->NumElements();
+    return absl::OkStatus();
+  }
+
+  // Checkpoint keys the model does not run (see the header comment).
+  bool Ignorable(const std::string& key) const {
+    if (!absl::StartsWith(key, mtp_prefix_)) return false;
+    if (!has_mtp_) return true;
+    const std::string rest = key.substr(mtp_prefix_.size());
+    return rest == "embed_tokens.weight" || rest == "shared_head.head.weight" ||
+           (!mtp_has_indexer_ && absl::StartsWith(rest, "self_attn.indexer."));
+  }
+
+  const SafetensorsFolder& folder_;
+  const std::string mtp_prefix_;
+  const bool has_mtp_;
+  bool mtp_has_indexer_ = false;
+  std::set<std::string> used_;
+  std::vector<std::string> missing_;
+  WeightLoadSummary summary_;
+};
+
+}  // namespace
+
+absl::StatusOr<WeightLoadSummary> LoadHfWeights(
+    const SafetensorsFolder& folder, const ModelConfig& config,
+    const std::vector<WeightTarget>& targets) {
+  return Loader(folder, config).Run(targets);
+}
+
+}  // namespace glm
