@@ -63,8 +63,10 @@ absl::StatusOr<std::string> JobStore::AllocateJobId() {
   return absl::StrFormat("job-%06d", number);
 }
 
-absl::Status JobStore::Put(const v1::Job& job) {
-  return FromRocks(db_->Put(SyncWrite(), absl::StrCat(kJobPrefix, job.id()),
+absl::Status JobStore::Put(const v1::Job& job, Durability durability) {
+  rocksdb::WriteOptions options;
+  options.sync = durability == Durability::kSync;
+  return FromRocks(db_->Put(options, absl::StrCat(kJobPrefix, job.id()),
                             job.SerializeAsString()),
                    absl::StrCat("writing ", job.id()));
 }

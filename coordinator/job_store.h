@@ -32,8 +32,14 @@ class JobStore {
   // the counter is written before the id is handed out.
   absl::StatusOr<std::string> AllocateJobId();
 
-  // Writes the job (synchronously: it survives a crash once this returns).
-  absl::Status Put(const v1::Job& job);
+  // kSync: the write survives a machine crash once Put returns (state changes,
+  // checkpoints). kBuffered: survives a process crash only; for the frequent,
+  // replaceable updates (latest step metrics) where an fsync per rank per step
+  // would cost more than the data is worth.
+  enum class Durability { kSync, kBuffered };
+
+  absl::Status Put(const v1::Job& job,
+                   Durability durability = Durability::kSync);
   // NOT_FOUND naming the id when there is no such job.
   absl::StatusOr<v1::Job> Get(const std::string& id) const;
   // Every job, in id order.

@@ -88,7 +88,9 @@ absl::StatusOr<v1::Job> JobTable::RecordMetrics(
   job->set_updated_unix_ms(UnixMillisNow());
   v1::JobEvent event;
   *event.mutable_metrics() = metrics;
-  if (absl::Status put = PutAndPublish(*job, std::move(event)); !put.ok()) {
+  if (absl::Status put = PutAndPublish(*job, std::move(event),
+                                       JobStore::Durability::kBuffered);
+      !put.ok()) {
     return put;
   }
   return job;
@@ -122,8 +124,9 @@ absl::StatusOr<std::map<v1::JobState, int>> JobTable::CountByState() {
   return counts;
 }
 
-absl::Status JobTable::PutAndPublish(const v1::Job& job, v1::JobEvent event) {
-  if (absl::Status put = store_->Put(job); !put.ok()) return put;
+absl::Status JobTable::PutAndPublish(const v1::Job& job, v1::JobEvent event,
+                                     JobStore::Durability durability) {
+  if (absl::Status put = store_->Put(job, durability); !put.ok()) return put;
   *event.mutable_job() = job;
   events_.Publish(job.id(), event);
   return absl::OkStatus();

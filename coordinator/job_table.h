@@ -52,7 +52,9 @@ class JobTable {
   absl::StatusOr<std::map<v1::JobState, int>> CountByState();
 
  private:
-  absl::Status PutAndPublish(const v1::Job& job, v1::JobEvent event)
+  absl::Status PutAndPublish(
+      const v1::Job& job, v1::JobEvent event,
+      JobStore::Durability durability = JobStore::Durability::kSync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobStore* const store_;
