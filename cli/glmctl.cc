@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "cli/command_flags.h"
+#include "cli/data_command.h"
 #include "cli/job_commands.h"
 #include "cli/layout_command.h"
 #include "cli/model_command.h"
@@ -21,6 +22,7 @@ std::vector<Command> Commands() {
            ModelCommands(),
            LayoutCommands(),
            JobCommands(),
+           DataCommands(),
        }) {
     commands.insert(commands.end(), group.begin(), group.end());
   }
