@@ -1,0 +1,47 @@
+// One decoder layer: h += attn(rmsnorm(h)); h += mlp(rmsnorm(h)), the MLP dense
+// or MoE.
+#ifndef GLM_MODEL_DECODER_LAYER_H_
+#define GLM_MODEL_DECODER_LAYER_H_
+
+#include "kernels/backend.h"
+#include "model/dense_mlp.h"
+#include "model/mla_attention.h"
+#include "model/moe.h"
+#include "model/parameters.h"
+#include "model/token_layout.h"
+
+namespace glm {
+
+struct DecoderLayerSpec {
+  float rms_norm_eps = 1e-5f;
+  AttentionSpec attention;
+  RouterSpec router;
+};
+
+DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
+                                      float indexer_loss_coeff);
+
+struct DecoderLayerActivations {
+  Tensor attn_in, attn_rstd;  // rmsnorm(h_in)
+  AttentionActivations attn;
+  Tensor h_mid;             // h_in + attention
+  Tensor mlp_in, mlp_rstd;  // rmsnorm(h_mid)
+  MlpActivations mlp;       // dense layers
+  MoeActivations moe;       // MoE layers
+};
+
+void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
+                         const DecoderLayerSpec& spec, ConstMatrixView h_in,
+                         const TokenLayout& layout,
+                         const IndexTensor* shared_topk, MatrixView h_out,
+                         DecoderLayerActivations* acts);
+// dh_in += d(h_out)/d(h_in)^T dh_out; weight gradients accumulate.
+void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
+                          const DecoderLayerSpec& spec, ConstMatrixView h_in,
+                          const TokenLayout& layout,
+                          const DecoderLayerActivations& acts,
+                          ConstMatrixView dh_out, MatrixView dh_in);
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_DECODER_LAYER_H_

@@ -1,0 +1,39 @@
+#include "model/dense_mlp.h"
+
+namespace glm {
+
+void MlpForward(Backend& backend, const MlpParameters& p, ConstMatrixView x,
+                MatrixView out, bool accumulate, MlpActivations* acts) {
+  const int64_t inter = p.gate_proj.value.dim(0);
+  acts->gate_up = Tensor({x.rows, 2 * inter});
+  acts->hidden = Tensor({x.rows, inter});
+  MatrixView gate_up = acts->gate_up.Matrix();
+  backend.Linear(x, p.gate_proj.value.Matrix(), gate_up.Columns(0, inter),
+                 false);
+  backend.Linear(x, p.up_proj.value.Matrix(), gate_up.Columns(inter, inter),
+                 false);
+  backend.SwiGluForward(gate_up.Columns(0, inter),
+                        gate_up.Columns(inter, inter), acts->hidden.Matrix());
+  backend.Linear(acts->hidden.Matrix(), p.down_proj.value.Matrix(), out,
+                 accumulate);
+}
+
+void MlpBackward(Backend& backend, MlpParameters& p, ConstMatrixView x,
+                 const MlpActivations& acts, ConstMatrixView dout,
+                 MatrixView dx) {
+  const int64_t inter = p.gate_proj.value.dim(0);
+  Tensor dhidden({x.rows, inter}), dgate_up({x.rows, 2 * inter});
+  backend.LinearBackward(acts.hidden.Matrix(), p.down_proj.value.Matrix(), dout,
+                         dhidden.Matrix(), p.down_proj.grad.Matrix());
+  ConstMatrixView gate_up = acts.gate_up.Matrix();
+  MatrixView dgu = dgate_up.Matrix();
+  backend.SwiGluBackward(gate_up.Columns(0, inter),
+                         gate_up.Columns(inter, inter), dhidden.Matrix(),
+                         dgu.Columns(0, inter), dgu.Columns(inter, inter));
+  backend.LinearBackward(x, p.gate_proj.value.Matrix(), dgu.Columns(0, inter),
+                         dx, p.gate_proj.grad.Matrix());
+  backend.LinearBackward(x, p.up_proj.value.Matrix(), dgu.Columns(inter, inter),
+                         dx, p.up_proj.grad.Matrix());
+}
+
+}  // namespace glm

@@ -1,0 +1,89 @@
+// The GLM-5.x causal LM on a Backend: embedding, decoder layers with MLA + DSA
+// and cross-layer top-k sharing, final norm, lm_head, MTP, and the three
+// training losses.
+//
+// Forward keeps the activations that Backward needs; Backward then fills the
+// gradients of ModelParameters (accumulating) for total = lm + mtp_scale * mtp
+// + indexer_loss.
+#ifndef GLM_MODEL_GLM_MODEL_H_
+#define GLM_MODEL_GLM_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "model/decoder_layer.h"
+#include "model/mtp_layer.h"
+#include "model/parameters.h"
+#include "model/token_layout.h"
+
+namespace glm {
+
+// Token ids of one packed row. cu_seqlens (optional) splits it into sequences
+// that never see each other; loss_mask (optional, per token) weights the
+// prediction made AT token t (of token t+1) with 0 or 1.
+struct Batch {
+  std::vector<int32_t> input_ids;
+  std::vector<int32_t> cu_seqlens;
+  std::vector<float> loss_mask;
+
+  // Rows of equal or different length, packed one after another.
+  static Batch FromSequences(const std::vector<std::vector<int32_t>>& rows);
+};
+
+struct LossOptions {
+  float mtp_loss_scale = 0.1f;        // Megatron's mtp_loss_scaling_factor
+  float indexer_loss_coeff = 0.001f;  // 0 turns the indexer loss off
+};
+
+struct ForwardResult {
+  Tensor logits;      // [tokens, vocab]
+  Tensor mtp_logits;  // [tokens, vocab]; empty without MTP
+  double lm_loss = 0;
+  double mtp_loss = 0;
+  double indexer_loss = 0;
+  double total_loss = 0;
+  // Per decoder layer (main layers 0-indexed, then the MTP layer), the keys
+  // each query attended: [tokens, k], -1 padded, best first on computing
+  // layers.
+  std::vector<IndexTensor> layer_topk;
+  // Per decoder layer (the same order), tokens routed to each expert, and each
+  // token's experts [tokens, top_k] (both empty for dense layers).
+  std::vector<std::vector<int64_t>> expert_load;
+  std::vector<IndexTensor> expert_choice;
+};
+
+class GlmModel {
+ public:
+  // Neither pointer is owned; both must outlive the model.
+  GlmModel(ModelParameters* params, Backend* backend, LossOptions options = {});
+
+  absl::StatusOr<ForwardResult> Forward(const Batch& batch);
+  // Gradients of the last Forward's total loss, added to params->*.grad.
+  absl::Status Backward();
+
+ private:
+  ModelParameters* params_;
+  Backend* backend_;
+  LossOptions options_;
+  DecoderLayerSpec spec_;
+
+  // Saved by Forward.
+  bool has_forward_ = false;
+  std::vector<int32_t> ids_;
+  TokenLayout layout_;
+  std::vector<Tensor>
+      hidden_;  // hidden_[i] = input of layer i; hidden_[L] before norm
+  std::vector<DecoderLayerActivations> layers_;
+  Tensor final_normed_, final_rstd_;
+  Tensor logits_;
+  std::vector<int32_t> lm_targets_, mtp_targets_;
+  int64_t lm_count_ = 0, mtp_count_ = 0;
+  std::vector<MtpActivations> mtp_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_GLM_MODEL_H_

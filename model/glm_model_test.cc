@@ -1,0 +1,264 @@
+// The whole model on tiny configurations: output shapes, index sharing, losses
+// computed by hand from the logits, packed-vs-separate equivalence, and
+// directional finite-difference checks of every parameter's gradient (step
+// 5e-3, tolerance 2e-2).
+#include "model/glm_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/test_model_util.h"
+
+namespace glm {
+namespace {
+
+const std::vector<int32_t> kSeqA = {3, 17, 4, 29, 8, 8, 21};
+const std::vector<int32_t> kSeqB = {11, 2, 30, 5, 19};
+
+bool IsIndexerWeight(const std::string& name) {
+  return name.find(".indexer.") != std::string::npos;
+}
+
+// -log softmax(row)[target] in double.
+double CrossEntropy(const float* row, int64_t vocab, int32_t target) {
+  double max = row[0], sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) max = std::max(max, double{row[i]});
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
+  return max + std::log(sum) - row[target];
+}
+
+class GlmModelTest : public ::testing::Test {
+ protected:
+  // Weights ~ N(0, 1.2 / sqrt(hidden)): activations of order one, so finite
+  // differences in float resolve the gradients.
+  explicit GlmModelTest(ModelConfig config = TinyTestConfig())
+      : config_(config), params_(config_) {
+    params_.InitRandom(
+        /*seed=*/17, 1.2f / std::sqrt(static_cast<float>(config_.hidden_size)));
+  }
+
+  ForwardResult Run(const Batch& batch, LossOptions options = {}) {
+    GlmModel model(&params_, &backend_, options);
+    absl::StatusOr<ForwardResult> result = model.Forward(batch);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return *std::move(result);
+  }
+
+  // Analytic gradients of the total loss, then a directional check (first step
+  // `eps`) of every parameter whose name passes `select`; `expected_count` of
+  // them (0: any number).
+  void CheckGradients(const Batch& batch, LossOptions options,
+                      const std::function<bool(const std::string&)>& select,
+                      double eps = 5e-3, size_t expected_count = 0) {
+    params_.ZeroGrad();
+    GlmModel model(&params_, &backend_, options);
+    ASSERT_TRUE(model.Forward(batch).ok());
+    ASSERT_TRUE(model.Backward().ok());
+    std::vector<GradientTarget> targets;
+    for (const NamedTensor& t : params_.Named()) {
+      if (t.grad != nullptr && select(t.name))
+        targets.push_back({t.name, t.value, t.grad});
+    }
+    ASSERT_FALSE(targets.empty());
+    if (expected_count > 0) ASSERT_EQ(targets.size(), expected_count);
+    ExpectDirectionalGradients(model, batch, targets, eps);
+  }
+
+  // Directional checks of `targets` against the total loss of `model` on
+  // `batch`, halving the step while key choices or routing differ from the
+  // unperturbed run.
+  void ExpectDirectionalGradients(GlmModel& model, const Batch& batch,
+                                  const std::vector<GradientTarget>& targets,
+                                  double eps) {
+    const Decisions base = DecisionsOf(*model.Forward(batch));
+    Decisions last;
+    auto loss = [&] {
+      const ForwardResult r = *model.Forward(batch);
+      last = DecisionsOf(r);
+      return r.total_loss;
+    };
+    // abs_tol 1e-4: a changed order of equal key sets changes float sums
+    // (~1e-7).
+    glm::ExpectDirectionalGradients(loss, targets, eps, 2e-2, 1e-4,
+                                    [&] { return last == base; });
+  }
+
+  // Each layer's key sets (order ignored: no loss depends on it) and expert
+  // choices.
+  using Decisions = std::vector<std::vector<std::vector<int32_t>>>;
+  static Decisions DecisionsOf(const ForwardResult& r) {
+    Decisions d;
+    auto add = [&d](const IndexTensor& t) {
+      d.emplace_back();
+      for (int64_t i = 0; i < (t.empty() ? 0 : t.dim(0)); ++i) {
+        d.back().emplace_back(t.data() + i * t.dim(1),
+                              t.data() + (i + 1) * t.dim(1));
+        std::sort(d.back().back().begin(), d.back().back().end());
+      }
+    };
+    for (const IndexTensor& t : r.layer_topk) add(t);
+    for (const IndexTensor& t : r.expert_choice) add(t);
+    return d;
+  }
+
+  CpuBackend backend_;
+  ModelConfig config_;
+  ModelParameters params_;
+};
+
+TEST_F(GlmModelTest, ForwardShapesSharingAndLosses) {
+  Batch batch = Batch::FromSequences({kSeqA, kSeqB});
+  const ForwardResult r = Run(batch);
+  const int64_t n = 12, vocab = config_.vocab_size;
+  ASSERT_EQ(r.logits.shape(), (std::vector<int64_t>{n, vocab}));
+  ASSERT_EQ(r.mtp_logits.shape(), (std::vector<int64_t>{n, vocab}));
+  // Layer 3 (1-indexed) skips and attends over layer 2's keys; the MTP layer
+  // (index 4) over the last main layer's.
+  ASSERT_EQ(r.layer_topk.size(), 5u);
+  EXPECT_EQ(r.layer_topk[2].values(), r.layer_topk[1].values());
+  EXPECT_NE(r.layer_topk[3].values(), r.layer_topk[1].values());
+  EXPECT_EQ(r.layer_topk[4].values(), r.layer_topk[3].values());
+  EXPECT_TRUE(r.expert_load[0].empty());
+  for (int layer = 1; layer < 5; ++layer) {
+    int64_t routed = 0;
+    for (int64_t load : r.expert_load[layer]) routed += load;
+    EXPECT_EQ(routed, n * config_.num_experts_per_tok);
+  }
+  // Losses by hand: next token inside each sequence only.
+  double lm = 0, mtp = 0;
+  int lm_count = 0, mtp_count = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t end = t < 7 ? 7 : 12;
+    if (t + 1 < end)
+      lm += CrossEntropy(r.logits.data() + t * vocab, vocab,
+                         batch.input_ids[t + 1]),
+          ++lm_count;
+    if (t + 2 < end)
+      mtp += CrossEntropy(r.mtp_logits.data() + t * vocab, vocab,
+                          batch.input_ids[t + 2]),
+          ++mtp_count;
+  }
+  EXPECT_NEAR(r.lm_loss, lm / lm_count, 1e-5);
+  EXPECT_NEAR(r.mtp_loss, mtp / mtp_count, 1e-5);
+  EXPECT_GT(r.indexer_loss, 0.0);
+  EXPECT_NEAR(r.total_loss, r.lm_loss + 0.1 * r.mtp_loss + r.indexer_loss,
+              1e-7);
+}
+
+TEST_F(GlmModelTest, LossMaskDropsPredictions) {
+  Batch batch = Batch::FromSequences({kSeqA});
+  batch.loss_mask.assign(kSeqA.size(), 1.f);
+  batch.loss_mask[2] = 0.f;  // the prediction at 2 (of token 3) does not count
+  const ForwardResult r = Run(batch);
+  const int64_t vocab = config_.vocab_size;
+  double lm = 0;
+  for (int64_t t = 0; t + 1 < 7; ++t) {
+    if (t != 2)
+      lm += CrossEntropy(r.logits.data() + t * vocab, vocab, kSeqA[t + 1]);
+  }
+  EXPECT_NEAR(r.lm_loss, lm / 5, 1e-5);
+}
+
+TEST_F(GlmModelTest, PackedSequencesEqualSeparateRuns) {
+  const ForwardResult a = Run(Batch::FromSequences({kSeqA}));
+  const ForwardResult b = Run(Batch::FromSequences({kSeqB}));
+  const ForwardResult packed = Run(Batch::FromSequences({kSeqA, kSeqB}));
+  const int64_t vocab = config_.vocab_size;
+  for (int64_t t = 0; t < 12; ++t) {
+    const ForwardResult& alone = t < 7 ? a : b;
+    const int64_t row = t < 7 ? t : t - 7;
+    for (int64_t v = 0; v < vocab; ++v) {
+      ASSERT_NEAR(packed.logits.data()[t * vocab + v],
+                  alone.logits.data()[row * vocab + v], 1e-5)
+          << "token " << t;
+      ASSERT_NEAR(packed.mtp_logits.data()[t * vocab + v],
+                  alone.mtp_logits.data()[row * vocab + v], 1e-5)
+          << "token " << t;
+    }
+  }
+  // The second sequence's keys are the separate run's, shifted by its start.
+  for (int layer = 0; layer < 5; ++layer) {
+    const IndexTensor& keys = packed.layer_topk[layer];
+    for (int64_t t = 7; t < 12; ++t) {
+      for (int64_t j = 0; j < keys.dim(1); ++j) {
+        const int32_t alone =
+            b.layer_topk[layer].data()[(t - 7) * keys.dim(1) + j];
+        EXPECT_EQ(keys.data()[t * keys.dim(1) + j], alone < 0 ? -1 : alone + 7);
+      }
+    }
+  }
+  // The mean over all predictions of both sequences (6 + 4 targets).
+  EXPECT_NEAR(packed.lm_loss, (6 * a.lm_loss + 4 * b.lm_loss) / 10, 1e-5);
+}
+
+// Indexer loss off: every other parameter against the total loss.
+TEST_F(GlmModelTest, GradientsOfAllWeightsMatchFiniteDifferences) {
+  LossOptions options;
+  options.indexer_loss_coeff = 0.f;
+  CheckGradients(
+      Batch::FromSequences({kSeqA, kSeqB}), options,
+      [](const std::string& name) { return !IsIndexerWeight(name); });
+  for (const NamedTensor& t : params_.Named()) {
+    if (!IsIndexerWeight(t.name)) continue;
+    for (float g : t.grad->values()) ASSERT_EQ(g, 0.f) << t.name;
+  }
+}
+
+// The indexer weights learn from the indexer loss alone (the top-k choice
+// itself has no gradient), so the total loss checks them.
+TEST_F(GlmModelTest, IndexerWeightGradientsMatchFiniteDifferences) {
+  LossOptions options;
+  options.indexer_loss_coeff = 1.f;
+  // Three computing layers with five indexer weights each; a small first step
+  // keeps off the ReLU kinks of the index scores.
+  CheckGradients(Batch::FromSequences({kSeqA, kSeqB}), options, IsIndexerWeight,
+                 2e-4, 15);
+}
+
+TEST_F(GlmModelTest, BadInputsAreClearErrors) {
+  GlmModel model(&params_, &backend_);
+  EXPECT_EQ(model.Backward().code(), absl::StatusCode::kFailedPrecondition);
+  Batch bad_id = Batch::FromSequences({{1, 2, 32}});
+  absl::StatusOr<ForwardResult> r = model.Forward(bad_id);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("input_ids[2] = 32"), std::string::npos)
+      << r.status();
+  Batch bad_bounds = Batch::FromSequences({{1, 2, 3}});
+  bad_bounds.cu_seqlens = {0, 2, 2, 3};
+  EXPECT_FALSE(model.Forward(bad_bounds).ok());
+  bad_bounds.cu_seqlens = {0, 4};
+  EXPECT_FALSE(model.Forward(bad_bounds).ok());
+  Batch bad_mask = Batch::FromSequences({{1, 2, 3}});
+  bad_mask.loss_mask = {1.f};
+  EXPECT_FALSE(model.Forward(bad_mask).ok());
+}
+
+// The glm5.2-tiny preset: 8 layers, frequency 4, offset 3, so layers 1, 2, 3, 7
+// compute and 4-6 and 8 reuse their source's keys; sequences longer than
+// index_topk. Every parameter is checked (indexer loss off: the indexer
+// weights' gradient is 0).
+class Glm52TinyTest : public GlmModelTest {
+ protected:
+  Glm52TinyTest() : GlmModelTest(*PresetConfig("glm5.2-tiny")) {}
+};
+
+TEST_F(Glm52TinyTest, SharingFollowsPresetAndGradientsMatchFiniteDifferences) {
+  std::vector<int32_t> ids;
+  for (int t = 0; t < 24; ++t) ids.push_back((37 * t + 11) % 512);
+  Batch batch = Batch::FromSequences({ids});
+  const ForwardResult r = Run(batch);
+  ASSERT_EQ(r.layer_topk.size(), 9u);
+  for (int layer : {4, 5, 6})
+    EXPECT_EQ(r.layer_topk[layer - 1].values(), r.layer_topk[2].values());
+  EXPECT_EQ(r.layer_topk[7].values(), r.layer_topk[6].values());
+  EXPECT_EQ(r.layer_topk[8].values(), r.layer_topk[7].values());  // MTP
+  EXPECT_EQ(r.layer_topk[0].dim(1), 16);
+  LossOptions options;
+  options.indexer_loss_coeff = 0.f;
+  CheckGradients(batch, options, [](const std::string&) { return true; });
+}
+
+}  // namespace
+}  // namespace glm

@@ -1,0 +1,115 @@
+#include "model/indexer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace glm {
+namespace {
+
+constexpr float kKNormEps = 1e-6f;
+
+float ScoreScale(const IndexerSpec& spec) {
+  return 1.f / std::sqrt(static_cast<float>(spec.head_dim));
+}
+
+}  // namespace
+
+void IndexerForward(Backend& backend, const IndexerParameters& p,
+                    const IndexerSpec& spec, ConstMatrixView x,
+                    ConstMatrixView q_resid, const TokenLayout& layout,
+                    IndexerActivations* acts, IndexTensor* topk) {
+  const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
+  const int32_t* pos = layout.positions.data();
+  // Queries: [rope | pass] per head, RoPE on the first rope_dim.
+  acts->q_raw = Tensor({n, spec.heads * dim});
+  backend.Linear(q_resid, p.wq_b.value.Matrix(), acts->q_raw.Matrix(), false);
+  acts->q = Tensor({n * spec.heads, dim});
+  ConstMatrixView q_raw = acts->q_raw.Matrix().SplitRows(spec.heads);
+  backend.Copy(q_raw.Columns(rope, dim - rope),
+               acts->q.Matrix().Columns(rope, dim - rope));
+  backend.RopeForward(q_raw.Columns(0, rope), pos, spec.heads, spec.rope_theta,
+                      acts->q.Matrix().Columns(0, rope));
+  // One key per token: LayerNorm(wk(x)), same split.
+  acts->k_raw = Tensor({n, dim});
+  backend.Linear(x, p.wk.value.Matrix(), acts->k_raw.Matrix(), false);
+  acts->k_mean = Tensor({n});
+  acts->k_rstd = Tensor({n});
+  acts->k_normed = Tensor({n, dim});
+  backend.LayerNormForward(acts->k_raw.Matrix(), p.k_norm_weight.value.data(),
+                           p.k_norm_bias.value.data(), kKNormEps,
+                           acts->k_normed.Matrix(), acts->k_mean.data(),
+                           acts->k_rstd.data());
+  acts->k = Tensor({n, dim});
+  ConstMatrixView k_normed = acts->k_normed.Matrix();
+  backend.Copy(k_normed.Columns(rope, dim - rope),
+               acts->k.Matrix().Columns(rope, dim - rope));
+  backend.RopeForward(k_normed.Columns(0, rope), pos, 1, spec.rope_theta,
+                      acts->k.Matrix().Columns(0, rope));
+  // Head weights, scaled by heads^-0.5.
+  Tensor raw_weights({n, spec.heads});
+  backend.Linear(x, p.weights_proj.value.Matrix(), raw_weights.Matrix(), false);
+  acts->weights = Tensor({n, spec.heads});
+  backend.Axpy(1.f / std::sqrt(static_cast<float>(spec.heads)),
+               raw_weights.Matrix(), acts->weights.Matrix());
+
+  // No query has more than max_seq_len causal keys.
+  const int64_t width = std::min(spec.topk, layout.max_seq_len);
+  *topk = IndexTensor({n, width}, -1);
+  backend.IndexerTopK(acts->q.Matrix(), acts->k.Matrix(),
+                      acts->weights.Matrix(), layout.seq_start.data(), width,
+                      ScoreScale(spec), topk->data());
+}
+
+double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
+                          const IndexTensor& topk, ConstMatrixView attn_probs,
+                          int64_t attn_heads, float coeff,
+                          IndexerActivations* acts) {
+  acts->dq = Tensor(acts->q.shape());
+  acts->dk = Tensor(acts->k.shape());
+  acts->dweights = Tensor(acts->weights.shape());
+  return backend.IndexerKlLoss(
+      acts->q.Matrix(), acts->k.Matrix(), acts->weights.Matrix(), topk.data(),
+      topk.dim(1), ScoreScale(spec), attn_probs, attn_heads, coeff,
+      acts->dq.Matrix(), acts->dk.Matrix(), acts->dweights.Matrix());
+}
+
+void IndexerBackward(Backend& backend, IndexerParameters& p,
+                     const IndexerSpec& spec, ConstMatrixView x,
+                     ConstMatrixView q_resid, const TokenLayout& layout,
+                     const IndexerActivations& acts) {
+  const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
+  const int32_t* pos = layout.positions.data();
+  const MatrixView no_input_grad;  // inputs are detached
+  // Head weights.
+  Tensor draw_weights({n, spec.heads});
+  backend.Axpy(1.f / std::sqrt(static_cast<float>(spec.heads)),
+               acts.dweights.Matrix(), draw_weights.Matrix());
+  backend.LinearBackward(x, p.weights_proj.value.Matrix(),
+                         draw_weights.Matrix(), no_input_grad,
+                         p.weights_proj.grad.Matrix());
+  // Queries.
+  Tensor dq_raw({n, spec.heads * dim});
+  MatrixView dq_rows = dq_raw.Matrix().SplitRows(spec.heads);
+  ConstMatrixView dq = acts.dq.Matrix();
+  backend.Axpy(1.f, dq.Columns(rope, dim - rope),
+               dq_rows.Columns(rope, dim - rope));
+  backend.RopeBackward(dq.Columns(0, rope), pos, spec.heads, spec.rope_theta,
+                       dq_rows.Columns(0, rope));
+  backend.LinearBackward(q_resid, p.wq_b.value.Matrix(), dq_raw.Matrix(),
+                         no_input_grad, p.wq_b.grad.Matrix());
+  // Keys.
+  Tensor dk_normed({n, dim}), dk_raw({n, dim});
+  ConstMatrixView dk = acts.dk.Matrix();
+  backend.Axpy(1.f, dk.Columns(rope, dim - rope),
+               dk_normed.Matrix().Columns(rope, dim - rope));
+  backend.RopeBackward(dk.Columns(0, rope), pos, 1, spec.rope_theta,
+                       dk_normed.Matrix().Columns(0, rope));
+  backend.LayerNormBackward(
+      acts.k_raw.Matrix(), p.k_norm_weight.value.data(), acts.k_mean.data(),
+      acts.k_rstd.data(), dk_normed.Matrix(), dk_raw.Matrix(),
+      p.k_norm_weight.grad.data(), p.k_norm_bias.grad.data());
+  backend.LinearBackward(x, p.wk.value.Matrix(), dk_raw.Matrix(), no_input_grad,
+                         p.wk.grad.Matrix());
+}
+
+}  // namespace glm

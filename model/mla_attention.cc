@@ -1,0 +1,177 @@
+#include "model/mla_attention.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+namespace glm {
+namespace {
+
+// The projected norms inside MLA use transformers' default eps.
+constexpr float kLoraNormEps = 1e-6f;
+
+// Head h's rope columns of the [n * heads, qk] key matrix, as an [n, rope]
+// view.
+MatrixView KeyRopeOfHead(Tensor& key, const AttentionSpec& spec, int64_t h) {
+  const int64_t n = key.dim(0) / spec.heads;
+  return {key.data() + h * spec.qk_dim() + spec.nope_dim, n, spec.rope_dim,
+          spec.heads * spec.qk_dim()};
+}
+
+float Scale(const AttentionSpec& spec) {
+  return 1.f / std::sqrt(static_cast<float>(spec.qk_dim()));
+}
+
+}  // namespace
+
+AttentionSpec MakeAttentionSpec(const ModelConfig& c,
+                                float indexer_loss_coeff) {
+  AttentionSpec s;
+  s.heads = c.num_attention_heads;
+  s.q_lora_rank = c.q_lora_rank;
+  s.kv_lora_rank = c.kv_lora_rank;
+  s.nope_dim = c.qk_nope_head_dim;
+  s.rope_dim = c.qk_rope_head_dim;
+  s.v_dim = c.v_head_dim;
+  s.rope_theta = static_cast<float>(c.rope_theta);
+  s.indexer.heads = c.index_n_heads;
+  s.indexer.head_dim = c.index_head_dim;
+  s.indexer.rope_dim = c.qk_rope_head_dim;
+  s.indexer.topk = c.index_topk;
+  s.indexer.rope_theta = s.rope_theta;
+  s.indexer_loss_coeff = indexer_loss_coeff;
+  return s;
+}
+
+void AttentionForward(Backend& backend, const AttentionParameters& p,
+                      const AttentionSpec& spec, ConstMatrixView x,
+                      const TokenLayout& layout, const IndexTensor* shared_topk,
+                      MatrixView out, AttentionActivations* acts) {
+  const int64_t n = x.rows, heads = spec.heads, nope = spec.nope_dim,
+                rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
+  const int32_t* pos = layout.positions.data();
+  // Queries.
+  acts->q_a = Tensor({n, spec.q_lora_rank});
+  acts->q_a_rstd = Tensor({n});
+  acts->q_resid = Tensor({n, spec.q_lora_rank});
+  backend.Linear(x, p.q_a_proj.value.Matrix(), acts->q_a.Matrix(), false);
+  backend.RmsNormForward(acts->q_a.Matrix(), p.q_a_layernorm.value.data(),
+                         kLoraNormEps, acts->q_resid.Matrix(),
+                         acts->q_a_rstd.data());
+  acts->q = Tensor({n, heads * qk});
+  backend.Linear(acts->q_resid.Matrix(), p.q_b_proj.value.Matrix(),
+                 acts->q.Matrix(), false);
+  acts->query = Tensor({n * heads, qk});
+  ConstMatrixView q_rows = acts->q.Matrix().SplitRows(heads);
+  backend.Copy(q_rows.Columns(0, nope), acts->query.Matrix().Columns(0, nope));
+  backend.RopeForward(q_rows.Columns(nope, rope), pos, heads, spec.rope_theta,
+                      acts->query.Matrix().Columns(nope, rope));
+  // Keys and values from the compressed latent; k_rope is shared by all heads.
+  acts->kv_a = Tensor({n, spec.kv_lora_rank + rope});
+  acts->kv_a_rstd = Tensor({n});
+  acts->latent = Tensor({n, spec.kv_lora_rank});
+  backend.Linear(x, p.kv_a_proj_with_mqa.value.Matrix(), acts->kv_a.Matrix(),
+                 false);
+  ConstMatrixView kv_a = acts->kv_a.Matrix();
+  backend.RmsNormForward(kv_a.Columns(0, spec.kv_lora_rank),
+                         p.kv_a_layernorm.value.data(), kLoraNormEps,
+                         acts->latent.Matrix(), acts->kv_a_rstd.data());
+  acts->kv = Tensor({n, heads * (nope + vdim)});
+  backend.Linear(acts->latent.Matrix(), p.kv_b_proj.value.Matrix(),
+                 acts->kv.Matrix(), false);
+  ConstMatrixView kv_rows = acts->kv.Matrix().SplitRows(heads);
+  acts->key = Tensor({n * heads, qk});
+  backend.Copy(kv_rows.Columns(0, nope), acts->key.Matrix().Columns(0, nope));
+  Tensor k_rope({n, rope});
+  backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope), pos, 1,
+                      spec.rope_theta, k_rope.Matrix());
+  for (int64_t h = 0; h < heads; ++h) {
+    backend.Copy(k_rope.Matrix(), KeyRopeOfHead(acts->key, spec, h));
+  }
+  // Key selection.
+  if (p.has_indexer) {
+    IndexerForward(backend, p.indexer, spec.indexer, x, acts->q_resid.Matrix(),
+                   layout, &acts->indexer, &acts->own_topk);
+    acts->topk = &acts->own_topk;
+  } else {
+    assert(shared_topk != nullptr);
+    acts->topk = shared_topk;
+  }
+  const int64_t topk = acts->topk->dim(1);
+  acts->attn = Tensor({n, heads * vdim});
+  acts->probs = Tensor({n * heads, topk});
+  backend.SparseAttentionForward(
+      acts->query.Matrix(), acts->key.Matrix(), kv_rows.Columns(nope, vdim),
+      acts->topk->data(), topk, heads, Scale(spec),
+      acts->attn.Matrix().SplitRows(heads), acts->probs.Matrix());
+  backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
+  acts->indexer_loss = 0;
+  if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
+    acts->indexer_loss = IndexerLossForward(
+        backend, spec.indexer, acts->own_topk, acts->probs.Matrix(), heads,
+        spec.indexer_loss_coeff, &acts->indexer);
+  }
+}
+
+void AttentionBackward(Backend& backend, AttentionParameters& p,
+                       const AttentionSpec& spec, ConstMatrixView x,
+                       const TokenLayout& layout,
+                       const AttentionActivations& acts, ConstMatrixView dout,
+                       MatrixView dx) {
+  const int64_t n = x.rows, heads = spec.heads, nope = spec.nope_dim,
+                rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
+  const int32_t* pos = layout.positions.data();
+  Tensor dattn({n, heads * vdim});
+  backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout,
+                         dattn.Matrix(), p.o_proj.grad.Matrix());
+  Tensor dquery({n * heads, qk}), dkey({n * heads, qk}),
+      dkv({n, heads * (nope + vdim)});
+  MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
+  const int64_t topk = acts.topk->dim(1);
+  backend.SparseAttentionBackward(
+      acts.query.Matrix(), acts.key.Matrix(),
+      acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim), acts.topk->data(),
+      topk, heads, Scale(spec), acts.probs.Matrix(),
+      dattn.Matrix().SplitRows(heads), dquery.Matrix(), dkey.Matrix(),
+      dkv_rows.Columns(nope, vdim));
+  // Keys: nope part to kv_b_proj's output, rope part summed over heads.
+  backend.Axpy(1.f, dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
+  Tensor dk_rope({n, rope});
+  for (int64_t h = 0; h < heads; ++h) {
+    backend.Axpy(1.f, KeyRopeOfHead(dkey, spec, h), dk_rope.Matrix());
+  }
+  Tensor dkv_a({n, spec.kv_lora_rank + rope}), dlatent({n, spec.kv_lora_rank});
+  backend.RopeBackward(dk_rope.Matrix(), pos, 1, spec.rope_theta,
+                       dkv_a.Matrix().Columns(spec.kv_lora_rank, rope));
+  backend.LinearBackward(acts.latent.Matrix(), p.kv_b_proj.value.Matrix(),
+                         dkv.Matrix(), dlatent.Matrix(),
+                         p.kv_b_proj.grad.Matrix());
+  backend.RmsNormBackward(acts.kv_a.Matrix().Columns(0, spec.kv_lora_rank),
+                          p.kv_a_layernorm.value.data(), acts.kv_a_rstd.data(),
+                          dlatent.Matrix(),
+                          dkv_a.Matrix().Columns(0, spec.kv_lora_rank),
+                          p.kv_a_layernorm.grad.data());
+  backend.LinearBackward(x, p.kv_a_proj_with_mqa.value.Matrix(), dkv_a.Matrix(),
+                         dx, p.kv_a_proj_with_mqa.grad.Matrix());
+  // Queries.
+  Tensor dq({n, heads * qk}), dq_resid({n, spec.q_lora_rank}),
+      dq_a({n, spec.q_lora_rank});
+  MatrixView dq_rows = dq.Matrix().SplitRows(heads);
+  backend.Axpy(1.f, dquery.Matrix().Columns(0, nope), dq_rows.Columns(0, nope));
+  backend.RopeBackward(dquery.Matrix().Columns(nope, rope), pos, heads,
+                       spec.rope_theta, dq_rows.Columns(nope, rope));
+  backend.LinearBackward(acts.q_resid.Matrix(), p.q_b_proj.value.Matrix(),
+                         dq.Matrix(), dq_resid.Matrix(),
+                         p.q_b_proj.grad.Matrix());
+  backend.RmsNormBackward(acts.q_a.Matrix(), p.q_a_layernorm.value.data(),
+                          acts.q_a_rstd.data(), dq_resid.Matrix(),
+                          dq_a.Matrix(), p.q_a_layernorm.grad.data());
+  backend.LinearBackward(x, p.q_a_proj.value.Matrix(), dq_a.Matrix(), dx,
+                         p.q_a_proj.grad.Matrix());
+  if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
+    IndexerBackward(backend, p.indexer, spec.indexer, x, acts.q_resid.Matrix(),
+                    layout, acts.indexer);
+  }
+}
+
+}  // namespace glm

@@ -1,0 +1,68 @@
+// Multi-head Latent Attention with DeepSeek Sparse Attention and GLM-5.2 index
+// sharing: a computing layer runs its indexer to choose each query's top-k
+// keys; a skip layer attends over the top-k of its source layer.
+#ifndef GLM_MODEL_MLA_ATTENTION_H_
+#define GLM_MODEL_MLA_ATTENTION_H_
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/indexer.h"
+#include "model/parameters.h"
+#include "model/token_layout.h"
+
+namespace glm {
+
+struct AttentionSpec {
+  int64_t heads = 0;
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t nope_dim = 0;
+  int64_t rope_dim = 0;
+  int64_t v_dim = 0;
+  float rope_theta = 10000.f;
+  IndexerSpec indexer;
+  // Indexer KL loss weight; 0 skips the loss (inference).
+  float indexer_loss_coeff = 0.f;
+
+  int64_t qk_dim() const { return nope_dim + rope_dim; }
+};
+
+AttentionSpec MakeAttentionSpec(const ModelConfig& config,
+                                float indexer_loss_coeff);
+
+struct AttentionActivations {
+  Tensor q_a, q_a_rstd;    // [n, q_lora_rank]
+  Tensor q_resid;          // RMSNorm(q_a)
+  Tensor q;                // [n, heads * qk] q_b_proj(q_resid)
+  Tensor query;            // [n * heads, qk]: nope | RoPE(rope) (half layout)
+  Tensor kv_a, kv_a_rstd;  // [n, kv_lora_rank + rope]
+  Tensor latent;           // RMSNorm(kv_a latent part) [n, kv_lora_rank]
+  Tensor kv;               // [n, heads * (nope + v)]
+  Tensor key;    // [n * heads, qk]: k_nope | RoPE(k_rope) shared by heads
+  Tensor attn;   // [n, heads * v]
+  Tensor probs;  // [n * heads, topk]
+  IndexerActivations indexer;
+  IndexTensor own_topk;  // computing layers: the keys this layer chose
+  const IndexTensor* topk = nullptr;  // the keys attended (own or the source's)
+  double indexer_loss = 0;
+};
+
+// out = attention(x). `shared_topk` is the source layer's top-k on skip layers
+// (and ignored on computing layers).
+void AttentionForward(Backend& backend, const AttentionParameters& p,
+                      const AttentionSpec& spec, ConstMatrixView x,
+                      const TokenLayout& layout, const IndexTensor* shared_topk,
+                      MatrixView out, AttentionActivations* acts);
+// dx += ...; weight gradients accumulate. The indexer weights get the gradient
+// of the indexer loss only.
+void AttentionBackward(Backend& backend, AttentionParameters& p,
+                       const AttentionSpec& spec, ConstMatrixView x,
+                       const TokenLayout& layout,
+                       const AttentionActivations& acts, ConstMatrixView dout,
+                       MatrixView dx);
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_MLA_ATTENTION_H_

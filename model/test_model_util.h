@@ -1,0 +1,48 @@
+// Shared pieces of the model tests: a tiny configuration with every layer kind,
+// and a directional finite-difference check of analytic gradients.
+#ifndef GLM_MODEL_TEST_MODEL_UTIL_H_
+#define GLM_MODEL_TEST_MODEL_UTIL_H_
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+#include "model/config.h"
+
+namespace glm {
+
+// 4 layers: layer 1 dense, 2-4 MoE (2 groups of 2 experts, top-2); index
+// sharing with frequency 2 and offset 2, so layers 1, 2, 4 compute top-k and
+// layer 3 skips; index_topk 3 (shorter than the test sequences); one MTP layer.
+ModelConfig TinyTestConfig();
+
+Tensor RandomTensor(std::vector<int64_t> shape, std::mt19937& rng,
+                    float std = 1.f);
+
+// A tensor whose analytic gradient is to be checked.
+struct GradientTarget {
+  std::string name;
+  Tensor* value;
+  const Tensor* grad;
+};
+
+// For each target: draws a random direction v, compares (L(x + eps v) - L(x -
+// eps v)) / 2 eps with grad . v. Fails the test when |fd - analytic| > tol *
+// max(|fd|, |analytic|)
+// + abs_tol. `loss` must recompute the loss from the current values.
+//
+// The model is piecewise smooth: top-k key choices and expert routing are
+// discrete. When `same_decisions` (optional, called right after each loss
+// evaluation) says a perturbation changed them, the step is halved, up to 10
+// times.
+void ExpectDirectionalGradients(
+    const std::function<double()>& loss,
+    const std::vector<GradientTarget>& targets, double eps = 1e-3,
+    double tol = 2e-2, double abs_tol = 1e-6,
+    const std::function<bool()>& same_decisions = nullptr);
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_TEST_MODEL_UTIL_H_

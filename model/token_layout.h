@@ -1,0 +1,28 @@
+// Where each token of a packed batch sits: its position inside its own sequence
+// and the index of that sequence's first token. Attention, the indexer and the
+// losses use it so that nothing crosses a sequence boundary.
+#ifndef GLM_MODEL_TOKEN_LAYOUT_H_
+#define GLM_MODEL_TOKEN_LAYOUT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace glm {
+
+struct TokenLayout {
+  int64_t tokens = 0;
+  int64_t max_seq_len = 0;
+  std::vector<int32_t> positions;  // restarts at 0 in every sequence
+  std::vector<int32_t> seq_start;  // first token of the token's sequence
+  std::vector<int32_t> seq_end;    // one past its last token
+};
+
+// cu_seqlens: 0 = c_0 < c_1 < ... < c_m = tokens. Empty means one sequence.
+absl::StatusOr<TokenLayout> MakeTokenLayout(
+    int64_t tokens, const std::vector<int32_t>& cu_seqlens);
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_TOKEN_LAYOUT_H_
