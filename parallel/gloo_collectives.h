@@ -1,0 +1,74 @@
+// Collectives over Gloo's TCP transport, for CPU workers. Members find each
+// other through a Gloo store (GlooStore puts it on the coordinator).
+#ifndef GLM_PARALLEL_GLOO_COLLECTIVES_H_
+#define GLM_PARALLEL_GLOO_COLLECTIVES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gloo/context.h"
+#include "gloo/rendezvous/store.h"
+#include "parallel/collectives.h"
+
+namespace glm {
+
+struct GlooOptions {
+  // The address peers reach this process at.
+  std::string hostname = "127.0.0.1";
+  // Bounds connecting and every collective.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// Groups connected through `store` (shared by the groups it connects).
+CollectivesFactory GlooFactory(std::shared_ptr<gloo::rendezvous::Store> store,
+                               const GlooOptions& options);
+
+class GlooCollectives : public Collectives {
+ public:
+  // Joins group `prefix` (a key prefix unique to the group within the store)
+  // as member `rank` of `size`. DEADLINE_EXCEEDED or UNAVAILABLE, naming the
+  // group, when the other members do not all arrive within the timeout.
+  static absl::StatusOr<std::unique_ptr<GlooCollectives>> Connect(
+      gloo::rendezvous::Store& store, const std::string& prefix, int rank,
+      int size, const GlooOptions& options);
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+  absl::Status AllReduce(float* data, int64_t count, ReduceOp op) override;
+  absl::Status AllReduceSum(int64_t* data, int64_t count) override;
+  absl::Status Broadcast(float* data, int64_t count, int root) override;
+  absl::Status AllGather(const float* in, int64_t count, float* out) override;
+  absl::Status ReduceScatter(const float* in, int64_t count, float* out,
+                             ReduceOp op) override;
+  absl::Status AllToAllV(const float* in,
+                         const std::vector<int64_t>& send_counts, float* out,
+                         const std::vector<int64_t>& recv_counts) override;
+  absl::Status Send(const float* data, int64_t count, int peer) override;
+  absl::Status Recv(float* data, int64_t count, int peer) override;
+  absl::Status Barrier() override;
+
+ private:
+  GlooCollectives(std::string name, std::shared_ptr<gloo::Context> context,
+                  absl::Duration timeout);
+
+  // Collectives are tagged in call order, which all members share.
+  uint32_t NextTag() { return next_tag_++; }
+  absl::Status CheckPeer(int peer) const;
+
+  const std::string name_;
+  std::shared_ptr<gloo::Context> context_;
+  const std::chrono::milliseconds timeout_;
+  uint32_t next_tag_ = 0;
+  // Point-to-point messages are numbered per peer and direction so that each
+  // Recv matches the Send of the same number.
+  std::map<int, uint32_t> sent_, received_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_PARALLEL_GLOO_COLLECTIVES_H_

@@ -1,0 +1,222 @@
+#include "parallel/nccl_collectives.h"
+
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace glm {
+namespace {
+
+ncclRedOp_t ToNccl(ReduceOp op) {
+  return op == ReduceOp::kAverage ? ncclAvg : ncclSum;
+}
+
+absl::Status NcclError(const std::string& group, const char* what,
+                       ncclResult_t result) {
+  return absl::InternalError(absl::StrCat(
+      "group ", group, ": ", what, " failed: ", ncclGetErrorString(result),
+      " (", ncclGetLastError(nullptr), ")"));
+}
+
+// Polls a non-blocking communicator until its pending operation (init or
+// enqueue) settles or `deadline` passes.
+ncclResult_t SettleComm(ncclComm_t comm, absl::Time deadline) {
+  ncclResult_t state = ncclInProgress;
+  while (ncclCommGetAsyncError(comm, &state) == ncclSuccess &&
+         state == ncclInProgress && absl::Now() < deadline) {
+    std::this_thread::yield();
+  }
+  return state;
+}
+
+}  // namespace
+
+CollectivesFactory NcclFactory(RendezvousStore* store, absl::Duration timeout) {
+  return [store, timeout](
+             const std::string& key, int rank,
+             int size) -> absl::StatusOr<std::unique_ptr<Collectives>> {
+    absl::StatusOr<std::unique_ptr<NcclCollectives>> group =
+        NcclCollectives::Connect(*store, key, rank, size, timeout);
+    if (!group.ok()) return group.status();
+    return std::unique_ptr<Collectives>(*std::move(group));
+  };
+}
+
+absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Connect(
+    RendezvousStore& store, const std::string& key, int rank, int size,
+    absl::Duration timeout) {
+  const std::string id_key = key + "/nccl_unique_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      return NcclError(key, "making the unique id", r);
+    }
+    absl::Status set =
+        store.Set(id_key, std::string(id.internal, sizeof(id.internal)));
+    if (!set.ok()) return set;
+  } else {
+    absl::StatusOr<std::vector<std::string>> value =
+        store.Wait({id_key}, timeout);
+    if (!value.ok()) {
+      return absl::Status(
+          value.status().code(),
+          absl::StrCat("group ", key,
+                       ": waiting for member 0: ", value.status().message()));
+    }
+    if ((*value)[0].size() != sizeof(id.internal)) {
+      return absl::DataLossError(absl::StrCat("group ", key,
+                                              ": NCCL unique id has ",
+                                              (*value)[0].size(), " bytes"));
+    }
+    std::copy((*value)[0].begin(), (*value)[0].end(), id.internal);
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ncclResult_t init = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (init == ncclInProgress) init = SettleComm(comm, absl::Now() + timeout);
+  if (init != ncclSuccess) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    if (init == ncclInProgress) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "group ", key, ": not all ", size, " members joined within ",
+          absl::FormatDuration(timeout)));
+    }
+    return NcclError(key, "initializing the communicator", init);
+  }
+  cudaStream_t stream = nullptr;
+  float* scratch = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) !=
+          cudaSuccess ||
+      cudaMalloc(&scratch, sizeof(float)) != cudaSuccess) {
+    ncclCommAbort(comm);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "group ", key, ": ", cudaGetErrorString(cudaGetLastError())));
+  }
+  return std::unique_ptr<NcclCollectives>(
+      new NcclCollectives(key, comm, stream, scratch, rank, size, timeout));
+}
+
+NcclCollectives::NcclCollectives(std::string name, ncclComm_t comm,
+                                 cudaStream_t stream, float* scratch, int rank,
+                                 int size, absl::Duration timeout)
+    : name_(std::move(name)),
+      comm_(comm),
+      stream_(stream),
+      scratch_(scratch),
+      rank_(rank),
+      size_(size),
+      timeout_(timeout) {}
+
+NcclCollectives::~NcclCollectives() {
+  if (!aborted_) ncclCommDestroy(comm_);
+  cudaFree(scratch_);
+  cudaStreamDestroy(stream_);
+}
+
+absl::Status NcclCollectives::Finish(const char* what, ncclResult_t enqueued) {
+  if (aborted_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group ", name_, ": ", what, " after the communicator was aborted"));
+  }
+  const absl::Time deadline = absl::Now() + timeout_;
+  ncclResult_t state = enqueued;
+  if (state == ncclInProgress) state = SettleComm(comm_, deadline);
+  cudaError_t stream = cudaErrorNotReady;
+  while (state == ncclSuccess && absl::Now() < deadline) {
+    stream = cudaStreamQuery(stream_);
+    if (stream != cudaErrorNotReady) break;
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+    std::this_thread::yield();
+  }
+  if (state == ncclSuccess && stream == cudaSuccess) return absl::OkStatus();
+  ncclCommAbort(comm_);
+  aborted_ = true;
+  if (state != ncclSuccess && state != ncclInProgress) {
+    return NcclError(name_, what, state);
+  }
+  if (stream != cudaErrorNotReady) {
+    return absl::InternalError(absl::StrCat("group ", name_, ": ", what, ": ",
+                                            cudaGetErrorString(stream)));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("group ", name_, ": ", what, " did not finish within ",
+                   absl::FormatDuration(timeout_)));
+}
+
+absl::Status NcclCollectives::AllReduce(float* data, int64_t count,
+                                        ReduceOp op) {
+  return Finish("all-reduce", ncclAllReduce(data, data, count, ncclFloat32,
+                                            ToNccl(op), comm_, stream_));
+}
+
+absl::Status NcclCollectives::AllReduceSum(int64_t* data, int64_t count) {
+  return Finish("all-reduce", ncclAllReduce(data, data, count, ncclInt64,
+                                            ncclSum, comm_, stream_));
+}
+
+absl::Status NcclCollectives::Broadcast(float* data, int64_t count, int root) {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", name_, ": broadcast root ", root,
+                     " is not one of ", size_, " members"));
+  }
+  return Finish("broadcast", ncclBroadcast(data, data, count, ncclFloat32, root,
+                                           comm_, stream_));
+}
+
+absl::Status NcclCollectives::AllGather(const float* in, int64_t count,
+                                        float* out) {
+  return Finish("all-gather",
+                ncclAllGather(in, out, count, ncclFloat32, comm_, stream_));
+}
+
+absl::Status NcclCollectives::ReduceScatter(const float* in, int64_t count,
+                                            float* out, ReduceOp op) {
+  return Finish("reduce-scatter",
+                ncclReduceScatter(in, out, count, ncclFloat32, ToNccl(op),
+                                  comm_, stream_));
+}
+
+absl::Status NcclCollectives::AllToAllV(
+    const float* in, const std::vector<int64_t>& send_counts, float* out,
+    const std::vector<int64_t>& recv_counts) {
+  if (static_cast<int>(send_counts.size()) != size_ ||
+      static_cast<int>(recv_counts.size()) != size_) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", name_,
+                                                   ": all-to-all needs ", size_,
+                                                   " send and receive counts"));
+  }
+  ncclResult_t result = ncclGroupStart();
+  int64_t sent = 0, received = 0;
+  for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
+    result = ncclSend(in + sent, send_counts[peer], ncclFloat32, peer, comm_,
+                      stream_);
+    if (result == ncclSuccess) {
+      result = ncclRecv(out + received, recv_counts[peer], ncclFloat32, peer,
+                        comm_, stream_);
+    }
+    sent += send_counts[peer];
+    received += recv_counts[peer];
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  return Finish("all-to-all", result == ncclSuccess ? ended : result);
+}
+
+absl::Status NcclCollectives::Send(const float* data, int64_t count, int peer) {
+  return Finish("send",
+                ncclSend(data, count, ncclFloat32, peer, comm_, stream_));
+}
+
+absl::Status NcclCollectives::Recv(float* data, int64_t count, int peer) {
+  return Finish("receive",
+                ncclRecv(data, count, ncclFloat32, peer, comm_, stream_));
+}
+
+absl::Status NcclCollectives::Barrier() {
+  return Finish("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat32,
+                                         ncclSum, comm_, stream_));
+}
+
+}  // namespace glm

@@ -1,0 +1,68 @@
+// Collectives over NCCL, for GPU workers: buffers are device memory, work runs
+// on the group's stream, and each call returns once its work has finished.
+// The communicator is non-blocking so that a missing or failed peer ends a
+// call after the timeout (the communicator is then aborted) instead of hanging.
+#ifndef GLM_PARALLEL_NCCL_COLLECTIVES_H_
+#define GLM_PARALLEL_NCCL_COLLECTIVES_H_
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "parallel/collectives.h"
+#include "worker/rendezvous_store.h"
+
+namespace glm {
+
+// Groups connected through `store` (not owned; it must outlive the factory).
+CollectivesFactory NcclFactory(RendezvousStore* store, absl::Duration timeout);
+
+class NcclCollectives : public Collectives {
+ public:
+  // Member 0 makes the group's NCCL unique id and publishes it in `store`
+  // under `key`; the others wait for it up to `timeout`.
+  static absl::StatusOr<std::unique_ptr<NcclCollectives>> Connect(
+      RendezvousStore& store, const std::string& key, int rank, int size,
+      absl::Duration timeout);
+  ~NcclCollectives() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status AllReduce(float* data, int64_t count, ReduceOp op) override;
+  absl::Status AllReduceSum(int64_t* data, int64_t count) override;
+  absl::Status Broadcast(float* data, int64_t count, int root) override;
+  absl::Status AllGather(const float* in, int64_t count, float* out) override;
+  absl::Status ReduceScatter(const float* in, int64_t count, float* out,
+                             ReduceOp op) override;
+  absl::Status AllToAllV(const float* in,
+                         const std::vector<int64_t>& send_counts, float* out,
+                         const std::vector<int64_t>& recv_counts) override;
+  absl::Status Send(const float* data, int64_t count, int peer) override;
+  absl::Status Recv(float* data, int64_t count, int peer) override;
+  absl::Status Barrier() override;
+
+ private:
+  NcclCollectives(std::string name, ncclComm_t comm, cudaStream_t stream,
+                  float* scratch, int rank, int size, absl::Duration timeout);
+
+  // Checks an enqueue call's result, then waits for the stream (and the
+  // communicator) to finish; on timeout or error aborts the communicator.
+  absl::Status Finish(const char* what, ncclResult_t enqueued);
+
+  const std::string name_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  float* scratch_;  // one device float for Barrier
+  const int rank_, size_;
+  const absl::Duration timeout_;
+  bool aborted_ = false;
+};
+
+}  // namespace glm
+
+#endif  // GLM_PARALLEL_NCCL_COLLECTIVES_H_

@@ -1,0 +1,43 @@
+// A rank's process groups, Megatron's: tensor, context, data and pipeline
+// parallel groups of the dense grid, expert and expert-data parallel groups of
+// the expert grid, and the whole world. A group holds the ranks whose other
+// coordinates (in the same grid) equal this rank's, ordered by global rank.
+#ifndef GLM_PARALLEL_PROCESS_GROUPS_H_
+#define GLM_PARALLEL_PROCESS_GROUPS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "parallel/collectives.h"
+#include "parallel/rank_grid.h"
+
+namespace glm {
+
+enum class GroupKind { kWorld, kTp, kCp, kDp, kPp, kEp, kExpertDp };
+
+// Every kind, in the order groups are connected.
+const std::vector<GroupKind>& AllGroupKinds();
+const char* GroupKindName(GroupKind kind);
+
+// The global ranks of `rank`'s group of `kind`, in group-rank order.
+std::vector<int> GroupMembers(const RankGrid& grid, int rank, GroupKind kind);
+
+class ProcessGroups {
+ public:
+  // Connects every group of `rank`, kinds in AllGroupKinds() order (all ranks
+  // follow it, so no two groups wait on each other).
+  static absl::StatusOr<ProcessGroups> Create(
+      const RankGrid& grid, int rank, const CollectivesFactory& connect);
+
+  Collectives& group(GroupKind kind) { return *groups_.at(kind); }
+
+ private:
+  std::map<GroupKind, std::unique_ptr<Collectives>> groups_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_PARALLEL_PROCESS_GROUPS_H_
