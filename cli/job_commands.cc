@@ -309,7 +309,7 @@ int Watch(const std::vector<std::string>& args) {
         call.stub.WatchJob(context.get(), request);
     v1::JobEvent event;
     v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
-    while (reader->Read(&event)) {
+    for (bool first = true; reader->Read(&event); first = false) {
       last = event.job().state();
       if (call.json) {
         std::cout << ToJson(event, false) << std::flush;
@@ -321,7 +321,10 @@ int Watch(const std::vector<std::string>& args) {
                   << (change.reason().empty() ? "" : ": " + change.reason())
                   << "\n";
       }
-      if (event.has_metrics()) std::cout << ProgressLine(event.job()) << "\n";
+      // Someone joining mid-run sees the progress so far at once.
+      if (event.has_metrics() || (first && event.job().has_latest_metrics())) {
+        std::cout << ProgressLine(event.job()) << "\n";
+      }
       std::cout << std::flush;
     }
     grpc::Status status = reader->Finish();

@@ -180,10 +180,11 @@ absl::StatusOr<bool> Scheduler::OnMetrics(
   absl::MutexLock lock(&mu_);
   absl::StatusOr<int> rank = RankOf(request.worker_id(), request.job_id(), 0);
   if (!rank.ok()) return true;  // the attempt ended: stop
+  // Running first, so the step that completes the set is reported as RUNNING.
+  MarkActive(request.job_id(), *rank);
   absl::StatusOr<v1::Job> job =
       jobs_->RecordMetrics(request.job_id(), request.metrics());
   if (!job.ok()) return job.status();
-  MarkActive(request.job_id(), *rank);
   return false;
 }
 

@@ -1,0 +1,115 @@
+// glmctl's job commands against a real in-process coordinator on 127.0.0.1,
+// with two registered workers playing the ranks' part, so `watch` follows a job
+// to its end.
+#include "cli/job_commands.h"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "coordinator/test_coordinator.h"
+#include "gtest/gtest.h"
+#include "worker/coordinator_client.h"
+
+namespace glm {
+namespace {
+
+class JobCommandsTest : public ::testing::Test {
+ protected:
+  JobCommandsTest() : server_("job_commands") {
+    token_file_ = std::string(std::getenv("TEST_TMPDIR")) + "/token";
+    std::ofstream(token_file_) << TestCoordinator::kToken << "\n";
+  }
+
+  // Runs `glmctl WORDS ARGS... --coordinator=... --token-file=...`, capturing
+  // stdout.
+  int Run(const std::string& words, std::vector<std::string> args,
+          std::string* out) {
+    args.push_back("--coordinator=" + server_.target());
+    args.push_back("--token-file=" + token_file_);
+    for (const Command& command : JobCommands()) {
+      if (command.words != words) continue;
+      std::stringstream captured;
+      std::streambuf* original = std::cout.rdbuf(captured.rdbuf());
+      const int code = command.run(args);
+      std::cout.rdbuf(original);
+      *out = captured.str();
+      return code;
+    }
+    ADD_FAILURE() << "no command " << words;
+    return -1;
+  }
+
+  TestCoordinator server_;
+  std::string token_file_;
+};
+
+TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
+  CoordinatorClient first(server_.Connect());
+  CoordinatorClient second(server_.Connect());
+  ASSERT_TRUE(first.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  ASSERT_TRUE(second.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  std::string out;
+  ASSERT_EQ(Run("submit", {"-f", "coordinator/testdata/tiny_job.json"}, &out),
+            0);
+  EXPECT_EQ(out, "submitted job-000001 (SCHEDULED)\n");
+
+  std::string watched;
+  int watch_code = -1;
+  std::thread watcher(
+      [&] { watch_code = Run("watch", {"job-000001"}, &watched); });
+  absl::SleepFor(absl::Milliseconds(200));
+  v1::StepMetrics step;
+  step.set_iteration(5);
+  step.set_train_iters(20);
+  step.set_lm_loss(3.5);
+  step.set_tokens_per_sec_per_device(1234);
+  step.set_step_time_ms(1000);
+  ASSERT_FALSE(*first.ReportMetrics("job-000001", 0, step));
+  ASSERT_FALSE(*second.ReportMetrics("job-000001", 1, step));
+  ASSERT_TRUE(first.ReportJobResult("job-000001", 0, 1, true, "").ok());
+  ASSERT_TRUE(second.ReportJobResult("job-000001", 1, 1, true, "").ok());
+  watcher.join();
+
+  EXPECT_EQ(watch_code, 0);
+  // The step shows as it happens, or at once when the watch started late.
+  EXPECT_NE(watched.find("step 5/20 (25%) loss 3.5000 tokens/s 1234 ETA 15s"),
+            std::string::npos)
+      << watched;
+  EXPECT_NE(watched.find("job-000001 SUCCEEDED: all 2 ranks finished"),
+            std::string::npos)
+      << watched;
+
+  ASSERT_EQ(Run("list", {"--state=SUCCEEDED"}, &out), 0);
+  EXPECT_NE(out.find("job-000001  tiny-pretrain  SUCCEEDED  5/20  3.5000"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(Run("list", {"--state=RUNNING"}, &out), 0);
+  EXPECT_EQ(out.find("job-000001"), std::string::npos) << out;
+  EXPECT_EQ(Run("list", {"--state=DONE"}, &out), 2);
+}
+
+TEST_F(JobCommandsTest, CheckpointsAreListed) {
+  CoordinatorClient worker(server_.Connect());
+  ASSERT_TRUE(worker.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  std::string out;
+  ASSERT_EQ(Run("submit", {"-f", "coordinator/testdata/tiny_job.json"}, &out),
+            0);
+  v1::CheckpointManifest manifest;
+  manifest.set_job_id("job-000001");
+  manifest.set_iteration(10);
+  manifest.set_consumed_samples(40);
+  manifest.set_kind("full");
+  manifest.set_directory("/ckpt/iter_0000010");
+  ASSERT_TRUE(worker.ReportCheckpoint(manifest).ok());
+  ASSERT_EQ(Run("checkpoints", {"job-000001"}, &out), 0);
+  EXPECT_NE(out.find("10         full  40"), std::string::npos) << out;
+  EXPECT_NE(out.find("/ckpt/iter_0000010"), std::string::npos) << out;
+  ASSERT_EQ(Run("checkpoints", {"job-000001", "--output=json"}, &out), 0);
+  EXPECT_NE(out.find("\"iteration\": \"10\""), std::string::npos) << out;
+  EXPECT_EQ(Run("checkpoints", {}, &out), 2);  // the job id is required
+}
+
+}  // namespace
+}  // namespace glm
