@@ -214,6 +214,47 @@ TEST_F(CoordinatorClientTest, ARankFailureFailsTheJobAndStopsTheOthers) {
   EXPECT_TRUE(*first.client().ReportMetrics(id, 0, step));
 }
 
+TEST_F(CoordinatorClientTest,
+       ARestartRequeuesScheduledJobsAndFailsRunningOnes) {
+  WatchingWorker first(server_, v1::CPU);
+  WatchingWorker second(server_, v1::CPU);
+  const std::string running = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(first.Await().has_value());
+  ASSERT_TRUE(second.Await().has_value());
+  for (WatchingWorker* worker : {&first, &second}) {
+    worker->client().SetCurrentJob(running, 1);
+    ASSERT_TRUE(worker->client().Heartbeat().ok());
+  }
+  ASSERT_EQ(Get(running).state(), v1::RUNNING);
+  WatchingWorker third(server_, v1::CPU);
+  WatchingWorker fourth(server_, v1::CPU);
+  const std::string scheduled = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_EQ(Get(scheduled).state(), v1::SCHEDULED);
+
+  ASSERT_TRUE(server_.Restart().ok());
+  connection_ = server_.Connect();
+  jobs_ = v1::JobService::NewStub(connection_->channel());
+
+  v1::Job failed = Get(running);
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_NE(failed.message().find("coordinator restarted"), std::string::npos);
+  v1::Job requeued = Get(scheduled);
+  EXPECT_EQ(requeued.state(), v1::PENDING);
+  ASSERT_EQ(requeued.history_size(), 3);
+  EXPECT_EQ(requeued.history(2).from(), v1::SCHEDULED);
+  // Workers of the old coordinator are unknown to the new one: they register
+  // again.
+  CoordinatorClient stale(server_.Connect());
+  ASSERT_TRUE(stale.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  EXPECT_EQ(stale.worker_id(), "worker-1");
+  WatchingWorker again(server_, v1::CPU);
+  std::optional<v1::Assignment> assignment = again.Await();
+  ASSERT_TRUE(assignment.has_value());
+  EXPECT_EQ(assignment->job_id(), scheduled);
+  EXPECT_EQ(assignment->attempt(), 2);
+  EXPECT_EQ(assignment->rendezvous().scope(), scheduled + "/attempt-2");
+}
+
 class HeartbeatTimeoutTest : public CoordinatorClientTest {
  protected:
   HeartbeatTimeoutTest() : CoordinatorClientTest(400) {}
