@@ -1,0 +1,228 @@
+// The model against transformers 5.17: each fixture under testdata/ (see
+// README.md) is loaded with the HF weight loader and run forward and
+// backward on the CPU backend; logits, losses, top-k sets and gradients must
+// match what make_fixtures.py recorded.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "checkpoint/hf_weight_loader.h"
+#include "checkpoint/safetensors.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/glm_model.h"
+#include "model/parameters.h"
+
+namespace glm {
+namespace {
+
+// Tolerances of the issue: relative to the largest expected magnitude.
+constexpr double kLogitTolerance = 1e-4;
+constexpr double kLossTolerance = 1e-5;
+constexpr double kGradientTolerance = 1e-4;
+
+class OracleTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string dir = "tests/oracle/testdata/" + GetParam();
+    absl::StatusOr<ModelConfig> config = ReadHfConfigFile(dir + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    params_ = std::make_unique<ModelParameters>(*config);
+    std::vector<WeightTarget> targets;
+    for (const NamedTensor& named : params_->Named()) {
+      targets.push_back(
+          {named.name, named.value->shape(), named.value->data()});
+    }
+    absl::StatusOr<SafetensorsFolder> weights = SafetensorsFolder::Open(dir);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    absl::StatusOr<WeightLoadSummary> loaded =
+        LoadHfWeights(*weights, *config, targets);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> expected =
+        SafetensorsFile::Open(dir + "/expected.safetensors");
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    expected_ = *std::move(expected);
+    ids_ = expected_->Find("input_ids");
+    ASSERT_NE(ids_, nullptr);
+  }
+
+  const ModelConfig& config() const { return params_->config(); }
+  int64_t rows() const { return ids_->shape[0]; }
+  int64_t seq() const { return ids_->shape[1]; }
+
+  // One packed row: the fixture's rows one after another, or its own
+  // cu_seqlens for the packed fixture.
+  Batch MakeBatch() const {
+    std::string_view bytes = *expected_->Bytes("input_ids");
+    std::vector<int64_t> ids(ids_->NumElements());
+    std::memcpy(ids.data(), bytes.data(), bytes.size());
+    std::vector<std::vector<int32_t>> sequences(rows());
+    for (int64_t b = 0; b < rows(); ++b) {
+      sequences[b].assign(ids.begin() + b * seq(),
+                          ids.begin() + (b + 1) * seq());
+    }
+    Batch batch = Batch::FromSequences(sequences);
+    if (const TensorInfo* cu = expected_->Find("cu_seqlens")) {
+      std::string_view cu_bytes = *expected_->Bytes("cu_seqlens");
+      batch.cu_seqlens.resize(cu->NumElements());
+      std::memcpy(batch.cu_seqlens.data(), cu_bytes.data(), cu_bytes.size());
+    }
+    return batch;
+  }
+
+  std::vector<float> Expected(const std::string& name) const {
+    absl::StatusOr<std::vector<float>> values = expected_->ReadFloat32(name);
+    EXPECT_TRUE(values.ok()) << values.status();
+    return values.ok() ? *values : std::vector<float>();
+  }
+
+  // max |actual - expected| <= tolerance * max |expected|.
+  void ExpectClose(const std::string& what, const float* actual,
+                   const std::vector<float>& expected, double tolerance) {
+    double scale = 0, error = 0;
+    int64_t worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      scale = std::max(scale, std::fabs(double{expected[i]}));
+      const double diff = std::fabs(double{actual[i]} - expected[i]);
+      if (diff > error) {
+        error = diff;
+        worst = i;
+      }
+    }
+    if (scale > 0 && error / scale > worst_relative_error_) {
+      worst_relative_error_ = error / scale;
+      worst_what_ = what;
+    }
+    EXPECT_LE(error, tolerance * scale)
+        << GetParam() << " " << what << ": max |diff| " << error
+        << " at element " << worst << " (got " << actual[worst]
+        << ", transformers " << expected[worst] << "), max |expected| "
+        << scale;
+  }
+
+  void ExpectLoss(const std::string& what, double actual,
+                  double tolerance) const {
+    const double expected = Expected(what).at(0);
+    EXPECT_NEAR(actual, expected, tolerance * std::fabs(expected))
+        << GetParam() << " " << what;
+  }
+
+  // The top-k keys of `layer` (1-indexed) per query as sets of packed-row
+  // token indices, from the fixture (causal keys of its row, -1 padded).
+  std::vector<std::set<int32_t>> ExpectedTopk(int layer) const {
+    const std::string name = absl::StrCat("topk.layer.", layer);
+    const TensorInfo* info = expected_->Find(name);
+    EXPECT_NE(info, nullptr) << name;
+    std::string_view bytes = *expected_->Bytes(name);
+    const int64_t k = info->shape[2];
+    std::vector<int32_t> keys(info->NumElements());
+    std::memcpy(keys.data(), bytes.data(), bytes.size());
+    std::vector<std::set<int32_t>> sets(rows() * seq());
+    for (int64_t token = 0; token < rows() * seq(); ++token) {
+      const int32_t row_start = static_cast<int32_t>(token / seq() * seq());
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t key = keys[token * k + j];
+        if (key >= 0) sets[token].insert(row_start + key);
+      }
+    }
+    return sets;
+  }
+
+  // The measured agreement, for the log.
+  void TearDown() override {
+    if (!worst_what_.empty()) {
+      std::cout << GetParam() << ": largest relative error "
+                << worst_relative_error_ << " (" << worst_what_ << ")\n";
+    }
+  }
+
+  std::unique_ptr<ModelParameters> params_;
+  std::unique_ptr<SafetensorsFile> expected_;
+  double worst_relative_error_ = 0;
+  std::string worst_what_;
+  const TensorInfo* ids_ = nullptr;
+  CpuBackend backend_;
+};
+
+TEST_P(OracleTest, ForwardMatchesTransformers) {
+  GlmModel model(params_.get(), &backend_);
+  absl::StatusOr<ForwardResult> result = model.Forward(MakeBatch());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->logits.numel(), rows() * seq() * config().vocab_size);
+  ExpectClose("logits", result->logits.data(), Expected("logits"),
+              kLogitTolerance);
+  ASSERT_EQ(result->mtp_logits.numel(), result->logits.numel());
+  ExpectClose("mtp_logits", result->mtp_logits.data(), Expected("mtp_logits"),
+              kLogitTolerance);
+  ExpectLoss("loss", result->lm_loss, kLossTolerance);
+  ExpectLoss("mtp_loss", result->mtp_loss, kLossTolerance);
+  ExpectLoss("indexer_loss", result->indexer_loss, kLogitTolerance);
+  ExpectLoss("total_loss", result->total_loss, kLossTolerance);
+}
+
+// Computing layers select transformers' keys; skip layers reuse their source
+// layer's selection. The MTP layer (entry L + 1) runs its own indexer when
+// every layer computes, else it reuses the last main layer's top-k.
+TEST_P(OracleTest, TopkSetsMatchTransformers) {
+  GlmModel model(params_.get(), &backend_);
+  absl::StatusOr<ForwardResult> result = model.Forward(MakeBatch());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const int layers = config().num_hidden_layers;
+  ASSERT_EQ(result->layer_topk.size(), layers + config().num_mtp_layers);
+  const IndexSharing& sharing = config().index_sharing;
+  for (int layer = 1; layer <= layers + config().num_mtp_layers; ++layer) {
+    const int source = layer <= layers          ? sharing.SourceLayer(layer)
+                       : sharing.topk_freq == 1 ? layer
+                                                : sharing.SourceLayer(layers);
+    const std::vector<std::set<int32_t>> expected = ExpectedTopk(source);
+    const IndexTensor& topk = result->layer_topk[layer - 1];
+    ASSERT_EQ(topk.dim(0), rows() * seq()) << layer;
+    int mismatches = 0;
+    for (int64_t token = 0; token < topk.dim(0); ++token) {
+      std::set<int32_t> actual;
+      for (int64_t j = 0; j < topk.dim(1); ++j) {
+        const int32_t key = topk.data()[token * topk.dim(1) + j];
+        if (key >= 0) actual.insert(key);
+      }
+      if (actual != expected[token] && ++mismatches <= 3) {
+        ADD_FAILURE() << GetParam() << " layer " << layer << " (source "
+                      << source << ") token " << token
+                      << ": top-k differs from transformers";
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << GetParam() << " layer " << layer;
+  }
+}
+
+TEST_P(OracleTest, GradientsMatchTransformers) {
+  params_->ZeroGrad();
+  GlmModel model(params_.get(), &backend_);
+  ASSERT_TRUE(model.Forward(MakeBatch()).ok());
+  ASSERT_TRUE(model.Backward().ok());
+  std::set<std::string> compared;
+  for (const NamedTensor& named : params_->Named()) {
+    const std::string key = "grad." + named.name;
+    if (named.grad == nullptr || expected_->Find(key) == nullptr) continue;
+    ASSERT_EQ(named.grad->numel(), expected_->Find(key)->NumElements()) << key;
+    ExpectClose(key, named.grad->data(), Expected(key), kGradientTolerance);
+    compared.insert(key);
+  }
+  // Every recorded gradient belongs to a parameter of the model.
+  for (const TensorInfo& info : expected_->tensors()) {
+    if (absl::StartsWith(info.name, "grad.")) {
+      EXPECT_TRUE(compared.count(info.name)) << GetParam() << " " << info.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OracleTest,
+                         ::testing::Values("glm52_sharing", "glm5_full",
+                                           "glm52_packed"));
+
+}  // namespace
+}  // namespace glm
