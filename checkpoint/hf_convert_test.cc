@@ -2,14 +2,15 @@
 
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/synthetic_hf.h"
 #include "gtest/gtest.h"
 #include "model/config.h"
 #include "nlohmann/json.hpp"
@@ -20,7 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string TempDir() {
-  std::string pattern = fs::temp_directory_path() / "hf_convert_XXXXXX";
+  const char* root = std::getenv("TEST_TMPDIR");
+  std::string pattern =
+      (root ? fs::path(root) : fs::temp_directory_path()) / "hf_convert_XXXXXX";
   return mkdtemp(pattern.data());
 }
 
@@ -41,53 +44,20 @@ v1::ParallelLayout Pp2Ep2() {
 
 struct Fixture {
   std::string preset = "glm5.2-tiny";
-  ExpertForm form = ExpertForm::kPerExpert;
-  DType dtype = DType::kBF16;
-  bool mtp_extras = false;  // the MTP layer's own embed_tokens / head copies
-  std::vector<std::string> extra_keys;
-  std::vector<std::string> dropped_keys;
+  SyntheticHfOptions options;
 };
 
-// Writes an HF folder: config.json (with its own formatting, to check it is
-// kept byte for byte) and random tensor bytes in sharded safetensors.
+// A sharded HF folder of random tensors.
 std::string MakeHfFolder(const Fixture& fixture) {
   const std::string dir = TempDir();
   ModelConfig config = *PresetConfig(fixture.preset);
-  config.torch_dtype = fixture.dtype == DType::kBF16 ? "bfloat16" : "float32";
-  nlohmann::json json = nlohmann::json::parse(ToHfConfigJson(config));
-  json["transformers_version"] = "5.17.0";
-  std::ofstream(dir + "/config.json") << json.dump(3) << "\n\n";
-
-  const HfNameMap map =
-      *HfNameMap::Create(config, fixture.form, v1::ParallelLayout());
-  std::mt19937 random(42);
-  std::vector<std::string> storage;
-  std::vector<TensorBytes> tensors;
-  auto add = [&](const std::string& name, DType dtype,
-                 const std::vector<int64_t>& shape) {
-    int64_t count = 1;
-    for (int64_t dim : shape) count *= dim;
-    std::string bytes(count * DTypeSize(dtype), '\0');
-    for (char& byte : bytes) byte = static_cast<char>(random());
-    storage.push_back(std::move(bytes));
-    tensors.push_back({name, dtype, shape, {}});
-  };
-  storage.reserve(map.tensors().size() + fixture.extra_keys.size());
-  for (const HfTensor& tensor : map.tensors()) {
-    if (!tensor.required && !fixture.mtp_extras) continue;
-    if (std::count(fixture.dropped_keys.begin(), fixture.dropped_keys.end(),
-                   tensor.name)) {
-      continue;
-    }
-    const bool fp32 = absl::EndsWith(tensor.name, "e_score_correction_bias");
-    add(tensor.name, fp32 ? DType::kF32 : fixture.dtype, tensor.shape);
-  }
-  for (const std::string& name : fixture.extra_keys)
-    add(name, DType::kF32, {4});
-  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = storage[i];
-  // Sharded input: several files and an index.
-  EXPECT_TRUE(WriteSafetensorsFolder(dir, tensors, 200'000).ok());
+  config.torch_dtype =
+      fixture.options.dtype == DType::kBF16 ? "bfloat16" : "float32";
+  absl::Status status =
+      WriteSyntheticHfCheckpoint(dir, config, fixture.options);
+  EXPECT_TRUE(status.ok()) << status;
   EXPECT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
   return dir;
 }
 
@@ -126,12 +96,12 @@ void RoundTrip(const Fixture& fixture) {
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ(checkpoint->manifest().shards_size(), 4);
   EXPECT_EQ(checkpoint->manifest().expert_form(),
-            std::string(ExpertFormName(fixture.form)));
+            std::string(ExpertFormName(fixture.options.form)));
   EXPECT_EQ(*checkpoint->HfConfigJson(), ReadAll(hf + "/config.json"));
   EXPECT_EQ(*ReadLatestIteration(native), 0);
   // The dtype stays the file's.
   EXPECT_EQ(checkpoint->Find("model.embed_tokens.weight")->dtype(),
-            std::string(DTypeName(fixture.dtype)));
+            std::string(DTypeName(fixture.options.dtype)));
 
   absl::StatusOr<VerifySummary> exported =
       ExportHfCheckpoint({native, out, 300'000, ""});
@@ -161,15 +131,15 @@ TEST(HfConvertTest, RoundTripPerExpertBf16) { RoundTrip({}); }
 
 TEST(HfConvertTest, RoundTripFusedF32) {
   Fixture fixture;
-  fixture.form = ExpertForm::kFused;
-  fixture.dtype = DType::kF32;
+  fixture.options.form = ExpertForm::kFused;
+  fixture.options.dtype = DType::kF32;
   RoundTrip(fixture);
 }
 
 TEST(HfConvertTest, RoundTripFusedBf16WithMtpExtras) {
   Fixture fixture;
-  fixture.form = ExpertForm::kFused;
-  fixture.mtp_extras = true;
+  fixture.options.form = ExpertForm::kFused;
+  fixture.options.mtp_extras = true;
   RoundTrip(fixture);
 }
 
@@ -199,8 +169,9 @@ TEST(HfConvertTest, IndexerTensorsOnlyOnComputingLayers) {
 
 TEST(HfConvertTest, UnexpectedAndMissingKeysAreErrors) {
   Fixture fixture;
-  fixture.extra_keys = {"model.layers.3.self_attn.indexer.wk.weight"};
-  fixture.dropped_keys = {"model.layers.2.mlp.experts.3.up_proj.weight"};
+  fixture.options.extra_keys = {"model.layers.3.self_attn.indexer.wk.weight"};
+  fixture.options.dropped_keys = {
+      "model.layers.2.mlp.experts.3.up_proj.weight"};
   const std::string hf = MakeHfFolder(fixture);
   const std::string native = TempDir() + "/native";
   absl::StatusOr<VerifySummary> imported =

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string TempDir() {
-  std::string pattern = fs::temp_directory_path() / "native_ckpt_XXXXXX";
+  const char* root = std::getenv("TEST_TMPDIR");
+  std::string pattern = (root ? fs::path(root) : fs::temp_directory_path()) /
+                        "native_ckpt_XXXXXX";
   return mkdtemp(pattern.data());
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "cli/command_flags.h"
+#include "cli/convert_command.h"
 #include "cli/data_command.h"
 #include "cli/job_commands.h"
 #include "cli/layout_command.h"
@@ -20,6 +21,7 @@ std::vector<Command> Commands() {
   std::vector<Command> commands;
   for (const std::vector<Command>& group : {
            ModelCommands(),
+           ConvertCommands(),
            LayoutCommands(),
            JobCommands(),
            DataCommands(),
