@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "training/flops.h"
 #include "training/grad_clip.h"
+#include "training/gradient_sync.h"
 #include "training/router_bias.h"
 
 namespace glm {
@@ -41,9 +43,18 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerOptions& options, std::unique_ptr<TokenSampleDataset> data,
-    std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend) {
+    std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
+    Collectives* data_parallel) {
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return status;
+  }
+  const int64_t micro_batches =
+      options.global_batch_size / options.micro_batch_size;
+  if (data_parallel != nullptr && micro_batches % data_parallel->size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.global_batch_size: ", options.global_batch_size,
+        " must be a multiple of micro_batch_size ", options.micro_batch_size,
+        " x data-parallel size ", data_parallel->size()));
   }
   if (data->seq_length() != options.seq_length) {
     return absl::InvalidArgumentError(
@@ -60,21 +71,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     params = std::make_unique<ModelParameters>(options.model);
     params->InitRandom(options.seed);
   }
-  return std::unique_ptr<Trainer>(new Trainer(
-      options, std::move(data), std::move(params), std::move(backend)));
+  return std::unique_ptr<Trainer>(
+      new Trainer(options, std::move(data), std::move(params),
+                  std::move(backend), data_parallel));
 }
 
 Trainer::Trainer(const TrainerOptions& options,
                  std::unique_ptr<TokenSampleDataset> data,
                  std::unique_ptr<ModelParameters> params,
-                 std::unique_ptr<Backend> backend)
+                 std::unique_ptr<Backend> backend, Collectives* data_parallel)
     : options_(options),
       data_(std::move(data)),
       params_(std::move(params)),
       backend_(std::move(backend)),
       model_(std::make_unique<GlmModel>(params_.get(), backend_.get(),
                                         options.loss)),
-      optimizer_(options.adamw) {}
+      optimizer_(options.adamw),
+      data_parallel_(data_parallel) {}
 
 std::vector<TrainableTensor> Trainer::Trainable() {
   std::vector<TrainableTensor> trainable;
@@ -113,26 +126,79 @@ absl::Status Trainer::RunMicroBatch(int64_t first_sample,
   return absl::OkStatus();
 }
 
+// The model reports expert loads for the main decoder layers, then the MTP
+// layers, in that order.
+Tensor* Trainer::RouterBias(size_t layer) {
+  const size_t main_layers = params_->layers.size();
+  DecoderLayerParameters& decoder =
+      layer < main_layers ? params_->layers[layer]
+                          : params_->mtp[layer - main_layers].layer;
+  return &decoder.moe.e_score_correction_bias;
+}
+
 void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
   if (options_.router_bias_update_rate == 0) return;
   for (size_t layer = 0; layer < totals.expert_load.size(); ++layer) {
     if (totals.expert_load[layer].empty()) continue;
     UpdateRouterBias(totals.expert_load[layer],
-                     options_.router_bias_update_rate,
-                     &params_->layers[layer].moe.e_score_correction_bias);
+                     options_.router_bias_update_rate, RouterBias(layer));
   }
+}
+
+absl::Status Trainer::ReduceOverDataParallel(MicroBatchTotals* totals) {
+  if (absl::Status status = AllReduceGradients(*data_parallel_, Trainable());
+      !status.ok()) {
+    return status;
+  }
+  float losses[] = {static_cast<float>(totals->lm_loss),
+                    static_cast<float>(totals->mtp_loss),
+                    static_cast<float>(totals->indexer_loss)};
+  if (absl::Status status =
+          data_parallel_->AllReduce(losses, 3, ReduceOp::kSum);
+      !status.ok()) {
+    return status;
+  }
+  totals->lm_loss = losses[0];
+  totals->mtp_loss = losses[1];
+  totals->indexer_loss = losses[2];
+  std::vector<int64_t> loads;
+  for (const std::vector<int64_t>& layer : totals->expert_load) {
+    loads.insert(loads.end(), layer.begin(), layer.end());
+  }
+  if (absl::Status status =
+          data_parallel_->AllReduceSum(loads.data(), loads.size());
+      !status.ok()) {
+    return status;
+  }
+  auto next = loads.begin();
+  for (std::vector<int64_t>& layer : totals->expert_load) {
+    std::copy_n(next, layer.size(), layer.begin());
+    next += layer.size();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
   const int64_t micro_batches =
       options_.global_batch_size / options_.micro_batch_size;
+  const int dp = data_parallel_size();
+  const int dp_rank = data_parallel_ == nullptr ? 0 : data_parallel_->rank();
   params_->ZeroGrad();
   MicroBatchTotals totals;
-  for (int64_t m = 0; m < micro_batches; ++m) {
+  // Megatron's data-parallel sampler: each group of dp micro batches is
+  // dealt out one per rank, so the ranks together read the samples one
+  // process would.
+  for (int64_t m = 0; m < micro_batches / dp; ++m) {
     absl::Status status = RunMicroBatch(
-        consumed_samples_ + m * options_.micro_batch_size, &totals);
+        consumed_samples_ + (m * dp + dp_rank) * options_.micro_batch_size,
+        &totals);
     if (!status.ok()) return status;
+  }
+  if (data_parallel_ != nullptr) {
+    if (absl::Status status = ReduceOverDataParallel(&totals); !status.ok()) {
+      return status;
+    }
   }
   ++iteration_;
   consumed_samples_ += options_.global_batch_size;
@@ -164,10 +230,10 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   metrics.set_tflops_per_device(TrainingFlops(options_.model,
                                               options_.seq_length,
                                               options_.global_batch_size) /
-                                seconds / 1e12);
+                                seconds / 1e12 / dp);
   metrics.set_tokens_per_sec_per_device(
       static_cast<double>(options_.global_batch_size * options_.seq_length) /
-      seconds);
+      seconds / dp);
   metrics.set_learning_rate(lr);
   metrics.set_lm_loss(totals.lm_loss / micro_batches);
   metrics.set_mtp_loss(totals.mtp_loss / micro_batches);

@@ -1,7 +1,10 @@
 // One rank's training loop for a whole model (no model parallelism): gradient
 // accumulation over micro batches, AdamW with global-norm clipping, the LR
 // schedule, NaN/Inf iterations skipped and counted, aux-loss-free router bias
-// updates, and the per-step metrics Megatron logs.
+// updates, and the per-step metrics Megatron logs. With a data-parallel group
+// each rank runs its share of the micro batches and the ranks sum gradients,
+// losses and expert loads before the update, so every rank takes the step one
+// process would.
 #ifndef GLM_TRAINING_TRAINER_H_
 #define GLM_TRAINING_TRAINER_H_
 
@@ -16,6 +19,7 @@
 #include "model/config.h"
 #include "model/glm_model.h"
 #include "model/parameters.h"
+#include "parallel/collectives.h"
 #include "proto/metrics.pb.h"
 #include "training/adamw.h"
 #include "training/lr_schedule.h"
@@ -41,10 +45,12 @@ struct TrainerOptions {
 class Trainer {
  public:
   // `params` may be null: weights are then initialized from options.seed.
+  // `data_parallel` (not owned, may be null: one rank) is the data-parallel
+  // group; its size must divide the number of micro batches per step.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const TrainerOptions& options, std::unique_ptr<TokenSampleDataset> data,
-      std::unique_ptr<ModelParameters> params,
-      std::unique_ptr<Backend> backend);
+      std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
+      Collectives* data_parallel = nullptr);
 
   // Runs the next iteration and returns its metrics.
   absl::StatusOr<v1::StepMetrics> Step();
@@ -64,7 +70,7 @@ class Trainer {
   Trainer(const TrainerOptions& options,
           std::unique_ptr<TokenSampleDataset> data,
           std::unique_ptr<ModelParameters> params,
-          std::unique_ptr<Backend> backend);
+          std::unique_ptr<Backend> backend, Collectives* data_parallel);
 
   struct MicroBatchTotals {
     double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
@@ -72,7 +78,13 @@ class Trainer {
   };
   absl::Status RunMicroBatch(int64_t first_sample, MicroBatchTotals* totals);
   std::vector<TrainableTensor> Trainable();
+  Tensor* RouterBias(size_t layer);
   void UpdateRouterBiases(const MicroBatchTotals& totals);
+  // Sums gradients, losses and expert loads over the data-parallel group.
+  absl::Status ReduceOverDataParallel(MicroBatchTotals* totals);
+  int data_parallel_size() const {
+    return data_parallel_ == nullptr ? 1 : data_parallel_->size();
+  }
 
   TrainerOptions options_;
   std::unique_ptr<TokenSampleDataset> data_;
@@ -80,6 +92,7 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GlmModel> model_;
   AdamW optimizer_;
+  Collectives* data_parallel_;
 
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;

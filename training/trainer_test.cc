@@ -105,8 +105,8 @@ TEST(TrainerTest, MetricsCarryScheduleAndThroughput) {
   EXPECT_GT(metrics->tflops_per_device(), 0);
   EXPECT_GT(metrics->grad_norm(), 0);
   EXPECT_GT(metrics->peak_memory_bytes(), 0);
-  // 7 MoE layers in the main model (first_k_dense_replace = 1).
-  EXPECT_EQ(metrics->expert_load_imbalance_size(), 7);
+  // 7 MoE layers in the main model (first_k_dense_replace = 1), then MTP's.
+  EXPECT_EQ(metrics->expert_load_imbalance_size(), 8);
   for (double imbalance : metrics->expert_load_imbalance()) {
     EXPECT_GE(imbalance, 1.0);
   }
