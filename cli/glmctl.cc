@@ -11,6 +11,7 @@
 #include "cli/data_command.h"
 #include "cli/job_commands.h"
 #include "cli/layout_command.h"
+#include "cli/local_command.h"
 #include "cli/model_command.h"
 
 namespace glm {
@@ -25,6 +26,7 @@ std::vector<Command> Commands() {
            LayoutCommands(),
            JobCommands(),
            DataCommands(),
+           LocalCommands(),
        }) {
     commands.insert(commands.end(), group.begin(), group.end());
   }

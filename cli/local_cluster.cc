@@ -1,0 +1,131 @@
+#include "cli/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+extern char** environ;
+
+namespace glm {
+namespace {
+
+std::string RandomToken() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&token, absl::StrFormat("%08x", device()));
+  }
+  return token;
+}
+
+absl::Status WritePrivateFile(const std::string& path,
+                              const std::string& content) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return absl::InternalError("cannot write " + path);
+  const bool ok = write(fd, content.data(), content.size()) ==
+                  static_cast<ssize_t>(content.size());
+  close(fd);
+  return ok ? absl::OkStatus() : absl::InternalError("cannot write " + path);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FindWorkerBinary() {
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe");
+  const std::filesystem::path candidates[] = {
+      self.string() + ".runfiles/glm/worker/glm-worker",
+      self.parent_path().parent_path() / "worker" / "glm-worker",
+      self.parent_path() / "glm-worker",
+  };
+  for (const std::filesystem::path& candidate : candidates) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no glm-worker binary beside ", self.string(), "; pass --worker-binary"));
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  std::error_code error;
+  std::filesystem::create_directories(options.state_dir + "/logs", error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot create ", options.state_dir,
+                                            ": ", error.message()));
+  }
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  cluster->options_ = options;
+  CoordinatorOptions coordinator;
+  coordinator.listen = "127.0.0.1:0";
+  coordinator.state_dir = options.state_dir + "/coordinator";
+  coordinator.auth_token = RandomToken();
+  absl::StatusOr<std::unique_ptr<Coordinator>> started =
+      Coordinator::Start(coordinator);
+  if (!started.ok()) return started.status();
+  cluster->coordinator_ = std::move(*started);
+  cluster->connection_.target =
+      absl::StrCat("127.0.0.1:", cluster->coordinator_->port());
+  cluster->connection_.token = coordinator.auth_token;
+
+  const std::string token_file = options.state_dir + "/token";
+  if (absl::Status written =
+          WritePrivateFile(token_file, coordinator.auth_token);
+      !written.ok()) {
+    return written;
+  }
+  for (int i = 0; i < options.workers; ++i) {
+    if (absl::Status spawned = cluster->SpawnWorker(i, token_file);
+        !spawned.ok()) {
+      return spawned;
+    }
+  }
+  return cluster;
+}
+
+std::string LocalCluster::WorkerLog(int worker) const {
+  return absl::StrCat(options_.state_dir, "/logs/worker-", worker, ".log");
+}
+
+absl::Status LocalCluster::SpawnWorker(int index,
+                                       const std::string& token_file) {
+  const std::string log = WorkerLog(index);
+  std::vector<std::string> args = {
+      options_.worker_binary, "--coordinator=" + connection_.target,
+      "--token-file=" + token_file, "--device=cpu"};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  const int error = posix_spawn(&pid, options_.worker_binary.c_str(), &actions,
+                                nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    return absl::InternalError(absl::StrCat(
+        "cannot start ", options_.worker_binary, ": ", strerror(error)));
+  }
+  worker_pids_.push_back(pid);
+  return absl::OkStatus();
+}
+
+LocalCluster::~LocalCluster() {
+  for (pid_t pid : worker_pids_) kill(pid, SIGTERM);
+  for (pid_t pid : worker_pids_) waitpid(pid, nullptr, 0);
+  if (coordinator_) coordinator_->Shutdown();
+}
+
+}  // namespace glm

@@ -1,0 +1,52 @@
+// A one-machine cluster for `glmctl local`: an embedded coordinator on a
+// loopback port with a fresh token, and N glm-worker processes registered with
+// it. Everything lives under one state folder (job store, token, worker logs).
+#ifndef GLM_CLI_LOCAL_CLUSTER_H_
+#define GLM_CLI_LOCAL_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator.h"
+#include "rpc/client_connection.h"
+
+namespace glm {
+
+struct LocalClusterOptions {
+  std::string state_dir;
+  int workers = 1;
+  std::string worker_binary;
+};
+
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
+      const LocalClusterOptions& options);
+  // Stops the workers (SIGTERM, then waits) and the coordinator.
+  ~LocalCluster();
+
+  // How glmctl's own calls reach the coordinator.
+  const ConnectionOptions& connection() const { return connection_; }
+  std::string WorkerLog(int worker) const;
+
+ private:
+  LocalCluster() = default;
+  absl::Status SpawnWorker(int index, const std::string& token_file);
+
+  LocalClusterOptions options_;
+  std::unique_ptr<Coordinator> coordinator_;
+  ConnectionOptions connection_;
+  std::vector<pid_t> worker_pids_;
+};
+
+// The glm-worker binary beside this program: in its Bazel runfiles, or in the
+// same folder (an installed layout).
+absl::StatusOr<std::string> FindWorkerBinary();
+
+}  // namespace glm
+
+#endif  // GLM_CLI_LOCAL_CLUSTER_H_
