@@ -1,11 +1,11 @@
 // A loaded SentencePiece model behind a header free of Abseil. Debian's
 // sentencepiece_processor.h declares `absl::string_view` itself, which
 // collides with Abseil's own class, so only sentencepiece_model.cc includes
-// it, and that file includes nothing from Abseil.
+// it, and that file includes nothing from Abseil. How the library is loaded
+// (at run time, isolated from the system protobuf) is explained there.
 #ifndef GLM_DATA_SENTENCEPIECE_MODEL_H_
 #define GLM_DATA_SENTENCEPIECE_MODEL_H_
 
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,8 +20,11 @@ class SentencePieceModel {
  public:
   SentencePieceModel();
   ~SentencePieceModel();
+  SentencePieceModel(const SentencePieceModel&) = delete;
+  SentencePieceModel& operator=(const SentencePieceModel&) = delete;
 
-  // False with `error` set when the file is missing or not a model.
+  // False with `error` set when the file is missing or not a model, or
+  // libsentencepiece cannot be loaded. The other methods need a loaded model.
   bool Load(const std::string& path, std::string* error);
 
   int size() const;
@@ -36,7 +39,7 @@ class SentencePieceModel {
   std::string Decode(const std::vector<int>& ids) const;
 
  private:
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  sentencepiece::SentencePieceProcessor* processor_ = nullptr;
 };
 
 }  // namespace glm

@@ -40,6 +40,34 @@ TEST(ByteTokenizerTest, DecodesOutOfRangeIdsVisibly) {
   EXPECT_EQ(tokenizer.Decode({'a', 999}), "a<|invalid:999|>");
 }
 
+const char kCorpusModel[] = "data/corpus/tokenizer_sp512.model";
+
+TEST(SentencePieceTokenizerTest, LoadsTheShippedModel) {
+  auto tokenizer = LoadTokenizer(kCorpusModel);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->vocab_size(), 512);  // glm5.2-tiny's vocabulary
+  EXPECT_EQ((*tokenizer)->name(), std::string("sentencepiece:") + kCorpusModel);
+  const ChatMarkers& markers = (*tokenizer)->chat_markers();
+  const std::vector<int32_t> specials = {
+      (*tokenizer)->eod_id(), (*tokenizer)->pad_id(), markers.system,
+      markers.user,           markers.assistant,      markers.end};
+  EXPECT_EQ((*tokenizer)->Decode(specials),
+            "<|endoftext|><|pad|><|system|><|user|><|assistant|><|end|>");
+  for (int32_t id : specials) EXPECT_GT(id, 0);
+}
+
+TEST(SentencePieceTokenizerTest, RoundTripsTextAndCompressesIt) {
+  auto tokenizer = LoadTokenizer(kCorpusModel);
+  ASSERT_TRUE(tokenizer.ok());
+  const std::string text =
+      "The moon has no light of its own. What we see at night is sunlight "
+      "reflected from its grey, dusty surface.\nWhat is 17 + 25?";
+  const std::vector<int32_t> ids = (*tokenizer)->Encode(text);
+  EXPECT_EQ((*tokenizer)->Decode(ids), text);
+  EXPECT_LT(ids.size() * 2, text.size());  // well under one id per byte
+  EXPECT_EQ((*tokenizer)->Encode("\n").size(), 1u);  // the newline piece
+}
+
 TEST(LoadTokenizerTest, MissingSentencePieceModelIsAnError) {
   auto tokenizer = LoadTokenizer("/nonexistent/tokenizer.model");
   ASSERT_FALSE(tokenizer.ok());
