@@ -157,4 +157,26 @@ absl::StatusOr<WeightLoadSummary> LoadHfWeights(
   return Loader(folder, config).Run(targets);
 }
 
+absl::StatusOr<WeightLoadSummary> LoadHfWeights(const SafetensorsFolder& folder,
+                                                ModelParameters* params) {
+  std::vector<WeightTarget> targets;
+  for (const NamedTensor& named : params->Named()) {
+    targets.push_back({named.name, named.value->shape(), named.value->data()});
+  }
+  return LoadHfWeights(folder, params->config(), targets);
+}
+
+absl::StatusOr<std::unique_ptr<ModelParameters>> LoadHfModel(
+    const std::string& dir) {
+  absl::StatusOr<ModelConfig> config = ReadHfConfigFile(dir + "/config.json");
+  if (!config.ok()) return config.status();
+  absl::StatusOr<SafetensorsFolder> folder = SafetensorsFolder::Open(dir);
+  if (!folder.ok()) return folder.status();
+  auto params = std::make_unique<ModelParameters>(*config);
+  absl::StatusOr<WeightLoadSummary> loaded =
+      LoadHfWeights(*folder, params.get());
+  if (!loaded.ok()) return loaded.status();
+  return params;
+}
+
 }  // namespace glm

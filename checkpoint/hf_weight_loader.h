@@ -17,12 +17,14 @@
 #define GLM_CHECKPOINT_HF_WEIGHT_LOADER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/safetensors.h"
 #include "model/config.h"
+#include "model/parameters.h"
 
 namespace glm {
 
@@ -46,6 +48,14 @@ struct WeightLoadSummary {
 absl::StatusOr<WeightLoadSummary> LoadHfWeights(
     const SafetensorsFolder& folder, const ModelConfig& config,
     const std::vector<WeightTarget>& targets);
+
+// Fills every parameter and buffer of `params` (its config gives the shapes).
+absl::StatusOr<WeightLoadSummary> LoadHfWeights(const SafetensorsFolder& folder,
+                                                ModelParameters* params);
+
+// A model from an HF folder: DIR/config.json and DIR's weights.
+absl::StatusOr<std::unique_ptr<ModelParameters>> LoadHfModel(
+    const std::string& dir);
 
 }  // namespace glm
 

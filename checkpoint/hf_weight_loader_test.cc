@@ -305,5 +305,21 @@ TEST(HfWeightLoaderTest, LoadsOracleFixtures) {
   }
 }
 
+TEST(HfWeightLoaderTest, LoadsAModelFolder) {
+  const std::string dir = "tests/oracle/testdata/glm52_sharing";
+  absl::StatusOr<std::unique_ptr<ModelParameters>> params = LoadHfModel(dir);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ((*params)->config().index_sharing.topk_freq, 4);
+  absl::StatusOr<SafetensorsFolder> folder = SafetensorsFolder::Open(dir);
+  ASSERT_TRUE(folder.ok());
+  EXPECT_EQ((*params)->lm_head.value.values(),
+            *folder->FileOf("lm_head.weight")->ReadFloat32("lm_head.weight"));
+
+  const std::string empty = TempDir("empty_model");
+  EXPECT_NE(LoadHfModel(empty).status().message().find("cannot open " + empty +
+                                                       "/config.json"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace glm

@@ -30,19 +30,9 @@ class OracleTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     const std::string dir = "tests/oracle/testdata/" + GetParam();
-    absl::StatusOr<ModelConfig> config = ReadHfConfigFile(dir + "/config.json");
-    ASSERT_TRUE(config.ok()) << config.status();
-    params_ = std::make_unique<ModelParameters>(*config);
-    std::vector<WeightTarget> targets;
-    for (const NamedTensor& named : params_->Named()) {
-      targets.push_back(
-          {named.name, named.value->shape(), named.value->data()});
-    }
-    absl::StatusOr<SafetensorsFolder> weights = SafetensorsFolder::Open(dir);
-    ASSERT_TRUE(weights.ok()) << weights.status();
-    absl::StatusOr<WeightLoadSummary> loaded =
-        LoadHfWeights(*weights, *config, targets);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    absl::StatusOr<std::unique_ptr<ModelParameters>> params = LoadHfModel(dir);
+    ASSERT_TRUE(params.ok()) << params.status();
+    params_ = *std::move(params);
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> expected =
         SafetensorsFile::Open(dir + "/expected.safetensors");
     ASSERT_TRUE(expected.ok()) << expected.status();
