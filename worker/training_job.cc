@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_name_map.h"
 #include "checkpoint/native_checkpoint.h"
 #include "coordinator/job_spec_validator.h"
@@ -36,6 +37,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
 
 absl::Status CheckSupported(const v1::Assignment& assignment) {
   const v1::JobSpec& spec = assignment.spec();
+  if (!spec.training().export_hf_dir().empty() &&
+      spec.training().save_dir().empty()) {
+    return absl::InvalidArgumentError(
+        "training.export_hf_dir: exporting needs training.save_dir (the "
+        "export is made from the final checkpoint)");
+  }
   if (assignment.world_size() != 1) {
     return absl::UnimplementedError(absl::StrCat(
         "parallel.world_size: this worker trains on one rank; ",
@@ -121,6 +128,22 @@ class JobCheckpoints {
   int64_t save_interval_ = 0;
 };
 
+// The final checkpoint as HF safetensors, verified bitwise against it.
+absl::Status ExportIfAsked(const v1::TrainingSpec& training,
+                           const ModelConfig& model,
+                           const TrainingJobHooks& hooks) {
+  if (training.export_hf_dir().empty()) return absl::OkStatus();
+  ExportOptions options;
+  options.checkpoint_dir = training.save_dir();
+  options.out_dir = training.export_hf_dir();
+  options.hf_config_json = ToHfConfigJson(model);
+  absl::StatusOr<VerifySummary> exported = ExportHfCheckpoint(options);
+  if (!exported.ok()) return exported.status();
+  hooks.log(absl::StrCat("exported HF safetensors to ", options.out_dir, ": ",
+                         exported->Text()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
@@ -201,7 +224,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
           "stopped after iteration ", metrics->iteration(), " on request"));
     }
   }
-  return absl::OkStatus();
+  return ExportIfAsked(assignment.spec().training(), plan->model, hooks);
 }
 
 }  // namespace glm

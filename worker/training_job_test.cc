@@ -111,6 +111,26 @@ TEST(TrainingJobTest, ResumeReproducesAnUninterruptedRunBitwise) {
   EXPECT_EQ(*ReadLatestIteration(job.spec().training().save_dir()), 6);
 }
 
+TEST(TrainingJobTest, ExportsTheFinalCheckpointAsHfSafetensors) {
+  const std::string dir = TempDir("export");
+  v1::Assignment job = TinyJob(dir, 2);
+  job.mutable_spec()->mutable_training()->set_export_hf_dir(dir + "/hf");
+  std::vector<std::string> log;
+  TrainingJobHooks hooks;
+  hooks.log = [&](const std::string& line) { log.push_back(line); };
+  hooks.on_step = [](const v1::StepMetrics&) { return false; };
+  hooks.on_checkpoint = [](const v1::CheckpointManifest&) {};
+  ASSERT_TRUE(RunTrainingJob(job, hooks).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/hf/config.json"));
+  EXPECT_TRUE(
+      std::filesystem::exists(dir + "/hf/model.safetensors.index.json"));
+  EXPECT_NE(log.back().find("bitwise equal"), std::string::npos) << log.back();
+
+  job.mutable_spec()->mutable_training()->clear_save_dir();
+  const absl::Status status = RunTrainingJob(job, hooks);
+  EXPECT_NE(status.message().find("training.export_hf_dir"), std::string::npos);
+}
+
 TEST(TrainingJobTest, UnsupportedSetupsAreClearErrors) {
   v1::Assignment job = TinyJob(TempDir("unsupported"), 2);
   job.set_world_size(2);
