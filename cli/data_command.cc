@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/command_flags.h"
-#include "data/chat_sft.h"
 #include "data/indexed_dataset.h"
 #include "data/packed_sft_dataset.h"
 #include "data/text_preprocess.h"
@@ -101,10 +100,10 @@ int RunPack(const std::vector<std::string>& args) {
                   &exit_code)) {
     return exit_code;
   }
-  PackingConfig config;
+  int64_t seq_length = 0, pad_seq_to_mult = 0;
   for (absl::Status status :
-       {flags.GetInt("seq-length", &config.seq_length),
-        flags.GetInt("pad-seq-to-mult", &config.pad_seq_to_mult)}) {
+       {flags.GetInt("seq-length", &seq_length),
+        flags.GetInt("pad-seq-to-mult", &pad_seq_to_mult)}) {
     if (!status.ok()) {
       std::cerr << "glmctl " << name << ": " << status.message() << "\n";
       return kExitUsage;
@@ -112,26 +111,12 @@ int RunPack(const std::vector<std::string>& args) {
   }
   auto tokenizer = LoadTokenizer(flags.Get("tokenizer"));
   if (!tokenizer.ok()) return Fail(name, tokenizer.status());
-  config.pad_id = (*tokenizer)->pad_id();
-  auto conversations = ReadChatJsonl(flags.Get("input"));
-  if (!conversations.ok()) return Fail(name, conversations.status());
-  std::vector<SftSequence> sequences;
-  for (const Conversation& conversation : *conversations) {
-    auto sequence = RenderConversation(conversation, **tokenizer);
-    if (!sequence.ok()) return Fail(name, sequence.status());
-    sequences.push_back(std::move(*sequence));
-  }
-  auto packed = PackSequences(sequences, config);
-  if (!packed.ok()) return Fail(name, packed.status());
   const std::string prefix = flags.Get("output-prefix");
-  if (absl::Status status = WritePackedSft(
-          prefix, packed->packs, DtypeForVocabSize((*tokenizer)->vocab_size()));
-      !status.ok()) {
-    return Fail(name, status);
-  }
-  std::cout << "conversations: " << conversations->size() << "\n"
-            << PackingStatsText(packed->stats, config.seq_length,
-                                config.pad_seq_to_mult);
+  auto result = PackChatJsonl(flags.Get("input"), **tokenizer, seq_length,
+                              pad_seq_to_mult, prefix);
+  if (!result.ok()) return Fail(name, result.status());
+  std::cout << "conversations: " << result->conversations << "\n"
+            << PackingStatsText(result->stats, seq_length, pad_seq_to_mult);
   for (const std::string& part :
        {PackedTokensPrefix(prefix), PackedLossMaskPrefix(prefix),
         PackedCuSeqlensPrefix(prefix)}) {

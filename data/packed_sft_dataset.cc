@@ -47,6 +47,33 @@ absl::Status WritePackedSft(const std::string& prefix,
   return absl::OkStatus();
 }
 
+absl::StatusOr<PackChatResult> PackChatJsonl(const std::string& chat_jsonl,
+                                             const Tokenizer& tokenizer,
+                                             int64_t seq_length,
+                                             int64_t pad_seq_to_mult,
+                                             const std::string& prefix) {
+  absl::StatusOr<std::vector<Conversation>> conversations =
+      ReadChatJsonl(chat_jsonl);
+  if (!conversations.ok()) return conversations.status();
+  std::vector<SftSequence> sequences;
+  for (const Conversation& conversation : *conversations) {
+    absl::StatusOr<SftSequence> sequence =
+        RenderConversation(conversation, tokenizer);
+    if (!sequence.ok()) return sequence.status();
+    sequences.push_back(std::move(*sequence));
+  }
+  absl::StatusOr<PackedSequences> packed = PackSequences(
+      sequences, {seq_length, pad_seq_to_mult, tokenizer.pad_id()});
+  if (!packed.ok()) return packed.status();
+  if (absl::Status status = WritePackedSft(
+          prefix, packed->packs, DtypeForVocabSize(tokenizer.vocab_size()));
+      !status.ok()) {
+    return status;
+  }
+  return PackChatResult{static_cast<int64_t>(conversations->size()),
+                        packed->stats};
+}
+
 ShiftedTargets TargetsOf(const PackedRow& row, int shift) {
   const size_t length = row.tokens.size();
   ShiftedTargets targets{std::vector<int32_t>(length, 0),

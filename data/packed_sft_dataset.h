@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "data/indexed_dataset.h"
 #include "data/sequence_packing.h"
+#include "data/tokenizer.h"
 
 namespace glm {
 
@@ -28,6 +29,21 @@ std::string PackedCuSeqlensPrefix(const std::string& prefix);
 absl::Status WritePackedSft(const std::string& prefix,
                             const std::vector<Pack>& packs,
                             TokenDtype token_dtype);
+
+struct PackChatResult {
+  int64_t conversations = 0;
+  PackingStats stats;
+};
+
+// `glmctl data pack`: reads chat JSONL, renders each conversation with the
+// tokenizer's chat template, packs to seq_length with pad_seq_to_mult
+// (padding with the tokenizer's pad id) and writes PREFIX_tokens,
+// PREFIX_loss_mask and PREFIX_cu_seqlens.
+absl::StatusOr<PackChatResult> PackChatJsonl(const std::string& chat_jsonl,
+                                             const Tokenizer& tokenizer,
+                                             int64_t seq_length,
+                                             int64_t pad_seq_to_mult,
+                                             const std::string& prefix);
 
 struct PackedRow {
   std::vector<int32_t> tokens;      // the row, seq_length tokens

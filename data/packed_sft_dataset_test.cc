@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -102,6 +103,39 @@ TEST(PackedSftDatasetTest, DisagreeingPartsAreRejected) {
   EXPECT_NE(dataset.status().message().find("_cu_seqlens.bin"),
             std::string::npos)
       << dataset.status();
+}
+
+TEST(PackChatJsonlTest, RendersPacksAndWrites) {
+  const std::string chat = ::testing::TempDir() + "/chat.jsonl";
+  std::ofstream(chat) << R"({"messages":[{"role":"user","content":"1+1?"},)"
+                         R"({"role":"assistant","content":"2"}]})"
+                      << "\n"
+                      << R"({"messages":[{"role":"user","content":"Hi"},)"
+                         R"({"role":"assistant","content":"Hello"}]})"
+                      << "\n";
+  ByteTokenizer tokenizer;
+  const std::string prefix = ::testing::TempDir() + "/chat_packed";
+  auto result = PackChatJsonl(chat, tokenizer, 32, 4, prefix);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->conversations, 2);
+  // <|user|> \n 1+1? <|end|> <|assistant|> \n 2 <|end|>: 11 tokens, 2
+  // supervised; the second: 13 tokens, 6 supervised. Padded to 12 and 16,
+  // both fit one row of 32, the longer first.
+  EXPECT_EQ(result->stats.rows, 1);
+  EXPECT_EQ(result->stats.real_tokens, 24);
+  EXPECT_EQ(result->stats.supervised_tokens, 8);
+  auto dataset = PackedSftDataset::Open(prefix, 1, 0);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  const PackedRow row = (*dataset)->Row(0);
+  EXPECT_EQ(row.cu_seqlens, (std::vector<int32_t>{0, 16, 28, 32}));
+  EXPECT_EQ(
+      tokenizer.Decode(
+          std::vector<int32_t>(row.tokens.begin(), row.tokens.begin() + 16)),
+      "<|user|>\nHi<|end|><|assistant|>\nHello<|end|><|pad|><|pad|><|pad|>");
+  EXPECT_EQ(row.tokens[16], ByteTokenizer::kUser);
+  EXPECT_EQ(row.tokens[31], ByteTokenizer::kPad);
+
+  EXPECT_FALSE(PackChatJsonl(chat + ".missing", tokenizer, 32, 4, prefix).ok());
 }
 
 }  // namespace
