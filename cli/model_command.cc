@@ -1,6 +1,7 @@
 #include "cli/model_command.h"
 
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,8 +20,12 @@ std::string AttentionKind(const ModelConfig& config, int layer) {
   return absl::StrCat("skip (top-k of layer ", source, ")");
 }
 
-int RunModelInfo(const std::vector<std::string>& args) {
-  CommandFlags flags("glmctl model info (--config=FILE | --preset=NAME)");
+// The config named by --config=FILE or --preset=NAME; prints usage errors
+// itself and sets *exit_code when it returns nullopt.
+std::optional<ModelConfig> ConfigFromFlags(const std::string& usage,
+                                           const std::vector<std::string>& args,
+                                           int* exit_code) {
+  CommandFlags flags(usage);
   flags.Add("config", "an HF config.json");
   flags.Add("preset",
             "a built-in model: glm5.2-tiny, glm5-tiny, glm5.2-mini, "
@@ -28,25 +33,43 @@ int RunModelInfo(const std::vector<std::string>& args) {
   absl::Status parsed = flags.Parse(args);
   if (flags.HelpRequested()) {
     std::cout << flags.Help();
-    return kExitOk;
+    *exit_code = kExitOk;
+    return std::nullopt;
   }
   if (!parsed.ok() || flags.Has("config") == flags.Has("preset")) {
-    std::cerr << "glmctl model info: "
+    std::cerr << "glmctl: "
               << (parsed.ok() ? "give exactly one of --config and --preset"
                               : std::string(parsed.message()))
               << "\n"
               << flags.Help();
-    return kExitUsage;
+    *exit_code = kExitUsage;
+    return std::nullopt;
   }
   absl::StatusOr<ModelConfig> config =
       flags.Has("config") ? ReadHfConfigFile(flags.Get("config"))
                           : PresetConfig(flags.Get("preset"));
   if (!config.ok()) {
-    std::cerr << "glmctl model info: " << config.status().message() << "\n";
-    return kExitFailure;
+    std::cerr << "glmctl: " << config.status().message() << "\n";
+    *exit_code = kExitFailure;
+    return std::nullopt;
   }
-  std::cout << ModelInfoText(*config);
-  return kExitOk;
+  return *config;
+}
+
+int RunModelInfo(const std::vector<std::string>& args) {
+  int exit_code = kExitOk;
+  std::optional<ModelConfig> config = ConfigFromFlags(
+      "glmctl model info (--config=FILE | --preset=NAME)", args, &exit_code);
+  if (config) std::cout << ModelInfoText(*config);
+  return exit_code;
+}
+
+int RunModelConfig(const std::vector<std::string>& args) {
+  int exit_code = kExitOk;
+  std::optional<ModelConfig> config = ConfigFromFlags(
+      "glmctl model config (--config=FILE | --preset=NAME)", args, &exit_code);
+  if (config) std::cout << ToHfConfigJson(*config);
+  return exit_code;
 }
 
 }  // namespace
@@ -81,8 +104,11 @@ std::string ModelInfoText(const ModelConfig& config) {
 }
 
 std::vector<Command> ModelCommands() {
-  return {{"model info", "parameter counts and layer kinds of a model config",
-           RunModelInfo}};
+  return {
+      {"model info", "parameter counts and layer kinds of a model config",
+       RunModelInfo},
+      {"model config", "a model config as HF config.json (e.g. of a preset)",
+       RunModelConfig}};
 }
 
 }  // namespace glm

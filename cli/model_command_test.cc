@@ -32,5 +32,18 @@ TEST(ModelInfoTest, CommandExitCodes) {
   EXPECT_EQ(info.run({"--bogus"}), 2);
 }
 
+TEST(ModelConfigCommandTest, PrintsPresetsAsHfConfigJson) {
+  const std::vector<Command> commands = ModelCommands();
+  const Command& config = commands.at(1);
+  EXPECT_EQ(config.words, "model config");
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(config.run({"--preset=glm5.2-mini"}), 0);
+  const std::string json = testing::internal::GetCapturedStdout();
+  absl::StatusOr<ModelConfig> parsed = ParseHfConfigJson(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(CountParameters(*parsed).total, 2690985216);
+  EXPECT_EQ(config.run({"--preset=glm5.2-mini", "--bogus"}), 2);
+}
+
 }  // namespace
 }  // namespace glm

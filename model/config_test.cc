@@ -62,6 +62,15 @@ TEST(ModelConfigTest, TinyPresetsShowComputingAndSkipLayers) {
   }
 }
 
+// transformers 5.17 builds the same counts from `glmctl model config`'s
+// output (tests/oracle/count_parameters.py on the GPU machine, meta device):
+// glm5.2-tiny 622,784; glm5-tiny 636,224; glm5.2-mini 2,690,985,216;
+// glm5.2 743,377,000,704.
+TEST(ModelConfigTest, TinyPresetCountsEqualTransformers) {
+  EXPECT_EQ(CountParameters(Preset("glm5.2-tiny")).total, 622784);
+  EXPECT_EQ(CountParameters(Preset("glm5-tiny")).total, 636224);
+}
+
 TEST(ModelConfigTest, MiniPresetHas2_69BParametersWithoutMtp) {
   ModelConfig mini = Preset("glm5.2-mini");
   ParameterCount count = CountParameters(mini);
