@@ -8,13 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/file_util.h"
 #include "data/atomic_file.h"
 #include "nlohmann/json.hpp"
 
@@ -262,22 +261,10 @@ absl::StatusOr<std::string> SerializeHeader(
   return text;
 }
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // weight_map of an index file: tensor name -> shard file name.
 absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(
     const std::string& path) {
-  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   json index;
   try {
@@ -477,7 +464,7 @@ absl::StatusOr<SafetensorsFolder> SafetensorsFolder::Open(
   const std::string index_path = JoinPath(dir, kSafetensorsIndexName);
   std::map<std::string, std::string> weight_map;
   std::vector<std::string> file_names;
-  if (access(index_path.c_str(), F_OK) == 0) {
+  if (FileExists(index_path)) {
     absl::StatusOr<std::map<std::string, std::string>> read =
         ReadWeightMap(index_path);
     if (!read.ok()) return read.status();
