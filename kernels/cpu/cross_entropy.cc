@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
+
 namespace glm::cpu {
 namespace {
 
@@ -19,12 +21,14 @@ double LogSumExp(const float* row, int64_t n) {
 
 double CrossEntropyForward(ConstMatrixView logits, const int32_t* targets) {
   std::vector<double> row_loss(logits.rows, 0.0);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < logits.rows; ++r) {
-    if (targets[r] < 0) continue;
-    row_loss[r] =
-        LogSumExp(logits.Row(r), logits.cols) - logits.Row(r)[targets[r]];
-  }
+  ParallelFor(
+      logits.rows, logits.rows * logits.cols, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          if (targets[r] < 0) continue;
+          row_loss[r] =
+              LogSumExp(logits.Row(r), logits.cols) - logits.Row(r)[targets[r]];
+        }
+      });
   double total = 0;
   for (double l : row_loss) total += l;
   return total;
@@ -32,17 +36,19 @@ double CrossEntropyForward(ConstMatrixView logits, const int32_t* targets) {
 
 void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
                           float scale, MatrixView dlogits) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < logits.rows; ++r) {
-    if (targets[r] < 0) continue;
-    const float* in = logits.Row(r);
-    const double lse = LogSumExp(in, logits.cols);
-    float* d = dlogits.Row(r);
-    for (int64_t c = 0; c < logits.cols; ++c) {
-      d[c] += scale * static_cast<float>(std::exp(in[c] - lse));
-    }
-    d[targets[r]] -= scale;
-  }
+  ParallelFor(logits.rows, logits.rows * logits.cols,
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  if (targets[r] < 0) continue;
+                  const float* in = logits.Row(r);
+                  const double lse = LogSumExp(in, logits.cols);
+                  float* d = dlogits.Row(r);
+                  for (int64_t c = 0; c < logits.cols; ++c) {
+                    d[c] += scale * static_cast<float>(std::exp(in[c] - lse));
+                  }
+                  d[targets[r]] -= scale;
+                }
+              });
 }
 
 }  // namespace glm::cpu

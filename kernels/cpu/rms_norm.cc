@@ -3,51 +3,57 @@
 #include <cassert>
 #include <cmath>
 
+#include "kernels/cpu/parallel.h"
+
 namespace glm::cpu {
 
 void RmsNormForward(ConstMatrixView x, const float* w, float eps, MatrixView y,
                     float* rstd) {
   assert(x.rows == y.rows && x.cols == y.cols);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float* in = x.Row(r);
-    double sum_sq = 0;
-    for (int64_t c = 0; c < x.cols; ++c) sum_sq += double{in[c]} * in[c];
-    const float inv =
-        1.f / std::sqrt(static_cast<float>(sum_sq / x.cols) + eps);
-    float* out = y.Row(r);
-    for (int64_t c = 0; c < x.cols; ++c) out[c] = w[c] * (in[c] * inv);
-    if (rstd) rstd[r] = inv;
-  }
+  ParallelFor(x.rows, x.rows * x.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x.Row(r);
+      double sum_sq = 0;
+      for (int64_t c = 0; c < x.cols; ++c) sum_sq += double{in[c]} * in[c];
+      const float inv =
+          1.f / std::sqrt(static_cast<float>(sum_sq / x.cols) + eps);
+      float* out = y.Row(r);
+      for (int64_t c = 0; c < x.cols; ++c) out[c] = w[c] * (in[c] * inv);
+      if (rstd) rstd[r] = inv;
+    }
+  });
 }
 
 void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
                      ConstMatrixView dy, MatrixView dx, float* dw) {
   const int64_t n = x.cols;
   if (!dx.empty()) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < x.rows; ++r) {
-      const float* in = x.Row(r);
-      const float* d = dy.Row(r);
-      const float inv = rstd[r];
-      // dx = inv * (g - xhat * mean(g . xhat)), g = dy * w, xhat = x * inv.
-      double dot = 0;
-      for (int64_t c = 0; c < n; ++c) dot += double{d[c]} * w[c] * in[c] * inv;
-      const float mean_dot = static_cast<float>(dot / n);
-      float* out = dx.Row(r);
-      for (int64_t c = 0; c < n; ++c) {
-        out[c] += inv * (d[c] * w[c] - in[c] * inv * mean_dot);
+    ParallelFor(x.rows, x.rows * x.cols, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* in = x.Row(r);
+        const float* d = dy.Row(r);
+        const float inv = rstd[r];
+        // dx = inv * (g - xhat * mean(g . xhat)), g = dy * w, xhat = x * inv.
+        double dot = 0;
+        for (int64_t c = 0; c < n; ++c)
+          dot += double{d[c]} * w[c] * in[c] * inv;
+        const float mean_dot = static_cast<float>(dot / n);
+        float* out = dx.Row(r);
+        for (int64_t c = 0; c < n; ++c) {
+          out[c] += inv * (d[c] * w[c] - in[c] * inv * mean_dot);
+        }
       }
-    }
+    });
   }
   if (dw) {
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < n; ++c) {
-      double acc = 0;
-      for (int64_t r = 0; r < x.rows; ++r)
-        acc += double{dy.Row(r)[c]} * x.Row(r)[c] * rstd[r];
-      dw[c] += static_cast<float>(acc);
-    }
+    ParallelFor(n, x.rows * x.cols, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        double acc = 0;
+        for (int64_t r = 0; r < x.rows; ++r)
+          acc += double{dy.Row(r)[c]} * x.Row(r)[c] * rstd[r];
+        dw[c] += static_cast<float>(acc);
+      }
+    });
   }
 }
 

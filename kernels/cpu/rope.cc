@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
+
 namespace glm::cpu {
 namespace {
 
@@ -24,19 +26,20 @@ void RopeForward(ConstMatrixView x, const int32_t* positions,
   assert(x.rows == y.rows && x.cols == y.cols && x.cols % 2 == 0);
   const int64_t half = x.cols / 2;
   const std::vector<float> inv = InverseFrequencies(x.cols, theta);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const float pos = static_cast<float>(positions[r / rows_per_position]);
-    const float* in = x.Row(r);
-    float* out = y.Row(r);
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = pos * inv[i];
-      const float c = std::cos(angle), s = std::sin(angle);
-      const float x0 = in[2 * i], x1 = in[2 * i + 1];
-      out[i] = x0 * c - x1 * s;
-      out[half + i] = x1 * c + x0 * s;
+  ParallelFor(x.rows, x.rows * x.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float pos = static_cast<float>(positions[r / rows_per_position]);
+      const float* in = x.Row(r);
+      float* out = y.Row(r);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv[i];
+        const float c = std::cos(angle), s = std::sin(angle);
+        const float x0 = in[2 * i], x1 = in[2 * i + 1];
+        out[i] = x0 * c - x1 * s;
+        out[half + i] = x1 * c + x0 * s;
+      }
     }
-  }
+  });
 }
 
 void RopeBackward(ConstMatrixView dy, const int32_t* positions,
@@ -44,19 +47,20 @@ void RopeBackward(ConstMatrixView dy, const int32_t* positions,
   assert(dx.rows == dy.rows && dx.cols == dy.cols);
   const int64_t half = dy.cols / 2;
   const std::vector<float> inv = InverseFrequencies(dy.cols, theta);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < dy.rows; ++r) {
-    const float pos = static_cast<float>(positions[r / rows_per_position]);
-    const float* d = dy.Row(r);
-    float* out = dx.Row(r);
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = pos * inv[i];
-      const float c = std::cos(angle), s = std::sin(angle);
-      const float d0 = d[i], d1 = d[half + i];
-      out[2 * i] += d0 * c + d1 * s;
-      out[2 * i + 1] += -d0 * s + d1 * c;
+  ParallelFor(dy.rows, dy.rows * dy.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float pos = static_cast<float>(positions[r / rows_per_position]);
+      const float* d = dy.Row(r);
+      float* out = dx.Row(r);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv[i];
+        const float c = std::cos(angle), s = std::sin(angle);
+        const float d0 = d[i], d1 = d[half + i];
+        out[2 * i] += d0 * c + d1 * s;
+        out[2 * i + 1] += -d0 * s + d1 * c;
+      }
     }
-  }
+  });
 }
 
 }  // namespace glm::cpu

@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <cassert>
 
+#include "kernels/cpu/parallel.h"
+
 namespace glm::cpu {
 
 void GatherRows(ConstMatrixView table, const int32_t* ids, MatrixView out) {
   assert(table.cols == out.cols);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < out.rows; ++i) {
-    assert(ids[i] >= 0 && ids[i] < table.rows);
-    std::copy(table.Row(ids[i]), table.Row(ids[i]) + table.cols, out.Row(i));
-  }
+  ParallelFor(out.rows, out.rows * out.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      assert(ids[i] >= 0 && ids[i] < table.rows);
+      std::copy(table.Row(ids[i]), table.Row(ids[i]) + table.cols, out.Row(i));
+    }
+  });
 }
 
 void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
@@ -30,21 +33,22 @@ void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
 void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                             const float* scale, ConstMatrixView dout,
                             MatrixView dsrc, float* dscale) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < src.rows; ++i) {
-    const float* d = dout.Row(rows[i]);
-    if (!dsrc.empty()) {
-      const float s = scale ? scale[i] : 1.f;
-      float* o = dsrc.Row(i);
-      for (int64_t c = 0; c < src.cols; ++c) o[c] += s * d[c];
+  ParallelFor(src.rows, src.rows * src.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* d = dout.Row(rows[i]);
+      if (!dsrc.empty()) {
+        const float s = scale ? scale[i] : 1.f;
+        float* o = dsrc.Row(i);
+        for (int64_t c = 0; c < src.cols; ++c) o[c] += s * d[c];
+      }
+      if (dscale) {
+        const float* in = src.Row(i);
+        double dot = 0;
+        for (int64_t c = 0; c < src.cols; ++c) dot += double{in[c]} * d[c];
+        dscale[i] += static_cast<float>(dot);
+      }
     }
-    if (dscale) {
-      const float* in = src.Row(i);
-      double dot = 0;
-      for (int64_t c = 0; c < src.cols; ++c) dot += double{in[c]} * d[c];
-      dscale[i] += static_cast<float>(dot);
-    }
-  }
+  });
 }
 
 }  // namespace glm::cpu
