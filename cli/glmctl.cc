@@ -13,6 +13,7 @@
 #include "cli/layout_command.h"
 #include "cli/local_command.h"
 #include "cli/model_command.h"
+#include "cli/model_forward_command.h"
 
 namespace glm {
 namespace {
@@ -22,6 +23,7 @@ std::vector<Command> Commands() {
   std::vector<Command> commands;
   for (const std::vector<Command>& group : {
            ModelCommands(),
+           ModelForwardCommands(),
            ConvertCommands(),
            LayoutCommands(),
            JobCommands(),

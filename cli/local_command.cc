@@ -87,8 +87,10 @@ absl::StatusOr<v1::JobSpec> LoadSpec(const CommandFlags& flags) {
     if (absl::Status status = flags.GetInt("steps", &steps); !status.ok()) {
       return status;
     }
-    spec.mutable_training()->set_train_iters(steps);
-    spec.mutable_training()->set_lr_decay_iters(steps);
+    v1::TrainingSpec& training = *spec.mutable_training();
+    training.set_train_iters(steps);
+    training.set_lr_decay_iters(steps);
+    training.set_warmup_iters(std::min(training.warmup_iters(), steps));
   }
   return spec;
 }
