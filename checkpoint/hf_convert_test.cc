@@ -149,6 +149,65 @@ TEST(HfConvertTest, RoundTripEveryLayerComputing) {
   RoundTrip(fixture);
 }
 
+// The transformers fixtures (float32, HF names as transformers saves them)
+// export with the same keys, bytes and config.json, so the export loads in
+// transformers as the fixture does.
+TEST(HfConvertTest, OracleFixturesRoundTrip) {
+  for (const std::string name :
+       {"glm52_sharing", "glm5_full", "glm52_packed"}) {
+    const std::string hf = "tests/oracle/testdata/" + name;
+    const std::string native = TempDir() + "/native";
+    const std::string out = TempDir() + "/export";
+    absl::StatusOr<VerifySummary> imported =
+        ImportHfCheckpoint({hf, native, v1::ParallelLayout()});
+    ASSERT_TRUE(imported.ok()) << name << ": " << imported.status();
+    absl::StatusOr<VerifySummary> exported =
+        ExportHfCheckpoint({native, out, 50'000, ""});
+    ASSERT_TRUE(exported.ok()) << name << ": " << exported.status();
+    ExpectSameFolders(hf, out);
+    EXPECT_EQ(ReadAll(out + "/config.json"), ReadAll(hf + "/config.json"));
+  }
+}
+
+// A trainer's checkpoint (float32 tensors, no config.json kept) exports with
+// the config given.
+TEST(HfConvertTest, TrainerCheckpointExportsWithGivenConfig) {
+  ModelConfig config = *PresetConfig("glm5.2-tiny");
+  const HfNameMap map =
+      *HfNameMap::Create(config, ExpertForm::kFused, v1::ParallelLayout());
+  std::vector<std::unique_ptr<Tensor>> storage;
+  TrainingState state;
+  state.iteration = 3;
+  for (const HfTensor& param : map.tensors()) {
+    if (!param.required) continue;
+    storage.push_back(std::make_unique<Tensor>(param.shape));
+    storage.back()->values().assign(storage.back()->numel(), 0.5f);
+    state.model.push_back({param.name, storage.back().get()});
+  }
+  storage.push_back(
+      std::make_unique<Tensor>(map.Find("lm_head.weight")->shape));
+  state.optimizer.push_back({"exp_avg/lm_head.weight", storage.back().get()});
+  const std::string save = TempDir();
+  absl::Status saved =
+      SaveCheckpoint(save, map, v1::ParallelLayout(), state).status();
+  ASSERT_TRUE(saved.ok()) << saved;
+
+  const std::string out = TempDir();
+  absl::StatusOr<VerifySummary> without =
+      ExportHfCheckpoint({save, out, kDefaultMaxShardBytes, ""});
+  EXPECT_EQ(without.status().code(), absl::StatusCode::kNotFound);
+  const std::string config_json = ToHfConfigJson(config);
+  absl::StatusOr<VerifySummary> exported =
+      ExportHfCheckpoint({save, out, kDefaultMaxShardBytes, config_json});
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->tensors, static_cast<int64_t>(state.model.size()));
+  EXPECT_EQ(ReadAll(out + "/config.json"), config_json);
+  absl::StatusOr<SafetensorsFolder> folder = SafetensorsFolder::Open(out);
+  ASSERT_TRUE(folder.ok());
+  EXPECT_EQ(folder->Find("exp_avg/lm_head.weight"), nullptr);
+  EXPECT_EQ(folder->Find("lm_head.weight")->dtype, DType::kF32);
+}
+
 TEST(HfConvertTest, IndexerTensorsOnlyOnComputingLayers) {
   const std::string hf = MakeHfFolder({});
   const std::string native = TempDir();
