@@ -208,13 +208,19 @@ TEST(HfConvertTest, TrainerCheckpointExportsWithGivenConfig) {
   EXPECT_EQ(folder->Find("lm_head.weight")->dtype, DType::kF32);
 }
 
+// Imports `hf` under PP2 x EP2 and opens the result.
+absl::StatusOr<NativeCheckpoint> ImportPp2Ep2(const std::string& hf) {
+  const std::string native = TempDir();
+  absl::StatusOr<VerifySummary> imported =
+      ImportHfCheckpoint({hf, native, Pp2Ep2()});
+  if (!imported.ok()) return imported.status();
+  return NativeCheckpoint::Open(IterationDirectory(native, 0));
+}
+
 TEST(HfConvertTest, IndexerTensorsOnlyOnComputingLayers) {
   const std::string hf = MakeHfFolder({});
-  const std::string native = TempDir();
-  ASSERT_TRUE(ImportHfCheckpoint({hf, native, Pp2Ep2()}).ok());
-  absl::StatusOr<NativeCheckpoint> checkpoint =
-      NativeCheckpoint::Open(IterationDirectory(native, 0));
-  ASSERT_TRUE(checkpoint.ok());
+  absl::StatusOr<NativeCheckpoint> checkpoint = ImportPp2Ep2(hf);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   int indexers = 0;
   for (const std::string& name : checkpoint->names()) {
     indexers += absl::StrContains(name, "indexer.wq_b");
@@ -266,11 +272,8 @@ TEST(HfConvertTest, WrongShapeIsAnError) {
 
 TEST(HfConvertTest, VerificationFailsOnAnyDifference) {
   const std::string hf = MakeHfFolder({});
-  const std::string native = TempDir();
-  ASSERT_TRUE(ImportHfCheckpoint({hf, native, Pp2Ep2()}).ok());
-  absl::StatusOr<NativeCheckpoint> checkpoint =
-      NativeCheckpoint::Open(IterationDirectory(native, 0));
-  ASSERT_TRUE(checkpoint.ok());
+  absl::StatusOr<NativeCheckpoint> checkpoint = ImportPp2Ep2(hf);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
 
   // Change one byte of one tensor in the HF source.
   absl::StatusOr<SafetensorsFolder> source = SafetensorsFolder::Open(hf);

@@ -440,8 +440,9 @@ absl::StatusOr<NativeCheckpoint> NativeCheckpoint::Open(
   absl::StatusOr<v1::CheckpointManifest> manifest =
       ReadJsonMessage<v1::CheckpointManifest>(manifest_path);
   if (!manifest.ok()) return manifest.status();
-  checkpoint.manifest_ = *std::move(manifest);
-  const v1::CheckpointManifest& m = checkpoint.manifest_;
+  checkpoint.manifest_ =
+      std::make_unique<v1::CheckpointManifest>(*std::move(manifest));
+  const v1::CheckpointManifest& m = *checkpoint.manifest_;
   const std::string expected_dir = absl::StrFormat("iter_%07d", m.iteration());
   if (!absl::EndsWith(absl::StripSuffix(iteration_dir, "/"), expected_dir)) {
     return absl::DataLossError(
@@ -464,10 +465,10 @@ absl::StatusOr<NativeCheckpoint> NativeCheckpoint::Open(
 
 absl::Status NativeCheckpoint::VerifyShards() {
   std::map<std::string, int> entries_per_shard;
-  for (const v1::TensorEntry& entry : manifest_.tensors()) {
+  for (const v1::TensorEntry& entry : manifest_->tensors()) {
     ++entries_per_shard[entry.shard_file()];
   }
-  for (const v1::ShardFile& shard : manifest_.shards()) {
+  for (const v1::ShardFile& shard : manifest_->shards()) {
     const std::string path = JoinPath(dir_, shard.path());
     if (shards_.count(shard.path())) {
       return absl::DataLossError(
@@ -505,7 +506,7 @@ absl::Status NativeCheckpoint::VerifyShards() {
 std::string NativeCheckpoint::CorruptTensors(
     const SafetensorsFile& file) const {
   std::vector<std::string> names;
-  for (const v1::TensorEntry& entry : manifest_.tensors()) {
+  for (const v1::TensorEntry& entry : manifest_->tensors()) {
     if (file.path() != JoinPath(dir_, entry.shard_file())) continue;
     absl::StatusOr<std::string_view> bytes = file.Bytes(entry.name());
     if (!bytes.ok() || HashHex(*bytes) != entry.xxh64()) {
@@ -517,7 +518,7 @@ std::string NativeCheckpoint::CorruptTensors(
 }
 
 absl::Status NativeCheckpoint::IndexPieces() {
-  for (const v1::TensorEntry& entry : manifest_.tensors()) {
+  for (const v1::TensorEntry& entry : manifest_->tensors()) {
     const SafetensorsFile& file = *shards_.at(entry.shard_file());
     const TensorInfo* info = file.Find(entry.name());
     if (info == nullptr || DTypeName(info->dtype) != entry.dtype() ||
@@ -600,16 +601,16 @@ absl::StatusOr<std::string_view> NativeCheckpoint::Rows(
 }
 
 absl::StatusOr<std::string> NativeCheckpoint::HfConfigJson() const {
-  if (manifest_.hf_config_file().empty()) {
+  if (manifest_->hf_config_file().empty()) {
     return absl::NotFoundError(absl::StrCat(dir_, " keeps no HF config.json"));
   }
-  const std::string path = JoinPath(dir_, manifest_.hf_config_file());
+  const std::string path = JoinPath(dir_, manifest_->hf_config_file());
   absl::StatusOr<std::string> config = ReadFile(path);
   if (!config.ok()) return config.status();
-  if (HashHex(*config) != manifest_.hf_config_xxh64()) {
+  if (HashHex(*config) != manifest_->hf_config_xxh64()) {
     return absl::DataLossError(absl::StrCat(path, ": XXH64 ", HashHex(*config),
                                             " but the manifest says ",
-                                            manifest_.hf_config_xxh64()));
+                                            manifest_->hf_config_xxh64()));
   }
   return config;
 }

@@ -119,7 +119,7 @@ class NativeCheckpoint {
   static absl::StatusOr<NativeCheckpoint> Open(
       const std::string& iteration_dir);
 
-  const v1::CheckpointManifest& manifest() const { return manifest_; }
+  const v1::CheckpointManifest& manifest() const { return *manifest_; }
   const std::string& directory() const { return dir_; }
   // Global tensor names in manifest order.
   const std::vector<std::string>& names() const { return names_; }
@@ -149,7 +149,9 @@ class NativeCheckpoint {
     std::string_view bytes;
   };
   std::string dir_;
-  v1::CheckpointManifest manifest_;
+  // Held by pointer: pieces_ point into it, and it must not move with the
+  // object.
+  std::unique_ptr<v1::CheckpointManifest> manifest_;
   std::map<std::string, std::shared_ptr<SafetensorsFile>> shards_;
   std::vector<std::string> names_;
   std::map<std::string, std::vector<Piece>> pieces_;
