@@ -32,6 +32,8 @@ class CoordinatorClient {
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;
 
   absl::Status Register(const v1::RegisterWorkerRequest& request);
+  // The connection to the coordinator, for its other services (rendezvous).
+  std::shared_ptr<ClientConnection> connection() const { return connection_; }
   // Valid after Register.
   std::string worker_id() const;
   int64_t heartbeat_interval_ms() const;

@@ -1,0 +1,64 @@
+#include "worker/job_groups.h"
+
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/gloo_collectives.h"
+#include "parallel/gloo_store.h"
+
+namespace glm {
+
+absl::Status CheckDataParallelOnly(const v1::ParallelSpec& parallel) {
+  const std::pair<const char*, int> model_parallel[] = {
+      {"tp", parallel.tp()}, {"pp", parallel.pp()}, {"vpp", parallel.vpp()},
+      {"cp", parallel.cp()}, {"ep", parallel.ep()}, {"etp", parallel.etp()}};
+  for (const auto& [name, size] : model_parallel) {
+    if (size > 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "parallel.", name, ": ", size,
+          " is not supported by this worker yet; it trains data-parallel "
+          "only (any world_size, every other parallel size 1)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
+                                               const RankGrid& grid,
+                                               RendezvousStore* rendezvous) {
+  if (rendezvous == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", assignment.rank(), " of ",
+                     assignment.world_size(), ": no rendezvous store"));
+  }
+  GlooOptions options;
+  if (assignment.rendezvous().timeout_ms() > 0) {
+    options.timeout = absl::Milliseconds(assignment.rendezvous().timeout_ms());
+  }
+  if (const char* host = std::getenv("GLM_GLOO_HOSTNAME"); host != nullptr) {
+    options.hostname = host;
+  }
+  auto store = std::make_shared<GlooStore>(rendezvous, options.timeout);
+  absl::StatusOr<ProcessGroups> groups = ProcessGroups::Create(
+      grid, assignment.rank(), GlooFactory(std::move(store), options));
+  if (!groups.ok()) {
+    return absl::Status(
+        groups.status().code(),
+        absl::StrCat("rank ", assignment.rank(), " could not reach its peers: ",
+                     groups.status().message()));
+  }
+  return groups;
+}
+
+absl::StatusOr<bool> AnyRankStops(bool stop, Collectives* world) {
+  if (world == nullptr) return stop;
+  int64_t stops = stop ? 1 : 0;
+  if (absl::Status status = world->AllReduceSum(&stops, 1); !status.ok()) {
+    return status;
+  }
+  return stops > 0;
+}
+
+}  // namespace glm

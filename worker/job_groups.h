@@ -1,0 +1,37 @@
+// A rank's process groups for a training job: which parallel layouts this
+// worker runs, connecting the groups of the rank grid through the
+// coordinator's rendezvous, and the ranks' agreement to stop together.
+#ifndef GLM_WORKER_JOB_GROUPS_H_
+#define GLM_WORKER_JOB_GROUPS_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "parallel/collectives.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_grid.h"
+#include "proto/job_spec.pb.h"
+#include "proto/worker_service.pb.h"
+#include "worker/rendezvous_store.h"
+
+namespace glm {
+
+// UNIMPLEMENTED naming the first model-parallel size other than 1: this
+// worker trains data-parallel only (any world_size).
+absl::Status CheckDataParallelOnly(const v1::ParallelSpec& parallel);
+
+// Connects every group of the assignment's rank over Gloo/TCP, bootstrapped
+// through `rendezvous` (not owned) and bounded by the assignment's rendezvous
+// timeout. The address peers dial is 127.0.0.1 unless GLM_GLOO_HOSTNAME
+// names another. A peer that never arrives is an error naming this rank and
+// the group.
+absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
+                                               const RankGrid& grid,
+                                               RendezvousStore* rendezvous);
+
+// True on every rank when any rank was asked to stop (`world` null: one
+// rank), so that all stop after the same iteration.
+absl::StatusOr<bool> AnyRankStops(bool stop, Collectives* world);
+
+}  // namespace glm
+
+#endif  // GLM_WORKER_JOB_GROUPS_H_
