@@ -219,28 +219,35 @@ absl::Status ReadMlpLayerTypes(const FieldReader& fields, bool first_k_given,
   return absl::OkStatus();
 }
 
+// Only the default RoPE (no YaRN scaling) is supported: `value` must be an
+// object whose rope_type (or the older "type") is absent or "default".
+absl::Status CheckDefaultRope(const json& value, const std::string& field) {
+  if (!value.is_object()) return FieldError(field, "expected an object");
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = value.find(key);
+    if (it != value.end() && *it != "default") {
+      return FieldError(
+          absl::StrCat(field, ".", key),
+          absl::StrCat(it->dump(), " is not supported (only \"default\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // rope_parameters (transformers 5) or the older top-level rope_theta and
-// rope_scaling. Only the default RoPE (no YaRN scaling) is supported.
+// rope_scaling.
 absl::Status ReadRope(const FieldReader& fields, ModelConfig* config) {
   GLM_RETURN_IF_ERROR(
       fields.Double("rope_theta", &config->rope_theta, 10000.0));
-  GLM_RETURN_IF_ERROR(fields.Fixed("rope_scaling", json(),
-                                   "only rope_type \"default\" is supported"));
+  if (const json* scaling = fields.Find("rope_scaling")) {
+    GLM_RETURN_IF_ERROR(CheckDefaultRope(*scaling, "rope_scaling"));
+  }
   const json* parameters = fields.Find("rope_parameters");
   if (parameters == nullptr) return absl::OkStatus();
-  if (!parameters->is_object()) {
-    return FieldError("rope_parameters", "expected an object");
-  }
-  FieldReader rope(*parameters);
-  std::string rope_type;
-  GLM_RETURN_IF_ERROR(rope.String("rope_type", &rope_type, "default"));
-  if (rope_type != "default") {
-    return FieldError("rope_parameters.rope_type",
-                      absl::StrCat("\"", rope_type,
-                                   "\" is not supported (only \"default\")"));
-  }
+  GLM_RETURN_IF_ERROR(CheckDefaultRope(*parameters, "rope_parameters"));
   absl::Status theta =
-      rope.Double("rope_theta", &config->rope_theta, config->rope_theta);
+      FieldReader(*parameters)
+          .Double("rope_theta", &config->rope_theta, config->rope_theta);
   if (!theta.ok()) {
     return FieldError("rope_parameters.rope_theta", "expected a number");
   }

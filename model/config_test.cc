@@ -140,6 +140,8 @@ TEST(ModelConfigTest, ReadsRopeThetaFromEitherPlace) {
   EXPECT_DOUBLE_EQ(Parse(j)->rope_theta, 5e5);
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 8e6}};
   EXPECT_DOUBLE_EQ(Parse(j)->rope_theta, 8e6);
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_TRUE(Parse(j).ok());
 }
 
 TEST(ModelConfigTest, IndexPatternsOverrideFreqAndOffset) {
@@ -239,10 +241,12 @@ TEST(ModelConfigTest, EachBadFieldIsNamed) {
          j.erase("rope_parameters");
          j["rope_theta"] = -1;
        }},
-      {"'rope_scaling'",
+      {"'rope_scaling.type': \"yarn\" is not supported",
        [](json& j) {
          j["rope_scaling"] = {{"type", "yarn"}};
        }},
+      {"'rope_parameters': expected an object",
+       [](json& j) { j["rope_parameters"] = 8e6; }},
       {"'max_position_embeddings'",
        [](json& j) { j["max_position_embeddings"] = 0; }},
       {"'hidden_act'", [](json& j) { j["hidden_act"] = "gelu"; }},
