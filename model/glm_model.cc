@@ -92,7 +92,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
                    spec_.rms_norm_eps, final_normed_.Matrix(),
                    final_rstd_.data());
   logits_ = Tensor({n, config.vocab_size});
-  b.Linear(final_normed_.Matrix(), params_->lm_head.value.Matrix(),
+  b.Linear(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
            logits_.Matrix(), false);
   lm_targets_ = Targets(ids_, batch.loss_mask, layout_, 1, &lm_count_);
   if (lm_count_ > 0) {
@@ -107,7 +107,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
     // keys.
     const IndexTensor* shared =
         layers > 0 ? layers_[layers - 1].attn.topk : nullptr;
-    MtpForward(b, params_->mtp[0], params_->embed_tokens, params_->lm_head,
+    MtpForward(b, params_->mtp[0], params_->embed_tokens, params_->OutputHead(),
                spec_, ids_, layout_, hidden_[layers].Matrix(), shared,
                &mtp_[0]);
     mtp_targets_ = Targets(ids_, batch.loss_mask, layout_, 2, &mtp_count_);
@@ -145,9 +145,9 @@ absl::Status GlmModel::Backward() {
                            1.f / static_cast<float>(lm_count_),
                            dlogits.Matrix());
   }
-  b.LinearBackward(final_normed_.Matrix(), params_->lm_head.value.Matrix(),
+  b.LinearBackward(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
                    dlogits.Matrix(), dnormed.Matrix(),
-                   params_->lm_head.grad.Matrix());
+                   params_->OutputHead().grad.Matrix());
   Tensor dh({n, hidden});
   b.RmsNormBackward(hidden_[layers].Matrix(), params_->norm.value.data(),
                     final_rstd_.data(), dnormed.Matrix(), dh.Matrix(),
@@ -160,9 +160,9 @@ absl::Status GlmModel::Backward() {
           options_.mtp_loss_scale / static_cast<float>(mtp_count_),
           dmtp_logits.Matrix());
     }
-    MtpBackward(b, params_->mtp[0], params_->embed_tokens, params_->lm_head,
-                spec_, layout_, hidden_[layers].Matrix(), mtp_[0],
-                dmtp_logits.Matrix(), dh.Matrix());
+    MtpBackward(b, params_->mtp[0], params_->embed_tokens,
+                params_->OutputHead(), spec_, layout_, hidden_[layers].Matrix(),
+                mtp_[0], dmtp_logits.Matrix(), dh.Matrix());
   }
   for (int i = layers - 1; i >= 0; --i) {
     Tensor dh_in({n, hidden});

@@ -217,6 +217,52 @@ TEST_F(GlmModelTest, IndexerWeightGradientsMatchFiniteDifferences) {
                  2e-4, 15);
 }
 
+// Two runs give bitwise-equal logits, losses and gradients (fixed partitions,
+// no atomics).
+TEST_F(GlmModelTest, ForwardAndBackwardAreDeterministic) {
+  const Batch batch = Batch::FromSequences({kSeqA, kSeqB});
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    params_.ZeroGrad();
+    GlmModel model(&params_, &backend_);
+    absl::StatusOr<ForwardResult> r = model.Forward(batch);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(model.Backward().ok());
+    std::vector<float> all = r->logits.values();
+    all.push_back(static_cast<float>(r->total_loss));
+    for (const NamedTensor& t : params_.Named()) {
+      if (t.grad)
+        all.insert(all.end(), t.grad->values().begin(), t.grad->values().end());
+    }
+    runs.push_back(std::move(all));
+  }
+  EXPECT_TRUE(runs[0] == runs[1]);
+}
+
+// Tied embeddings: no lm_head parameter; the output projection's gradient joins
+// the embedding's.
+class TiedEmbeddingTest : public GlmModelTest {
+ protected:
+  static ModelConfig Tied() {
+    ModelConfig c = TinyTestConfig();
+    c.tie_word_embeddings = true;
+    return c;
+  }
+  TiedEmbeddingTest() : GlmModelTest(Tied()) {}
+};
+
+TEST_F(TiedEmbeddingTest, SharesTheEmbeddingAndGradientsMatch) {
+  for (const NamedTensor& t : params_.Named())
+    EXPECT_NE(t.name, "lm_head.weight");
+  LossOptions options;
+  options.indexer_loss_coeff = 0.f;
+  CheckGradients(Batch::FromSequences({kSeqA}), options,
+                 [](const std::string& name) {
+                   return name == "model.embed_tokens.weight" ||
+                          name == "model.norm.weight";
+                 });
+}
+
 TEST_F(GlmModelTest, BadInputsAreClearErrors) {
   GlmModel model(&params_, &backend_);
   EXPECT_EQ(model.Backward().code(), absl::StatusCode::kFailedPrecondition);

@@ -119,7 +119,8 @@ ModelParameters::ModelParameters(const ModelConfig& config) : config_(config) {
                          &layers[i]);
   }
   norm.Allocate({hidden});
-  lm_head.Allocate({config.vocab_size, hidden});
+  if (!config.tie_word_embeddings)
+    lm_head.Allocate({config.vocab_size, hidden});
   mtp.resize(config.num_mtp_layers);
   for (int k = 0; k < config.num_mtp_layers; ++k) {
     MtpParameters& m = mtp[k];
@@ -140,7 +141,9 @@ std::vector<NamedTensor> ModelParameters::Named() {
     AddDecoderLayer(absl::StrCat("model.layers.", i, "."), &layers[i], &out);
   }
   AddParameter("model.norm.weight", &norm, &out);
-  AddParameter("lm_head.weight", &lm_head, &out);
+  if (!config_.tie_word_embeddings) {
+    AddParameter("lm_head.weight", &lm_head, &out);
+  }
   for (size_t k = 0; k < mtp.size(); ++k) {
     const std::string prefix =
         absl::StrCat("model.layers.", config_.num_hidden_layers + k, ".");

@@ -103,7 +103,12 @@ class ModelParameters {
   Parameter embed_tokens;  // [vocab, hidden]
   std::vector<DecoderLayerParameters> layers;
   Parameter norm;
-  Parameter lm_head;  // [vocab, hidden]
+  Parameter lm_head;  // [vocab, hidden]; unallocated with tied embeddings
+
+  // The output projection: lm_head, or embed_tokens when tie_word_embeddings.
+  Parameter& OutputHead() {
+    return config_.tie_word_embeddings ? embed_tokens : lm_head;
+  }
   std::vector<MtpParameters> mtp;
 
  private:
