@@ -311,6 +311,12 @@ absl::Status ReadOptions(const FieldReader& fields, ModelConfig* config) {
   std::string dtype;
   GLM_RETURN_IF_ERROR(fields.String("torch_dtype", &dtype, "bfloat16"));
   GLM_RETURN_IF_ERROR(fields.String("dtype", &config->torch_dtype, dtype));
+  // transformers always uses interleaved RoPE (main and indexer) whatever
+  // these GLM-5.2 flags say; they are read for their type only.
+  for (const char* flag : {"rope_interleave", "indexer_rope_interleave"}) {
+    bool interleave;
+    GLM_RETURN_IF_ERROR(fields.Bool(flag, &interleave, true));
+  }
   GLM_RETURN_IF_ERROR(
       fields.Fixed("hidden_act", "silu", "the experts are SwiGLU"));
   GLM_RETURN_IF_ERROR(

@@ -250,6 +250,7 @@ TEST(ModelConfigTest, EachBadFieldIsNamed) {
       {"'max_position_embeddings'",
        [](json& j) { j["max_position_embeddings"] = 0; }},
       {"'hidden_act'", [](json& j) { j["hidden_act"] = "gelu"; }},
+      {"'rope_interleave'", [](json& j) { j["rope_interleave"] = "yes"; }},
       {"'attention_bias'", [](json& j) { j["attention_bias"] = true; }},
       {"'num_key_value_heads'", [](json& j) { j["num_key_value_heads"] = 1; }},
       {"'tie_word_embeddings'",
