@@ -1,8 +1,5 @@
 #include "checkpoint/hf_convert.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -14,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_util.h"
+#include "checkpoint/safetensors_stream.h"
 #include "data/atomic_file.h"
 #include "model/config.h"
 
@@ -22,20 +20,6 @@ namespace {
 
 constexpr char kHfConfigName[] = "config.json";
 constexpr size_t kNamesInErrors = 8;
-
-// Hands the pages of a read-only file mapping back to the kernel once a
-// tensor is done with, so that streaming a checkpoint keeps the resident set
-// near one tensor instead of the whole file.
-void ReleasePages(std::string_view bytes) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin =
-      (reinterpret_cast<uintptr_t>(bytes.data()) + page - 1) & ~(page - 1);
-  const uintptr_t end =
-      (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size()) & ~(page - 1);
-  if (end > begin) {
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  }
-}
 
 // "'a', 'b', ... and 3 more".
 std::string NameList(const std::vector<std::string>& names) {
@@ -242,23 +226,25 @@ std::vector<std::vector<std::string>> PlanShards(
   return shards;
 }
 
+// Streams one HF shard: tensors split over ranks are assembled one at a
+// time, the rest written straight from the mapped native shards.
 absl::Status WriteHfShard(const NativeCheckpoint& checkpoint,
                           const std::vector<std::string>& names,
                           const std::string& path) {
-  // Tensors split over ranks are assembled here; the rest are views.
-  std::vector<std::string> assembled(names.size());
-  std::vector<TensorBytes> tensors;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const v1::TensorEntry& entry = *checkpoint.Find(names[i]);
+  std::vector<TensorHeader> headers;
+  std::vector<RowRange> rows;
+  for (const std::string& name : names) {
+    const v1::TensorEntry& entry = *checkpoint.Find(name);
     const std::vector<int64_t> shape = ShapeOf(entry.global_shape());
-    absl::StatusOr<std::string_view> bytes = checkpoint.Rows(
-        names[i], {0, shape.empty() ? 1 : shape[0]}, &assembled[i]);
-    if (!bytes.ok()) return bytes.status();
-    tensors.push_back({names[i], *DTypeFromName(entry.dtype()), shape, *bytes});
+    headers.push_back({name, *DTypeFromName(entry.dtype()), shape});
+    rows.push_back({0, shape.empty() ? 1 : shape[0]});
   }
-  absl::Status status = WriteSafetensors(path, tensors, {{"format", "pt"}});
-  for (const TensorBytes& tensor : tensors) ReleasePages(tensor.bytes);
-  return status;
+  return WriteSafetensorsStreamed(
+      path, headers, {{"format", "pt"}},
+      [&](size_t i, std::string* scratch) {
+        return checkpoint.Rows(names[i], rows[i], scratch);
+      },
+      /*release_mapped_pages=*/true);
 }
 
 }  // namespace
@@ -318,8 +304,8 @@ absl::StatusOr<VerifySummary> ImportHfCheckpoint(const ImportOptions& options) {
 
   for (int rank = 0; rank < map->world_size(); ++rank) {
     const std::vector<ShardTensor> tensors = RankTensors(*hf, *map, rank);
-    absl::Status s = SaveShardTensors(options.out_dir, 0, rank, tensors);
-    for (const ShardTensor& tensor : tensors) ReleasePages(tensor.bytes);
+    absl::Status s = SaveShardTensors(options.out_dir, 0, rank, tensors,
+                                      /*bytes_are_mapped_files=*/true);
     if (!s.ok()) return s;
   }
   CheckpointInfo info;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "checkpoint/file_util.h"
+#include "checkpoint/safetensors_stream.h"
 #include "data/atomic_file.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -262,21 +263,27 @@ absl::StatusOr<int64_t> ReadLatestIteration(const std::string& save_dir) {
 }
 
 absl::Status SaveShardTensors(const std::string& save_dir, int64_t iteration,
-                              int rank,
-                              const std::vector<ShardTensor>& tensors) {
+                              int rank, const std::vector<ShardTensor>& tensors,
+                              bool bytes_are_mapped_files) {
   const std::string dir = IterationDirectory(save_dir, iteration);
   if (absl::Status s = RefuseFinishedIteration(dir); !s.ok()) return s;
   if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   const std::string shard = ShardName(rank);
-  std::vector<TensorBytes> bytes;
+  std::vector<TensorHeader> headers;
   v1::CheckpointManifest record;
   record.set_iteration(iteration);
   for (const ShardTensor& tensor : tensors) {
-    bytes.push_back({tensor.name, tensor.dtype, tensor.shape, tensor.bytes});
+    headers.push_back({tensor.name, tensor.dtype, tensor.shape});
     *record.add_tensors() = EntryOf(tensor, shard);
   }
   const std::string path = JoinPath(dir, shard);
-  if (absl::Status s = WriteSafetensors(path, bytes); !s.ok()) return s;
+  absl::Status written_status = WriteSafetensorsStreamed(
+      path, headers, {},
+      [&tensors](size_t i, std::string*) -> absl::StatusOr<std::string_view> {
+        return tensors[i].bytes;
+      },
+      bytes_are_mapped_files);
+  if (!written_status.ok()) return written_status;
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> written =
       SafetensorsFile::Open(path);
   if (!written.ok()) return written.status();

@@ -62,10 +62,11 @@ struct ShardTensor {
 
 // Writes rank `rank`'s shard of iteration `iteration` and its record.
 // FailedPrecondition when that iteration already has a manifest (a finished
-// checkpoint is never overwritten).
+// checkpoint is never overwritten). With `bytes_are_mapped_files` (views into
+// read-only file mappings) each tensor's pages are released once written.
 absl::Status SaveShardTensors(const std::string& save_dir, int64_t iteration,
-                              int rank,
-                              const std::vector<ShardTensor>& tensors);
+                              int rank, const std::vector<ShardTensor>& tensors,
+                              bool bytes_are_mapped_files = false);
 
 // SaveShardTensors for a trainer's state: the model and optimizer tensors
 // that `map` says `rank` writes, as F32, expert slices placed by the rank's

@@ -1,0 +1,100 @@
+#include "checkpoint/safetensors_stream.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace glm {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const std::vector<TensorHeader> kHeaders = {{"a", DType::kBF16, {2, 3}},
+                                            {"b", DType::kF32, {5}},
+                                            {"c", DType::kI64, {}}};
+
+std::vector<std::string> Values() {
+  return {std::string(12, 'a'), std::string(20, 'b'), std::string(8, 'c')};
+}
+
+TEST(SafetensorsStreamTest, SameBytesAsTheInMemoryWriter) {
+  const std::vector<std::string> values = Values();
+  std::vector<TensorBytes> in_memory;
+  for (size_t i = 0; i < kHeaders.size(); ++i) {
+    in_memory.push_back(
+        {kHeaders[i].name, kHeaders[i].dtype, kHeaders[i].shape, values[i]});
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  ASSERT_TRUE(
+      WriteSafetensors(TempPath("memory.safetensors"), in_memory, metadata)
+          .ok());
+  int fetched = 0;
+  absl::Status status = WriteSafetensorsStreamed(
+      TempPath("stream.safetensors"), kHeaders, metadata,
+      [&](size_t i, std::string* scratch) -> absl::StatusOr<std::string_view> {
+        ++fetched;
+        if (i != 1) return std::string_view(values[i]);
+        *scratch = values[i];  // an assembled tensor
+        return std::string_view(*scratch);
+      },
+      false);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(fetched, 3);
+  EXPECT_EQ(ReadAll(TempPath("stream.safetensors")),
+            ReadAll(TempPath("memory.safetensors")));
+}
+
+TEST(SafetensorsStreamTest, WrongSizeOrRepeatedNameLeavesNoFile) {
+  const std::vector<std::string> values = Values();
+  const std::string path = TempPath("bad.safetensors");
+  absl::Status status = WriteSafetensorsStreamed(
+      path, kHeaders, {},
+      [&](size_t i, std::string*) -> absl::StatusOr<std::string_view> {
+        return std::string_view(values[i]).substr(0, i == 2 ? 4 : 100);
+      },
+      false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("tensor 'c' [] of I64 needs 8 bytes, got 4"),
+            std::string::npos)
+      << status;
+  EXPECT_FALSE(std::ifstream(path).good());
+
+  std::vector<TensorHeader> twice = {kHeaders[0], kHeaders[0]};
+  status = WriteSafetensorsStreamed(
+      path, twice, {},
+      [&](size_t, std::string*) -> absl::StatusOr<std::string_view> {
+        return std::string_view(values[0]);
+      },
+      false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::ifstream(path).good());
+}
+
+TEST(SafetensorsStreamTest, ReleasedPagesReadTheFileAgain) {
+  const std::string path = TempPath("pages.safetensors");
+  std::string big(1 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(WriteSafetensors(path, {{"x", DType::kU8, {1 << 20}, big}}).ok());
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+      SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  const std::string_view bytes = *(*file)->Bytes("x");
+  EXPECT_EQ(bytes, big);
+  ReleasePages(bytes);
+  EXPECT_EQ(bytes, big);
+}
+
+}  // namespace
+}  // namespace glm
