@@ -58,6 +58,18 @@ class LayersTest : public ::testing::Test {
     r_ = RandomTensor({kTokens, config_.hidden_size}, rng_);
   }
 
+  // Every MLA weight (the indexer's aside) and the input.
+  std::vector<GradientTarget> MlaTargets(AttentionParameters& p) {
+    return {Target("q_a_proj", p.q_a_proj),
+            Target("q_a_layernorm", p.q_a_layernorm),
+            Target("q_b_proj", p.q_b_proj),
+            Target("kv_a_proj_with_mqa", p.kv_a_proj_with_mqa),
+            Target("kv_a_layernorm", p.kv_a_layernorm),
+            Target("kv_b_proj", p.kv_b_proj),
+            Target("o_proj", p.o_proj),
+            {"x", &x_, &dx_}};
+  }
+
   static constexpr int64_t kTokens = 9;
   std::mt19937 rng_{3};
   CpuBackend backend_;
@@ -165,17 +177,7 @@ TEST_F(LayersTest, AttentionOnComputingLayerGradients) {
         << "selection changed under the perturbation";
     return Project(o.Matrix(), r_);
   };
-  ExpectDirectionalGradients(
-      loss,
-      {Target("q_a_proj", p.q_a_proj),
-       Target("q_a_layernorm", p.q_a_layernorm),
-       Target("q_b_proj", p.q_b_proj),
-       Target("kv_a_proj_with_mqa", p.kv_a_proj_with_mqa),
-       Target("kv_a_layernorm", p.kv_a_layernorm),
-       Target("kv_b_proj", p.kv_b_proj),
-       Target("o_proj", p.o_proj),
-       {"x", &x_, &dx_}},
-      kStep);
+  ExpectDirectionalGradients(loss, MlaTargets(p), kStep);
   // Without the indexer loss, the indexer learns nothing.
   for (float g : p.indexer.wq_b.grad.values()) ASSERT_EQ(g, 0.f);
 }
@@ -203,15 +205,7 @@ TEST_F(LayersTest, AttentionOnSkipLayerUsesSourceKeysAndGradients) {
                      o.Matrix(), &a);
     return Project(o.Matrix(), r_);
   };
-  ExpectDirectionalGradients(
-      loss,
-      {Target("q_a_proj", p.q_a_proj),
-       Target("q_b_proj", p.q_b_proj),
-       Target("kv_a_proj_with_mqa", p.kv_a_proj_with_mqa),
-       Target("kv_b_proj", p.kv_b_proj),
-       Target("o_proj", p.o_proj),
-       {"x", &x_, &dx_}},
-      kStep);
+  ExpectDirectionalGradients(loss, MlaTargets(p), kStep);
 }
 
 // The indexer KL loss trains the indexer weights only; its inputs are detached.
