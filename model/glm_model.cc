@@ -46,6 +46,11 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   const ModelConfig& config = params_->config();
   const int64_t n = static_cast<int64_t>(batch.input_ids.size());
   if (n == 0) return absl::InvalidArgumentError("batch has no tokens");
+  if (params_->mtp.size() > 1) {
+    return absl::UnimplementedError(
+        absl::StrCat("num_nextn_predict_layers = ", params_->mtp.size(),
+                     ": only one MTP layer is supported (GLM-5.x has one)"));
+  }
   for (int64_t t = 0; t < n; ++t) {
     if (batch.input_ids[t] < 0 || batch.input_ids[t] >= config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(

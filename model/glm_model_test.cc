@@ -276,6 +276,13 @@ TEST_F(GlmModelTest, BadInputsAreClearErrors) {
   EXPECT_FALSE(model.Forward(bad_bounds).ok());
   bad_bounds.cu_seqlens = {0, 4};
   EXPECT_FALSE(model.Forward(bad_bounds).ok());
+  ModelConfig two_mtp = TinyTestConfig();
+  two_mtp.num_mtp_layers = 2;
+  ModelParameters two_mtp_params(two_mtp);
+  GlmModel two_mtp_model(&two_mtp_params, &backend_);
+  EXPECT_EQ(
+      two_mtp_model.Forward(Batch::FromSequences({{1, 2}})).status().code(),
+      absl::StatusCode::kUnimplemented);
   Batch bad_mask = Batch::FromSequences({{1, 2, 3}});
   bad_mask.loss_mask = {1.f};
   EXPECT_FALSE(model.Forward(bad_mask).ok());
