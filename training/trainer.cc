@@ -42,7 +42,7 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const TrainerOptions& options, std::unique_ptr<TokenSampleDataset> data,
+    const TrainerOptions& options, std::unique_ptr<TrainingData> data,
     std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
     Collectives* data_parallel) {
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
 }
 
 Trainer::Trainer(const TrainerOptions& options,
-                 std::unique_ptr<TokenSampleDataset> data,
+                 std::unique_ptr<TrainingData> data,
                  std::unique_ptr<ModelParameters> params,
                  std::unique_ptr<Backend> backend, Collectives* data_parallel)
     : options_(options),
@@ -99,16 +99,10 @@ std::vector<TrainableTensor> Trainer::Trainable() {
   return trainable;
 }
 
-// Samples [first_sample, first_sample + micro_batch_size) packed into one row;
-// each sample is its own sequence, so nothing attends across samples.
 absl::Status Trainer::RunMicroBatch(int64_t first_sample,
                                     MicroBatchTotals* totals) {
-  std::vector<std::vector<int32_t>> rows;
-  for (int64_t i = 0; i < options_.micro_batch_size; ++i) {
-    rows.push_back(data_->Sample(first_sample + i));
-  }
-  absl::StatusOr<ForwardResult> result =
-      model_->Forward(Batch::FromSequences(rows));
+  absl::StatusOr<ForwardResult> result = model_->Forward(
+      data_->MicroBatch(first_sample, options_.micro_batch_size));
   if (!result.ok()) return result.status();
   if (absl::Status status = model_->Backward(); !status.ok()) return status;
   totals->lm_loss += result->lm_loss;

@@ -14,7 +14,6 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/training_state.h"
-#include "data/gpt_dataset.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/glm_model.h"
@@ -23,6 +22,7 @@
 #include "proto/metrics.pb.h"
 #include "training/adamw.h"
 #include "training/lr_schedule.h"
+#include "training/training_data.h"
 
 namespace glm {
 
@@ -48,7 +48,7 @@ class Trainer {
   // `data_parallel` (not owned, may be null: one rank) is the data-parallel
   // group; its size must divide the number of micro batches per step.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
-      const TrainerOptions& options, std::unique_ptr<TokenSampleDataset> data,
+      const TrainerOptions& options, std::unique_ptr<TrainingData> data,
       std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
       Collectives* data_parallel = nullptr);
 
@@ -67,8 +67,7 @@ class Trainer {
   absl::Status Restore(const TrainingState& state);
 
  private:
-  Trainer(const TrainerOptions& options,
-          std::unique_ptr<TokenSampleDataset> data,
+  Trainer(const TrainerOptions& options, std::unique_ptr<TrainingData> data,
           std::unique_ptr<ModelParameters> params,
           std::unique_ptr<Backend> backend, Collectives* data_parallel);
 
@@ -87,7 +86,7 @@ class Trainer {
   }
 
   TrainerOptions options_;
-  std::unique_ptr<TokenSampleDataset> data_;
+  std::unique_ptr<TrainingData> data_;
   std::unique_ptr<ModelParameters> params_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GlmModel> model_;

@@ -46,7 +46,9 @@ TrainerOptions TinyOptions(int64_t iters) {
 
 std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& options) {
   auto trainer = Trainer::Create(
-      options, std::make_unique<RepeatingTextDataset>(options.seq_length, 4096),
+      options,
+      std::make_unique<PretrainData>(
+          std::make_unique<RepeatingTextDataset>(options.seq_length, 4096)),
       nullptr, std::make_unique<CpuBackend>());
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return std::move(*trainer);
@@ -115,7 +117,9 @@ TEST(TrainerTest, MetricsCarryScheduleAndThroughput) {
 TEST(TrainerTest, RejectsADatasetTooSmallForTheRun) {
   TrainerOptions options = TinyOptions(100);
   auto trainer = Trainer::Create(
-      options, std::make_unique<RepeatingTextDataset>(options.seq_length, 10),
+      options,
+      std::make_unique<PretrainData>(
+          std::make_unique<RepeatingTextDataset>(options.seq_length, 10)),
       nullptr, std::make_unique<CpuBackend>());
   ASSERT_FALSE(trainer.ok());
   EXPECT_NE(trainer.status().message().find("samples"), std::string::npos);

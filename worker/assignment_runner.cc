@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/rendezvous_store.h"
 #include "worker/training_job.h"
 
 namespace glm {
@@ -51,6 +52,8 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
   hooks.log = log_;
   hooks.on_step = [&](const v1::StepMetrics& metrics) {
     client_->SetCurrentJob(job, metrics.iteration());
+    // Data-parallel ranks compute the same metrics: rank 0 reports them once.
+    if (assignment.rank() != 0) return stop_job_.load();
     absl::StatusOr<bool> stop =
         client_->ReportMetrics(job, assignment.rank(), metrics);
     if (!stop.ok())
@@ -62,7 +65,9 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
     if (!reported.ok())
       log_("reporting checkpoint failed: " + reported.ToString());
   };
-  const absl::Status result = RunTrainingJob(assignment, hooks);
+  RendezvousStore rendezvous(client_->connection(),
+                             assignment.rendezvous().scope());
+  const absl::Status result = RunTrainingJob(assignment, hooks, &rendezvous);
   log_(absl::StrCat("job ", job, " finished: ", result.ToString()));
   absl::Status reported =
       client_->ReportJobResult(job, assignment.rank(), assignment.attempt(),

@@ -1,5 +1,6 @@
 #include "worker/training_job.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "data/gpt_dataset.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "training/log_line.h"
+#include "worker/job_groups.h"
 
 namespace glm {
 namespace {
@@ -19,8 +21,31 @@ double OrDefault(double value, double fallback) {
   return value == 0 ? fallback : value;
 }
 
+// Pretraining reads (blends of) indexed datasets; SFT reads one packed SFT
+// dataset (`glmctl data pack` output).
+absl::StatusOr<std::unique_ptr<TrainingData>> OpenTrainingData(
+    const v1::JobSpec& spec, const std::string& data_path,
+    const GptDatasetConfig& config) {
+  if (spec.training().mode() == v1::SFT) {
+    if (spec.data().sources_size() != 1) {
+      return absl::InvalidArgumentError(
+          "data.sources: SFT reads exactly one packed dataset");
+    }
+    absl::StatusOr<std::unique_ptr<PackedSftDataset>> rows =
+        PackedSftDataset::Open(spec.data().sources(0).path(),
+                               config.num_samples, config.seed);
+    if (!rows.ok()) return rows.status();
+    return std::make_unique<SftData>(std::move(*rows));
+  }
+  absl::StatusOr<std::unique_ptr<TokenSampleDataset>> samples =
+      BuildPretrainDataset(data_path, config);
+  if (!samples.ok()) return samples.status();
+  return std::make_unique<PretrainData>(std::move(*samples));
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
-    const v1::JobSpec& spec, const ModelConfig& model) {
+    const v1::JobSpec& spec, const ModelConfig& model,
+    Collectives* data_parallel) {
   const TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
   absl::StatusOr<std::string> data_path = DataPathFromSpec(spec.data());
   if (!data_path.ok()) return data_path.status();
@@ -28,11 +53,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
   data_config.seq_length = options.seq_length;
   data_config.num_samples = options.train_iters * options.global_batch_size;
   data_config.seed = spec.data().data_seed();
-  absl::StatusOr<std::unique_ptr<TokenSampleDataset>> data =
-      BuildPretrainDataset(*data_path, data_config);
+  absl::StatusOr<std::unique_ptr<TrainingData>> data =
+      OpenTrainingData(spec, *data_path, data_config);
   if (!data.ok()) return data.status();
   return Trainer::Create(options, std::move(*data), nullptr,
-                         std::make_unique<CpuBackend>());
+                         std::make_unique<CpuBackend>(), data_parallel);
 }
 
 absl::Status CheckSupported(const v1::Assignment& assignment) {
@@ -43,25 +68,25 @@ absl::Status CheckSupported(const v1::Assignment& assignment) {
         "training.export_hf_dir: exporting needs training.save_dir (the "
         "export is made from the final checkpoint)");
   }
-  if (assignment.world_size() != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallel.world_size: this worker trains on one rank; ",
-        assignment.world_size(), " ranks need the distributed runtime"));
+  if (absl::Status status = CheckDataParallelOnly(spec.parallel());
+      !status.ok()) {
+    return status;
   }
   if (!spec.device().empty() && spec.device() != "cpu") {
     return absl::UnimplementedError(
         absl::StrCat("device: '", spec.device(),
                      "' has no training backend in this worker; use \"cpu\""));
   }
-  if (spec.training().mode() != v1::PRETRAIN) {
-    return absl::UnimplementedError(absl::StrCat(
-        "training.mode: ", v1::TrainingMode_Name(spec.training().mode()),
-        " is not supported by this worker yet; use PRETRAIN"));
+  if (spec.training().mode() == v1::LORA) {
+    return absl::UnimplementedError(
+        "training.mode: LORA is not supported by this worker yet; use PRETRAIN "
+        "or SFT");
   }
   return absl::OkStatus();
 }
 
-// Checkpoints of a one-rank job: the whole model on rank 0, experts per expert.
+// Checkpoints of a data-parallel job: the whole model, written by rank 0,
+// experts per expert.
 class JobCheckpoints {
  public:
   static absl::StatusOr<JobCheckpoints> Create(const v1::Assignment& assignment,
@@ -79,9 +104,11 @@ class JobCheckpoints {
     if (!map.ok()) return map.status();
     const std::string load_dir =
         training.load_dir().empty() ? training.save_dir() : training.load_dir();
+    // Data-parallel ranks hold identical state: rank 0 writes it for all.
+    const std::string save_dir =
+        assignment.rank() == 0 ? training.save_dir() : std::string();
     return JobCheckpoints(*std::move(map), layout, assignment.job_id(),
-                          training.save_dir(), load_dir,
-                          training.save_interval());
+                          save_dir, load_dir, training.save_interval());
   }
 
   // Continues from the latest checkpoint under the load folder, if any.
@@ -190,14 +217,24 @@ absl::StatusOr<std::string> DataPathFromSpec(const v1::DataSpec& data) {
 }
 
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
-                            const TrainingJobHooks& hooks) {
+                            const TrainingJobHooks& hooks,
+                            RendezvousStore* rendezvous) {
   if (absl::Status status = CheckSupported(assignment); !status.ok()) {
     return status;
   }
   absl::StatusOr<JobPlan> plan = ValidateJobSpec(assignment.spec());
   if (!plan.ok()) return plan.status();
+  std::optional<ProcessGroups> groups;
+  if (assignment.world_size() > 1) {
+    absl::StatusOr<ProcessGroups> connected =
+        ConnectJobGroups(assignment, plan->grid, rendezvous);
+    if (!connected.ok()) return connected.status();
+    groups = *std::move(connected);
+  }
+  Collectives* world = groups ? &groups->group(GroupKind::kWorld) : nullptr;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      BuildTrainer(assignment.spec(), plan->model);
+      BuildTrainer(assignment.spec(), plan->model,
+                   groups ? &groups->group(GroupKind::kDp) : nullptr);
   if (!trainer.ok()) return trainer.status();
   absl::StatusOr<JobCheckpoints> checkpoints =
       JobCheckpoints::Create(assignment, plan->model);
@@ -219,7 +256,9 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
       hooks.log("saved checkpoint " + saved->directory());
       hooks.on_checkpoint(*saved);
     }
-    if (hooks.on_step(*metrics)) {
+    absl::StatusOr<bool> stop = AnyRankStops(hooks.on_step(*metrics), world);
+    if (!stop.ok()) return stop.status();
+    if (*stop) {
       return absl::CancelledError(absl::StrCat(
           "stopped after iteration ", metrics->iteration(), " on request"));
     }

@@ -14,6 +14,7 @@
 #include "proto/metrics.pb.h"
 #include "proto/worker_service.pb.h"
 #include "training/trainer.h"
+#include "worker/rendezvous_store.h"
 
 namespace glm {
 
@@ -33,8 +34,14 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
 // Megatron's --data-path string ("W1 PREFIX1 W2 PREFIX2 ...") of the spec.
 absl::StatusOr<std::string> DataPathFromSpec(const v1::DataSpec& data);
 
+// Ranks of a job with world_size > 1 connect their process groups through
+// `rendezvous` (not owned; may be null for one rank) within the assignment's
+// rendezvous timeout; a peer that does not arrive is an error naming the
+// group, not a hang. Every rank calls hooks.on_step; all stop after the same
+// iteration when any is asked to. Rank 0 writes the checkpoints.
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
-                            const TrainingJobHooks& hooks);
+                            const TrainingJobHooks& hooks,
+                            RendezvousStore* rendezvous = nullptr);
 
 }  // namespace glm
 

@@ -1,0 +1,252 @@
+// Data parallelism end to end: a real coordinator (in-process, on loopback)
+// schedules a world_size-2 job on two real glm-worker processes, which connect
+// their Gloo groups through the coordinator's rendezvous. Their losses and the
+// checkpointed weights match the same job run by one process.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/hf_name_map.h"
+#include "checkpoint/native_checkpoint.h"
+#include "coordinator/test_coordinator.h"
+#include "data/indexed_dataset.h"
+#include "grpcpp/channel.h"
+#include "gtest/gtest.h"
+#include "model/parameters.h"
+#include "proto/job_service.grpc.pb.h"
+#include "worker/training_job.h"
+
+extern char** environ;
+
+namespace glm {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Documents of pseudo-random byte tokens, each of its own length.
+std::string WriteDocuments(const std::string& dir) {
+  const std::string prefix = dir + "/documents";
+  auto builder = IndexedDatasetBuilder::Create(prefix, TokenDtype::kUint16);
+  EXPECT_TRUE(builder.ok());
+  uint32_t state = 12345;
+  for (int document = 0; document < 60; ++document) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 20 + document % 17; ++i) {
+      state = state * 1103515245u + 12345u;
+      ids.push_back(static_cast<int32_t>((state >> 16) % 256));
+    }
+    ids.push_back(256);
+    EXPECT_TRUE((*builder)->AddDocument(ids).ok());
+  }
+  EXPECT_TRUE((*builder)->Finish().ok());
+  return prefix;
+}
+
+v1::JobSpec DataParallelSpec(const std::string& data, const std::string& save,
+                             int world_size) {
+  v1::JobSpec spec;
+  spec.set_name("dp-e2e");
+  spec.set_device("cpu");
+  spec.mutable_model()->set_preset("glm5.2-tiny");
+  spec.mutable_parallel()->set_world_size(world_size);
+  v1::TrainingSpec& t = *spec.mutable_training();
+  t.set_mode(v1::PRETRAIN);
+  t.set_train_iters(3);
+  t.set_lr(3e-3);
+  t.set_min_lr(3e-4);
+  t.set_warmup_iters(1);
+  t.set_global_batch_size(4);
+  t.set_micro_batch_size(1);
+  t.set_seq_length(32);
+  t.set_seed(5);
+  t.set_save_dir(save);
+  v1::DatasetSource& source = *spec.mutable_data()->add_sources();
+  source.set_path(data);
+  source.set_weight(1.0);
+  spec.mutable_data()->set_tokenizer("byte");
+  spec.mutable_data()->set_data_seed(3);
+  return spec;
+}
+
+pid_t SpawnWorker(const std::string& coordinator, const std::string& token,
+                  const std::string& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> args = {"worker/glm-worker",
+                                   "--coordinator=" + coordinator,
+                                   "--token-file=" + token};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ),
+            0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+// The job's metrics by iteration as the coordinator streams them, until the
+// job ends; returns its final state.
+v1::JobState WatchToTheEnd(TestCoordinator& server, const std::string& id,
+                           std::map<int64_t, v1::StepMetrics>* metrics) {
+  std::shared_ptr<ClientConnection> connection = server.Connect();
+  auto stub = v1::JobService::NewStub(connection->channel());
+  std::unique_ptr<grpc::ClientContext> context =
+      connection->NewContext(absl::Seconds(120));
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  auto reader = stub->WatchJob(context.get(), request);
+  v1::JobEvent event;
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  while (reader->Read(&event)) {
+    if (event.has_metrics()) {
+      (*metrics)[event.metrics().iteration()] = event.metrics();
+    }
+    state = event.job().state();
+    if (state == v1::SUCCEEDED || state == v1::FAILED ||
+        state == v1::CANCELLED) {
+      if (state != v1::SUCCEEDED) ADD_FAILURE() << event.job().message();
+      break;
+    }
+  }
+  context->TryCancel();
+  return state;
+}
+
+// The model tensors of the latest checkpoint under `save_dir`.
+std::map<std::string, std::vector<float>> CheckpointWeights(
+    const std::string& save_dir) {
+  const ModelConfig config = *PresetConfig("glm5.2-tiny");
+  v1::ParallelLayout layout;
+  for (auto set : {&v1::ParallelLayout::set_tp, &v1::ParallelLayout::set_pp,
+                   &v1::ParallelLayout::set_cp, &v1::ParallelLayout::set_ep,
+                   &v1::ParallelLayout::set_etp, &v1::ParallelLayout::set_dp}) {
+    (layout.*set)(1);
+  }
+  absl::StatusOr<HfNameMap> map =
+      HfNameMap::Create(config, ExpertForm::kFused, layout);
+  EXPECT_TRUE(map.ok()) << map.status();
+  ModelParameters params(config);
+  TrainingState state;
+  for (const NamedTensor& named : params.Named()) {
+    state.model.push_back({named.name, named.value});
+  }
+  absl::StatusOr<v1::CheckpointManifest> loaded =
+      LoadCheckpoint(save_dir, *map, /*rank=*/0, &state);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  std::map<std::string, std::vector<float>> weights;
+  for (const NamedTensor& named : params.Named()) {
+    weights[named.name] = named.value->values();
+  }
+  return weights;
+}
+
+TEST(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
+  TestCoordinator server("dp_e2e");
+  const std::string dir = TempDir("dp_e2e");
+  const std::string data = WriteDocuments(dir);
+  const std::string token = dir + "/token";
+  std::ofstream(token) << TestCoordinator::kToken;
+
+  std::shared_ptr<ClientConnection> connection = server.Connect();
+  auto stub = v1::JobService::NewStub(connection->channel());
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = DataParallelSpec(data, dir + "/dp2", 2);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(
+      stub->SubmitJob(connection->NewContext().get(), submit, &submitted).ok());
+  const pid_t workers[] = {
+      SpawnWorker(server.target(), token, dir + "/worker0.log"),
+      SpawnWorker(server.target(), token, dir + "/worker1.log")};
+  std::map<int64_t, v1::StepMetrics> distributed;
+  const v1::JobState state =
+      WatchToTheEnd(server, submitted.job().id(), &distributed);
+  for (pid_t pid : workers) {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
+  ASSERT_EQ(state, v1::SUCCEEDED);
+
+  v1::Assignment single;
+  single.set_job_id("single");
+  single.set_world_size(1);
+  *single.mutable_spec() = DataParallelSpec(data, dir + "/single", 1);
+  std::map<int64_t, v1::StepMetrics> reference;
+  TrainingJobHooks hooks;
+  hooks.log = [](const std::string&) {};
+  hooks.on_step = [&](const v1::StepMetrics& metrics) {
+    reference[metrics.iteration()] = metrics;
+    return false;
+  };
+  hooks.on_checkpoint = [](const v1::CheckpointManifest&) {};
+  ASSERT_TRUE(RunTrainingJob(single, hooks).ok());
+
+  ASSERT_EQ(distributed.size(), 3u);
+  for (const auto& [iteration, expected] : reference) {
+    const v1::StepMetrics& got = distributed[iteration];
+    EXPECT_NEAR(got.lm_loss(), expected.lm_loss(), 1e-5 * expected.lm_loss())
+        << "iteration " << iteration;
+    EXPECT_NEAR(got.mtp_loss(), expected.mtp_loss(), 1e-5 * expected.mtp_loss())
+        << "iteration " << iteration;
+    EXPECT_NEAR(got.grad_norm(), expected.grad_norm(),
+                1e-5 * expected.grad_norm())
+        << "iteration " << iteration;
+  }
+
+  // Relative L2 error per tensor (see training/data_parallel_test.cc for why
+  // not element-wise).
+  const auto dp_weights = CheckpointWeights(dir + "/dp2");
+  const auto single_weights = CheckpointWeights(dir + "/single");
+  ASSERT_EQ(dp_weights.size(), single_weights.size());
+  for (const auto& [name, expected] : single_weights) {
+    const std::vector<float>& got = dp_weights.at(name);
+    double norm = 0, error = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      norm += double{expected[i]} * expected[i];
+      error += (double{got[i]} - expected[i]) * (double{got[i]} - expected[i]);
+    }
+    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
+  }
+}
+
+TEST(DataParallelEndToEndTest, APeerThatNeverComesIsAClearErrorNotAHang) {
+  TestCoordinator server("dp_missing_peer");
+  const std::string dir = TempDir("dp_missing_peer");
+  v1::Assignment lonely;
+  lonely.set_job_id("lonely");
+  lonely.set_rank(0);
+  lonely.set_world_size(2);
+  *lonely.mutable_spec() =
+      DataParallelSpec(WriteDocuments(dir), dir + "/save", 2);
+  lonely.mutable_rendezvous()->set_scope("lonely/attempt-1");
+  lonely.mutable_rendezvous()->set_timeout_ms(500);
+  RendezvousStore rendezvous(server.Connect(), "lonely/attempt-1");
+  TrainingJobHooks hooks;
+  hooks.log = [](const std::string&) {};
+  const absl::Time start = absl::Now();
+  const absl::Status status = RunTrainingJob(lonely, hooks, &rendezvous);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("rank 0 could not reach its peers"),
+            std::string::npos)
+      << status;
+}
+
+}  // namespace
+}  // namespace glm
