@@ -22,6 +22,25 @@ std::vector<int32_t> Targets(const std::vector<int32_t>& ids,
   return targets;
 }
 
+absl::Status ValidateBatch(const Batch& batch, const ModelConfig& config) {
+  const int64_t n = static_cast<int64_t>(batch.input_ids.size());
+  if (n == 0) return absl::InvalidArgumentError("batch has no tokens");
+  for (int64_t t = 0; t < n; ++t) {
+    if (batch.input_ids[t] < 0 || batch.input_ids[t] >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input_ids[", t, "] = ", batch.input_ids[t],
+          " is outside the vocabulary [0, ", config.vocab_size, ")"));
+    }
+  }
+  if (!batch.loss_mask.empty() &&
+      static_cast<int64_t>(batch.loss_mask.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss_mask has ", batch.loss_mask.size(), " entries for ",
+                     n, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Batch Batch::FromSequences(const std::vector<std::vector<int32_t>>& rows) {
@@ -43,91 +62,25 @@ GlmModel::GlmModel(ModelParameters* params, Backend* backend,
           MakeDecoderLayerSpec(params->config(), options.indexer_loss_coeff)) {}
 
 absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
-  const ModelConfig& config = params_->config();
-  const int64_t n = static_cast<int64_t>(batch.input_ids.size());
-  if (n == 0) return absl::InvalidArgumentError("batch has no tokens");
   if (params_->mtp.size() > 1) {
     return absl::UnimplementedError(
         absl::StrCat("num_nextn_predict_layers = ", params_->mtp.size(),
                      ": only one MTP layer is supported (GLM-5.x has one)"));
   }
-  for (int64_t t = 0; t < n; ++t) {
-    if (batch.input_ids[t] < 0 || batch.input_ids[t] >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input_ids[", t, "] = ", batch.input_ids[t],
-          " is outside the vocabulary [0, ", config.vocab_size, ")"));
-    }
+  if (absl::Status valid = ValidateBatch(batch, params_->config());
+      !valid.ok()) {
+    return valid;
   }
-  if (!batch.loss_mask.empty() &&
-      static_cast<int64_t>(batch.loss_mask.size()) != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("loss_mask has ", batch.loss_mask.size(), " entries for ",
-                     n, " tokens"));
-  }
-  absl::StatusOr<TokenLayout> layout = MakeTokenLayout(n, batch.cu_seqlens);
+  absl::StatusOr<TokenLayout> layout =
+      MakeTokenLayout(batch.input_ids.size(), batch.cu_seqlens);
   if (!layout.ok()) return layout.status();
   layout_ = *std::move(layout);
   ids_ = batch.input_ids;
-  Backend& b = *backend_;
-  const int64_t hidden = config.hidden_size;
-  const int layers = config.num_hidden_layers;
 
-  hidden_.assign(layers + 1, Tensor());
-  hidden_[0] = Tensor({n, hidden});
-  b.EmbeddingForward(params_->embed_tokens.value.Matrix(), ids_.data(),
-                     hidden_[0].Matrix());
-  layers_.assign(layers, DecoderLayerActivations());
   ForwardResult result;
-  for (int i = 0; i < layers; ++i) {
-    const int source = config.index_sharing.SourceLayer(i + 1) - 1;
-    const IndexTensor* shared =
-        source < i ? layers_[source].attn.topk : nullptr;
-    hidden_[i + 1] = Tensor({n, hidden});
-    DecoderLayerForward(b, params_->layers[i], spec_, hidden_[i].Matrix(),
-                        layout_, shared, hidden_[i + 1].Matrix(), &layers_[i]);
-    result.layer_topk.push_back(*layers_[i].attn.topk);
-    result.expert_load.push_back(layers_[i].moe.load);
-    result.expert_choice.push_back(layers_[i].moe.choice);
-    result.indexer_loss += layers_[i].attn.indexer_loss;
-  }
-
-  final_normed_ = Tensor({n, hidden});
-  final_rstd_ = Tensor({n});
-  b.RmsNormForward(hidden_[layers].Matrix(), params_->norm.value.data(),
-                   spec_.rms_norm_eps, final_normed_.Matrix(),
-                   final_rstd_.data());
-  logits_ = Tensor({n, config.vocab_size});
-  b.Linear(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
-           logits_.Matrix(), false);
-  lm_targets_ = Targets(ids_, batch.loss_mask, layout_, 1, &lm_count_);
-  if (lm_count_ > 0) {
-    result.lm_loss =
-        b.CrossEntropyForward(logits_.Matrix(), lm_targets_.data()) /
-        static_cast<double>(lm_count_);
-  }
-
-  mtp_.assign(params_->mtp.size(), MtpActivations());
-  if (!params_->mtp.empty()) {
-    // Without its own indexer the MTP layer attends over the last main layer's
-    // keys.
-    const IndexTensor* shared =
-        layers > 0 ? layers_[layers - 1].attn.topk : nullptr;
-    MtpForward(b, params_->mtp[0], params_->embed_tokens, params_->OutputHead(),
-               spec_, ids_, layout_, hidden_[layers].Matrix(), shared,
-               &mtp_[0]);
-    mtp_targets_ = Targets(ids_, batch.loss_mask, layout_, 2, &mtp_count_);
-    if (mtp_count_ > 0) {
-      result.mtp_loss =
-          b.CrossEntropyForward(mtp_[0].logits.Matrix(), mtp_targets_.data()) /
-          static_cast<double>(mtp_count_);
-    }
-    result.indexer_loss += mtp_[0].layer.attn.indexer_loss;
-    result.layer_topk.push_back(*mtp_[0].layer.attn.topk);
-    result.expert_load.push_back(mtp_[0].layer.moe.load);
-    result.expert_choice.push_back(mtp_[0].layer.moe.choice);
-    result.mtp_logits = mtp_[0].logits;
-  }
-  result.logits = logits_;
+  ForwardLayers(&result);
+  ForwardHead(batch.loss_mask, &result);
+  if (!params_->mtp.empty()) ForwardMtp(batch.loss_mask, &result);
   result.total_loss = result.lm_loss +
                       options_.mtp_loss_scale * result.mtp_loss +
                       result.indexer_loss;
@@ -135,49 +88,125 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   return result;
 }
 
+void GlmModel::ForwardLayers(ForwardResult* result) {
+  const ModelConfig& config = params_->config();
+  const int64_t n = layout_.tokens, hidden = config.hidden_size;
+  const int layers = config.num_hidden_layers;
+  hidden_.assign(layers + 1, Tensor());
+  hidden_[0] = Tensor({n, hidden});
+  backend_->EmbeddingForward(params_->embed_tokens.value.Matrix(), ids_.data(),
+                             hidden_[0].Matrix());
+  layers_.assign(layers, DecoderLayerActivations());
+  for (int i = 0; i < layers; ++i) {
+    const int source = config.index_sharing.SourceLayer(i + 1) - 1;
+    const IndexTensor* shared =
+        source < i ? layers_[source].attn.topk : nullptr;
+    hidden_[i + 1] = Tensor({n, hidden});
+    DecoderLayerForward(*backend_, params_->layers[i], spec_,
+                        hidden_[i].Matrix(), layout_, shared,
+                        hidden_[i + 1].Matrix(), &layers_[i]);
+    Record(layers_[i], result);
+  }
+}
+
+void GlmModel::ForwardHead(const std::vector<float>& loss_mask,
+                           ForwardResult* result) {
+  const ModelConfig& config = params_->config();
+  const int64_t n = layout_.tokens;
+  final_normed_ = Tensor({n, config.hidden_size});
+  final_rstd_ = Tensor({n});
+  backend_->RmsNormForward(hidden_.back().Matrix(), params_->norm.value.data(),
+                           spec_.rms_norm_eps, final_normed_.Matrix(),
+                           final_rstd_.data());
+  logits_ = Tensor({n, config.vocab_size});
+  backend_->Linear(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
+                   logits_.Matrix(), false);
+  lm_targets_ = Targets(ids_, loss_mask, layout_, 1, &lm_count_);
+  if (lm_count_ > 0) {
+    result->lm_loss =
+        backend_->CrossEntropyForward(logits_.Matrix(), lm_targets_.data()) /
+        static_cast<double>(lm_count_);
+  }
+  result->logits = logits_;
+}
+
+void GlmModel::ForwardMtp(const std::vector<float>& loss_mask,
+                          ForwardResult* result) {
+  // Without its own indexer the MTP layer attends over the last main layer's
+  // keys.
+  const IndexTensor* shared =
+      layers_.empty() ? nullptr : layers_.back().attn.topk;
+  mtp_.assign(1, MtpActivations());
+  MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
+             params_->OutputHead(), spec_, ids_, layout_,
+             hidden_.back().Matrix(), shared, &mtp_[0]);
+  mtp_targets_ = Targets(ids_, loss_mask, layout_, 2, &mtp_count_);
+  if (mtp_count_ > 0) {
+    result->mtp_loss = backend_->CrossEntropyForward(mtp_[0].logits.Matrix(),
+                                                     mtp_targets_.data()) /
+                       static_cast<double>(mtp_count_);
+  }
+  Record(mtp_[0].layer, result);
+  result->mtp_logits = mtp_[0].logits;
+}
+
+void GlmModel::Record(const DecoderLayerActivations& layer,
+                      ForwardResult* result) {
+  result->layer_topk.push_back(*layer.attn.topk);
+  result->expert_load.push_back(layer.moe.load);
+  result->expert_choice.push_back(layer.moe.choice);
+  result->indexer_loss += layer.attn.indexer_loss;
+}
+
 absl::Status GlmModel::Backward() {
   if (!has_forward_) {
     return absl::FailedPreconditionError("Backward needs a Forward first");
   }
-  Backend& b = *backend_;
-  const ModelConfig& config = params_->config();
-  const int64_t n = layout_.tokens, hidden = config.hidden_size;
-  const int layers = config.num_hidden_layers;
-
-  Tensor dlogits({n, config.vocab_size}), dnormed({n, hidden});
-  if (lm_count_ > 0) {
-    b.CrossEntropyBackward(logits_.Matrix(), lm_targets_.data(),
-                           1.f / static_cast<float>(lm_count_),
-                           dlogits.Matrix());
-  }
-  b.LinearBackward(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
-                   dlogits.Matrix(), dnormed.Matrix(),
-                   params_->OutputHead().grad.Matrix());
+  const int64_t n = layout_.tokens, hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
-  b.RmsNormBackward(hidden_[layers].Matrix(), params_->norm.value.data(),
-                    final_rstd_.data(), dnormed.Matrix(), dh.Matrix(),
-                    params_->norm.grad.data());
-  if (!params_->mtp.empty()) {
-    Tensor dmtp_logits({n, config.vocab_size});
-    if (mtp_count_ > 0) {
-      b.CrossEntropyBackward(
-          mtp_[0].logits.Matrix(), mtp_targets_.data(),
-          options_.mtp_loss_scale / static_cast<float>(mtp_count_),
-          dmtp_logits.Matrix());
-    }
-    MtpBackward(b, params_->mtp[0], params_->embed_tokens,
-                params_->OutputHead(), spec_, layout_, hidden_[layers].Matrix(),
-                mtp_[0], dmtp_logits.Matrix(), dh.Matrix());
-  }
-  for (int i = layers - 1; i >= 0; --i) {
+  BackwardHead(dh.Matrix());
+  if (!params_->mtp.empty()) BackwardMtp(dh.Matrix());
+  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     Tensor dh_in({n, hidden});
-    DecoderLayerBackward(b, params_->layers[i], spec_, hidden_[i].Matrix(),
-                         layout_, layers_[i], dh.Matrix(), dh_in.Matrix());
+    DecoderLayerBackward(*backend_, params_->layers[i], spec_,
+                         hidden_[i].Matrix(), layout_, layers_[i], dh.Matrix(),
+                         dh_in.Matrix());
     dh = std::move(dh_in);
   }
-  b.EmbeddingBackward(dh.Matrix(), ids_.data(),
-                      params_->embed_tokens.grad.Matrix());
+  backend_->EmbeddingBackward(dh.Matrix(), ids_.data(),
+                              params_->embed_tokens.grad.Matrix());
   return absl::OkStatus();
+}
+
+void GlmModel::BackwardHead(MatrixView dh) {
+  const ModelConfig& config = params_->config();
+  const int64_t n = layout_.tokens;
+  Tensor dlogits({n, config.vocab_size}), dnormed({n, config.hidden_size});
+  if (lm_count_ > 0) {
+    backend_->CrossEntropyBackward(logits_.Matrix(), lm_targets_.data(),
+                                   1.f / static_cast<float>(lm_count_),
+                                   dlogits.Matrix());
+  }
+  Parameter& head = params_->OutputHead();
+  backend_->LinearBackward(final_normed_.Matrix(), head.value.Matrix(),
+                           dlogits.Matrix(), dnormed.Matrix(),
+                           head.grad.Matrix());
+  backend_->RmsNormBackward(hidden_.back().Matrix(), params_->norm.value.data(),
+                            final_rstd_.data(), dnormed.Matrix(), dh,
+                            params_->norm.grad.data());
+}
+
+void GlmModel::BackwardMtp(MatrixView dh) {
+  Tensor dlogits({layout_.tokens, params_->config().vocab_size});
+  if (mtp_count_ > 0) {
+    backend_->CrossEntropyBackward(
+        mtp_[0].logits.Matrix(), mtp_targets_.data(),
+        options_.mtp_loss_scale / static_cast<float>(mtp_count_),
+        dlogits.Matrix());
+  }
+  MtpBackward(*backend_, params_->mtp[0], params_->embed_tokens,
+              params_->OutputHead(), spec_, layout_, hidden_.back().Matrix(),
+              mtp_[0], dlogits.Matrix(), dh);
 }
 
 }  // namespace glm

@@ -65,6 +65,18 @@ class GlmModel {
   absl::Status Backward();
 
  private:
+  // Forward pieces: the decoder layers, the final norm + lm_head + LM loss, and
+  // the MTP layer + its loss. Each appends to `result`.
+  void ForwardLayers(ForwardResult* result);
+  void ForwardHead(const std::vector<float>& loss_mask, ForwardResult* result);
+  void ForwardMtp(const std::vector<float>& loss_mask, ForwardResult* result);
+  // Adds one decoder layer's top-k, routing and indexer loss to `result`.
+  static void Record(const DecoderLayerActivations& layer,
+                     ForwardResult* result);
+  // Backward pieces; both add into dh, the gradient of the last hidden state.
+  void BackwardHead(MatrixView dh);
+  void BackwardMtp(MatrixView dh);
+
   ModelParameters* params_;
   Backend* backend_;
   LossOptions options_;
