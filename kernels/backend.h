@@ -3,13 +3,18 @@
 // Model code talks only to this interface. Ops take strided views
 // (kernels/tensor.h) of memory the backend can address; the CPU backend
 // (kernels/cpu/) is the reference and a CUDA backend implements the same list.
+//
 // Conventions shared by all ops:
-//   - Backward ops ACCUMULATE (+=) into every gradient they are given, inputs
-//   and
-//     weights alike, so a value used twice simply receives two calls.
-//   - An empty view (data == nullptr) as a gradient output means "not needed".
-//   - Index arrays use -1 for "no entry" (a query with fewer selectable keys
+// - Backward ops ACCUMULATE (+=) into every gradient they are given, inputs
+//   and weights alike, so a value used twice simply receives two calls.
+// - An empty view (data == nullptr) as a gradient output means "not needed".
+// - Index arrays use -1 for "no entry" (a query with fewer selectable keys
 //   than k).
+//
+// Today every Tensor lives in host memory, and the model reads a few small
+// index arrays on the host (the router's choices, to build each expert's token
+// list). A device backend also needs Tensor storage that it allocates (or
+// managed memory) and those indices copied back; the op list stays as it is.
 #ifndef GLM_KERNELS_BACKEND_H_
 #define GLM_KERNELS_BACKEND_H_
 
