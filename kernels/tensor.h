@@ -7,6 +7,7 @@
 #ifndef GLM_KERNELS_TENSOR_H_
 #define GLM_KERNELS_TENSOR_H_
 
+#include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <numeric>
