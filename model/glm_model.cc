@@ -127,7 +127,7 @@ void GlmModel::ForwardHead(const std::vector<float>& loss_mask,
         backend_->CrossEntropyForward(logits_.Matrix(), lm_targets_.data()) /
         static_cast<double>(lm_count_);
   }
-  result->logits = logits_;
+  if (options_.return_logits) result->logits = logits_;
 }
 
 void GlmModel::ForwardMtp(const std::vector<float>& loss_mask,
@@ -147,7 +147,7 @@ void GlmModel::ForwardMtp(const std::vector<float>& loss_mask,
                        static_cast<double>(mtp_count_);
   }
   Record(mtp_[0].layer, result);
-  result->mtp_logits = mtp_[0].logits;
+  if (options_.return_logits) result->mtp_logits = mtp_[0].logits;
 }
 
 void GlmModel::Record(const DecoderLayerActivations& layer,

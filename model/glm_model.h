@@ -36,6 +36,9 @@ struct Batch {
 struct LossOptions {
   float mtp_loss_scale = 0.1f;        // Megatron's mtp_loss_scaling_factor
   float indexer_loss_coeff = 0.001f;  // 0 turns the indexer loss off
+  // False leaves ForwardResult::logits and mtp_logits empty (training needs
+  // only the losses; [tokens, vocab] copies are large for real vocabularies).
+  bool return_logits = true;
 };
 
 struct ForwardResult {

@@ -147,6 +147,17 @@ TEST_F(GlmModelTest, ForwardShapesSharingAndLosses) {
               1e-7);
 }
 
+TEST_F(GlmModelTest, LogitsAreOptionalAndLossesUnchanged) {
+  const Batch batch = Batch::FromSequences({kSeqA, kSeqB});
+  LossOptions options;
+  options.return_logits = false;
+  const ForwardResult without = Run(batch, options);
+  const ForwardResult with = Run(batch);
+  EXPECT_TRUE(without.logits.empty());
+  EXPECT_TRUE(without.mtp_logits.empty());
+  EXPECT_EQ(without.total_loss, with.total_loss);
+}
+
 TEST_F(GlmModelTest, LossMaskDropsPredictions) {
   Batch batch = Batch::FromSequences({kSeqA});
   batch.loss_mask.assign(kSeqA.size(), 1.f);
