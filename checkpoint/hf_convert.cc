@@ -244,7 +244,7 @@ absl::Status WriteHfShard(const NativeCheckpoint& checkpoint,
       [&](size_t i, std::string* scratch) {
         return checkpoint.Rows(names[i], rows[i], scratch);
       },
-      /*release_mapped_pages=*/true);
+      [&](size_t i, std::string_view) { checkpoint.ReleasePages(names[i]); });
 }
 
 }  // namespace

@@ -104,7 +104,6 @@ v1::TensorEntry EntryOf(const ShardTensor& tensor, const std::string& shard) {
   entry.set_row_begin(tensor.row_begin);
   entry.set_shard_file(shard);
   entry.set_nbytes(static_cast<int64_t>(tensor.bytes.size()));
-  entry.set_xxh64(HashHex(tensor.bytes));
   return entry;
 }
 
@@ -277,12 +276,16 @@ absl::Status SaveShardTensors(const std::string& save_dir, int64_t iteration,
     *record.add_tensors() = EntryOf(tensor, shard);
   }
   const std::string path = JoinPath(dir, shard);
+  // Each tensor is hashed as it is written, so it is read once.
   absl::Status written_status = WriteSafetensorsStreamed(
       path, headers, {},
       [&tensors](size_t i, std::string*) -> absl::StatusOr<std::string_view> {
         return tensors[i].bytes;
       },
-      bytes_are_mapped_files);
+      [&](size_t i, std::string_view bytes) {
+        record.mutable_tensors(i)->set_xxh64(HashHex(bytes));
+        if (bytes_are_mapped_files) ReleasePages(bytes);
+      });
   if (!written_status.ok()) return written_status;
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> written =
       SafetensorsFile::Open(path);
@@ -605,6 +608,12 @@ absl::StatusOr<std::string_view> NativeCheckpoint::Rows(
   scratch->clear();
   for (std::string_view part : parts) scratch->append(part);
   return std::string_view(*scratch);
+}
+
+void NativeCheckpoint::ReleasePages(const std::string& name) const {
+  auto it = pieces_.find(name);
+  if (it == pieces_.end()) return;
+  for (const Piece& piece : it->second) glm::ReleasePages(piece.bytes);
 }
 
 absl::StatusOr<std::string> NativeCheckpoint::HfConfigJson() const {

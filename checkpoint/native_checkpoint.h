@@ -134,6 +134,9 @@ class NativeCheckpoint {
   // Calls `visit(entry, bytes)` for each stored piece of `name`, in row order.
   template <typename Visit>
   void ForEachPiece(const std::string& name, Visit visit) const;
+  // Releases the mapped pages of tensor `name` (see ReleasePages in
+  // safetensors_stream.h): a streaming pass calls it once done with a tensor.
+  void ReleasePages(const std::string& name) const;
   // The stored config.json bytes; NotFound when the checkpoint has none.
   absl::StatusOr<std::string> HfConfigJson() const;
 

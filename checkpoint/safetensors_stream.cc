@@ -44,7 +44,7 @@ std::string HeaderBytes(const std::vector<TensorHeader>& tensors,
 absl::Status WriteSafetensorsStreamed(
     const std::string& path, const std::vector<TensorHeader>& tensors,
     const std::map<std::string, std::string>& metadata,
-    const TensorFetcher& fetch, bool release_mapped_pages) {
+    const TensorFetcher& fetch, const TensorWritten& written) {
   std::map<std::string, int> seen;
   for (const TensorHeader& tensor : tensors) {
     if (tensor.name == "__metadata__" || seen[tensor.name]++ > 0) {
@@ -66,10 +66,9 @@ absl::Status WriteSafetensorsStreamed(
           " needs ", NumBytes(tensors[i]), " bytes, got ", bytes->size()));
     }
     status = (*file)->Append(*bytes);
+    if (status.ok() && written) written(i, *bytes);
     if (bytes->data() == scratch.data()) {
       std::string().swap(scratch);  // free it: the next tensor may be smaller
-    } else if (release_mapped_pages) {
-      ReleasePages(*bytes);
     }
   }
   if (status.ok()) status = (*file)->Commit();

@@ -33,14 +33,17 @@ struct TensorHeader {
 using TensorFetcher = std::function<absl::StatusOr<std::string_view>(
     size_t index, std::string* scratch)>;
 
+// Called with each tensor's bytes once they are in the file (to hash them or
+// release their pages); the bytes stay valid during the call.
+using TensorWritten = std::function<void(size_t index, std::string_view bytes)>;
+
 // Writes `path` atomically (temporary file, then rename). Each fetched tensor
-// must have exactly the bytes its dtype and shape need; once appended, a
-// scratch buffer is freed, and with `release_mapped_pages` any other view goes
-// to ReleasePages (only for views into read-only file mappings).
+// must have exactly the bytes its dtype and shape need; `written` (optional)
+// sees it after it is appended, then a scratch buffer is freed.
 absl::Status WriteSafetensorsStreamed(
     const std::string& path, const std::vector<TensorHeader>& tensors,
     const std::map<std::string, std::string>& metadata,
-    const TensorFetcher& fetch, bool release_mapped_pages);
+    const TensorFetcher& fetch, const TensorWritten& written = nullptr);
 
 // Gives the pages of a read-only file mapping under `bytes` back to the
 // kernel (whole pages inside the range only); the mapping stays valid and

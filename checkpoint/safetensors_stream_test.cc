@@ -40,7 +40,7 @@ TEST(SafetensorsStreamTest, SameBytesAsTheInMemoryWriter) {
   ASSERT_TRUE(
       WriteSafetensors(TempPath("memory.safetensors"), in_memory, metadata)
           .ok());
-  int fetched = 0;
+  int fetched = 0, written = 0;
   absl::Status status = WriteSafetensorsStreamed(
       TempPath("stream.safetensors"), kHeaders, metadata,
       [&](size_t i, std::string* scratch) -> absl::StatusOr<std::string_view> {
@@ -49,9 +49,13 @@ TEST(SafetensorsStreamTest, SameBytesAsTheInMemoryWriter) {
         *scratch = values[i];  // an assembled tensor
         return std::string_view(*scratch);
       },
-      false);
+      [&](size_t i, std::string_view bytes) {
+        EXPECT_EQ(bytes, values[i]);
+        ++written;
+      });
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(fetched, 3);
+  EXPECT_EQ(written, 3);
   EXPECT_EQ(ReadAll(TempPath("stream.safetensors")),
             ReadAll(TempPath("memory.safetensors")));
 }
@@ -63,8 +67,7 @@ TEST(SafetensorsStreamTest, WrongSizeOrRepeatedNameLeavesNoFile) {
       path, kHeaders, {},
       [&](size_t i, std::string*) -> absl::StatusOr<std::string_view> {
         return std::string_view(values[i]).substr(0, i == 2 ? 4 : 100);
-      },
-      false);
+      });
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("tensor 'c' [] of I64 needs 8 bytes, got 4"),
             std::string::npos)
@@ -76,8 +79,7 @@ TEST(SafetensorsStreamTest, WrongSizeOrRepeatedNameLeavesNoFile) {
       path, twice, {},
       [&](size_t, std::string*) -> absl::StatusOr<std::string_view> {
         return std::string_view(values[0]);
-      },
-      false);
+      });
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(std::ifstream(path).good());
 }
