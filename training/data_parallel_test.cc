@@ -1,13 +1,16 @@
 // Data parallelism over two ranks (threads, each with its own Gloo context)
 // takes the same steps as one process: same losses, same gradient norm, same
-// updated weights.
+// updated weights and optimizer moments, with or without the distributed
+// optimizer (ZeRO-1).
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "parallel/gloo_collectives.h"
+#include "training/distributed_optimizer.h"
 #include "training/trainer.h"
 #include "training/training_data.h"
 
@@ -49,12 +52,14 @@ TrainerOptions Options() {
 
 struct TrainingRun {
   std::vector<v1::StepMetrics> steps;
-  std::vector<std::string> names;
-  std::vector<std::vector<float>> weights;
+  // Model tensors, then AdamW moments (gathered from every rank's shard
+  // with the distributed optimizer), by name.
+  std::map<std::string, std::vector<float>> state;
 };
 
-TrainingRun Train(Collectives* data_parallel) {
+TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer) {
   TrainerOptions options = Options();
+  options.distributed_optimizer = distributed_optimizer;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       options,
       std::make_unique<PretrainData>(
@@ -69,11 +74,31 @@ TrainingRun Train(Collectives* data_parallel) {
     if (!metrics.ok()) return run;
     run.steps.push_back(*metrics);
   }
-  for (const NamedTensor& named : (*trainer)->params().Named()) {
-    run.names.push_back(named.name);
-    run.weights.push_back(named.value->values());
+  EXPECT_TRUE((*trainer)->GatherOptimizerState().ok());
+  const TrainingState state = (*trainer)->State();
+  for (const auto* tensors : {&state.model, &state.optimizer}) {
+    for (const StateTensor& t : *tensors) {
+      run.state[t.name] = t.tensor->values();
+    }
   }
   return run;
+}
+
+// Two data-parallel ranks on threads, each with its own Gloo context.
+std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer) {
+  gloo::rendezvous::HashStore store;
+  std::vector<TrainingRun> ranks(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
+          GlooCollectives::Connect(store, "dp", rank, 2, GlooOptions());
+      ASSERT_TRUE(group.ok()) << group.status();
+      ranks[rank] = Train(group->get(), distributed_optimizer);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return ranks;
 }
 
 void ExpectRelativelyNear(double a, double b, const std::string& what) {
@@ -81,55 +106,71 @@ void ExpectRelativelyNear(double a, double b, const std::string& what) {
       << what << ": " << a << " vs " << b;
 }
 
-TEST(DataParallelTest, TwoRanksTakeTheStepsOfOneProcess) {
-  const TrainingRun single = Train(nullptr);
-  gloo::rendezvous::HashStore store;
-  TrainingRun ranks[2];
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
-          GlooCollectives::Connect(store, "dp", rank, 2, GlooOptions());
-      ASSERT_TRUE(group.ok()) << group.status();
-      ranks[rank] = Train(group->get());
-    });
+void ExpectSameSteps(const TrainingRun& got, const TrainingRun& expected) {
+  ASSERT_EQ(got.steps.size(), expected.steps.size());
+  for (size_t i = 0; i < expected.steps.size(); ++i) {
+    const v1::StepMetrics& a = got.steps[i];
+    const v1::StepMetrics& b = expected.steps[i];
+    const std::string step = "step " + std::to_string(i + 1);
+    ExpectRelativelyNear(a.lm_loss(), b.lm_loss(), step + " lm_loss");
+    ExpectRelativelyNear(a.mtp_loss(), b.mtp_loss(), step + " mtp_loss");
+    ExpectRelativelyNear(a.indexer_loss(), b.indexer_loss(),
+                         step + " indexer_loss");
+    ExpectRelativelyNear(a.grad_norm(), b.grad_norm(), step + " grad_norm");
+    EXPECT_EQ(a.consumed_samples(), b.consumed_samples());
   }
-  for (std::thread& t : threads) t.join();
+}
 
-  ASSERT_EQ(single.steps.size(), 3u);
-  for (const TrainingRun& dp : ranks) {
-    ASSERT_EQ(dp.steps.size(), single.steps.size());
-    for (size_t i = 0; i < single.steps.size(); ++i) {
-      const std::string step = "step " + std::to_string(i + 1);
-      ExpectRelativelyNear(dp.steps[i].lm_loss(), single.steps[i].lm_loss(),
-                           step + " lm_loss");
-      ExpectRelativelyNear(dp.steps[i].mtp_loss(), single.steps[i].mtp_loss(),
-                           step + " mtp_loss");
-      ExpectRelativelyNear(dp.steps[i].indexer_loss(),
-                           single.steps[i].indexer_loss(),
-                           step + " indexer_loss");
-      ExpectRelativelyNear(dp.steps[i].grad_norm(), single.steps[i].grad_norm(),
-                           step + " grad_norm");
-      EXPECT_EQ(dp.steps[i].consumed_samples(),
-                single.steps[i].consumed_samples());
-    }
-  }
-  // Both ranks hold identical weights, within 1e-5 of the single process in
-  // each tensor's relative L2 error. (Element-wise, a weight whose gradient is
-  // near zero can differ more: AdamW's first steps move it by about
-  // lr * g / (|g| + eps), which magnifies float rounding in the order the
-  // ranks' gradients are summed.)
-  ASSERT_EQ(ranks[0].weights.size(), single.weights.size());
-  for (size_t t = 0; t < single.weights.size(); ++t) {
-    EXPECT_EQ(ranks[0].weights[t], ranks[1].weights[t]) << single.names[t];
+// Each tensor within 1e-5 in relative L2 error. (Element-wise, a weight whose
+// gradient is near zero can differ more: AdamW's first steps move it by about
+// lr * g / (|g| + eps), which magnifies float rounding in the order the
+// ranks' gradients are summed.)
+void ExpectSameState(const TrainingRun& got, const TrainingRun& expected) {
+  ASSERT_EQ(got.state.size(), expected.state.size());
+  for (const auto& [name, want] : expected.state) {
+    const std::vector<float>& have = got.state.at(name);
+    ASSERT_EQ(have.size(), want.size()) << name;
     double norm = 0, error = 0;
-    for (size_t i = 0; i < single.weights[t].size(); ++i) {
-      const double diff = single.weights[t][i] - ranks[0].weights[t][i];
-      norm += double{single.weights[t][i]} * single.weights[t][i];
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double diff = double{have[i]} - want[i];
+      norm += double{want[i]} * want[i];
       error += diff * diff;
     }
-    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << single.names[t];
+    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
   }
+}
+
+TEST(DataParallelTest, TwoRanksTakeTheStepsOfOneProcess) {
+  const TrainingRun single = Train(nullptr, false);
+  ASSERT_EQ(single.steps.size(), 3u);
+  const std::vector<TrainingRun> ranks = TrainOnTwoRanks(false);
+  for (const TrainingRun& rank : ranks) {
+    ExpectSameSteps(rank, single);
+    ExpectSameState(rank, single);
+  }
+  EXPECT_EQ(ranks[0].state, ranks[1].state);
+}
+
+TEST(DataParallelTest, DistributedOptimizerTakesThePlainSteps) {
+  const TrainingRun single = Train(nullptr, false);
+  const std::vector<TrainingRun> ranks = TrainOnTwoRanks(true);
+  for (const TrainingRun& rank : ranks) {
+    ExpectSameSteps(rank, single);
+    ExpectSameState(rank, single);
+  }
+  // Parameters and the gathered moments agree bitwise across the ranks.
+  EXPECT_EQ(ranks[0].state, ranks[1].state);
+}
+
+TEST(DataParallelTest, ShardsAreContiguousBalancedAndMayBeEmpty) {
+  const ParameterShards two({10, 1, 1, 10, 3}, 2);
+  EXPECT_EQ(two.first(0), 0);
+  EXPECT_EQ(two.end(0), 3);  // 12 of 25 elements
+  EXPECT_EQ(two.end(1), 5);
+  const ParameterShards three({100, 1, 1}, 3);
+  EXPECT_EQ(three.end(0), 1);
+  EXPECT_EQ(three.first(1), three.end(1));  // nothing left for rank 1's share
+  EXPECT_EQ(three.end(2), 3);
 }
 
 TEST(DataParallelTest, RejectsMicroBatchesThatDoNotDivideOverRanks) {

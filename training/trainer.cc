@@ -71,9 +71,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     params = std::make_unique<ModelParameters>(options.model);
     params->InitRandom(options.seed);
   }
-  return std::unique_ptr<Trainer>(
+  std::optional<LoraAdapters> lora;
+  if (options.lora) {
+    absl::StatusOr<LoraAdapters> adapters =
+        LoraAdapters::Create(params.get(), *options.lora, options.seed + 1);
+    if (!adapters.ok()) return adapters.status();
+    lora = std::move(*adapters);
+  }
+  std::unique_ptr<Trainer> trainer(
       new Trainer(options, std::move(data), std::move(params),
                   std::move(backend), data_parallel));
+  trainer->lora_ = std::move(lora);
+  return trainer;
 }
 
 Trainer::Trainer(const TrainerOptions& options,
@@ -87,9 +96,55 @@ Trainer::Trainer(const TrainerOptions& options,
       model_(std::make_unique<GlmModel>(params_.get(), backend_.get(),
                                         options.loss)),
       optimizer_(options.adamw),
-      data_parallel_(data_parallel) {}
+      data_parallel_(data_parallel) {
+  if (data_parallel_ != nullptr && options_.distributed_optimizer) {
+    std::vector<int64_t> sizes;
+    for (const TrainableTensor& param : Trainable()) {
+      sizes.push_back(param.value->numel());
+    }
+    shards_.emplace(sizes, data_parallel_->size());
+  }
+}
+
+std::vector<TrainableTensor> Trainer::UpdatedHere(
+    const std::vector<TrainableTensor>& trainable) const {
+  if (!shards_) return trainable;
+  const int rank = data_parallel_->rank();
+  return std::vector<TrainableTensor>(trainable.begin() + shards_->first(rank),
+                                      trainable.begin() + shards_->end(rank));
+}
+
+absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
+    const std::vector<TrainableTensor>& updated) {
+  const double mine = GradSquaredSum(updated);
+  if (!shards_) return mine;
+  float total = static_cast<float>(mine);
+  if (absl::Status status =
+          data_parallel_->AllReduce(&total, 1, ReduceOp::kSum);
+      !status.ok()) {
+    return status;
+  }
+  return total;
+}
+
+absl::Status Trainer::GatherOptimizerState() {
+  if (!shards_) return absl::OkStatus();
+  State();  // allocates the moments this rank does not update
+  std::vector<Tensor*> exp_avg, exp_avg_sq;
+  for (const TrainableTensor& param : Trainable()) {
+    AdamMoments& moments = optimizer_.moments()[param.name];
+    exp_avg.push_back(&moments.exp_avg);
+    exp_avg_sq.push_back(&moments.exp_avg_sq);
+  }
+  if (absl::Status status = shards_->AllGather(*data_parallel_, exp_avg);
+      !status.ok()) {
+    return status;
+  }
+  return shards_->AllGather(*data_parallel_, exp_avg_sq);
+}
 
 std::vector<TrainableTensor> Trainer::Trainable() {
+  if (lora_) return lora_->Trainable();
   std::vector<TrainableTensor> trainable;
   for (const NamedTensor& named : params_->Named()) {
     if (named.grad != nullptr) {
@@ -140,7 +195,11 @@ void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
 }
 
 absl::Status Trainer::ReduceOverDataParallel(MicroBatchTotals* totals) {
-  if (absl::Status status = AllReduceGradients(*data_parallel_, Trainable());
+  std::vector<Tensor*> grads;
+  for (const TrainableTensor& param : Trainable()) grads.push_back(param.grad);
+  if (absl::Status status =
+          shards_ ? shards_->ReduceScatter(*data_parallel_, grads)
+                  : AllReduceGradients(*data_parallel_, Trainable());
       !status.ok()) {
     return status;
   }
@@ -179,6 +238,7 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   const int dp = data_parallel_size();
   const int dp_rank = data_parallel_ == nullptr ? 0 : data_parallel_->rank();
   params_->ZeroGrad();
+  if (lora_) lora_->Merge();
   MicroBatchTotals totals;
   // Megatron's data-parallel sampler: each group of dp micro batches is
   // dealt out one per rank, so the ranks together read the samples one
@@ -189,6 +249,9 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
         &totals);
     if (!status.ok()) return status;
   }
+  // Adapter gradients are linear in the weight gradients, so they can be
+  // formed before the data-parallel sum (which then moves less data).
+  if (lora_) lora_->AdapterGradients();
   if (data_parallel_ != nullptr) {
     if (absl::Status status = ReduceOverDataParallel(&totals); !status.ok()) {
       return status;
@@ -200,14 +263,26 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   // Each micro batch's loss is a mean over its tokens; the step's loss is the
   // mean over micro batches, so the summed gradients are scaled by 1/M.
   const std::vector<TrainableTensor> trainable = Trainable();
-  const double grad_norm =
-      GlobalNorm(GradSquaredSum(trainable)) / micro_batches;
+  const std::vector<TrainableTensor> updated = UpdatedHere(trainable);
+  absl::StatusOr<double> squared = GradSquaredSumOverShards(updated);
+  if (!squared.ok()) return squared.status();
+  const double grad_norm = GlobalNorm(*squared) / micro_batches;
   const double lr = options_.schedule.At(iteration_);
   if (std::isfinite(grad_norm)) {
     const double scale =
         ClipScale(grad_norm, options_.clip_grad) / micro_batches;
-    optimizer_.Step(trainable, lr, scale);
-    UpdateRouterBiases(totals);
+    optimizer_.Step(updated, lr, scale);
+    if (shards_) {
+      std::vector<Tensor*> values;
+      for (const TrainableTensor& param : trainable) {
+        values.push_back(param.value);
+      }
+      if (absl::Status status = shards_->AllGather(*data_parallel_, values);
+          !status.ok()) {
+        return status;
+      }
+    }
+    if (!lora_) UpdateRouterBiases(totals);
   } else {
     ++skipped_iterations_;
     ++nan_iterations_;
@@ -244,8 +319,12 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
 
 TrainingState Trainer::State() {
   TrainingState state;
-  for (const NamedTensor& named : params_->Named()) {
-    state.model.push_back({named.name, named.value});
+  if (lora_) {
+    state.model = lora_->State();
+  } else {
+    for (const NamedTensor& named : params_->Named()) {
+      state.model.push_back({named.name, named.value});
+    }
   }
   for (const TrainableTensor& param : Trainable()) {
     AdamMoments& moments = optimizer_.moments()[param.name];
@@ -264,6 +343,10 @@ TrainingState Trainer::State() {
   state.nan_iterations = nan_iterations_;
   state.rng_seed = options_.seed;
   return state;
+}
+
+void Trainer::MergeAdapters() {
+  if (lora_) lora_->Merge();
 }
 
 absl::Status Trainer::Restore(const TrainingState& state) {

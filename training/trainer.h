@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,8 @@
 #include "parallel/collectives.h"
 #include "proto/metrics.pb.h"
 #include "training/adamw.h"
+#include "training/distributed_optimizer.h"
+#include "training/lora.h"
 #include "training/lr_schedule.h"
 #include "training/training_data.h"
 
@@ -37,9 +40,15 @@ struct TrainerOptions {
   double clip_grad = 1.0;
   LossOptions loss;
   double router_bias_update_rate = 0;
+  // ZeRO-1 over the data-parallel group (Megatron's
+  // --use-distributed-optimizer): see training/distributed_optimizer.h.
+  bool distributed_optimizer = false;
   // Weight initialization when no weights are given. Training itself draws no
   // random numbers (no dropout), so the seed is the whole random state.
   uint64_t seed = 0;
+  // Set: train LoRA adapters only; the base weights and router biases stay
+  // frozen.
+  std::optional<LoraOptions> lora;
 };
 
 class Trainer {
@@ -61,8 +70,13 @@ class Trainer {
   ModelParameters& params() { return *params_; }
 
   // Views of everything a checkpoint holds; the tensors stay owned by the
-  // trainer.
+  // trainer. With LoRA the model part is the adapters only.
   TrainingState State();
+  // Distributed optimizer only (otherwise a no-op): copies every rank's AdamW
+  // moments to all data-parallel ranks, so that State() is complete on each.
+  absl::Status GatherOptimizerState();
+  // The adapters merged into the base weights, as the model runs them (LoRA).
+  void MergeAdapters();
   // After a checkpoint was loaded into State()'s tensors, restores the scalars.
   absl::Status Restore(const TrainingState& state);
 
@@ -79,8 +93,15 @@ class Trainer {
   std::vector<TrainableTensor> Trainable();
   Tensor* RouterBias(size_t layer);
   void UpdateRouterBiases(const MicroBatchTotals& totals);
-  // Sums gradients, losses and expert loads over the data-parallel group.
+  // Sums gradients (all of them, or this rank's shard with the distributed
+  // optimizer), losses and expert loads over the data-parallel group.
   absl::Status ReduceOverDataParallel(MicroBatchTotals* totals);
+  // The tensors this rank updates: all, or its distributed-optimizer shard.
+  std::vector<TrainableTensor> UpdatedHere(
+      const std::vector<TrainableTensor>& trainable) const;
+  // Squared gradient norm over every rank's updated tensors.
+  absl::StatusOr<double> GradSquaredSumOverShards(
+      const std::vector<TrainableTensor>& updated);
   int data_parallel_size() const {
     return data_parallel_ == nullptr ? 1 : data_parallel_->size();
   }
@@ -92,6 +113,8 @@ class Trainer {
   std::unique_ptr<GlmModel> model_;
   AdamW optimizer_;
   Collectives* data_parallel_;
+  std::optional<ParameterShards> shards_;  // with the distributed optimizer
+  std::optional<LoraAdapters> lora_;
 
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;

@@ -1,7 +1,8 @@
 // Data parallelism end to end: a real coordinator (in-process, on loopback)
 // schedules a world_size-2 job on two real glm-worker processes, which connect
 // their Gloo groups through the coordinator's rendezvous. Their losses and the
-// checkpointed weights match the same job run by one process.
+// checkpointed weights and optimizer moments match the same job run by one
+// process, with and without the distributed optimizer.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -129,8 +130,9 @@ v1::JobState WatchToTheEnd(TestCoordinator& server, const std::string& id,
   return state;
 }
 
-// The model tensors of the latest checkpoint under `save_dir`.
-std::map<std::string, std::vector<float>> CheckpointWeights(
+// The model tensors and AdamW moments of the latest checkpoint under
+// `save_dir`, by name.
+std::map<std::string, std::vector<float>> CheckpointState(
     const std::string& save_dir) {
   const ModelConfig config = *PresetConfig("glm5.2-tiny");
   v1::ParallelLayout layout;
@@ -144,22 +146,33 @@ std::map<std::string, std::vector<float>> CheckpointWeights(
   EXPECT_TRUE(map.ok()) << map.status();
   ModelParameters params(config);
   TrainingState state;
+  std::map<std::string, Tensor> moments;
   for (const NamedTensor& named : params.Named()) {
     state.model.push_back({named.name, named.value});
+    if (named.grad == nullptr) continue;
+    for (const char* moment : {"exp_avg/", "exp_avg_sq/"}) {
+      const std::string name = moment + named.name;
+      moments[name] = Tensor(named.value->shape());
+      state.optimizer.push_back({name, &moments[name]});
+    }
   }
   absl::StatusOr<v1::CheckpointManifest> loaded =
       LoadCheckpoint(save_dir, *map, /*rank=*/0, &state);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
-  std::map<std::string, std::vector<float>> weights;
-  for (const NamedTensor& named : params.Named()) {
-    weights[named.name] = named.value->values();
+  std::map<std::string, std::vector<float>> values;
+  for (const auto* tensors : {&state.model, &state.optimizer}) {
+    for (const StateTensor& t : *tensors) values[t.name] = t.tensor->values();
   }
-  return weights;
+  return values;
 }
 
-TEST(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
-  TestCoordinator server("dp_e2e");
-  const std::string dir = TempDir("dp_e2e");
+// Parameter: whether the job uses the distributed optimizer (ZeRO-1).
+class DataParallelEndToEndTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
+  const std::string name = GetParam() ? "dp_zero_e2e" : "dp_e2e";
+  TestCoordinator server(name);
+  const std::string dir = TempDir(name);
   const std::string data = WriteDocuments(dir);
   const std::string token = dir + "/token";
   std::ofstream(token) << TestCoordinator::kToken;
@@ -168,6 +181,8 @@ TEST(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
   auto stub = v1::JobService::NewStub(connection->channel());
   v1::SubmitJobRequest submit;
   *submit.mutable_spec() = DataParallelSpec(data, dir + "/dp2", 2);
+  submit.mutable_spec()->mutable_training()->set_use_distributed_optimizer(
+      GetParam());
   v1::SubmitJobResponse submitted;
   ASSERT_TRUE(
       stub->SubmitJob(connection->NewContext().get(), submit, &submitted).ok());
@@ -209,13 +224,13 @@ TEST(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
         << "iteration " << iteration;
   }
 
-  // Relative L2 error per tensor (see training/data_parallel_test.cc for why
-  // not element-wise).
-  const auto dp_weights = CheckpointWeights(dir + "/dp2");
-  const auto single_weights = CheckpointWeights(dir + "/single");
-  ASSERT_EQ(dp_weights.size(), single_weights.size());
-  for (const auto& [name, expected] : single_weights) {
-    const std::vector<float>& got = dp_weights.at(name);
+  // Weights and moments, in relative L2 error per tensor (see
+  // training/data_parallel_test.cc for why not element-wise).
+  const auto dp_state = CheckpointState(dir + "/dp2");
+  const auto single_state = CheckpointState(dir + "/single");
+  ASSERT_EQ(dp_state.size(), single_state.size());
+  for (const auto& [name, expected] : single_state) {
+    const std::vector<float>& got = dp_state.at(name);
     double norm = 0, error = 0;
     for (size_t i = 0; i < expected.size(); ++i) {
       norm += double{expected[i]} * expected[i];
@@ -225,7 +240,10 @@ TEST(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
   }
 }
 
-TEST(DataParallelEndToEndTest, APeerThatNeverComesIsAClearErrorNotAHang) {
+INSTANTIATE_TEST_SUITE_P(PlainAndDistributedOptimizer, DataParallelEndToEndTest,
+                         ::testing::Bool());
+
+TEST(DataParallelFailureTest, APeerThatNeverComesIsAClearErrorNotAHang) {
   TestCoordinator server("dp_missing_peer");
   const std::string dir = TempDir("dp_missing_peer");
   v1::Assignment lonely;

@@ -105,10 +105,9 @@ class JobCheckpoints {
     const std::string load_dir =
         training.load_dir().empty() ? training.save_dir() : training.load_dir();
     // Data-parallel ranks hold identical state: rank 0 writes it for all.
-    const std::string save_dir =
-        assignment.rank() == 0 ? training.save_dir() : std::string();
     return JobCheckpoints(*std::move(map), layout, assignment.job_id(),
-                          save_dir, load_dir, training.save_interval());
+                          training.save_dir(), load_dir,
+                          training.save_interval(), assignment.rank() == 0);
   }
 
   // Continues from the latest checkpoint under the load folder, if any.
@@ -125,6 +124,10 @@ class JobCheckpoints {
     return loaded->iteration();
   }
 
+  // Whether this rank writes the checkpoints that are due.
+  bool writes() const { return writes_; }
+
+  // The same on every rank.
   bool Due(const Trainer& trainer) const {
     if (save_dir_.empty()) return false;
     return trainer.Done() ||
@@ -141,18 +144,20 @@ class JobCheckpoints {
  private:
   JobCheckpoints(HfNameMap map, v1::ParallelLayout layout, std::string job_id,
                  std::string save_dir, std::string load_dir,
-                 int64_t save_interval)
+                 int64_t save_interval, bool writes)
       : map_(std::move(map)),
         layout_(std::move(layout)),
         job_id_(std::move(job_id)),
         save_dir_(std::move(save_dir)),
         load_dir_(std::move(load_dir)),
-        save_interval_(save_interval) {}
+        save_interval_(save_interval),
+        writes_(writes) {}
 
   HfNameMap map_;
   v1::ParallelLayout layout_;
   std::string job_id_, save_dir_, load_dir_;
   int64_t save_interval_ = 0;
+  bool writes_ = false;
 };
 
 // The final checkpoint as HF safetensors, verified bitwise against it.
@@ -196,6 +201,7 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
   o.loss.indexer_loss_coeff =
       static_cast<float>(OrDefault(t.indexer_loss_coeff(), 0.001));
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);
+  o.distributed_optimizer = t.use_distributed_optimizer();
   o.seed = t.seed();
   return o;
 }
@@ -250,11 +256,19 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
     if (!metrics.ok()) return metrics.status();
     hooks.log(FormatLogLine(*metrics, global_batch));
     if (checkpoints->Due(**trainer)) {
-      absl::StatusOr<v1::CheckpointManifest> saved =
-          checkpoints->Save(trainer->get());
-      if (!saved.ok()) return saved.status();
-      hooks.log("saved checkpoint " + saved->directory());
-      hooks.on_checkpoint(*saved);
+      // Every rank brings its distributed-optimizer shard before rank 0
+      // writes.
+      if (absl::Status status = (*trainer)->GatherOptimizerState();
+          !status.ok()) {
+        return status;
+      }
+      if (checkpoints->writes()) {
+        absl::StatusOr<v1::CheckpointManifest> saved =
+            checkpoints->Save(trainer->get());
+        if (!saved.ok()) return saved.status();
+        hooks.log("saved checkpoint " + saved->directory());
+        hooks.on_checkpoint(*saved);
+      }
     }
     absl::StatusOr<bool> stop = AnyRankStops(hooks.on_step(*metrics), world);
     if (!stop.ok()) return stop.status();
@@ -263,6 +277,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
           "stopped after iteration ", metrics->iteration(), " on request"));
     }
   }
+  if (!checkpoints->writes()) return absl::OkStatus();
   return ExportIfAsked(assignment.spec().training(), plan->model, hooks);
 }
 

@@ -1,0 +1,79 @@
+#include "training/distributed_optimizer.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace glm {
+namespace {
+
+// Copies the tensors [first, end) into `flat` (or back out of it).
+void Pack(const std::vector<Tensor*>& tensors, int64_t first, int64_t end,
+          float* flat) {
+  for (int64_t t = first; t < end; ++t) {
+    flat = std::copy_n(tensors[t]->data(), tensors[t]->numel(), flat);
+  }
+}
+
+void Unpack(const float* flat, int64_t first, int64_t end,
+            const std::vector<Tensor*>& tensors) {
+  for (int64_t t = first; t < end; ++t) {
+    std::copy_n(flat, tensors[t]->numel(), tensors[t]->data());
+    flat += tensors[t]->numel();
+  }
+}
+
+}  // namespace
+
+ParameterShards::ParameterShards(const std::vector<int64_t>& sizes, int ranks) {
+  const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+  first_.push_back(0);
+  int64_t t = 0, before = 0;
+  for (int r = 0; r < ranks; ++r) {
+    // Rank r takes tensors until the elements dealt so far reach (r + 1) /
+    // ranks of the total; the last rank takes the rest.
+    const int64_t target = total * (r + 1) / ranks;
+    int64_t size = 0;
+    while (t < static_cast<int64_t>(sizes.size()) &&
+           (r == ranks - 1 || before + size < target)) {
+      size += sizes[t++];
+    }
+    before += size;
+    block_ = std::max(block_, size);
+    first_.push_back(t);
+  }
+}
+
+absl::Status ParameterShards::ReduceScatter(
+    Collectives& group, const std::vector<Tensor*>& tensors) const {
+  const int ranks = group.size();
+  std::vector<float> flat(block_ * ranks, 0.f);
+  for (int r = 0; r < ranks; ++r) {
+    Pack(tensors, first(r), end(r), flat.data() + r * block_);
+  }
+  std::vector<float> mine(block_);
+  if (absl::Status status =
+          group.ReduceScatter(flat.data(), block_, mine.data(), ReduceOp::kSum);
+      !status.ok()) {
+    return status;
+  }
+  Unpack(mine.data(), first(group.rank()), end(group.rank()), tensors);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShards::AllGather(
+    Collectives& group, const std::vector<Tensor*>& tensors) const {
+  const int ranks = group.size();
+  std::vector<float> mine(block_, 0.f);
+  Pack(tensors, first(group.rank()), end(group.rank()), mine.data());
+  std::vector<float> flat(block_ * ranks);
+  if (absl::Status status = group.AllGather(mine.data(), block_, flat.data());
+      !status.ok()) {
+    return status;
+  }
+  for (int r = 0; r < ranks; ++r) {
+    Unpack(flat.data() + r * block_, first(r), end(r), tensors);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace glm

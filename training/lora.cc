@@ -1,0 +1,125 @@
+#include "training/lora.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace glm {
+namespace {
+
+constexpr char kWeightSuffix[] = ".weight";
+
+}  // namespace
+
+absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
+                                                  const LoraOptions& options,
+                                                  uint64_t seed) {
+  if (options.rank <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.lora.rank: must be > 0, got ", options.rank));
+  }
+  if (options.target_modules.empty()) {
+    return absl::InvalidArgumentError(
+        "training.lora.target_modules: name at least one linear layer");
+  }
+  LoraAdapters adapters(options.alpha / options.rank);
+  std::mt19937_64 rng(seed);
+  std::set<std::string> matched;
+  for (const NamedTensor& named : params->Named()) {
+    if (named.grad == nullptr || named.value->shape().size() != 2 ||
+        !absl::EndsWith(named.name, kWeightSuffix)) {
+      continue;
+    }
+    // "model.layers.3.self_attn.q_a_proj.weight": stem without ".weight",
+    // module q_a_proj.
+    const std::string stem =
+        named.name.substr(0, named.name.size() - (sizeof(kWeightSuffix) - 1));
+    const std::string module = stem.substr(stem.rfind('.') + 1);
+    bool wanted = false;
+    for (const std::string& target : options.target_modules) {
+      wanted |= module == target;
+    }
+    if (!wanted) continue;
+    matched.insert(module);
+    const int64_t out = named.value->dim(0), in = named.value->dim(1);
+    Target target{stem,
+                  named.value,
+                  named.grad,
+                  *named.value,
+                  Tensor({options.rank, in}),
+                  Tensor({options.rank, in}),
+                  Tensor({out, options.rank}),
+                  Tensor({out, options.rank})};
+    std::uniform_real_distribution<float> uniform(-1.f / std::sqrt(in),
+                                                  1.f / std::sqrt(in));
+    for (float& x : target.a.values()) x = uniform(rng);
+    adapters.targets_.push_back(std::move(target));
+  }
+  std::vector<std::string> unmatched;
+  for (const std::string& target : options.target_modules) {
+    if (!matched.count(target)) unmatched.push_back(target);
+  }
+  if (!unmatched.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.lora.target_modules: no 2-D weight named ",
+        absl::StrJoin(unmatched, ", "),
+        " (modules look like q_a_proj, kv_b_proj, o_proj, gate_proj)"));
+  }
+  return adapters;
+}
+
+void LoraAdapters::Merge() {
+  for (Target& t : targets_) {
+    const int rank = static_cast<int>(t.a.dim(0));
+    const int out = static_cast<int>(t.b.dim(0)),
+              in = static_cast<int>(t.a.dim(1));
+    t.weight->values() = t.base.values();
+    // W += s * B[out, r] A[r, in]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, out, in, rank,
+                static_cast<float>(scale_), t.b.data(), rank, t.a.data(), in,
+                1.f, t.weight->data(), in);
+  }
+}
+
+void LoraAdapters::AdapterGradients() {
+  for (Target& t : targets_) {
+    const int rank = static_cast<int>(t.a.dim(0));
+    const int out = static_cast<int>(t.b.dim(0)),
+              in = static_cast<int>(t.a.dim(1));
+    const float s = static_cast<float>(scale_);
+    // dA[r, in] = s * B^T[r, out] G[out, in]
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rank, in, out, s,
+                t.b.data(), rank, t.weight_grad->data(), in, 0.f,
+                t.a_grad.data(), in);
+    // dB[out, r] = s * G[out, in] A^T[in, r]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, out, rank, in, s,
+                t.weight_grad->data(), in, t.a.data(), in, 0.f, t.b_grad.data(),
+                rank);
+    t.weight_grad->SetZero();
+  }
+}
+
+std::vector<TrainableTensor> LoraAdapters::Trainable() {
+  std::vector<TrainableTensor> trainable;
+  for (Target& t : targets_) {
+    trainable.push_back({t.module + ".lora_A.weight", &t.a, &t.a_grad});
+    trainable.push_back({t.module + ".lora_B.weight", &t.b, &t.b_grad});
+  }
+  return trainable;
+}
+
+std::vector<StateTensor> LoraAdapters::State() {
+  std::vector<StateTensor> state;
+  for (const TrainableTensor& adapter : Trainable()) {
+    state.push_back({adapter.name, adapter.value});
+  }
+  return state;
+}
+
+}  // namespace glm
