@@ -339,65 +339,85 @@ OpCase RopeCase(std::mt19937& rng) {
   return op;
 }
 
-const RouterSpec kRouter{/*top_k=*/3, /*n_group=*/2, /*topk_group=*/1,
-                         /*norm_topk_prob=*/true,
-                         /*routed_scaling_factor=*/2.5f};
 const std::vector<float> kRouterBias = {0.1f,  -0.2f, 0.f,  0.3f,
                                         0.05f, -0.1f, 0.2f, 0.f};
 
-OpCase RouterCase(std::mt19937& rng) {
+// The router by its definition: choice = sigmoid + bias; keep the topk_group
+// groups whose two best choices sum highest; take the top_k choices there;
+// weights = unbiased scores, normalized if asked, times the scaling factor.
+std::vector<double> NaiveRouter(const float* logits, const RouterSpec& spec) {
+  const int experts = 8, per_group = experts / spec.n_group;
+  std::vector<double> s(experts), choice(experts), dense(experts, 0.0);
+  for (int e = 0; e < experts; ++e) {
+    s[e] = 1 / (1 + std::exp(-double{logits[e]}));
+    choice[e] = s[e] + kRouterBias[e];
+  }
+  std::vector<std::pair<double, int>> groups;
+  for (int g = 0; g < spec.n_group; ++g) {
+    std::vector<double> m(choice.begin() + g * per_group,
+                          choice.begin() + (g + 1) * per_group);
+    std::sort(m.rbegin(), m.rend());
+    groups.push_back({-(m[0] + (per_group > 1 ? m[1] : 0.0)), g});
+  }
+  std::sort(groups.begin(), groups.end());
+  std::vector<std::pair<double, int>> allowed;
+  for (int i = 0; i < spec.topk_group; ++i) {
+    const int g = groups[i].second;
+    for (int e = g * per_group; e < (g + 1) * per_group; ++e)
+      allowed.push_back({-choice[e], e});
+  }
+  std::sort(allowed.begin(), allowed.end());
+  double sum = 0;
+  for (int k = 0; k < spec.top_k; ++k) sum += s[allowed[k].second];
+  for (int k = 0; k < spec.top_k; ++k) {
+    const int e = allowed[k].second;
+    dense[e] =
+        s[e] / (spec.norm_topk_prob ? sum : 1.0) * spec.routed_scaling_factor;
+  }
+  return dense;
+}
+
+OpCase RouterCase(std::mt19937& rng, const std::string& name,
+                  const RouterSpec& spec) {
   OpCase op;
-  op.name = "router";
+  op.name = name;
   op.fd_step = 1e-3;
   op.inputs = {Random({5, 8}, rng)};
-  op.forward = [](Backend& b, const Tensors& in) {
-    Tensor scores({5, 8}), weights({5, 3}), dense({5, 8});
-    std::vector<int32_t> idx(15);
-    b.RouterForward(in[0].Matrix(), kRouterBias.data(), kRouter,
-                    scores.Matrix(), weights.Matrix(), idx.data());
-    // Dense [token, expert] weights, so a changed choice would show.
+  const int k = spec.top_k;
+  // Runs the router; returns its dense [token, expert] weights (so a changed
+  // choice would show), and its scores and choices for the backward.
+  auto route = [=](Backend& b, const Tensor& logits, Tensor* scores,
+                   std::vector<int32_t>* idx) {
+    Tensor weights({5, k}), dense({5, 8});
+    idx->assign(5 * k, 0);
+    b.RouterForward(logits.Matrix(), kRouterBias.data(), spec, scores->Matrix(),
+                    weights.Matrix(), idx->data());
     for (int r = 0; r < 5; ++r)
-      for (int k = 0; k < 3; ++k)
-        dense.data()[r * 8 + idx[r * 3 + k]] = weights.data()[r * 3 + k];
-    return Tensors{dense};
+      for (int j = 0; j < k; ++j)
+        dense.data()[r * 8 + (*idx)[r * k + j]] = weights.data()[r * k + j];
+    return dense;
   };
-  op.reference = [](const Tensors& in) {
-    std::vector<double> y(40, 0.0);
+  op.forward = [=](Backend& b, const Tensors& in) {
+    Tensor scores({5, 8});
+    std::vector<int32_t> idx;
+    return Tensors{route(b, in[0], &scores, &idx)};
+  };
+  op.reference = [=](const Tensors& in) {
+    std::vector<double> y;
     for (int r = 0; r < 5; ++r) {
-      double s[8], choice[8];
-      for (int e = 0; e < 8; ++e) {
-        s[e] = 1 / (1 + std::exp(-double{in[0].data()[r * 8 + e]}));
-        choice[e] = s[e] + kRouterBias[e];
-      }
-      // Two groups of four: keep the group whose two best sum higher.
-      double group[2];
-      for (int g = 0; g < 2; ++g) {
-        std::vector<double> m(choice + 4 * g, choice + 4 * g + 4);
-        std::sort(m.rbegin(), m.rend());
-        group[g] = m[0] + m[1];
-      }
-      const int kept = group[1] > group[0] ? 1 : 0;
-      std::vector<int> members = {4 * kept, 4 * kept + 1, 4 * kept + 2,
-                                  4 * kept + 3};
-      std::sort(members.begin(), members.end(),
-                [&](int a, int b) { return choice[a] > choice[b]; });
-      double sum = 0;
-      for (int k = 0; k < 3; ++k) sum += s[members[k]];
-      for (int k = 0; k < 3; ++k)
-        y[r * 8 + members[k]] = s[members[k]] / sum * 2.5;
+      const std::vector<double> row = NaiveRouter(in[0].data() + r * 8, spec);
+      y.insert(y.end(), row.begin(), row.end());
     }
     return Reference{y};
   };
-  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
-    Tensor scores({5, 8}), weights({5, 3}), dweights({5, 3}),
-        dlogits = ZerosLike(in[0]);
-    std::vector<int32_t> idx(15);
-    b.RouterForward(in[0].Matrix(), kRouterBias.data(), kRouter,
-                    scores.Matrix(), weights.Matrix(), idx.data());
+  op.backward = [=](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor scores({5, 8}), dweights({5, k}), dlogits = ZerosLike(in[0]);
+    std::vector<int32_t> idx;
+    route(b, in[0], &scores, &idx);
     for (int r = 0; r < 5; ++r)
-      for (int k = 0; k < 3; ++k)
-        dweights.data()[r * 3 + k] = d[0].data()[r * 8 + idx[r * 3 + k]];
-    b.RouterBackward(scores.Matrix(), idx.data(), dweights.Matrix(), kRouter,
+      for (int j = 0; j < k; ++j)
+        dweights.data()[r * k + j] = d[0].data()[r * 8 + idx[r * k + j]];
+    b.RouterBackward(scores.Matrix(), idx.data(), dweights.Matrix(), spec,
                      dlogits.Matrix());
     return Tensors{dlogits};
   };
@@ -584,12 +604,25 @@ OpCase IndexerKlCase(std::mt19937& rng) {
 
 std::vector<OpCase> AllCases() {
   std::mt19937 rng(2026);
-  return {LinearCase(rng),          StridedLinearCase(rng),
-          EmbeddingCase(rng),       ScatterAddCase(rng),
-          RmsNormCase(rng),         LayerNormCase(rng),
-          SwiGluCase(rng),          RopeCase(rng),
-          RouterCase(rng),          CrossEntropyCase(rng),
-          SparseAttentionCase(rng), IndexerKlCase(rng)};
+  return {LinearCase(rng),
+          StridedLinearCase(rng),
+          EmbeddingCase(rng),
+          ScatterAddCase(rng),
+          RmsNormCase(rng),
+          LayerNormCase(rng),
+          SwiGluCase(rng),
+          RopeCase(rng),
+          RouterCase(rng, "router_grouped_normalized",
+                     {/*top_k=*/3, /*n_group=*/2, /*topk_group=*/1,
+                      /*norm_topk_prob=*/true,
+                      /*routed_scaling_factor=*/2.5f}),
+          RouterCase(rng, "router_plain",
+                     {/*top_k=*/2, /*n_group=*/1, /*topk_group=*/1,
+                      /*norm_topk_prob=*/false,
+                      /*routed_scaling_factor=*/1.5f}),
+          CrossEntropyCase(rng),
+          SparseAttentionCase(rng),
+          IndexerKlCase(rng)};
 }
 
 TEST(BackendOps, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
