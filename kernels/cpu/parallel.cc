@@ -10,6 +10,10 @@
 namespace glm::cpu {
 namespace {
 
+// Set on pool workers and on a caller while it runs a parallel call: a
+// ParallelFor from inside a body runs inline instead of waiting on the pool.
+thread_local bool inside_parallel = false;
+
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) : threads_(threads) {
@@ -52,6 +56,7 @@ class ThreadPool {
   }
 
   void Work(int index) {
+    inside_parallel = true;
     uint64_t seen = 0;
     while (true) {
       {
@@ -99,11 +104,14 @@ int NumThreads() {
 void ParallelFor(int64_t n, int64_t work,
                  const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
-  if (work < kMinParallelWork || n == 1 || NumThreads() == 1) {
+  if (work < kMinParallelWork || n == 1 || NumThreads() == 1 ||
+      inside_parallel) {
     body(0, n);
     return;
   }
+  inside_parallel = true;
   Pool().Run(n, body);
+  inside_parallel = false;
 }
 
 }  // namespace glm::cpu

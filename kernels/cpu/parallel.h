@@ -20,7 +20,8 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 int NumThreads();
 
 // Calls body(begin, end) on disjoint chunks covering [0, n), in parallel when
-// `work` is at least kMinParallelWork.
+// `work` is at least kMinParallelWork. Calls from several threads take turns on
+// the pool; a call from inside a body runs inline.
 void ParallelFor(int64_t n, int64_t work,
                  const std::function<void(int64_t, int64_t)>& body);
 

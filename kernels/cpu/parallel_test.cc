@@ -35,6 +35,32 @@ TEST(ParallelFor, SmallWorkStaysOnTheCallingThread) {
   });
 }
 
+TEST(ParallelFor, NestedCallsRunInline) {
+  std::atomic<int64_t> total{0};
+  ParallelFor(8, kMinParallelWork, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      ParallelFor(10, kMinParallelWork,
+                  [&](int64_t b, int64_t e) { total += e - b; });
+    }
+  });
+  EXPECT_EQ(total, 80);
+}
+
+TEST(ParallelFor, CallsFromSeveralThreadsAllFinish) {
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&] {
+      for (int call = 0; call < 200; ++call) {
+        ParallelFor(64, kMinParallelWork,
+                    [&](int64_t begin, int64_t end) { total += end - begin; });
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(total, 4 * 200 * 64);
+}
+
 TEST(ParallelFor, ManyCallsInARowFinish) {
   std::atomic<int64_t> total{0};
   for (int call = 0; call < 2000; ++call) {
