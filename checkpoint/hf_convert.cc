@@ -61,6 +61,21 @@ std::vector<int64_t> ShapeOf(
   return std::vector<int64_t>(field.begin(), field.end());
 }
 
+// Compares two views into mapped files block by block, releasing each block's
+// pages once compared, so a large tensor is never resident twice.
+bool SameBytes(std::string_view a, std::string_view b) {
+  constexpr size_t kBlock = size_t{64} << 20;
+  if (a.size() != b.size()) return false;
+  for (size_t at = 0; at < a.size(); at += kBlock) {
+    const std::string_view x = a.substr(at, kBlock), y = b.substr(at, kBlock);
+    const bool same = std::memcmp(x.data(), y.data(), x.size()) == 0;
+    ReleasePages(x);
+    ReleasePages(y);
+    if (!same) return false;
+  }
+  return true;
+}
+
 absl::Status CompareTensor(const std::string& name,
                            const NativeCheckpoint& checkpoint,
                            const SafetensorsFolder& hf, int64_t* elements) {
@@ -81,16 +96,12 @@ absl::Status CompareTensor(const std::string& name,
       name, [&](const v1::TensorEntry& piece, std::string_view bytes) {
         const std::string_view expected =
             hf_bytes.substr(piece.row_begin() * row_bytes, bytes.size());
-        if (status.ok() &&
-            (expected.size() != bytes.size() ||
-             std::memcmp(expected.data(), bytes.data(), bytes.size()) != 0)) {
+        if (status.ok() && !SameBytes(expected, bytes)) {
           status = absl::DataLossError(absl::StrCat(
               "tensor '", name, "' differs: ", piece.shard_file(), " in ",
               checkpoint.directory(), " against ", hf.FileOf(name)->path()));
         }
-        ReleasePages(bytes);
       });
-  ReleasePages(hf_bytes);
   *elements += info.NumElements();
   return status;
 }
