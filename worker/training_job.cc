@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_name_map.h"
+#include "checkpoint/hf_weight_loader.h"
 #include "checkpoint/native_checkpoint.h"
 #include "coordinator/job_spec_validator.h"
 #include "data/gpt_dataset.h"
@@ -21,15 +22,15 @@ double OrDefault(double value, double fallback) {
   return value == 0 ? fallback : value;
 }
 
-// Pretraining reads (blends of) indexed datasets; SFT reads one packed SFT
-// dataset (`glmctl data pack` output).
+// Pretraining reads (blends of) indexed datasets; SFT and LoRA read one packed
+// SFT dataset (`glmctl data pack` output), as the fine-tuning recipes do.
 absl::StatusOr<std::unique_ptr<TrainingData>> OpenTrainingData(
     const v1::JobSpec& spec, const std::string& data_path,
     const GptDatasetConfig& config) {
-  if (spec.training().mode() == v1::SFT) {
+  if (spec.training().mode() == v1::SFT || spec.training().mode() == v1::LORA) {
     if (spec.data().sources_size() != 1) {
       return absl::InvalidArgumentError(
-          "data.sources: SFT reads exactly one packed dataset");
+          "data.sources: SFT and LoRA read exactly one packed dataset");
     }
     absl::StatusOr<std::unique_ptr<PackedSftDataset>> rows =
         PackedSftDataset::Open(spec.data().sources(0).path(),
@@ -41,6 +42,27 @@ absl::StatusOr<std::unique_ptr<TrainingData>> OpenTrainingData(
       BuildPretrainDataset(data_path, config);
   if (!samples.ok()) return samples.status();
   return std::make_unique<PretrainData>(std::move(*samples));
+}
+
+// The weights of model.hf_checkpoint_dir when given (SFT, LoRA, continued
+// pretraining), else none: the trainer initializes them from the seed.
+absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
+    const v1::ModelSpec& spec, const ModelConfig& model) {
+  if (spec.hf_checkpoint_dir().empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<ModelParameters>> params =
+      LoadHfModel(spec.hf_checkpoint_dir());
+  if (!params.ok()) {
+    return absl::Status(
+        params.status().code(),
+        absl::StrCat("model.hf_checkpoint_dir: ", params.status().message()));
+  }
+  const ModelConfig& loaded = (*params)->config();
+  if (ToHfConfigJson(loaded) != ToHfConfigJson(model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.hf_checkpoint_dir: ", spec.hf_checkpoint_dir(),
+        "/config.json describes another model than the job's model spec"));
+  }
+  return params;
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
@@ -56,7 +78,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
   absl::StatusOr<std::unique_ptr<TrainingData>> data =
       OpenTrainingData(spec, *data_path, data_config);
   if (!data.ok()) return data.status();
-  return Trainer::Create(options, std::move(*data), nullptr,
+  absl::StatusOr<std::unique_ptr<ModelParameters>> params =
+      InitialWeights(spec.model(), model);
+  if (!params.ok()) return params.status();
+  return Trainer::Create(options, std::move(*data), std::move(*params),
                          std::make_unique<CpuBackend>(), data_parallel);
 }
 
@@ -77,10 +102,13 @@ absl::Status CheckSupported(const v1::Assignment& assignment) {
         absl::StrCat("device: '", spec.device(),
                      "' has no training backend in this worker; use \"cpu\""));
   }
-  if (spec.training().mode() == v1::LORA) {
-    return absl::UnimplementedError(
-        "training.mode: LORA is not supported by this worker yet; use PRETRAIN "
-        "or SFT");
+  if (spec.training().mode() == v1::LORA &&
+      !spec.training().export_hf_dir().empty() &&
+      !spec.training().lora().merge_on_export()) {
+    return absl::InvalidArgumentError(
+        "training.export_hf_dir: a LoRA job exports the merged model; set "
+        "training.lora.merge_on_export (the adapters alone are in the "
+        "checkpoints)");
   }
   return absl::OkStatus();
 }
@@ -107,7 +135,8 @@ class JobCheckpoints {
     // Data-parallel ranks hold identical state: rank 0 writes it for all.
     return JobCheckpoints(*std::move(map), layout, assignment.job_id(),
                           training.save_dir(), load_dir,
-                          training.save_interval(), assignment.rank() == 0);
+                          training.save_interval(), assignment.rank() == 0,
+                          training.mode() == v1::LORA);
   }
 
   // Continues from the latest checkpoint under the load folder, if any.
@@ -116,8 +145,16 @@ class JobCheckpoints {
     if (!ReadLatestIteration(load_dir_).ok()) return 0;
     TrainingState state = trainer->State();
     absl::StatusOr<v1::CheckpointManifest> loaded =
-        LoadCheckpoint(load_dir_, map_, /*rank=*/0, &state);
+        lora_ ? LoadLoraCheckpoint(load_dir_, AllTensors(state))
+              : LoadCheckpoint(load_dir_, map_, /*rank=*/0, &state);
     if (!loaded.ok()) return loaded.status();
+    if (lora_) {
+      // Adapter checkpoints carry the iteration; the rest follows from it.
+      state.iteration = loaded->iteration();
+      state.consumed_samples =
+          loaded->iteration() * trainer->options().global_batch_size;
+      state.optimizer_steps = loaded->iteration();
+    }
     if (absl::Status restored = trainer->Restore(state); !restored.ok()) {
       return restored;
     }
@@ -135,38 +172,75 @@ class JobCheckpoints {
   }
 
   absl::StatusOr<v1::CheckpointManifest> Save(Trainer* trainer) {
+    const TrainingState state = trainer->State();
     absl::StatusOr<v1::CheckpointManifest> manifest =
-        SaveCheckpoint(save_dir_, map_, layout_, trainer->State());
+        lora_
+            ? SaveLoraCheckpoint(save_dir_, state.iteration, AllTensors(state))
+            : SaveCheckpoint(save_dir_, map_, layout_, state);
     if (manifest.ok()) manifest->set_job_id(job_id_);
     return manifest;
   }
 
+  // LoRA: the base model with the adapters merged, as a full checkpoint under
+  // <save_dir>/merged for the HF export.
+  absl::StatusOr<std::string> SaveMerged(Trainer* trainer) {
+    trainer->MergeAdapters();
+    TrainingState merged;
+    for (const NamedTensor& named : trainer->params().Named()) {
+      merged.model.push_back({named.name, named.value});
+    }
+    merged.iteration = trainer->iteration();
+    merged.consumed_samples = trainer->State().consumed_samples;
+    const std::string dir = save_dir_ + "/merged";
+    absl::StatusOr<v1::CheckpointManifest> manifest =
+        SaveCheckpoint(dir, map_, layout_, merged);
+    if (!manifest.ok()) return manifest.status();
+    return dir;
+  }
+
+  bool lora() const { return lora_; }
+
  private:
   JobCheckpoints(HfNameMap map, v1::ParallelLayout layout, std::string job_id,
                  std::string save_dir, std::string load_dir,
-                 int64_t save_interval, bool writes)
+                 int64_t save_interval, bool writes, bool lora)
       : map_(std::move(map)),
         layout_(std::move(layout)),
         job_id_(std::move(job_id)),
         save_dir_(std::move(save_dir)),
         load_dir_(std::move(load_dir)),
         save_interval_(save_interval),
-        writes_(writes) {}
+        writes_(writes),
+        lora_(lora) {}
+
+  static std::vector<StateTensor> AllTensors(const TrainingState& state) {
+    std::vector<StateTensor> all = state.model;
+    all.insert(all.end(), state.optimizer.begin(), state.optimizer.end());
+    return all;
+  }
 
   HfNameMap map_;
   v1::ParallelLayout layout_;
   std::string job_id_, save_dir_, load_dir_;
   int64_t save_interval_ = 0;
   bool writes_ = false;
+  bool lora_ = false;
 };
 
-// The final checkpoint as HF safetensors, verified bitwise against it.
+// The final checkpoint as HF safetensors, verified bitwise against it (for
+// LoRA, the merged model).
 absl::Status ExportIfAsked(const v1::TrainingSpec& training,
-                           const ModelConfig& model,
+                           const ModelConfig& model, Trainer* trainer,
+                           JobCheckpoints* checkpoints,
                            const TrainingJobHooks& hooks) {
   if (training.export_hf_dir().empty()) return absl::OkStatus();
   ExportOptions options;
   options.checkpoint_dir = training.save_dir();
+  if (checkpoints->lora()) {
+    absl::StatusOr<std::string> merged = checkpoints->SaveMerged(trainer);
+    if (!merged.ok()) return merged.status();
+    options.checkpoint_dir = *merged;
+  }
   options.out_dir = training.export_hf_dir();
   options.hf_config_json = ToHfConfigJson(model);
   absl::StatusOr<VerifySummary> exported = ExportHfCheckpoint(options);
@@ -202,6 +276,18 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
       static_cast<float>(OrDefault(t.indexer_loss_coeff(), 0.001));
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);
   o.distributed_optimizer = t.use_distributed_optimizer();
+  if (t.mode() == v1::LORA) {
+    LoraOptions lora;
+    lora.rank = t.lora().rank() == 0 ? 8 : t.lora().rank();
+    lora.alpha = OrDefault(t.lora().alpha(), 2.0 * lora.rank);
+    lora.target_modules = {t.lora().target_modules().begin(),
+                           t.lora().target_modules().end()};
+    if (lora.target_modules.empty()) {
+      lora.target_modules = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+                             "kv_b_proj", "o_proj"};
+    }
+    o.lora = lora;
+  }
   o.seed = t.seed();
   return o;
 }
@@ -278,7 +364,8 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
     }
   }
   if (!checkpoints->writes()) return absl::OkStatus();
-  return ExportIfAsked(assignment.spec().training(), plan->model, hooks);
+  return ExportIfAsked(assignment.spec().training(), plan->model,
+                       trainer->get(), &*checkpoints, hooks);
 }
 
 }  // namespace glm

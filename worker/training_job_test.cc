@@ -2,11 +2,15 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "checkpoint/native_checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "data/indexed_dataset.h"
+#include "data/packed_sft_dataset.h"
+#include "data/tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace glm {
@@ -129,6 +133,67 @@ TEST(TrainingJobTest, ExportsTheFinalCheckpointAsHfSafetensors) {
   job.mutable_spec()->mutable_training()->clear_save_dir();
   const absl::Status status = RunTrainingJob(job, hooks);
   EXPECT_NE(status.message().find("training.export_hf_dir"), std::string::npos);
+}
+
+// Short chats, packed into rows of 64 tokens.
+std::string WritePackedChats(const std::string& dir) {
+  std::ofstream chats(dir + "/chats.jsonl");
+  for (int i = 0; i < 40; ++i) {
+    chats << R"({"messages": [{"role": "user", "content": "what is )" << i
+          << R"( plus one?"}, {"role": "assistant", "content": ")" << i + 1
+          << R"("}]})"
+          << "\n";
+  }
+  chats.close();
+  ByteTokenizer tokenizer;
+  const std::string prefix = dir + "/chats";
+  EXPECT_TRUE(
+      PackChatJsonl(dir + "/chats.jsonl", tokenizer, 64, 8, prefix).ok());
+  return prefix;
+}
+
+TEST(TrainingJobTest, LoraSftFromAnExportTrainsAdaptersOnlyAndExportsMerged) {
+  const std::string dir = TempDir("lora");
+  v1::Assignment pretrain = TinyJob(dir, 2);
+  pretrain.mutable_spec()->mutable_training()->set_export_hf_dir(dir + "/base");
+  ASSERT_TRUE(RunJob(pretrain).status.ok());
+
+  v1::Assignment lora = TinyJob(dir, 3);
+  v1::JobSpec& spec = *lora.mutable_spec();
+  spec.mutable_model()->set_hf_checkpoint_dir(dir + "/base");
+  v1::TrainingSpec& t = *spec.mutable_training();
+  t.set_mode(v1::LORA);
+  t.set_seq_length(64);
+  t.set_save_dir(dir + "/lora-checkpoints");
+  t.set_export_hf_dir(dir + "/merged");
+  t.mutable_lora()->set_rank(4);
+  t.mutable_lora()->add_target_modules("q_a_proj");
+  t.mutable_lora()->set_merge_on_export(true);
+  spec.mutable_data()->mutable_sources(0)->set_path(WritePackedChats(dir));
+  const RunRecord run = RunJob(lora);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(run.losses.size(), 3u);
+
+  // The checkpoint holds adapters (and their moments) only.
+  ASSERT_FALSE(run.checkpoints.empty());
+  EXPECT_EQ(run.checkpoints.back().kind(), "lora");
+  for (const v1::TensorEntry& entry : run.checkpoints.back().tensors()) {
+    EXPECT_NE(entry.name().find(".lora_"), std::string::npos) << entry.name();
+  }
+  // The merged export: untouched weights bitwise equal to the base, targeted
+  // ones changed.
+  auto base = SafetensorsFolder::Open(dir + "/base");
+  auto merged = SafetensorsFolder::Open(dir + "/merged");
+  ASSERT_TRUE(base.ok() && merged.ok());
+  auto bytes = [](const SafetensorsFolder& folder, const std::string& name) {
+    return std::string(*folder.FileOf(name)->Bytes(name));
+  };
+  EXPECT_EQ(bytes(*merged, "model.embed_tokens.weight"),
+            bytes(*base, "model.embed_tokens.weight"));
+  EXPECT_EQ(bytes(*merged, "model.layers.2.self_attn.o_proj.weight"),
+            bytes(*base, "model.layers.2.self_attn.o_proj.weight"));
+  EXPECT_NE(bytes(*merged, "model.layers.2.self_attn.q_a_proj.weight"),
+            bytes(*base, "model.layers.2.self_attn.q_a_proj.weight"));
 }
 
 TEST(TrainingJobTest, UnsupportedSetupsAreClearErrors) {
