@@ -217,6 +217,53 @@ absl::StatusOr<NativeCheckpoint> ImportPp2Ep2(const std::string& hf) {
   return NativeCheckpoint::Open(IterationDirectory(native, 0));
 }
 
+// Bitwise, so that NaN patterns in random bytes compare equal to themselves.
+bool SameBits(const float* actual, const std::vector<float>& expected) {
+  return std::memcmp(actual, expected.data(), expected.size() * 4) == 0;
+}
+
+// A trainer holding fused experts loads an import of per-expert tensors
+// (BF16 read as F32), under another layout than the import's.
+TEST(HfConvertTest, TrainerLoadsPerExpertImportIntoFusedExperts) {
+  const std::string hf = MakeHfFolder({});
+  const std::string native = TempDir();
+  ASSERT_TRUE(ImportHfCheckpoint({hf, native, Pp2Ep2()}).ok());
+  const ModelConfig config = *ReadHfConfigFile(hf + "/config.json");
+  const HfNameMap map =
+      *HfNameMap::Create(config, ExpertForm::kFused, v1::ParallelLayout());
+  std::map<std::string, std::unique_ptr<Tensor>> tensors;
+  TrainingState state;
+  for (const HfTensor& param : map.tensors()) {
+    if (!param.required) continue;
+    tensors[param.name] = std::make_unique<Tensor>(param.shape);
+    state.model.push_back({param.name, tensors[param.name].get()});
+  }
+  absl::StatusOr<v1::CheckpointManifest> loaded =
+      LoadCheckpoint(native, map, 0, &state);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+
+  absl::StatusOr<SafetensorsFolder> source = SafetensorsFolder::Open(hf);
+  auto read = [&](const std::string& name) {
+    return *source->FileOf(name)->ReadFloat32(name);
+  };
+  EXPECT_TRUE(SameBits(tensors["model.embed_tokens.weight"]->data(),
+                       read("model.embed_tokens.weight")));
+  const Tensor& gate_up = *tensors["model.layers.2.mlp.experts.gate_up_proj"];
+  const Tensor& down = *tensors["model.layers.2.mlp.experts.down_proj"];
+  const int64_t slab = 32 * 64;  // one [I, H] matrix
+  for (int e : {0, 5, 7}) {
+    const std::string prefix =
+        absl::StrCat("model.layers.2.mlp.experts.", e, ".");
+    const std::vector<float> gate = read(prefix + "gate_proj.weight");
+    const std::vector<float> up = read(prefix + "up_proj.weight");
+    const std::vector<float> down_e = read(prefix + "down_proj.weight");
+    const float* fused = gate_up.data() + e * 2 * slab;
+    EXPECT_TRUE(SameBits(fused, gate)) << e;
+    EXPECT_TRUE(SameBits(fused + slab, up)) << e;
+    EXPECT_TRUE(SameBits(down.data() + e * slab, down_e)) << e;
+  }
+}
+
 TEST(HfConvertTest, IndexerTensorsOnlyOnComputingLayers) {
   const std::string hf = MakeHfFolder({});
   absl::StatusOr<NativeCheckpoint> checkpoint = ImportPp2Ep2(hf);

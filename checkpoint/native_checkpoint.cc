@@ -183,21 +183,92 @@ absl::Status CheckKind(const NativeCheckpoint& checkpoint,
   return absl::OkStatus();
 }
 
-// One tensor to load: where it goes and which rows it reads.
-struct LoadPlan {
-  Tensor* tensor;
+// Part of a tensor to load: rows of a stored tensor, converted to F32 at
+// `offset` (in elements) of the destination.
+struct LoadSegment {
   std::string name;
   DType dtype;
   RowRange rows;
+  int64_t offset;
+  int64_t count;
 };
+
+// One tensor to load: where it goes and what fills it.
+struct LoadPlan {
+  Tensor* tensor;
+  std::vector<LoadSegment> segments;
+};
+
+absl::StatusOr<LoadSegment> PlanSegment(const NativeCheckpoint& checkpoint,
+                                        const v1::TensorEntry& entry,
+                                        RowRange rows, int64_t offset) {
+  absl::StatusOr<DType> dtype = DTypeFromName(entry.dtype());
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype != DType::kF32 && *dtype != DType::kBF16 &&
+      *dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint.directory(), ": tensor '", entry.name(),
+                     "' is ", entry.dtype(), ", not a float dtype"));
+  }
+  std::vector<int64_t> shape = ShapeOf(entry.global_shape());
+  if (!shape.empty()) shape[0] = rows.end - rows.begin;
+  return LoadSegment{entry.name(), *dtype, rows, offset, NumElements(shape)};
+}
+
+// A fused expert tensor ("[<state>/]...mlp.experts.gate_up_proj" [E, 2I, H]
+// or "...down_proj" [E, H, I]) from a checkpoint holding the experts one by
+// one (an HF import in per-expert form): expert e's gate and up rows, or its
+// down matrix. NotFound when `name` is not such a tensor or an expert is
+// missing.
+absl::StatusOr<LoadPlan> PlanFromPerExpert(const NativeCheckpoint& checkpoint,
+                                           const StateTensor& state,
+                                           RowRange rows) {
+  const std::string& name = state.name;
+  const bool gate_up = absl::EndsWith(name, ".mlp.experts.gate_up_proj");
+  const bool down = absl::EndsWith(name, ".mlp.experts.down_proj");
+  const std::vector<int64_t>& shape = state.tensor->shape();
+  if ((!gate_up && !down) || shape.size() != 3 ||
+      shape[0] != rows.end - rows.begin) {
+    return absl::NotFoundError(
+        absl::StrCat(checkpoint.directory(), " has no tensor '", name, "'"));
+  }
+  const std::string base = name.substr(0, name.rfind('.') + 1);
+  const std::vector<std::string> parts =
+      gate_up ? std::vector<std::string>{"gate_proj.weight", "up_proj.weight"}
+              : std::vector<std::string>{"down_proj.weight"};
+  const int64_t part_rows = shape[1] / static_cast<int64_t>(parts.size());
+  LoadPlan plan{state.tensor, {}};
+  for (int64_t e = rows.begin; e < rows.end; ++e) {
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const std::string part = absl::StrCat(base, e, ".", parts[k]);
+      const v1::TensorEntry* entry = checkpoint.Find(part);
+      if (entry == nullptr) {
+        return absl::NotFoundError(
+            absl::StrCat(checkpoint.directory(), " has neither '", name,
+                         "' nor its per-expert tensor '", part, "'"));
+      }
+      if (ShapeOf(entry->global_shape()) !=
+          std::vector<int64_t>{part_rows, shape[2]}) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(checkpoint.directory(), ": '", part, "' is ",
+                         ShapeString(ShapeOf(entry->global_shape())),
+                         ", not a slice of '", name, "' ", ShapeString(shape)));
+      }
+      const int64_t offset =
+          ((e - rows.begin) * shape[1] + k * part_rows) * shape[2];
+      absl::StatusOr<LoadSegment> segment =
+          PlanSegment(checkpoint, *entry, {0, part_rows}, offset);
+      if (!segment.ok()) return segment.status();
+      plan.segments.push_back(*std::move(segment));
+    }
+  }
+  return plan;
+}
 
 absl::StatusOr<LoadPlan> PlanLoad(const NativeCheckpoint& checkpoint,
                                   const StateTensor& state, RowRange rows) {
   const v1::TensorEntry* entry = checkpoint.Find(state.name);
-  if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        checkpoint.directory(), " has no tensor '", state.name, "'"));
-  }
+  if (entry == nullptr) return PlanFromPerExpert(checkpoint, state, rows);
   std::vector<int64_t> expected = ShapeOf(entry->global_shape());
   if (!expected.empty()) expected[0] = rows.end - rows.begin;
   if (state.tensor->shape() != expected) {
@@ -207,15 +278,10 @@ absl::StatusOr<LoadPlan> PlanLoad(const NativeCheckpoint& checkpoint,
         rows.begin, "..", rows.end, " as ", ShapeString(expected),
         ") but the model's tensor is ", ShapeString(state.tensor->shape())));
   }
-  absl::StatusOr<DType> dtype = DTypeFromName(entry->dtype());
-  if (!dtype.ok()) return dtype.status();
-  if (*dtype != DType::kF32 && *dtype != DType::kBF16 &&
-      *dtype != DType::kF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint.directory(), ": tensor '", state.name, "' is ",
-                     entry->dtype(), ", not a float dtype"));
-  }
-  return LoadPlan{state.tensor, state.name, *dtype, rows};
+  absl::StatusOr<LoadSegment> segment =
+      PlanSegment(checkpoint, *entry, rows, 0);
+  if (!segment.ok()) return segment.status();
+  return LoadPlan{state.tensor, {*std::move(segment)}};
 }
 
 // Copies every planned tensor; the checkpoint is verified, so reading cannot
@@ -224,12 +290,15 @@ absl::Status RunLoadPlans(const NativeCheckpoint& checkpoint,
                           const std::vector<LoadPlan>& plans) {
   std::string scratch;
   for (const LoadPlan& plan : plans) {
-    absl::StatusOr<std::string_view> bytes =
-        checkpoint.Rows(plan.name, plan.rows, &scratch);
-    if (!bytes.ok()) return bytes.status();
-    absl::Status status = ConvertToFloat32(
-        plan.dtype, bytes->data(), plan.tensor->numel(), plan.tensor->data());
-    if (!status.ok()) return status;
+    for (const LoadSegment& segment : plan.segments) {
+      absl::StatusOr<std::string_view> bytes =
+          checkpoint.Rows(segment.name, segment.rows, &scratch);
+      if (!bytes.ok()) return bytes.status();
+      absl::Status status =
+          ConvertToFloat32(segment.dtype, bytes->data(), segment.count,
+                           plan.tensor->data() + segment.offset);
+      if (!status.ok()) return status;
+    }
   }
   return absl::OkStatus();
 }
@@ -641,9 +710,16 @@ absl::StatusOr<v1::CheckpointManifest> LoadCheckpoint(
   for (const std::vector<StateTensor>* group :
        {&state->model, &state->optimizer}) {
     for (const StateTensor& tensor : *group) {
+      // Global rows from the checkpoint, or from the model for a fused
+      // expert tensor stored per expert.
       const v1::TensorEntry* entry = checkpoint->Find(tensor.name);
-      const int64_t rows =
-          entry == nullptr ? 0 : RowsOf(ShapeOf(entry->global_shape()));
+      const HfTensor* param = map.ParamOf(tensor.name);
+      int64_t rows = 0;
+      if (entry != nullptr) {
+        rows = RowsOf(ShapeOf(entry->global_shape()));
+      } else if (param != nullptr) {
+        rows = RowsOf(param->shape);
+      }
       absl::StatusOr<LoadPlan> plan =
           PlanLoad(*checkpoint, tensor, map.RowsHeld(tensor.name, rank, rows));
       if (!plan.ok()) return plan.status();

@@ -172,8 +172,10 @@ void NativeCheckpoint::ForEachPiece(const std::string& name,
 // Loads the latest checkpoint under `save_dir` into `state` for `rank` of the
 // layout `map` describes: every model and optimizer tensor of `state` must be
 // in the checkpoint with the shape the rank holds (F32, F16 and BF16 stored
-// values are read as F32). Nothing in `state` changes unless everything checks
-// out. Returns the manifest loaded.
+// values are read as F32). A fused expert tensor (mlp.experts.gate_up_proj,
+// mlp.experts.down_proj) is also filled from per-expert tensors (an HF import
+// in that form). Nothing in `state` changes unless everything checks out.
+// Returns the manifest loaded.
 absl::StatusOr<v1::CheckpointManifest> LoadCheckpoint(
     const std::string& save_dir, const HfNameMap& map, int rank,
     TrainingState* state);
