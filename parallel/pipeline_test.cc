@@ -1,0 +1,127 @@
+// Two pipeline stages on threads (each with its own copy of the weights, its
+// own Gloo context, and the 1F1B schedule) compute the losses and gradients
+// of the whole model: summed over the stages, they match GlmModel's.
+#include <cmath>
+#include <thread>
+
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/glm_model.h"
+#include "parallel/gloo_collectives.h"
+#include "parallel/pipeline_layout.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace glm {
+namespace {
+
+constexpr int64_t kMicroBatches = 4;
+
+// Micro batch m: two sequences of pseudo-random ids.
+Batch MicroBatch(int64_t m) {
+  std::vector<std::vector<int32_t>> rows(2);
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 20 + 3 * r; ++i) {
+      rows[r].push_back(static_cast<int32_t>((m * 131 + r * 71 + i * i) % 509));
+    }
+  }
+  return Batch::FromSequences(rows);
+}
+
+ModelParameters TinyParameters() {
+  ModelParameters params(*PresetConfig("glm5.2-tiny"));
+  params.InitRandom(11);
+  return params;
+}
+
+struct Outcome {
+  double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
+  std::vector<std::vector<float>> grads;  // in Named() order
+};
+
+void AddGrads(ModelParameters& params, Outcome* outcome) {
+  const std::vector<NamedTensor> named = params.Named();
+  outcome->grads.resize(named.size());
+  for (size_t t = 0; t < named.size(); ++t) {
+    if (named[t].grad == nullptr) continue;
+    std::vector<float>& sum = outcome->grads[t];
+    sum.resize(named[t].grad->numel(), 0.f);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += named[t].grad->data()[i];
+  }
+}
+
+Outcome WholeModel() {
+  ModelParameters params = TinyParameters();
+  CpuBackend backend;
+  GlmModel model(&params, &backend);
+  Outcome outcome;
+  for (int64_t m = 0; m < kMicroBatches; ++m) {
+    absl::StatusOr<ForwardResult> result = model.Forward(MicroBatch(m));
+    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(model.Backward().ok());
+    outcome.lm_loss += result->lm_loss;
+    outcome.mtp_loss += result->mtp_loss;
+    outcome.indexer_loss += result->indexer_loss;
+  }
+  AddGrads(params, &outcome);
+  return outcome;
+}
+
+TEST(PipelineTest, TwoStagesOneForwardOneBackwardMatchTheWholeModel) {
+  const Outcome expected = WholeModel();
+  const ModelConfig config = *PresetConfig("glm5.2-tiny");
+  LayoutRequest request;
+  // glm5.2-tiny computes top-k on layers 1, 2, 3 and 7: stage 2 starts on 7.
+  request.layout = "Etttttt|ttmL";
+  request.num_layers = config.num_hidden_layers;
+  request.mtp_layers = config.num_mtp_layers;
+  request.pp = 2;
+  request.sharing = config.index_sharing;
+  absl::StatusOr<std::vector<StageSlice>> stages = PlanStages(request);
+  ASSERT_TRUE(stages.ok()) << stages.status();
+
+  gloo::rendezvous::HashStore store;
+  Outcome pipelined;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
+          GlooCollectives::Connect(store, "pp", rank, 2, GlooOptions());
+      ASSERT_TRUE(group.ok()) << group.status();
+      ModelParameters params = TinyParameters();
+      CpuBackend backend;
+      absl::StatusOr<StageModel> stage =
+          StageModel::Create(&params, &backend, {}, (*stages)[rank]);
+      ASSERT_TRUE(stage.ok()) << stage.status();
+      absl::StatusOr<StageLosses> losses =
+          RunOneForwardOneBackward(*stage, **group, kMicroBatches, MicroBatch);
+      ASSERT_TRUE(losses.ok()) << losses.status();
+      std::lock_guard<std::mutex> lock(mu);
+      pipelined.lm_loss += losses->lm_loss;
+      pipelined.mtp_loss += losses->mtp_loss;
+      pipelined.indexer_loss += losses->indexer_loss;
+      AddGrads(params, &pipelined);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_NEAR(pipelined.lm_loss, expected.lm_loss, 1e-5 * expected.lm_loss);
+  EXPECT_NEAR(pipelined.mtp_loss, expected.mtp_loss, 1e-5 * expected.mtp_loss);
+  EXPECT_NEAR(pipelined.indexer_loss, expected.indexer_loss,
+              1e-5 * expected.indexer_loss);
+  const std::vector<NamedTensor> named = TinyParameters().Named();
+  ASSERT_EQ(pipelined.grads.size(), expected.grads.size());
+  for (size_t t = 0; t < expected.grads.size(); ++t) {
+    double norm = 0, error = 0;
+    for (size_t i = 0; i < expected.grads[t].size(); ++i) {
+      const double diff = double{pipelined.grads[t][i]} - expected.grads[t][i];
+      norm += double{expected.grads[t][i]} * expected.grads[t][i];
+      error += diff * diff;
+    }
+    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << named[t].name;
+  }
+}
+
+}  // namespace
+}  // namespace glm

@@ -1,0 +1,99 @@
+// One pipeline stage of the GLM model: the embedding (first stage), decoder
+// layers [first_layer, last_layer] of a StageSlice, and on the last stage the
+// final norm, lm_head, LM loss and the MTP layer with its loss. A stage takes
+// the previous stage's hidden states and hands its own to the next; Backward
+// takes the gradient of its output and returns the gradient of its input.
+// Computed as GlmModel computes the whole model, so that stages chained
+// together give its losses and gradients.
+//
+// Activations live in a StageActivations per micro batch, so that a pipeline
+// schedule can keep several micro batches in flight.
+#ifndef GLM_PARALLEL_STAGE_MODEL_H_
+#define GLM_PARALLEL_STAGE_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "model/decoder_layer.h"
+#include "model/glm_model.h"
+#include "model/mtp_layer.h"
+#include "model/parameters.h"
+#include "model/token_layout.h"
+#include "parallel/pipeline_layout.h"
+
+namespace glm {
+
+struct StageActivations {
+  std::vector<int32_t> ids;
+  TokenLayout layout;
+  // hidden[i]: input of the stage's i-th layer; hidden.back(): the output
+  // (before the final norm on the last stage).
+  std::vector<Tensor> hidden;
+  std::vector<DecoderLayerActivations> layers;
+  // Last stage only.
+  Tensor final_normed, final_rstd, logits;
+  std::vector<int32_t> lm_targets, mtp_targets;
+  int64_t lm_count = 0, mtp_count = 0;
+  std::vector<MtpActivations> mtp;
+};
+
+// What one micro batch contributes on this stage; zeros for what lives on
+// other stages.
+struct StageLosses {
+  double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
+  // Every decoder layer of the model (main layers, then MTP), as
+  // ForwardResult::expert_load: empty for dense layers, zeros for MoE layers
+  // of other stages.
+  std::vector<std::vector<int64_t>> expert_load;
+};
+
+class StageModel {
+ public:
+  // UNIMPLEMENTED for a stage whose MTP layer would need the top-k of a
+  // decoder layer on another stage.
+  static absl::StatusOr<StageModel> Create(ModelParameters* params,
+                                           Backend* backend,
+                                           LossOptions options,
+                                           const StageSlice& stage);
+
+  bool first() const { return stage_.has_embedding; }
+  bool last() const { return stage_.has_loss; }
+  int64_t hidden_size() const { return params_->config().hidden_size; }
+
+  // `input` is the previous stage's output [tokens, hidden] (ignored on the
+  // first stage).
+  absl::StatusOr<StageLosses> Forward(const Batch& batch, const Tensor& input,
+                                      StageActivations* acts);
+  // The stage's output: the next stage's input.
+  static const Tensor& Output(const StageActivations& acts) {
+    return acts.hidden.back();
+  }
+  // `d_output` is the next stage's input gradient (ignored on the last
+  // stage); `d_input` receives the gradient of this stage's input (left
+  // empty on the first stage). Weight gradients accumulate.
+  absl::Status Backward(const StageActivations& acts, const Tensor& d_output,
+                        Tensor* d_input);
+
+ private:
+  StageModel(ModelParameters* params, Backend* backend, LossOptions options,
+             const StageSlice& stage);
+  void ForwardHead(const std::vector<float>& loss_mask, StageActivations* acts,
+                   StageLosses* losses);
+  void ForwardMtp(const std::vector<float>& loss_mask, StageActivations* acts,
+                  StageLosses* losses);
+  void BackwardHead(const StageActivations& acts, MatrixView dh);
+
+  ModelParameters* params_;
+  Backend* backend_;
+  LossOptions options_;
+  DecoderLayerSpec spec_;
+  StageSlice stage_;
+  int first_ = 0, end_ = 0;  // 0-indexed decoder layers [first_, end_)
+};
+
+}  // namespace glm
+
+#endif  // GLM_PARALLEL_STAGE_MODEL_H_
