@@ -71,7 +71,8 @@ absl::Status SaveShardTensors(const std::string& save_dir, int64_t iteration,
 // SaveShardTensors for a trainer's state: the model and optimizer tensors
 // that `map` says `rank` writes, as F32, expert slices placed by the rank's
 // expert-parallel coordinate. Errors name a tensor whose shape does not fit
-// the layout.
+// the layout. Every rank calls it, also one that writes nothing (a data-
+// parallel replica): FinalizeCheckpoint waits for each rank's record.
 absl::Status SaveShard(const std::string& save_dir, const HfNameMap& map,
                        int rank, const TrainingState& state);
 
