@@ -1,15 +1,12 @@
 #include "checkpoint/hf_convert.h"
 
-#include <stdlib.h>
-
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/synthetic_hf.h"
 #include "gtest/gtest.h"
 #include "model/config.h"
@@ -20,26 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempDir() {
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string pattern =
-      (root ? fs::path(root) : fs::temp_directory_path()) / "hf_convert_XXXXXX";
-  return mkdtemp(pattern.data());
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
+// Stage 1 starts on layer 7, a computing layer of glm5.2-tiny.
 v1::ParallelLayout Pp2Ep2() {
-  v1::ParallelLayout layout;
-  layout.set_pp(2);
-  layout.set_ep(2);
-  layout.set_layout("Etttttt|ttmL");
-  return layout;
+  return PipelineExpertLayout(2, 2, "Etttttt|ttmL");
 }
 
 struct Fixture {
@@ -49,7 +29,7 @@ struct Fixture {
 
 // A sharded HF folder of random tensors.
 std::string MakeHfFolder(const Fixture& fixture) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTempDir();
   ModelConfig config = *PresetConfig(fixture.preset);
   config.torch_dtype =
       fixture.options.dtype == DType::kBF16 ? "bfloat16" : "float32";
@@ -81,8 +61,8 @@ void ExpectSameFolders(const std::string& a_dir, const std::string& b_dir) {
 
 void RoundTrip(const Fixture& fixture) {
   const std::string hf = MakeHfFolder(fixture);
-  const std::string native = TempDir() + "/native";
-  const std::string out = TempDir() + "/export";
+  const std::string native = NewTempDir() + "/native";
+  const std::string out = NewTempDir() + "/export";
   absl::StatusOr<VerifySummary> imported =
       ImportHfCheckpoint({hf, native, Pp2Ep2()});
   ASSERT_TRUE(imported.ok()) << imported.status();
@@ -156,8 +136,8 @@ TEST(HfConvertTest, OracleFixturesRoundTrip) {
   for (const std::string name :
        {"glm52_sharing", "glm5_full", "glm52_packed"}) {
     const std::string hf = "tests/oracle/testdata/" + name;
-    const std::string native = TempDir() + "/native";
-    const std::string out = TempDir() + "/export";
+    const std::string native = NewTempDir() + "/native";
+    const std::string out = NewTempDir() + "/export";
     absl::StatusOr<VerifySummary> imported =
         ImportHfCheckpoint({hf, native, v1::ParallelLayout()});
     ASSERT_TRUE(imported.ok()) << name << ": " << imported.status();
@@ -187,12 +167,12 @@ TEST(HfConvertTest, TrainerCheckpointExportsWithGivenConfig) {
   storage.push_back(
       std::make_unique<Tensor>(map.Find("lm_head.weight")->shape));
   state.optimizer.push_back({"exp_avg/lm_head.weight", storage.back().get()});
-  const std::string save = TempDir();
+  const std::string save = NewTempDir();
   absl::Status saved =
       SaveCheckpoint(save, map, v1::ParallelLayout(), state).status();
   ASSERT_TRUE(saved.ok()) << saved;
 
-  const std::string out = TempDir();
+  const std::string out = NewTempDir();
   absl::StatusOr<VerifySummary> without =
       ExportHfCheckpoint({save, out, kDefaultMaxShardBytes, ""});
   EXPECT_EQ(without.status().code(), absl::StatusCode::kNotFound);
@@ -210,7 +190,7 @@ TEST(HfConvertTest, TrainerCheckpointExportsWithGivenConfig) {
 
 // Imports `hf` under PP2 x EP2 and opens the result.
 absl::StatusOr<NativeCheckpoint> ImportPp2Ep2(const std::string& hf) {
-  const std::string native = TempDir();
+  const std::string native = NewTempDir();
   absl::StatusOr<VerifySummary> imported =
       ImportHfCheckpoint({hf, native, Pp2Ep2()});
   if (!imported.ok()) return imported.status();
@@ -226,7 +206,7 @@ bool SameBits(const float* actual, const std::vector<float>& expected) {
 // (BF16 read as F32), under another layout than the import's.
 TEST(HfConvertTest, TrainerLoadsPerExpertImportIntoFusedExperts) {
   const std::string hf = MakeHfFolder({});
-  const std::string native = TempDir();
+  const std::string native = NewTempDir();
   ASSERT_TRUE(ImportHfCheckpoint({hf, native, Pp2Ep2()}).ok());
   const ModelConfig config = *ReadHfConfigFile(hf + "/config.json");
   const HfNameMap map =
@@ -285,7 +265,7 @@ TEST(HfConvertTest, UnexpectedAndMissingKeysAreErrors) {
   fixture.options.dropped_keys = {
       "model.layers.2.mlp.experts.3.up_proj.weight"};
   const std::string hf = MakeHfFolder(fixture);
-  const std::string native = TempDir() + "/native";
+  const std::string native = NewTempDir() + "/native";
   absl::StatusOr<VerifySummary> imported =
       ImportHfCheckpoint({hf, native, Pp2Ep2()});
   ASSERT_FALSE(imported.ok());
@@ -309,7 +289,7 @@ TEST(HfConvertTest, WrongShapeIsAnError) {
   config.replace(config.find(vocab), vocab.size(), "\"vocab_size\": 640");
   std::ofstream(hf + "/config.json", std::ios::trunc) << config;
   absl::StatusOr<VerifySummary> imported =
-      ImportHfCheckpoint({hf, TempDir(), Pp2Ep2()});
+      ImportHfCheckpoint({hf, NewTempDir(), Pp2Ep2()});
   ASSERT_FALSE(imported.ok());
   EXPECT_TRUE(
       absl::StrContains(imported.status().message(),
@@ -342,11 +322,11 @@ TEST(HfConvertTest, VerificationFailsOnAnyDifference) {
 }
 
 TEST(HfConvertTest, LoraCheckpointsDoNotExport) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTempDir();
   Tensor value({4});
   ASSERT_TRUE(SaveLoraCheckpoint(dir, 1, {{"adapter", &value}}).ok());
   absl::StatusOr<VerifySummary> exported =
-      ExportHfCheckpoint({dir, TempDir(), kDefaultMaxShardBytes, ""});
+      ExportHfCheckpoint({dir, NewTempDir(), kDefaultMaxShardBytes, ""});
   ASSERT_FALSE(exported.ok());
   EXPECT_TRUE(absl::StrContains(exported.status().message(), "'lora'"))
       << exported.status();

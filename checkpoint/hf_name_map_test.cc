@@ -2,33 +2,16 @@
 
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_test_util.h"
 #include "gtest/gtest.h"
 
 namespace glm {
 namespace {
 
-ModelConfig Tiny() {
-  // 8 layers, layer 1 dense, index sharing freq 4 offset 3: layers 1, 2, 3
-  // and 7 compute, 4-6 and 8 reuse; one MTP layer (model.layers.8).
-  return *PresetConfig("glm5.2-tiny");
-}
-
-v1::ParallelLayout Layout(int pp, int ep, const std::string& layout = "") {
-  v1::ParallelLayout result;
-  result.set_pp(pp);
-  result.set_ep(ep);
-  result.set_layout(layout);
-  return result;
-}
-
-HfNameMap Map(ExpertForm form, const v1::ParallelLayout& layout) {
-  absl::StatusOr<HfNameMap> map = HfNameMap::Create(Tiny(), form, layout);
-  EXPECT_TRUE(map.ok()) << map.status();
-  return *std::move(map);
-}
-
 TEST(HfNameMapTest, IndexerOnlyOnComputingLayers) {
-  const HfNameMap map = Map(ExpertForm::kPerExpert, Layout(1, 1));
+  const HfNameMap map =
+      TinyNameMap(ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
   for (int index : {0, 1, 2, 6}) {
     EXPECT_NE(map.Find(absl::StrCat("model.layers.", index,
                                     ".self_attn.indexer.k_norm.bias")),
@@ -48,7 +31,8 @@ TEST(HfNameMapTest, IndexerOnlyOnComputingLayers) {
 }
 
 TEST(HfNameMapTest, DenseAndMoeLayersAndMtp) {
-  const HfNameMap map = Map(ExpertForm::kPerExpert, Layout(1, 1));
+  const HfNameMap map =
+      TinyNameMap(ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
   EXPECT_NE(map.Find("model.layers.0.mlp.gate_proj.weight"), nullptr);
   EXPECT_EQ(map.Find("model.layers.0.mlp.gate.weight"), nullptr);
   const HfTensor* down =
@@ -77,7 +61,8 @@ TEST(HfNameMapTest, DenseAndMoeLayersAndMtp) {
 }
 
 TEST(HfNameMapTest, FusedExperts) {
-  const HfNameMap map = Map(ExpertForm::kFused, Layout(1, 1));
+  const HfNameMap map =
+      TinyNameMap(ExpertForm::kFused, PipelineExpertLayout(1, 1));
   const HfTensor* gate_up = map.Find("model.layers.1.mlp.experts.gate_up_proj");
   ASSERT_NE(gate_up, nullptr);
   EXPECT_EQ(gate_up->shape, (std::vector<int64_t>{8, 64, 64}));
@@ -90,8 +75,8 @@ TEST(HfNameMapTest, FusedExperts) {
 
 TEST(HfNameMapTest, MtpLayerComputesWhenEveryLayerDoes) {
   ModelConfig config = *PresetConfig("glm5-tiny");
-  absl::StatusOr<HfNameMap> map =
-      HfNameMap::Create(config, ExpertForm::kPerExpert, Layout(1, 1));
+  absl::StatusOr<HfNameMap> map = HfNameMap::Create(
+      config, ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
   ASSERT_TRUE(map.ok()) << map.status();
   EXPECT_NE(map->Find("model.layers.8.self_attn.indexer.wk.weight"), nullptr);
   EXPECT_NE(map->Find("model.layers.3.self_attn.indexer.wk.weight"), nullptr);
@@ -99,8 +84,8 @@ TEST(HfNameMapTest, MtpLayerComputesWhenEveryLayerDoes) {
 
 TEST(HfNameMapTest, PipelineOwners) {
   // Stage 1 starts on layer 7, a computing layer.
-  const HfNameMap map =
-      Map(ExpertForm::kPerExpert, Layout(2, 1, "Etttttt|ttmL"));
+  const HfNameMap map = TinyNameMap(ExpertForm::kPerExpert,
+                                    PipelineExpertLayout(2, 1, "Etttttt|ttmL"));
   EXPECT_EQ(map.Find("model.embed_tokens.weight")->pp_rank, 0);
   EXPECT_EQ(map.Find("model.layers.5.input_layernorm.weight")->pp_rank, 0);
   EXPECT_EQ(map.Find("model.layers.6.input_layernorm.weight")->pp_rank, 1);
@@ -115,15 +100,16 @@ TEST(HfNameMapTest, PipelineOwners) {
 
 TEST(HfNameMapTest, InvalidLayoutIsAnError) {
   // Stage 1 would start on layer 5, a skip layer.
-  absl::StatusOr<HfNameMap> map = HfNameMap::Create(
-      Tiny(), ExpertForm::kPerExpert, Layout(2, 1, "Etttt|ttttmL"));
+  absl::StatusOr<HfNameMap> map =
+      HfNameMap::Create(*PresetConfig("glm5.2-tiny"), ExpertForm::kPerExpert,
+                        PipelineExpertLayout(2, 1, "Etttt|ttttmL"));
   EXPECT_FALSE(map.ok());
 }
 
 TEST(HfNameMapTest, ExpertParallelOwners) {
   // PP2 x EP2: world 4, dense tensors have a second data-parallel replica.
-  const HfNameMap per_expert =
-      Map(ExpertForm::kPerExpert, Layout(2, 2, "Etttttt|ttmL"));
+  const HfNameMap per_expert = TinyNameMap(
+      ExpertForm::kPerExpert, PipelineExpertLayout(2, 2, "Etttttt|ttmL"));
   ASSERT_EQ(per_expert.world_size(), 4);
   const std::string expert5 = "model.layers.1.mlp.experts.5.up_proj.weight";
   const std::string expert1 = "model.layers.1.mlp.experts.1.up_proj.weight";
@@ -144,7 +130,8 @@ TEST(HfNameMapTest, ExpertParallelOwners) {
   EXPECT_EQ(writers1, 1);
   EXPECT_EQ(gate_writers, 1);
 
-  const HfNameMap fused = Map(ExpertForm::kFused, Layout(2, 2, "Etttttt|ttmL"));
+  const HfNameMap fused = TinyNameMap(
+      ExpertForm::kFused, PipelineExpertLayout(2, 2, "Etttttt|ttmL"));
   const std::string name = "model.layers.8.mlp.experts.gate_up_proj";
   std::set<int64_t> begins;
   for (int rank = 0; rank < 4; ++rank) {

@@ -1,9 +1,5 @@
 #include "checkpoint/native_checkpoint.h"
 
-#include <stdlib.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,34 +9,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_test_util.h"
 #include "gtest/gtest.h"
 
 namespace glm {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string TempDir() {
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string pattern = (root ? fs::path(root) : fs::temp_directory_path()) /
-                        "native_ckpt_XXXXXX";
-  return mkdtemp(pattern.data());
-}
-
-v1::ParallelLayout Layout(int pp, int ep, const std::string& layout = "") {
-  v1::ParallelLayout result;
-  result.set_pp(pp);
-  result.set_ep(ep);
-  result.set_layout(layout);
-  return result;
-}
-
-HfNameMap Map(ExpertForm form, const v1::ParallelLayout& layout) {
-  absl::StatusOr<HfNameMap> map =
-      HfNameMap::Create(*PresetConfig("glm5.2-tiny"), form, layout);
-  EXPECT_TRUE(map.ok()) << map.status();
-  return *std::move(map);
-}
 
 // The global value of every tensor: random, fixed by its name.
 Tensor GlobalValue(const std::string& name, const std::vector<int64_t>& shape) {
@@ -138,11 +113,12 @@ absl::Status SaveAllRanks(const std::string& dir, const HfNameMap& map,
 }
 
 TEST(NativeCheckpointTest, SaveAndLoadRestoresEveryTensorAndScalar) {
-  const std::string dir = TempDir();
-  const HfNameMap map = Map(ExpertForm::kPerExpert, Layout(1, 1));
+  const std::string dir = NewTempDir();
+  const HfNameMap map =
+      TinyNameMap(ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
   RankState saved(map, 0, 1, false);
   absl::StatusOr<v1::CheckpointManifest> manifest =
-      SaveCheckpoint(dir, map, Layout(1, 1), saved.state());
+      SaveCheckpoint(dir, map, PipelineExpertLayout(1, 1), saved.state());
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_EQ(manifest->iteration(), 7);
   EXPECT_EQ(manifest->shards_size(), 1);
@@ -177,9 +153,9 @@ TEST(NativeCheckpointTest, SaveAndLoadRestoresEveryTensorAndScalar) {
 
 TEST(NativeCheckpointTest, ReshardsFromPp2Ep2ToPp1Ep1AndBack) {
   for (ExpertForm form : {ExpertForm::kFused, ExpertForm::kPerExpert}) {
-    const std::string dir = TempDir();
-    const v1::ParallelLayout wide = Layout(2, 2, "Etttttt|ttmL");
-    const HfNameMap saved_map = Map(form, wide);
+    const std::string dir = NewTempDir();
+    const v1::ParallelLayout wide = PipelineExpertLayout(2, 2, "Etttttt|ttmL");
+    const HfNameMap saved_map = TinyNameMap(form, wide);
     ASSERT_EQ(saved_map.world_size(), 4);
     ASSERT_TRUE(SaveAllRanks(dir, saved_map, wide).ok());
     absl::StatusOr<NativeCheckpoint> checkpoint =
@@ -188,7 +164,7 @@ TEST(NativeCheckpointTest, ReshardsFromPp2Ep2ToPp1Ep1AndBack) {
     EXPECT_EQ(checkpoint->manifest().shards_size(), 4);
     EXPECT_EQ(checkpoint->manifest().layout().layout(), "Etttttt|ttmL");
 
-    const HfNameMap single = Map(form, Layout(1, 1));
+    const HfNameMap single = TinyNameMap(form, PipelineExpertLayout(1, 1));
     RankState expected(single, 0, 1, false);
     RankState loaded(single, 0, 1, true);
     absl::StatusOr<v1::CheckpointManifest> read =
@@ -206,9 +182,9 @@ TEST(NativeCheckpointTest, ReshardsFromPp2Ep2ToPp1Ep1AndBack) {
 }
 
 TEST(NativeCheckpointTest, FinalizeWaitsForEveryRank) {
-  const std::string dir = TempDir();
-  const v1::ParallelLayout wide = Layout(2, 2, "Etttttt|ttmL");
-  const HfNameMap map = Map(ExpertForm::kFused, wide);
+  const std::string dir = NewTempDir();
+  const v1::ParallelLayout wide = PipelineExpertLayout(2, 2, "Etttttt|ttmL");
+  const HfNameMap map = TinyNameMap(ExpertForm::kFused, wide);
   RankState rank0(map, 0, 2, false);
   ASSERT_TRUE(SaveShard(dir, map, 0, rank0.state()).ok());
   absl::StatusOr<v1::CheckpointManifest> manifest =
@@ -222,8 +198,10 @@ TEST(NativeCheckpointTest, FinalizeWaitsForEveryRank) {
 class CorruptionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TempDir();
-    ASSERT_TRUE(SaveCheckpoint(dir_, map_, Layout(1, 1), saved_.state()).ok());
+    dir_ = NewTempDir();
+    ASSERT_TRUE(
+        SaveCheckpoint(dir_, map_, PipelineExpertLayout(1, 1), saved_.state())
+            .ok());
     shard_ = IterationDirectory(dir_, 7) + "/rank_00000.safetensors";
   }
 
@@ -251,7 +229,8 @@ class CorruptionTest : public ::testing::Test {
     file.write(&byte, 1);
   }
 
-  HfNameMap map_ = Map(ExpertForm::kPerExpert, Layout(1, 1));
+  HfNameMap map_ =
+      TinyNameMap(ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
   RankState saved_{map_, 0, 1, false};
   std::string dir_;
   std::string shard_;
@@ -354,14 +333,15 @@ TEST_F(CorruptionTest, CrashMidSaveKeepsThePreviousCheckpoint) {
   ExpectSameTensors(saved_, loaded);
   // Finalizing the torn iteration is refused: its shard no longer matches.
   absl::Status finalize =
-      FinalizeCheckpoint(dir_, InfoOf(next.state(), map_, Layout(1, 1)))
+      FinalizeCheckpoint(dir_,
+                         InfoOf(next.state(), map_, PipelineExpertLayout(1, 1)))
           .status();
   EXPECT_EQ(finalize.code(), absl::StatusCode::kDataLoss) << finalize;
   EXPECT_EQ(*ReadLatestIteration(dir_), 7);
 }
 
 TEST(NativeCheckpointTest, LoraHoldsOnlyAdapters) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTempDir();
   Tensor a = GlobalValue("a", {4, 64}), b = GlobalValue("b", {64, 4});
   const std::vector<StateTensor> adapters = {
       {"model.layers.0.self_attn.q_a_proj.lora_A.weight", &a},
@@ -379,7 +359,8 @@ TEST(NativeCheckpointTest, LoraHoldsOnlyAdapters) {
   EXPECT_EQ(a2.values(), a.values());
   EXPECT_EQ(b2.values(), b.values());
 
-  const HfNameMap map = Map(ExpertForm::kPerExpert, Layout(1, 1));
+  const HfNameMap map =
+      TinyNameMap(ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
   RankState target(map, 0, 1, true);
   absl::Status status = LoadCheckpoint(dir, map, 0, &target.state()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;

@@ -1,24 +1,17 @@
 #include "checkpoint/safetensors_stream.h"
 
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
 
+#include "checkpoint/checkpoint_test_util.h"
 #include "gtest/gtest.h"
 
 namespace glm {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+// A file in this test's own temporary directory.
+std::string Path(const std::string& name) {
+  static const std::string dir = NewTempDir();
+  return dir + "/" + name;
 }
 
 const std::vector<TensorHeader> kHeaders = {{"a", DType::kBF16, {2, 3}},
@@ -38,11 +31,10 @@ TEST(SafetensorsStreamTest, SameBytesAsTheInMemoryWriter) {
   }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   ASSERT_TRUE(
-      WriteSafetensors(TempPath("memory.safetensors"), in_memory, metadata)
-          .ok());
+      WriteSafetensors(Path("memory.safetensors"), in_memory, metadata).ok());
   int fetched = 0, written = 0;
   absl::Status status = WriteSafetensorsStreamed(
-      TempPath("stream.safetensors"), kHeaders, metadata,
+      Path("stream.safetensors"), kHeaders, metadata,
       [&](size_t i, std::string* scratch) -> absl::StatusOr<std::string_view> {
         ++fetched;
         if (i != 1) return std::string_view(values[i]);
@@ -56,13 +48,13 @@ TEST(SafetensorsStreamTest, SameBytesAsTheInMemoryWriter) {
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(fetched, 3);
   EXPECT_EQ(written, 3);
-  EXPECT_EQ(ReadAll(TempPath("stream.safetensors")),
-            ReadAll(TempPath("memory.safetensors")));
+  EXPECT_EQ(ReadAll(Path("stream.safetensors")),
+            ReadAll(Path("memory.safetensors")));
 }
 
 TEST(SafetensorsStreamTest, WrongSizeOrRepeatedNameLeavesNoFile) {
   const std::vector<std::string> values = Values();
-  const std::string path = TempPath("bad.safetensors");
+  const std::string path = Path("bad.safetensors");
   absl::Status status = WriteSafetensorsStreamed(
       path, kHeaders, {},
       [&](size_t i, std::string*) -> absl::StatusOr<std::string_view> {
@@ -85,7 +77,7 @@ TEST(SafetensorsStreamTest, WrongSizeOrRepeatedNameLeavesNoFile) {
 }
 
 TEST(SafetensorsStreamTest, ReleasedPagesReadTheFileAgain) {
-  const std::string path = TempPath("pages.safetensors");
+  const std::string path = Path("pages.safetensors");
   std::string big(1 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
   ASSERT_TRUE(WriteSafetensors(path, {{"x", DType::kU8, {1 << 20}, big}}).ok());

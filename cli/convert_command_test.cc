@@ -1,11 +1,10 @@
 #include "cli/convert_command.h"
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/synthetic_hf.h"
 #include "cli/command_flags.h"
 #include "gtest/gtest.h"
@@ -15,17 +14,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const fs::path dir = (root ? fs::path(root) : fs::temp_directory_path()) /
-                       ("convert_command_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string MakeHf(const std::string& name) {
-  const std::string dir = TempDir(name);
+std::string MakeHf() {
+  const std::string dir = NewTempDir();
   SyntheticHfOptions options;
   options.form = ExpertForm::kFused;
   EXPECT_TRUE(
@@ -35,9 +25,9 @@ std::string MakeHf(const std::string& name) {
 }
 
 TEST(ConvertCommandTest, ImportThenExportVerifies) {
-  const std::string hf = MakeHf("hf");
-  const std::string native = TempDir("native");
-  const std::string out = TempDir("export");
+  const std::string hf = MakeHf();
+  const std::string native = NewTempDir();
+  const std::string out = NewTempDir();
   std::ostringstream stdout_text, stderr_text;
   EXPECT_EQ(RunConvertImport({"--hf=" + hf, "--out=" + native, "--pp=2",
                               "--ep=2", "--layout=Etttttt|ttmL"},
@@ -72,18 +62,18 @@ TEST(ConvertCommandTest, UsageAndFailures) {
   EXPECT_EQ(RunConvertImport({"--help"}, stdout_text, stderr_text), kExitOk);
 
   // A damaged native checkpoint fails the export loudly.
-  const std::string hf = MakeHf("hf2");
-  const std::string native = TempDir("native2");
+  const std::string hf = MakeHf();
+  const std::string native = NewTempDir();
   ASSERT_EQ(RunConvertImport({"--hf=" + hf, "--out=" + native}, stdout_text,
                              stderr_text),
             kExitOk);
   const std::string shard = native + "/iter_0000000/rank_00000.safetensors";
   fs::resize_file(shard, fs::file_size(shard) - 1);
   stderr_text.str("");
-  EXPECT_EQ(RunConvertExport(
-                {"--checkpoint=" + native, "--out=" + TempDir("export2")},
-                stdout_text, stderr_text),
-            kExitFailure);
+  EXPECT_EQ(
+      RunConvertExport({"--checkpoint=" + native, "--out=" + NewTempDir()},
+                       stdout_text, stderr_text),
+      kExitFailure);
   EXPECT_TRUE(absl::StrContains(stderr_text.str(), "FAILED"));
   EXPECT_TRUE(absl::StrContains(stderr_text.str(), "truncated"))
       << stderr_text.str();
