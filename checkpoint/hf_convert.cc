@@ -1,12 +1,10 @@
 #include "checkpoint/hf_convert.h"
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
