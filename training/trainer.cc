@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/pipeline_schedule.h"
 #include "training/flops.h"
 #include "training/grad_clip.h"
 #include "training/gradient_sync.h"
@@ -44,9 +45,14 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerOptions& options, std::unique_ptr<TrainingData> data,
     std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
-    Collectives* data_parallel) {
+    Collectives* data_parallel, std::optional<PipelineRank> pipeline) {
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return status;
+  }
+  if (pipeline && options.lora) {
+    return absl::UnimplementedError(
+        "training.mode: LORA does not run pipeline-parallel yet (parallel.pp "
+        "must be 1)");
   }
   const int64_t micro_batches =
       options.global_batch_size / options.micro_batch_size;
@@ -82,6 +88,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       new Trainer(options, std::move(data), std::move(params),
                   std::move(backend), data_parallel));
   trainer->lora_ = std::move(lora);
+  if (pipeline) {
+    absl::StatusOr<StageModel> stage =
+        StageModel::Create(trainer->params_.get(), trainer->backend_.get(),
+                           options.loss, pipeline->stage);
+    if (!stage.ok()) return stage.status();
+    trainer->stage_ = *std::move(stage);
+    trainer->pipeline_ = pipeline->group;
+  }
   return trainer;
 }
 
@@ -154,6 +168,35 @@ std::vector<TrainableTensor> Trainer::Trainable() {
   return trainable;
 }
 
+absl::Status Trainer::RunMicroBatches(MicroBatchTotals* totals) {
+  const int64_t micro_batches =
+      options_.global_batch_size / options_.micro_batch_size;
+  const int dp = data_parallel_size();
+  const int dp_rank = data_parallel_ == nullptr ? 0 : data_parallel_->rank();
+  // Megatron's data-parallel sampler: each group of dp micro batches is
+  // dealt out one per rank, so the ranks together read the samples one
+  // process would.
+  auto first_sample = [&](int64_t m) {
+    return consumed_samples_ + (m * dp + dp_rank) * options_.micro_batch_size;
+  };
+  if (stage_) {
+    absl::StatusOr<StageLosses> losses = RunOneForwardOneBackward(
+        *stage_, *pipeline_, micro_batches / dp, [&](int64_t m) {
+          return data_->MicroBatch(first_sample(m), options_.micro_batch_size);
+        });
+    if (!losses.ok()) return losses.status();
+    *totals = *std::move(losses);
+    return absl::OkStatus();
+  }
+  for (int64_t m = 0; m < micro_batches / dp; ++m) {
+    if (absl::Status status = RunMicroBatch(first_sample(m), totals);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::RunMicroBatch(int64_t first_sample,
                                     MicroBatchTotals* totals) {
   absl::StatusOr<ForwardResult> result = model_->Forward(
@@ -194,20 +237,20 @@ void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
   }
 }
 
-absl::Status Trainer::ReduceOverDataParallel(MicroBatchTotals* totals) {
+absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
+                                 MicroBatchTotals* totals) {
   std::vector<Tensor*> grads;
   for (const TrainableTensor& param : Trainable()) grads.push_back(param.grad);
-  if (absl::Status status =
-          shards_ ? shards_->ReduceScatter(*data_parallel_, grads)
-                  : AllReduceGradients(*data_parallel_, Trainable());
+  if (absl::Status status = scatter_gradients
+                                ? shards_->ReduceScatter(group, grads)
+                                : AllReduceGradients(group, Trainable());
       !status.ok()) {
     return status;
   }
   float losses[] = {static_cast<float>(totals->lm_loss),
                     static_cast<float>(totals->mtp_loss),
                     static_cast<float>(totals->indexer_loss)};
-  if (absl::Status status =
-          data_parallel_->AllReduce(losses, 3, ReduceOp::kSum);
+  if (absl::Status status = group.AllReduce(losses, 3, ReduceOp::kSum);
       !status.ok()) {
     return status;
   }
@@ -218,8 +261,7 @@ absl::Status Trainer::ReduceOverDataParallel(MicroBatchTotals* totals) {
   for (const std::vector<int64_t>& layer : totals->expert_load) {
     loads.insert(loads.end(), layer.begin(), layer.end());
   }
-  if (absl::Status status =
-          data_parallel_->AllReduceSum(loads.data(), loads.size());
+  if (absl::Status status = group.AllReduceSum(loads.data(), loads.size());
       !status.ok()) {
     return status;
   }
@@ -236,24 +278,27 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   const int64_t micro_batches =
       options_.global_batch_size / options_.micro_batch_size;
   const int dp = data_parallel_size();
-  const int dp_rank = data_parallel_ == nullptr ? 0 : data_parallel_->rank();
   params_->ZeroGrad();
   if (lora_) lora_->Merge();
   MicroBatchTotals totals;
-  // Megatron's data-parallel sampler: each group of dp micro batches is
-  // dealt out one per rank, so the ranks together read the samples one
-  // process would.
-  for (int64_t m = 0; m < micro_batches / dp; ++m) {
-    absl::Status status = RunMicroBatch(
-        consumed_samples_ + (m * dp + dp_rank) * options_.micro_batch_size,
-        &totals);
-    if (!status.ok()) return status;
+  if (absl::Status status = RunMicroBatches(&totals); !status.ok()) {
+    return status;
   }
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
   if (lora_) lora_->AdapterGradients();
+  // The stages' parts add up to the whole model's gradients and losses;
+  // then the data-parallel ranks sum theirs.
+  if (pipeline_ != nullptr) {
+    if (absl::Status status = ReduceOver(*pipeline_, false, &totals);
+        !status.ok()) {
+      return status;
+    }
+  }
   if (data_parallel_ != nullptr) {
-    if (absl::Status status = ReduceOverDataParallel(&totals); !status.ok()) {
+    if (absl::Status status =
+            ReduceOver(*data_parallel_, shards_.has_value(), &totals);
+        !status.ok()) {
       return status;
     }
   }
@@ -288,6 +333,7 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
     ++nan_iterations_;
   }
 
+  const int devices = dp * (pipeline_ == nullptr ? 1 : pipeline_->size());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -299,10 +345,10 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   metrics.set_tflops_per_device(TrainingFlops(options_.model,
                                               options_.seq_length,
                                               options_.global_batch_size) /
-                                seconds / 1e12 / dp);
+                                seconds / 1e12 / devices);
   metrics.set_tokens_per_sec_per_device(
       static_cast<double>(options_.global_batch_size * options_.seq_length) /
-      seconds / dp);
+      seconds / devices);
   metrics.set_learning_rate(lr);
   metrics.set_lm_loss(totals.lm_loss / micro_batches);
   metrics.set_mtp_loss(totals.mtp_loss / micro_batches);

@@ -20,6 +20,8 @@
 #include "model/glm_model.h"
 #include "model/parameters.h"
 #include "parallel/collectives.h"
+#include "parallel/pipeline_layout.h"
+#include "parallel/stage_model.h"
 #include "proto/metrics.pb.h"
 #include "training/adamw.h"
 #include "training/distributed_optimizer.h"
@@ -51,6 +53,12 @@ struct TrainerOptions {
   std::optional<LoraOptions> lora;
 };
 
+// This rank's pipeline stage and its pipeline group, when pp > 1.
+struct PipelineRank {
+  Collectives* group = nullptr;  // not owned
+  StageSlice stage;
+};
+
 class Trainer {
  public:
   // `params` may be null: weights are then initialized from options.seed.
@@ -59,7 +67,8 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const TrainerOptions& options, std::unique_ptr<TrainingData> data,
       std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
-      Collectives* data_parallel = nullptr);
+      Collectives* data_parallel = nullptr,
+      std::optional<PipelineRank> pipeline = std::nullopt);
 
   // Runs the next iteration and returns its metrics.
   absl::StatusOr<v1::StepMetrics> Step();
@@ -85,17 +94,20 @@ class Trainer {
           std::unique_ptr<ModelParameters> params,
           std::unique_ptr<Backend> backend, Collectives* data_parallel);
 
-  struct MicroBatchTotals {
-    double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
-    std::vector<std::vector<int64_t>> expert_load;
-  };
+  // What the micro batches of a step add up to (a pipeline stage adds its
+  // own part; the pipeline group sums the parts).
+  using MicroBatchTotals = StageLosses;
+  // This rank's micro batches of the step: all of them through the whole
+  // model, or through its pipeline stage on the 1F1B schedule.
+  absl::Status RunMicroBatches(MicroBatchTotals* totals);
   absl::Status RunMicroBatch(int64_t first_sample, MicroBatchTotals* totals);
   std::vector<TrainableTensor> Trainable();
   Tensor* RouterBias(size_t layer);
   void UpdateRouterBiases(const MicroBatchTotals& totals);
-  // Sums gradients (all of them, or this rank's shard with the distributed
-  // optimizer), losses and expert loads over the data-parallel group.
-  absl::Status ReduceOverDataParallel(MicroBatchTotals* totals);
+  // Sums gradients (all of them, or only this rank's shard when
+  // `scatter_gradients`), losses and expert loads over `group`.
+  absl::Status ReduceOver(Collectives& group, bool scatter_gradients,
+                          MicroBatchTotals* totals);
   // The tensors this rank updates: all, or its distributed-optimizer shard.
   std::vector<TrainableTensor> UpdatedHere(
       const std::vector<TrainableTensor>& trainable) const;
@@ -114,6 +126,8 @@ class Trainer {
   AdamW optimizer_;
   Collectives* data_parallel_;
   std::optional<ParameterShards> shards_;  // with the distributed optimizer
+  Collectives* pipeline_ = nullptr;
+  std::optional<StageModel> stage_;  // with pipeline parallelism
   std::optional<LoraAdapters> lora_;
 
   int64_t iteration_ = 0;

@@ -10,16 +10,20 @@
 
 namespace glm {
 
-absl::Status CheckDataParallelOnly(const v1::ParallelSpec& parallel) {
+absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel) {
   const std::pair<const char*, int> model_parallel[] = {
-      {"tp", parallel.tp()}, {"pp", parallel.pp()}, {"vpp", parallel.vpp()},
-      {"cp", parallel.cp()}, {"ep", parallel.ep()}, {"etp", parallel.etp()}};
+      {"tp", parallel.tp()},
+      {"vpp", parallel.vpp()},
+      {"cp", parallel.cp()},
+      {"ep", parallel.ep()},
+      {"etp", parallel.etp()}};
   for (const auto& [name, size] : model_parallel) {
     if (size > 1) {
       return absl::UnimplementedError(absl::StrCat(
           "parallel.", name, ": ", size,
-          " is not supported by this worker yet; it trains data-parallel "
-          "only (any world_size, every other parallel size 1)"));
+          " is not supported by this worker yet; it trains data- and "
+          "pipeline-parallel (world_size and pp; tp, cp, ep, etp and vpp "
+          "1)"));
     }
   }
   return absl::OkStatus();

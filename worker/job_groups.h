@@ -15,9 +15,10 @@
 
 namespace glm {
 
-// UNIMPLEMENTED naming the first model-parallel size other than 1: this
-// worker trains data-parallel only (any world_size).
-absl::Status CheckDataParallelOnly(const v1::ParallelSpec& parallel);
+// UNIMPLEMENTED naming the first parallel size this worker does not run: it
+// trains data- and pipeline-parallel (any world_size and pp, without virtual
+// stages); tp, cp, ep, etp and vpp must be 1.
+absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel);
 
 // Connects every group of the assignment's rank over Gloo/TCP, bootstrapped
 // through `rendezvous` (not owned) and bounded by the assignment's rendezvous

@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
 
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
     const v1::JobSpec& spec, const ModelConfig& model,
-    Collectives* data_parallel) {
+    Collectives* data_parallel, std::optional<PipelineRank> pipeline) {
   const TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
   absl::StatusOr<std::string> data_path = DataPathFromSpec(spec.data());
   if (!data_path.ok()) return data_path.status();
@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
       InitialWeights(spec.model(), model);
   if (!params.ok()) return params.status();
   return Trainer::Create(options, std::move(*data), std::move(*params),
-                         std::make_unique<CpuBackend>(), data_parallel);
+                         std::make_unique<CpuBackend>(), data_parallel,
+                         std::move(pipeline));
 }
 
 absl::Status CheckSupported(const v1::Assignment& assignment) {
@@ -93,7 +94,7 @@ absl::Status CheckSupported(const v1::Assignment& assignment) {
         "training.export_hf_dir: exporting needs training.save_dir (the "
         "export is made from the final checkpoint)");
   }
-  if (absl::Status status = CheckDataParallelOnly(spec.parallel());
+  if (absl::Status status = CheckSupportedParallelism(spec.parallel());
       !status.ok()) {
     return status;
   }
@@ -308,6 +309,25 @@ absl::StatusOr<std::string> DataPathFromSpec(const v1::DataSpec& data) {
   return absl::StrJoin(parts, " ");
 }
 
+namespace {
+
+// The stage of this rank's pp coordinate (every rank holds the whole model's
+// weights; a stage computes only its layers), when pp > 1.
+std::optional<PipelineRank> PipelineRankOf(const v1::Assignment& assignment,
+                                           const JobPlan& plan,
+                                           ProcessGroups* groups) {
+  const int pp_rank = plan.grid.ranks.at(assignment.rank()).pp;
+  for (const StageSlice& stage : plan.stages) {
+    if (groups != nullptr && groups->group(GroupKind::kPp).size() > 1 &&
+        stage.pp_rank == pp_rank && stage.virtual_chunk == 0) {
+      return PipelineRank{&groups->group(GroupKind::kPp), stage};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
                             const TrainingJobHooks& hooks,
                             RendezvousStore* rendezvous) {
@@ -324,9 +344,17 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
     groups = *std::move(connected);
   }
   Collectives* world = groups ? &groups->group(GroupKind::kWorld) : nullptr;
+  const std::optional<PipelineRank> pipeline =
+      PipelineRankOf(assignment, *plan, groups ? &*groups : nullptr);
+  if (pipeline) {
+    hooks.log(absl::StrCat("rank ", assignment.rank(), ": pipeline stage ",
+                           pipeline->stage.stage, " (decoder layers ",
+                           pipeline->stage.first_layer, "-",
+                           pipeline->stage.last_layer, ")"));
+  }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       BuildTrainer(assignment.spec(), plan->model,
-                   groups ? &groups->group(GroupKind::kDp) : nullptr);
+                   groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline);
   if (!trainer.ok()) return trainer.status();
   absl::StatusOr<JobCheckpoints> checkpoints =
       JobCheckpoints::Create(assignment, plan->model);

@@ -1,8 +1,9 @@
-// Data parallelism end to end: a real coordinator (in-process, on loopback)
-// schedules a world_size-2 job on two real glm-worker processes, which connect
+// Data and pipeline parallelism end to end: a real coordinator (in-process,
+// on loopback) schedules a job on real glm-worker processes, which connect
 // their Gloo groups through the coordinator's rendezvous. Their losses and the
 // checkpointed weights and optimizer moments match the same job run by one
-// process, with and without the distributed optimizer.
+// process: DP2 with and without the distributed optimizer, PP2 (1F1B), and
+// PP2 x DP2 on four processes.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -166,11 +167,18 @@ std::map<std::string, std::vector<float>> CheckpointState(
   return values;
 }
 
-// Parameter: whether the job uses the distributed optimizer (ZeRO-1).
-class DataParallelEndToEndTest : public ::testing::TestWithParam<bool> {};
+struct ParallelCase {
+  const char* name;
+  int world_size, pp;
+  const char* layout;
+  bool distributed_optimizer;
+};
 
-TEST_P(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
-  const std::string name = GetParam() ? "dp_zero_e2e" : "dp_e2e";
+class ParallelEndToEndTest : public ::testing::TestWithParam<ParallelCase> {};
+
+TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
+  const ParallelCase& c = GetParam();
+  const std::string name = c.name;
   TestCoordinator server(name);
   const std::string dir = TempDir(name);
   const std::string data = WriteDocuments(dir);
@@ -180,15 +188,19 @@ TEST_P(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
   std::shared_ptr<ClientConnection> connection = server.Connect();
   auto stub = v1::JobService::NewStub(connection->channel());
   v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = DataParallelSpec(data, dir + "/dp2", 2);
+  *submit.mutable_spec() = DataParallelSpec(data, dir + "/dp2", c.world_size);
+  submit.mutable_spec()->mutable_parallel()->set_pp(c.pp);
+  submit.mutable_spec()->mutable_parallel()->set_layout(c.layout);
   submit.mutable_spec()->mutable_training()->set_use_distributed_optimizer(
-      GetParam());
+      c.distributed_optimizer);
   v1::SubmitJobResponse submitted;
   ASSERT_TRUE(
       stub->SubmitJob(connection->NewContext().get(), submit, &submitted).ok());
-  const pid_t workers[] = {
-      SpawnWorker(server.target(), token, dir + "/worker0.log"),
-      SpawnWorker(server.target(), token, dir + "/worker1.log")};
+  std::vector<pid_t> workers;
+  for (int i = 0; i < c.world_size; ++i) {
+    workers.push_back(SpawnWorker(
+        server.target(), token, dir + "/worker" + std::to_string(i) + ".log"));
+  }
   std::map<int64_t, v1::StepMetrics> distributed;
   const v1::JobState state =
       WatchToTheEnd(server, submitted.job().id(), &distributed);
@@ -240,8 +252,18 @@ TEST_P(DataParallelEndToEndTest, TwoWorkerProcessesMatchOneProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PlainAndDistributedOptimizer, DataParallelEndToEndTest,
-                         ::testing::Bool());
+// glm5.2-tiny computes top-k on layers 1, 2, 3 and 7: the second pipeline
+// stage starts on layer 7.
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ParallelEndToEndTest,
+    ::testing::Values(ParallelCase{"dp2", 2, 1, "", false},
+                      ParallelCase{"dp2_zero1", 2, 1, "", true},
+                      ParallelCase{"pp2", 2, 2, "Etttttt|ttmL", false},
+                      ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL",
+                                   true}),
+    [](const ::testing::TestParamInfo<ParallelCase>& info) {
+      return std::string(info.param.name);
+    });
 
 TEST(DataParallelFailureTest, APeerThatNeverComesIsAClearErrorNotAHang) {
   TestCoordinator server("dp_missing_peer");
