@@ -116,6 +116,8 @@ TEST(HfConvertTest, RoundTripFusedF32) {
   RoundTrip(fixture);
 }
 
+// The extras include the MTP layer's indexer, which released GLM-5.2
+// checkpoints carry although that layer reuses the main top-k.
 TEST(HfConvertTest, RoundTripFusedBf16WithMtpExtras) {
   Fixture fixture;
   fixture.options.form = ExpertForm::kFused;

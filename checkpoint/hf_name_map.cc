@@ -32,7 +32,15 @@ class TensorList {
   int pp_rank_;
 };
 
-void AddAttention(const ModelConfig& c, bool has_indexer, TensorList& list) {
+// Whether a layer's checkpoint holds DSA indexer weights.
+enum class Indexer {
+  kAbsent,
+  kRequired,
+  // May be there and is carried through, but the model does not run it.
+  kOptional,
+};
+
+void AddAttention(const ModelConfig& c, Indexer indexer, TensorList& list) {
   const int64_t heads = c.num_attention_heads;
   list.Add("self_attn.q_a_proj.weight", {c.q_lora_rank, c.hidden_size});
   list.Add("self_attn.q_a_layernorm.weight", {c.q_lora_rank});
@@ -46,14 +54,19 @@ void AddAttention(const ModelConfig& c, bool has_indexer, TensorList& list) {
            TpSplit::kColumn);
   list.Add("self_attn.o_proj.weight", {c.hidden_size, heads * c.v_head_dim},
            TpSplit::kRow);
-  if (!has_indexer) return;
-  list.Add("self_attn.indexer.wq_b.weight",
-           {c.index_n_heads * c.index_head_dim, c.q_lora_rank});
-  list.Add("self_attn.indexer.wk.weight", {c.index_head_dim, c.hidden_size});
-  list.Add("self_attn.indexer.k_norm.weight", {c.index_head_dim});
-  list.Add("self_attn.indexer.k_norm.bias", {c.index_head_dim});
-  list.Add("self_attn.indexer.weights_proj.weight",
-           {c.index_n_heads, c.hidden_size});
+  if (indexer == Indexer::kAbsent) return;
+  const std::pair<const char*, std::vector<int64_t>> weights[] = {
+      {"self_attn.indexer.wq_b.weight",
+       {c.index_n_heads * c.index_head_dim, c.q_lora_rank}},
+      {"self_attn.indexer.wk.weight", {c.index_head_dim, c.hidden_size}},
+      {"self_attn.indexer.k_norm.weight", {c.index_head_dim}},
+      {"self_attn.indexer.k_norm.bias", {c.index_head_dim}},
+      {"self_attn.indexer.weights_proj.weight",
+       {c.index_n_heads, c.hidden_size}},
+  };
+  for (const auto& [name, shape] : weights) {
+    list.Add(name, shape).required = indexer == Indexer::kRequired;
+  }
 }
 
 void AddMlp(const std::string& prefix, int64_t hidden, int64_t intermediate,
@@ -94,10 +107,10 @@ void AddMoe(const ModelConfig& c, ExpertForm form, TensorList& list) {
 }
 
 // One decoder layer's tensors, the MTP layer's included.
-void AddDecoderLayer(const ModelConfig& c, ExpertForm form, bool has_indexer,
+void AddDecoderLayer(const ModelConfig& c, ExpertForm form, Indexer indexer,
                      bool moe, TensorList& list) {
   list.Add("input_layernorm.weight", {c.hidden_size});
-  AddAttention(c, has_indexer, list);
+  AddAttention(c, indexer, list);
   list.Add("post_attention_layernorm.weight", {c.hidden_size});
   if (moe) {
     AddMoe(c, form, list);
@@ -148,7 +161,9 @@ std::vector<HfTensor> ModelTensors(const ModelConfig& c, ExpertForm form,
            TpSplit::kColumn);
   for (int layer = 1; layer <= c.num_hidden_layers; ++layer) {
     TensorList list(&tensors, LayerPrefix(layer - 1), ranks.layer[layer]);
-    AddDecoderLayer(c, form, c.index_sharing.IsComputingLayer(layer),
+    AddDecoderLayer(c, form,
+                    c.index_sharing.IsComputingLayer(layer) ? Indexer::kRequired
+                                                            : Indexer::kAbsent,
                     c.IsMoeLayer(layer), list);
   }
   TensorList final_stage(&tensors, "", ranks.loss);
@@ -163,7 +178,12 @@ std::vector<HfTensor> ModelTensors(const ModelConfig& c, ExpertForm form,
     list.Add("enorm.weight", {c.hidden_size});
     list.Add("hnorm.weight", {c.hidden_size});
     list.Add("eh_proj.weight", {c.hidden_size, 2 * c.hidden_size});
-    AddDecoderLayer(c, form, c.index_sharing.topk_freq == 1,
+    // With index sharing the MTP layer reuses the main model's top-k, yet
+    // released GLM-5.2 checkpoints still carry an indexer for it (their
+    // 59,585 tensors count it): carried through bitwise, never run.
+    AddDecoderLayer(c, form,
+                    c.index_sharing.topk_freq == 1 ? Indexer::kRequired
+                                                   : Indexer::kOptional,
                     c.IsMoeLayer(index + 1), list);
     list.Add("shared_head.norm.weight", {c.hidden_size});
     list.Add("embed_tokens.weight", {c.vocab_size, c.hidden_size},

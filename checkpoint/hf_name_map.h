@@ -57,7 +57,8 @@ struct HfTensor {
   std::string name;
   std::vector<int64_t> shape;
   // False for tensors a checkpoint may carry but the model does not need (the
-  // MTP layer's own embed_tokens and shared_head.head copies).
+  // MTP layer's own embed_tokens and shared_head.head copies, and its indexer
+  // when the MTP layer reuses the main model's top-k).
   bool required = true;
   int pp_rank = 0;
   int expert = -1;             // per-expert tensor: its expert

@@ -18,7 +18,7 @@ TEST(HfNameMapTest, IndexerOnlyOnComputingLayers) {
               nullptr)
         << index;
   }
-  for (int index : {3, 4, 5, 7, 8}) {
+  for (int index : {3, 4, 5, 7}) {
     EXPECT_EQ(map.Find(absl::StrCat("model.layers.", index,
                                     ".self_attn.indexer.wq_b.weight")),
               nullptr)
@@ -73,12 +73,28 @@ TEST(HfNameMapTest, FusedExperts) {
   EXPECT_EQ(map.Find("model.layers.1.mlp.experts.0.gate_proj.weight"), nullptr);
 }
 
+// With index sharing the MTP layer (index 8) runs no indexer of its own, but
+// released GLM-5.2 checkpoints carry one: it is optional and carried through.
+TEST(HfNameMapTest, MtpIndexerIsOptionalWithIndexSharing) {
+  const HfNameMap map =
+      TinyNameMap(ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
+  for (const char* name : {"wq_b.weight", "wk.weight", "k_norm.weight",
+                           "k_norm.bias", "weights_proj.weight"}) {
+    const HfTensor* tensor =
+        map.Find(absl::StrCat("model.layers.8.self_attn.indexer.", name));
+    ASSERT_NE(tensor, nullptr) << name;
+    EXPECT_FALSE(tensor->required) << name;
+  }
+  EXPECT_TRUE(map.Find("model.layers.6.self_attn.indexer.wk.weight")->required);
+}
+
 TEST(HfNameMapTest, MtpLayerComputesWhenEveryLayerDoes) {
   ModelConfig config = *PresetConfig("glm5-tiny");
   absl::StatusOr<HfNameMap> map = HfNameMap::Create(
       config, ExpertForm::kPerExpert, PipelineExpertLayout(1, 1));
   ASSERT_TRUE(map.ok()) << map.status();
-  EXPECT_NE(map->Find("model.layers.8.self_attn.indexer.wk.weight"), nullptr);
+  EXPECT_TRUE(
+      map->Find("model.layers.8.self_attn.indexer.wk.weight")->required);
   EXPECT_NE(map->Find("model.layers.3.self_attn.indexer.wk.weight"), nullptr);
 }
 
