@@ -1,5 +1,7 @@
 #include "cli/job_commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -137,12 +139,22 @@ std::string LossText(const v1::Job& job) {
              : "-";
 }
 
-// "RUNNING step 12/20 (60%) loss 5.4321 tokens/s 1234 ETA 1m20s".
+// "[##############----------]" for `done` of `total`.
+std::string ProgressBar(int64_t done, int64_t total) {
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(kWidth * std::min(done, total) / total);
+  return absl::StrCat("[", std::string(filled, '#'),
+                      std::string(kWidth - filled, '-'), "]");
+}
+
+// "job-1 RUNNING [#####---] step 12/20 (60%) loss 5.4321 tokens/s 1234 ETA
+// 1m20s".
 std::string ProgressLine(const v1::Job& job) {
   std::string line = absl::StrCat(job.id(), " ", StateName(job.state()));
   if (!job.has_latest_metrics()) return line;
   const v1::StepMetrics& m = job.latest_metrics();
   const int64_t total = TrainIters(job);
+  if (total > 0) absl::StrAppend(&line, " ", ProgressBar(m.iteration(), total));
   absl::StrAppend(&line, " step ", StepText(job));
   if (total > 0) {
     absl::StrAppend(
@@ -309,6 +321,10 @@ int Watch(const std::vector<std::string>& args) {
         call.stub.WatchJob(context.get(), request);
     v1::JobEvent event;
     v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+    // On a terminal the progress line redraws in place; in logs and pipes
+    // every step gets its own line.
+    const bool terminal = isatty(STDOUT_FILENO);
+    bool progress_open = false;
     for (bool first = true; reader->Read(&event); first = false) {
       last = event.job().state();
       if (call.json) {
@@ -316,6 +332,8 @@ int Watch(const std::vector<std::string>& args) {
         continue;
       }
       if (event.has_state_change()) {
+        if (progress_open) std::cout << "\n";
+        progress_open = false;
         const v1::StateChange& change = event.state_change();
         std::cout << event.job().id() << " " << StateName(change.to())
                   << (change.reason().empty() ? "" : ": " + change.reason())
@@ -323,10 +341,16 @@ int Watch(const std::vector<std::string>& args) {
       }
       // Someone joining mid-run sees the progress so far at once.
       if (event.has_metrics() || (first && event.job().has_latest_metrics())) {
-        std::cout << ProgressLine(event.job()) << "\n";
+        if (terminal) {
+          std::cout << "\r" << ProgressLine(event.job()) << "\x1b[K";
+          progress_open = true;
+        } else {
+          std::cout << ProgressLine(event.job()) << "\n";
+        }
       }
       std::cout << std::flush;
     }
+    if (progress_open) std::cout << std::endl;
     grpc::Status status = reader->Finish();
     if (!status.ok()) return RpcError(status);
     return last == v1::SUCCEEDED ? kExitOk : kExitFailure;
