@@ -7,4 +7,11 @@ absl::Status Collectives::AllToAll(const float* in, int64_t count, float* out) {
   return AllToAllV(in, counts, out, counts);
 }
 
+absl::Status Collectives::Send(const float* data, int64_t count, int peer) {
+  absl::StatusOr<std::unique_ptr<PendingSend>> pending =
+      StartSend(data, count, peer);
+  if (!pending.ok()) return pending.status();
+  return (*pending)->Wait();
+}
+
 }  // namespace glm

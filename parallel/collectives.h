@@ -19,6 +19,13 @@ namespace glm {
 
 enum class ReduceOp { kSum, kAverage };
 
+// A send under way; its buffer must stay alive until Wait returns.
+class PendingSend {
+ public:
+  virtual ~PendingSend() = default;
+  virtual absl::Status Wait() = 0;
+};
+
 class Collectives {
  public:
   virtual ~Collectives() = default;
@@ -49,7 +56,13 @@ class Collectives {
                                  const std::vector<int64_t>& recv_counts) = 0;
   // AllToAllV with `count` values to and from every member.
   absl::Status AllToAll(const float* in, int64_t count, float* out);
-  virtual absl::Status Send(const float* data, int64_t count, int peer) = 0;
+  // Posts a send and returns without waiting for the peer (a pipeline stage
+  // keeps several in flight, so that no two stages wait on each other's
+  // sends). Sends to one peer are received in the order they were started.
+  virtual absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(
+      const float* data, int64_t count, int peer) = 0;
+  // StartSend, then Wait.
+  absl::Status Send(const float* data, int64_t count, int peer);
   virtual absl::Status Recv(float* data, int64_t count, int peer) = 0;
   virtual absl::Status Barrier() = 0;
 };

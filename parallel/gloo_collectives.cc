@@ -39,6 +39,25 @@ absl::Status Guarded(const std::string& group, const char* what, F&& call) {
   }
 }
 
+class GlooPendingSend : public PendingSend {
+ public:
+  GlooPendingSend(std::string group,
+                  std::unique_ptr<gloo::transport::UnboundBuffer> buffer,
+                  std::chrono::milliseconds timeout)
+      : group_(std::move(group)),
+        buffer_(std::move(buffer)),
+        timeout_(timeout) {}
+
+  absl::Status Wait() override {
+    return Guarded(group_, "send", [&] { buffer_->waitSend(timeout_); });
+  }
+
+ private:
+  const std::string group_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
+  const std::chrono::milliseconds timeout_;
+};
+
 void SumFloats(void* out, const void* a, const void* b, size_t n) {
   gloo::sum<float>(out, a, b, n);
 }
@@ -178,16 +197,19 @@ absl::Status GlooCollectives::AllToAllV(
   });
 }
 
-absl::Status GlooCollectives::Send(const float* data, int64_t count, int peer) {
+absl::StatusOr<std::unique_ptr<PendingSend>> GlooCollectives::StartSend(
+    const float* data, int64_t count, int peer) {
   if (absl::Status status = CheckPeer(peer); !status.ok()) return status;
-  return Guarded(name_, "send", [&] {
-    std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
-        context_->createUnboundBuffer(const_cast<float*>(data),
-                                      count * sizeof(float));
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  absl::Status started = Guarded(name_, "send", [&] {
+    buffer = context_->createUnboundBuffer(const_cast<float*>(data),
+                                           count * sizeof(float));
     buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, sent_[peer]));
-    ++sent_[peer];
-    buffer->waitSend(timeout_);
   });
+  if (!started.ok()) return started;
+  ++sent_[peer];
+  return std::unique_ptr<PendingSend>(
+      new GlooPendingSend(name_, std::move(buffer), timeout_));
 }
 
 absl::Status GlooCollectives::Recv(float* data, int64_t count, int peer) {

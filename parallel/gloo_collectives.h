@@ -48,7 +48,9 @@ class GlooCollectives : public Collectives {
   absl::Status AllToAllV(const float* in,
                          const std::vector<int64_t>& send_counts, float* out,
                          const std::vector<int64_t>& recv_counts) override;
-  absl::Status Send(const float* data, int64_t count, int peer) override;
+  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const float* data,
+                                                         int64_t count,
+                                                         int peer) override;
   absl::Status Recv(float* data, int64_t count, int peer) override;
   absl::Status Barrier() override;
 

@@ -8,6 +8,11 @@
 namespace glm {
 namespace {
 
+class CompletedSend : public PendingSend {
+ public:
+  absl::Status Wait() override { return absl::OkStatus(); }
+};
+
 ncclRedOp_t ToNccl(ReduceOp op) {
   return op == ReduceOp::kAverage ? ncclAvg : ncclSum;
 }
@@ -204,9 +209,12 @@ absl::Status NcclCollectives::AllToAllV(
   return Finish("all-to-all", result == ncclSuccess ? ended : result);
 }
 
-absl::Status NcclCollectives::Send(const float* data, int64_t count, int peer) {
-  return Finish("send",
-                ncclSend(data, count, ncclFloat32, peer, comm_, stream_));
+absl::StatusOr<std::unique_ptr<PendingSend>> NcclCollectives::StartSend(
+    const float* data, int64_t count, int peer) {
+  absl::Status sent =
+      Finish("send", ncclSend(data, count, ncclFloat32, peer, comm_, stream_));
+  if (!sent.ok()) return sent;
+  return std::unique_ptr<PendingSend>(new CompletedSend());
 }
 
 absl::Status NcclCollectives::Recv(float* data, int64_t count, int peer) {

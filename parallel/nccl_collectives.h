@@ -42,7 +42,12 @@ class NcclCollectives : public Collectives {
   absl::Status AllToAllV(const float* in,
                          const std::vector<int64_t>& send_counts, float* out,
                          const std::vector<int64_t>& recv_counts) override;
-  absl::Status Send(const float* data, int64_t count, int peer) override;
+  // Completes the send before returning: NCCL runs a stream's work in
+  // order, so a send left pending would hold back the receives queued after
+  // it.
+  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const float* data,
+                                                         int64_t count,
+                                                         int peer) override;
   absl::Status Recv(float* data, int64_t count, int peer) override;
   absl::Status Barrier() override;
 

@@ -2,36 +2,14 @@
 
 #include <algorithm>
 #include <deque>
-#include <future>
+#include <map>
+#include <memory>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace glm {
 namespace {
-
-// At most one send in flight; the next waits for it.
-class Sender {
- public:
-  explicit Sender(Collectives& group) : group_(group) {}
-  ~Sender() { Wait().IgnoreError(); }
-
-  absl::Status Send(Tensor values, int peer) {
-    if (absl::Status status = Wait(); !status.ok()) return status;
-    pending_ = std::async(
-        std::launch::async, [this, values = std::move(values), peer] {
-          return group_.Send(values.data(), values.numel(), peer);
-        });
-    return absl::OkStatus();
-  }
-
-  absl::Status Wait() {
-    if (!pending_.valid()) return absl::OkStatus();
-    return pending_.get();
-  }
-
- private:
-  Collectives& group_;
-  std::future<absl::Status> pending_;
-};
 
 void Accumulate(const StageLosses& micro, StageLosses* total) {
   total->lm_loss += micro.lm_loss;
@@ -48,68 +26,137 @@ void Accumulate(const StageLosses& micro, StageLosses* total) {
   }
 }
 
+// Sends posted and not yet waited for, with the buffers they read.
+class SendQueue {
+ public:
+  absl::Status Send(Collectives& group, Tensor values, int peer) {
+    sends_.push_back({std::move(values), nullptr});
+    Entry& entry = sends_.back();
+    absl::StatusOr<std::unique_ptr<PendingSend>> pending =
+        group.StartSend(entry.values.data(), entry.values.numel(), peer);
+    if (!pending.ok()) return pending.status();
+    entry.pending = *std::move(pending);
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitAll() {
+    absl::Status first;
+    for (Entry& entry : sends_) {
+      if (entry.pending != nullptr) first.Update(entry.pending->Wait());
+    }
+    sends_.clear();
+    return first;
+  }
+
+ private:
+  struct Entry {
+    Tensor values;
+    std::unique_ptr<PendingSend> pending;
+  };
+  std::deque<Entry> sends_;
+};
+
 }  // namespace
 
-absl::StatusOr<StageLosses> RunOneForwardOneBackward(
-    StageModel& stage, Collectives& pipeline, int64_t micro_batches,
+absl::StatusOr<std::vector<PipelineOp>> PipelineOrder(int pp, int rank,
+                                                      int chunks,
+                                                      int64_t micro_batches) {
+  if (chunks > 1 && micro_batches % pp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the interleaved pipeline schedule needs the micro batches per step (",
+        micro_batches, ") to be a multiple of pp ", pp));
+  }
+  const int64_t total = micro_batches * chunks;
+  int64_t warmup = std::min<int64_t>(pp - rank - 1, total);
+  if (chunks > 1) {
+    warmup =
+        micro_batches == pp
+            ? total
+            : std::min<int64_t>((pp - rank - 1) * 2 + (chunks - 1) * pp, total);
+  }
+  // Virtual step k: micro batches in groups of pp, each group through every
+  // chunk (forwards in chunk order, backwards in reverse).
+  auto op = [&](int64_t k, bool forward) {
+    const int64_t group = k / (pp * chunks), within = k % (pp * chunks);
+    const int chunk = static_cast<int>(within / pp);
+    return PipelineOp{forward, forward ? chunk : chunks - 1 - chunk,
+                      group * pp + within % pp};
+  };
+  std::vector<PipelineOp> order;
+  for (int64_t k = 0; k < warmup; ++k) order.push_back(op(k, true));
+  for (int64_t k = warmup; k < total; ++k) {
+    order.push_back(op(k, true));
+    order.push_back(op(k - warmup, false));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) {
+    order.push_back(op(k, false));
+  }
+  return order;
+}
+
+absl::StatusOr<StageLosses> RunPipelineSchedule(
+    const std::vector<StageModel*>& chunks, Collectives& forward,
+    Collectives& backward, int64_t micro_batches,
     const std::function<Batch(int64_t)>& micro_batch) {
-  const int rank = pipeline.rank();
-  const int64_t warmup =
-      std::min<int64_t>(pipeline.size() - rank - 1, micro_batches);
-  Sender sender(pipeline);
-  std::deque<StageActivations> in_flight;
+  const int pp = forward.size(), rank = forward.rank();
+  const int previous = (rank + pp - 1) % pp, next = (rank + 1) % pp;
+  absl::StatusOr<std::vector<PipelineOp>> order =
+      PipelineOrder(pp, rank, static_cast<int>(chunks.size()), micro_batches);
+  if (!order.ok()) return order.status();
+  SendQueue sends;
+  std::map<std::pair<int, int64_t>, StageActivations> in_flight;
   StageLosses total;
 
-  auto forward = [&](int64_t m) -> absl::Status {
+  auto run_forward = [&](int chunk, int64_t m) -> absl::Status {
+    StageModel& stage = *chunks[chunk];
     const Batch batch = micro_batch(m);
     Tensor input;
     if (!stage.first()) {
       input = Tensor(
           {static_cast<int64_t>(batch.input_ids.size()), stage.hidden_size()});
-      if (absl::Status s = pipeline.Recv(input.data(), input.numel(), rank - 1);
+      if (absl::Status s = forward.Recv(input.data(), input.numel(), previous);
           !s.ok()) {
         return s;
       }
     }
-    in_flight.emplace_back();
-    absl::StatusOr<StageLosses> losses =
-        stage.Forward(batch, input, &in_flight.back());
+    StageActivations& acts = in_flight[{chunk, m}];
+    absl::StatusOr<StageLosses> losses = stage.Forward(batch, input, &acts);
     if (!losses.ok()) return losses.status();
     Accumulate(*losses, &total);
     if (stage.last()) return absl::OkStatus();
-    return sender.Send(StageModel::Output(in_flight.back()), rank + 1);
+    return sends.Send(forward, StageModel::Output(acts), next);
   };
-  auto backward = [&]() -> absl::Status {
-    const StageActivations& acts = in_flight.front();
+  auto run_backward = [&](int chunk, int64_t m) -> absl::Status {
+    StageModel& stage = *chunks[chunk];
+    auto acts = in_flight.find({chunk, m});
     Tensor d_output;
     if (!stage.last()) {
-      d_output = Tensor(StageModel::Output(acts).shape());
+      d_output = Tensor(StageModel::Output(acts->second).shape());
       if (absl::Status s =
-              pipeline.Recv(d_output.data(), d_output.numel(), rank + 1);
+              backward.Recv(d_output.data(), d_output.numel(), next);
           !s.ok()) {
         return s;
       }
     }
     Tensor d_input;
-    if (absl::Status s = stage.Backward(acts, d_output, &d_input); !s.ok()) {
+    if (absl::Status s = stage.Backward(acts->second, d_output, &d_input);
+        !s.ok()) {
       return s;
     }
-    in_flight.pop_front();
+    in_flight.erase(acts);
     if (stage.first()) return absl::OkStatus();
-    return sender.Send(std::move(d_input), rank - 1);
+    return sends.Send(backward, std::move(d_input), previous);
   };
 
-  for (int64_t m = 0; m < warmup; ++m) {
-    if (absl::Status s = forward(m); !s.ok()) return s;
+  for (const PipelineOp& op : *order) {
+    absl::Status status = op.forward ? run_forward(op.chunk, op.micro_batch)
+                                     : run_backward(op.chunk, op.micro_batch);
+    if (!status.ok()) {
+      sends.WaitAll().IgnoreError();
+      return status;
+    }
   }
-  for (int64_t m = warmup; m < micro_batches; ++m) {
-    if (absl::Status s = forward(m); !s.ok()) return s;
-    if (absl::Status s = backward(); !s.ok()) return s;
-  }
-  while (!in_flight.empty()) {
-    if (absl::Status s = backward(); !s.ok()) return s;
-  }
-  if (absl::Status s = sender.Wait(); !s.ok()) return s;
+  if (absl::Status s = sends.WaitAll(); !s.ok()) return s;
   return total;
 }
 

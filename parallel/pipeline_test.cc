@@ -1,9 +1,12 @@
-// Two pipeline stages on threads (each with its own copy of the weights, its
-// own Gloo context, and the 1F1B schedule) compute the losses and gradients
-// of the whole model: summed over the stages, they match GlmModel's.
+// Pipeline stages on two ranks (threads, each with its own copy of the
+// weights and its own Gloo contexts), on the 1F1B and the interleaved
+// schedules, compute the losses and gradients of the whole model: summed over
+// the ranks, they match GlmModel's.
 #include <cmath>
+#include <mutex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -67,12 +70,13 @@ Outcome WholeModel() {
   return outcome;
 }
 
-TEST(PipelineTest, TwoStagesOneForwardOneBackwardMatchTheWholeModel) {
+// Runs the model split by `layout` over two pp ranks (threads with their own
+// weights and Gloo contexts) and checks the summed losses and gradients.
+void ExpectPipelineMatchesTheWholeModel(const std::string& layout) {
   const Outcome expected = WholeModel();
   const ModelConfig config = *PresetConfig("glm5.2-tiny");
   LayoutRequest request;
-  // glm5.2-tiny computes top-k on layers 1, 2, 3 and 7: stage 2 starts on 7.
-  request.layout = "Etttttt|ttmL";
+  request.layout = layout;
   request.num_layers = config.num_hidden_layers;
   request.mtp_layers = config.num_mtp_layers;
   request.pp = 2;
@@ -86,16 +90,27 @@ TEST(PipelineTest, TwoStagesOneForwardOneBackwardMatchTheWholeModel) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> forward =
           GlooCollectives::Connect(store, "pp", rank, 2, GlooOptions());
-      ASSERT_TRUE(group.ok()) << group.status();
+      ASSERT_TRUE(forward.ok()) << forward.status();
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> backward =
+          GlooCollectives::Connect(store, "pp-backward", rank, 2,
+                                   GlooOptions());
+      ASSERT_TRUE(backward.ok()) << backward.status();
       ModelParameters params = TinyParameters();
       CpuBackend backend;
-      absl::StatusOr<StageModel> stage =
-          StageModel::Create(&params, &backend, {}, (*stages)[rank]);
-      ASSERT_TRUE(stage.ok()) << stage.status();
-      absl::StatusOr<StageLosses> losses =
-          RunOneForwardOneBackward(*stage, **group, kMicroBatches, MicroBatch);
+      std::vector<StageModel> chunks;
+      for (const StageSlice& slice : *stages) {
+        if (slice.pp_rank != rank) continue;
+        absl::StatusOr<StageModel> stage =
+            StageModel::Create(&params, &backend, {}, slice);
+        ASSERT_TRUE(stage.ok()) << stage.status();
+        chunks.push_back(*std::move(stage));
+      }
+      std::vector<StageModel*> pointers;
+      for (StageModel& chunk : chunks) pointers.push_back(&chunk);
+      absl::StatusOr<StageLosses> losses = RunPipelineSchedule(
+          pointers, **forward, **backward, kMicroBatches, MicroBatch);
       ASSERT_TRUE(losses.ok()) << losses.status();
       std::lock_guard<std::mutex> lock(mu);
       pipelined.lm_loss += losses->lm_loss;
@@ -121,6 +136,39 @@ TEST(PipelineTest, TwoStagesOneForwardOneBackwardMatchTheWholeModel) {
     }
     EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << named[t].name;
   }
+}
+
+// glm5.2-tiny computes top-k on layers 1, 2, 3 and 7, so stages start there.
+TEST(PipelineTest, TwoStagesOneForwardOneBackwardMatchTheWholeModel) {
+  ExpectPipelineMatchesTheWholeModel("Etttttt|ttmL");
+}
+
+TEST(PipelineTest, TwoRanksTwoVirtualStagesInterleavedMatchTheWholeModel) {
+  ExpectPipelineMatchesTheWholeModel("Et|t|tttt|ttmL");
+}
+
+TEST(PipelineTest, OrdersFollowMegatron) {
+  // 1F1B, pp 2, 4 micro batches: rank 0 warms up with one forward.
+  const std::vector<PipelineOp> first = *PipelineOrder(2, 0, 1, 4);
+  std::string shape;
+  for (const PipelineOp& op : first) {
+    shape += absl::StrCat(op.forward ? "F" : "B", op.micro_batch, " ");
+  }
+  EXPECT_EQ(shape, "F0 F1 B0 F2 B1 F3 B2 B3 ");
+  // Interleaved, pp 2, 2 chunks, 4 micro batches, rank 1: warm-up
+  // (2 - 1 - 1) * 2 + (2 - 1) * 2 = 2 forwards; forwards by groups of two
+  // micro batches per chunk, backwards from the last chunk.
+  shape.clear();
+  const std::vector<PipelineOp> interleaved = *PipelineOrder(2, 1, 2, 4);
+  for (const PipelineOp& op : interleaved) {
+    shape += absl::StrCat(op.forward ? "F" : "B", op.chunk, ".", op.micro_batch,
+                          " ");
+  }
+  EXPECT_EQ(shape,
+            "F0.0 F0.1 F1.0 B1.0 F1.1 B1.1 F0.2 B0.0 F0.3 B0.1 F1.2 B1.2 "
+            "F1.3 B1.3 B0.2 B0.3 ");
+  EXPECT_EQ(PipelineOrder(2, 0, 2, 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

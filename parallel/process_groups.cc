@@ -20,6 +20,7 @@ std::vector<int> Fixed(const RankCoordinates& c, GroupKind kind) {
     case GroupKind::kDp:
       return {c.tp, c.cp, c.pp};
     case GroupKind::kPp:
+    case GroupKind::kPpBackward:
       return {c.tp, c.cp, c.dp};
     case GroupKind::kEp:
       return {c.etp, c.edp, c.pp};
@@ -33,8 +34,9 @@ std::vector<int> Fixed(const RankCoordinates& c, GroupKind kind) {
 
 const std::vector<GroupKind>& AllGroupKinds() {
   static const std::vector<GroupKind> kinds = {
-      GroupKind::kWorld, GroupKind::kTp, GroupKind::kCp,      GroupKind::kDp,
-      GroupKind::kPp,    GroupKind::kEp, GroupKind::kExpertDp};
+      GroupKind::kWorld, GroupKind::kTp,      GroupKind::kCp,
+      GroupKind::kDp,    GroupKind::kPp,      GroupKind::kPpBackward,
+      GroupKind::kEp,    GroupKind::kExpertDp};
   return kinds;
 }
 
@@ -50,6 +52,8 @@ const char* GroupKindName(GroupKind kind) {
       return "dp";
     case GroupKind::kPp:
       return "pp";
+    case GroupKind::kPpBackward:
+      return "pp-backward";
     case GroupKind::kEp:
       return "ep";
     case GroupKind::kExpertDp:

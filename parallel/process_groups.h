@@ -16,7 +16,18 @@
 
 namespace glm {
 
-enum class GroupKind { kWorld, kTp, kCp, kDp, kPp, kEp, kExpertDp };
+// kPpBackward has kPp's members: a second pipeline group for gradients
+// flowing back, so that the two directions between two stages queue apart.
+enum class GroupKind {
+  kWorld,
+  kTp,
+  kCp,
+  kDp,
+  kPp,
+  kPpBackward,
+  kEp,
+  kExpertDp
+};
 
 // Every kind, in the order groups are connected.
 const std::vector<GroupKind>& AllGroupKinds();

@@ -191,6 +191,8 @@ TEST(DataParallelTest, RejectsMicroBatchesThatDoNotDivideOverRanks) {
       EXPECT_NE(trainer.status().message().find("data-parallel size 3"),
                 std::string::npos)
           << trainer.status();
+      // No rank closes its connections while another is still connecting.
+      EXPECT_TRUE((*group)->Barrier().ok());
     });
   }
   for (std::thread& t : threads) t.join();

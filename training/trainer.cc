@@ -89,12 +89,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                   std::move(backend), data_parallel));
   trainer->lora_ = std::move(lora);
   if (pipeline) {
-    absl::StatusOr<StageModel> stage =
-        StageModel::Create(trainer->params_.get(), trainer->backend_.get(),
-                           options.loss, pipeline->stage);
-    if (!stage.ok()) return stage.status();
-    trainer->stage_ = *std::move(stage);
-    trainer->pipeline_ = pipeline->group;
+    for (const StageSlice& slice : pipeline->stages) {
+      absl::StatusOr<StageModel> stage = StageModel::Create(
+          trainer->params_.get(), trainer->backend_.get(), options.loss, slice);
+      if (!stage.ok()) return stage.status();
+      trainer->stages_.push_back(*std::move(stage));
+    }
+    trainer->pipeline_ = std::move(pipeline);
   }
   return trainer;
 }
@@ -179,9 +180,12 @@ absl::Status Trainer::RunMicroBatches(MicroBatchTotals* totals) {
   auto first_sample = [&](int64_t m) {
     return consumed_samples_ + (m * dp + dp_rank) * options_.micro_batch_size;
   };
-  if (stage_) {
-    absl::StatusOr<StageLosses> losses = RunOneForwardOneBackward(
-        *stage_, *pipeline_, micro_batches / dp, [&](int64_t m) {
+  if (pipeline_) {
+    std::vector<StageModel*> chunks;
+    for (StageModel& stage : stages_) chunks.push_back(&stage);
+    absl::StatusOr<StageLosses> losses = RunPipelineSchedule(
+        chunks, *pipeline_->forward, *pipeline_->backward, micro_batches / dp,
+        [&](int64_t m) {
           return data_->MicroBatch(first_sample(m), options_.micro_batch_size);
         });
     if (!losses.ok()) return losses.status();
@@ -289,8 +293,8 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   if (lora_) lora_->AdapterGradients();
   // The stages' parts add up to the whole model's gradients and losses;
   // then the data-parallel ranks sum theirs.
-  if (pipeline_ != nullptr) {
-    if (absl::Status status = ReduceOver(*pipeline_, false, &totals);
+  if (pipeline_) {
+    if (absl::Status status = ReduceOver(*pipeline_->forward, false, &totals);
         !status.ok()) {
       return status;
     }
@@ -333,7 +337,7 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
     ++nan_iterations_;
   }
 
-  const int devices = dp * (pipeline_ == nullptr ? 1 : pipeline_->size());
+  const int devices = dp * (pipeline_ ? pipeline_->forward->size() : 1);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

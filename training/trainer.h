@@ -53,10 +53,13 @@ struct TrainerOptions {
   std::optional<LoraOptions> lora;
 };
 
-// This rank's pipeline stage and its pipeline group, when pp > 1.
+// This rank's pipeline stages (one per virtual chunk, in chunk order) and
+// the pipeline group twice, for the forward and the backward direction, when
+// pp > 1. Not owned.
 struct PipelineRank {
-  Collectives* group = nullptr;  // not owned
-  StageSlice stage;
+  Collectives* forward = nullptr;
+  Collectives* backward = nullptr;
+  std::vector<StageSlice> stages;
 };
 
 class Trainer {
@@ -98,7 +101,7 @@ class Trainer {
   // own part; the pipeline group sums the parts).
   using MicroBatchTotals = StageLosses;
   // This rank's micro batches of the step: all of them through the whole
-  // model, or through its pipeline stage on the 1F1B schedule.
+  // model, or through its pipeline stages on Megatron's schedule.
   absl::Status RunMicroBatches(MicroBatchTotals* totals);
   absl::Status RunMicroBatch(int64_t first_sample, MicroBatchTotals* totals);
   std::vector<TrainableTensor> Trainable();
@@ -126,8 +129,8 @@ class Trainer {
   AdamW optimizer_;
   Collectives* data_parallel_;
   std::optional<ParameterShards> shards_;  // with the distributed optimizer
-  Collectives* pipeline_ = nullptr;
-  std::optional<StageModel> stage_;  // with pipeline parallelism
+  std::optional<PipelineRank> pipeline_;
+  std::vector<StageModel> stages_;  // with pipeline parallelism
   std::optional<LoraAdapters> lora_;
 
   int64_t iteration_ = 0;

@@ -13,7 +13,6 @@ namespace glm {
 absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel) {
   const std::pair<const char*, int> model_parallel[] = {
       {"tp", parallel.tp()},
-      {"vpp", parallel.vpp()},
       {"cp", parallel.cp()},
       {"ep", parallel.ep()},
       {"etp", parallel.etp()}};
@@ -22,8 +21,7 @@ absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel) {
       return absl::UnimplementedError(absl::StrCat(
           "parallel.", name, ": ", size,
           " is not supported by this worker yet; it trains data- and "
-          "pipeline-parallel (world_size and pp; tp, cp, ep, etp and vpp "
-          "1)"));
+          "pipeline-parallel (world_size, pp and vpp; tp, cp, ep and etp 1)"));
     }
   }
   return absl::OkStatus();

@@ -16,8 +16,8 @@
 namespace glm {
 
 // UNIMPLEMENTED naming the first parallel size this worker does not run: it
-// trains data- and pipeline-parallel (any world_size and pp, without virtual
-// stages); tp, cp, ep, etp and vpp must be 1.
+// trains data- and pipeline-parallel (world_size, pp and vpp); tp, cp, ep and
+// etp must be 1.
 absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel);
 
 // Connects every group of the assignment's rank over Gloo/TCP, bootstrapped

@@ -2,8 +2,9 @@
 // on loopback) schedules a job on real glm-worker processes, which connect
 // their Gloo groups through the coordinator's rendezvous. Their losses and the
 // checkpointed weights and optimizer moments match the same job run by one
-// process: DP2 with and without the distributed optimizer, PP2 (1F1B), and
-// PP2 x DP2 on four processes.
+// process: DP2 with and without the distributed optimizer, PP2 (1F1B), PP2
+// with two virtual stages per rank (interleaved 1F1B), and PP2 x DP2 on four
+// processes.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -252,13 +253,13 @@ TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
   }
 }
 
-// glm5.2-tiny computes top-k on layers 1, 2, 3 and 7: the second pipeline
-// stage starts on layer 7.
+// glm5.2-tiny computes top-k on layers 1, 2, 3 and 7, where stages start.
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ParallelEndToEndTest,
     ::testing::Values(ParallelCase{"dp2", 2, 1, "", false},
                       ParallelCase{"dp2_zero1", 2, 1, "", true},
                       ParallelCase{"pp2", 2, 2, "Etttttt|ttmL", false},
+                      ParallelCase{"pp2_vpp2", 2, 2, "Et|t|tttt|ttmL", false},
                       ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL",
                                    true}),
     [](const ::testing::TestParamInfo<ParallelCase>& info) {

@@ -1,5 +1,6 @@
 #include "worker/training_job.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -311,19 +312,27 @@ absl::StatusOr<std::string> DataPathFromSpec(const v1::DataSpec& data) {
 
 namespace {
 
-// The stage of this rank's pp coordinate (every rank holds the whole model's
-// weights; a stage computes only its layers), when pp > 1.
+// The stages of this rank's pp coordinate, in virtual-chunk order (every
+// rank holds the whole model's weights; a stage computes only its layers),
+// when pp > 1.
 std::optional<PipelineRank> PipelineRankOf(const v1::Assignment& assignment,
                                            const JobPlan& plan,
                                            ProcessGroups* groups) {
+  if (groups == nullptr || groups->group(GroupKind::kPp).size() == 1) {
+    return std::nullopt;
+  }
+  PipelineRank pipeline;
+  pipeline.forward = &groups->group(GroupKind::kPp);
+  pipeline.backward = &groups->group(GroupKind::kPpBackward);
   const int pp_rank = plan.grid.ranks.at(assignment.rank()).pp;
   for (const StageSlice& stage : plan.stages) {
-    if (groups != nullptr && groups->group(GroupKind::kPp).size() > 1 &&
-        stage.pp_rank == pp_rank && stage.virtual_chunk == 0) {
-      return PipelineRank{&groups->group(GroupKind::kPp), stage};
-    }
+    if (stage.pp_rank == pp_rank) pipeline.stages.push_back(stage);
   }
-  return std::nullopt;
+  std::sort(pipeline.stages.begin(), pipeline.stages.end(),
+            [](const StageSlice& a, const StageSlice& b) {
+              return a.virtual_chunk < b.virtual_chunk;
+            });
+  return pipeline;
 }
 
 }  // namespace
@@ -347,10 +356,11 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   const std::optional<PipelineRank> pipeline =
       PipelineRankOf(assignment, *plan, groups ? &*groups : nullptr);
   if (pipeline) {
-    hooks.log(absl::StrCat("rank ", assignment.rank(), ": pipeline stage ",
-                           pipeline->stage.stage, " (decoder layers ",
-                           pipeline->stage.first_layer, "-",
-                           pipeline->stage.last_layer, ")"));
+    for (const StageSlice& stage : pipeline->stages) {
+      hooks.log(absl::StrCat("rank ", assignment.rank(), ": pipeline stage ",
+                             stage.stage, " (decoder layers ",
+                             stage.first_layer, "-", stage.last_layer, ")"));
+    }
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       BuildTrainer(assignment.spec(), plan->model,
