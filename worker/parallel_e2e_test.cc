@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -104,10 +105,11 @@ pid_t SpawnWorker(const std::string& coordinator, const std::string& token,
   return pid;
 }
 
-// The job's metrics by iteration as the coordinator streams them, until the
-// job ends; returns its final state.
-v1::JobState WatchToTheEnd(TestCoordinator& server, const std::string& id,
-                           std::map<int64_t, v1::StepMetrics>* metrics) {
+// Follows the job as the coordinator streams it, passing each step's
+// metrics to `on_metrics`, until it ends; returns the job as it ended.
+v1::Job WatchToTheEnd(
+    TestCoordinator& server, const std::string& id,
+    const std::function<void(const v1::StepMetrics&)>& on_metrics) {
   std::shared_ptr<ClientConnection> connection = server.Connect();
   auto stub = v1::JobService::NewStub(connection->channel());
   std::unique_ptr<grpc::ClientContext> context =
@@ -116,20 +118,43 @@ v1::JobState WatchToTheEnd(TestCoordinator& server, const std::string& id,
   request.set_id(id);
   auto reader = stub->WatchJob(context.get(), request);
   v1::JobEvent event;
-  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
   while (reader->Read(&event)) {
-    if (event.has_metrics()) {
-      (*metrics)[event.metrics().iteration()] = event.metrics();
-    }
-    state = event.job().state();
+    if (event.has_metrics()) on_metrics(event.metrics());
+    const v1::JobState state = event.job().state();
     if (state == v1::SUCCEEDED || state == v1::FAILED ||
         state == v1::CANCELLED) {
-      if (state != v1::SUCCEEDED) ADD_FAILURE() << event.job().message();
       break;
     }
   }
   context->TryCancel();
-  return state;
+  return event.job();
+}
+
+// Submits `spec` and starts `workers` glm-worker processes for it.
+std::string SubmitWithWorkers(TestCoordinator& server, const v1::JobSpec& spec,
+                              const std::string& dir, int workers,
+                              std::vector<pid_t>* pids) {
+  std::shared_ptr<ClientConnection> connection = server.Connect();
+  auto stub = v1::JobService::NewStub(connection->channel());
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = spec;
+  v1::SubmitJobResponse submitted;
+  EXPECT_TRUE(
+      stub->SubmitJob(connection->NewContext().get(), submit, &submitted).ok());
+  const std::string token = dir + "/token";
+  std::ofstream(token) << TestCoordinator::kToken;
+  for (int i = 0; i < workers; ++i) {
+    pids->push_back(SpawnWorker(server.target(), token,
+                                dir + "/worker" + std::to_string(i) + ".log"));
+  }
+  return submitted.job().id();
+}
+
+void StopWorkers(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
 }
 
 // The model tensors and AdamW moments of the latest checkpoint under
@@ -183,33 +208,21 @@ TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
   TestCoordinator server(name);
   const std::string dir = TempDir(name);
   const std::string data = WriteDocuments(dir);
-  const std::string token = dir + "/token";
-  std::ofstream(token) << TestCoordinator::kToken;
-
-  std::shared_ptr<ClientConnection> connection = server.Connect();
-  auto stub = v1::JobService::NewStub(connection->channel());
-  v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = DataParallelSpec(data, dir + "/dp2", c.world_size);
-  submit.mutable_spec()->mutable_parallel()->set_pp(c.pp);
-  submit.mutable_spec()->mutable_parallel()->set_layout(c.layout);
-  submit.mutable_spec()->mutable_training()->set_use_distributed_optimizer(
+  v1::JobSpec spec = DataParallelSpec(data, dir + "/dp2", c.world_size);
+  spec.mutable_parallel()->set_pp(c.pp);
+  spec.mutable_parallel()->set_layout(c.layout);
+  spec.mutable_training()->set_use_distributed_optimizer(
       c.distributed_optimizer);
-  v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(
-      stub->SubmitJob(connection->NewContext().get(), submit, &submitted).ok());
   std::vector<pid_t> workers;
-  for (int i = 0; i < c.world_size; ++i) {
-    workers.push_back(SpawnWorker(
-        server.target(), token, dir + "/worker" + std::to_string(i) + ".log"));
-  }
+  const std::string id =
+      SubmitWithWorkers(server, spec, dir, c.world_size, &workers);
   std::map<int64_t, v1::StepMetrics> distributed;
-  const v1::JobState state =
-      WatchToTheEnd(server, submitted.job().id(), &distributed);
-  for (pid_t pid : workers) {
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-  }
-  ASSERT_EQ(state, v1::SUCCEEDED);
+  const v1::Job ended =
+      WatchToTheEnd(server, id, [&](const v1::StepMetrics& metrics) {
+        distributed[metrics.iteration()] = metrics;
+      });
+  StopWorkers(workers);
+  ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.message();
 
   v1::Assignment single;
   single.set_job_id("single");
@@ -265,6 +278,28 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<ParallelCase>& info) {
       return std::string(info.param.name);
     });
+
+TEST(DataParallelFailureTest, AWorkerKilledMidRunFailsTheJobWithoutAHang) {
+  TestCoordinator server("dp_killed", /*heartbeat_timeout_ms=*/3000);
+  const std::string dir = TempDir("dp_killed");
+  v1::JobSpec spec = DataParallelSpec(WriteDocuments(dir), dir + "/save", 2);
+  spec.mutable_training()->set_train_iters(2000);
+  std::vector<pid_t> workers;
+  const std::string id = SubmitWithWorkers(server, spec, dir, 2, &workers);
+  absl::Time killed = absl::InfiniteFuture();
+  const v1::Job ended =
+      WatchToTheEnd(server, id, [&](const v1::StepMetrics& metrics) {
+        if (metrics.iteration() >= 3 && killed == absl::InfiniteFuture()) {
+          kill(workers[1], SIGKILL);
+          killed = absl::Now();
+        }
+      });
+  const absl::Duration to_failure = absl::Now() - killed;
+  StopWorkers(workers);
+  EXPECT_EQ(ended.state(), v1::FAILED);
+  EXPECT_LT(to_failure, absl::Seconds(20));
+  EXPECT_NE(ended.message().find("rank"), std::string::npos) << ended.message();
+}
 
 TEST(DataParallelFailureTest, APeerThatNeverComesIsAClearErrorNotAHang) {
   TestCoordinator server("dp_missing_peer");
