@@ -88,7 +88,7 @@ absl::StatusOr<std::unique_ptr<GlooCollectives>> GlooCollectives::Connect(
         "group ", prefix, ": rank ", rank, " is outside [0, ", size, ")"));
   }
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+  context->setTimeout(absl::ToChronoMilliseconds(options.connect_timeout));
   absl::Status connected = Guarded(prefix, "connecting", [&] {
     gloo::transport::tcp::attr attr(options.hostname.c_str());
     std::shared_ptr<gloo::transport::Device> device =
@@ -97,6 +97,7 @@ absl::StatusOr<std::unique_ptr<GlooCollectives>> GlooCollectives::Connect(
     context->connectFullMesh(group_store, device);
   });
   if (!connected.ok()) return connected;
+  context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
   return std::unique_ptr<GlooCollectives>(
       new GlooCollectives(prefix, std::move(context), options.timeout));
 }

@@ -20,8 +20,12 @@ namespace glm {
 struct GlooOptions {
   // The address peers reach this process at.
   std::string hostname = "127.0.0.1";
-  // Bounds connecting and every collective.
-  absl::Duration timeout = absl::Seconds(60);
+  // Bounds connecting: every member must arrive within it.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // Bounds every collective and send/receive once connected (a peer that
+  // died closes its connections, which fails the call at once; this catches
+  // one that hangs).
+  absl::Duration timeout = absl::Minutes(30);
 };
 
 // Groups connected through `store` (shared by the groups it connects).
@@ -32,7 +36,8 @@ class GlooCollectives : public Collectives {
  public:
   // Joins group `prefix` (a key prefix unique to the group within the store)
   // as member `rank` of `size`. DEADLINE_EXCEEDED or UNAVAILABLE, naming the
-  // group, when the other members do not all arrive within the timeout.
+  // group, when the other members do not all arrive within the connect
+  // timeout.
   static absl::StatusOr<std::unique_ptr<GlooCollectives>> Connect(
       gloo::rendezvous::Store& store, const std::string& prefix, int rank,
       int size, const GlooOptions& options);

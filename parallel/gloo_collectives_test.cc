@@ -121,7 +121,7 @@ TEST(GlooCollectivesTest, MissingMemberIsAClearErrorNotAHang) {
   RendezvousStore rendezvous(server.Connect(), kScope);
   GlooStore store(&rendezvous, absl::Seconds(20));
   GlooOptions options;
-  options.timeout = absl::Milliseconds(500);
+  options.connect_timeout = absl::Milliseconds(500);
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
       GlooCollectives::Connect(store, "dp/0-1", 0, 2, options);

@@ -37,12 +37,13 @@ absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
   }
   GlooOptions options;
   if (assignment.rendezvous().timeout_ms() > 0) {
-    options.timeout = absl::Milliseconds(assignment.rendezvous().timeout_ms());
+    options.connect_timeout =
+        absl::Milliseconds(assignment.rendezvous().timeout_ms());
   }
   if (const char* host = std::getenv("GLM_GLOO_HOSTNAME"); host != nullptr) {
     options.hostname = host;
   }
-  auto store = std::make_shared<GlooStore>(rendezvous, options.timeout);
+  auto store = std::make_shared<GlooStore>(rendezvous, options.connect_timeout);
   absl::StatusOr<ProcessGroups> groups = ProcessGroups::Create(
       grid, assignment.rank(), GlooFactory(std::move(store), options));
   if (!groups.ok()) {
