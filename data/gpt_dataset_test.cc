@@ -176,7 +176,9 @@ TEST(BlendingTest, SamplesComeFromTheChosenComponent) {
     const bool is_b = (*blend)->dataset_index(i) == 1;
     for (int32_t token : sample) EXPECT_EQ(token >= 10000, is_b);
     // The k-th sample taken from b is b's own k-th sample.
-    if (is_b) EXPECT_EQ(sample, (*only_b)->Sample(from_b++));
+    if (is_b) {
+      EXPECT_EQ(sample, (*only_b)->Sample(from_b++));
+    }
   }
   EXPECT_EQ(from_b, 10);
 }

@@ -44,7 +44,9 @@ TEST(FirstFitDecreasingTest, PropertiesOnRandomSizes) {
         ++placed[bin[k]];
         load += sizes[bin[k]];
         // Within a bin, items arrive in decreasing size.
-        if (k > 0) EXPECT_GE(sizes[bin[k - 1]], sizes[bin[k]]);
+        if (k > 0) {
+          EXPECT_GE(sizes[bin[k - 1]], sizes[bin[k]]);
+        }
       }
       EXPECT_LE(load, capacity);
       loads.push_back(load);

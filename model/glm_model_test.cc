@@ -62,7 +62,9 @@ class GlmModelTest : public ::testing::Test {
         targets.push_back({t.name, t.value, t.grad});
     }
     ASSERT_FALSE(targets.empty());
-    if (expected_count > 0) ASSERT_EQ(targets.size(), expected_count);
+    if (expected_count > 0) {
+      ASSERT_EQ(targets.size(), expected_count);
+    }
     ExpectDirectionalGradients(model, batch, targets, eps);
   }
 
