@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "parallel/gloo_collectives.h"
+#include "parallel/pipeline_layout.h"
 #include "training/distributed_optimizer.h"
 #include "training/trainer.h"
 #include "training/training_data.h"
@@ -193,6 +194,44 @@ TEST(DataParallelTest, RejectsMicroBatchesThatDoNotDivideOverRanks) {
           << trainer.status();
       // No rank closes its connections while another is still connecting.
       EXPECT_TRUE((*group)->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(DataParallelTest, InterleavedPipelineNeedsWholeGroupsOfMicroBatches) {
+  const ModelConfig config = *PresetConfig("glm5.2-tiny");
+  LayoutRequest request;
+  request.layout = "Et|t|tttt|ttmL";  // two virtual stages per pp rank
+  request.num_layers = config.num_hidden_layers;
+  request.mtp_layers = config.num_mtp_layers;
+  request.pp = 2;
+  request.sharing = config.index_sharing;
+  const std::vector<StageSlice> stages = *PlanStages(request);
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto forward = GlooCollectives::Connect(store, "pp", rank, 2, {});
+      auto backward = GlooCollectives::Connect(store, "ppb", rank, 2, {});
+      ASSERT_TRUE(forward.ok() && backward.ok());
+      PipelineRank pipeline{forward->get(), backward->get(), {}};
+      for (const StageSlice& stage : stages) {
+        if (stage.pp_rank == rank) pipeline.stages.push_back(stage);
+      }
+      TrainerOptions options = Options();
+      options.global_batch_size = 3;  // 3 micro batches: not whole pairs
+      absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
+          options,
+          std::make_unique<PretrainData>(
+              std::make_unique<HashedTokenDataset>(options.seq_length)),
+          nullptr, std::make_unique<CpuBackend>(), nullptr, pipeline);
+      EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(trainer.status().message().find("multiple of pp 2"),
+                std::string::npos)
+          << trainer.status();
+      EXPECT_TRUE((*forward)->Barrier().ok());
+      EXPECT_TRUE((*backward)->Barrier().ok());
     });
   }
   for (std::thread& t : threads) t.join();

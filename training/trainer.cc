@@ -62,6 +62,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         " must be a multiple of micro_batch_size ", options.micro_batch_size,
         " x data-parallel size ", data_parallel->size()));
   }
+  if (pipeline && pipeline->stages.size() > 1) {
+    const int dp = data_parallel == nullptr ? 1 : data_parallel->size();
+    absl::StatusOr<std::vector<PipelineOp>> order = PipelineOrder(
+        pipeline->forward->size(), pipeline->forward->rank(),
+        static_cast<int>(pipeline->stages.size()), micro_batches / dp);
+    if (!order.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.global_batch_size: ", order.status().message()));
+    }
+  }
   if (data->seq_length() != options.seq_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset seq_length ", data->seq_length(),
