@@ -1,26 +1,10 @@
 #include "model/glm_model.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/loss_targets.h"
 
 namespace glm {
 namespace {
-
-// Target of the prediction at t: ids[t + ahead] inside the same sequence, when
-// the loss mask at t + ahead - 1 allows it; -1 otherwise.
-std::vector<int32_t> Targets(const std::vector<int32_t>& ids,
-                             const std::vector<float>& loss_mask,
-                             const TokenLayout& layout, int ahead,
-                             int64_t* count) {
-  std::vector<int32_t> targets(ids.size(), -1);
-  *count = 0;
-  for (int64_t t = 0; t < layout.tokens; ++t) {
-    if (t + ahead >= layout.seq_end[t]) continue;
-    if (!loss_mask.empty() && loss_mask[t + ahead - 1] == 0.f) continue;
-    targets[t] = ids[t + ahead];
-    ++*count;
-  }
-  return targets;
-}
 
 absl::Status ValidateBatch(const Batch& batch, const ModelConfig& config) {
   const int64_t n = static_cast<int64_t>(batch.input_ids.size());
@@ -121,7 +105,7 @@ void GlmModel::ForwardHead(const std::vector<float>& loss_mask,
   logits_ = Tensor({n, config.vocab_size});
   backend_->Linear(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
                    logits_.Matrix(), false);
-  lm_targets_ = Targets(ids_, loss_mask, layout_, 1, &lm_count_);
+  lm_targets_ = LossTargets(ids_, loss_mask, layout_, 1, &lm_count_);
   if (lm_count_ > 0) {
     result->lm_loss =
         backend_->CrossEntropyForward(logits_.Matrix(), lm_targets_.data()) /
@@ -140,7 +124,7 @@ void GlmModel::ForwardMtp(const std::vector<float>& loss_mask,
   MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
              params_->OutputHead(), spec_, ids_, layout_,
              hidden_.back().Matrix(), shared, &mtp_[0]);
-  mtp_targets_ = Targets(ids_, loss_mask, layout_, 2, &mtp_count_);
+  mtp_targets_ = LossTargets(ids_, loss_mask, layout_, 2, &mtp_count_);
   if (mtp_count_ > 0) {
     result->mtp_loss = backend_->CrossEntropyForward(mtp_[0].logits.Matrix(),
                                                      mtp_targets_.data()) /

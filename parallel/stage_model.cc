@@ -3,29 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/loss_targets.h"
 
 namespace glm {
 namespace {
-
-// GlmModel's loss targets: the prediction at t is of ids[t + ahead] inside
-// the same sequence, where the loss mask at t + ahead - 1 allows it; -1
-// otherwise.
-std::vector<int32_t> LossTargets(const std::vector<int32_t>& ids,
-                                 const std::vector<float>& loss_mask,
-                                 const TokenLayout& layout, int ahead,
-                                 int64_t* count) {
-  std::vector<int32_t> targets(ids.size(), -1);
-  *count = 0;
-  for (int64_t t = 0; t + ahead < static_cast<int64_t>(ids.size()); ++t) {
-    const bool inside = t + ahead < layout.seq_end[t];
-    const bool masked = !loss_mask.empty() && loss_mask[t + ahead - 1] == 0.f;
-    if (inside && !masked) {
-      targets[t] = ids[t + ahead];
-      ++*count;
-    }
-  }
-  return targets;
-}
 
 void AddLayer(int index, const DecoderLayerActivations& layer,
               StageLosses* losses) {
@@ -39,7 +20,8 @@ absl::StatusOr<StageModel> StageModel::Create(ModelParameters* params,
                                               Backend* backend,
                                               LossOptions options,
                                               const StageSlice& stage) {
-  if (stage.mtp_layers > 1 || stage.mtp_layers > params->mtp.size()) {
+  if (stage.mtp_layers > 1 ||
+      stage.mtp_layers > static_cast<int>(params->mtp.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stage ", stage.stage, ": ", stage.mtp_layers, " MTP layers; the model",
         " has ", params->mtp.size(), " and one per stage is supported"));
