@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""CPU step time and per-worker CPU time of small pipeline/data-parallel jobs.
+
+Runs `glmctl local` on variants of examples/pretrain.json (glm5.2-tiny, global
+batch 16, micro batch 2, seq 256, 8 iterations, no checkpoints), each variant
+once per round, and prints for each run: the mean step time of iterations 2-8
+from the rank-0 log, the final lm loss, and the CPU seconds (user + sys) of
+each glm-worker process, sampled from /proc while the job runs.
+
+usage (from the repository root, after
+`bazel build //cli:glmctl //worker:glm-worker`):
+  bench/parallel_local_bench.py [ROUNDS] [VARIANT...]
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+# name: (world size, pp, layout)
+VARIANTS = {
+    'pp1': (1, 1, None),
+    'pp2': (2, 2, 'Etttttt|ttmL'),
+    'pp2_front': (2, 2, 'Ett|ttttttmL'),
+    'pp2_vpp2': (2, 2, 'Et|t|tttt|ttmL'),
+    'dp2': (2, 1, None),
+}
+WORKER = os.path.realpath('bazel-bin/worker/glm-worker')
+TICK = os.sysconf('SC_CLK_TCK')
+
+
+def job_spec(name, folder):
+    world, pp, layout = VARIANTS[name]
+    with open('examples/pretrain.json') as f:
+        spec = json.load(f)
+    spec['name'] = 'bench-' + name
+    spec['parallel'].update(worldSize=world, pp=pp)
+    if layout:
+        spec['parallel']['layout'] = layout
+    spec['training'].update(trainIters=8, globalBatchSize=16,
+                            microBatchSize=2, seqLength=256)
+    for key in ('saveDir', 'saveInterval', 'exportHfDir'):
+        spec['training'].pop(key, None)
+    path = os.path.join(folder, name + '.json')
+    with open(path, 'w') as f:
+        json.dump(spec, f)
+    return path
+
+
+def worker_cpu_seconds(parent):
+    """CPU seconds of each glm-worker child of `parent`, by pid."""
+    seconds = {}
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.path.realpath(f'/proc/{pid}/exe') != WORKER:
+                continue
+            with open(f'/proc/{pid}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            seconds[pid] = (int(fields[11]) + int(fields[12])) / TICK
+    return seconds
+
+
+def run(name, folder):
+    log_path = os.path.join(folder, name + '.log')
+    env = dict(os.environ, OPENBLAS_NUM_THREADS='1')
+    with open(log_path, 'w') as log:
+        job = subprocess.Popen(
+            ['bazel-bin/cli/glmctl', 'local', '--job=' + job_spec(name, folder),
+             '--state-dir=' + os.path.join(folder, 'state-' + name)],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+        cpu, load = {}, 0.0
+        while job.poll() is None:
+            cpu.update(worker_cpu_seconds(job.pid))
+            with open('/proc/loadavg') as f:
+                load = max(load, float(f.read().split()[0]))
+            time.sleep(0.1)
+    with open(log_path) as f:
+        text = f.read()
+    steps = [float(ms) for it, ms in re.findall(
+        r'iteration +(\d+)/ +\d+ .*?per iteration \(ms\): ([0-9.]+)', text)
+             if int(it) >= 2]
+    losses = re.findall(r'lm loss: ([0-9.E+-]+) \|', text)
+    if not steps or job.returncode != 0:
+        sys.exit(f'{name}: the job failed, see {log_path}')
+    ranks = sorted(cpu.values(), reverse=True)
+    print(f'{name:10s} step {sum(steps) / len(steps):6.0f} ms  final lm '
+          f'{losses[-1]}  worker cpu s {" / ".join("%.2f" % c for c in ranks)}'
+          f' (total {sum(ranks):.2f})  load {load:.1f}', flush=True)
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    names = sys.argv[2:] or list(VARIANTS)
+    with tempfile.TemporaryDirectory(prefix='parallel-bench-') as folder:
+        for _ in range(rounds):
+            for name in names:
+                run(name, folder)
+
+
+if __name__ == '__main__':
+    main()
