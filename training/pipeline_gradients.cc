@@ -1,0 +1,42 @@
+#include "training/pipeline_gradients.h"
+
+#include "training/grad_clip.h"
+#include "training/gradient_sync.h"
+
+namespace glm {
+
+std::vector<TrainableTensor> SelectTrainable(
+    const std::vector<TrainableTensor>& trainable,
+    const std::set<std::string>& names) {
+  std::vector<TrainableTensor> selected;
+  for (const TrainableTensor& tensor : trainable) {
+    if (names.count(tensor.name) > 0) selected.push_back(tensor);
+  }
+  return selected;
+}
+
+absl::Status SumSharedGradients(Collectives& pipeline,
+                                const PipelineTensors& tensors,
+                                const std::vector<TrainableTensor>& trainable) {
+  const std::vector<TrainableTensor> shared = SelectTrainable(
+      trainable,
+      std::set<std::string>(tensors.shared.begin(), tensors.shared.end()));
+  if (shared.empty()) return absl::OkStatus();
+  return AllReduceGradients(pipeline, shared);
+}
+
+absl::StatusOr<double> PipelineGradSquaredSum(
+    Collectives& pipeline, const PipelineTensors& tensors,
+    const std::vector<TrainableTensor>& trainable) {
+  // Summed in double here; the group's sum of the ranks' parts in float, as
+  // the data-parallel norm is.
+  float total = static_cast<float>(
+      GradSquaredSum(SelectTrainable(trainable, tensors.owned)));
+  if (absl::Status status = pipeline.AllReduce(&total, 1, ReduceOp::kSum);
+      !status.ok()) {
+    return status;
+  }
+  return total;
+}
+
+}  // namespace glm

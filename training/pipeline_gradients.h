@@ -1,0 +1,41 @@
+// Gradient reduction and norm for a pp rank that keeps only its stages'
+// tensors current (parallel/stage_parameters.h): the pipeline group sums the
+// gradients of the tensors read on several ranks (the embedding for MTP or a
+// tied head) rather than every gradient of the model, and the global norm
+// adds each tensor once, on its owning rank.
+#ifndef GLM_TRAINING_PIPELINE_GRADIENTS_H_
+#define GLM_TRAINING_PIPELINE_GRADIENTS_H_
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "parallel/collectives.h"
+#include "parallel/stage_parameters.h"
+#include "training/adamw.h"
+
+namespace glm {
+
+// The entries of `trainable` named in `names`, in `trainable`'s order.
+std::vector<TrainableTensor> SelectTrainable(
+    const std::vector<TrainableTensor>& trainable,
+    const std::set<std::string>& names);
+
+// In place: the gradients of `tensors.shared` become their sums over
+// `pipeline` (one packed all-reduce). Every rank's gradients of the tensors
+// it uses are then the whole model's.
+absl::Status SumSharedGradients(Collectives& pipeline,
+                                const PipelineTensors& tensors,
+                                const std::vector<TrainableTensor>& trainable);
+
+// The whole model's squared gradient norm: each rank's owned gradients'
+// sum of squares, summed over `pipeline`. Call after SumSharedGradients.
+absl::StatusOr<double> PipelineGradSquaredSum(
+    Collectives& pipeline, const PipelineTensors& tensors,
+    const std::vector<TrainableTensor>& trainable);
+
+}  // namespace glm
+
+#endif  // GLM_TRAINING_PIPELINE_GRADIENTS_H_

@@ -1,0 +1,156 @@
+// Two pp ranks (threads with their own weights and Gloo contexts) run their
+// stages on the pipeline schedule, then sum only the shared gradients: each
+// rank's gradients of the tensors it uses, and the pipeline's global norm,
+// equal the whole model's.
+#include "training/pipeline_gradients.h"
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/glm_model.h"
+#include "parallel/gloo_collectives.h"
+#include "parallel/pipeline_layout.h"
+#include "parallel/pipeline_schedule.h"
+#include "training/grad_clip.h"
+
+namespace glm {
+namespace {
+
+constexpr int64_t kMicroBatches = 4;
+
+Batch MicroBatch(int64_t m) {
+  std::vector<std::vector<int32_t>> rows(2);
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 17 + 4 * r; ++i) {
+      rows[r].push_back(static_cast<int32_t>((m * 89 + r * 53 + i * i) % 509));
+    }
+  }
+  return Batch::FromSequences(rows);
+}
+
+ModelParameters TinyParameters() {
+  ModelParameters params(*PresetConfig("glm5.2-tiny"));
+  params.InitRandom(23);
+  return params;
+}
+
+std::vector<TrainableTensor> TrainableOf(ModelParameters& params) {
+  std::vector<TrainableTensor> trainable;
+  for (const NamedTensor& named : params.Named()) {
+    if (named.grad != nullptr) {
+      trainable.push_back({named.name, named.value, named.grad});
+    }
+  }
+  return trainable;
+}
+
+struct Gradients {
+  std::map<std::string, std::vector<float>> by_name;
+  double squared_norm = 0;
+};
+
+Gradients WholeModel() {
+  ModelParameters params = TinyParameters();
+  CpuBackend backend;
+  GlmModel model(&params, &backend);
+  for (int64_t m = 0; m < kMicroBatches; ++m) {
+    EXPECT_TRUE(model.Forward(MicroBatch(m)).ok());
+    EXPECT_TRUE(model.Backward().ok());
+  }
+  Gradients gradients;
+  const std::vector<TrainableTensor> trainable = TrainableOf(params);
+  for (const TrainableTensor& t : trainable) {
+    gradients.by_name[t.name].assign(t.grad->data(),
+                                     t.grad->data() + t.grad->numel());
+  }
+  gradients.squared_norm = GradSquaredSum(trainable);
+  return gradients;
+}
+
+void ExpectRanksMatchTheWholeModel(const std::string& layout) {
+  SCOPED_TRACE(layout);
+  const Gradients expected = WholeModel();
+  const ModelConfig config = *PresetConfig("glm5.2-tiny");
+  LayoutRequest request;
+  request.layout = layout;
+  request.num_layers = config.num_hidden_layers;
+  request.mtp_layers = config.num_mtp_layers;
+  request.pp = 2;
+  request.sharing = config.index_sharing;
+  const absl::StatusOr<std::vector<StageSlice>> plan = PlanStages(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+
+  gloo::rendezvous::HashStore store;
+  std::mutex mu;
+  std::vector<double> squared_norms;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> forward =
+          GlooCollectives::Connect(store, "pp", rank, 2, GlooOptions());
+      ASSERT_TRUE(forward.ok()) << forward.status();
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> backward =
+          GlooCollectives::Connect(store, "pp-backward", rank, 2,
+                                   GlooOptions());
+      ASSERT_TRUE(backward.ok()) << backward.status();
+      ModelParameters params = TinyParameters();
+      CpuBackend backend;
+      std::vector<StageModel> chunks;
+      for (const StageSlice& slice : *plan) {
+        if (slice.pp_rank != rank) continue;
+        absl::StatusOr<StageModel> stage =
+            StageModel::Create(&params, &backend, {}, slice);
+        ASSERT_TRUE(stage.ok()) << stage.status();
+        chunks.push_back(*std::move(stage));
+      }
+      std::vector<StageModel*> pointers;
+      for (StageModel& chunk : chunks) pointers.push_back(&chunk);
+      ASSERT_TRUE(RunPipelineSchedule(pointers, **forward, **backward,
+                                      kMicroBatches, MicroBatch)
+                      .ok());
+
+      const PipelineTensors tensors = PipelineTensorsOf(params, *plan, rank);
+      const std::vector<TrainableTensor> trainable = TrainableOf(params);
+      ASSERT_TRUE(SumSharedGradients(**forward, tensors, trainable).ok());
+      const absl::StatusOr<double> squared_norm =
+          PipelineGradSquaredSum(**forward, tensors, trainable);
+      ASSERT_TRUE(squared_norm.ok()) << squared_norm.status();
+      for (const TrainableTensor& t :
+           SelectTrainable(trainable, tensors.used)) {
+        const std::vector<float>& want = expected.by_name.at(t.name);
+        double norm = 0, error = 0;
+        for (int64_t i = 0; i < t.grad->numel(); ++i) {
+          const double diff = double{t.grad->data()[i]} - want[i];
+          norm += double{want[i]} * want[i];
+          error += diff * diff;
+        }
+        EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm))
+            << "rank " << rank << " " << t.name;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      squared_norms.push_back(*squared_norm);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(squared_norms.size(), 2u);
+  for (double squared_norm : squared_norms) {
+    EXPECT_NEAR(std::sqrt(squared_norm), std::sqrt(expected.squared_norm),
+                1e-5 * std::sqrt(expected.squared_norm));
+  }
+}
+
+TEST(PipelineGradientsTest, TwoStagesSumOnlyTheEmbedding) {
+  ExpectRanksMatchTheWholeModel("Etttttt|ttmL");
+}
+
+TEST(PipelineGradientsTest, InterleavedStagesSumOnlyTheEmbedding) {
+  ExpectRanksMatchTheWholeModel("Et|t|tttt|ttmL");
+}
+
+}  // namespace
+}  // namespace glm
