@@ -11,31 +11,13 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/glm_model.h"
-#include "parallel/gloo_collectives.h"
-#include "parallel/pipeline_layout.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_test_util.h"
 
 namespace glm {
 namespace {
 
 constexpr int64_t kMicroBatches = 4;
-
-// Micro batch m: two sequences of pseudo-random ids.
-Batch MicroBatch(int64_t m) {
-  std::vector<std::vector<int32_t>> rows(2);
-  for (int r = 0; r < 2; ++r) {
-    for (int i = 0; i < 20 + 3 * r; ++i) {
-      rows[r].push_back(static_cast<int32_t>((m * 131 + r * 71 + i * i) % 509));
-    }
-  }
-  return Batch::FromSequences(rows);
-}
-
-ModelParameters TinyParameters() {
-  ModelParameters params(*PresetConfig("glm5.2-tiny"));
-  params.InitRandom(11);
-  return params;
-}
 
 struct Outcome {
   double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
@@ -54,12 +36,12 @@ void AddGrads(ModelParameters& params, Outcome* outcome) {
 }
 
 Outcome WholeModel() {
-  ModelParameters params = TinyParameters();
+  ModelParameters params = TinyPipelineParameters();
   CpuBackend backend;
   GlmModel model(&params, &backend);
   Outcome outcome;
   for (int64_t m = 0; m < kMicroBatches; ++m) {
-    absl::StatusOr<ForwardResult> result = model.Forward(MicroBatch(m));
+    absl::StatusOr<ForwardResult> result = model.Forward(PipelineTestBatch(m));
     EXPECT_TRUE(result.ok()) << result.status();
     EXPECT_TRUE(model.Backward().ok());
     outcome.lm_loss += result->lm_loss;
@@ -74,14 +56,8 @@ Outcome WholeModel() {
 // weights and Gloo contexts) and checks the summed losses and gradients.
 void ExpectPipelineMatchesTheWholeModel(const std::string& layout) {
   const Outcome expected = WholeModel();
-  const ModelConfig config = *PresetConfig("glm5.2-tiny");
-  LayoutRequest request;
-  request.layout = layout;
-  request.num_layers = config.num_hidden_layers;
-  request.mtp_layers = config.num_mtp_layers;
-  request.pp = 2;
-  request.sharing = config.index_sharing;
-  absl::StatusOr<std::vector<StageSlice>> stages = PlanStages(request);
+  absl::StatusOr<std::vector<StageSlice>> stages =
+      PlanForModel(*PresetConfig("glm5.2-tiny"), layout, 2);
   ASSERT_TRUE(stages.ok()) << stages.status();
 
   gloo::rendezvous::HashStore store;
@@ -90,32 +66,15 @@ void ExpectPipelineMatchesTheWholeModel(const std::string& layout) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<GlooCollectives>> forward =
-          GlooCollectives::Connect(store, "pp", rank, 2, GlooOptions());
-      ASSERT_TRUE(forward.ok()) << forward.status();
-      absl::StatusOr<std::unique_ptr<GlooCollectives>> backward =
-          GlooCollectives::Connect(store, "pp-backward", rank, 2,
-                                   GlooOptions());
-      ASSERT_TRUE(backward.ok()) << backward.status();
-      ModelParameters params = TinyParameters();
-      CpuBackend backend;
-      std::vector<StageModel> chunks;
-      for (const StageSlice& slice : *stages) {
-        if (slice.pp_rank != rank) continue;
-        absl::StatusOr<StageModel> stage =
-            StageModel::Create(&params, &backend, {}, slice);
-        ASSERT_TRUE(stage.ok()) << stage.status();
-        chunks.push_back(*std::move(stage));
-      }
-      std::vector<StageModel*> pointers;
-      for (StageModel& chunk : chunks) pointers.push_back(&chunk);
-      absl::StatusOr<StageLosses> losses = RunPipelineSchedule(
-          pointers, **forward, **backward, kMicroBatches, MicroBatch);
-      ASSERT_TRUE(losses.ok()) << losses.status();
+      ModelParameters params = TinyPipelineParameters();
+      absl::StatusOr<PipelineRankRun> run = RunPipelineRank(
+          store, *stages, rank, 2, params, kMicroBatches, PipelineTestBatch);
+      ASSERT_TRUE(run.ok()) << run.status();
+      const StageLosses& losses = run->losses;
       std::lock_guard<std::mutex> lock(mu);
-      pipelined.lm_loss += losses->lm_loss;
-      pipelined.mtp_loss += losses->mtp_loss;
-      pipelined.indexer_loss += losses->indexer_loss;
+      pipelined.lm_loss += losses.lm_loss;
+      pipelined.mtp_loss += losses.mtp_loss;
+      pipelined.indexer_loss += losses.indexer_loss;
       AddGrads(params, &pipelined);
     });
   }
@@ -125,7 +84,7 @@ void ExpectPipelineMatchesTheWholeModel(const std::string& layout) {
   EXPECT_NEAR(pipelined.mtp_loss, expected.mtp_loss, 1e-5 * expected.mtp_loss);
   EXPECT_NEAR(pipelined.indexer_loss, expected.indexer_loss,
               1e-5 * expected.indexer_loss);
-  const std::vector<NamedTensor> named = TinyParameters().Named();
+  const std::vector<NamedTensor> named = TinyPipelineParameters().Named();
   ASSERT_EQ(pipelined.grads.size(), expected.grads.size());
   for (size_t t = 0; t < expected.grads.size(); ++t) {
     double norm = 0, error = 0;

@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/glm_model.h"
-#include "parallel/pipeline_layout.h"
+#include "parallel/pipeline_test_util.h"
 
 namespace glm {
 namespace {
@@ -35,18 +35,6 @@ ModelParameters Parameters(const std::string& preset) {
   ModelParameters params(*PresetConfig(preset));
   params.InitRandom(5);
   return params;
-}
-
-absl::StatusOr<std::vector<StageSlice>> Stages(const ModelConfig& config,
-                                               const std::string& layout,
-                                               int pp) {
-  LayoutRequest request;
-  request.layout = layout;
-  request.num_layers = config.num_hidden_layers;
-  request.mtp_layers = config.num_mtp_layers;
-  request.pp = pp;
-  request.sharing = config.index_sharing;
-  return PlanStages(request);
 }
 
 struct Outcome {
@@ -116,7 +104,7 @@ void ExpectStagesMatchModel(const std::string& preset,
 
   ModelParameters staged = Parameters(preset);
   const absl::StatusOr<std::vector<StageSlice>> slices =
-      Stages(staged.config(), layout, pp);
+      PlanForModel(staged.config(), layout, pp);
   ASSERT_TRUE(slices.ok()) << slices.status();
   const Outcome outcome = RunStages(staged, *slices);
   ExpectNear(outcome.lm_loss, expected->lm_loss, "lm loss");
@@ -162,7 +150,7 @@ TEST(StageModelTest, MtpStageWithoutDecoderLayersMatchesTheWholeModel) {
 TEST(StageModelTest, MtpApartFromTheLayerWhoseTopkItReusesIsUnimplemented) {
   ModelParameters params = Parameters("glm5.2-tiny");
   const absl::StatusOr<std::vector<StageSlice>> slices =
-      Stages(params.config(), "Etttttt|tt|mL", 3);
+      PlanForModel(params.config(), "Etttttt|tt|mL", 3);
   ASSERT_TRUE(slices.ok()) << slices.status();
   CpuBackend backend;
   const absl::StatusOr<StageModel> stage =

@@ -4,19 +4,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "parallel/pipeline_test_util.h"
 
 namespace glm {
 namespace {
 
 std::vector<StageSlice> Plan(const ModelConfig& config,
                              const std::string& layout, int pp) {
-  LayoutRequest request;
-  request.layout = layout;
-  request.num_layers = config.num_hidden_layers;
-  request.mtp_layers = config.num_mtp_layers;
-  request.pp = pp;
-  request.sharing = config.index_sharing;
-  absl::StatusOr<std::vector<StageSlice>> plan = PlanStages(request);
+  absl::StatusOr<std::vector<StageSlice>> plan =
+      PlanForModel(config, layout, pp);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return plan.ok() ? *plan : std::vector<StageSlice>();
 }

@@ -13,31 +13,13 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/glm_model.h"
-#include "parallel/gloo_collectives.h"
-#include "parallel/pipeline_layout.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_test_util.h"
 #include "training/grad_clip.h"
 
 namespace glm {
 namespace {
 
 constexpr int64_t kMicroBatches = 4;
-
-Batch MicroBatch(int64_t m) {
-  std::vector<std::vector<int32_t>> rows(2);
-  for (int r = 0; r < 2; ++r) {
-    for (int i = 0; i < 17 + 4 * r; ++i) {
-      rows[r].push_back(static_cast<int32_t>((m * 89 + r * 53 + i * i) % 509));
-    }
-  }
-  return Batch::FromSequences(rows);
-}
-
-ModelParameters TinyParameters() {
-  ModelParameters params(*PresetConfig("glm5.2-tiny"));
-  params.InitRandom(23);
-  return params;
-}
 
 std::vector<TrainableTensor> TrainableOf(ModelParameters& params) {
   std::vector<TrainableTensor> trainable;
@@ -55,11 +37,11 @@ struct Gradients {
 };
 
 Gradients WholeModel() {
-  ModelParameters params = TinyParameters();
+  ModelParameters params = TinyPipelineParameters();
   CpuBackend backend;
   GlmModel model(&params, &backend);
   for (int64_t m = 0; m < kMicroBatches; ++m) {
-    EXPECT_TRUE(model.Forward(MicroBatch(m)).ok());
+    EXPECT_TRUE(model.Forward(PipelineTestBatch(m)).ok());
     EXPECT_TRUE(model.Backward().ok());
   }
   Gradients gradients;
@@ -75,14 +57,8 @@ Gradients WholeModel() {
 void ExpectRanksMatchTheWholeModel(const std::string& layout) {
   SCOPED_TRACE(layout);
   const Gradients expected = WholeModel();
-  const ModelConfig config = *PresetConfig("glm5.2-tiny");
-  LayoutRequest request;
-  request.layout = layout;
-  request.num_layers = config.num_hidden_layers;
-  request.mtp_layers = config.num_mtp_layers;
-  request.pp = 2;
-  request.sharing = config.index_sharing;
-  const absl::StatusOr<std::vector<StageSlice>> plan = PlanStages(request);
+  const absl::StatusOr<std::vector<StageSlice>> plan =
+      PlanForModel(*PresetConfig("glm5.2-tiny"), layout, 2);
   ASSERT_TRUE(plan.ok()) << plan.status();
 
   gloo::rendezvous::HashStore store;
@@ -91,34 +67,16 @@ void ExpectRanksMatchTheWholeModel(const std::string& layout) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<GlooCollectives>> forward =
-          GlooCollectives::Connect(store, "pp", rank, 2, GlooOptions());
-      ASSERT_TRUE(forward.ok()) << forward.status();
-      absl::StatusOr<std::unique_ptr<GlooCollectives>> backward =
-          GlooCollectives::Connect(store, "pp-backward", rank, 2,
-                                   GlooOptions());
-      ASSERT_TRUE(backward.ok()) << backward.status();
-      ModelParameters params = TinyParameters();
-      CpuBackend backend;
-      std::vector<StageModel> chunks;
-      for (const StageSlice& slice : *plan) {
-        if (slice.pp_rank != rank) continue;
-        absl::StatusOr<StageModel> stage =
-            StageModel::Create(&params, &backend, {}, slice);
-        ASSERT_TRUE(stage.ok()) << stage.status();
-        chunks.push_back(*std::move(stage));
-      }
-      std::vector<StageModel*> pointers;
-      for (StageModel& chunk : chunks) pointers.push_back(&chunk);
-      ASSERT_TRUE(RunPipelineSchedule(pointers, **forward, **backward,
-                                      kMicroBatches, MicroBatch)
-                      .ok());
+      ModelParameters params = TinyPipelineParameters();
+      absl::StatusOr<PipelineRankRun> run = RunPipelineRank(
+          store, *plan, rank, 2, params, kMicroBatches, PipelineTestBatch);
+      ASSERT_TRUE(run.ok()) << run.status();
 
       const PipelineTensors tensors = PipelineTensorsOf(params, *plan, rank);
       const std::vector<TrainableTensor> trainable = TrainableOf(params);
-      ASSERT_TRUE(SumSharedGradients(**forward, tensors, trainable).ok());
+      ASSERT_TRUE(SumSharedGradients(*run->forward, tensors, trainable).ok());
       const absl::StatusOr<double> squared_norm =
-          PipelineGradSquaredSum(**forward, tensors, trainable);
+          PipelineGradSquaredSum(*run->forward, tensors, trainable);
       ASSERT_TRUE(squared_norm.ok()) << squared_norm.status();
       for (const TrainableTensor& t :
            SelectTrainable(trainable, tensors.used)) {

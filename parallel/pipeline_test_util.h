@@ -1,0 +1,51 @@
+// Shared pieces of the pipeline tests: a layout planned for a model, and one
+// pp rank's stages run on the pipeline schedule over Gloo groups of its own
+// (so that threads can stand in for worker processes).
+#ifndef GLM_PARALLEL_PIPELINE_TEST_UTIL_H_
+#define GLM_PARALLEL_PIPELINE_TEST_UTIL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gloo/rendezvous/store.h"
+#include "model/config.h"
+#include "model/glm_model.h"
+#include "model/parameters.h"
+#include "parallel/gloo_collectives.h"
+#include "parallel/pipeline_layout.h"
+#include "parallel/stage_model.h"
+
+namespace glm {
+
+// Micro batch m of the pipeline tests: two sequences of pseudo-random ids.
+Batch PipelineTestBatch(int64_t m);
+
+// glm5.2-tiny with the pipeline tests' random weights.
+ModelParameters TinyPipelineParameters();
+
+// PlanStages for `config`'s layers, MTP layers and index sharing.
+absl::StatusOr<std::vector<StageSlice>> PlanForModel(const ModelConfig& config,
+                                                     const std::string& layout,
+                                                     int pp);
+
+struct PipelineRankRun {
+  // The rank's pipeline groups, still connected (for collectives after).
+  std::unique_ptr<GlooCollectives> forward, backward;
+  StageLosses losses;
+};
+
+// Connects pp rank `rank` of `pp` through `store`, builds its stages of
+// `plan` on `params` and runs `micro_batches` micro batches through them on
+// the pipeline schedule (weight gradients accumulate in `params`).
+absl::StatusOr<PipelineRankRun> RunPipelineRank(
+    gloo::rendezvous::Store& store, const std::vector<StageSlice>& plan,
+    int rank, int pp, ModelParameters& params, int64_t micro_batches,
+    const std::function<Batch(int64_t)>& micro_batch);
+
+}  // namespace glm
+
+#endif  // GLM_PARALLEL_PIPELINE_TEST_UTIL_H_
