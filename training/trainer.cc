@@ -12,6 +12,7 @@
 #include "training/flops.h"
 #include "training/grad_clip.h"
 #include "training/gradient_sync.h"
+#include "training/pipeline_gradients.h"
 #include "training/router_bias.h"
 
 namespace glm {
@@ -105,7 +106,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       if (!stage.ok()) return stage.status();
       trainer->stages_.push_back(*std::move(stage));
     }
+    trainer->pipeline_tensors_ = PipelineTensorsOf(
+        *trainer->params_, pipeline->plan, pipeline->forward->rank());
     trainer->pipeline_ = std::move(pipeline);
+  }
+  // Shards of the tensors this rank trains (its stages' under pp).
+  if (data_parallel != nullptr && options.distributed_optimizer) {
+    std::vector<int64_t> sizes;
+    for (const TrainableTensor& param : trainer->Trainable()) {
+      sizes.push_back(param.value->numel());
+    }
+    trainer->shards_.emplace(sizes, data_parallel->size());
   }
   return trainer;
 }
@@ -121,15 +132,7 @@ Trainer::Trainer(const TrainerOptions& options,
       model_(std::make_unique<GlmModel>(params_.get(), backend_.get(),
                                         options.loss)),
       optimizer_(options.adamw),
-      data_parallel_(data_parallel) {
-  if (data_parallel_ != nullptr && options_.distributed_optimizer) {
-    std::vector<int64_t> sizes;
-    for (const TrainableTensor& param : Trainable()) {
-      sizes.push_back(param.value->numel());
-    }
-    shards_.emplace(sizes, data_parallel_->size());
-  }
-}
+      data_parallel_(data_parallel) {}
 
 std::vector<TrainableTensor> Trainer::UpdatedHere(
     const std::vector<TrainableTensor>& trainable) const {
@@ -141,9 +144,14 @@ std::vector<TrainableTensor> Trainer::UpdatedHere(
 
 absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     const std::vector<TrainableTensor>& updated) {
-  const double mine = GradSquaredSum(updated);
-  if (!shards_) return mine;
-  float total = static_cast<float>(mine);
+  absl::StatusOr<double> mine = GradSquaredSum(updated);
+  if (pipeline_tensors_) {
+    // Each tensor counts once, on its owning pp rank.
+    mine = PipelineGradSquaredSum(*pipeline_->forward, *pipeline_tensors_,
+                                  updated);
+  }
+  if (!mine.ok() || !shards_) return mine;
+  float total = static_cast<float>(*mine);
   if (absl::Status status =
           data_parallel_->AllReduce(&total, 1, ReduceOp::kSum);
       !status.ok()) {
@@ -172,9 +180,11 @@ std::vector<TrainableTensor> Trainer::Trainable() {
   if (lora_) return lora_->Trainable();
   std::vector<TrainableTensor> trainable;
   for (const NamedTensor& named : params_->Named()) {
-    if (named.grad != nullptr) {
-      trainable.push_back({named.name, named.value, named.grad});
+    if (named.grad == nullptr) continue;
+    if (pipeline_tensors_ && pipeline_tensors_->used.count(named.name) == 0) {
+      continue;
     }
+    trainable.push_back({named.name, named.value, named.grad});
   }
   return trainable;
 }
@@ -261,6 +271,11 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
       !status.ok()) {
     return status;
   }
+  return ReduceTotals(group, totals);
+}
+
+absl::Status Trainer::ReduceTotals(Collectives& group,
+                                   MicroBatchTotals* totals) {
   float losses[] = {static_cast<float>(totals->lm_loss),
                     static_cast<float>(totals->mtp_loss),
                     static_cast<float>(totals->indexer_loss)};
@@ -301,10 +316,16 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
   if (lora_) lora_->AdapterGradients();
-  // The stages' parts add up to the whole model's gradients and losses;
-  // then the data-parallel ranks sum theirs.
+  // The stages' parts add up to the whole model's gradients (only tensors
+  // read on several pp ranks need a sum) and losses; then the data-parallel
+  // ranks sum theirs.
   if (pipeline_) {
-    if (absl::Status status = ReduceOver(*pipeline_->forward, false, &totals);
+    if (absl::Status status = SumSharedGradients(
+            *pipeline_->forward, *pipeline_tensors_, Trainable());
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = ReduceTotals(*pipeline_->forward, &totals);
         !status.ok()) {
       return status;
     }

@@ -22,6 +22,7 @@
 #include "parallel/collectives.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/stage_model.h"
+#include "parallel/stage_parameters.h"
 #include "proto/metrics.pb.h"
 #include "training/adamw.h"
 #include "training/distributed_optimizer.h"
@@ -60,6 +61,8 @@ struct PipelineRank {
   Collectives* forward = nullptr;
   Collectives* backward = nullptr;
   std::vector<StageSlice> stages;
+  // Every stage of the layout: which tensors this rank shares with others.
+  std::vector<StageSlice> plan;
 };
 
 class Trainer {
@@ -111,6 +114,8 @@ class Trainer {
   // `scatter_gradients`), losses and expert loads over `group`.
   absl::Status ReduceOver(Collectives& group, bool scatter_gradients,
                           MicroBatchTotals* totals);
+  // Sums losses and expert loads over `group`.
+  absl::Status ReduceTotals(Collectives& group, MicroBatchTotals* totals);
   // The tensors this rank updates: all, or its distributed-optimizer shard.
   std::vector<TrainableTensor> UpdatedHere(
       const std::vector<TrainableTensor>& trainable) const;
@@ -130,6 +135,9 @@ class Trainer {
   Collectives* data_parallel_;
   std::optional<ParameterShards> shards_;  // with the distributed optimizer
   std::optional<PipelineRank> pipeline_;
+  // With pipeline parallelism a rank keeps current, sums and updates only
+  // the tensors its stages read.
+  std::optional<PipelineTensors> pipeline_tensors_;
   std::vector<StageModel> stages_;  // with pipeline parallelism
   std::optional<LoraAdapters> lora_;
 

@@ -115,30 +115,50 @@ absl::Status CheckSupported(const v1::Assignment& assignment) {
   return absl::OkStatus();
 }
 
-// Checkpoints of a data-parallel job: the whole model, written by rank 0,
-// experts per expert.
+// The layout string of planned stages ("Ettt|tttmL").
+std::string LayoutString(const std::vector<StageSlice>& stages) {
+  std::vector<std::string> parts;
+  for (const StageSlice& stage : stages) {
+    parts.push_back(absl::StrCat(
+        stage.has_embedding ? "E" : "", std::string(stage.num_layers(), 't'),
+        std::string(stage.mtp_layers, 'm'), stage.has_loss ? "L" : ""));
+  }
+  return absl::StrJoin(parts, "|");
+}
+
+// Checkpoints of a job: data-parallel ranks hold identical state, so without
+// pipeline parallelism rank 0 writes the whole model, experts per expert;
+// with it each pp rank of the first data-parallel replica writes its stages'
+// tensors as its shard and rank 0 finalizes.
 class JobCheckpoints {
  public:
   static absl::StatusOr<JobCheckpoints> Create(const v1::Assignment& assignment,
-                                               const ModelConfig& model) {
+                                               const JobPlan& plan) {
     const v1::TrainingSpec& training = assignment.spec().training();
+    const int pp = ParallelSize(assignment.spec().parallel().pp());
     v1::ParallelLayout layout;
     layout.set_tp(1);
-    layout.set_pp(1);
+    layout.set_pp(pp);
     layout.set_cp(1);
     layout.set_ep(1);
     layout.set_etp(1);
-    layout.set_dp(1);
+    layout.set_dp(pp > 1 ? assignment.world_size() / pp : 1);
+    if (pp > 1) {
+      layout.set_vpp(static_cast<int>(plan.stages.size()) / pp);
+      layout.set_layout(LayoutString(plan.stages));
+    }
     absl::StatusOr<HfNameMap> map =
-        HfNameMap::Create(model, ExpertForm::kFused, layout);
+        HfNameMap::Create(plan.model, ExpertForm::kFused, layout);
     if (!map.ok()) return map.status();
     const std::string load_dir =
         training.load_dir().empty() ? training.save_dir() : training.load_dir();
-    // Data-parallel ranks hold identical state: rank 0 writes it for all.
-    return JobCheckpoints(*std::move(map), layout, assignment.job_id(),
-                          training.save_dir(), load_dir,
-                          training.save_interval(), assignment.rank() == 0,
-                          training.mode() == v1::LORA);
+    JobCheckpoints checkpoints(*std::move(map), layout, assignment.job_id(),
+                               training.save_dir(), load_dir,
+                               training.save_interval(), assignment.rank() == 0,
+                               training.mode() == v1::LORA);
+    checkpoints.rank_ = assignment.rank();
+    checkpoints.sharded_ = pp > 1;
+    return checkpoints;
   }
 
   // Continues from the latest checkpoint under the load folder, if any.
@@ -173,10 +193,24 @@ class JobCheckpoints {
            (save_interval_ > 0 && trainer.iteration() % save_interval_ == 0);
   }
 
+  // Pipeline-parallel jobs, on every rank: writes this rank's shard, then
+  // waits until every rank has (`world` may be null for one rank).
+  absl::Status SaveRankShard(Trainer* trainer, Collectives* world) {
+    if (!sharded_) return absl::OkStatus();
+    if (absl::Status status =
+            SaveShard(save_dir_, map_, rank_, trainer->State());
+        !status.ok()) {
+      return status;
+    }
+    return world == nullptr ? absl::OkStatus() : world->Barrier();
+  }
+
+  // On the writing rank (after SaveRankShard on every rank).
   absl::StatusOr<v1::CheckpointManifest> Save(Trainer* trainer) {
     const TrainingState state = trainer->State();
     absl::StatusOr<v1::CheckpointManifest> manifest =
-        lora_
+        sharded_ ? FinalizeCheckpoint(save_dir_, InfoOf(state, map_, layout_))
+        : lora_
             ? SaveLoraCheckpoint(save_dir_, state.iteration, AllTensors(state))
             : SaveCheckpoint(save_dir_, map_, layout_, state);
     if (manifest.ok()) manifest->set_job_id(job_id_);
@@ -227,6 +261,8 @@ class JobCheckpoints {
   int64_t save_interval_ = 0;
   bool writes_ = false;
   bool lora_ = false;
+  int rank_ = 0;
+  bool sharded_ = false;  // pipeline-parallel: every rank writes a shard
 };
 
 // The final checkpoint as HF safetensors, verified bitwise against it (for
@@ -313,8 +349,8 @@ absl::StatusOr<std::string> DataPathFromSpec(const v1::DataSpec& data) {
 namespace {
 
 // The stages of this rank's pp coordinate, in virtual-chunk order (every
-// rank holds the whole model's weights; a stage computes only its layers),
-// when pp > 1.
+// rank allocates the whole model's weights, but computes, updates and saves
+// only its stages' tensors), when pp > 1.
 std::optional<PipelineRank> PipelineRankOf(const v1::Assignment& assignment,
                                            const JobPlan& plan,
                                            ProcessGroups* groups) {
@@ -322,6 +358,7 @@ std::optional<PipelineRank> PipelineRankOf(const v1::Assignment& assignment,
     return std::nullopt;
   }
   PipelineRank pipeline;
+  pipeline.plan = plan.stages;
   pipeline.forward = &groups->group(GroupKind::kPp);
   pipeline.backward = &groups->group(GroupKind::kPpBackward);
   const int pp_rank = plan.grid.ranks.at(assignment.rank()).pp;
@@ -367,7 +404,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
                    groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline);
   if (!trainer.ok()) return trainer.status();
   absl::StatusOr<JobCheckpoints> checkpoints =
-      JobCheckpoints::Create(assignment, plan->model);
+      JobCheckpoints::Create(assignment, *plan);
   if (!checkpoints.ok()) return checkpoints.status();
   absl::StatusOr<int64_t> resumed = checkpoints->Resume(trainer->get());
   if (!resumed.ok()) return resumed.status();
@@ -383,6 +420,11 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
       // Every rank brings its distributed-optimizer shard before rank 0
       // writes.
       if (absl::Status status = (*trainer)->GatherOptimizerState();
+          !status.ok()) {
+        return status;
+      }
+      if (absl::Status status =
+              checkpoints->SaveRankShard(trainer->get(), world);
           !status.ok()) {
         return status;
       }
