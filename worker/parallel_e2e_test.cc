@@ -70,6 +70,8 @@ v1::JobSpec DataParallelSpec(const std::string& data, const std::string& save,
   v1::TrainingSpec& t = *spec.mutable_training();
   t.set_mode(v1::PRETRAIN);
   t.set_train_iters(3);
+  // Set, so that a shorter run follows the same schedule.
+  t.set_lr_decay_iters(3);
   t.set_lr(3e-3);
   t.set_min_lr(3e-4);
   t.set_warmup_iters(1);
@@ -193,6 +195,54 @@ std::map<std::string, std::vector<float>> CheckpointState(
   return values;
 }
 
+// Runs the job of DataParallelSpec(data, single_save, 1) in this process
+// and checks that `metrics` (by iteration) and the latest checkpoint under
+// `save_dir` match it: losses and grad norms, weights and moments in
+// relative L2 error per tensor (see training/data_parallel_test.cc for why
+// not element-wise), all within 1e-5.
+void ExpectTheRunOfOneProcess(const std::string& data,
+                              const std::string& single_save,
+                              std::map<int64_t, v1::StepMetrics> metrics,
+                              const std::string& save_dir) {
+  v1::Assignment single;
+  single.set_job_id("single");
+  single.set_world_size(1);
+  *single.mutable_spec() = DataParallelSpec(data, single_save, 1);
+  std::map<int64_t, v1::StepMetrics> reference;
+  TrainingJobHooks hooks;
+  hooks.log = [](const std::string&) {};
+  hooks.on_step = [&](const v1::StepMetrics& step) {
+    reference[step.iteration()] = step;
+    return false;
+  };
+  hooks.on_checkpoint = [](const v1::CheckpointManifest&) {};
+  ASSERT_TRUE(RunTrainingJob(single, hooks).ok());
+
+  for (const auto& [iteration, expected] : reference) {
+    const v1::StepMetrics& got = metrics[iteration];
+    EXPECT_NEAR(got.lm_loss(), expected.lm_loss(), 1e-5 * expected.lm_loss())
+        << "iteration " << iteration;
+    EXPECT_NEAR(got.mtp_loss(), expected.mtp_loss(), 1e-5 * expected.mtp_loss())
+        << "iteration " << iteration;
+    EXPECT_NEAR(got.grad_norm(), expected.grad_norm(),
+                1e-5 * expected.grad_norm())
+        << "iteration " << iteration;
+  }
+
+  const auto state = CheckpointState(save_dir);
+  const auto single_state = CheckpointState(single_save);
+  ASSERT_EQ(state.size(), single_state.size());
+  for (const auto& [name, expected] : single_state) {
+    const std::vector<float>& got = state.at(name);
+    double norm = 0, error = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      norm += double{expected[i]} * expected[i];
+      error += (double{got[i]} - expected[i]) * (double{got[i]} - expected[i]);
+    }
+    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
+  }
+}
+
 struct ParallelCase {
   const char* name;
   int world_size, pp;
@@ -224,46 +274,8 @@ TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
   StopWorkers(workers);
   ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.message();
 
-  v1::Assignment single;
-  single.set_job_id("single");
-  single.set_world_size(1);
-  *single.mutable_spec() = DataParallelSpec(data, dir + "/single", 1);
-  std::map<int64_t, v1::StepMetrics> reference;
-  TrainingJobHooks hooks;
-  hooks.log = [](const std::string&) {};
-  hooks.on_step = [&](const v1::StepMetrics& metrics) {
-    reference[metrics.iteration()] = metrics;
-    return false;
-  };
-  hooks.on_checkpoint = [](const v1::CheckpointManifest&) {};
-  ASSERT_TRUE(RunTrainingJob(single, hooks).ok());
-
   ASSERT_EQ(distributed.size(), 3u);
-  for (const auto& [iteration, expected] : reference) {
-    const v1::StepMetrics& got = distributed[iteration];
-    EXPECT_NEAR(got.lm_loss(), expected.lm_loss(), 1e-5 * expected.lm_loss())
-        << "iteration " << iteration;
-    EXPECT_NEAR(got.mtp_loss(), expected.mtp_loss(), 1e-5 * expected.mtp_loss())
-        << "iteration " << iteration;
-    EXPECT_NEAR(got.grad_norm(), expected.grad_norm(),
-                1e-5 * expected.grad_norm())
-        << "iteration " << iteration;
-  }
-
-  // Weights and moments, in relative L2 error per tensor (see
-  // training/data_parallel_test.cc for why not element-wise).
-  const auto dp_state = CheckpointState(dir + "/dp2");
-  const auto single_state = CheckpointState(dir + "/single");
-  ASSERT_EQ(dp_state.size(), single_state.size());
-  for (const auto& [name, expected] : single_state) {
-    const std::vector<float>& got = dp_state.at(name);
-    double norm = 0, error = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      norm += double{expected[i]} * expected[i];
-      error += (double{got[i]} - expected[i]) * (double{got[i]} - expected[i]);
-    }
-    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
-  }
+  ExpectTheRunOfOneProcess(data, dir + "/single", distributed, dir + "/dp2");
 }
 
 // glm5.2-tiny computes top-k on layers 1, 2, 3 and 7, where stages start.
@@ -278,6 +290,37 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<ParallelCase>& info) {
       return std::string(info.param.name);
     });
+
+// Every pp rank writes its stages' tensors as its checkpoint shard; a job
+// resumed from those shards continues as if never stopped: two iterations,
+// then a second job to three resumes at two and matches one process's
+// uninterrupted run.
+TEST(PipelineResumeTest, ResumingFromTheRanksShardsContinuesTheRun) {
+  const std::string dir = TempDir("pp2_resume");
+  const std::string data = WriteDocuments(dir);
+  v1::JobSpec spec = DataParallelSpec(data, dir + "/pp2", 2);
+  spec.mutable_parallel()->set_pp(2);
+  spec.mutable_parallel()->set_layout("Etttttt|ttmL");
+  std::map<int64_t, v1::StepMetrics> metrics;
+  std::vector<int64_t> resumed_iterations;
+  for (const int64_t iterations : {2, 3}) {
+    spec.mutable_training()->set_train_iters(iterations);
+    // A coordinator of its own: the first job's workers are gone.
+    TestCoordinator server("pp2_resume_" + std::to_string(iterations));
+    std::vector<pid_t> workers;
+    const std::string id = SubmitWithWorkers(server, spec, dir, 2, &workers);
+    const v1::Job ended =
+        WatchToTheEnd(server, id, [&](const v1::StepMetrics& step) {
+          metrics[step.iteration()] = step;
+          if (iterations == 3) resumed_iterations.push_back(step.iteration());
+        });
+    StopWorkers(workers);
+    ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.message();
+  }
+  EXPECT_EQ(resumed_iterations, std::vector<int64_t>{3});
+  ASSERT_EQ(metrics.size(), 3u);
+  ExpectTheRunOfOneProcess(data, dir + "/single", metrics, dir + "/pp2");
+}
 
 TEST(DataParallelFailureTest, AWorkerKilledMidRunFailsTheJobWithoutAHang) {
   TestCoordinator server("dp_killed", /*heartbeat_timeout_ms=*/3000);
