@@ -109,6 +109,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     trainer->pipeline_tensors_ = PipelineTensorsOf(
         *trainer->params_, pipeline->plan, pipeline->forward->rank());
     trainer->pipeline_ = std::move(pipeline);
+    // The other stages' tensors were needed only to initialize (or load)
+    // the whole model as one process does.
+    for (const NamedTensor& named : trainer->params_->Named()) {
+      if (trainer->pipeline_tensors_->used.count(named.name) > 0) continue;
+      *named.value = Tensor();
+      if (named.grad != nullptr) *named.grad = Tensor();
+    }
   }
   // Shards of the tensors this rank trains (its stages' under pp).
   if (data_parallel != nullptr && options.distributed_optimizer) {
@@ -255,7 +262,9 @@ Tensor* Trainer::RouterBias(size_t layer) {
 void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
   if (options_.router_bias_update_rate == 0) return;
   for (size_t layer = 0; layer < totals.expert_load.size(); ++layer) {
-    if (totals.expert_load[layer].empty()) continue;
+    if (totals.expert_load[layer].empty()) continue;  // a dense layer
+    // A pp rank holds only its stages' router biases.
+    if (RouterBias(layer)->numel() == 0) continue;
     UpdateRouterBias(totals.expert_load[layer],
                      options_.router_bias_update_rate, RouterBias(layer));
   }
@@ -404,6 +413,10 @@ TrainingState Trainer::State() {
     state.model = lora_->State();
   } else {
     for (const NamedTensor& named : params_->Named()) {
+      // A pp rank holds only its stages' tensors.
+      if (pipeline_tensors_ && pipeline_tensors_->used.count(named.name) == 0) {
+        continue;
+      }
       state.model.push_back({named.name, named.value});
     }
   }
