@@ -199,6 +199,25 @@ TEST(DataParallelTest, RejectsMicroBatchesThatDoNotDivideOverRanks) {
   for (std::thread& t : threads) t.join();
 }
 
+TEST(DataParallelTest, PipelineNeedsEveryStageOfTheLayout) {
+  gloo::rendezvous::HashStore store;
+  auto group = GlooCollectives::Connect(store, "pp", 0, 1, {});
+  ASSERT_TRUE(group.ok()) << group.status();
+  StageSlice stage;  // a rank's stage, but no plan of the layout
+  stage.has_embedding = stage.has_loss = true;
+  PipelineRank pipeline{group->get(), group->get(), {stage}};
+  const TrainerOptions options = Options();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
+      options,
+      std::make_unique<PretrainData>(
+          std::make_unique<HashedTokenDataset>(options.seq_length)),
+      nullptr, std::make_unique<CpuBackend>(), nullptr, pipeline);
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(trainer.status().message().find("hold none of pp rank 0"),
+            std::string::npos)
+      << trainer.status();
+}
+
 TEST(DataParallelTest, InterleavedPipelineNeedsWholeGroupsOfMicroBatches) {
   const ModelConfig config = *PresetConfig("glm5.2-tiny");
   LayoutRequest request;

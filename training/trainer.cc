@@ -73,6 +73,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
           "training.global_batch_size: ", order.status().message()));
     }
   }
+  if (pipeline && std::none_of(pipeline->plan.begin(), pipeline->plan.end(),
+                               [&](const StageSlice& stage) {
+                                 return stage.pp_rank ==
+                                        pipeline->forward->rank();
+                               })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline: the layout's stages (", pipeline->plan.size(),
+        ") hold none of pp rank ", pipeline->forward->rank(),
+        "; every stage of the layout is needed to know which tensors the "
+        "ranks share"));
+  }
   if (data->seq_length() != options.seq_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset seq_length ", data->seq_length(),
