@@ -7,35 +7,39 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/dense_mlp.h"
+#include "model/expert_dispatch.h"
 #include "model/parameters.h"
 
 namespace glm {
 
-// The tokens one expert processes, in token order, and what its backward needs.
-struct ExpertActivations {
-  std::vector<int32_t> tokens;  // token index per row
-  std::vector<int32_t>
-      slots;           // token * top_k + k: where its router weight lives
-  Tensor weight;       // [rows, 1] router weight per row
-  Tensor x;            // [rows, hidden]
-  MlpActivations mlp;  // gate_up [rows, 2I], hidden [rows, I]
-  Tensor out;          // [rows, hidden] before weighting
-};
-
 struct MoeActivations {
-  Tensor scores;       // [n, E] sigmoid router scores
-  Tensor weights;      // [n, top_k]
-  IndexTensor choice;  // [n, top_k] expert per slot
-  std::vector<ExpertActivations> experts;
+  Tensor scores;             // [n, E] sigmoid router scores
+  Tensor weights;            // [n, top_k]
+  IndexTensor choice;        // [n, top_k] expert per slot
+  RoutedActivations routed;  // the routed experts
   MlpActivations shared;
   std::vector<int64_t> load;  // tokens per expert
 };
 
 RouterSpec MakeRouterSpec(const ModelConfig& config);
 
+// The routed experts run where `experts` puts them (under expert parallelism
+// that exchanges tokens with the other ranks of the expert group, which must
+// make the same calls).
+absl::Status MoeForward(Backend& backend, const MoeParameters& p,
+                        const RouterSpec& spec, ConstMatrixView x,
+                        MatrixView out, MoeActivations* acts,
+                        ExpertDispatcher& experts);
+absl::Status MoeBackward(Backend& backend, MoeParameters& p,
+                         const RouterSpec& spec, ConstMatrixView x,
+                         const MoeActivations& acts, ConstMatrixView dout,
+                         MatrixView dx, ExpertDispatcher& experts);
+
+// Every expert in this process.
 void MoeForward(Backend& backend, const MoeParameters& p,
                 const RouterSpec& spec, ConstMatrixView x, MatrixView out,
                 MoeActivations* acts);

@@ -1,0 +1,92 @@
+// Where a MoE layer's routed experts run: all of them in this process, or,
+// under expert parallelism, each on the rank that holds it (tokens travel
+// there and back). The router and the shared experts stay with the layer.
+#ifndef GLM_MODEL_EXPERT_DISPATCH_H_
+#define GLM_MODEL_EXPERT_DISPATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+#include "model/dense_mlp.h"
+#include "model/parameters.h"
+
+namespace glm {
+
+// The rows one expert processes, in row order, and what its backward needs.
+struct ExpertActivations {
+  std::vector<int32_t> tokens;  // row of the input (and output) per row
+  std::vector<int32_t> slots;   // row of its router weight per row
+  Tensor weight;                // [rows, 1] router weight per row
+  Tensor x;                     // [rows, hidden]
+  MlpActivations mlp;           // gate_up [rows, 2I], hidden [rows, I]
+  Tensor out;                   // [rows, hidden] before weighting
+};
+
+// Groups `rows` rows by expert[row], each expert's rows in row order (so the
+// result is deterministic): row r reads input row r / rows_per_token and
+// router weight r.
+std::vector<ExpertActivations> GroupRowsByExpert(const int32_t* expert,
+                                                 int64_t rows,
+                                                 int64_t rows_per_token,
+                                                 int64_t num_experts);
+
+// For every expert with rows, in expert order:
+// out[tokens] += weight * SwiGLU_expert(x[tokens]).
+void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
+                    ConstMatrixView weight_rows,
+                    std::vector<ExpertActivations>* experts, MatrixView out);
+// Backward of ExpertsForward: dx[tokens] and dweight_rows[slots] accumulate,
+// and so do the weight gradients of the experts that had rows.
+void ExpertsBackward(Backend& backend, MoeParameters& p,
+                     const std::vector<ExpertActivations>& experts,
+                     ConstMatrixView dout, MatrixView dx,
+                     MatrixView dweight_rows);
+
+// What a dispatcher keeps between forward and backward.
+struct RoutedActivations {
+  std::vector<ExpertActivations> experts;  // the experts that ran here
+  // Expert parallelism: this rank's (token, k) slots in the order they were
+  // sent, and the rows sent to / received from each peer.
+  std::vector<int32_t> sent_slots;
+  std::vector<int64_t> send_rows, recv_rows;
+};
+
+class ExpertDispatcher {
+ public:
+  virtual ~ExpertDispatcher() = default;
+  // out[t] += sum_k weights[t, k] * expert_{choice[t * top_k + k]}(x[t]),
+  // top_k = weights.cols.
+  virtual absl::Status Forward(Backend& backend, const MoeParameters& p,
+                               ConstMatrixView x, const int32_t* choice,
+                               ConstMatrixView weights, MatrixView out,
+                               RoutedActivations* acts) = 0;
+  // dx and dweights ([n, top_k]) accumulate; so do the weight gradients of
+  // the experts that ran in this process.
+  virtual absl::Status Backward(Backend& backend, MoeParameters& p,
+                                const RoutedActivations& acts,
+                                ConstMatrixView dout, MatrixView dx,
+                                MatrixView dweights) = 0;
+};
+
+// Every expert in this process.
+class LocalExpertDispatcher : public ExpertDispatcher {
+ public:
+  absl::Status Forward(Backend& backend, const MoeParameters& p,
+                       ConstMatrixView x, const int32_t* choice,
+                       ConstMatrixView weights, MatrixView out,
+                       RoutedActivations* acts) override;
+  absl::Status Backward(Backend& backend, MoeParameters& p,
+                        const RoutedActivations& acts, ConstMatrixView dout,
+                        MatrixView dx, MatrixView dweights) override;
+};
+
+// A contiguous [rows, cols] matrix as rows * cols rows of one value (the
+// router weights of every (token, k) slot as one column).
+ConstMatrixView AsColumn(ConstMatrixView m);
+MatrixView AsColumn(MatrixView m);
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_EXPERT_DISPATCH_H_
