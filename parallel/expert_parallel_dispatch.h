@@ -1,0 +1,37 @@
+// Expert parallelism: member r of the expert-parallel group holds routed
+// experts [r * E / size, (r + 1) * E / size). Each (token, k) slot's hidden
+// state and router weight go to the member holding its chosen expert by
+// all-to-all (dispatch); that member runs its experts on every row it
+// received and sends the weighted outputs back (combine). Backward sends the
+// output gradients the same way and returns input and router-weight
+// gradients, so an expert's weight gradients stay on the member holding it.
+#ifndef GLM_PARALLEL_EXPERT_PARALLEL_DISPATCH_H_
+#define GLM_PARALLEL_EXPERT_PARALLEL_DISPATCH_H_
+
+#include <cstdint>
+
+#include "model/expert_dispatch.h"
+#include "parallel/collectives.h"
+
+namespace glm {
+
+class ExpertParallelDispatcher : public ExpertDispatcher {
+ public:
+  // `group` (the expert-parallel group) must outlive the dispatcher.
+  explicit ExpertParallelDispatcher(Collectives* group) : group_(group) {}
+
+  absl::Status Forward(Backend& backend, const MoeParameters& p,
+                       ConstMatrixView x, const int32_t* choice,
+                       ConstMatrixView weights, MatrixView out,
+                       RoutedActivations* acts) override;
+  absl::Status Backward(Backend& backend, MoeParameters& p,
+                        const RoutedActivations& acts, ConstMatrixView dout,
+                        MatrixView dx, MatrixView dweights) override;
+
+ private:
+  Collectives* group_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_PARALLEL_EXPERT_PARALLEL_DISPATCH_H_

@@ -1,0 +1,186 @@
+// Expert parallelism over 2 and 4 ranks (threads, each with its own Gloo
+// context and its own tokens) gives the MoE outputs, input gradients and
+// weight gradients of one process running every rank's tokens through all
+// experts: per-token results on the rank that owns the token, expert weight
+// gradients on the rank that holds the expert (zero elsewhere), router and
+// shared-expert gradients summed over the ranks.
+#include "parallel/expert_parallel_dispatch.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/moe.h"
+#include "model/test_model_util.h"
+#include "parallel/gloo_collectives.h"
+
+namespace glm {
+namespace {
+
+constexpr int64_t kTokensPerRank = 12;
+
+// What one MoE layer's forward and backward produced.
+struct MoeRun {
+  Tensor out, dx;
+  std::vector<int32_t> choice;
+  MoeParameters grads;  // gradients only (values are the layer's)
+};
+
+class ExpertParallelDispatchTest : public ::testing::TestWithParam<int> {
+ protected:
+  ExpertParallelDispatchTest()
+      : config_(*PresetConfig("glm5.2-tiny")), params_(config_) {
+    params_.InitRandom(/*seed=*/11, /*std=*/0.3f);
+    for (DecoderLayerParameters& layer : params_.layers) {
+      if (layer.is_moe) moe_ = &layer.moe;
+    }
+    std::mt19937 rng(3);
+    moe_->e_score_correction_bias =
+        RandomTensor({config_.n_routed_experts}, rng, 0.1f);
+    const int64_t tokens = kTokensPerRank * GetParam();
+    x_ = RandomTensor({tokens, config_.hidden_size}, rng);
+    dout_ = RandomTensor({tokens, config_.hidden_size}, rng);
+  }
+
+  // Rows [rank * kTokensPerRank, +kTokensPerRank) of `t`.
+  static Tensor RankRows(const Tensor& t, int rank) {
+    Tensor rows({kTokensPerRank, t.dim(1)});
+    std::copy_n(t.data() + rank * kTokensPerRank * t.dim(1), rows.numel(),
+                rows.data());
+    return rows;
+  }
+
+  // Forward and backward of a copy of the layer on `x`, experts placed by
+  // `experts`.
+  MoeRun Run(const Tensor& x, const Tensor& dout, ExpertDispatcher& experts) {
+    MoeParameters p = *moe_;
+    MoeRun run{Tensor(x.shape()), Tensor(x.shape()), {}, {}};
+    CpuBackend backend;
+    const RouterSpec spec = MakeRouterSpec(config_);
+    MoeActivations acts;
+    EXPECT_TRUE(MoeForward(backend, p, spec, x.Matrix(), run.out.Matrix(),
+                           &acts, experts)
+                    .ok());
+    EXPECT_TRUE(MoeBackward(backend, p, spec, x.Matrix(), acts, dout.Matrix(),
+                            run.dx.Matrix(), experts)
+                    .ok());
+    run.choice = acts.choice.values();
+    run.grads = std::move(p);
+    return run;
+  }
+
+  ModelConfig config_;
+  ModelParameters params_;
+  MoeParameters* moe_ = nullptr;
+  Tensor x_, dout_;
+};
+
+// |got - expected| <= 1e-5 |expected| in L2 norm.
+void ExpectNear(const float* got, const float* expected, int64_t count,
+                const std::string& what) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    diff += std::pow(double{got[i]} - expected[i], 2);
+    norm += std::pow(double{expected[i]}, 2);
+  }
+  EXPECT_GT(norm, 0) << what;
+  EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm)) << what;
+}
+
+TEST_P(ExpertParallelDispatchTest, RanksMatchOneProcessWithEveryExpert) {
+  const int ep = GetParam();
+  LocalExpertDispatcher local;
+  const MoeRun whole = Run(x_, dout_, local);
+
+  std::vector<MoeRun> ranks(ep);
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ep; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
+          GlooCollectives::Connect(store, "ep", rank, ep, GlooOptions());
+      ASSERT_TRUE(group.ok()) << group.status();
+      ExpertParallelDispatcher dispatcher(group->get());
+      ranks[rank] = Run(RankRows(x_, rank), RankRows(dout_, rank), dispatcher);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  const int64_t per_rank = config_.n_routed_experts / ep;
+  const int64_t top_k = config_.num_experts_per_tok;
+  int64_t remote = 0;  // slots whose expert is on another rank
+  for (int rank = 0; rank < ep; ++rank) {
+    const MoeRun& got = ranks[rank];
+    const std::string at = "rank " + std::to_string(rank);
+    ASSERT_EQ(got.choice,
+              std::vector<int32_t>(
+                  whole.choice.begin() + rank * kTokensPerRank * top_k,
+                  whole.choice.begin() + (rank + 1) * kTokensPerRank * top_k))
+        << at;
+    for (int32_t e : got.choice) remote += e / per_rank != rank;
+    ExpectNear(got.out.data(), RankRows(whole.out, rank).data(),
+               got.out.numel(), at + " out");
+    ExpectNear(got.dx.data(), RankRows(whole.dx, rank).data(), got.dx.numel(),
+               at + " dx");
+    // Each expert's gradients live on its rank only.
+    for (const Parameter MoeParameters::*fused :
+         {&MoeParameters::experts_gate_up, &MoeParameters::experts_down}) {
+      const Tensor& grad = (got.grads.*fused).grad;
+      const int64_t slab = grad.numel() / config_.n_routed_experts;
+      for (int64_t e = 0; e < config_.n_routed_experts; ++e) {
+        const std::string expert = at + " expert " + std::to_string(e);
+        if (e / per_rank == rank) {
+          ExpectNear(grad.data() + e * slab,
+                     (whole.grads.*fused).grad.data() + e * slab, slab, expert);
+        } else {
+          for (int64_t i = 0; i < slab; ++i) {
+            ASSERT_EQ(grad.data()[e * slab + i], 0.f) << expert;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(remote, 0) << "no token crossed ranks";
+
+  // Replicated weights: the ranks' gradients sum to one process's.
+  struct Replicated {
+    std::string name;
+    const Tensor& (*grad)(const MoeParameters&);
+  };
+  const std::vector<Replicated> replicated = {
+      {"gate",
+       [](const MoeParameters& p) -> const Tensor& { return p.gate.grad; }},
+      {"shared gate_proj",
+       [](const MoeParameters& p) -> const Tensor& {
+         return p.shared_experts.gate_proj.grad;
+       }},
+      {"shared up_proj",
+       [](const MoeParameters& p) -> const Tensor& {
+         return p.shared_experts.up_proj.grad;
+       }},
+      {"shared down_proj",
+       [](const MoeParameters& p) -> const Tensor& {
+         return p.shared_experts.down_proj.grad;
+       }},
+  };
+  for (const Replicated& r : replicated) {
+    std::vector<float> sum(r.grad(whole.grads).numel(), 0.f);
+    for (const MoeRun& got : ranks) {
+      for (size_t i = 0; i < sum.size(); ++i)
+        sum[i] += r.grad(got.grads).data()[i];
+    }
+    ExpectNear(sum.data(), r.grad(whole.grads).data(),
+               static_cast<int64_t>(sum.size()), r.name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ExpertParallelDispatchTest,
+                         ::testing::Values(2, 4));
+
+}  // namespace
+}  // namespace glm
