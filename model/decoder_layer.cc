@@ -33,8 +33,9 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
       acts->h_mid.Matrix(), p.post_attention_layernorm.value.data(),
       spec.rms_norm_eps, acts->mlp_in.Matrix(), acts->mlp_rstd.data());
   if (p.is_moe) {
+    LocalExpertDispatcher local;
     MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_out,
-               &acts->moe);
+               &acts->moe, spec.experts ? *spec.experts : local);
   } else {
     MlpForward(backend, p.mlp, acts->mlp_in.Matrix(), h_out,
                /*accumulate=*/false, &acts->mlp);
@@ -50,8 +51,9 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
   const int64_t n = h_in.rows, hidden = h_in.cols;
   Tensor dmlp_in({n, hidden}), dh_mid({n, hidden});
   if (p.is_moe) {
+    LocalExpertDispatcher local;
     MoeBackward(backend, p.moe, spec.router, acts.mlp_in.Matrix(), acts.moe,
-                dh_out, dmlp_in.Matrix());
+                dh_out, dmlp_in.Matrix(), spec.experts ? *spec.experts : local);
   } else {
     MlpBackward(backend, p.mlp, acts.mlp_in.Matrix(), acts.mlp, dh_out,
                 dmlp_in.Matrix());

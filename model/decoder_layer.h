@@ -16,6 +16,9 @@ struct DecoderLayerSpec {
   float rms_norm_eps = 1e-5f;
   AttentionSpec attention;
   RouterSpec router;
+  // Where the routed experts run (expert parallelism); null: all of them in
+  // this process. Not owned.
+  ExpertDispatcher* experts = nullptr;
 };
 
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,

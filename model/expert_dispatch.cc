@@ -85,23 +85,20 @@ void ExpertsBackward(Backend& backend, MoeParameters& p,
   }
 }
 
-absl::Status LocalExpertDispatcher::Forward(
-    Backend& backend, const MoeParameters& p, ConstMatrixView x,
-    const int32_t* choice, ConstMatrixView weights, MatrixView out,
-    RoutedActivations* acts) {
+void LocalExpertDispatcher::Forward(Backend& backend, const MoeParameters& p,
+                                    ConstMatrixView x, const int32_t* choice,
+                                    ConstMatrixView weights, MatrixView out,
+                                    RoutedActivations* acts) {
   acts->experts = GroupRowsByExpert(choice, x.rows * weights.cols, weights.cols,
                                     p.gate.value.dim(0));
   ExpertsForward(backend, p, x, AsColumn(weights), &acts->experts, out);
-  return absl::OkStatus();
 }
 
-absl::Status LocalExpertDispatcher::Backward(Backend& backend, MoeParameters& p,
-                                             const RoutedActivations& acts,
-                                             ConstMatrixView dout,
-                                             MatrixView dx,
-                                             MatrixView dweights) {
+void LocalExpertDispatcher::Backward(Backend& backend, MoeParameters& p,
+                                     const RoutedActivations& acts,
+                                     ConstMatrixView dout, MatrixView dx,
+                                     MatrixView dweights) {
   ExpertsBackward(backend, p, acts.experts, dout, dx, AsColumn(dweights));
-  return absl::OkStatus();
 }
 
 }  // namespace glm

@@ -53,33 +53,37 @@ struct RoutedActivations {
   std::vector<int64_t> send_rows, recv_rows;
 };
 
+// A dispatcher that exchanges tokens with other ranks can fail; it then
+// remembers the first error (status()) and does nothing more, so that the
+// layers above it need no error paths and the caller checks once per pass.
 class ExpertDispatcher {
  public:
   virtual ~ExpertDispatcher() = default;
   // out[t] += sum_k weights[t, k] * expert_{choice[t * top_k + k]}(x[t]),
   // top_k = weights.cols.
-  virtual absl::Status Forward(Backend& backend, const MoeParameters& p,
-                               ConstMatrixView x, const int32_t* choice,
-                               ConstMatrixView weights, MatrixView out,
-                               RoutedActivations* acts) = 0;
-  // dx and dweights ([n, top_k]) accumulate; so do the weight gradients of
-  // the experts that ran in this process.
-  virtual absl::Status Backward(Backend& backend, MoeParameters& p,
-                                const RoutedActivations& acts,
-                                ConstMatrixView dout, MatrixView dx,
-                                MatrixView dweights) = 0;
-};
-
-// Every expert in this process.
-class LocalExpertDispatcher : public ExpertDispatcher {
- public:
-  absl::Status Forward(Backend& backend, const MoeParameters& p,
+  virtual void Forward(Backend& backend, const MoeParameters& p,
                        ConstMatrixView x, const int32_t* choice,
                        ConstMatrixView weights, MatrixView out,
-                       RoutedActivations* acts) override;
-  absl::Status Backward(Backend& backend, MoeParameters& p,
+                       RoutedActivations* acts) = 0;
+  // dx and dweights ([n, top_k]) accumulate; so do the weight gradients of
+  // the experts that ran in this process.
+  virtual void Backward(Backend& backend, MoeParameters& p,
                         const RoutedActivations& acts, ConstMatrixView dout,
-                        MatrixView dx, MatrixView dweights) override;
+                        MatrixView dx, MatrixView dweights) = 0;
+  // The first failure, or OK.
+  virtual absl::Status status() const = 0;
+};
+
+// Every expert in this process; never fails.
+class LocalExpertDispatcher : public ExpertDispatcher {
+ public:
+  void Forward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
+               const int32_t* choice, ConstMatrixView weights, MatrixView out,
+               RoutedActivations* acts) override;
+  void Backward(Backend& backend, MoeParameters& p,
+                const RoutedActivations& acts, ConstMatrixView dout,
+                MatrixView dx, MatrixView dweights) override;
+  absl::Status status() const override { return absl::OkStatus(); }
 };
 
 // A contiguous [rows, cols] matrix as rows * cols rows of one value (the

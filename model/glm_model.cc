@@ -65,6 +65,9 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   ForwardLayers(&result);
   ForwardHead(batch.loss_mask, &result);
   if (!params_->mtp.empty()) ForwardMtp(batch.loss_mask, &result);
+  if (spec_.experts != nullptr && !spec_.experts->status().ok()) {
+    return spec_.experts->status();
+  }
   result.total_loss = result.lm_loss +
                       options_.mtp_loss_scale * result.mtp_loss +
                       result.indexer_loss;
@@ -159,6 +162,7 @@ absl::Status GlmModel::Backward() {
   }
   backend_->EmbeddingBackward(dh.Matrix(), ids_.data(),
                               params_->embed_tokens.grad.Matrix());
+  if (spec_.experts != nullptr) return spec_.experts->status();
   return absl::OkStatus();
 }
 

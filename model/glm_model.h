@@ -63,6 +63,12 @@ class GlmModel {
   // Neither pointer is owned; both must outlive the model.
   GlmModel(ModelParameters* params, Backend* backend, LossOptions options = {});
 
+  // Routed experts run through `experts` (expert parallelism; not owned, must
+  // outlive the model) instead of all in this process.
+  void set_expert_dispatcher(ExpertDispatcher* experts) {
+    spec_.experts = experts;
+  }
+
   absl::StatusOr<ForwardResult> Forward(const Batch& batch);
   // Gradients of the last Forward's total loss, added to params->*.grad.
   absl::Status Backward();

@@ -12,10 +12,9 @@ RouterSpec MakeRouterSpec(const ModelConfig& config) {
   return spec;
 }
 
-absl::Status MoeForward(Backend& backend, const MoeParameters& p,
-                        const RouterSpec& spec, ConstMatrixView x,
-                        MatrixView out, MoeActivations* acts,
-                        ExpertDispatcher& experts) {
+void MoeForward(Backend& backend, const MoeParameters& p,
+                const RouterSpec& spec, ConstMatrixView x, MatrixView out,
+                MoeActivations* acts, ExpertDispatcher& experts) {
   const int64_t n = x.rows, num_experts = p.gate.value.dim(0);
   Tensor logits({n, num_experts});
   backend.Linear(x, p.gate.value.Matrix(), logits.Matrix(), false);
@@ -32,43 +31,37 @@ absl::Status MoeForward(Backend& backend, const MoeParameters& p,
   // Shared experts write `out`; routed experts add their weighted rows to it.
   MlpForward(backend, p.shared_experts, x, out, /*accumulate=*/false,
              &acts->shared);
-  return experts.Forward(backend, p, x, acts->choice.data(),
-                         acts->weights.Matrix(), out, &acts->routed);
+  experts.Forward(backend, p, x, acts->choice.data(), acts->weights.Matrix(),
+                  out, &acts->routed);
 }
 
-absl::Status MoeBackward(Backend& backend, MoeParameters& p,
-                         const RouterSpec& spec, ConstMatrixView x,
-                         const MoeActivations& acts, ConstMatrixView dout,
-                         MatrixView dx, ExpertDispatcher& experts) {
+void MoeBackward(Backend& backend, MoeParameters& p, const RouterSpec& spec,
+                 ConstMatrixView x, const MoeActivations& acts,
+                 ConstMatrixView dout, MatrixView dx,
+                 ExpertDispatcher& experts) {
   const int64_t n = x.rows, num_experts = p.gate.value.dim(0);
   Tensor dweights({n, spec.top_k});
-  if (absl::Status status = experts.Backward(backend, p, acts.routed, dout, dx,
-                                             dweights.Matrix());
-      !status.ok()) {
-    return status;
-  }
+  experts.Backward(backend, p, acts.routed, dout, dx, dweights.Matrix());
   Tensor dlogits({n, num_experts});
   backend.RouterBackward(acts.scores.Matrix(), acts.choice.data(),
                          dweights.Matrix(), spec, dlogits.Matrix());
   backend.LinearBackward(x, p.gate.value.Matrix(), dlogits.Matrix(), dx,
                          p.gate.grad.Matrix());
   MlpBackward(backend, p.shared_experts, x, acts.shared, dout, dx);
-  return absl::OkStatus();
 }
 
-// The local dispatcher has no failure path, so its status is always OK.
 void MoeForward(Backend& backend, const MoeParameters& p,
                 const RouterSpec& spec, ConstMatrixView x, MatrixView out,
                 MoeActivations* acts) {
   LocalExpertDispatcher local;
-  MoeForward(backend, p, spec, x, out, acts, local).IgnoreError();
+  MoeForward(backend, p, spec, x, out, acts, local);
 }
 
 void MoeBackward(Backend& backend, MoeParameters& p, const RouterSpec& spec,
                  ConstMatrixView x, const MoeActivations& acts,
                  ConstMatrixView dout, MatrixView dx) {
   LocalExpertDispatcher local;
-  MoeBackward(backend, p, spec, x, acts, dout, dx, local).IgnoreError();
+  MoeBackward(backend, p, spec, x, acts, dout, dx, local);
 }
 
 }  // namespace glm

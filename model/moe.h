@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/dense_mlp.h"
@@ -30,14 +29,13 @@ RouterSpec MakeRouterSpec(const ModelConfig& config);
 // The routed experts run where `experts` puts them (under expert parallelism
 // that exchanges tokens with the other ranks of the expert group, which must
 // make the same calls).
-absl::Status MoeForward(Backend& backend, const MoeParameters& p,
-                        const RouterSpec& spec, ConstMatrixView x,
-                        MatrixView out, MoeActivations* acts,
-                        ExpertDispatcher& experts);
-absl::Status MoeBackward(Backend& backend, MoeParameters& p,
-                         const RouterSpec& spec, ConstMatrixView x,
-                         const MoeActivations& acts, ConstMatrixView dout,
-                         MatrixView dx, ExpertDispatcher& experts);
+void MoeForward(Backend& backend, const MoeParameters& p,
+                const RouterSpec& spec, ConstMatrixView x, MatrixView out,
+                MoeActivations* acts, ExpertDispatcher& experts);
+void MoeBackward(Backend& backend, MoeParameters& p, const RouterSpec& spec,
+                 ConstMatrixView x, const MoeActivations& acts,
+                 ConstMatrixView dout, MatrixView dx,
+                 ExpertDispatcher& experts);
 
 // Every expert in this process.
 void MoeForward(Backend& backend, const MoeParameters& p,

@@ -30,7 +30,7 @@ std::vector<int32_t> SentTokens(const std::vector<int32_t>& slots,
 
 }  // namespace
 
-absl::Status ExpertParallelDispatcher::Forward(
+absl::Status ExpertParallelDispatcher::TryForward(
     Backend& backend, const MoeParameters& p, ConstMatrixView x,
     const int32_t* choice, ConstMatrixView weights, MatrixView out,
     RoutedActivations* acts) {
@@ -108,7 +108,7 @@ absl::Status ExpertParallelDispatcher::Forward(
   return absl::OkStatus();
 }
 
-absl::Status ExpertParallelDispatcher::Backward(
+absl::Status ExpertParallelDispatcher::TryBackward(
     Backend& backend, MoeParameters& p, const RoutedActivations& acts,
     ConstMatrixView dout, MatrixView dx, MatrixView dweights) {
   const int64_t hidden = dout.cols;
@@ -150,6 +150,24 @@ absl::Status ExpertParallelDispatcher::Backward(
   backend.ScatterAddRows(back_rows.Columns(hidden, 1), acts.sent_slots.data(),
                          nullptr, AsColumn(dweights));
   return absl::OkStatus();
+}
+
+void ExpertParallelDispatcher::Forward(Backend& backend, const MoeParameters& p,
+                                       ConstMatrixView x, const int32_t* choice,
+                                       ConstMatrixView weights, MatrixView out,
+                                       RoutedActivations* acts) {
+  if (status_.ok()) {
+    status_ = TryForward(backend, p, x, choice, weights, out, acts);
+  }
+}
+
+void ExpertParallelDispatcher::Backward(Backend& backend, MoeParameters& p,
+                                        const RoutedActivations& acts,
+                                        ConstMatrixView dout, MatrixView dx,
+                                        MatrixView dweights) {
+  if (status_.ok()) {
+    status_ = TryBackward(backend, p, acts, dout, dx, dweights);
+  }
 }
 
 }  // namespace glm

@@ -20,16 +20,25 @@ class ExpertParallelDispatcher : public ExpertDispatcher {
   // `group` (the expert-parallel group) must outlive the dispatcher.
   explicit ExpertParallelDispatcher(Collectives* group) : group_(group) {}
 
-  absl::Status Forward(Backend& backend, const MoeParameters& p,
-                       ConstMatrixView x, const int32_t* choice,
-                       ConstMatrixView weights, MatrixView out,
-                       RoutedActivations* acts) override;
-  absl::Status Backward(Backend& backend, MoeParameters& p,
-                        const RoutedActivations& acts, ConstMatrixView dout,
-                        MatrixView dx, MatrixView dweights) override;
+  void Forward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
+               const int32_t* choice, ConstMatrixView weights, MatrixView out,
+               RoutedActivations* acts) override;
+  void Backward(Backend& backend, MoeParameters& p,
+                const RoutedActivations& acts, ConstMatrixView dout,
+                MatrixView dx, MatrixView dweights) override;
+  absl::Status status() const override { return status_; }
 
  private:
+  absl::Status TryForward(Backend& backend, const MoeParameters& p,
+                          ConstMatrixView x, const int32_t* choice,
+                          ConstMatrixView weights, MatrixView out,
+                          RoutedActivations* acts);
+  absl::Status TryBackward(Backend& backend, MoeParameters& p,
+                           const RoutedActivations& acts, ConstMatrixView dout,
+                           MatrixView dx, MatrixView dweights);
+
   Collectives* group_;
+  absl::Status status_;
 };
 
 }  // namespace glm
