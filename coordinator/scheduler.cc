@@ -105,20 +105,64 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id,
                     reason.empty() ? "cancelled by user" : reason);
 }
 
-absl::StatusOr<v1::Job> Scheduler::EndAttempt(const std::string& job_id,
-                                              v1::JobState to,
-                                              const std::string& reason) {
-  absl::StatusOr<v1::Job> ended = jobs_->Transition(job_id, to, reason);
+absl::StatusOr<v1::Job> Scheduler::EndAttempt(
+    const std::string& job_id, v1::JobState to, const std::string& reason,
+    const std::function<void(v1::Job*)>& also) {
+  absl::StatusOr<v1::Job> ended = jobs_->Transition(job_id, to, reason, also);
   if (!ended.ok()) return ended;
   auto it = attempts_.find(job_id);
-  if (it != attempts_.end()) {
-    for (const std::string& worker : it->second.workers) {
+  if (it == attempts_.end()) return ended;
+  const Attempt& attempt = it->second;
+  for (size_t rank = 0; rank < attempt.workers.size(); ++rank) {
+    const std::string& worker = attempt.workers[rank];
+    absl::StatusOr<WorkerRecord> record = workers_->Get(worker);
+    // A rank still training keeps its worker until it has stopped; one whose
+    // assignment was never delivered has nothing to stop.
+    const bool over = attempt.reported.count(rank) || !record.ok() ||
+                      !record->alive || workers_->WithdrawAssignment(worker);
+    if (over) {
       workers_->Release(worker);
+    } else {
+      stopping_[worker] = {
+          job_id, absl::StrCat(job_id, " attempt ", attempt.number, " ended (",
+                               v1::JobState_Name(to), "): ", reason)};
     }
-    rendezvous_->DropScope(RendezvousScope(job_id, it->second.number));
-    attempts_.erase(it);
   }
+  rendezvous_->DropScope(RendezvousScope(job_id, attempt.number));
+  attempts_.erase(it);
   return ended;
+}
+
+void Scheduler::RestartOrFail(const std::string& job_id,
+                              const std::string& reason) {
+  absl::StatusOr<v1::Job> job = jobs_->Get(job_id);
+  if (!job.ok() || IsTerminalState(job->state())) return;
+  const int max_restarts = job->spec().training().max_restarts();
+  if (job->restarts() < max_restarts) {
+    const int restart = job->restarts() + 1;
+    EndAttempt(
+        job_id, v1::PENDING,
+        absl::StrCat("restart ", restart, " of ", max_restarts, ": ", reason),
+        [restart](v1::Job* j) { j->set_restarts(restart); })
+        .IgnoreError();  // the job may have ended concurrently
+    return;
+  }
+  EndAttempt(job_id, v1::FAILED,
+             max_restarts == 0
+                 ? reason
+                 : absl::StrCat(reason, " (after ", job->restarts(),
+                                " restarts, the most allowed)"))
+      .IgnoreError();
+}
+
+bool Scheduler::FreeIfStopping(const std::string& worker_id,
+                               const std::string& job_id) {
+  auto it = stopping_.find(worker_id);
+  if (it == stopping_.end() || (!job_id.empty() && it->second.job_id != job_id))
+    return false;
+  stopping_.erase(it);
+  workers_->Release(worker_id);
+  return true;
 }
 
 absl::StatusOr<int> Scheduler::RankOf(const std::string& worker_id,
@@ -159,6 +203,12 @@ absl::StatusOr<v1::HeartbeatResponse> Scheduler::OnHeartbeat(
     return alive;
   }
   v1::HeartbeatResponse response;
+  if (auto stopping = stopping_.find(request.worker_id());
+      stopping != stopping_.end()) {
+    response.set_stop_job(true);
+    response.set_reason(stopping->second.reason);
+    return response;
+  }
   if (request.job_id().empty()) return response;
   absl::StatusOr<int> rank = RankOf(request.worker_id(), request.job_id(), 0);
   if (rank.ok()) {
@@ -190,17 +240,21 @@ absl::StatusOr<bool> Scheduler::OnMetrics(
 
 absl::Status Scheduler::OnJobResult(const v1::ReportJobResultRequest& request) {
   absl::MutexLock lock(&mu_);
+  // A rank of an ended attempt has stopped: its worker may take new work.
+  if (FreeIfStopping(request.worker_id(), request.job_id()))
+    return absl::OkStatus();
   absl::StatusOr<int> rank =
       RankOf(request.worker_id(), request.job_id(), request.attempt());
   if (!rank.ok()) return rank.status();
   MarkActive(request.job_id(), *rank);  // a rank that finished has run
-  if (!request.ok()) {
-    return EndAttempt(request.job_id(), v1::FAILED,
-                      absl::StrCat("rank ", *rank, " (", request.worker_id(),
-                                   ") failed: ", request.message()))
-        .status();
-  }
   Attempt& attempt = attempts_.at(request.job_id());
+  attempt.reported.insert(*rank);
+  if (!request.ok()) {
+    RestartOrFail(request.job_id(),
+                  absl::StrCat("rank ", *rank, " (", request.worker_id(),
+                               ") failed: ", request.message()));
+    return absl::OkStatus();
+  }
   attempt.succeeded.insert(*rank);
   if (attempt.succeeded.size() < attempt.workers.size())
     return absl::OkStatus();
@@ -213,15 +267,12 @@ absl::Status Scheduler::OnJobResult(const v1::ReportJobResultRequest& request) {
 void Scheduler::ExpireSilentWorkers(int64_t now_ms) {
   absl::MutexLock lock(&mu_);
   for (const WorkerRecord& dead : workers_->ExpireSilent(now_ms)) {
+    if (FreeIfStopping(dead.id, "")) continue;
     if (dead.job_id.empty() || !attempts_.count(dead.job_id)) continue;
-    // A lost rank ends the attempt. spec.training.max_restarts is where a
-    // restart policy would requeue the job (RUNNING -> PENDING) instead of
-    // failing it.
-    EndAttempt(
-        dead.job_id, v1::FAILED,
+    RestartOrFail(
+        dead.job_id,
         absl::StrCat(dead.id, " (rank ", dead.rank, ") sent no heartbeat for ",
-                     workers_->heartbeat_timeout_ms(), " ms"))
-        .IgnoreError();  // the job may have ended concurrently
+                     workers_->heartbeat_timeout_ms(), " ms"));
   }
 }
 

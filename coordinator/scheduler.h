@@ -1,12 +1,17 @@
 // Matches jobs to workers and follows each job attempt to its end: assigns the
 // ranks of PENDING jobs to idle workers, moves the job to RUNNING when every
-// rank shows life, to SUCCEEDED when every rank reports success, and to FAILED
-// when a rank fails or its worker goes silent. Holds one lock across each
-// decision, so a worker is never given two jobs and a job never ends twice.
+// rank shows life, to SUCCEEDED when every rank reports success. When a rank
+// fails or its worker goes silent the attempt ends: the job goes back to
+// PENDING for a new attempt while spec.training.max_restarts allows (workers
+// resume from the job's latest checkpoint), else to FAILED. The other ranks of
+// an ended attempt are told to stop and get no new assignment until they report
+// their result, go idle or go silent. Holds one lock across each decision, so a
+// worker is never given two jobs and a job never ends twice.
 #ifndef GLM_COORDINATOR_SCHEDULER_H_
 #define GLM_COORDINATOR_SCHEDULER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -47,7 +52,7 @@ class Scheduler {
   absl::StatusOr<bool> OnMetrics(const v1::ReportMetricsRequest& request);
   // A rank's final word on the attempt.
   absl::Status OnJobResult(const v1::ReportJobResultRequest& request);
-  // Declares silent workers dead and fails the jobs they held.
+  // Declares silent workers dead and restarts or fails the jobs they held.
   void ExpireSilentWorkers(int64_t now_ms);
 
  private:
@@ -57,16 +62,32 @@ class Scheduler {
     std::vector<std::string> workers;  // by rank
     std::set<int> active;
     std::set<int> succeeded;
+    // Ranks that reported their result (success or failure).
+    std::set<int> reported;
+  };
+  // A worker told to stop the rank it held in an ended attempt.
+  struct Stopping {
+    std::string job_id;
+    std::string reason;
   };
 
   absl::Status ScheduleJob(const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkActive(const std::string& job_id, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the job to a terminal state and frees its workers and rendezvous
-  // scope.
-  absl::StatusOr<v1::Job> EndAttempt(const std::string& job_id, v1::JobState to,
-                                     const std::string& reason)
+  // Moves the job to `to` (terminal, or PENDING for a restart; `also` edits it
+  // in the same step) and drops its rendezvous scope. Workers whose rank
+  // reported its result, or that are dead, are freed; the others stop first.
+  absl::StatusOr<v1::Job> EndAttempt(
+      const std::string& job_id, v1::JobState to, const std::string& reason,
+      const std::function<void(v1::Job*)>& also = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lost or failed rank: a new attempt while restarts remain, else FAILED.
+  void RestartOrFail(const std::string& job_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees a stopping worker once its rank of `job_id` is over (`job_id` empty:
+  // whatever it held).
+  bool FreeIfStopping(const std::string& worker_id, const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rank the worker holds in the job's current attempt, or NOT_FOUND /
   // FAILED_PRECONDITION when it holds none.
@@ -80,6 +101,8 @@ class Scheduler {
   const int64_t rendezvous_timeout_ms_;
   absl::Mutex mu_;
   std::map<std::string, Attempt> attempts_ ABSL_GUARDED_BY(mu_);
+  // By worker id.
+  std::map<std::string, Stopping> stopping_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace glm

@@ -72,6 +72,14 @@ void WorkerRegistry::Assign(const std::string& worker_id,
   queued_[worker_id].push_back(assignment);
 }
 
+bool WorkerRegistry::WithdrawAssignment(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = queued_.find(worker_id);
+  if (it == queued_.end() || it->second.empty()) return false;
+  queued_.erase(it);
+  return true;
+}
+
 void WorkerRegistry::Release(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   WorkerRecord* record = Find(worker_id);

@@ -48,6 +48,9 @@ class WorkerRegistry {
   // Binds the worker to the assignment's job rank and queues the assignment for
   // it.
   void Assign(const std::string& worker_id, const v1::Assignment& assignment);
+  // Removes the worker's queued assignment; false when it had none (it was
+  // already streamed to the worker).
+  bool WithdrawAssignment(const std::string& worker_id);
   // Makes the worker idle again (its job rank ended).
   void Release(const std::string& worker_id);
   // The worker's next assignment; nullopt when none comes within `timeout`.
