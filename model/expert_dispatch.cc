@@ -89,16 +89,16 @@ void LocalExpertDispatcher::Forward(Backend& backend, const MoeParameters& p,
                                     ConstMatrixView x, const int32_t* choice,
                                     ConstMatrixView weights, MatrixView out,
                                     RoutedActivations* acts) {
-  acts->experts = GroupRowsByExpert(choice, x.rows * weights.cols, weights.cols,
-                                    p.gate.value.dim(0));
-  ExpertsForward(backend, p, x, AsColumn(weights), &acts->experts, out);
+  acts->experts = {GroupRowsByExpert(choice, x.rows * weights.cols,
+                                     weights.cols, p.gate.value.dim(0))};
+  ExpertsForward(backend, p, x, AsColumn(weights), &acts->experts[0], out);
 }
 
 void LocalExpertDispatcher::Backward(Backend& backend, MoeParameters& p,
                                      const RoutedActivations& acts,
                                      ConstMatrixView dout, MatrixView dx,
                                      MatrixView dweights) {
-  ExpertsBackward(backend, p, acts.experts, dout, dx, AsColumn(dweights));
+  ExpertsBackward(backend, p, acts.experts[0], dout, dx, AsColumn(dweights));
 }
 
 }  // namespace glm

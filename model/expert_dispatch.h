@@ -46,7 +46,9 @@ void ExpertsBackward(Backend& backend, MoeParameters& p,
 
 // What a dispatcher keeps between forward and backward.
 struct RoutedActivations {
-  std::vector<ExpertActivations> experts;  // the experts that ran here
+  // The experts that ran here, per block of rows run together: one block in
+  // process; under expert parallelism one per member the rows came from.
+  std::vector<std::vector<ExpertActivations>> experts;
   // Expert parallelism: this rank's (token, k) slots in the order they were
   // sent, and the rows sent to / received from each peer.
   std::vector<int32_t> sent_slots;

@@ -1,6 +1,7 @@
 #include "parallel/expert_parallel_dispatch.h"
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,15 +45,16 @@ absl::Status ExpertParallelDispatcher::TryForward(
   }
   const int64_t per_rank = num_experts / size;
 
-  // Slots grouped by the member holding their expert, in slot order.
-  acts->sent_slots.clear();
+  // Slots in (expert, slot) order, which groups them by the member holding
+  // their expert: each token's output then adds its experts' rows in the
+  // order one process with every expert adds them.
+  acts->sent_slots.resize(slots);
+  std::iota(acts->sent_slots.begin(), acts->sent_slots.end(), 0);
+  std::stable_sort(acts->sent_slots.begin(), acts->sent_slots.end(),
+                   [&](int32_t a, int32_t b) { return choice[a] < choice[b]; });
   acts->send_rows.assign(size, 0);
-  for (int peer = 0; peer < size; ++peer) {
-    for (int64_t slot = 0; slot < slots; ++slot) {
-      if (choice[slot] / per_rank != peer) continue;
-      acts->sent_slots.push_back(static_cast<int32_t>(slot));
-      ++acts->send_rows[peer];
-    }
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    ++acts->send_rows[choice[slot] / per_rank];
   }
   std::vector<float> send_rows(acts->send_rows.begin(), acts->send_rows.end());
   std::vector<float> recv_rows(size);
@@ -83,17 +85,29 @@ absl::Status ExpertParallelDispatcher::TryForward(
     return s;
   }
 
-  // This member's experts on every row it received.
+  // This member's experts on the rows of each member in turn, as their own
+  // products: the experts then see the micro batches one process would, in
+  // its order (the ranks' micro batches interleave), so expert parallelism
+  // matches one process as closely as data parallelism does.
   const ConstMatrixView rows(recv.data(), received, width, width);
-  std::vector<int32_t> expert(received);
-  for (int64_t i = 0; i < received; ++i) {
-    expert[i] = static_cast<int32_t>(rows.Row(i)[hidden + 1]);
-  }
-  acts->experts = GroupRowsByExpert(expert.data(), received, 1, num_experts);
   std::vector<float> combined = Buffer(received * hidden);
-  ExpertsForward(backend, p, rows.Columns(0, hidden), rows.Columns(hidden, 1),
-                 &acts->experts,
-                 MatrixView{combined.data(), received, hidden, hidden});
+  const MatrixView combined_rows{combined.data(), received, hidden, hidden};
+  acts->experts.assign(acts->recv_rows.size(), {});
+  int64_t first = 0;
+  for (size_t source = 0; source < acts->recv_rows.size(); ++source) {
+    const int64_t count = acts->recv_rows[source];
+    const ConstMatrixView block = rows.Rows(first, count);
+    std::vector<int32_t> expert(count);
+    for (int64_t i = 0; i < count; ++i) {
+      expert[i] = static_cast<int32_t>(block.Row(i)[hidden + 1]);
+    }
+    acts->experts[source] =
+        GroupRowsByExpert(expert.data(), count, 1, num_experts);
+    ExpertsForward(backend, p, block.Columns(0, hidden),
+                   block.Columns(hidden, 1), &acts->experts[source],
+                   combined_rows.Rows(first, count));
+    first += count;
+  }
 
   std::vector<float> back = Buffer(sent * hidden);
   if (absl::Status s =
@@ -134,9 +148,16 @@ absl::Status ExpertParallelDispatcher::TryBackward(
   const int64_t width = hidden + 1;
   std::vector<float> grads = Buffer(received * width);
   const MatrixView grad_rows{grads.data(), received, width, width};
-  ExpertsBackward(backend, p, acts.experts,
-                  ConstMatrixView(recv.data(), received, hidden, hidden),
-                  grad_rows.Columns(0, hidden), grad_rows.Columns(hidden, 1));
+  const ConstMatrixView dout_rows(recv.data(), received, hidden, hidden);
+  int64_t first = 0;
+  for (size_t source = 0; source < acts.recv_rows.size(); ++source) {
+    const int64_t count = acts.recv_rows[source];
+    const MatrixView block = grad_rows.Rows(first, count);
+    ExpertsBackward(backend, p, acts.experts[source],
+                    dout_rows.Rows(first, count), block.Columns(0, hidden),
+                    block.Columns(hidden, 1));
+    first += count;
+  }
   std::vector<float> back = Buffer(sent * width);
   if (absl::Status s =
           group_->AllToAllV(grads.data(), Times(acts.recv_rows, width),

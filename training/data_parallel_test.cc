@@ -1,11 +1,14 @@
 // Data parallelism over two ranks (threads, each with its own Gloo context)
 // takes the same steps as one process: same losses, same gradient norm, same
 // updated weights and optimizer moments, with or without the distributed
-// optimizer (ZeRO-1).
+// optimizer (ZeRO-1); and with expert parallelism folded over the same two
+// ranks (EP2: each rank holds half of the routed experts).
 #include <cmath>
 #include <map>
+#include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -58,14 +61,16 @@ struct TrainingRun {
   std::map<std::string, std::vector<float>> state;
 };
 
-TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer) {
+TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
+                  std::optional<ExpertParallelRank> expert_parallel = {}) {
   TrainerOptions options = Options();
   options.distributed_optimizer = distributed_optimizer;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       options,
       std::make_unique<PretrainData>(
           std::make_unique<HashedTokenDataset>(options.seq_length)),
-      nullptr, std::make_unique<CpuBackend>(), data_parallel);
+      nullptr, std::make_unique<CpuBackend>(), data_parallel, std::nullopt,
+      expert_parallel);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   TrainingRun run;
   if (!trainer.ok()) return run;
@@ -85,8 +90,11 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer) {
   return run;
 }
 
-// Two data-parallel ranks on threads, each with its own Gloo context.
-std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer) {
+// Two data-parallel ranks on threads, each with its own Gloo context; with
+// `expert_parallel` the same two ranks also split the routed experts (EP2,
+// expert-data-parallel size 1).
+std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer,
+                                         bool expert_parallel = false) {
   gloo::rendezvous::HashStore store;
   std::vector<TrainingRun> ranks(2);
   std::vector<std::thread> threads;
@@ -95,7 +103,17 @@ std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer) {
       absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
           GlooCollectives::Connect(store, "dp", rank, 2, GlooOptions());
       ASSERT_TRUE(group.ok()) << group.status();
-      ranks[rank] = Train(group->get(), distributed_optimizer);
+      if (!expert_parallel) {
+        ranks[rank] = Train(group->get(), distributed_optimizer);
+        return;
+      }
+      auto experts = GlooCollectives::Connect(store, "ep", rank, 2, {});
+      auto expert_data = GlooCollectives::Connect(
+          store, "edp" + std::to_string(rank), 0, 1, {});
+      ASSERT_TRUE(experts.ok() && expert_data.ok());
+      ranks[rank] =
+          Train(group->get(), distributed_optimizer,
+                ExpertParallelRank{experts->get(), expert_data->get()});
     });
   }
   for (std::thread& t : threads) t.join();
@@ -122,22 +140,43 @@ void ExpectSameSteps(const TrainingRun& got, const TrainingRun& expected) {
   }
 }
 
-// Each tensor within 1e-5 in relative L2 error. (Element-wise, a weight whose
-// gradient is near zero can differ more: AdamW's first steps move it by about
-// lr * g / (|g| + eps), which magnifies float rounding in the order the
-// ranks' gradients are summed.)
+// Elements [begin, end) within 1e-5 in relative L2 error. (Element-wise, a
+// weight whose gradient is near zero can differ more: AdamW's first steps
+// move it by about lr * g / (|g| + eps), which magnifies float rounding in the
+// order the ranks' gradients are summed.)
+void ExpectNearRange(const std::vector<float>& have,
+                     const std::vector<float>& want, size_t begin, size_t end,
+                     const std::string& name) {
+  ASSERT_EQ(have.size(), want.size()) << name;
+  double norm = 0, error = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const double diff = double{have[i]} - want[i];
+    norm += double{want[i]} * want[i];
+    error += diff * diff;
+  }
+  EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
+}
+
+// Each tensor within 1e-5 (see ExpectNearRange).
 void ExpectSameState(const TrainingRun& got, const TrainingRun& expected) {
   ASSERT_EQ(got.state.size(), expected.state.size());
   for (const auto& [name, want] : expected.state) {
-    const std::vector<float>& have = got.state.at(name);
-    ASSERT_EQ(have.size(), want.size()) << name;
-    double norm = 0, error = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double diff = double{have[i]} - want[i];
-      norm += double{want[i]} * want[i];
-      error += diff * diff;
-    }
-    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
+    ExpectNearRange(got.state.at(name), want, 0, want.size(), name);
+  }
+}
+
+// Expert parallelism: every tensor but the routed experts as ExpectSameState;
+// of the routed experts (and their moments), the rows of the experts `rank`
+// of `ep` holds. The other experts' rows are not this rank's to update.
+void ExpectSameStateOfEpRank(const TrainingRun& got,
+                             const TrainingRun& expected, int rank, int ep) {
+  ASSERT_EQ(got.state.size(), expected.state.size());
+  for (const auto& [name, want] : expected.state) {
+    const bool routed = absl::EndsWith(name, "mlp.experts.gate_up_proj") ||
+                        absl::EndsWith(name, "mlp.experts.down_proj");
+    const size_t held = routed ? want.size() / ep : want.size();
+    const size_t begin = routed ? rank * held : 0;
+    ExpectNearRange(got.state.at(name), want, begin, begin + held, name);
   }
 }
 
@@ -161,6 +200,16 @@ TEST(DataParallelTest, DistributedOptimizerTakesThePlainSteps) {
   }
   // Parameters and the gathered moments agree bitwise across the ranks.
   EXPECT_EQ(ranks[0].state, ranks[1].state);
+}
+
+TEST(DataParallelTest, ExpertParallelTwoRanksTakeTheStepsOfOneProcess) {
+  const TrainingRun single = Train(nullptr, false);
+  const std::vector<TrainingRun> ranks =
+      TrainOnTwoRanks(false, /*expert_parallel=*/true);
+  for (int rank = 0; rank < 2; ++rank) {
+    ExpectSameSteps(ranks[rank], single);
+    ExpectSameStateOfEpRank(ranks[rank], single, rank, 2);
+  }
 }
 
 TEST(DataParallelTest, ShardsAreContiguousBalancedAndMayBeEmpty) {

@@ -1,6 +1,7 @@
 #include "training/gradient_sync.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace glm {
 
@@ -24,6 +25,24 @@ absl::Status AllReduceGradients(Collectives& group,
     offset += p.grad->numel();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> SumInRankOrder(Collectives& group, double value) {
+  static_assert(sizeof(double) == 2 * sizeof(float));
+  float packed[2];
+  std::memcpy(packed, &value, sizeof(value));
+  std::vector<float> gathered(2 * group.size());
+  if (absl::Status status = group.AllGather(packed, 2, gathered.data());
+      !status.ok()) {
+    return status;
+  }
+  double total = 0;
+  for (int rank = 0; rank < group.size(); ++rank) {
+    double part;
+    std::memcpy(&part, &gathered[2 * rank], sizeof(part));
+    total += part;
+  }
+  return total;
 }
 
 }  // namespace glm

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline_schedule.h"
+#include "training/expert_gradients.h"
 #include "training/flops.h"
 #include "training/grad_clip.h"
 #include "training/gradient_sync.h"
@@ -41,14 +42,47 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   return o.schedule.Validate();
 }
 
+// What expert parallelism runs with so far: the whole model on each rank
+// (no pipeline), plain AdamW, full weights.
+absl::Status CheckExpertParallel(const TrainerOptions& o,
+                                 const Collectives* data_parallel,
+                                 bool pipeline,
+                                 const ExpertParallelRank& expert_parallel) {
+  const int ep = expert_parallel.experts->size();
+  if (o.model.n_routed_experts % ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.ep: ", o.model.n_routed_experts,
+                     " routed experts do not split over ep ", ep));
+  }
+  if (data_parallel == nullptr) {
+    return absl::InvalidArgumentError(
+        "parallel.ep: expert parallelism folds over data parallelism, which "
+        "is missing");
+  }
+  if (pipeline || o.lora || o.distributed_optimizer) {
+    return absl::UnimplementedError(
+        "parallel.ep > 1 runs without pipeline parallelism, LoRA and the "
+        "distributed optimizer so far");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerOptions& options, std::unique_ptr<TrainingData> data,
     std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
-    Collectives* data_parallel, std::optional<PipelineRank> pipeline) {
+    Collectives* data_parallel, std::optional<PipelineRank> pipeline,
+    std::optional<ExpertParallelRank> expert_parallel) {
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return status;
+  }
+  if (expert_parallel) {
+    if (absl::Status status = CheckExpertParallel(
+            options, data_parallel, pipeline.has_value(), *expert_parallel);
+        !status.ok()) {
+      return status;
+    }
   }
   if (pipeline && options.lora) {
     return absl::UnimplementedError(
@@ -110,6 +144,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       new Trainer(options, std::move(data), std::move(params),
                   std::move(backend), data_parallel));
   trainer->lora_ = std::move(lora);
+  if (expert_parallel) {
+    trainer->expert_parallel_ = expert_parallel;
+    trainer->expert_dispatcher_ =
+        std::make_unique<ExpertParallelDispatcher>(expert_parallel->experts);
+    trainer->model_->set_expert_dispatcher(trainer->expert_dispatcher_.get());
+  }
   if (pipeline) {
     for (const StageSlice& slice : pipeline->stages) {
       absl::StatusOr<StageModel> stage = StageModel::Create(
@@ -167,6 +207,11 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     // Each tensor counts once, on its owning pp rank.
     mine = PipelineGradSquaredSum(*pipeline_->forward, *pipeline_tensors_,
                                   updated);
+  }
+  if (expert_parallel_) {
+    // Each expert counts once, on its ep rank.
+    mine = ExpertParallelGradSquaredSum(*expert_parallel_->experts,
+                                        SplitRoutedExperts(*params_, updated));
   }
   if (!mine.ok() || !shards_) return mine;
   float total = static_cast<float>(*mine);
@@ -285,10 +330,17 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
                                  MicroBatchTotals* totals) {
   std::vector<Tensor*> grads;
   for (const TrainableTensor& param : Trainable()) grads.push_back(param.grad);
-  if (absl::Status status = scatter_gradients
-                                ? shards_->ReduceScatter(group, grads)
-                                : AllReduceGradients(group, Trainable());
-      !status.ok()) {
+  absl::Status status;
+  if (scatter_gradients) {
+    status = shards_->ReduceScatter(group, grads);
+  } else if (expert_parallel_) {
+    status = AllReduceExpertParallelGradients(
+        group, expert_parallel_->expert_data,
+        SplitRoutedExperts(*params_, Trainable()));
+  } else {
+    status = AllReduceGradients(group, Trainable());
+  }
+  if (!status.ok()) {
     return status;
   }
   return ReduceTotals(group, totals);

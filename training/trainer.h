@@ -4,7 +4,8 @@
 // updates, and the per-step metrics Megatron logs. With a data-parallel group
 // each rank runs its share of the micro batches and the ranks sum gradients,
 // losses and expert loads before the update, so every rank takes the step one
-// process would.
+// process would. With expert parallelism the ranks of the data-parallel group
+// also split the routed experts (ExpertParallelRank).
 #ifndef GLM_TRAINING_TRAINER_H_
 #define GLM_TRAINING_TRAINER_H_
 
@@ -20,6 +21,7 @@
 #include "model/glm_model.h"
 #include "model/parameters.h"
 #include "parallel/collectives.h"
+#include "parallel/expert_parallel_dispatch.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/stage_model.h"
 #include "parallel/stage_parameters.h"
@@ -65,6 +67,15 @@ struct PipelineRank {
   std::vector<StageSlice> plan;
 };
 
+// This rank's expert-parallel groups when ep > 1 (Megatron's expert grid
+// folded over data parallelism). Not owned. Routed experts are split over
+// `experts` (see parallel/expert_parallel_dispatch.h); `expert_data` holds
+// the replicas of this rank's experts (null: none).
+struct ExpertParallelRank {
+  Collectives* experts = nullptr;
+  Collectives* expert_data = nullptr;
+};
+
 class Trainer {
  public:
   // `params` may be null: weights are then initialized from options.seed.
@@ -74,7 +85,8 @@ class Trainer {
       const TrainerOptions& options, std::unique_ptr<TrainingData> data,
       std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
       Collectives* data_parallel = nullptr,
-      std::optional<PipelineRank> pipeline = std::nullopt);
+      std::optional<PipelineRank> pipeline = std::nullopt,
+      std::optional<ExpertParallelRank> expert_parallel = std::nullopt);
 
   // Runs the next iteration and returns its metrics.
   absl::StatusOr<v1::StepMetrics> Step();
@@ -140,6 +152,8 @@ class Trainer {
   std::optional<PipelineTensors> pipeline_tensors_;
   std::vector<StageModel> stages_;  // with pipeline parallelism
   std::optional<LoraAdapters> lora_;
+  std::optional<ExpertParallelRank> expert_parallel_;
+  std::unique_ptr<ExpertParallelDispatcher> expert_dispatcher_;
 
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
