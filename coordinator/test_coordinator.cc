@@ -8,7 +8,8 @@ namespace glm {
 
 TestCoordinator::TestCoordinator(const std::string& name,
                                  int64_t heartbeat_timeout_ms,
-                                 bool serve_metrics) {
+                                 bool serve_metrics,
+                                 int64_t rendezvous_timeout_ms) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   options_.state_dir = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
   std::system(absl::StrCat("rm -rf '", options_.state_dir, "'").c_str());
@@ -17,6 +18,7 @@ TestCoordinator::TestCoordinator(const std::string& name,
   options_.auth_token = kToken;
   options_.heartbeat_interval_ms = heartbeat_timeout_ms / 5;
   options_.heartbeat_timeout_ms = heartbeat_timeout_ms;
+  options_.rendezvous_timeout_ms = rendezvous_timeout_ms;
   absl::Status started = Restart();
   if (!started.ok()) {
     std::fprintf(stderr, "coordinator failed to start: %s\n",

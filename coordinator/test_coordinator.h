@@ -21,7 +21,8 @@ class TestCoordinator {
   // when asked: stopping prometheus-cpp's HTTP server takes up to 2 s.
   explicit TestCoordinator(const std::string& name,
                            int64_t heartbeat_timeout_ms = 10000,
-                           bool serve_metrics = false);
+                           bool serve_metrics = false,
+                           int64_t rendezvous_timeout_ms = 300000);
 
   // Shuts down and starts again on the same state directory (new ports).
   absl::Status Restart();

@@ -5,27 +5,20 @@
 // 2 on a replacement worker process, which resumes from the last checkpoint.
 // The job succeeds, and every iteration's losses and gradient norm, from either
 // attempt, equal those of an uninterrupted run bit for bit.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "coordinator/test_coordinator.h"
-#include "data/indexed_dataset.h"
-#include "grpcpp/channel.h"
 #include "gtest/gtest.h"
-#include "proto/job_service.grpc.pb.h"
+#include "tests/worker_restart/worker_processes.h"
 #include "worker/training_job.h"
-
-extern char** environ;
 
 namespace glm {
 namespace {
@@ -34,76 +27,12 @@ constexpr int kTrainIters = 24;
 constexpr int kSaveInterval = 3;
 constexpr int64_t kHeartbeatTimeoutMs = 1500;
 
-std::string TempDir(const std::string& name) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-// Documents of pseudo-random byte tokens, each of its own length.
-std::string WriteDocuments(const std::string& dir) {
-  const std::string prefix = dir + "/documents";
-  auto builder = IndexedDatasetBuilder::Create(prefix, TokenDtype::kUint16);
-  EXPECT_TRUE(builder.ok());
-  uint32_t state = 777;
-  for (int document = 0; document < 80; ++document) {
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 24 + document % 13; ++i) {
-      state = state * 1103515245u + 12345u;
-      ids.push_back(static_cast<int32_t>((state >> 16) % 256));
-    }
-    ids.push_back(256);
-    EXPECT_TRUE((*builder)->AddDocument(ids).ok());
-  }
-  EXPECT_TRUE((*builder)->Finish().ok());
-  return prefix;
-}
-
 v1::JobSpec RestartableSpec(const std::string& data, const std::string& save) {
-  v1::JobSpec spec;
-  spec.set_name("restart-e2e");
-  spec.set_device("cpu");
-  spec.mutable_model()->set_preset("glm5.2-tiny");
-  spec.mutable_parallel()->set_world_size(1);
-  v1::TrainingSpec& t = *spec.mutable_training();
-  t.set_mode(v1::PRETRAIN);
-  t.set_train_iters(kTrainIters);
-  t.set_lr(3e-3);
-  t.set_min_lr(3e-4);
-  t.set_warmup_iters(2);
-  t.set_global_batch_size(4);
-  t.set_micro_batch_size(2);
-  t.set_seq_length(32);
-  t.set_seed(11);
-  t.set_save_dir(save);
-  t.set_save_interval(kSaveInterval);
-  t.set_max_restarts(1);
-  v1::DatasetSource& source = *spec.mutable_data()->add_sources();
-  source.set_path(data);
-  source.set_weight(1.0);
-  spec.mutable_data()->set_tokenizer("byte");
-  spec.mutable_data()->set_data_seed(4);
+  v1::JobSpec spec =
+      TinyPretrainSpec(data, save, /*world_size=*/1, kTrainIters);
+  spec.mutable_training()->set_save_interval(kSaveInterval);
+  spec.mutable_training()->set_max_restarts(1);
   return spec;
-}
-
-pid_t SpawnWorker(const std::string& coordinator, const std::string& token,
-                  const std::string& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> args = {"worker/glm-worker",
-                                   "--coordinator=" + coordinator,
-                                   "--token-file=" + token};
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ),
-            0);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
 }
 
 // The metrics of every iteration of `spec` run uninterrupted in this process.
@@ -130,57 +59,36 @@ TEST(WorkerRestartTest, KilledWorkerIsReplacedAndTheJobResumesBitwise) {
   const std::string dir = TempDir("worker_restart");
   const std::string data = WriteDocuments(dir);
   const v1::JobSpec spec = RestartableSpec(data, dir + "/save");
-  std::shared_ptr<ClientConnection> connection = server.Connect();
-  auto stub = v1::JobService::NewStub(connection->channel());
-  v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = spec;
-  v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(
-      stub->SubmitJob(connection->NewContext().get(), submit, &submitted).ok());
+  const std::string id = SubmitJob(server, spec);
   const std::string token = dir + "/token";
   std::ofstream(token) << TestCoordinator::kToken;
   std::vector<pid_t> pids = {
       SpawnWorker(server.target(), token, dir + "/worker0.log")};
 
-  // Follows the job to its end; kills the worker mid-run and starts a
-  // replacement.
-  std::unique_ptr<grpc::ClientContext> context =
-      connection->NewContext(absl::Seconds(50));
-  v1::WatchJobRequest watch;
-  watch.set_id(submitted.job().id());
-  auto reader = stub->WatchJob(context.get(), watch);
-  v1::JobEvent event;
+  // Kills the worker mid-run and starts a replacement.
   int attempt = 0;
   bool killed = false;
   std::map<int, std::vector<v1::StepMetrics>> metrics_by_attempt;
-  while (reader->Read(&event)) {
-    const v1::Job& job = event.job();
-    if (event.has_state_change() && event.state_change().to() == v1::SCHEDULED)
-      ++attempt;
-    if (event.has_metrics()) {
-      metrics_by_attempt[attempt].push_back(event.metrics());
-      // Two steps past the first checkpoint, so that attempt 2 repeats steps
-      // that attempt 1 reported.
-      if (!killed && event.metrics().iteration() == kSaveInterval + 2) {
-        ASSERT_GT(job.checkpoints_size(), 0) << job.DebugString();
-        ASSERT_EQ(kill(pids[0], SIGKILL), 0);
-        killed = true;
-        pids.push_back(
-            SpawnWorker(server.target(), token, dir + "/worker1.log"));
-      }
-    }
-    if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED ||
-        job.state() == v1::CANCELLED) {
-      break;
-    }
-  }
-  context->TryCancel();
-  for (pid_t pid : pids) {
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-  }
+  const v1::Job ended = WatchToTheEnd(
+      server, id, absl::Seconds(50), [&](const v1::JobEvent& event) {
+        if (event.has_state_change() &&
+            event.state_change().to() == v1::SCHEDULED) {
+          ++attempt;
+        }
+        if (!event.has_metrics()) return;
+        metrics_by_attempt[attempt].push_back(event.metrics());
+        // Two steps past the first checkpoint, so that attempt 2 repeats
+        // steps that attempt 1 reported.
+        if (!killed && event.metrics().iteration() == kSaveInterval + 2) {
+          EXPECT_GT(event.job().checkpoints_size(), 0);
+          EXPECT_EQ(kill(pids[0], SIGKILL), 0);
+          killed = true;
+          pids.push_back(
+              SpawnWorker(server.target(), token, dir + "/worker1.log"));
+        }
+      });
+  StopWorkers(pids);
 
-  const v1::Job& ended = event.job();
   ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.DebugString();
   ASSERT_TRUE(killed) << "the job ended before its first checkpoint";
   EXPECT_EQ(ended.restarts(), 1);

@@ -1,0 +1,52 @@
+// What the failure tests share: a scratch directory, a small byte-token
+// dataset, a tiny pretraining spec, and glm-worker processes started against a
+// coordinator.
+#ifndef GLM_TESTS_WORKER_RESTART_WORKER_PROCESSES_H_
+#define GLM_TESTS_WORKER_RESTART_WORKER_PROCESSES_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "coordinator/test_coordinator.h"
+#include "proto/job_service.pb.h"
+#include "proto/job_spec.pb.h"
+
+namespace glm {
+
+// A fresh directory `name` under TEST_TMPDIR.
+std::string TempDir(const std::string& name);
+
+// Writes documents of pseudo-random byte tokens under `dir`; returns the
+// dataset prefix.
+std::string WriteDocuments(const std::string& dir);
+
+// A CPU pretraining job of the tiny preset over `data` on `world_size`
+// data-parallel ranks, saving under `save_dir`.
+v1::JobSpec TinyPretrainSpec(const std::string& data,
+                             const std::string& save_dir, int world_size,
+                             int train_iters);
+
+// Starts a glm-worker process for the coordinator at `target`, its stderr in
+// `log`, with the token in `token_file`.
+pid_t SpawnWorker(const std::string& target, const std::string& token_file,
+                  const std::string& log);
+
+// Submits `spec`; returns the job id.
+std::string SubmitJob(const TestCoordinator& server, const v1::JobSpec& spec);
+
+// Follows the job as the coordinator streams it, passing each event to
+// `on_event`, until it ends or `deadline` passes; returns the job as it stood
+// last.
+v1::Job WatchToTheEnd(const TestCoordinator& server, const std::string& id,
+                      absl::Duration deadline,
+                      const std::function<void(const v1::JobEvent&)>& on_event);
+
+// SIGTERM to each and waits for it.
+void StopWorkers(const std::vector<pid_t>& pids);
+
+}  // namespace glm
+
+#endif  // GLM_TESTS_WORKER_RESTART_WORKER_PROCESSES_H_
