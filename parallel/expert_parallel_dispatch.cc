@@ -29,7 +29,29 @@ std::vector<int32_t> SentTokens(const std::vector<int32_t>& slots,
   return tokens;
 }
 
+// Rows [first, first + count) of dim 0.
+Tensor Rows(const Tensor& t, int64_t first, int64_t count) {
+  std::vector<int64_t> shape = t.shape();
+  const int64_t row = t.numel() / shape[0];
+  shape[0] = count;
+  Tensor rows(shape);
+  std::copy_n(t.data() + first * row, count * row, rows.data());
+  return rows;
+}
+
 }  // namespace
+
+ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank) {
+  const int64_t count = num_experts / size;
+  return {rank * count, count};
+}
+
+void KeepExperts(const ExpertRange& range, MoeParameters* p) {
+  for (Parameter* fused : {&p->experts_gate_up, &p->experts_down}) {
+    fused->value = Rows(fused->value, range.first, range.count);
+    fused->grad = Rows(fused->grad, range.first, range.count);
+  }
+}
 
 absl::Status ExpertParallelDispatcher::TryForward(
     Backend& backend, const MoeParameters& p, ConstMatrixView x,
@@ -43,7 +65,14 @@ absl::Status ExpertParallelDispatcher::TryForward(
         absl::StrCat("expert parallelism: ", num_experts,
                      " routed experts do not split over ", size, " ranks"));
   }
-  const int64_t per_rank = num_experts / size;
+  const ExpertRange held = ExpertsOfRank(num_experts, size, group_->rank());
+  if (p.experts_gate_up.value.dim(0) != held.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert parallelism: rank ", group_->rank(), " holds ",
+        p.experts_gate_up.value.dim(0), " routed experts, not its ", held.count,
+        " of ", num_experts));
+  }
+  const int64_t per_rank = held.count;
 
   // Slots in (expert, slot) order, which groups them by the member holding
   // their expert: each token's output then adds its experts' rows in the
@@ -99,10 +128,10 @@ absl::Status ExpertParallelDispatcher::TryForward(
     const ConstMatrixView block = rows.Rows(first, count);
     std::vector<int32_t> expert(count);
     for (int64_t i = 0; i < count; ++i) {
-      expert[i] = static_cast<int32_t>(block.Row(i)[hidden + 1]);
+      expert[i] = static_cast<int32_t>(block.Row(i)[hidden + 1] - held.first);
     }
     acts->experts[source] =
-        GroupRowsByExpert(expert.data(), count, 1, num_experts);
+        GroupRowsByExpert(expert.data(), count, 1, held.count);
     ExpertsForward(backend, p, block.Columns(0, hidden),
                    block.Columns(hidden, 1), &acts->experts[source],
                    combined_rows.Rows(first, count));

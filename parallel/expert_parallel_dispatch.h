@@ -15,6 +15,19 @@
 
 namespace glm {
 
+// The routed experts member `rank` of `size` holds: [first, first + count).
+struct ExpertRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank);
+
+// Keeps only `range`'s routed experts in `p` (values and gradients): what an
+// expert-parallel rank holds; the router and shared experts stay whole.
+void KeepExperts(const ExpertRange& range, MoeParameters* p);
+
+// The MoE parameters passed to Forward/Backward hold this member's experts
+// only (KeepExperts); the router is whole.
 class ExpertParallelDispatcher : public ExpertDispatcher {
  public:
   // `group` (the expert-parallel group) must outlive the dispatcher.

@@ -140,16 +140,14 @@ void ExpectSameSteps(const TrainingRun& got, const TrainingRun& expected) {
   }
 }
 
-// Elements [begin, end) within 1e-5 in relative L2 error. (Element-wise, a
-// weight whose gradient is near zero can differ more: AdamW's first steps
-// move it by about lr * g / (|g| + eps), which magnifies float rounding in the
-// order the ranks' gradients are summed.)
-void ExpectNearRange(const std::vector<float>& have,
-                     const std::vector<float>& want, size_t begin, size_t end,
-                     const std::string& name) {
-  ASSERT_EQ(have.size(), want.size()) << name;
+// Within 1e-5 in relative L2 error. (Element-wise, a weight whose gradient is
+// near zero can differ more: AdamW's first steps move it by about
+// lr * g / (|g| + eps), which magnifies float rounding in the order the
+// ranks' gradients are summed.)
+void ExpectNear(const float* have, const float* want, size_t count,
+                const std::string& name) {
   double norm = 0, error = 0;
-  for (size_t i = begin; i < end; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const double diff = double{have[i]} - want[i];
     norm += double{want[i]} * want[i];
     error += diff * diff;
@@ -157,26 +155,28 @@ void ExpectNearRange(const std::vector<float>& have,
   EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
 }
 
-// Each tensor within 1e-5 (see ExpectNearRange).
 void ExpectSameState(const TrainingRun& got, const TrainingRun& expected) {
   ASSERT_EQ(got.state.size(), expected.state.size());
   for (const auto& [name, want] : expected.state) {
-    ExpectNearRange(got.state.at(name), want, 0, want.size(), name);
+    const std::vector<float>& have = got.state.at(name);
+    ASSERT_EQ(have.size(), want.size()) << name;
+    ExpectNear(have.data(), want.data(), want.size(), name);
   }
 }
 
 // Expert parallelism: every tensor but the routed experts as ExpectSameState;
-// of the routed experts (and their moments), the rows of the experts `rank`
-// of `ep` holds. The other experts' rows are not this rank's to update.
+// the routed experts (and their moments) of rank `rank` of `ep` are its
+// experts' rows of one process's.
 void ExpectSameStateOfEpRank(const TrainingRun& got,
                              const TrainingRun& expected, int rank, int ep) {
   ASSERT_EQ(got.state.size(), expected.state.size());
   for (const auto& [name, want] : expected.state) {
+    const std::vector<float>& have = got.state.at(name);
     const bool routed = absl::EndsWith(name, "mlp.experts.gate_up_proj") ||
                         absl::EndsWith(name, "mlp.experts.down_proj");
-    const size_t held = routed ? want.size() / ep : want.size();
-    const size_t begin = routed ? rank * held : 0;
-    ExpectNearRange(got.state.at(name), want, begin, begin + held, name);
+    ASSERT_EQ(have.size() * (routed ? ep : 1), want.size()) << name;
+    ExpectNear(have.data(), want.data() + (routed ? rank * have.size() : 0),
+               have.size(), name);
   }
 }
 

@@ -145,6 +145,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                   std::move(backend), data_parallel));
   trainer->lora_ = std::move(lora);
   if (expert_parallel) {
+    // The rank keeps its routed experts only (the whole model was needed to
+    // initialize or load them as one process does).
+    Collectives& experts = *expert_parallel->experts;
+    const ExpertRange held = ExpertsOfRank(options.model.n_routed_experts,
+                                           experts.size(), experts.rank());
+    for (DecoderLayerParameters& layer : trainer->params_->layers) {
+      if (layer.is_moe) KeepExperts(held, &layer.moe);
+    }
+    for (MtpParameters& mtp : trainer->params_->mtp) {
+      if (mtp.layer.is_moe) KeepExperts(held, &mtp.layer.moe);
+    }
     trainer->expert_parallel_ = expert_parallel;
     trainer->expert_dispatcher_ =
         std::make_unique<ExpertParallelDispatcher>(expert_parallel->experts);
