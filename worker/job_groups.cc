@@ -12,16 +12,14 @@ namespace glm {
 
 absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel) {
   const std::pair<const char*, int> model_parallel[] = {
-      {"tp", parallel.tp()},
-      {"cp", parallel.cp()},
-      {"ep", parallel.ep()},
-      {"etp", parallel.etp()}};
+      {"tp", parallel.tp()}, {"cp", parallel.cp()}, {"etp", parallel.etp()}};
   for (const auto& [name, size] : model_parallel) {
     if (size > 1) {
       return absl::UnimplementedError(absl::StrCat(
           "parallel.", name, ": ", size,
-          " is not supported by this worker yet; it trains data- and "
-          "pipeline-parallel (world_size, pp and vpp; tp, cp, ep and etp 1)"));
+          " is not supported by this worker yet; it trains data-, pipeline- "
+          "and expert-parallel (world_size, pp, vpp and ep; tp, cp and etp "
+          "1)"));
     }
   }
   return absl::OkStatus();

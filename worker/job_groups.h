@@ -16,8 +16,8 @@
 namespace glm {
 
 // UNIMPLEMENTED naming the first parallel size this worker does not run: it
-// trains data- and pipeline-parallel (world_size, pp and vpp); tp, cp, ep and
-// etp must be 1.
+// trains data-, pipeline- and expert-parallel (world_size, pp, vpp and ep);
+// tp, cp and etp must be 1.
 absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel);
 
 // Connects every group of the assignment's rank over Gloo/TCP, bootstrapped

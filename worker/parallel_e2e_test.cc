@@ -248,6 +248,7 @@ struct ParallelCase {
   int world_size, pp;
   const char* layout;
   bool distributed_optimizer;
+  int ep = 1;
 };
 
 class ParallelEndToEndTest : public ::testing::TestWithParam<ParallelCase> {};
@@ -261,6 +262,7 @@ TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
   v1::JobSpec spec = DataParallelSpec(data, dir + "/dp2", c.world_size);
   spec.mutable_parallel()->set_pp(c.pp);
   spec.mutable_parallel()->set_layout(c.layout);
+  spec.mutable_parallel()->set_ep(c.ep);
   spec.mutable_training()->set_use_distributed_optimizer(
       c.distributed_optimizer);
   std::vector<pid_t> workers;
@@ -285,8 +287,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ParallelCase{"dp2_zero1", 2, 1, "", true},
                       ParallelCase{"pp2", 2, 2, "Etttttt|ttmL", false},
                       ParallelCase{"pp2_vpp2", 2, 2, "Et|t|tttt|ttmL", false},
-                      ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL",
-                                   true}),
+                      ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL", true},
+                      ParallelCase{"ep2", 2, 1, "", false, 2}),
     [](const ::testing::TestParamInfo<ParallelCase>& info) {
       return std::string(info.param.name);
     });

@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
 
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
     const v1::JobSpec& spec, const ModelConfig& model,
-    Collectives* data_parallel, std::optional<PipelineRank> pipeline) {
+    Collectives* data_parallel, std::optional<PipelineRank> pipeline,
+    std::optional<ExpertParallelRank> expert_parallel) {
   const TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
   absl::StatusOr<std::string> data_path = DataPathFromSpec(spec.data());
   if (!data_path.ok()) return data_path.status();
@@ -84,7 +85,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
   if (!params.ok()) return params.status();
   return Trainer::Create(options, std::move(*data), std::move(*params),
                          std::make_unique<CpuBackend>(), data_parallel,
-                         std::move(pipeline));
+                         std::move(pipeline), expert_parallel);
 }
 
 absl::Status CheckSupported(const v1::Assignment& assignment) {
@@ -127,22 +128,25 @@ std::string LayoutString(const std::vector<StageSlice>& stages) {
 }
 
 // Checkpoints of a job: data-parallel ranks hold identical state, so without
-// pipeline parallelism rank 0 writes the whole model, experts per expert;
-// with it each pp rank of the first data-parallel replica writes its stages'
-// tensors as its shard and rank 0 finalizes.
+// pipeline or expert parallelism rank 0 writes the whole model; with them
+// each rank writes what it holds as its shard (a pp rank its stages'
+// tensors, of the first data-parallel replica; an ep rank its routed experts)
+// and rank 0 finalizes.
 class JobCheckpoints {
  public:
   static absl::StatusOr<JobCheckpoints> Create(const v1::Assignment& assignment,
                                                const JobPlan& plan) {
     const v1::TrainingSpec& training = assignment.spec().training();
     const int pp = ParallelSize(assignment.spec().parallel().pp());
+    const int ep = ParallelSize(assignment.spec().parallel().ep());
+    const bool sharded = pp > 1 || ep > 1;
     v1::ParallelLayout layout;
     layout.set_tp(1);
     layout.set_pp(pp);
     layout.set_cp(1);
-    layout.set_ep(1);
+    layout.set_ep(ep);
     layout.set_etp(1);
-    layout.set_dp(pp > 1 ? assignment.world_size() / pp : 1);
+    layout.set_dp(sharded ? assignment.world_size() / pp : 1);
     if (pp > 1) {
       layout.set_vpp(static_cast<int>(plan.stages.size()) / pp);
       layout.set_layout(LayoutString(plan.stages));
@@ -157,7 +161,7 @@ class JobCheckpoints {
                                training.save_interval(), assignment.rank() == 0,
                                training.mode() == v1::LORA);
     checkpoints.rank_ = assignment.rank();
-    checkpoints.sharded_ = pp > 1;
+    checkpoints.sharded_ = sharded;
     return checkpoints;
   }
 
@@ -168,7 +172,7 @@ class JobCheckpoints {
     TrainingState state = trainer->State();
     absl::StatusOr<v1::CheckpointManifest> loaded =
         lora_ ? LoadLoraCheckpoint(load_dir_, AllTensors(state))
-              : LoadCheckpoint(load_dir_, map_, /*rank=*/0, &state);
+              : LoadCheckpoint(load_dir_, map_, rank_, &state);
     if (!loaded.ok()) return loaded.status();
     if (lora_) {
       // Adapter checkpoints carry the iteration; the rest follows from it.
@@ -193,8 +197,8 @@ class JobCheckpoints {
            (save_interval_ > 0 && trainer.iteration() % save_interval_ == 0);
   }
 
-  // Pipeline-parallel jobs, on every rank: writes this rank's shard, then
-  // waits until every rank has (`world` may be null for one rank).
+  // Pipeline- or expert-parallel jobs, on every rank: writes this rank's shard,
+  // then waits until every rank has (`world` may be null for one rank).
   absl::Status SaveRankShard(Trainer* trainer, Collectives* world) {
     if (!sharded_) return absl::OkStatus();
     if (absl::Status status =
@@ -372,6 +376,15 @@ std::optional<PipelineRank> PipelineRankOf(const v1::Assignment& assignment,
   return pipeline;
 }
 
+// The expert-parallel groups when ep > 1.
+std::optional<ExpertParallelRank> ExpertParallelRankOf(ProcessGroups* groups) {
+  if (groups == nullptr || groups->group(GroupKind::kEp).size() == 1) {
+    return std::nullopt;
+  }
+  return ExpertParallelRank{&groups->group(GroupKind::kEp),
+                            &groups->group(GroupKind::kExpertDp)};
+}
+
 }  // namespace
 
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
@@ -401,7 +414,8 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       BuildTrainer(assignment.spec(), plan->model,
-                   groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline);
+                   groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline,
+                   ExpertParallelRankOf(groups ? &*groups : nullptr));
   if (!trainer.ok()) return trainer.status();
   absl::StatusOr<JobCheckpoints> checkpoints =
       JobCheckpoints::Create(assignment, *plan);
