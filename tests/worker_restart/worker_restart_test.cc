@@ -1,10 +1,12 @@
 // A worker killed mid-run: a real coordinator (in-process, on loopback) runs a
-// job with max_restarts 1 on a real glm-worker process, which is killed with
-// SIGKILL two steps after the job's first checkpoint. The coordinator notices
-// within the heartbeat timeout, puts the job back to PENDING and starts attempt
-// 2 on a replacement worker process, which resumes from the last checkpoint.
-// The job succeeds, and every iteration's losses and gradient norm, from either
-// attempt, equal those of an uninterrupted run bit for bit.
+// job with max_restarts 1 on real glm-worker processes, one of which is killed
+// with SIGKILL two steps after the job's first checkpoint. The coordinator
+// notices (the lost rank's heartbeats stop, or a surviving rank's collective
+// fails), puts the job back to PENDING and starts attempt 2 on the workers
+// left plus a replacement process, which resume from the last checkpoint. The
+// job succeeds, and every iteration's losses and gradient norm, from either
+// attempt, equal those of an uninterrupted run bit for bit. One rank (the
+// coordinator must notice the silence) and two data-parallel ranks.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/test_coordinator.h"
 #include "gtest/gtest.h"
 #include "tests/worker_restart/worker_processes.h"
@@ -27,16 +30,16 @@ constexpr int kTrainIters = 24;
 constexpr int kSaveInterval = 3;
 constexpr int64_t kHeartbeatTimeoutMs = 1500;
 
-v1::JobSpec RestartableSpec(const std::string& data, const std::string& save) {
-  v1::JobSpec spec =
-      TinyPretrainSpec(data, save, /*world_size=*/1, kTrainIters);
+v1::JobSpec RestartableSpec(const std::string& data, const std::string& save,
+                            int world_size) {
+  v1::JobSpec spec = TinyPretrainSpec(data, save, world_size, kTrainIters);
   spec.mutable_training()->set_save_interval(kSaveInterval);
   spec.mutable_training()->set_max_restarts(1);
   return spec;
 }
 
 // The metrics of every iteration of `spec` run uninterrupted in this process.
-std::map<int64_t, v1::StepMetrics> UninterruptedRun(const v1::JobSpec& spec) {
+std::map<int64_t, v1::StepMetrics> RunInThisProcess(const v1::JobSpec& spec) {
   v1::Assignment assignment;
   assignment.set_job_id("uninterrupted");
   assignment.set_world_size(1);
@@ -54,70 +57,107 @@ std::map<int64_t, v1::StepMetrics> UninterruptedRun(const v1::JobSpec& spec) {
   return metrics;
 }
 
-TEST(WorkerRestartTest, KilledWorkerIsReplacedAndTheJobResumesBitwise) {
-  TestCoordinator server("worker_restart", kHeartbeatTimeoutMs);
-  const std::string dir = TempDir("worker_restart");
-  const std::string data = WriteDocuments(dir);
-  const v1::JobSpec spec = RestartableSpec(data, dir + "/save");
+// The metrics of every iteration of `spec` run uninterrupted by the
+// coordinator's workers.
+std::map<int64_t, v1::StepMetrics> RunOnWorkers(const TestCoordinator& server,
+                                                const v1::JobSpec& spec) {
+  std::map<int64_t, v1::StepMetrics> metrics;
+  const v1::Job ended =
+      WatchToTheEnd(server, SubmitJob(server, spec), absl::Seconds(30),
+                    [&](const v1::JobEvent& event) {
+                      if (event.has_metrics()) {
+                        metrics[event.metrics().iteration()] = event.metrics();
+                      }
+                    });
+  EXPECT_EQ(ended.state(), v1::SUCCEEDED) << ended.DebugString();
+  return metrics;
+}
+
+struct InterruptedRun {
+  v1::Job ended;
+  // Metrics as reported, by attempt number.
+  std::map<int, std::vector<v1::StepMetrics>> metrics_by_attempt;
+};
+
+// Runs `spec` on `world_size` worker processes, kills the first with SIGKILL
+// two steps past the first checkpoint (so that attempt 2 repeats steps that
+// attempt 1 reported) and starts a replacement. The workers left are in
+// `pids`.
+InterruptedRun RunWithOneKill(const TestCoordinator& server,
+                              const v1::JobSpec& spec, const std::string& dir,
+                              std::vector<pid_t>* pids) {
   const std::string id = SubmitJob(server, spec);
   const std::string token = dir + "/token";
   std::ofstream(token) << TestCoordinator::kToken;
-  std::vector<pid_t> pids = {
-      SpawnWorker(server.target(), token, dir + "/worker0.log")};
-
-  // Kills the worker mid-run and starts a replacement.
+  const int world_size = spec.parallel().world_size();
+  for (int i = 0; i < world_size; ++i) {
+    pids->push_back(SpawnWorker(server.target(), token,
+                                absl::StrCat(dir, "/worker", i, ".log")));
+  }
+  InterruptedRun run;
   int attempt = 0;
   bool killed = false;
-  std::map<int, std::vector<v1::StepMetrics>> metrics_by_attempt;
-  const v1::Job ended = WatchToTheEnd(
-      server, id, absl::Seconds(50), [&](const v1::JobEvent& event) {
+  run.ended = WatchToTheEnd(
+      server, id, absl::Seconds(40), [&](const v1::JobEvent& event) {
         if (event.has_state_change() &&
             event.state_change().to() == v1::SCHEDULED) {
           ++attempt;
         }
         if (!event.has_metrics()) return;
-        metrics_by_attempt[attempt].push_back(event.metrics());
-        // Two steps past the first checkpoint, so that attempt 2 repeats
-        // steps that attempt 1 reported.
+        run.metrics_by_attempt[attempt].push_back(event.metrics());
         if (!killed && event.metrics().iteration() == kSaveInterval + 2) {
           EXPECT_GT(event.job().checkpoints_size(), 0);
-          EXPECT_EQ(kill(pids[0], SIGKILL), 0);
+          EXPECT_EQ(kill(pids->front(), SIGKILL), 0);
+          waitpid(pids->front(), nullptr, 0);
           killed = true;
-          pids.push_back(
-              SpawnWorker(server.target(), token, dir + "/worker1.log"));
+          pids->front() =
+              SpawnWorker(server.target(), token, dir + "/replacement.log");
         }
       });
-  StopWorkers(pids);
+  EXPECT_TRUE(killed) << "the job ended before it was interrupted";
+  return run;
+}
 
+// The job restarted once, for `reason`, and attempt 2 resumed from a
+// checkpoint of attempt 1 to the end; every step reported by either attempt
+// equals `reference` bit for bit.
+void ExpectResumedBitwise(const InterruptedRun& run,
+                          const std::vector<std::string>& reasons,
+                          const std::map<int64_t, v1::StepMetrics>& reference) {
+  const v1::Job& ended = run.ended;
   ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.DebugString();
-  ASSERT_TRUE(killed) << "the job ended before its first checkpoint";
   EXPECT_EQ(ended.restarts(), 1);
-  EXPECT_EQ(attempt, 2);
-  bool restarted_for_silence = false;
+  ASSERT_EQ(run.metrics_by_attempt.size(), 2u);
+  int restarts = 0;
   for (const v1::StateChange& change : ended.history()) {
-    if (change.from() == v1::RUNNING && change.to() == v1::PENDING) {
-      restarted_for_silence =
-          change.reason().find("restart 1 of 1: ") == 0 &&
-          change.reason().find("sent no heartbeat") != std::string::npos;
+    if (change.to() != v1::PENDING ||
+        change.from() == v1::JOB_STATE_UNSPECIFIED)
+      continue;
+    ++restarts;
+    EXPECT_EQ(change.reason().rfind("restart 1 of 1: ", 0), 0u)
+        << change.reason();
+    bool named = false;
+    for (const std::string& reason : reasons) {
+      named |= change.reason().find(reason) != std::string::npos;
     }
+    EXPECT_TRUE(named) << change.reason();
   }
-  EXPECT_TRUE(restarted_for_silence) << ended.DebugString();
+  EXPECT_EQ(restarts, 1);
 
-  // Attempt 2 resumed from a checkpoint of attempt 1, not from scratch.
-  ASSERT_FALSE(metrics_by_attempt[2].empty());
-  const int64_t resumed_at = metrics_by_attempt[2].front().iteration();
-  std::printf("attempt 1 reported iterations 1..%lld, attempt 2 %lld..%lld\n",
-              static_cast<long long>(metrics_by_attempt[1].back().iteration()),
-              static_cast<long long>(resumed_at),
-              static_cast<long long>(metrics_by_attempt[2].back().iteration()));
+  const std::vector<v1::StepMetrics>& second = run.metrics_by_attempt.at(2);
+  ASSERT_FALSE(second.empty());
+  const int64_t resumed_at = second.front().iteration();
+  std::printf(
+      "attempt 1 reported iterations 1..%lld, attempt 2 %lld..%lld\n",
+      static_cast<long long>(run.metrics_by_attempt.at(1).back().iteration()),
+      static_cast<long long>(resumed_at),
+      static_cast<long long>(second.back().iteration()));
   EXPECT_GT(resumed_at, kSaveInterval);
   EXPECT_EQ((resumed_at - 1) % kSaveInterval, 0);
-  EXPECT_EQ(metrics_by_attempt[2].back().iteration(), kTrainIters);
+  EXPECT_EQ(second.back().iteration(), kTrainIters);
 
-  const std::map<int64_t, v1::StepMetrics> reference =
-      UninterruptedRun(RestartableSpec(data, dir + "/uninterrupted"));
   ASSERT_EQ(reference.size(), static_cast<size_t>(kTrainIters));
-  for (const auto& [number, metrics] : metrics_by_attempt) {
+  for (const auto& [number, metrics] : run.metrics_by_attempt) {
     for (const v1::StepMetrics& got : metrics) {
       const v1::StepMetrics& expected = reference.at(got.iteration());
       EXPECT_EQ(got.lm_loss(), expected.lm_loss())
@@ -128,6 +168,35 @@ TEST(WorkerRestartTest, KilledWorkerIsReplacedAndTheJobResumesBitwise) {
           << "attempt " << number << " iteration " << got.iteration();
     }
   }
+}
+
+TEST(WorkerRestartTest, KilledWorkerIsReplacedAndTheJobResumesBitwise) {
+  TestCoordinator server("worker_restart", kHeartbeatTimeoutMs);
+  const std::string dir = TempDir("worker_restart");
+  const std::string data = WriteDocuments(dir);
+  std::vector<pid_t> pids;
+  const InterruptedRun run = RunWithOneKill(
+      server, RestartableSpec(data, dir + "/save", 1), dir, &pids);
+  StopWorkers(pids);
+  ExpectResumedBitwise(
+      run, {"sent no heartbeat for 1500 ms"},
+      RunInThisProcess(RestartableSpec(data, dir + "/uninterrupted", 1)));
+}
+
+TEST(WorkerRestartTest,
+     KilledDataParallelRankIsReplacedAndTheJobResumesBitwise) {
+  TestCoordinator server("dp_restart", kHeartbeatTimeoutMs);
+  const std::string dir = TempDir("dp_restart");
+  const std::string data = WriteDocuments(dir);
+  std::vector<pid_t> pids;
+  const InterruptedRun run = RunWithOneKill(
+      server, RestartableSpec(data, dir + "/save", 2), dir, &pids);
+  // The same job uninterrupted, on the survivor and the replacement.
+  const std::map<int64_t, v1::StepMetrics> reference =
+      RunOnWorkers(server, RestartableSpec(data, dir + "/uninterrupted", 2));
+  StopWorkers(pids);
+  ExpectResumedBitwise(run, {" failed: ", " sent no heartbeat for 1500 ms"},
+                       reference);
 }
 
 }  // namespace
