@@ -293,22 +293,21 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
-// Every pp rank writes its stages' tensors as its checkpoint shard; a job
-// resumed from those shards continues as if never stopped: two iterations,
-// then a second job to three resumes at two and matches one process's
-// uninterrupted run.
-TEST(PipelineResumeTest, ResumingFromTheRanksShardsContinuesTheRun) {
-  const std::string dir = TempDir("pp2_resume");
+// Two iterations, then a second job to three that resumes at two from the
+// ranks' checkpoint shards: the run matches one process's uninterrupted run.
+void ExpectResumingFromShardsContinuesTheRun(
+    const std::string& name,
+    const std::function<void(v1::ParallelSpec*)>& parallel) {
+  const std::string dir = TempDir(name);
   const std::string data = WriteDocuments(dir);
-  v1::JobSpec spec = DataParallelSpec(data, dir + "/pp2", 2);
-  spec.mutable_parallel()->set_pp(2);
-  spec.mutable_parallel()->set_layout("Etttttt|ttmL");
+  v1::JobSpec spec = DataParallelSpec(data, dir + "/save", 2);
+  parallel(spec.mutable_parallel());
   std::map<int64_t, v1::StepMetrics> metrics;
   std::vector<int64_t> resumed_iterations;
   for (const int64_t iterations : {2, 3}) {
     spec.mutable_training()->set_train_iters(iterations);
     // A coordinator of its own: the first job's workers are gone.
-    TestCoordinator server("pp2_resume_" + std::to_string(iterations));
+    TestCoordinator server(name + "_" + std::to_string(iterations));
     std::vector<pid_t> workers;
     const std::string id = SubmitWithWorkers(server, spec, dir, 2, &workers);
     const v1::Job ended =
@@ -321,7 +320,23 @@ TEST(PipelineResumeTest, ResumingFromTheRanksShardsContinuesTheRun) {
   }
   EXPECT_EQ(resumed_iterations, std::vector<int64_t>{3});
   ASSERT_EQ(metrics.size(), 3u);
-  ExpectTheRunOfOneProcess(data, dir + "/single", metrics, dir + "/pp2");
+  ExpectTheRunOfOneProcess(data, dir + "/single", metrics, dir + "/save");
+}
+
+// Every pp rank writes its stages' tensors as its checkpoint shard.
+TEST(PipelineResumeTest, ResumingFromTheRanksShardsContinuesTheRun) {
+  ExpectResumingFromShardsContinuesTheRun(
+      "pp2_resume", [](v1::ParallelSpec* parallel) {
+        parallel->set_pp(2);
+        parallel->set_layout("Etttttt|ttmL");
+      });
+}
+
+// Every ep rank writes its routed experts as its checkpoint shard and loads
+// them back on resume.
+TEST(ExpertParallelResumeTest, ResumingFromTheRanksShardsContinuesTheRun) {
+  ExpectResumingFromShardsContinuesTheRun(
+      "ep2_resume", [](v1::ParallelSpec* parallel) { parallel->set_ep(2); });
 }
 
 TEST(DataParallelFailureTest, AWorkerKilledMidRunFailsTheJobWithoutAHang) {
