@@ -39,13 +39,16 @@ absl::Status Scheduler::RecoverAfterRestart() {
       jobs_->List({v1::SCHEDULED, v1::RUNNING});
   if (!in_flight.ok()) return in_flight.status();
   for (const v1::Job& job : *in_flight) {
-    const bool running = job.state() == v1::RUNNING;
-    absl::StatusOr<v1::Job> moved = jobs_->Transition(
-        job.id(), running ? v1::FAILED : v1::PENDING,
-        running
-            ? "coordinator restarted while the job ran; its workers are gone"
-            : "coordinator restarted before the job started; requeued");
-    if (!moved.ok()) return moved.status();
+    if (job.state() == v1::RUNNING) {
+      RestartOrFail(
+          job.id(),
+          "coordinator restarted while the job ran; its workers are gone");
+      continue;
+    }
+    absl::StatusOr<v1::Job> requeued = jobs_->Transition(
+        job.id(), v1::PENDING,
+        "coordinator restarted before the job started; requeued");
+    if (!requeued.ok()) return requeued.status();
   }
   return absl::OkStatus();
 }

@@ -33,7 +33,9 @@ class Scheduler {
             RendezvousTable* rendezvous, int64_t rendezvous_timeout_ms);
 
   // After a coordinator restart the workers of in-flight attempts are gone:
-  // SCHEDULED jobs go back to PENDING, RUNNING jobs fail.
+  // SCHEDULED jobs go back to PENDING; RUNNING jobs restart (counted) while
+  // restarts remain, else fail. Ranks of the old attempt still training stop
+  // at their next metrics report (their attempt is unknown).
   absl::Status RecoverAfterRestart();
 
   // Assigns the ranks of PENDING jobs, oldest first, to idle workers of their

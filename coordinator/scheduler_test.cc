@@ -196,5 +196,26 @@ TEST_F(SchedulerTest, UndeliveredAssignmentIsWithdrawnAndItsWorkerFreed) {
             (std::vector<std::string>{first, second}));
 }
 
+TEST_F(SchedulerTest, CoordinatorRestartRequeuesRunningJobsWithRestartsLeft) {
+  const std::string restartable = StartTwoRankJob(/*max_restarts=*/1);
+  const std::string final_attempt = StartTwoRankJob(/*max_restarts=*/0);
+  // A new coordinator on the same store: its workers and attempts are new.
+  WorkerRegistry workers(kHeartbeatTimeoutMs);
+  RendezvousTable rendezvous;
+  Scheduler restarted(&jobs_, &workers, &rendezvous, 1000);
+  ASSERT_TRUE(restarted.RecoverAfterRestart().ok());
+
+  const std::string reason =
+      "coordinator restarted while the job ran; its workers are gone";
+  v1::Job job = *jobs_.Get(restartable);
+  EXPECT_EQ(job.state(), v1::PENDING);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_EQ(job.worker_ids_size(), 0);
+  EXPECT_EQ(job.history().rbegin()->reason(), "restart 1 of 1: " + reason);
+  job = *jobs_.Get(final_attempt);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.message(), reason);
+}
+
 }  // namespace
 }  // namespace glm
