@@ -26,7 +26,10 @@ VARIANTS = {
     'pp2_front': (2, 2, 'Ett|ttttttmL'),
     'pp2_vpp2': (2, 2, 'Et|t|tttt|ttmL'),
     'dp2': (2, 1, None),
+    'ep2': (2, 1, None),
 }
+# Expert-parallel size of the variants that split the routed experts.
+EXPERT_PARALLEL = {'ep2': 2}
 WORKER = os.path.realpath('bazel-bin/worker/glm-worker')
 TICK = os.sysconf('SC_CLK_TCK')
 
@@ -36,7 +39,8 @@ def job_spec(name, folder):
     with open('examples/pretrain.json') as f:
         spec = json.load(f)
     spec['name'] = 'bench-' + name
-    spec['parallel'].update(worldSize=world, pp=pp)
+    spec['parallel'].update(worldSize=world, pp=pp,
+                            ep=EXPERT_PARALLEL.get(name, 1))
     if layout:
         spec['parallel']['layout'] = layout
     spec['training'].update(trainIters=8, globalBatchSize=16,
