@@ -208,6 +208,15 @@ absl::StatusOr<v1::HeartbeatResponse> Scheduler::OnHeartbeat(
   v1::HeartbeatResponse response;
   if (auto stopping = stopping_.find(request.worker_id());
       stopping != stopping_.end()) {
+    // Idle for longer than a heartbeat timeout after it was first told to
+    // stop: it stopped but its result never arrived. (Right after the stop, an
+    // idle heartbeat may come from a worker that has not yet started the rank.)
+    if (stopping->second.told_ms == 0) stopping->second.told_ms = now_ms;
+    if (request.job_id().empty() &&
+        now_ms - stopping->second.told_ms > workers_->heartbeat_timeout_ms()) {
+      FreeIfStopping(request.worker_id(), "");
+      return response;
+    }
     response.set_stop_job(true);
     response.set_reason(stopping->second.reason);
     return response;

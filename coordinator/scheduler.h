@@ -5,7 +5,8 @@
 // PENDING for a new attempt while spec.training.max_restarts allows (workers
 // resume from the job's latest checkpoint), else to FAILED. The other ranks of
 // an ended attempt are told to stop and get no new assignment until they report
-// their result, go idle or go silent. Holds one lock across each decision, so a
+// their result, go silent, or heartbeat idle for a heartbeat timeout (their
+// report was lost). Holds one lock across each decision, so a
 // worker is never given two jobs and a job never ends twice.
 #ifndef GLM_COORDINATOR_SCHEDULER_H_
 #define GLM_COORDINATOR_SCHEDULER_H_
@@ -71,6 +72,8 @@ class Scheduler {
   struct Stopping {
     std::string job_id;
     std::string reason;
+    // When a heartbeat first told it to stop; 0 before.
+    int64_t told_ms = 0;
   };
 
   absl::Status ScheduleJob(const v1::Job& job)

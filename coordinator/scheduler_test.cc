@@ -196,6 +196,22 @@ TEST_F(SchedulerTest, UndeliveredAssignmentIsWithdrawnAndItsWorkerFreed) {
             (std::vector<std::string>{first, second}));
 }
 
+TEST_F(SchedulerTest,
+       StoppingWorkerWhoseReportIsLostIsFreedWhenIdleLongEnough) {
+  const std::string id = StartTwoRankJob(/*max_restarts=*/1);
+  const std::string rank0 = jobs_.Get(id)->worker_ids(0);
+  const std::string rank1 = jobs_.Get(id)->worker_ids(1);
+  ASSERT_TRUE(Report(rank1, id, 1, 1, /*ok=*/false).ok());
+  EXPECT_TRUE(Heartbeat(rank0, id, 100).stop_job());
+  // Idle right after the stop: it may not have started the rank yet.
+  EXPECT_TRUE(Heartbeat(rank0, "", 200).stop_job());
+  EXPECT_EQ(workers_.IdleWorkers(v1::CPU), std::vector<std::string>{rank1});
+  // Still idle a heartbeat timeout later: its result report was lost.
+  EXPECT_FALSE(Heartbeat(rank0, "", 100 + kHeartbeatTimeoutMs + 1).stop_job());
+  EXPECT_EQ(workers_.IdleWorkers(v1::CPU),
+            (std::vector<std::string>{rank0, rank1}));
+}
+
 TEST_F(SchedulerTest, CoordinatorRestartRequeuesRunningJobsWithRestartsLeft) {
   const std::string restartable = StartTwoRankJob(/*max_restarts=*/1);
   const std::string final_attempt = StartTwoRankJob(/*max_restarts=*/0);
