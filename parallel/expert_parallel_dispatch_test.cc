@@ -69,7 +69,6 @@ class ExpertParallelDispatchTest : public ::testing::TestWithParam<int> {
     MoeForward(backend, p, spec, x.Matrix(), run.out.Matrix(), &acts, experts);
     MoeBackward(backend, p, spec, x.Matrix(), acts, dout.Matrix(),
                 run.dx.Matrix(), experts);
-    EXPECT_TRUE(experts.status().ok()) << experts.status();
     run.choice = acts.choice.values();
     run.grads = std::move(p);
     return run;
@@ -109,6 +108,7 @@ TEST_P(ExpertParallelDispatchTest, RanksMatchOneProcessWithEveryExpert) {
       ExpertParallelDispatcher dispatcher(group->get());
       ranks[rank] = Run(RankRows(x_, rank), RankRows(dout_, rank), dispatcher,
                         ExpertsOfRank(config_.n_routed_experts, ep, rank));
+      EXPECT_TRUE(dispatcher.status().ok()) << dispatcher.status();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -174,6 +174,23 @@ TEST_P(ExpertParallelDispatchTest, RanksMatchOneProcessWithEveryExpert) {
     ExpectNear(sum.data(), r.grad(whole.grads).data(),
                static_cast<int64_t>(sum.size()), r.name);
   }
+}
+
+// A rank whose parameters hold other experts than its share is a clear error,
+// kept by the dispatcher for the caller (the layers above have no error
+// path).
+TEST_P(ExpertParallelDispatchTest, ParametersWithTheWrongExpertsAreAnError) {
+  gloo::rendezvous::HashStore store;
+  auto group = GlooCollectives::Connect(store, "ep", 0, 1, GlooOptions());
+  ASSERT_TRUE(group.ok()) << group.status();
+  ExpertParallelDispatcher dispatcher(group->get());
+  // One rank holds all 8 experts; these parameters keep 2.
+  Run(RankRows(x_, 0), RankRows(dout_, 0), dispatcher, ExpertRange{0, 2});
+  EXPECT_EQ(dispatcher.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(dispatcher.status().message().find(
+                "rank 0 holds 2 routed experts, not its 8 of 8"),
+            std::string::npos)
+      << dispatcher.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ExpertParallelDispatchTest,

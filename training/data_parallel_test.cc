@@ -212,6 +212,34 @@ TEST(DataParallelTest, ExpertParallelTwoRanksTakeTheStepsOfOneProcess) {
   }
 }
 
+TEST(DataParallelTest, ExpertParallelNeedsDataParallelAndNoZeroOne) {
+  gloo::rendezvous::HashStore store;
+  auto dp = GlooCollectives::Connect(store, "dp", 0, 1, {});
+  auto ep = GlooCollectives::Connect(store, "ep", 0, 1, {});
+  ASSERT_TRUE(dp.ok() && ep.ok());
+  auto create = [&](Collectives* data_parallel, bool distributed_optimizer) {
+    TrainerOptions options = Options();
+    options.distributed_optimizer = distributed_optimizer;
+    return Trainer::Create(
+               options,
+               std::make_unique<PretrainData>(
+                   std::make_unique<HashedTokenDataset>(options.seq_length)),
+               nullptr, std::make_unique<CpuBackend>(), data_parallel,
+               std::nullopt, ExpertParallelRank{ep->get(), nullptr})
+        .status();
+  };
+  absl::Status status = create(nullptr, false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("folds over data parallelism"),
+            std::string::npos)
+      << status;
+  status = create(dp->get(), true);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(status.message().find("distributed optimizer"), std::string::npos)
+      << status;
+  EXPECT_TRUE(create(dp->get(), false).ok());
+}
+
 TEST(DataParallelTest, ShardsAreContiguousBalancedAndMayBeEmpty) {
   const ParameterShards two({10, 1, 1, 10, 3}, 2);
   EXPECT_EQ(two.first(0), 0);
