@@ -96,6 +96,9 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
     ForwardHead(batch.loss_mask, acts, &losses);
     if (stage_.mtp_layers == 1) ForwardMtp(batch.loss_mask, acts, &losses);
   }
+  if (spec_.experts != nullptr && !spec_.experts->status().ok()) {
+    return spec_.experts->status();
+  }
   return losses;
 }
 
@@ -167,6 +170,7 @@ absl::Status StageModel::Backward(const StageActivations& acts,
   } else {
     *d_input = std::move(dh);
   }
+  if (spec_.experts != nullptr) return spec_.experts->status();
   return absl::OkStatus();
 }
 

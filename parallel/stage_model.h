@@ -59,6 +59,12 @@ class StageModel {
                                            LossOptions options,
                                            const StageSlice& stage);
 
+  // Routed experts run through `experts` (expert parallelism; not owned, must
+  // outlive the stage) instead of all in this process.
+  void set_expert_dispatcher(ExpertDispatcher* experts) {
+    spec_.experts = experts;
+  }
+
   bool first() const { return stage_.has_embedding; }
   bool last() const { return stage_.has_loss; }
   int64_t hidden_size() const { return params_->config().hidden_size; }

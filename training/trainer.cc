@@ -42,11 +42,9 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   return o.schedule.Validate();
 }
 
-// What expert parallelism runs with so far: the whole model on each rank
-// (no pipeline), plain AdamW, full weights.
+// What expert parallelism runs with so far: plain AdamW on full weights.
 absl::Status CheckExpertParallel(const TrainerOptions& o,
                                  const Collectives* data_parallel,
-                                 bool pipeline,
                                  const ExpertParallelRank& expert_parallel) {
   const int ep = expert_parallel.experts->size();
   if (o.model.n_routed_experts % ep != 0) {
@@ -59,10 +57,10 @@ absl::Status CheckExpertParallel(const TrainerOptions& o,
         "parallel.ep: expert parallelism folds over data parallelism, which "
         "is missing");
   }
-  if (pipeline || o.lora || o.distributed_optimizer) {
+  if (o.lora || o.distributed_optimizer) {
     return absl::UnimplementedError(
-        "parallel.ep > 1 runs without pipeline parallelism, LoRA and the "
-        "distributed optimizer so far");
+        "parallel.ep > 1 runs without LoRA and the distributed optimizer so "
+        "far");
   }
   return absl::OkStatus();
 }
@@ -78,8 +76,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return status;
   }
   if (expert_parallel) {
-    if (absl::Status status = CheckExpertParallel(
-            options, data_parallel, pipeline.has_value(), *expert_parallel);
+    if (absl::Status status =
+            CheckExpertParallel(options, data_parallel, *expert_parallel);
         !status.ok()) {
       return status;
     }
@@ -166,6 +164,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       absl::StatusOr<StageModel> stage = StageModel::Create(
           trainer->params_.get(), trainer->backend_.get(), options.loss, slice);
       if (!stage.ok()) return stage.status();
+      stage->set_expert_dispatcher(trainer->expert_dispatcher_.get());
       trainer->stages_.push_back(*std::move(stage));
     }
     trainer->pipeline_tensors_ = PipelineTensorsOf(
@@ -213,16 +212,22 @@ std::vector<TrainableTensor> Trainer::UpdatedHere(
 
 absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     const std::vector<TrainableTensor>& updated) {
-  absl::StatusOr<double> mine = GradSquaredSum(updated);
-  if (pipeline_tensors_) {
-    // Each tensor counts once, on its owning pp rank.
+  // Each tensor counts once, on its owning pp rank; an expert on its ep rank.
+  absl::StatusOr<double> mine;
+  if (expert_parallel_) {
+    const std::vector<TrainableTensor> owned =
+        pipeline_tensors_ ? SelectTrainable(updated, pipeline_tensors_->owned)
+                          : updated;
+    mine = ExpertParallelGradSquaredSum(*expert_parallel_->experts,
+                                        SplitRoutedExperts(*params_, owned));
+    if (mine.ok() && pipeline_) {
+      mine = SumInRankOrder(*pipeline_->forward, *mine);
+    }
+  } else if (pipeline_tensors_) {
     mine = PipelineGradSquaredSum(*pipeline_->forward, *pipeline_tensors_,
                                   updated);
-  }
-  if (expert_parallel_) {
-    // Each expert counts once, on its ep rank.
-    mine = ExpertParallelGradSquaredSum(*expert_parallel_->experts,
-                                        SplitRoutedExperts(*params_, updated));
+  } else {
+    mine = GradSquaredSum(updated);
   }
   if (!mine.ok() || !shards_) return mine;
   float total = static_cast<float>(*mine);

@@ -288,7 +288,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ParallelCase{"pp2", 2, 2, "Etttttt|ttmL", false},
                       ParallelCase{"pp2_vpp2", 2, 2, "Et|t|tttt|ttmL", false},
                       ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL", true},
-                      ParallelCase{"ep2", 2, 1, "", false, 2}),
+                      ParallelCase{"ep2", 2, 1, "", false, 2},
+                      ParallelCase{"pp2_ep2", 4, 2, "Etttttt|ttmL", false, 2}),
     [](const ::testing::TestParamInfo<ParallelCase>& info) {
       return std::string(info.param.name);
     });
