@@ -68,6 +68,14 @@ class CoordinatorClientTest : public ::testing::Test {
         connection_(server_.Connect()),
         jobs_(v1::JobService::NewStub(connection_->channel())) {}
 
+  // The tiny job allows a restart; these tests follow a job to its failure
+  // (restarts are tested in coordinator/scheduler_test and
+  // tests/worker_restart).
+  static v1::JobSpec WithoutRestarts(v1::JobSpec spec) {
+    spec.mutable_training()->set_max_restarts(0);
+    return spec;
+  }
+
   std::string Submit(const v1::JobSpec& spec) {
     v1::SubmitJobRequest request;
     *request.mutable_spec() = spec;
@@ -191,7 +199,7 @@ TEST_F(CoordinatorClientTest, RanksAreAssignedAndTheJobRunsToSuccess) {
 TEST_F(CoordinatorClientTest, ARankFailureFailsTheJobAndStopsTheOthers) {
   WatchingWorker first(server_, v1::CPU);
   WatchingWorker second(server_, v1::CPU);
-  const std::string id = Submit(LoadTestSpec("tiny_job.json"));
+  const std::string id = Submit(WithoutRestarts(LoadTestSpec("tiny_job.json")));
   std::optional<v1::Assignment> assignment = second.Await();
   ASSERT_TRUE(assignment.has_value());
   ASSERT_TRUE(first.Await().has_value());
@@ -218,7 +226,8 @@ TEST_F(CoordinatorClientTest,
        ARestartRequeuesScheduledJobsAndFailsRunningOnes) {
   WatchingWorker first(server_, v1::CPU);
   WatchingWorker second(server_, v1::CPU);
-  const std::string running = Submit(LoadTestSpec("tiny_job.json"));
+  const std::string running =
+      Submit(WithoutRestarts(LoadTestSpec("tiny_job.json")));
   ASSERT_TRUE(first.Await().has_value());
   ASSERT_TRUE(second.Await().has_value());
   for (WatchingWorker* worker : {&first, &second}) {
@@ -271,7 +280,7 @@ TEST_F(HeartbeatTimeoutTest, ASilentWorkerIsDeclaredDeadAndItsJobFails) {
         stops.push_back(reason);
       },
       nullptr);
-  const std::string id = Submit(LoadTestSpec("tiny_job.json"));
+  const std::string id = Submit(WithoutRestarts(LoadTestSpec("tiny_job.json")));
   ASSERT_TRUE(alive.Await().has_value());
   alive.client().SetCurrentJob(id, 0);
 
