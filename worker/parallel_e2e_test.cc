@@ -3,17 +3,12 @@
 // their Gloo groups through the coordinator's rendezvous. Their losses and the
 // checkpointed weights and optimizer moments match the same job run by one
 // process: DP2 with and without the distributed optimizer, PP2 (1F1B), PP2
-// with two virtual stages per rank (interleaved 1F1B), and PP2 x DP2 on four
-// processes.
-#include <fcntl.h>
+// with two virtual stages per rank (interleaved 1F1B), EP2, PP2 x DP2 and
+// PP2 x EP2 on four processes; resumes from the ranks' shards continue the
+// run; a killed or missing peer is a clear job error.
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -22,141 +17,36 @@
 #include "checkpoint/hf_name_map.h"
 #include "checkpoint/native_checkpoint.h"
 #include "coordinator/test_coordinator.h"
-#include "data/indexed_dataset.h"
-#include "grpcpp/channel.h"
 #include "gtest/gtest.h"
 #include "model/parameters.h"
-#include "proto/job_service.grpc.pb.h"
+#include "worker/test_processes.h"
 #include "worker/training_job.h"
-
-extern char** environ;
 
 namespace glm {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+// Follows the job to its end, passing each step's metrics to `on_metrics`.
+v1::Job WatchSteps(
+    const TestCoordinator& server, const std::string& id,
+    const std::function<void(const v1::StepMetrics&)>& on_metrics) {
+  return WatchToTheEnd(server, id, absl::Seconds(120),
+                       [&](const v1::JobEvent& event) {
+                         if (event.has_metrics()) on_metrics(event.metrics());
+                       });
 }
 
-// Documents of pseudo-random byte tokens, each of its own length.
-std::string WriteDocuments(const std::string& dir) {
-  const std::string prefix = dir + "/documents";
-  auto builder = IndexedDatasetBuilder::Create(prefix, TokenDtype::kUint16);
-  EXPECT_TRUE(builder.ok());
-  uint32_t state = 12345;
-  for (int document = 0; document < 60; ++document) {
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 20 + document % 17; ++i) {
-      state = state * 1103515245u + 12345u;
-      ids.push_back(static_cast<int32_t>((state >> 16) % 256));
-    }
-    ids.push_back(256);
-    EXPECT_TRUE((*builder)->AddDocument(ids).ok());
-  }
-  EXPECT_TRUE((*builder)->Finish().ok());
-  return prefix;
-}
-
+// The shared tiny spec with one sample per micro batch (so PP and DP split
+// the 4 micro batches) over 3 iterations.
 v1::JobSpec DataParallelSpec(const std::string& data, const std::string& save,
                              int world_size) {
-  v1::JobSpec spec;
-  spec.set_name("dp-e2e");
-  spec.set_device("cpu");
-  spec.mutable_model()->set_preset("glm5.2-tiny");
-  spec.mutable_parallel()->set_world_size(world_size);
+  v1::JobSpec spec = TinyPretrainSpec(data, save, world_size, 3);
+  spec.set_name("parallel-e2e");
   v1::TrainingSpec& t = *spec.mutable_training();
-  t.set_mode(v1::PRETRAIN);
-  t.set_train_iters(3);
   // Set, so that a shorter run follows the same schedule.
   t.set_lr_decay_iters(3);
-  t.set_lr(3e-3);
-  t.set_min_lr(3e-4);
   t.set_warmup_iters(1);
-  t.set_global_batch_size(4);
   t.set_micro_batch_size(1);
-  t.set_seq_length(32);
-  t.set_seed(5);
-  t.set_save_dir(save);
-  v1::DatasetSource& source = *spec.mutable_data()->add_sources();
-  source.set_path(data);
-  source.set_weight(1.0);
-  spec.mutable_data()->set_tokenizer("byte");
-  spec.mutable_data()->set_data_seed(3);
   return spec;
-}
-
-pid_t SpawnWorker(const std::string& coordinator, const std::string& token,
-                  const std::string& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> args = {"worker/glm-worker",
-                                   "--coordinator=" + coordinator,
-                                   "--token-file=" + token};
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ),
-            0);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-// Follows the job as the coordinator streams it, passing each step's
-// metrics to `on_metrics`, until it ends; returns the job as it ended.
-v1::Job WatchToTheEnd(
-    TestCoordinator& server, const std::string& id,
-    const std::function<void(const v1::StepMetrics&)>& on_metrics) {
-  std::shared_ptr<ClientConnection> connection = server.Connect();
-  auto stub = v1::JobService::NewStub(connection->channel());
-  std::unique_ptr<grpc::ClientContext> context =
-      connection->NewContext(absl::Seconds(120));
-  v1::WatchJobRequest request;
-  request.set_id(id);
-  auto reader = stub->WatchJob(context.get(), request);
-  v1::JobEvent event;
-  while (reader->Read(&event)) {
-    if (event.has_metrics()) on_metrics(event.metrics());
-    const v1::JobState state = event.job().state();
-    if (state == v1::SUCCEEDED || state == v1::FAILED ||
-        state == v1::CANCELLED) {
-      break;
-    }
-  }
-  context->TryCancel();
-  return event.job();
-}
-
-// Submits `spec` and starts `workers` glm-worker processes for it.
-std::string SubmitWithWorkers(TestCoordinator& server, const v1::JobSpec& spec,
-                              const std::string& dir, int workers,
-                              std::vector<pid_t>* pids) {
-  std::shared_ptr<ClientConnection> connection = server.Connect();
-  auto stub = v1::JobService::NewStub(connection->channel());
-  v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = spec;
-  v1::SubmitJobResponse submitted;
-  EXPECT_TRUE(
-      stub->SubmitJob(connection->NewContext().get(), submit, &submitted).ok());
-  const std::string token = dir + "/token";
-  std::ofstream(token) << TestCoordinator::kToken;
-  for (int i = 0; i < workers; ++i) {
-    pids->push_back(SpawnWorker(server.target(), token,
-                                dir + "/worker" + std::to_string(i) + ".log"));
-  }
-  return submitted.job().id();
-}
-
-void StopWorkers(const std::vector<pid_t>& pids) {
-  for (pid_t pid : pids) {
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-  }
 }
 
 // The model tensors and AdamW moments of the latest checkpoint under
@@ -270,7 +160,7 @@ TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
       SubmitWithWorkers(server, spec, dir, c.world_size, &workers);
   std::map<int64_t, v1::StepMetrics> distributed;
   const v1::Job ended =
-      WatchToTheEnd(server, id, [&](const v1::StepMetrics& metrics) {
+      WatchSteps(server, id, [&](const v1::StepMetrics& metrics) {
         distributed[metrics.iteration()] = metrics;
       });
   StopWorkers(workers);
@@ -312,7 +202,7 @@ void ExpectResumingFromShardsContinuesTheRun(
     std::vector<pid_t> workers;
     const std::string id = SubmitWithWorkers(server, spec, dir, 2, &workers);
     const v1::Job ended =
-        WatchToTheEnd(server, id, [&](const v1::StepMetrics& step) {
+        WatchSteps(server, id, [&](const v1::StepMetrics& step) {
           metrics[step.iteration()] = step;
           if (iterations == 3) resumed_iterations.push_back(step.iteration());
         });
@@ -349,7 +239,7 @@ TEST(DataParallelFailureTest, AWorkerKilledMidRunFailsTheJobWithoutAHang) {
   const std::string id = SubmitWithWorkers(server, spec, dir, 2, &workers);
   absl::Time killed = absl::InfiniteFuture();
   const v1::Job ended =
-      WatchToTheEnd(server, id, [&](const v1::StepMetrics& metrics) {
+      WatchSteps(server, id, [&](const v1::StepMetrics& metrics) {
         if (metrics.iteration() >= 3 && killed == absl::InfiniteFuture()) {
           kill(workers[1], SIGKILL);
           killed = absl::Now();

@@ -12,16 +12,10 @@
 #include "data/packed_sft_dataset.h"
 #include "data/tokenizer.h"
 #include "gtest/gtest.h"
+#include "worker/test_processes.h"
 
 namespace glm {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // Byte-tokenized documents of a few repeating sentences.
 std::string WriteCorpus(const std::string& dir) {

@@ -12,8 +12,8 @@
 #include "absl/time/clock.h"
 #include "coordinator/test_coordinator.h"
 #include "gtest/gtest.h"
-#include "tests/worker_restart/worker_processes.h"
 #include "worker/coordinator_client.h"
+#include "worker/test_processes.h"
 
 namespace glm {
 namespace {

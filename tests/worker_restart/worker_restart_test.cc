@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/test_coordinator.h"
 #include "gtest/gtest.h"
-#include "tests/worker_restart/worker_processes.h"
+#include "worker/test_processes.h"
 #include "worker/training_job.h"
 
 namespace glm {

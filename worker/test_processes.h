@@ -1,8 +1,8 @@
-// What the failure tests share: a scratch directory, a small byte-token
-// dataset, a tiny pretraining spec, and glm-worker processes started against a
-// coordinator.
-#ifndef GLM_TESTS_WORKER_RESTART_WORKER_PROCESSES_H_
-#define GLM_TESTS_WORKER_RESTART_WORKER_PROCESSES_H_
+// What the tests that run real glm-worker processes share: a scratch
+// directory, a small byte-token dataset, a tiny pretraining spec, worker
+// processes started against a coordinator, and following a job to its end.
+#ifndef GLM_WORKER_TEST_PROCESSES_H_
+#define GLM_WORKER_TEST_PROCESSES_H_
 
 #include <sys/types.h>
 
@@ -37,6 +37,12 @@ pid_t SpawnWorker(const std::string& target, const std::string& token_file,
 // Submits `spec`; returns the job id.
 std::string SubmitJob(const TestCoordinator& server, const v1::JobSpec& spec);
 
+// Submits `spec` and starts `workers` glm-worker processes for it, their logs
+// and token file in `dir`; returns the job id.
+std::string SubmitWithWorkers(const TestCoordinator& server,
+                              const v1::JobSpec& spec, const std::string& dir,
+                              int workers, std::vector<pid_t>* pids);
+
 // Follows the job as the coordinator streams it, passing each event to
 // `on_event`, until it ends or `deadline` passes; returns the job as it stood
 // last.
@@ -49,4 +55,4 @@ void StopWorkers(const std::vector<pid_t>& pids);
 
 }  // namespace glm
 
-#endif  // GLM_TESTS_WORKER_RESTART_WORKER_PROCESSES_H_
+#endif  // GLM_WORKER_TEST_PROCESSES_H_

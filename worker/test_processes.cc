@@ -1,4 +1,4 @@
-#include "tests/worker_restart/worker_processes.h"
+#include "worker/test_processes.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "coordinator/job_state_machine.h"
 #include "data/indexed_dataset.h"
@@ -99,6 +100,19 @@ std::string SubmitJob(const TestCoordinator& server, const v1::JobSpec& spec) {
       stub->SubmitJob(connection->NewContext().get(), submit, &submitted);
   EXPECT_TRUE(status.ok()) << status.error_message();
   return submitted.job().id();
+}
+
+std::string SubmitWithWorkers(const TestCoordinator& server,
+                              const v1::JobSpec& spec, const std::string& dir,
+                              int workers, std::vector<pid_t>* pids) {
+  const std::string id = SubmitJob(server, spec);
+  const std::string token = dir + "/token";
+  std::ofstream(token) << TestCoordinator::kToken;
+  for (int i = 0; i < workers; ++i) {
+    pids->push_back(SpawnWorker(server.target(), token,
+                                dir + "/worker" + std::to_string(i) + ".log"));
+  }
+  return id;
 }
 
 v1::Job WatchToTheEnd(
