@@ -101,7 +101,7 @@ absl::Status LocalCluster::SpawnWorker(int index,
   const std::string log = WorkerLog(index);
   std::vector<std::string> args = {
       options_.worker_binary, "--coordinator=" + connection_.target,
-      "--token-file=" + token_file, "--device=cpu"};
+      "--token-file=" + token_file, "--device=cpu", "--exit-with-parent"};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -3,6 +3,8 @@
 // metrics, checkpoints and results. Stops on SIGTERM or SIGINT after the
 // current iteration.
 #include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <iostream>
@@ -28,6 +30,9 @@ CommandFlags DeclareFlags() {
   flags.Add("tls-ca", "PEM of the CA that signed the coordinator (TLS)");
   flags.Add("device", "cpu, or cuda:N for GPU N", "cpu");
   flags.Add("address", "host:port peers reach this worker on (informational)");
+  flags.AddBool("exit-with-parent",
+                "stop (as on SIGTERM) when the process that started this "
+                "worker exits (glmctl local uses it)");
   flags.Add("register-timeout-s",
             "how long to keep trying to reach the coordinator", "60");
   return flags;
@@ -93,6 +98,13 @@ int Main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (flags.GetBool("exit-with-parent")) {
+    // The kernel sends SIGTERM when the parent dies; a parent that already
+    // died before this call leaves us re-parented, so check that too.
+    const pid_t parent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) return kExitFailure;
+  }
 
   CoordinatorClient client(std::make_shared<ClientConnection>(*options));
   v1::RegisterWorkerRequest request =
