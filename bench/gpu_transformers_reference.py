@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The reference for GPU training speed: transformers' GlmMoeDsaForCausalLM on one
+GPU, bf16 weights, sdpa attention, AdamW, as DESIGN.md pins it (glm5.2-mini at seq
+4096). Prints tokens/s, TFLOP/s, MFU and peak memory in the table the GPU benchmark
+of our trainer will print beside it.
+
+  gpu_transformers_reference.py --config CONFIG.json --flops-per-token F
+    [--seq 4096] [--steps 5] [--peak-tflops 989]
+
+CONFIG.json is `glmctl model config --preset=glm5.2-mini`; F is
+`bazel-bin/bench/model_flops glm5.2-mini 4096` (our Megatron-style count with the
+DSA term, so both sides divide by the same work).
+"""
+import argparse
+import json
+import time
+
+import torch
+from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--flops-per-token", type=float, required=True)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--peak-tflops", type=float, default=989.0,
+                        help="dense bf16 peak of the GPU (H100/H200 SXM: 989)")
+    args = parser.parse_args()
+    torch.manual_seed(1)
+    config = GlmMoeDsaConfig(**json.load(open(args.config)))
+    config._attn_implementation = "sdpa"
+    model = GlmMoeDsaForCausalLM(config).to("cuda", torch.bfloat16).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    ids = torch.randint(0, config.vocab_size, (1, args.seq), device="cuda")
+    times = []
+    for step in range(args.steps + 2):  # two warm-up steps
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step >= 2:
+            times.append(time.perf_counter() - start)
+    step_s = sum(times) / len(times)
+    tokens_per_s = args.seq / step_s
+    tflops = tokens_per_s * args.flops_per_token / 1e12
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"seq {args.seq}, micro batch 1, {args.steps} timed steps")
+    print("| run | step ms | tokens/s | TFLOP/s | MFU | peak memory GiB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| transformers (sdpa, bf16, AdamW) | {1e3 * step_s:.1f} | "
+          f"{tokens_per_s:.0f} | {tflops:.1f} | {100 * tflops / args.peak_tflops:.1f}% | "
+          f"{peak_gib:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
