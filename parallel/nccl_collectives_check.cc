@@ -1,0 +1,156 @@
+// Runs every NCCL collective across the GPUs of this machine (one rank per GPU,
+// one thread each, connected through an in-process coordinator's rendezvous)
+// and compares each result with the value computed on the host. Needs at least
+// two GPUs; prints one line per collective and exits 1 on any mismatch.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/test_coordinator.h"
+#include "parallel/nccl_collectives.h"
+#include "worker/rendezvous_store.h"
+
+namespace glm {
+namespace {
+
+constexpr int64_t kCount = 1 << 20;
+
+float* DeviceCopy(const std::vector<float>& host) {
+  float* device = nullptr;
+  cudaMalloc(&device, host.size() * sizeof(float));
+  cudaMemcpy(device, host.data(), host.size() * sizeof(float),
+             cudaMemcpyHostToDevice);
+  return device;
+}
+
+std::vector<float> HostCopy(const float* device, int64_t count) {
+  std::vector<float> host(count);
+  cudaMemcpy(host.data(), device, count * sizeof(float),
+             cudaMemcpyDeviceToHost);
+  return host;
+}
+
+// Value i of rank r's input.
+float Input(int rank, int64_t i) {
+  return static_cast<float>(rank + 1) + i % 7;
+}
+
+struct Outcome {
+  std::string op;
+  bool ok = true;
+};
+
+void Expect(const std::string& op, const absl::Status& status,
+            const std::vector<float>& got,
+            const std::function<float(int64_t)>& want,
+            std::vector<Outcome>* outcomes) {
+  Outcome outcome{op, status.ok()};
+  for (int64_t i = 0; outcome.ok && i < static_cast<int64_t>(got.size()); ++i) {
+    outcome.ok = got[i] == want(i);
+  }
+  if (!status.ok())
+    std::fprintf(stderr, "%s: %s\n", op.c_str(), status.ToString().c_str());
+  outcomes->push_back(outcome);
+}
+
+std::vector<Outcome> RunRank(TestCoordinator& server, int rank, int size) {
+  cudaSetDevice(rank);
+  RendezvousStore store(server.Connect(), "nccl-check");
+  std::vector<Outcome> outcomes;
+  auto group =
+      NcclCollectives::Connect(store, "world", rank, size, absl::Seconds(60));
+  if (!group.ok()) {
+    std::fprintf(stderr, "connect: %s\n", group.status().ToString().c_str());
+    return {{"connect", false}};
+  }
+  std::vector<float> input(kCount);
+  for (int64_t i = 0; i < kCount; ++i) input[i] = Input(rank, i);
+  const int total = size * (size + 1) / 2;
+
+  float* data = DeviceCopy(input);
+  absl::Status status = (*group)->AllReduce(data, kCount, ReduceOp::kSum);
+  Expect(
+      "all-reduce sum", status, HostCopy(data, kCount),
+      [&](int64_t i) { return total + size * float(i % 7); }, &outcomes);
+  cudaFree(data);
+
+  data = DeviceCopy(input);
+  status = (*group)->Broadcast(data, kCount, /*root=*/size - 1);
+  Expect(
+      "broadcast", status, HostCopy(data, kCount),
+      [&](int64_t i) { return Input(size - 1, i); }, &outcomes);
+  cudaFree(data);
+
+  data = DeviceCopy(input);
+  float* gathered = DeviceCopy(std::vector<float>(kCount * size));
+  status = (*group)->AllGather(data, kCount, gathered);
+  Expect(
+      "all-gather", status, HostCopy(gathered, kCount * size),
+      [&](int64_t i) { return Input(i / kCount, i % kCount); }, &outcomes);
+
+  // All-to-all: rank r sends block j (kCount / size values) to rank j.
+  const int64_t block = kCount / size;
+  float* received = DeviceCopy(std::vector<float>(kCount));
+  status = (*group)->AllToAllV(data, std::vector<int64_t>(size, block),
+                               received, std::vector<int64_t>(size, block));
+  Expect(
+      "all-to-all", status, HostCopy(received, kCount),
+      [&](int64_t i) { return Input(i / block, rank * block + i % block); },
+      &outcomes);
+
+  // A ring of send/recv.
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  status = absl::OkStatus();
+  if (rank % 2 == 0) {
+    auto sent = (*group)->StartSend(data, kCount, next);
+    status = sent.ok() ? (*sent)->Wait() : sent.status();
+    if (status.ok()) status = (*group)->Recv(received, kCount, previous);
+  } else {
+    status = (*group)->Recv(received, kCount, previous);
+    auto sent = (*group)->StartSend(data, kCount, next);
+    if (status.ok()) status = sent.ok() ? (*sent)->Wait() : sent.status();
+  }
+  Expect(
+      "send/recv ring", status, HostCopy(received, kCount),
+      [&](int64_t i) { return Input(previous, i); }, &outcomes);
+  Expect("barrier", (*group)->Barrier(), {}, nullptr, &outcomes);
+  cudaFree(data);
+  cudaFree(gathered);
+  cudaFree(received);
+  return outcomes;
+}
+
+int Main() {
+  int devices = 0;
+  cudaGetDeviceCount(&devices);
+  if (devices < 2) {
+    std::fprintf(stderr, "needs at least two GPUs, found %d\n", devices);
+    return 2;
+  }
+  TestCoordinator server("nccl_check");
+  std::vector<std::vector<Outcome>> outcomes(devices);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < devices; ++rank) {
+    ranks.emplace_back(
+        [&, rank] { outcomes[rank] = RunRank(server, rank, devices); });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  bool all_ok = true;
+  for (int rank = 0; rank < devices; ++rank) {
+    for (const Outcome& outcome : outcomes[rank]) {
+      std::printf("rank %d of %d  %-16s %s\n", rank, devices,
+                  outcome.op.c_str(), outcome.ok ? "OK" : "FAIL");
+      all_ok &= outcome.ok;
+    }
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace glm
+
+int main() { return glm::Main(); }
