@@ -2,13 +2,12 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/file_util.h"
 #include "cli/command_flags.h"
 #include "cli/local_cluster.h"
 #include "data/packed_sft_dataset.h"
@@ -71,11 +70,10 @@ fs::path ResolveInput(const std::string& path) {
 absl::StatusOr<v1::JobSpec> LoadSpec(const CommandFlags& flags) {
   std::string json = kDefaultLocalJob;
   if (flags.Has("job")) {
-    std::ifstream in(ResolveInput(flags.Get("job")));
-    if (!in) return absl::NotFoundError("cannot read " + flags.Get("job"));
-    std::stringstream content;
-    content << in.rdbuf();
-    json = content.str();
+    absl::StatusOr<std::string> content =
+        ReadFile(ResolveInput(flags.Get("job")).string());
+    if (!content.ok()) return content.status();
+    json = *content;
   }
   v1::JobSpec spec;
   const auto parsed = google::protobuf::util::JsonStringToMessage(json, &spec);

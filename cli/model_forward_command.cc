@@ -1,13 +1,12 @@
 #include "cli/model_forward_command.h"
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/file_util.h"
 #include "checkpoint/hf_weight_loader.h"
 #include "cli/command_flags.h"
 #include "cli/npy_writer.h"
@@ -28,19 +27,11 @@ CommandFlags DeclareFlags() {
   return flags;
 }
 
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError("cannot read " + path);
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
 absl::Status Forward(const CommandFlags& flags) {
   for (const char* required : {"hf", "tokens", "out"}) {
     if (absl::Status given = flags.Require(required); !given.ok()) return given;
   }
-  absl::StatusOr<std::string> text = ReadText(flags.Get("tokens"));
+  absl::StatusOr<std::string> text = ReadFile(flags.Get("tokens"));
   if (!text.ok()) return text.status();
   absl::StatusOr<std::vector<std::vector<int32_t>>> rows =
       ParseTokenLines(*text, flags.Get("tokens"));

@@ -11,13 +11,17 @@ void AdamW::Step(const std::vector<TrainableTensor>& params, double lr,
                  double grad_scale) {
   ++steps_;
   for (const TrainableTensor& param : params) {
-    AdamMoments& moments = moments_[param.name];
-    if (moments.exp_avg.numel() != param.value->numel()) {
-      moments.exp_avg = Tensor(param.value->shape());
-      moments.exp_avg_sq = Tensor(param.value->shape());
-    }
-    Update(param, &moments, lr, grad_scale);
+    Update(param, &MomentsOf(param), lr, grad_scale);
   }
+}
+
+AdamMoments& AdamW::MomentsOf(const TrainableTensor& param) {
+  AdamMoments& moments = moments_[param.name];
+  if (moments.exp_avg.numel() != param.value->numel()) {
+    moments.exp_avg = Tensor(param.value->shape());
+    moments.exp_avg_sq = Tensor(param.value->shape());
+  }
+  return moments;
 }
 
 void AdamW::Update(const TrainableTensor& param, AdamMoments* moments,

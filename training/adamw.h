@@ -47,8 +47,9 @@ class AdamW {
             double grad_scale);
 
   int64_t steps() const { return steps_; }
-  // Moments by parameter name, for checkpoints.
-  std::map<std::string, AdamMoments>& moments() { return moments_; }
+  // The moments of `param` (zeros until its first update), for checkpoints
+  // and distributed-optimizer gathers.
+  AdamMoments& MomentsOf(const TrainableTensor& param);
   void set_steps(int64_t steps) { steps_ = steps; }
 
  private:

@@ -241,10 +241,9 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
 
 absl::Status Trainer::GatherOptimizerState() {
   if (!shards_) return absl::OkStatus();
-  State();  // allocates the moments this rank does not update
   std::vector<Tensor*> exp_avg, exp_avg_sq;
   for (const TrainableTensor& param : Trainable()) {
-    AdamMoments& moments = optimizer_.moments()[param.name];
+    AdamMoments& moments = optimizer_.MomentsOf(param);
     exp_avg.push_back(&moments.exp_avg);
     exp_avg_sq.push_back(&moments.exp_avg_sq);
   }
@@ -500,11 +499,7 @@ TrainingState Trainer::State() {
     }
   }
   for (const TrainableTensor& param : Trainable()) {
-    AdamMoments& moments = optimizer_.moments()[param.name];
-    if (moments.exp_avg.numel() != param.value->numel()) {
-      moments.exp_avg = Tensor(param.value->shape());
-      moments.exp_avg_sq = Tensor(param.value->shape());
-    }
+    AdamMoments& moments = optimizer_.MomentsOf(param);
     state.optimizer.push_back({"exp_avg/" + param.name, &moments.exp_avg});
     state.optimizer.push_back(
         {"exp_avg_sq/" + param.name, &moments.exp_avg_sq});
