@@ -80,7 +80,8 @@ double IndexerSeconds(CpuBackend& backend, int64_t seq, int64_t topk,
   std::vector<int32_t> seq_start(seq, 0), keys(seq * topk);
   return Seconds([&] {
     backend.IndexerTopK(iq.Matrix(), ik.Matrix(), w.Matrix(), seq_start.data(),
-                        topk, 1.f / std::sqrt(float(kIndexDim)), keys.data());
+                        0, topk, 1.f / std::sqrt(float(kIndexDim)),
+                        keys.data());
   });
 }
 

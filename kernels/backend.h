@@ -126,10 +126,11 @@ class Backend {
                                     MatrixView dlogits) = 0;
 
   // ---- sparse attention (MLA over DSA-selected keys) ----
-  // Rows are token-major, head-minor: q [n*heads, dqk], k [n*heads, dqk], v
-  // [n*heads, dv]. keys [n, topk]: token indices (into the same n tokens) each
-  // query attends, -1 = none. out [n*heads, dv]; probs [n*heads, topk] saved (0
-  // on -1 slots).
+  // Rows are token-major, head-minor: q [nq*heads, dqk] for nq queries, k
+  // [nk*heads, dqk] and v [nk*heads, dv] for nk key tokens (the same tokens,
+  // or under context parallelism every rank's). keys [nq, topk]: key token
+  // indices each query attends, -1 = none. out [nq*heads, dv]; probs
+  // [nq*heads, topk] saved (0 on -1 slots).
   virtual void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                       ConstMatrixView v, const int32_t* keys,
                                       int64_t topk, int64_t heads, float scale,
@@ -142,17 +143,21 @@ class Backend {
                                        MatrixView dk, MatrixView dv) = 0;
 
   // ---- DSA indexer ----
-  // iq [n*heads, d], ik [n, d], w [n, heads]. score[t, s] = sum_h w[t,h] *
-  // relu(scale * iq[t,h] . ik[s]) over keys s in [seq_start[t], t]. Writes the
-  // min(topk, t - seq_start[t] + 1) best keys per query, best first (ties:
-  // lower index first), -1 after them. keys [n, topk].
+  // iq [nq*heads, d], ik [nk, d], w [nq, heads]; query t is key token
+  // g = query_offset + t (0 when queries and keys are the same tokens).
+  // score[t, s] = sum_h w[t,h] * relu(scale * iq[t,h] . ik[s]) over keys s in
+  // [seq_start[t], g]. Writes the min(topk, g - seq_start[t] + 1) best keys
+  // per query, best first (ties: lower index first), -1 after them. keys
+  // [nq, topk].
   virtual void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                            ConstMatrixView w, const int32_t* seq_start,
-                           int64_t topk, float scale, int32_t* keys) = 0;
+                           int64_t query_offset, int64_t topk, float scale,
+                           int32_t* keys) = 0;
   // KL(target || softmax(index scores over the selected keys)), averaged over
-  // the n queries and times coeff. target[t] = sum over attention heads of
-  // probs [n*attn_heads, topk], L1-normalized. Returns the loss; accumulates
-  // coeff-scaled gradients into diq, dik, dw.
+  // the nq queries (w's rows) and times coeff; keys index ik's nk rows.
+  // target[t] = sum over attention heads of probs [n*attn_heads, topk],
+  // L1-normalized. Returns the loss; accumulates coeff-scaled gradients into
+  // diq, dik, dw.
   virtual double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                ConstMatrixView w, const int32_t* keys,
                                int64_t topk, float scale,

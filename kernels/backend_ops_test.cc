@@ -642,7 +642,7 @@ TEST(BackendOps, IndexerTopKMatchesNaiveRanking) {
   for (auto& backend : Backends()) {
     std::vector<int32_t> keys(kTokens * topk, 7);
     backend->IndexerTopK(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                         kSeqStart.data(), topk, 0.5f, keys.data());
+                         kSeqStart.data(), 0, topk, 0.5f, keys.data());
     for (int64_t t = 0; t < kTokens; ++t) {
       std::vector<std::pair<double, int32_t>> ranked;
       for (int32_t s = kSeqStart[t]; s <= t; ++s)
@@ -653,6 +653,77 @@ TEST(BackendOps, IndexerTopKMatchesNaiveRanking) {
             j < static_cast<int64_t>(ranked.size()) ? ranked[j].second : -1;
         EXPECT_EQ(keys[t * topk + j], expected)
             << "query " << t << " slot " << j;
+      }
+    }
+  }
+}
+
+// Context parallelism runs each rank's queries against every rank's keys:
+// calls on query halves (with their offsets) must give the rows of the whole
+// call, and their key gradients must add up to the whole call's.
+TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
+  std::mt19937 rng(5);
+  const int64_t dqk = 6, dv = 4, idx_heads = 2, idx_dim = 4, split = 2;
+  const float scale = 0.4f;
+  const Tensors attn = {Random({kTokens * kHeads, dqk}, rng),
+                        Random({kTokens * kHeads, dqk}, rng),
+                        Random({kTokens * kHeads, dv}, rng),
+                        Random({kTokens * kHeads, dv}, rng)};
+  const Tensors idx = {Random({kTokens * idx_heads, idx_dim}, rng),
+                       Random({kTokens, idx_dim}, rng),
+                       Random({kTokens, idx_heads}, rng)};
+  Tensor target({kTokens, kTopK});
+  for (int64_t i = 0; i < target.numel(); ++i)
+    target.data()[i] = kKeys[i] < 0 ? 0.f : 0.1f + 0.1f * (i % 7);
+  // Queries [begin, begin + count) against all keys; returns every output.
+  auto run = [&](Backend& b, int64_t begin, int64_t count) {
+    const int32_t* keys = kKeys.data() + begin * kTopK;
+    Tensor out({count * kHeads, dv}), probs({count * kHeads, kTopK});
+    ConstMatrixView q = attn[0].Matrix().Rows(begin * kHeads, count * kHeads);
+    b.SparseAttentionForward(q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK,
+                             kHeads, scale, out.Matrix(), probs.Matrix());
+    Tensor dq({count * kHeads, dqk}), dk = ZerosLike(attn[1]),
+                                      dvv = ZerosLike(attn[2]);
+    b.SparseAttentionBackward(
+        q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK, kHeads, scale,
+        probs.Matrix(), attn[3].Matrix().Rows(begin * kHeads, count * kHeads),
+        dq.Matrix(), dk.Matrix(), dvv.Matrix());
+    Tensor selected({count, kTopK});
+    std::vector<int32_t> chosen(count * kTopK);
+    b.IndexerTopK(idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
+                  idx[1].Matrix(), idx[2].Matrix().Rows(begin, count),
+                  kSeqStart.data() + begin, begin, kTopK, 0.5f, chosen.data());
+    for (int64_t i = 0; i < count * kTopK; ++i)
+      selected.data()[i] = static_cast<float>(chosen[i]);
+    Tensor loss({1}), diq({count * idx_heads, idx_dim}),
+        dik = ZerosLike(idx[1]), dw({count, idx_heads});
+    // Each part is weighted by its share of the queries, as a rank does.
+    loss.data()[0] = static_cast<float>(b.IndexerKlLoss(
+        idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
+        idx[1].Matrix(), idx[2].Matrix().Rows(begin, count), keys, kTopK, 0.5f,
+        target.Matrix().Rows(begin, count), 1,
+        static_cast<float>(count) / kTokens, diq.Matrix(), dik.Matrix(),
+        dw.Matrix()));
+    return Tensors{out, probs, dq, selected, diq, dw, dk, dvv, dik, loss};
+  };
+  constexpr int kPerQuery = 6;  // outputs with one row block per query
+  for (auto& backend : Backends()) {
+    const Tensors whole = run(*backend, 0, kTokens);
+    Tensors parts = run(*backend, 0, split);
+    const Tensors rest = run(*backend, split, kTokens - split);
+    for (size_t i = 0; i < whole.size(); ++i) {
+      if (i < kPerQuery) {  // rows: first part, then the rest
+        std::vector<float> joined = parts[i].values();
+        joined.insert(joined.end(), rest[i].values().begin(),
+                      rest[i].values().end());
+        ASSERT_EQ(joined.size(), whole[i].values().size()) << i;
+        for (size_t j = 0; j < joined.size(); ++j)
+          EXPECT_NEAR(joined[j], whole[i].values()[j], 1e-5f) << i << " " << j;
+      } else {  // key gradients and the loss: sums
+        for (int64_t j = 0; j < whole[i].numel(); ++j)
+          EXPECT_NEAR(parts[i].data()[j] + rest[i].data()[j],
+                      whole[i].data()[j], 1e-5f)
+              << i << " " << j;
       }
     }
   }

@@ -56,7 +56,7 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
   const int64_t width = std::min(spec.topk, layout.max_seq_len);
   *topk = IndexTensor({n, width}, -1);
   backend.IndexerTopK(acts->q.Matrix(), acts->k.Matrix(),
-                      acts->weights.Matrix(), layout.seq_start.data(), width,
+                      acts->weights.Matrix(), layout.seq_start.data(), 0, width,
                       ScoreScale(spec), topk->data());
 }
 

@@ -121,8 +121,9 @@ void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
 }
 void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* seq_start,
-                             int64_t topk, float scale, int32_t* keys) {
-  cpu::IndexerTopK(iq, ik, w, seq_start, topk, scale, keys);
+                             int64_t query_offset, int64_t topk, float scale,
+                             int32_t* keys) {
+  cpu::IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale, keys);
 }
 double CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                  ConstMatrixView w, const int32_t* keys,

@@ -67,8 +67,8 @@ class CpuBackend : public Backend {
                                MatrixView dq, MatrixView dk,
                                MatrixView dv) override;
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
-                   const int32_t* seq_start, int64_t topk, float scale,
-                   int32_t* keys) override;
+                   const int32_t* seq_start, int64_t query_offset, int64_t topk,
+                   float scale, int32_t* keys) override;
   double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                        ConstMatrixView w, const int32_t* keys, int64_t topk,
                        float scale, ConstMatrixView attn_probs,

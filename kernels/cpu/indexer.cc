@@ -29,32 +29,33 @@ float IndexScore(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
 }  // namespace
 
 void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
-                 const int32_t* seq_start, int64_t topk, float scale,
-                 int32_t* keys) {
-  const int64_t n = ik.rows;
-  assert(iq.rows == n * w.cols && iq.cols == ik.cols && w.rows == n);
+                 const int32_t* seq_start, int64_t query_offset, int64_t topk,
+                 float scale, int32_t* keys) {
+  const int64_t nq = w.rows, nk = ik.rows;
+  assert(iq.rows == nq * w.cols && iq.cols == ik.cols);
+  assert(query_offset >= 0 && query_offset + nq <= nk);
   const int64_t heads = w.cols, dim = ik.cols;
-  // Keys transposed [dim, n], so each query's dot products with all its keys
+  // Keys transposed [dim, nk], so each query's dot products with all its keys
   // run along contiguous memory (vectorized), summed over dim in the same order
   // as IndexScore.
-  std::vector<float> keys_t(dim * n);
-  for (int64_t s = 0; s < n; ++s)
-    for (int64_t c = 0; c < dim; ++c) keys_t[c * n + s] = ik.Row(s)[c];
-  ParallelFor(n, n * n * heads * dim / 2, [&](int64_t begin, int64_t end) {
+  std::vector<float> keys_t(dim * nk);
+  for (int64_t s = 0; s < nk; ++s)
+    for (int64_t c = 0; c < dim; ++c) keys_t[c * nk + s] = ik.Row(s)[c];
+  ParallelFor(nq, nq * nk * heads * dim / 2, [&](int64_t begin, int64_t end) {
     std::vector<float> score, dot;
     for (int64_t i = begin; i < end; ++i) {
-      // Causal rows grow with t: pairing early and late queries (0, n-1, 1,
-      // n-2, ...) gives every contiguous chunk about the same work.
-      const int64_t t = i % 2 == 0 ? i / 2 : n - 1 - i / 2;
+      // Causal rows grow with t: pairing early and late queries (0, nq-1, 1,
+      // nq-2, ...) gives every contiguous chunk about the same work.
+      const int64_t t = i % 2 == 0 ? i / 2 : nq - 1 - i / 2;
       const int64_t first = seq_start[t];
-      const int64_t count = t - first + 1;
+      const int64_t count = query_offset + t - first + 1;
       score.assign(count, 0.f);
       for (int64_t h = 0; h < heads; ++h) {
         const float* query = iq.Row(t * heads + h);
         dot.assign(count, 0.f);
         for (int64_t c = 0; c < dim; ++c) {
           const float q = query[c];
-          const float* key_c = keys_t.data() + c * n + first;
+          const float* key_c = keys_t.data() + c * nk + first;
           for (int64_t s = 0; s < count; ++s) dot[s] += q * key_c[s];
         }
         const float weight = w.Row(t)[h];
@@ -83,7 +84,8 @@ double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      ConstMatrixView attn_probs, int64_t attn_heads,
                      float coeff, MatrixView diq, MatrixView dik,
                      MatrixView dw) {
-  const int64_t n = ik.rows, heads = w.cols, dim = ik.cols;
+  // n queries (w's rows); keys index ik's rows.
+  const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
   const float grad_scale = coeff / static_cast<float>(n);
   std::vector<double> row_loss(n, 0.0);
   // d loss / d (iq[t,h] . ik[s]) per (t, h, j), for the key pass below.

@@ -11,8 +11,8 @@
 namespace glm::cpu {
 
 void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
-                 const int32_t* seq_start, int64_t topk, float scale,
-                 int32_t* keys);
+                 const int32_t* seq_start, int64_t query_offset, int64_t topk,
+                 float scale, int32_t* keys);
 double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      const int32_t* keys, int64_t topk, float scale,
                      ConstMatrixView attn_probs, int64_t attn_heads,

@@ -22,7 +22,7 @@ void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                             ConstMatrixView v, const int32_t* keys,
                             int64_t topk, int64_t heads, float scale,
                             MatrixView out, MatrixView probs) {
-  assert(q.cols == k.cols && q.rows == k.rows && v.rows == q.rows);
+  assert(q.cols == k.cols && k.rows == v.rows && k.rows % heads == 0);
   assert(out.rows == q.rows && out.cols == v.cols && probs.cols == topk);
   ParallelFor(q.rows, q.rows * topk * (q.cols + v.cols),
               [&](int64_t begin, int64_t end) {
