@@ -48,7 +48,8 @@ absl::Status CheckParallelSizes(const v1::ParallelSpec& p) {
       {"ep", p.ep()},
       {"etp", p.etp()},
       {"num_layers_in_first_stage", p.num_layers_in_first_stage()},
-      {"num_layers_in_last_stage", p.num_layers_in_last_stage()}};
+      {"num_layers_in_last_stage", p.num_layers_in_last_stage()},
+      {"collective_timeout_seconds", p.collective_timeout_seconds()}};
   for (const auto& [name, value] : sizes) {
     if (value < 0) {
       return FieldError(absl::StrCat("parallel.", name),

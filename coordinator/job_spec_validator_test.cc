@@ -72,6 +72,9 @@ TEST(JobSpecValidatorTest, EachBadFieldIsNamed) {
       "tp*pp*cp");
   ExpectRejected("parallel.tp",
                  [](v1::JobSpec* s) { s->mutable_parallel()->set_tp(-1); });
+  ExpectRejected("parallel.collective_timeout_seconds", [](v1::JobSpec* s) {
+    s->mutable_parallel()->set_collective_timeout_seconds(-1);
+  });
   ExpectRejected(
       "parallel.ep",
       [](v1::JobSpec* s) {

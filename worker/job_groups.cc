@@ -38,6 +38,12 @@ absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
     options.connect_timeout =
         absl::Milliseconds(assignment.rendezvous().timeout_ms());
   }
+  // A peer that hangs without closing its connections fails the job after
+  // this rather than after Gloo's 30 minutes (0 in the spec: 300 s).
+  const int collective_timeout_seconds =
+      assignment.spec().parallel().collective_timeout_seconds();
+  options.timeout = absl::Seconds(
+      collective_timeout_seconds > 0 ? collective_timeout_seconds : 300);
   if (const char* host = std::getenv("GLM_GLOO_HOSTNAME"); host != nullptr) {
     options.hostname = host;
   }

@@ -22,7 +22,8 @@ absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel);
 
 // Connects every group of the assignment's rank over Gloo/TCP, bootstrapped
 // through `rendezvous` (not owned) and bounded by the assignment's rendezvous
-// timeout (collectives then wait up to 30 min). The address peers dial is
+// timeout; a collective waits up to the spec's
+// parallel.collective_timeout_seconds (0: 300 s). The address peers dial is
 // 127.0.0.1 unless GLM_GLOO_HOSTNAME names another. A peer that never arrives
 // is an error naming this rank and the group.
 absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
