@@ -30,6 +30,7 @@ struct DecoderLayerActivations {
   Tensor h_mid;             // h_in + attention
   Tensor mlp_in, mlp_rstd;  // rmsnorm(h_mid)
   MlpActivations mlp;       // dense layers
+  Tensor mlp_chunk_in;      // mlp_in gathered over the tensor group (tp > 1)
   MoeActivations moe;       // MoE layers
 };
 

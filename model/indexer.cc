@@ -17,9 +17,10 @@ float ScoreScale(const IndexerSpec& spec) {
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
+                    RowRange chunk, TokenParallel& parallel,
                     IndexerActivations* acts, IndexTensor* topk) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
-  const int32_t* pos = layout.positions.data();
+  const int32_t* pos = layout.positions.data() + chunk.begin;
   // Queries: [rope | pass] per head, RoPE on the first rope_dim.
   acts->q_raw = Tensor({n, spec.heads * dim});
   backend.Linear(q_resid, p.wq_b.value.Matrix(), acts->q_raw.Matrix(), false);
@@ -45,6 +46,7 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
                acts->k.Matrix().Columns(rope, dim - rope));
   backend.RopeForward(k_normed.Columns(0, rope), pos, 1, spec.rope_theta,
                       acts->k.Matrix().Columns(0, rope));
+  if (parallel.cp() > 1) acts->k = parallel.GatherAll(acts->k.Matrix());
   // Head weights, scaled by heads^-0.5.
   Tensor raw_weights({n, spec.heads});
   backend.Linear(x, p.weights_proj.value.Matrix(), raw_weights.Matrix(), false);
@@ -56,29 +58,38 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
   const int64_t width = std::min(spec.topk, layout.max_seq_len);
   *topk = IndexTensor({n, width}, -1);
   backend.IndexerTopK(acts->q.Matrix(), acts->k.Matrix(),
-                      acts->weights.Matrix(), layout.seq_start.data(), 0, width,
+                      acts->weights.Matrix(),
+                      layout.seq_start.data() + chunk.begin, chunk.begin, width,
                       ScoreScale(spec), topk->data());
 }
 
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
                           const IndexTensor& topk, ConstMatrixView attn_probs,
-                          int64_t attn_heads, float coeff,
-                          IndexerActivations* acts) {
+                          int64_t attn_heads, float coeff, RowRange rows,
+                          int64_t all_tokens, IndexerActivations* acts) {
   acts->dq = Tensor(acts->q.shape());
   acts->dk = Tensor(acts->k.shape());
   acts->dweights = Tensor(acts->weights.shape());
+  const int64_t heads = spec.heads, width = topk.dim(1);
+  // The kernel averages over its rows; the loss is a mean over all tokens.
+  const float share =
+      static_cast<float>(rows.count) / static_cast<float>(all_tokens);
   return backend.IndexerKlLoss(
-      acts->q.Matrix(), acts->k.Matrix(), acts->weights.Matrix(), topk.data(),
-      topk.dim(1), ScoreScale(spec), attn_probs, attn_heads, coeff,
-      acts->dq.Matrix(), acts->dk.Matrix(), acts->dweights.Matrix());
+      acts->q.Matrix().Rows(rows.begin * heads, rows.count * heads),
+      acts->k.Matrix(), acts->weights.Matrix().Rows(rows.begin, rows.count),
+      topk.data() + rows.begin * width, width, ScoreScale(spec), attn_probs,
+      attn_heads, coeff * share,
+      acts->dq.Matrix().Rows(rows.begin * heads, rows.count * heads),
+      acts->dk.Matrix(), acts->dweights.Matrix().Rows(rows.begin, rows.count));
 }
 
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
+                     RowRange chunk, TokenParallel& parallel,
                      const IndexerActivations& acts) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
-  const int32_t* pos = layout.positions.data();
+  const int32_t* pos = layout.positions.data() + chunk.begin;
   const MatrixView no_input_grad;  // inputs are detached
   // Head weights.
   Tensor draw_weights({n, spec.heads});
@@ -97,9 +108,12 @@ void IndexerBackward(Backend& backend, IndexerParameters& p,
                        dq_rows.Columns(0, rope));
   backend.LinearBackward(q_resid, p.wq_b.value.Matrix(), dq_raw.Matrix(),
                          no_input_grad, p.wq_b.grad.Matrix());
-  // Keys.
+  // Keys: every chunk's queries chose among this chunk's keys.
   Tensor dk_normed({n, dim}), dk_raw({n, dim});
-  ConstMatrixView dk = acts.dk.Matrix();
+  const Tensor dk_chunk = parallel.cp() > 1
+                              ? parallel.ReduceScatterAll(acts.dk.Matrix())
+                              : Tensor();
+  ConstMatrixView dk = parallel.cp() > 1 ? dk_chunk.Matrix() : acts.dk.Matrix();
   backend.Axpy(1.f, dk.Columns(rope, dim - rope),
                dk_normed.Matrix().Columns(rope, dim - rope));
   backend.RopeBackward(dk.Columns(0, rope), pos, 1, spec.rope_theta,

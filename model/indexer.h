@@ -9,6 +9,7 @@
 #include "kernels/backend.h"
 #include "model/parameters.h"
 #include "model/token_layout.h"
+#include "model/token_parallel.h"
 
 namespace glm {
 
@@ -26,29 +27,35 @@ struct IndexerActivations {
   Tensor k_raw;  // [n, dim] wk(x)
   Tensor k_mean, k_rstd;
   Tensor k_normed;  // [n, dim] LayerNorm(k_raw)
-  Tensor k;         // [n, dim] after RoPE
-  Tensor weights;   // [n, heads] weights_proj(x) * heads^-0.5
+  Tensor k;  // after RoPE: [n, dim], or every chunk's [all tokens, dim] under
+             // context parallelism
+  Tensor weights;  // [n, heads] weights_proj(x) * heads^-0.5
   // Gradients of the indexer loss w.r.t. q, k, weights (set by
   // IndexerLossForward).
   Tensor dq, dk, dweights;
 };
 
-// Computes the indexer activations and the top-k keys [n, topk] (-1 padded).
+// x and q_resid are the n tokens of `chunk` (all tokens without context
+// parallelism). Computes the indexer activations and their top-k keys [n,
+// topk] (-1 padded) among all tokens of the layout.
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
+                    RowRange chunk, TokenParallel& parallel,
                     IndexerActivations* acts, IndexTensor* topk);
-// The KL loss against the main attention's probabilities [n * attn_heads,
-// topk]; keeps its gradients in `acts` for IndexerBackward. Returns coeff *
-// mean KL.
+// The KL loss of the chunk's queries `rows` (chunk-relative) against the main
+// attention's probabilities for them [rows.count * attn_heads, topk]; keeps
+// its gradients in `acts` for IndexerBackward. Returns coeff * the rows' part
+// of the mean KL over all tokens of the layout.
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
                           const IndexTensor& topk, ConstMatrixView attn_probs,
-                          int64_t attn_heads, float coeff,
-                          IndexerActivations* acts);
+                          int64_t attn_heads, float coeff, RowRange rows,
+                          int64_t all_tokens, IndexerActivations* acts);
 // Propagates the loss gradients into the indexer weights only.
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
+                     RowRange chunk, TokenParallel& parallel,
                      const IndexerActivations& acts);
 
 }  // namespace glm

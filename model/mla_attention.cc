@@ -43,18 +43,104 @@ AttentionSpec MakeAttentionSpec(const ModelConfig& c,
   return s;
 }
 
+namespace {
+
+// The rank's split of the layout's tokens; one rank without a parallel spec.
+struct AttentionRows {
+  TokenParallel& parallel;
+  RowRange chunk;  // the queries: this rank's context chunk
+  RowRange local;  // x's rows: its tensor-parallel part of the chunk
+};
+
+AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
+                     TokenParallel& one_rank) {
+  TokenParallel& parallel = spec.parallel ? *spec.parallel : one_rank;
+  return {parallel, parallel.ChunkRows(layout.tokens),
+          parallel.LocalRows(layout.tokens)};
+}
+
+// Keys and values of all tokens from the chunk's compressed latents.
+void KeysForward(Backend& backend, const AttentionParameters& p,
+                 const AttentionSpec& spec, ConstMatrixView x_chunk,
+                 const TokenLayout& layout, AttentionRows& rows,
+                 AttentionActivations* acts) {
+  const int64_t heads = spec.heads, nope = spec.nope_dim, rope = spec.rope_dim,
+                vdim = spec.v_dim, all = layout.tokens;
+  acts->kv_a = Tensor({x_chunk.rows, spec.kv_lora_rank + rope});
+  backend.Linear(x_chunk, p.kv_a_proj_with_mqa.value.Matrix(),
+                 acts->kv_a.Matrix(), false);
+  if (rows.parallel.cp() > 1) {
+    acts->kv_a = rows.parallel.GatherAll(acts->kv_a.Matrix());
+  }
+  acts->kv_a_rstd = Tensor({all});
+  acts->latent = Tensor({all, spec.kv_lora_rank});
+  ConstMatrixView kv_a = acts->kv_a.Matrix();
+  backend.RmsNormForward(kv_a.Columns(0, spec.kv_lora_rank),
+                         p.kv_a_layernorm.value.data(), kLoraNormEps,
+                         acts->latent.Matrix(), acts->kv_a_rstd.data());
+  acts->kv = Tensor({all, heads * (nope + vdim)});
+  backend.Linear(acts->latent.Matrix(), p.kv_b_proj.value.Matrix(),
+                 acts->kv.Matrix(), false);
+  ConstMatrixView kv_rows = acts->kv.Matrix().SplitRows(heads);
+  acts->key = Tensor({all * heads, spec.qk_dim()});
+  backend.Copy(kv_rows.Columns(0, nope), acts->key.Matrix().Columns(0, nope));
+  Tensor k_rope({all, rope});
+  backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope),
+                      layout.positions.data(), 1, spec.rope_theta,
+                      k_rope.Matrix());
+  for (int64_t h = 0; h < heads; ++h) {
+    backend.Copy(k_rope.Matrix(), KeyRopeOfHead(acts->key, spec, h));
+  }
+}
+
+// The indexer loss of this rank's own queries. Under tensor parallelism the
+// target (attention probabilities summed over heads) needs every rank's heads.
+void IndexerLoss(Backend& backend, const AttentionSpec& spec,
+                 const TokenLayout& layout, AttentionRows& rows,
+                 AttentionActivations* acts) {
+  if (rows.parallel.tp() == 1) {
+    acts->indexer_loss = IndexerLossForward(
+        backend, spec.indexer, acts->own_topk, acts->probs.Matrix(), spec.heads,
+        spec.indexer_loss_coeff, {0, rows.chunk.count}, layout.tokens,
+        &acts->indexer);
+    return;
+  }
+  const int64_t topk = acts->probs.dim(1), n = rows.chunk.count;
+  Tensor head_sum({n, topk});
+  ConstMatrixView probs = acts->probs.Matrix();
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < spec.heads; ++h) {
+      backend.Axpy(1.f, probs.Rows(t * spec.heads + h, 1),
+                   head_sum.Matrix().Rows(t, 1));
+    }
+  }
+  const Tensor target = rows.parallel.ReduceScatterChunk(head_sum.Matrix());
+  acts->indexer_loss = IndexerLossForward(
+      backend, spec.indexer, acts->own_topk, target.Matrix(), 1,
+      spec.indexer_loss_coeff,
+      {rows.local.begin - rows.chunk.begin, rows.local.count}, layout.tokens,
+      &acts->indexer);
+}
+
+}  // namespace
+
 void AttentionForward(Backend& backend, const AttentionParameters& p,
                       const AttentionSpec& spec, ConstMatrixView x,
                       const TokenLayout& layout, const IndexTensor* shared_topk,
                       MatrixView out, AttentionActivations* acts) {
-  const int64_t n = x.rows, heads = spec.heads, nope = spec.nope_dim,
+  TokenParallel one_rank(nullptr, nullptr);
+  AttentionRows rows = RowsOf(spec, layout, one_rank);
+  // Sequence parallelism: the chunk's queries need every tensor rank's rows.
+  if (rows.parallel.tp() > 1) acts->x_chunk = rows.parallel.GatherChunk(x);
+  ConstMatrixView xc = rows.parallel.tp() > 1 ? acts->x_chunk.Matrix() : x;
+  const int64_t n = xc.rows, heads = spec.heads, nope = spec.nope_dim,
                 rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
-  const int32_t* pos = layout.positions.data();
+  const int32_t* pos = layout.positions.data() + rows.chunk.begin;
   // Queries.
   acts->q_a = Tensor({n, spec.q_lora_rank});
   acts->q_a_rstd = Tensor({n});
   acts->q_resid = Tensor({n, spec.q_lora_rank});
-  backend.Linear(x, p.q_a_proj.value.Matrix(), acts->q_a.Matrix(), false);
+  backend.Linear(xc, p.q_a_proj.value.Matrix(), acts->q_a.Matrix(), false);
   backend.RmsNormForward(acts->q_a.Matrix(), p.q_a_layernorm.value.data(),
                          kLoraNormEps, acts->q_resid.Matrix(),
                          acts->q_a_rstd.data());
@@ -67,31 +153,12 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   backend.RopeForward(q_rows.Columns(nope, rope), pos, heads, spec.rope_theta,
                       acts->query.Matrix().Columns(nope, rope));
   // Keys and values from the compressed latent; k_rope is shared by all heads.
-  acts->kv_a = Tensor({n, spec.kv_lora_rank + rope});
-  acts->kv_a_rstd = Tensor({n});
-  acts->latent = Tensor({n, spec.kv_lora_rank});
-  backend.Linear(x, p.kv_a_proj_with_mqa.value.Matrix(), acts->kv_a.Matrix(),
-                 false);
-  ConstMatrixView kv_a = acts->kv_a.Matrix();
-  backend.RmsNormForward(kv_a.Columns(0, spec.kv_lora_rank),
-                         p.kv_a_layernorm.value.data(), kLoraNormEps,
-                         acts->latent.Matrix(), acts->kv_a_rstd.data());
-  acts->kv = Tensor({n, heads * (nope + vdim)});
-  backend.Linear(acts->latent.Matrix(), p.kv_b_proj.value.Matrix(),
-                 acts->kv.Matrix(), false);
-  ConstMatrixView kv_rows = acts->kv.Matrix().SplitRows(heads);
-  acts->key = Tensor({n * heads, qk});
-  backend.Copy(kv_rows.Columns(0, nope), acts->key.Matrix().Columns(0, nope));
-  Tensor k_rope({n, rope});
-  backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope), pos, 1,
-                      spec.rope_theta, k_rope.Matrix());
-  for (int64_t h = 0; h < heads; ++h) {
-    backend.Copy(k_rope.Matrix(), KeyRopeOfHead(acts->key, spec, h));
-  }
+  KeysForward(backend, p, spec, xc, layout, rows, acts);
   // Key selection.
   if (p.has_indexer) {
-    IndexerForward(backend, p.indexer, spec.indexer, x, acts->q_resid.Matrix(),
-                   layout, &acts->indexer, &acts->own_topk);
+    IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
+                   layout, rows.chunk, rows.parallel, &acts->indexer,
+                   &acts->own_topk);
     acts->topk = &acts->own_topk;
   } else {
     assert(shared_topk != nullptr);
@@ -101,15 +168,23 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   acts->attn = Tensor({n, heads * vdim});
   acts->probs = Tensor({n * heads, topk});
   backend.SparseAttentionForward(
-      acts->query.Matrix(), acts->key.Matrix(), kv_rows.Columns(nope, vdim),
+      acts->query.Matrix(), acts->key.Matrix(),
+      acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
       acts->topk->data(), topk, heads, Scale(spec),
       acts->attn.Matrix().SplitRows(heads), acts->probs.Matrix());
-  backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
+  if (rows.parallel.tp() > 1) {
+    // Row-parallel o_proj: each rank holds a part of every output.
+    Tensor partial({n, out.cols});
+    backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(),
+                   partial.Matrix(), false);
+    backend.Copy(rows.parallel.ReduceScatterChunk(partial.Matrix()).Matrix(),
+                 out);
+  } else {
+    backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
+  }
   acts->indexer_loss = 0;
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
-    acts->indexer_loss = IndexerLossForward(
-        backend, spec.indexer, acts->own_topk, acts->probs.Matrix(), heads,
-        spec.indexer_loss_coeff, &acts->indexer);
+    IndexerLoss(backend, spec, layout, rows, acts);
   }
 }
 
@@ -118,14 +193,23 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                        const TokenLayout& layout,
                        const AttentionActivations& acts, ConstMatrixView dout,
                        MatrixView dx) {
-  const int64_t n = x.rows, heads = spec.heads, nope = spec.nope_dim,
-                rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
-  const int32_t* pos = layout.positions.data();
+  TokenParallel one_rank(nullptr, nullptr);
+  AttentionRows rows = RowsOf(spec, layout, one_rank);
+  const bool split = rows.parallel.tp() > 1;
+  ConstMatrixView xc = split ? acts.x_chunk.Matrix() : x;
+  const Tensor dout_chunk = split ? rows.parallel.GatherChunk(dout) : Tensor();
+  ConstMatrixView dout_c = split ? dout_chunk.Matrix() : dout;
+  Tensor dx_chunk = split ? Tensor({xc.rows, xc.cols}) : Tensor();
+  MatrixView dxc = split ? dx_chunk.Matrix() : dx;
+  const int64_t n = xc.rows, all = layout.tokens, heads = spec.heads,
+                nope = spec.nope_dim, rope = spec.rope_dim, qk = spec.qk_dim(),
+                vdim = spec.v_dim;
+  const int32_t* pos = layout.positions.data() + rows.chunk.begin;
   Tensor dattn({n, heads * vdim});
-  backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout,
+  backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
-  Tensor dquery({n * heads, qk}), dkey({n * heads, qk}),
-      dkv({n, heads * (nope + vdim)});
+  Tensor dquery({n * heads, qk}), dkey({all * heads, qk}),
+      dkv({all, heads * (nope + vdim)});
   MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
   const int64_t topk = acts.topk->dim(1);
   backend.SparseAttentionBackward(
@@ -136,12 +220,14 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
       dkv_rows.Columns(nope, vdim));
   // Keys: nope part to kv_b_proj's output, rope part summed over heads.
   backend.Axpy(1.f, dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
-  Tensor dk_rope({n, rope});
+  Tensor dk_rope({all, rope});
   for (int64_t h = 0; h < heads; ++h) {
     backend.Axpy(1.f, KeyRopeOfHead(dkey, spec, h), dk_rope.Matrix());
   }
-  Tensor dkv_a({n, spec.kv_lora_rank + rope}), dlatent({n, spec.kv_lora_rank});
-  backend.RopeBackward(dk_rope.Matrix(), pos, 1, spec.rope_theta,
+  Tensor dkv_a({all, spec.kv_lora_rank + rope}),
+      dlatent({all, spec.kv_lora_rank});
+  backend.RopeBackward(dk_rope.Matrix(), layout.positions.data(), 1,
+                       spec.rope_theta,
                        dkv_a.Matrix().Columns(spec.kv_lora_rank, rope));
   backend.LinearBackward(acts.latent.Matrix(), p.kv_b_proj.value.Matrix(),
                          dkv.Matrix(), dlatent.Matrix(),
@@ -151,8 +237,13 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                           dlatent.Matrix(),
                           dkv_a.Matrix().Columns(0, spec.kv_lora_rank),
                           p.kv_a_layernorm.grad.data());
-  backend.LinearBackward(x, p.kv_a_proj_with_mqa.value.Matrix(), dkv_a.Matrix(),
-                         dx, p.kv_a_proj_with_mqa.grad.Matrix());
+  // Every chunk's queries read this chunk's keys.
+  if (rows.parallel.cp() > 1) {
+    dkv_a = rows.parallel.ReduceScatterAll(dkv_a.Matrix());
+  }
+  backend.LinearBackward(xc, p.kv_a_proj_with_mqa.value.Matrix(),
+                         dkv_a.Matrix(), dxc,
+                         p.kv_a_proj_with_mqa.grad.Matrix());
   // Queries.
   Tensor dq({n, heads * qk}), dq_resid({n, spec.q_lora_rank}),
       dq_a({n, spec.q_lora_rank});
@@ -166,11 +257,15 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   backend.RmsNormBackward(acts.q_a.Matrix(), p.q_a_layernorm.value.data(),
                           acts.q_a_rstd.data(), dq_resid.Matrix(),
                           dq_a.Matrix(), p.q_a_layernorm.grad.data());
-  backend.LinearBackward(x, p.q_a_proj.value.Matrix(), dq_a.Matrix(), dx,
+  backend.LinearBackward(xc, p.q_a_proj.value.Matrix(), dq_a.Matrix(), dxc,
                          p.q_a_proj.grad.Matrix());
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
-    IndexerBackward(backend, p.indexer, spec.indexer, x, acts.q_resid.Matrix(),
-                    layout, acts.indexer);
+    IndexerBackward(backend, p.indexer, spec.indexer, xc, acts.q_resid.Matrix(),
+                    layout, rows.chunk, rows.parallel, acts.indexer);
+  }
+  // The chunk's input gradient is a partial sum on each tensor rank.
+  if (split) {
+    backend.Axpy(1.f, rows.parallel.ReduceScatterChunk(dxc).Matrix(), dx);
   }
 }
 

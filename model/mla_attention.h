@@ -11,6 +11,7 @@
 #include "model/indexer.h"
 #include "model/parameters.h"
 #include "model/token_layout.h"
+#include "model/token_parallel.h"
 
 namespace glm {
 
@@ -25,6 +26,9 @@ struct AttentionSpec {
   IndexerSpec indexer;
   // Indexer KL loss weight; 0 skips the loss (inference).
   float indexer_loss_coeff = 0.f;
+  // Tensor and context parallelism (model/token_parallel.h); null: one rank.
+  // Under tensor parallelism `heads` is this rank's share. Not owned.
+  TokenParallel* parallel = nullptr;
 
   int64_t qk_dim() const { return nope_dim + rope_dim; }
 };
@@ -32,15 +36,19 @@ struct AttentionSpec {
 AttentionSpec MakeAttentionSpec(const ModelConfig& config,
                                 float indexer_loss_coeff);
 
+// n is the queries' tokens: the rank's context chunk (all tokens without
+// context parallelism); keys and values cover all tokens.
 struct AttentionActivations {
-  Tensor q_a, q_a_rstd;    // [n, q_lora_rank]
-  Tensor q_resid;          // RMSNorm(q_a)
-  Tensor q;                // [n, heads * qk] q_b_proj(q_resid)
-  Tensor query;            // [n * heads, qk]: nope | RoPE(rope) (half layout)
-  Tensor kv_a, kv_a_rstd;  // [n, kv_lora_rank + rope]
-  Tensor latent;           // RMSNorm(kv_a latent part) [n, kv_lora_rank]
-  Tensor kv;               // [n, heads * (nope + v)]
-  Tensor key;    // [n * heads, qk]: k_nope | RoPE(k_rope) shared by heads
+  Tensor x_chunk;        // the input gathered over the tensor group (tp > 1)
+  Tensor q_a, q_a_rstd;  // [n, q_lora_rank]
+  Tensor q_resid;        // RMSNorm(q_a)
+  Tensor q;              // [n, heads * qk] q_b_proj(q_resid)
+  Tensor query;          // [n * heads, qk]: nope | RoPE(rope) (half layout)
+  // Keys and values of all N tokens:
+  Tensor kv_a, kv_a_rstd;  // [N, kv_lora_rank + rope]
+  Tensor latent;           // RMSNorm(kv_a latent part) [N, kv_lora_rank]
+  Tensor kv;               // [N, heads * (nope + v)]
+  Tensor key;    // [N * heads, qk]: k_nope | RoPE(k_rope) shared by heads
   Tensor attn;   // [n, heads * v]
   Tensor probs;  // [n * heads, topk]
   IndexerActivations indexer;
@@ -49,8 +57,9 @@ struct AttentionActivations {
   double indexer_loss = 0;
 };
 
-// out = attention(x). `shared_topk` is the source layer's top-k on skip layers
-// (and ignored on computing layers).
+// out = attention(x) for this rank's rows of the layout's tokens (all of them
+// on one rank). `shared_topk` is the source layer's top-k on skip layers (and
+// ignored on computing layers).
 void AttentionForward(Backend& backend, const AttentionParameters& p,
                       const AttentionSpec& spec, ConstMatrixView x,
                       const TokenLayout& layout, const IndexTensor* shared_topk,

@@ -31,6 +31,7 @@ struct MtpActivations {
 std::vector<int32_t> NextTokenIds(const std::vector<int32_t>& ids,
                                   const TokenLayout& layout);
 
+// `ids` are all tokens of the layout; h_main is this rank's rows of them.
 void MtpForward(Backend& backend, const MtpParameters& p,
                 const Parameter& embed, const Parameter& lm_head,
                 const DecoderLayerSpec& spec, const std::vector<int32_t>& ids,

@@ -8,6 +8,11 @@
 namespace glm {
 namespace {
 
+std::vector<int32_t> RowsOf(const std::vector<int32_t>& all, RowRange rows) {
+  return std::vector<int32_t>(all.begin() + rows.begin,
+                              all.begin() + rows.end());
+}
+
 void AddLayer(int index, const DecoderLayerActivations& layer,
               StageLosses* losses) {
   losses->expert_load[index] = layer.moe.load;
@@ -48,6 +53,22 @@ StageModel::StageModel(ModelParameters* params, Backend* backend,
       first_(stage.num_layers() == 0 ? 0 : stage.first_layer - 1),
       end_(stage.num_layers() == 0 ? 0 : stage.last_layer) {}
 
+void StageModel::set_token_parallel(TokenParallel* parallel) {
+  spec_.attention.parallel = parallel;
+  spec_.attention.heads =
+      params_->config().num_attention_heads / (parallel ? parallel->tp() : 1);
+}
+
+absl::Status StageModel::CollectivesStatus() const {
+  if (spec_.experts != nullptr && !spec_.experts->status().ok()) {
+    return spec_.experts->status();
+  }
+  if (spec_.attention.parallel != nullptr) {
+    return spec_.attention.parallel->status();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
                                                 const Tensor& input,
                                                 StageActivations* acts) {
@@ -57,11 +78,20 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
   if (!layout.ok()) return layout.status();
   acts->layout = *std::move(layout);
   acts->ids = batch.input_ids;
-  const int64_t n = acts->layout.tokens, hidden = config.hidden_size;
+  if (spec_.attention.parallel != nullptr) {
+    if (absl::Status status =
+            spec_.attention.parallel->CheckTokens(acts->layout.tokens);
+        !status.ok()) {
+      return status;
+    }
+  }
+  const RowRange rows = Rows(acts->layout.tokens);
+  const int64_t n = rows.count, hidden = config.hidden_size;
   acts->hidden.assign(1, Tensor({n, hidden}));
   if (first()) {
     backend_->EmbeddingForward(params_->embed_tokens.value.Matrix(),
-                               acts->ids.data(), acts->hidden[0].Matrix());
+                               acts->ids.data() + rows.begin,
+                               acts->hidden[0].Matrix());
   } else if (input.numel() != n * hidden) {
     return absl::InvalidArgumentError(
         absl::StrCat("stage ", stage_.stage, ": input has ", input.numel(),
@@ -96,16 +126,15 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
     ForwardHead(batch.loss_mask, acts, &losses);
     if (stage_.mtp_layers == 1) ForwardMtp(batch.loss_mask, acts, &losses);
   }
-  if (spec_.experts != nullptr && !spec_.experts->status().ok()) {
-    return spec_.experts->status();
-  }
+  if (absl::Status status = CollectivesStatus(); !status.ok()) return status;
   return losses;
 }
 
 void StageModel::ForwardHead(const std::vector<float>& loss_mask,
                              StageActivations* acts, StageLosses* losses) {
   const ModelConfig& config = params_->config();
-  const int64_t n = acts->layout.tokens;
+  const RowRange rows = Rows(acts->layout.tokens);
+  const int64_t n = rows.count;
   acts->final_normed = Tensor({n, config.hidden_size});
   acts->final_rstd = Tensor({n});
   backend_->RmsNormForward(
@@ -115,8 +144,10 @@ void StageModel::ForwardHead(const std::vector<float>& loss_mask,
   backend_->Linear(acts->final_normed.Matrix(),
                    params_->OutputHead().value.Matrix(), acts->logits.Matrix(),
                    false);
-  acts->lm_targets =
-      LossTargets(acts->ids, loss_mask, acts->layout, 1, &acts->lm_count);
+  // The count is over all tokens: each rank adds its rows' part of the mean.
+  acts->lm_targets = RowsOf(
+      LossTargets(acts->ids, loss_mask, acts->layout, 1, &acts->lm_count),
+      rows);
   if (acts->lm_count > 0) {
     losses->lm_loss = backend_->CrossEntropyForward(acts->logits.Matrix(),
                                                     acts->lm_targets.data()) /
@@ -132,8 +163,9 @@ void StageModel::ForwardMtp(const std::vector<float>& loss_mask,
   MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
              params_->OutputHead(), spec_, acts->ids, acts->layout,
              acts->hidden.back().Matrix(), shared, &acts->mtp[0]);
-  acts->mtp_targets =
-      LossTargets(acts->ids, loss_mask, acts->layout, 2, &acts->mtp_count);
+  acts->mtp_targets = RowsOf(
+      LossTargets(acts->ids, loss_mask, acts->layout, 2, &acts->mtp_count),
+      Rows(acts->layout.tokens));
   if (acts->mtp_count > 0) {
     losses->mtp_loss =
         backend_->CrossEntropyForward(acts->mtp[0].logits.Matrix(),
@@ -145,7 +177,8 @@ void StageModel::ForwardMtp(const std::vector<float>& loss_mask,
 
 absl::Status StageModel::Backward(const StageActivations& acts,
                                   const Tensor& d_output, Tensor* d_input) {
-  const int64_t n = acts.layout.tokens;
+  const RowRange rows = Rows(acts.layout.tokens);
+  const int64_t n = rows.count;
   const int64_t hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
   if (last()) {
@@ -165,18 +198,17 @@ absl::Status StageModel::Backward(const StageActivations& acts,
     dh = std::move(dh_in);
   }
   if (first()) {
-    backend_->EmbeddingBackward(dh.Matrix(), acts.ids.data(),
+    backend_->EmbeddingBackward(dh.Matrix(), acts.ids.data() + rows.begin,
                                 params_->embed_tokens.grad.Matrix());
   } else {
     *d_input = std::move(dh);
   }
-  if (spec_.experts != nullptr) return spec_.experts->status();
-  return absl::OkStatus();
+  return CollectivesStatus();
 }
 
 void StageModel::BackwardHead(const StageActivations& acts, MatrixView dh) {
   const ModelConfig& config = params_->config();
-  const int64_t n = acts.layout.tokens;
+  const int64_t n = Rows(acts.layout.tokens).count;
   Tensor dlogits({n, config.vocab_size}), dnormed({n, config.hidden_size});
   if (acts.lm_count > 0) {
     backend_->CrossEntropyBackward(acts.logits.Matrix(), acts.lm_targets.data(),

@@ -22,6 +22,7 @@
 #include "model/mtp_layer.h"
 #include "model/parameters.h"
 #include "model/token_layout.h"
+#include "model/token_parallel.h"
 #include "parallel/pipeline_layout.h"
 
 namespace glm {
@@ -65,11 +66,18 @@ class StageModel {
     spec_.experts = experts;
   }
 
+  // Tensor and context parallelism (model/token_parallel.h; not owned, must
+  // outlive the stage): the stage then computes this rank's rows of every
+  // micro batch, and its parameters must hold this rank's tensor-parallel
+  // shards (KeepTensorParallelShard). The batch is the whole micro batch on
+  // every rank of both groups.
+  void set_token_parallel(TokenParallel* parallel);
+
   bool first() const { return stage_.has_embedding; }
   bool last() const { return stage_.has_loss; }
   int64_t hidden_size() const { return params_->config().hidden_size; }
 
-  // `input` is the previous stage's output [tokens, hidden] (ignored on the
+  // `input` is the previous stage's output [rows, hidden] (ignored on the
   // first stage).
   absl::StatusOr<StageLosses> Forward(const Batch& batch, const Tensor& input,
                                       StageActivations* acts);
@@ -91,6 +99,12 @@ class StageModel {
   void ForwardMtp(const std::vector<float>& loss_mask, StageActivations* acts,
                   StageLosses* losses);
   void BackwardHead(const StageActivations& acts, MatrixView dh);
+  // This rank's rows of a micro batch's tokens.
+  RowRange Rows(int64_t tokens) const {
+    return LocalRowsOf(spec_.attention.parallel, tokens);
+  }
+  // OK, or the first failure of the expert or token-parallel collectives.
+  absl::Status CollectivesStatus() const;
 
   ModelParameters* params_;
   Backend* backend_;

@@ -1,0 +1,83 @@
+// Tensor and context parallelism inside the model. Both split a micro batch's
+// tokens between ranks that receive the same batch:
+// - the context group (cp ranks) splits the tokens into cp contiguous chunks;
+//   a chunk's queries attend over the keys of every chunk (Megatron's
+//   all-gather context parallelism), so the top-k runs over the whole
+//   sequence;
+// - the tensor group (tp ranks) splits a chunk again between layers
+//   (Megatron's sequence parallelism) and, inside attention and the dense
+//   MLP, splits heads and intermediate columns instead: the chunk is
+//   all-gathered before the column-parallel projections and reduce-scattered
+//   after the row-parallel ones.
+// Everything per token (norms, MoE, embeddings, losses) runs on a rank's own
+// rows. A rank's weight gradients are then its part of the whole: the trainer
+// sums them over both groups (the split tensors over context only).
+//
+// Collective failures do not stop the layer code (it has no status); the
+// first is kept and reported by status(), as the expert dispatcher does.
+#ifndef GLM_MODEL_TOKEN_PARALLEL_H_
+#define GLM_MODEL_TOKEN_PARALLEL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/tensor.h"
+#include "parallel/collectives.h"
+
+namespace glm {
+
+struct RowRange {
+  int64_t begin = 0;
+  int64_t count = 0;
+  int64_t end() const { return begin + count; }
+};
+
+class TokenParallel {
+ public:
+  // Null groups mean size 1. Neither is owned.
+  TokenParallel(Collectives* tensor, Collectives* context)
+      : tensor_(tensor), context_(context) {}
+
+  int tp() const { return tensor_ == nullptr ? 1 : tensor_->size(); }
+  int tp_rank() const { return tensor_ == nullptr ? 0 : tensor_->rank(); }
+  int cp() const { return context_ == nullptr ? 1 : context_->size(); }
+  int cp_rank() const { return context_ == nullptr ? 0 : context_->rank(); }
+  Collectives* tensor_group() const { return tensor_; }
+  Collectives* context_group() const { return context_; }
+
+  // InvalidArgument unless tp * cp divides the micro batch's tokens.
+  absl::Status CheckTokens(int64_t tokens) const;
+  // This rank's context chunk of the micro batch's tokens, and its own rows
+  // (its tensor-parallel part of the chunk).
+  RowRange ChunkRows(int64_t tokens) const;
+  RowRange LocalRows(int64_t tokens) const;
+
+  // Over the tensor group: every rank's rows of the chunk, in order (a copy at
+  // tp 1); and the sum over ranks of a [chunk, cols] partial, this rank's rows
+  // of it.
+  Tensor GatherChunk(ConstMatrixView local);
+  Tensor ReduceScatterChunk(ConstMatrixView chunk);
+  // Over the context group: every chunk (all tokens); and the sum over ranks
+  // of an [all tokens, cols] partial, this rank's chunk of it.
+  Tensor GatherAll(ConstMatrixView chunk);
+  Tensor ReduceScatterAll(ConstMatrixView all);
+
+  // OK, or the first collective that failed.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  Tensor Gather(Collectives* group, ConstMatrixView part);
+  Tensor ReduceScatter(Collectives* group, ConstMatrixView whole);
+  void Keep(absl::Status status);
+
+  Collectives* tensor_;
+  Collectives* context_;
+  absl::Status status_;
+};
+
+// parallel->LocalRows(tokens), or all of them without parallelism.
+RowRange LocalRowsOf(const TokenParallel* parallel, int64_t tokens);
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_TOKEN_PARALLEL_H_

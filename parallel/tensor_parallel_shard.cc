@@ -1,0 +1,85 @@
+#include "parallel/tensor_parallel_shard.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace glm {
+
+int TensorParallelDim(const std::string& name) {
+  if (absl::EndsWith(name, "self_attn.q_b_proj.weight") ||
+      absl::EndsWith(name, "self_attn.kv_b_proj.weight")) {
+    return 0;
+  }
+  if (absl::EndsWith(name, "self_attn.o_proj.weight")) return 1;
+  // Dense MLPs only: shared experts stay whole like the routed ones.
+  if (absl::StrContains(name, "shared_experts.")) return -1;
+  if (absl::EndsWith(name, ".mlp.gate_proj.weight") ||
+      absl::EndsWith(name, ".mlp.up_proj.weight")) {
+    return 0;
+  }
+  if (absl::EndsWith(name, ".mlp.down_proj.weight")) return 1;
+  return -1;
+}
+
+absl::Status CheckTensorParallelSize(const ModelConfig& config, int tp) {
+  if (config.num_attention_heads % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.tp: ", tp, " does not divide the model's ",
+                     "num_attention_heads ", config.num_attention_heads));
+  }
+  if (config.intermediate_size % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.tp: ", tp, " does not divide the model's ",
+                     "intermediate_size ", config.intermediate_size));
+  }
+  return absl::OkStatus();
+}
+
+Tensor TensorParallelPart(const Tensor& whole, int dim, int parts, int index) {
+  const int64_t rows = whole.dim(0), cols = whole.dim(1);
+  const int64_t part_rows = dim == 0 ? rows / parts : rows;
+  const int64_t part_cols = dim == 1 ? cols / parts : cols;
+  const int64_t row0 = dim == 0 ? index * part_rows : 0;
+  const int64_t col0 = dim == 1 ? index * part_cols : 0;
+  Tensor part({part_rows, part_cols});
+  for (int64_t r = 0; r < part_rows; ++r) {
+    const float* from = whole.data() + (row0 + r) * cols + col0;
+    std::copy_n(from, part_cols, part.data() + r * part_cols);
+  }
+  return part;
+}
+
+Tensor JoinTensorParallelParts(const float* gathered,
+                               const std::vector<int64_t>& whole_shape, int dim,
+                               int parts) {
+  Tensor whole(whole_shape);
+  const int64_t rows = whole_shape[0], cols = whole_shape[1];
+  const int64_t part_rows = dim == 0 ? rows / parts : rows;
+  const int64_t part_cols = dim == 1 ? cols / parts : cols;
+  for (int index = 0; index < parts; ++index) {
+    const float* part = gathered + index * part_rows * part_cols;
+    const int64_t row0 = dim == 0 ? index * part_rows : 0;
+    const int64_t col0 = dim == 1 ? index * part_cols : 0;
+    for (int64_t r = 0; r < part_rows; ++r) {
+      std::copy_n(part + r * part_cols, part_cols,
+                  whole.data() + (row0 + r) * cols + col0);
+    }
+  }
+  return whole;
+}
+
+void KeepTensorParallelShard(int tp, int rank, ModelParameters* params) {
+  if (tp == 1) return;
+  for (const NamedTensor& named : params->Named()) {
+    const int dim = TensorParallelDim(named.name);
+    if (dim < 0 || named.value->numel() == 0) continue;
+    *named.value = TensorParallelPart(*named.value, dim, tp, rank);
+    if (named.grad != nullptr) {
+      *named.grad = Tensor(named.value->shape());
+    }
+  }
+}
+
+}  // namespace glm

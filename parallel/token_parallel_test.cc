@@ -1,0 +1,196 @@
+// Tensor and context parallelism split a micro batch's tokens (and, under
+// tensor parallelism, heads and MLP columns) over ranks; added up, the ranks'
+// losses, expert loads and gradients are one process's. Ranks are threads
+// with Gloo groups of their own, on glm5.2-tiny (index sharing, MoE, MTP,
+// sequences longer than index_topk) with a packed batch and a loss mask.
+#include "model/token_parallel.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "parallel/gloo_collectives.h"
+#include "parallel/pipeline_test_util.h"
+#include "parallel/stage_model.h"
+#include "parallel/tensor_parallel_shard.h"
+
+namespace glm {
+namespace {
+
+// Two packed sequences of 20 and 28 tokens (48: divisible by tp * cp = 4),
+// longer than index_topk 16; the first three targets of the second are
+// masked.
+Batch TestBatch() {
+  std::vector<std::vector<int32_t>> rows(2);
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 20 + 8 * r; ++i) {
+      rows[r].push_back(static_cast<int32_t>((r * 89 + i * i * 5 + 7) % 509));
+    }
+  }
+  Batch batch = Batch::FromSequences(rows);
+  batch.loss_mask.assign(batch.input_ids.size(), 1.f);
+  for (int i = 20; i < 23; ++i) batch.loss_mask[i] = 0.f;
+  return batch;
+}
+
+struct RankRun {
+  StageLosses losses;
+  std::map<std::string, Tensor> grads;
+};
+
+std::unique_ptr<GlooCollectives> Join(gloo::rendezvous::Store& store,
+                                      const std::string& key, int rank,
+                                      int size) {
+  if (size == 1) return nullptr;
+  absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
+      GlooCollectives::Connect(store, key, rank, size, GlooOptions());
+  EXPECT_TRUE(group.ok()) << group.status();
+  return group.ok() ? *std::move(group) : nullptr;
+}
+
+// Rank `rank` of tp x cp (tensor rank fastest) runs the whole model on its
+// share of the batch, forward and backward.
+RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
+  const int tp_rank = rank % tp, cp_rank = rank / tp;
+  std::unique_ptr<GlooCollectives> tensor =
+      Join(store, absl::StrCat("tp-", cp_rank), tp_rank, tp);
+  std::unique_ptr<GlooCollectives> context =
+      Join(store, absl::StrCat("cp-", tp_rank), cp_rank, cp);
+  ModelParameters params = TinyPipelineParameters();
+  KeepTensorParallelShard(tp, tp_rank, &params);
+  TokenParallel parallel(tensor.get(), context.get());
+  CpuBackend backend;
+  absl::StatusOr<std::vector<StageSlice>> plan =
+      PlanForModel(params.config(), "", 1);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<StageModel> stage =
+      StageModel::Create(&params, &backend, {}, plan->at(0));
+  EXPECT_TRUE(stage.ok()) << stage.status();
+  stage->set_token_parallel(&parallel);
+  StageActivations acts;
+  RankRun run;
+  absl::StatusOr<StageLosses> losses =
+      stage->Forward(TestBatch(), Tensor(), &acts);
+  EXPECT_TRUE(losses.ok()) << losses.status();
+  run.losses = *losses;
+  Tensor d_input;
+  EXPECT_TRUE(stage->Backward(acts, Tensor(), &d_input).ok());
+  for (const NamedTensor& named : params.Named()) {
+    if (named.grad != nullptr) run.grads[named.name] = *named.grad;
+  }
+  return run;
+}
+
+std::vector<RankRun> RunRanks(int tp, int cp) {
+  gloo::rendezvous::HashStore store;
+  std::vector<RankRun> runs(tp * cp);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < tp * cp; ++rank) {
+    threads.emplace_back(
+        [&, rank] { runs[rank] = RunRank(store, tp, cp, rank); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return runs;
+}
+
+// The whole gradient from the ranks': tensor-parallel parts joined, the rest
+// (and the context ranks' parts) summed.
+Tensor Assemble(const std::vector<RankRun>& runs, int tp,
+                const std::string& name, const Tensor& whole) {
+  const int dim = TensorParallelDim(name);
+  const int cp = static_cast<int>(runs.size()) / tp;
+  if (dim < 0) {
+    Tensor sum(whole.shape());
+    for (const RankRun& run : runs) {
+      for (int64_t i = 0; i < sum.numel(); ++i) {
+        sum.data()[i] += run.grads.at(name).data()[i];
+      }
+    }
+    return sum;
+  }
+  std::vector<float> parts;
+  for (int t = 0; t < tp; ++t) {
+    Tensor part = runs[t].grads.at(name);
+    for (int c = 1; c < cp; ++c) {
+      for (int64_t i = 0; i < part.numel(); ++i) {
+        part.data()[i] += runs[c * tp + t].grads.at(name).data()[i];
+      }
+    }
+    parts.insert(parts.end(), part.values().begin(), part.values().end());
+  }
+  return JoinTensorParallelParts(parts.data(), whole.shape(), dim, tp);
+}
+
+void ExpectSameAsOneRank(int tp, int cp) {
+  const RankRun one = RunRanks(1, 1)[0];
+  const std::vector<RankRun> runs = RunRanks(tp, cp);
+  double lm = 0, mtp = 0, indexer = 0;
+  for (const RankRun& run : runs) {
+    lm += run.losses.lm_loss;
+    mtp += run.losses.mtp_loss;
+    indexer += run.losses.indexer_loss;
+  }
+  EXPECT_NEAR(lm, one.losses.lm_loss, 1e-5 * one.losses.lm_loss);
+  EXPECT_NEAR(mtp, one.losses.mtp_loss, 1e-5 * one.losses.mtp_loss);
+  EXPECT_NEAR(indexer, one.losses.indexer_loss, 1e-5 * one.losses.indexer_loss);
+  EXPECT_GT(one.losses.indexer_loss, 0);
+  for (size_t layer = 0; layer < one.losses.expert_load.size(); ++layer) {
+    for (size_t e = 0; e < one.losses.expert_load[layer].size(); ++e) {
+      int64_t load = 0;
+      for (const RankRun& run : runs) load += run.losses.expert_load[layer][e];
+      EXPECT_EQ(load, one.losses.expert_load[layer][e])
+          << "layer " << layer << " expert " << e;
+    }
+  }
+  for (const auto& [name, whole] : one.grads) {
+    const Tensor assembled = Assemble(runs, tp, name, whole);
+    double max_diff = 0, max_abs = 0;
+    for (int64_t i = 0; i < whole.numel(); ++i) {
+      max_diff = std::max(
+          max_diff, std::abs(double{assembled.data()[i]} - whole.data()[i]));
+      max_abs = std::max(max_abs, std::abs(double{whole.data()[i]}));
+    }
+    EXPECT_LE(max_diff, 1e-5 * max_abs) << name << " max |grad| " << max_abs;
+  }
+}
+
+TEST(TokenParallelTest, TensorParallelTwoEqualsOneRank) {
+  ExpectSameAsOneRank(/*tp=*/2, /*cp=*/1);
+}
+
+TEST(TokenParallelTest, ContextParallelTwoEqualsOneRank) {
+  ExpectSameAsOneRank(/*tp=*/1, /*cp=*/2);
+}
+
+TEST(TokenParallelTest, TensorTimesContextParallelEqualsOneRank) {
+  ExpectSameAsOneRank(/*tp=*/2, /*cp=*/2);
+}
+
+TEST(TokenParallelTest, TokensThatDoNotSplitEvenlyAreAClearError) {
+  TokenParallel one_rank(nullptr, nullptr);
+  EXPECT_TRUE(one_rank.CheckTokens(47).ok());
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> statuses(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<GlooCollectives> context = Join(store, "cp", rank, 2);
+      statuses[rank] = TokenParallel(nullptr, context.get()).CheckTokens(47);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::Status& status : statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("47 tokens"), std::string::npos) << status;
+  }
+}
+
+}  // namespace
+}  // namespace glm
