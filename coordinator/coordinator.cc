@@ -84,8 +84,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (!store.ok()) return store.status();
   parts->store = *std::move(store);
   parts->jobs = std::make_unique<JobTable>(parts->store.get());
+  absl::StatusOr<int64_t> start = parts->store->CountCoordinatorStart();
+  if (!start.ok()) return start.status();
   parts->workers =
-      std::make_unique<WorkerRegistry>(options.heartbeat_timeout_ms);
+      std::make_unique<WorkerRegistry>(options.heartbeat_timeout_ms, *start);
   parts->rendezvous = std::make_unique<RendezvousTable>();
   parts->scheduler = std::make_unique<Scheduler>(
       parts->jobs.get(), parts->workers.get(), parts->rendezvous.get(),

@@ -13,6 +13,7 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kNextIdKey[] = "meta/next_job_number";
+constexpr char kNextStartKey[] = "meta/next_coordinator_start";
 
 absl::Status FromRocks(const rocksdb::Status& status, const std::string& what) {
   if (status.ok()) return absl::OkStatus();
@@ -44,23 +45,34 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
       new JobStore(std::unique_ptr<rocksdb::DB>(raw)));
 }
 
-absl::StatusOr<std::string> JobStore::AllocateJobId() {
+absl::StatusOr<int64_t> JobStore::NextNumber(const std::string& key,
+                                             const std::string& what) {
   std::string value;
   int64_t number = 1;
-  rocksdb::Status status = db_->Get(rocksdb::ReadOptions(), kNextIdKey, &value);
+  rocksdb::Status status = db_->Get(rocksdb::ReadOptions(), key, &value);
   if (status.ok()) {
     if (!absl::SimpleAtoi(value, &number)) {
       return absl::DataLossError(
-          absl::StrCat("job store counter is corrupt: '", value, "'"));
+          absl::StrCat("job store ", what, " is corrupt: '", value, "'"));
     }
   } else if (!status.IsNotFound()) {
-    return FromRocks(status, "reading the job counter");
+    return FromRocks(status, absl::StrCat("reading the ", what));
   }
   absl::Status written =
-      FromRocks(db_->Put(SyncWrite(), kNextIdKey, absl::StrCat(number + 1)),
-                "writing the job counter");
+      FromRocks(db_->Put(SyncWrite(), key, absl::StrCat(number + 1)),
+                absl::StrCat("writing the ", what));
   if (!written.ok()) return written;
-  return absl::StrFormat("job-%06d", number);
+  return number;
+}
+
+absl::StatusOr<std::string> JobStore::AllocateJobId() {
+  absl::StatusOr<int64_t> number = NextNumber(kNextIdKey, "job counter");
+  if (!number.ok()) return number.status();
+  return absl::StrFormat("job-%06d", *number);
+}
+
+absl::StatusOr<int64_t> JobStore::CountCoordinatorStart() {
+  return NextNumber(kNextStartKey, "coordinator start counter");
 }
 
 absl::Status JobStore::Put(const v1::Job& job, Durability durability) {

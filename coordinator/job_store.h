@@ -1,9 +1,11 @@
 // Durable job storage on RocksDB: every glm.v1.Job (spec, state, history,
-// checkpoints) keyed by its id, plus the counter that makes new ids. A
-// coordinator reopening the same directory has every job back.
+// checkpoints) keyed by its id, plus the counters that make new job ids and
+// number the coordinator's starts. A coordinator reopening the same directory
+// has every job back.
 #ifndef GLM_COORDINATOR_JOB_STORE_H_
 #define GLM_COORDINATOR_JOB_STORE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +33,10 @@ class JobStore {
   // A new id, "job-000001", "job-000002", ...: sortable and never reused, since
   // the counter is written before the id is handed out.
   absl::StatusOr<std::string> AllocateJobId();
+  // The number of this coordinator start on the store (1, 2, ...), counted the
+  // same way: worker ids include it, so that an id a worker kept from an
+  // earlier coordinator never names a worker of this one.
+  absl::StatusOr<int64_t> CountCoordinatorStart();
 
   // kSync: the write survives a machine crash once Put returns (state changes,
   // checkpoints). kBuffered: survives a process crash only; for the frequent,
@@ -47,6 +53,10 @@ class JobStore {
 
  private:
   explicit JobStore(std::unique_ptr<rocksdb::DB> db);
+  // Returns the counter under `key` (1 when absent) after storing its
+  // successor, synced.
+  absl::StatusOr<int64_t> NextNumber(const std::string& key,
+                                     const std::string& what);
   std::unique_ptr<rocksdb::DB> db_;
 };
 

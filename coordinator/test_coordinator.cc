@@ -37,6 +37,11 @@ absl::Status TestCoordinator::Restart() {
   return absl::OkStatus();
 }
 
+absl::Status TestCoordinator::RestartOnSamePort() {
+  options_.listen = target();
+  return Restart();
+}
+
 std::string TestCoordinator::target() const {
   return absl::StrCat("127.0.0.1:", coordinator_->port());
 }

@@ -26,6 +26,9 @@ class TestCoordinator {
 
   // Shuts down and starts again on the same state directory (new ports).
   absl::Status Restart();
+  // Restarts keeping the gRPC port, so that clients connected before (worker
+  // processes) reach the new coordinator.
+  absl::Status RestartOnSamePort();
   Coordinator& coordinator() { return *coordinator_; }
   const CoordinatorOptions& options() const { return options_; }
   std::string target() const;

@@ -4,15 +4,17 @@
 
 namespace glm {
 
-WorkerRegistry::WorkerRegistry(int64_t heartbeat_timeout_ms)
-    : heartbeat_timeout_ms_(heartbeat_timeout_ms) {}
+WorkerRegistry::WorkerRegistry(int64_t heartbeat_timeout_ms,
+                               int64_t coordinator_start)
+    : heartbeat_timeout_ms_(heartbeat_timeout_ms),
+      coordinator_start_(coordinator_start) {}
 
 std::string WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
                                      int64_t now_ms) {
   absl::MutexLock lock(&mu_);
   const int64_t number = next_number_++;
   WorkerRecord& record = workers_[number];
-  record.id = absl::StrCat("worker-", number);
+  record.id = absl::StrCat("worker-", coordinator_start_, ".", number);
   record.info = request;
   record.last_heartbeat_ms = now_ms;
   numbers_[record.id] = number;

@@ -30,11 +30,14 @@ struct WorkerRecord {
 
 class WorkerRegistry {
  public:
-  explicit WorkerRegistry(int64_t heartbeat_timeout_ms);
+  // `coordinator_start` numbers this coordinator's start on its store (see
+  // JobStore::CountCoordinatorStart); worker ids include it.
+  WorkerRegistry(int64_t heartbeat_timeout_ms, int64_t coordinator_start = 1);
 
   int64_t heartbeat_timeout_ms() const { return heartbeat_timeout_ms_; }
 
-  // A new id ("worker-1", ...) for a worker that is alive and idle as of
+  // A new id ("worker-<coordinator start>.<n>": "worker-1.1", ...), never
+  // given by an earlier start, for a worker that is alive and idle as of
   // `now_ms`.
   std::string Register(const v1::RegisterWorkerRequest& request,
                        int64_t now_ms);
@@ -66,6 +69,7 @@ class WorkerRegistry {
 
  private:
   const int64_t heartbeat_timeout_ms_;
+  const int64_t coordinator_start_;
   absl::Mutex mu_;
   int64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
   // Keyed by registration number, so iteration is in registration order.

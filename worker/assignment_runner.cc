@@ -28,12 +28,26 @@ void AssignmentRunner::Serve() {
     absl::Status status = client_->WatchAssignments(
         [this](const v1::Assignment& assignment) { Run(assignment); });
     if (shutdown_) break;
+    if (CoordinatorForgotWorker(status) && RegisterAgain(status)) {
+      backoff = std::chrono::milliseconds(200);
+      continue;
+    }
     log_(absl::StrCat("assignment stream ended (", status.ToString(),
                       "); reconnecting"));
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
   client_->StopHeartbeats();
+}
+
+bool AssignmentRunner::RegisterAgain(const absl::Status& forgotten) {
+  const std::string stale = client_->worker_id();
+  const absl::Status registered = client_->RegisterAgain();
+  log_(absl::StrCat(
+      "coordinator no longer knows ", stale, " (", forgotten.ToString(), "); ",
+      registered.ok() ? "registered again as " + client_->worker_id()
+                      : "registering again failed: " + registered.ToString()));
+  return registered.ok();
 }
 
 void AssignmentRunner::Shutdown() {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "proto/worker_service.pb.h"
 #include "worker/coordinator_client.h"
 
@@ -21,7 +22,9 @@ class AssignmentRunner {
                    std::function<void(const std::string&)> log);
 
   // Heartbeats, then serves assignments until Shutdown (or the stream fails,
-  // after which it reconnects with backoff).
+  // after which it reconnects with backoff). A coordinator that no longer
+  // knows this worker (restarted, or declared it dead) gets it registered
+  // again under a new id.
   void Serve();
   // Safe from any thread: stops the current job after its iteration and ends
   // Serve.
@@ -29,6 +32,9 @@ class AssignmentRunner {
 
  private:
   void Run(const v1::Assignment& assignment);
+  // Registers again after `forgotten` (the watch's status) and logs it; false
+  // when that failed (the coordinator is unreachable).
+  bool RegisterAgain(const absl::Status& forgotten);
 
   CoordinatorClient* client_;
   std::function<void(const std::string&)> log_;

@@ -28,6 +28,11 @@ v1::RegisterWorkerRequest DescribeThisHost(v1::DeviceKind kind,
   return request;
 }
 
+bool CoordinatorForgotWorker(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound ||
+         status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
 CoordinatorClient::CoordinatorClient(
     std::shared_ptr<ClientConnection> connection)
     : connection_(std::move(connection)),
@@ -45,9 +50,19 @@ absl::Status CoordinatorClient::Register(
       connection_->NewContext(kCallTimeout).get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   absl::MutexLock lock(&mu_);
+  registration_ = request;
   worker_id_ = response.worker_id();
   heartbeat_interval_ms_ = response.heartbeat_interval_ms();
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorClient::RegisterAgain() {
+  v1::RegisterWorkerRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request = registration_;
+  }
+  return Register(request);
 }
 
 std::string CoordinatorClient::worker_id() const {

@@ -22,6 +22,11 @@ namespace glm {
 v1::RegisterWorkerRequest DescribeThisHost(v1::DeviceKind kind,
                                            const std::string& address);
 
+// True when a call naming this worker failed because the coordinator no longer
+// knows it: the coordinator restarted since it registered (NOT_FOUND) or
+// declared it dead (FAILED_PRECONDITION). It must register again.
+bool CoordinatorForgotWorker(const absl::Status& status);
+
 class CoordinatorClient {
  public:
   explicit CoordinatorClient(std::shared_ptr<ClientConnection> connection);
@@ -32,6 +37,8 @@ class CoordinatorClient {
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;
 
   absl::Status Register(const v1::RegisterWorkerRequest& request);
+  // Registers again with the request of the last Register: a new worker id.
+  absl::Status RegisterAgain();
   // The connection to the coordinator, for its other services (rendezvous).
   std::shared_ptr<ClientConnection> connection() const { return connection_; }
   // Valid after Register.
@@ -73,6 +80,7 @@ class CoordinatorClient {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
 
   mutable absl::Mutex mu_;
+  v1::RegisterWorkerRequest registration_ ABSL_GUARDED_BY(mu_);
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   int64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 1000;
   std::string job_id_ ABSL_GUARDED_BY(mu_);

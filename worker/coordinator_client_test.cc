@@ -252,16 +252,48 @@ TEST_F(CoordinatorClientTest,
   ASSERT_EQ(requeued.history_size(), 3);
   EXPECT_EQ(requeued.history(2).from(), v1::SCHEDULED);
   // Workers of the old coordinator are unknown to the new one: they register
-  // again.
+  // again, under ids the old one never gave.
   CoordinatorClient stale(server_.Connect());
   ASSERT_TRUE(stale.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
-  EXPECT_EQ(stale.worker_id(), "worker-1");
+  EXPECT_EQ(stale.worker_id(), "worker-2.1");
+  for (WatchingWorker* old : {&first, &second, &third, &fourth}) {
+    EXPECT_NE(old->client().worker_id(), stale.worker_id());
+  }
   WatchingWorker again(server_, v1::CPU);
   std::optional<v1::Assignment> assignment = again.Await();
   ASSERT_TRUE(assignment.has_value());
   EXPECT_EQ(assignment->job_id(), scheduled);
   EXPECT_EQ(assignment->attempt(), 2);
   EXPECT_EQ(assignment->rendezvous().scope(), scheduled + "/attempt-2");
+}
+
+TEST_F(CoordinatorClientTest, AWorkerForgottenByARestartRegistersAgain) {
+  CoordinatorClient client(server_.Connect());
+  ASSERT_TRUE(client.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  const std::string before = client.worker_id();
+  ASSERT_TRUE(client.Heartbeat().ok());
+
+  ASSERT_TRUE(server_.RestartOnSamePort().ok());
+  // The first worker of the new coordinator does not get the stale id.
+  CoordinatorClient newcomer(server_.Connect());
+  ASSERT_TRUE(newcomer.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  EXPECT_NE(newcomer.worker_id(), before);
+  // The old client reaches the new coordinator on its old connection, which
+  // does not know its id.
+  absl::Status stale = client.Heartbeat().status();
+  for (int i = 0; i < 50 && absl::IsUnavailable(stale); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    stale = client.Heartbeat().status();
+  }
+  EXPECT_EQ(stale.code(), absl::StatusCode::kNotFound) << stale;
+  EXPECT_NE(stale.message().find(before), std::string::npos) << stale;
+  EXPECT_TRUE(CoordinatorForgotWorker(stale));
+
+  ASSERT_TRUE(client.RegisterAgain().ok());
+  EXPECT_NE(client.worker_id(), before);
+  EXPECT_NE(client.worker_id(), newcomer.worker_id());
+  EXPECT_TRUE(client.Heartbeat().ok());
+  EXPECT_FALSE(CoordinatorForgotWorker(absl::UnavailableError("down")));
 }
 
 class HeartbeatTimeoutTest : public CoordinatorClientTest {

@@ -47,10 +47,11 @@ TEST(RankFailureTest, PeerThatNeverJoinsFailsTheJobAtTheRendezvousTimeout) {
   StopWorkers(pids);
 
   ASSERT_EQ(ended.state(), v1::FAILED) << ended.DebugString();
-  EXPECT_EQ(ended.message().rfind("rank 1 (worker-2) failed: rank 1 could not "
-                                  "reach its peers: ",
-                                  0),
-            0u)
+  EXPECT_EQ(
+      ended.message().rfind("rank 1 (worker-1.2) failed: rank 1 could not "
+                            "reach its peers: ",
+                            0),
+      0u)
       << ended.message();
   EXPECT_LT(took, absl::Seconds(15));
 }
