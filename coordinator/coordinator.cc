@@ -41,12 +41,18 @@ struct Coordinator::Parts {
   absl::Notification stop_ticking;
   std::thread ticker;
 
-  // Periodic work: declare silent workers dead, schedule what waits, refresh
-  // gauges.
+  // Periodic work: declare silent workers dead, schedule what waits, fail the
+  // jobs that waited too long for workers, refresh gauges.
   void Tick() {
     scheduler->ExpireSilentWorkers(UnixMillisNow());
     if (absl::Status scheduled = scheduler->ScheduleReady(); !scheduled.ok()) {
       std::cerr << "glm-coordinator: scheduling: " << scheduled << "\n";
+    }
+    if (absl::Status waited =
+            scheduler->FailJobsWaitingTooLong(UnixMillisNow());
+        !waited.ok()) {
+      std::cerr << "glm-coordinator: failing jobs that waited too long: "
+                << waited << "\n";
     }
     if (!metrics) return;
     absl::StatusOr<std::map<v1::JobState, int>> counts = jobs->CountByState();

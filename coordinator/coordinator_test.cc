@@ -188,6 +188,35 @@ TEST_F(CoordinatorTest, WatchSendsCurrentStateThenChangesUntilTheEnd) {
   EXPECT_TRUE(reader->Finish().ok());
 }
 
+TEST_F(CoordinatorTest, AJobShortOfWorkersFailsAfterItsSchedulingTimeout) {
+  v1::JobSpec spec = LoadTestSpec("tiny_job.json");  // two ranks
+  spec.set_scheduling_timeout_seconds(1);
+  absl::StatusOr<v1::Job> job = Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<v1::Job> patient = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(patient.ok()) << patient.status();
+  CoordinatorClient cpu(server_.Connect());
+  ASSERT_TRUE(cpu.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  CoordinatorClient gpu(server_.Connect());  // another device: not counted
+  ASSERT_TRUE(gpu.Register(DescribeThisHost(v1::CUDA, "127.0.0.1:0")).ok());
+
+  const absl::Time start = absl::Now();
+  v1::Job failed = server_.GetJob(job->id());
+  while (failed.state() == v1::PENDING &&
+         absl::Now() - start < absl::Seconds(5)) {
+    absl::SleepFor(absl::Milliseconds(50));
+    failed = server_.GetJob(job->id());
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_EQ(failed.state(), v1::FAILED) << failed.DebugString();
+  EXPECT_EQ(failed.message(),
+            "waited 1 s (scheduling_timeout_seconds) for 2 idle cpu workers "
+            "(parallel.world_size); 1 available");
+  EXPECT_GE(failed.updated_unix_ms() - failed.created_unix_ms(), 1000);
+  // A job without a scheduling timeout keeps waiting.
+  EXPECT_EQ(server_.GetJob(patient->id()).state(), v1::PENDING);
+}
+
 // GET /metrics over a plain socket: the real HTTP endpoint, no client library.
 std::string HttpGet(int port, const std::string& path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -202,6 +202,11 @@ absl::StatusOr<JobPlan> ValidateJobSpec(const v1::JobSpec& spec) {
                       absl::StrCat("must be \"cpu\" or \"cuda\", got \"",
                                    spec.device(), "\""));
   }
+  if (spec.scheduling_timeout_seconds() < 0) {
+    return FieldError("scheduling_timeout_seconds",
+                      absl::StrCat("must not be negative, got ",
+                                   spec.scheduling_timeout_seconds()));
+  }
   JobPlan plan;
   absl::StatusOr<ModelConfig> model = ModelOf(spec.model());
   if (!model.ok()) return model.status();

@@ -55,6 +55,10 @@ TEST(JobSpecValidatorTest, StageStartingOnSkipLayerNamesLayout) {
 
 TEST(JobSpecValidatorTest, EachBadFieldIsNamed) {
   ExpectRejected("device", [](v1::JobSpec* s) { s->set_device("tpu"); });
+  ExpectRejected(
+      "scheduling_timeout_seconds",
+      [](v1::JobSpec* s) { s->set_scheduling_timeout_seconds(-3); },
+      "must not be negative, got -3");
   ExpectRejected("model", [](v1::JobSpec* s) { s->clear_model(); });
   ExpectRejected(
       "model.preset",

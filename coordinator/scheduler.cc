@@ -24,6 +24,14 @@ int NextAttemptNumber(const v1::Job& job) {
   return scheduled + 1;
 }
 
+// When the job last became PENDING: submitted, or requeued for a restart.
+int64_t PendingSinceMs(const v1::Job& job) {
+  for (auto it = job.history().rbegin(); it != job.history().rend(); ++it) {
+    if (it->to() == v1::PENDING) return it->unix_ms();
+  }
+  return job.created_unix_ms();
+}
+
 }  // namespace
 
 Scheduler::Scheduler(JobTable* jobs, WorkerRegistry* workers,
@@ -274,6 +282,27 @@ absl::Status Scheduler::OnJobResult(const v1::ReportJobResultRequest& request) {
              request.job_id(), v1::SUCCEEDED,
              absl::StrCat("all ", attempt.workers.size(), " ranks finished"))
       .status();
+}
+
+absl::Status Scheduler::FailJobsWaitingTooLong(int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::vector<v1::Job>> pending = jobs_->List({v1::PENDING});
+  if (!pending.ok()) return pending.status();
+  for (const v1::Job& job : *pending) {
+    const int64_t timeout_s = job.spec().scheduling_timeout_seconds();
+    if (timeout_s <= 0 || now_ms - PendingSinceMs(job) < timeout_s * 1000) {
+      continue;
+    }
+    const size_t idle = workers_->IdleWorkers(DeviceKindOf(job.spec())).size();
+    absl::StatusOr<v1::Job> failed = jobs_->Transition(
+        job.id(), v1::FAILED,
+        absl::StrCat(
+            "waited ", timeout_s, " s (scheduling_timeout_seconds) for ",
+            job.spec().parallel().world_size(), " idle ", job.spec().device(),
+            " workers (parallel.world_size); ", idle, " available"));
+    if (!failed.ok()) return failed.status();
+  }
+  return absl::OkStatus();
 }
 
 void Scheduler::ExpireSilentWorkers(int64_t now_ms) {

@@ -6,8 +6,9 @@
 // resume from the job's latest checkpoint), else to FAILED. The other ranks of
 // an ended attempt are told to stop and get no new assignment until they report
 // their result, go silent, or heartbeat idle for a heartbeat timeout (their
-// report was lost). Holds one lock across each decision, so a
-// worker is never given two jobs and a job never ends twice.
+// report was lost). A PENDING job still short of idle workers after its
+// spec.scheduling_timeout_seconds fails. Holds one lock across each decision,
+// so a worker is never given two jobs and a job never ends twice.
 #ifndef GLM_COORDINATOR_SCHEDULER_H_
 #define GLM_COORDINATOR_SCHEDULER_H_
 
@@ -57,6 +58,9 @@ class Scheduler {
   absl::Status OnJobResult(const v1::ReportJobResultRequest& request);
   // Declares silent workers dead and restarts or fails the jobs they held.
   void ExpireSilentWorkers(int64_t now_ms);
+  // Fails the PENDING jobs that have waited for workers longer than their
+  // spec.scheduling_timeout_seconds as of `now_ms`.
+  absl::Status FailJobsWaitingTooLong(int64_t now_ms);
 
  private:
   // Ranks of the attempt in flight for one job.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "coordinator/assignment_builder.h"
 #include "coordinator/test_specs.h"
 #include "gtest/gtest.h"
@@ -36,9 +37,11 @@ class SchedulerTest : public ::testing::Test {
 
   // Submits the two-rank test job and schedules it on two new workers, whose
   // assignments are delivered; returns the job id.
-  std::string StartTwoRankJob(int max_restarts) {
+  std::string StartTwoRankJob(int max_restarts,
+                              int scheduling_timeout_seconds = 0) {
     v1::JobSpec spec = LoadTestSpec("tiny_job.json");
     spec.mutable_training()->set_max_restarts(max_restarts);
+    spec.set_scheduling_timeout_seconds(scheduling_timeout_seconds);
     const std::string id = jobs_.Create(spec)->id();
     for (int i = 0; i < 2; ++i) AddWorker();
     EXPECT_TRUE(scheduler_.ScheduleReady().ok());
@@ -81,6 +84,45 @@ class SchedulerTest : public ::testing::Test {
   RendezvousTable rendezvous_;
   Scheduler scheduler_;
 };
+
+TEST_F(SchedulerTest, PendingJobFailsOnceItsSchedulingTimeoutPasses) {
+  v1::JobSpec spec = LoadTestSpec("tiny_job.json");  // two ranks
+  spec.set_scheduling_timeout_seconds(30);
+  const v1::Job job = *jobs_.Create(spec);
+  const std::string patient = jobs_.Create(LoadTestSpec("tiny_job.json"))->id();
+  AddWorker();
+  ASSERT_TRUE(scheduler_.ScheduleReady().ok());
+  const int64_t submitted_ms = job.history(0).unix_ms();
+
+  ASSERT_TRUE(scheduler_.FailJobsWaitingTooLong(submitted_ms + 29999).ok());
+  EXPECT_EQ(jobs_.Get(job.id())->state(), v1::PENDING);
+  ASSERT_TRUE(scheduler_.FailJobsWaitingTooLong(submitted_ms + 30000).ok());
+  const v1::Job failed = *jobs_.Get(job.id());
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_EQ(failed.message(),
+            "waited 30 s (scheduling_timeout_seconds) for 2 idle cpu workers "
+            "(parallel.world_size); 1 available");
+  // 0: no timeout.
+  ASSERT_TRUE(scheduler_.FailJobsWaitingTooLong(submitted_ms + 1000000).ok());
+  EXPECT_EQ(jobs_.Get(patient)->state(), v1::PENDING);
+}
+
+TEST_F(SchedulerTest, SchedulingTimeoutCountsFromTheRequeueOfARestart) {
+  const std::string id =
+      StartTwoRankJob(/*max_restarts=*/1, /*scheduling_timeout_seconds=*/5);
+  absl::SleepFor(absl::Milliseconds(50));
+  const v1::Job running = *jobs_.Get(id);
+  ASSERT_TRUE(Report(running.worker_ids(0), id, 0, 1, false).ok());
+  const v1::Job requeued = *jobs_.Get(id);
+  ASSERT_EQ(requeued.state(), v1::PENDING);
+  const int64_t requeued_ms = requeued.history().rbegin()->unix_ms();
+  ASSERT_GE(requeued_ms - requeued.created_unix_ms(), 50);
+
+  ASSERT_TRUE(scheduler_.FailJobsWaitingTooLong(requeued_ms + 4999).ok());
+  EXPECT_EQ(jobs_.Get(id)->state(), v1::PENDING);
+  ASSERT_TRUE(scheduler_.FailJobsWaitingTooLong(requeued_ms + 5000).ok());
+  EXPECT_EQ(jobs_.Get(id)->state(), v1::FAILED);
+}
 
 TEST_F(SchedulerTest, FailedRankRestartsTheJobOnWorkersThatAreFree) {
   const std::string id = StartTwoRankJob(/*max_restarts=*/1);

@@ -3,6 +3,10 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "proto/job_service.grpc.pb.h"
 
 namespace glm {
 
@@ -52,6 +56,18 @@ std::shared_ptr<ClientConnection> TestCoordinator::Connect(
   options.target = target();
   options.token = token;
   return std::make_shared<ClientConnection>(options);
+}
+
+v1::Job TestCoordinator::GetJob(const std::string& id) const {
+  std::shared_ptr<ClientConnection> connection = Connect();
+  auto jobs = v1::JobService::NewStub(connection->channel());
+  v1::GetJobRequest request;
+  request.set_id(id);
+  v1::Job job;
+  grpc::Status status =
+      jobs->GetJob(connection->NewContext().get(), request, &job);
+  EXPECT_TRUE(status.ok()) << id << ": " << status.error_message();
+  return job;
 }
 
 }  // namespace glm

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/coordinator.h"
+#include "proto/job_service.pb.h"
 #include "rpc/client_connection.h"
 
 namespace glm {
@@ -35,6 +36,8 @@ class TestCoordinator {
 
   std::shared_ptr<ClientConnection> Connect(
       const std::string& token = kToken) const;
+  // The job as JobService/GetJob returns it (a failed call fails the test).
+  v1::Job GetJob(const std::string& id) const;
 
  private:
   CoordinatorOptions options_;

@@ -86,14 +86,7 @@ class CoordinatorClientTest : public ::testing::Test {
     return response.job().id();
   }
 
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest request;
-    request.set_id(id);
-    v1::Job job;
-    EXPECT_TRUE(
-        jobs_->GetJob(connection_->NewContext().get(), request, &job).ok());
-    return job;
-  }
+  v1::Job Get(const std::string& id) { return server_.GetJob(id); }
 
   // The job's state once it is `state`, or the last seen after 5 s.
   v1::Job AwaitState(const std::string& id, v1::JobState state) {
