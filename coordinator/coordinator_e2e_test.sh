@@ -1,11 +1,13 @@
 #!/bin/bash
 # End to end: the real glm-coordinator on 127.0.0.1, driven by the real glmctl.
 # Submit (valid and invalid), list, get, cancel, restart the coordinator and find the
-# job with its history, refuse a wrong token, stop on SIGTERM.
+# job with its history (and a live glm-worker registered again under a new id), refuse
+# a wrong token, stop on SIGTERM.
 set -u
 
 COORDINATOR="coordinator/glm-coordinator"
 GLMCTL="cli/glmctl"
+WORKER="worker/glm-worker"
 SPECS="coordinator/testdata"
 WORK="${TEST_TMPDIR:-$(mktemp -d)}/e2e"
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -20,9 +22,10 @@ fail() {
   failures=$((failures + 1))
 }
 
-# Starts the coordinator on free ports and sets COORDINATOR_PID and GLM_COORDINATOR.
+# Starts the coordinator on free ports (gRPC on $1 when given) and sets
+# COORDINATOR_PID and GLM_COORDINATOR.
 start_coordinator() {
-  "$COORDINATOR" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 \
+  "$COORDINATOR" --listen="${1:-127.0.0.1:0}" --metrics-listen=127.0.0.1:0 \
     --state-dir="$WORK/state" --auth-token-file="$WORK/token" \
     2> "$WORK/coordinator.log" &
   COORDINATOR_PID=$!
@@ -102,8 +105,27 @@ expect_in cancel_again.err "FAILED_PRECONDITION"
 run missing 1 get job-000404
 expect_in missing.err "NOT_FOUND"
 
+# A live worker outlives the restart: the new coordinator does not know its id.
+"$WORKER" --coordinator="$GLM_COORDINATOR" --token-file="$WORK/token" \
+  2> "$WORK/worker.log" &
+WORKER_PID=$!
+wait_for_line() {
+  for _ in $(seq 150); do
+    grep -qF -- "$2" "$WORK/$1" && return
+    sleep 0.1
+  done
+  fail "'$2' not in $1 after 15 s:"
+  cat "$WORK/$1"
+}
+wait_for_line worker.log "glm-worker worker-1.1: registered"
+
 stop_coordinator
-start_coordinator
+start_coordinator "$GLM_COORDINATOR"
+
+wait_for_line worker.log \
+  "coordinator no longer knows worker-1.1 (NOT_FOUND: no worker 'worker-1.1'); registered again as worker-2.1"
+kill -TERM "$WORKER_PID"
+wait "$WORKER_PID" || fail "worker exited $? on SIGTERM"
 
 run get_after_restart 0 get job-000001 --output=json
 expect_in get_after_restart.out '"state": "CANCELLED"'
