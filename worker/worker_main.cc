@@ -6,7 +6,9 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -45,6 +47,44 @@ absl::StatusOr<v1::DeviceKind> ParseDevice(const std::string& device) {
       absl::StrCat("--device must be cpu or cuda:N, got '", device, "'"));
 }
 
+// The stop signals reach AwaitStopSignal through a pipe (whichever thread the
+// handler runs on); a second one ends the process at once.
+int stop_pipe[2] = {-1, -1};
+volatile sig_atomic_t stop_signalled = 0;
+
+void OnStopSignal(int signal) {
+  if (stop_signalled) _exit(128 + signal);
+  stop_signalled = 1;
+  const unsigned char number = static_cast<unsigned char>(signal);
+  if (write(stop_pipe[1], &number, 1) < 0) _exit(128 + signal);
+}
+
+absl::Status HandleStopSignals() {
+  if (pipe(stop_pipe) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create the signal pipe: ", strerror(errno)));
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGTERM, SIGINT}) {
+    if (sigaction(signal, &action, nullptr) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot handle signal ", signal, ": ", strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Blocks until a stop signal arrives; returns its number.
+int AwaitStopSignal() {
+  unsigned char number = 0;
+  while (read(stop_pipe[0], &number, 1) < 0 && errno == EINTR) {
+  }
+  return number;
+}
+
 // Retries while the coordinator is not up yet (workers often start first).
 absl::Status RegisterWithRetry(CoordinatorClient& client,
                                const v1::RegisterWorkerRequest& request,
@@ -57,6 +97,10 @@ absl::Status RegisterWithRetry(CoordinatorClient& client,
     if (status.ok() || status.code() == absl::StatusCode::kUnauthenticated ||
         std::chrono::steady_clock::now() > deadline) {
       return status;
+    }
+    if (stop_signalled) {
+      return absl::CancelledError(
+          absl::StrCat("stopped by a signal (", status.ToString(), ")"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
@@ -92,12 +136,13 @@ int Main(int argc, char** argv) {
     std::cerr << "glm-worker: " << options.status().message() << "\n";
     return kExitFailure;
   }
-  // Only the signal thread below receives the stop signals.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Threads started before main (OpenBLAS's pool) would take a blocked
+  // signal's default action and kill the process mid-step, so the stop
+  // signals get a handler instead.
+  if (absl::Status handled = HandleStopSignals(); !handled.ok()) {
+    std::cerr << "glm-worker: " << handled.message() << "\n";
+    return kExitFailure;
+  }
   if (flags.GetBool("exit-with-parent")) {
     // The kernel sends SIGTERM when the parent dies; a parent that already
     // died before this call leaves us re-parented, so check that too.
@@ -121,9 +166,10 @@ int Main(int argc, char** argv) {
                    flags.Get("coordinator"), " (", flags.Get("device"), ")"));
   AssignmentRunner runner(&client, Log);
   std::thread signals([&] {
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
-    Log(absl::StrCat("glm-worker: signal ", signal, ", stopping"));
+    const int signal = AwaitStopSignal();
+    Log(absl::StrCat(
+        "glm-worker: signal ", signal,
+        ", stopping after the current iteration (again: at once)"));
     runner.Shutdown();
   });
   signals.detach();
