@@ -12,25 +12,26 @@ TokenParallel* TensorSplit(const DecoderLayerSpec& spec) {
 // Column-parallel gate/up and row-parallel down over the gathered chunk
 // (sequence parallelism around a tensor-parallel MLP).
 void SplitMlpForward(Backend& backend, const MlpParameters& p,
-                     TokenParallel& parallel, ConstMatrixView x, MatrixView out,
-                     DecoderLayerActivations* acts) {
-  acts->mlp_chunk_in = parallel.GatherChunk(x);
+                     TokenParallel& parallel, int64_t tokens, ConstMatrixView x,
+                     MatrixView out, DecoderLayerActivations* acts) {
+  acts->mlp_chunk_in = parallel.GatherChunk(x, tokens);
   Tensor partial({acts->mlp_chunk_in.dim(0), out.cols});
   MlpForward(backend, p, acts->mlp_chunk_in.Matrix(), partial.Matrix(),
              /*accumulate=*/false, &acts->mlp);
-  backend.Copy(parallel.ReduceScatterChunk(partial.Matrix()).Matrix(), out);
+  backend.Copy(parallel.ReduceScatterChunk(partial.Matrix(), tokens).Matrix(),
+               out);
 }
 
 void SplitMlpBackward(Backend& backend, MlpParameters& p,
-                      TokenParallel& parallel,
+                      TokenParallel& parallel, int64_t tokens,
                       const DecoderLayerActivations& acts, ConstMatrixView dout,
                       MatrixView dx) {
-  const Tensor dout_chunk = parallel.GatherChunk(dout);
+  const Tensor dout_chunk = parallel.GatherChunk(dout, tokens);
   ConstMatrixView x = acts.mlp_chunk_in.Matrix();
   Tensor dx_chunk({x.rows, x.cols});
   MlpBackward(backend, p, x, acts.mlp, dout_chunk.Matrix(), dx_chunk.Matrix());
-  backend.Axpy(1.f, parallel.ReduceScatterChunk(dx_chunk.Matrix()).Matrix(),
-               dx);
+  backend.Axpy(
+      1.f, parallel.ReduceScatterChunk(dx_chunk.Matrix(), tokens).Matrix(), dx);
 }
 
 }  // namespace
@@ -70,7 +71,8 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
     MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_out,
                &acts->moe, spec.experts ? *spec.experts : local);
   } else if (TokenParallel* split = TensorSplit(spec)) {
-    SplitMlpForward(backend, p.mlp, *split, acts->mlp_in.Matrix(), h_out, acts);
+    SplitMlpForward(backend, p.mlp, *split, layout.tokens,
+                    acts->mlp_in.Matrix(), h_out, acts);
   } else {
     MlpForward(backend, p.mlp, acts->mlp_in.Matrix(), h_out,
                /*accumulate=*/false, &acts->mlp);
@@ -90,7 +92,8 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
     MoeBackward(backend, p.moe, spec.router, acts.mlp_in.Matrix(), acts.moe,
                 dh_out, dmlp_in.Matrix(), spec.experts ? *spec.experts : local);
   } else if (TokenParallel* split = TensorSplit(spec)) {
-    SplitMlpBackward(backend, p.mlp, *split, acts, dh_out, dmlp_in.Matrix());
+    SplitMlpBackward(backend, p.mlp, *split, layout.tokens, acts, dh_out,
+                     dmlp_in.Matrix());
   } else {
     MlpBackward(backend, p.mlp, acts.mlp_in.Matrix(), acts.mlp, dh_out,
                 dmlp_in.Matrix());

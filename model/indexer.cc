@@ -17,7 +17,7 @@ float ScoreScale(const IndexerSpec& spec) {
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
-                    RowRange chunk, TokenParallel& parallel,
+                    TokenRange chunk, TokenParallel& parallel,
                     IndexerActivations* acts, IndexTensor* topk) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
   const int32_t* pos = layout.positions.data() + chunk.begin;
@@ -46,7 +46,8 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
                acts->k.Matrix().Columns(rope, dim - rope));
   backend.RopeForward(k_normed.Columns(0, rope), pos, 1, spec.rope_theta,
                       acts->k.Matrix().Columns(0, rope));
-  if (parallel.cp() > 1) acts->k = parallel.GatherAll(acts->k.Matrix());
+  if (parallel.cp() > 1)
+    acts->k = parallel.GatherAll(acts->k.Matrix(), layout.tokens);
   // Head weights, scaled by heads^-0.5.
   Tensor raw_weights({n, spec.heads});
   backend.Linear(x, p.weights_proj.value.Matrix(), raw_weights.Matrix(), false);
@@ -65,7 +66,7 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
 
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
                           const IndexTensor& topk, ConstMatrixView attn_probs,
-                          int64_t attn_heads, float coeff, RowRange rows,
+                          int64_t attn_heads, float coeff, TokenRange rows,
                           int64_t all_tokens, IndexerActivations* acts) {
   acts->dq = Tensor(acts->q.shape());
   acts->dk = Tensor(acts->k.shape());
@@ -86,7 +87,7 @@ double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
-                     RowRange chunk, TokenParallel& parallel,
+                     TokenRange chunk, TokenParallel& parallel,
                      const IndexerActivations& acts) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
   const int32_t* pos = layout.positions.data() + chunk.begin;
@@ -110,9 +111,10 @@ void IndexerBackward(Backend& backend, IndexerParameters& p,
                          no_input_grad, p.wq_b.grad.Matrix());
   // Keys: every chunk's queries chose among this chunk's keys.
   Tensor dk_normed({n, dim}), dk_raw({n, dim});
-  const Tensor dk_chunk = parallel.cp() > 1
-                              ? parallel.ReduceScatterAll(acts.dk.Matrix())
-                              : Tensor();
+  const Tensor dk_chunk =
+      parallel.cp() > 1
+          ? parallel.ReduceScatterAll(acts.dk.Matrix(), layout.tokens)
+          : Tensor();
   ConstMatrixView dk = parallel.cp() > 1 ? dk_chunk.Matrix() : acts.dk.Matrix();
   backend.Axpy(1.f, dk.Columns(rope, dim - rope),
                dk_normed.Matrix().Columns(rope, dim - rope));

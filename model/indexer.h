@@ -41,7 +41,7 @@ struct IndexerActivations {
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
-                    RowRange chunk, TokenParallel& parallel,
+                    TokenRange chunk, TokenParallel& parallel,
                     IndexerActivations* acts, IndexTensor* topk);
 // The KL loss of the chunk's queries `rows` (chunk-relative) against the main
 // attention's probabilities for them [rows.count * attn_heads, topk]; keeps
@@ -49,13 +49,13 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
 // of the mean KL over all tokens of the layout.
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
                           const IndexTensor& topk, ConstMatrixView attn_probs,
-                          int64_t attn_heads, float coeff, RowRange rows,
+                          int64_t attn_heads, float coeff, TokenRange rows,
                           int64_t all_tokens, IndexerActivations* acts);
 // Propagates the loss gradients into the indexer weights only.
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
-                     RowRange chunk, TokenParallel& parallel,
+                     TokenRange chunk, TokenParallel& parallel,
                      const IndexerActivations& acts);
 
 }  // namespace glm

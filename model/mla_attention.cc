@@ -48,8 +48,8 @@ namespace {
 // The rank's split of the layout's tokens; one rank without a parallel spec.
 struct AttentionRows {
   TokenParallel& parallel;
-  RowRange chunk;  // the queries: this rank's context chunk
-  RowRange local;  // x's rows: its tensor-parallel part of the chunk
+  TokenRange chunk;  // the queries: this rank's context chunk
+  TokenRange local;  // x's rows: its tensor-parallel part of the chunk
 };
 
 AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
@@ -70,7 +70,7 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
   backend.Linear(x_chunk, p.kv_a_proj_with_mqa.value.Matrix(),
                  acts->kv_a.Matrix(), false);
   if (rows.parallel.cp() > 1) {
-    acts->kv_a = rows.parallel.GatherAll(acts->kv_a.Matrix());
+    acts->kv_a = rows.parallel.GatherAll(acts->kv_a.Matrix(), all);
   }
   acts->kv_a_rstd = Tensor({all});
   acts->latent = Tensor({all, spec.kv_lora_rank});
@@ -114,7 +114,8 @@ void IndexerLoss(Backend& backend, const AttentionSpec& spec,
                    head_sum.Matrix().Rows(t, 1));
     }
   }
-  const Tensor target = rows.parallel.ReduceScatterChunk(head_sum.Matrix());
+  const Tensor target =
+      rows.parallel.ReduceScatterChunk(head_sum.Matrix(), layout.tokens);
   acts->indexer_loss = IndexerLossForward(
       backend, spec.indexer, acts->own_topk, target.Matrix(), 1,
       spec.indexer_loss_coeff,
@@ -131,7 +132,8 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   TokenParallel one_rank(nullptr, nullptr);
   AttentionRows rows = RowsOf(spec, layout, one_rank);
   // Sequence parallelism: the chunk's queries need every tensor rank's rows.
-  if (rows.parallel.tp() > 1) acts->x_chunk = rows.parallel.GatherChunk(x);
+  if (rows.parallel.tp() > 1)
+    acts->x_chunk = rows.parallel.GatherChunk(x, layout.tokens);
   ConstMatrixView xc = rows.parallel.tp() > 1 ? acts->x_chunk.Matrix() : x;
   const int64_t n = xc.rows, heads = spec.heads, nope = spec.nope_dim,
                 rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
@@ -177,8 +179,10 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
     Tensor partial({n, out.cols});
     backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(),
                    partial.Matrix(), false);
-    backend.Copy(rows.parallel.ReduceScatterChunk(partial.Matrix()).Matrix(),
-                 out);
+    backend.Copy(
+        rows.parallel.ReduceScatterChunk(partial.Matrix(), layout.tokens)
+            .Matrix(),
+        out);
   } else {
     backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
   }
@@ -197,7 +201,8 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   AttentionRows rows = RowsOf(spec, layout, one_rank);
   const bool split = rows.parallel.tp() > 1;
   ConstMatrixView xc = split ? acts.x_chunk.Matrix() : x;
-  const Tensor dout_chunk = split ? rows.parallel.GatherChunk(dout) : Tensor();
+  const Tensor dout_chunk =
+      split ? rows.parallel.GatherChunk(dout, layout.tokens) : Tensor();
   ConstMatrixView dout_c = split ? dout_chunk.Matrix() : dout;
   Tensor dx_chunk = split ? Tensor({xc.rows, xc.cols}) : Tensor();
   MatrixView dxc = split ? dx_chunk.Matrix() : dx;
@@ -239,7 +244,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                           p.kv_a_layernorm.grad.data());
   // Every chunk's queries read this chunk's keys.
   if (rows.parallel.cp() > 1) {
-    dkv_a = rows.parallel.ReduceScatterAll(dkv_a.Matrix());
+    dkv_a = rows.parallel.ReduceScatterAll(dkv_a.Matrix(), all);
   }
   backend.LinearBackward(xc, p.kv_a_proj_with_mqa.value.Matrix(),
                          dkv_a.Matrix(), dxc,
@@ -265,7 +270,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   }
   // The chunk's input gradient is a partial sum on each tensor rank.
   if (split) {
-    backend.Axpy(1.f, rows.parallel.ReduceScatterChunk(dxc).Matrix(), dx);
+    backend.Axpy(1.f, rows.parallel.ReduceScatterChunk(dxc, all).Matrix(), dx);
   }
 }
 

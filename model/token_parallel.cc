@@ -1,7 +1,9 @@
 #include "model/token_parallel.h"
 
 #include <algorithm>
+#include <cassert>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -17,64 +19,101 @@ Tensor Contiguous(ConstMatrixView view) {
   return copy;
 }
 
+// Part `index` of `total` rows split into `parts` nearly equal ranges.
+TokenRange Part(int64_t total, int parts, int index) {
+  const int64_t base = total / parts, extra = total % parts;
+  return {index * base + std::min<int64_t>(index, extra),
+          base + (index < extra ? 1 : 0)};
+}
+
+int64_t LargestPart(int64_t total, int parts) {
+  return (total + parts - 1) / parts;
+}
+
 }  // namespace
 
 absl::Status TokenParallel::CheckTokens(int64_t tokens) const {
-  if (tokens % (tp() * cp()) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a micro batch of ", tokens, " tokens does not split evenly over tp ",
-        tp(), " x cp ", cp(), " ranks"));
+  if (tokens < tp() * cp()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a micro batch of ", tokens, " tokens is too short for ",
+                     "tp ", tp(), " x cp ", cp(), " ranks"));
   }
   return absl::OkStatus();
 }
 
-RowRange TokenParallel::ChunkRows(int64_t tokens) const {
-  const int64_t chunk = tokens / cp();
-  return {cp_rank() * chunk, chunk};
+TokenRange TokenParallel::ChunkRows(int64_t tokens) const {
+  return Part(tokens, cp(), cp_rank());
 }
 
-RowRange TokenParallel::LocalRows(int64_t tokens) const {
-  const RowRange chunk = ChunkRows(tokens);
-  const int64_t local = chunk.count / tp();
-  return {chunk.begin + tp_rank() * local, local};
+TokenRange TokenParallel::LocalRows(int64_t tokens) const {
+  const TokenRange chunk = ChunkRows(tokens);
+  const TokenRange local = Part(chunk.count, tp(), tp_rank());
+  return {chunk.begin + local.begin, local.count};
 }
 
-RowRange LocalRowsOf(const TokenParallel* parallel, int64_t tokens) {
-  return parallel == nullptr ? RowRange{0, tokens}
+TokenRange LocalRowsOf(const TokenParallel* parallel, int64_t tokens) {
+  return parallel == nullptr ? TokenRange{0, tokens}
                              : parallel->LocalRows(tokens);
 }
 
-Tensor TokenParallel::GatherChunk(ConstMatrixView local) {
-  return Gather(tensor_, local);
+Tensor TokenParallel::GatherChunk(ConstMatrixView local, int64_t tokens) {
+  return Gather(tensor_, local, ChunkRows(tokens).count);
 }
 
-Tensor TokenParallel::ReduceScatterChunk(ConstMatrixView chunk) {
+Tensor TokenParallel::ReduceScatterChunk(ConstMatrixView chunk,
+                                         int64_t tokens) {
+  assert(chunk.rows == ChunkRows(tokens).count);
   return ReduceScatter(tensor_, chunk);
 }
 
-Tensor TokenParallel::GatherAll(ConstMatrixView chunk) {
-  return Gather(context_, chunk);
+Tensor TokenParallel::GatherAll(ConstMatrixView chunk, int64_t tokens) {
+  return Gather(context_, chunk, tokens);
 }
 
-Tensor TokenParallel::ReduceScatterAll(ConstMatrixView all) {
+Tensor TokenParallel::ReduceScatterAll(ConstMatrixView all, int64_t tokens) {
+  assert(all.rows == tokens);
   return ReduceScatter(context_, all);
 }
 
-Tensor TokenParallel::Gather(Collectives* group, ConstMatrixView part) {
+Tensor TokenParallel::Gather(Collectives* group, ConstMatrixView part,
+                             int64_t whole_rows) {
   if (group == nullptr || group->size() == 1) return Contiguous(part);
-  const Tensor mine = Contiguous(part);
-  Tensor whole({part.rows * group->size(), part.cols});
-  Keep(group->AllGather(mine.data(), mine.numel(), whole.data()));
+  const int members = group->size();
+  const int64_t block = LargestPart(whole_rows, members) * part.cols;
+  Tensor mine({block});
+  for (int64_t r = 0; r < part.rows; ++r) {
+    std::copy_n(part.Row(r), part.cols, mine.data() + r * part.cols);
+  }
+  std::vector<float> blocks(block * members);
+  Keep(group->AllGather(mine.data(), block, blocks.data()));
+  Tensor whole({whole_rows, part.cols});
+  for (int m = 0; m < members; ++m) {
+    const TokenRange rows = Part(whole_rows, members, m);
+    std::copy_n(blocks.data() + m * block, rows.count * part.cols,
+                whole.data() + rows.begin * part.cols);
+  }
   return whole;
 }
 
 Tensor TokenParallel::ReduceScatter(Collectives* group, ConstMatrixView whole) {
   if (group == nullptr || group->size() == 1) return Contiguous(whole);
-  const Tensor all = Contiguous(whole);
-  Tensor mine({whole.rows / group->size(), whole.cols});
-  Keep(group->ReduceScatter(all.data(), mine.numel(), mine.data(),
+  const int members = group->size();
+  const int64_t block = LargestPart(whole.rows, members) * whole.cols;
+  std::vector<float> blocks(block * members, 0.f);
+  for (int m = 0; m < members; ++m) {
+    const TokenRange rows = Part(whole.rows, members, m);
+    for (int64_t r = 0; r < rows.count; ++r) {
+      std::copy_n(whole.Row(rows.begin + r), whole.cols,
+                  blocks.data() + m * block + r * whole.cols);
+    }
+  }
+  Tensor summed({block});
+  Keep(group->ReduceScatter(blocks.data(), block, summed.data(),
                             ReduceOp::kSum));
-  return mine;
+  const TokenRange mine = Part(whole.rows, members, group->rank());
+  Tensor part({mine.count, whole.cols});
+  std::copy_n(summed.data(), part.numel(), part.data());
+  return part;
 }
 
 void TokenParallel::Keep(absl::Status status) {

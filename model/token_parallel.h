@@ -26,7 +26,7 @@
 
 namespace glm {
 
-struct RowRange {
+struct TokenRange {
   int64_t begin = 0;
   int64_t count = 0;
   int64_t end() const { return begin + count; }
@@ -45,28 +45,30 @@ class TokenParallel {
   Collectives* tensor_group() const { return tensor_; }
   Collectives* context_group() const { return context_; }
 
-  // InvalidArgument unless tp * cp divides the micro batch's tokens.
+  // InvalidArgument when the micro batch has fewer tokens than tp * cp ranks.
   absl::Status CheckTokens(int64_t tokens) const;
-  // This rank's context chunk of the micro batch's tokens, and its own rows
-  // (its tensor-parallel part of the chunk).
-  RowRange ChunkRows(int64_t tokens) const;
-  RowRange LocalRows(int64_t tokens) const;
+  // This rank's context chunk of a micro batch of `tokens`, and its own rows
+  // (its tensor-parallel part of the chunk). Parts differ by at most a token.
+  TokenRange ChunkRows(int64_t tokens) const;
+  TokenRange LocalRows(int64_t tokens) const;
 
   // Over the tensor group: every rank's rows of the chunk, in order (a copy at
   // tp 1); and the sum over ranks of a [chunk, cols] partial, this rank's rows
-  // of it.
-  Tensor GatherChunk(ConstMatrixView local);
-  Tensor ReduceScatterChunk(ConstMatrixView chunk);
+  // of it. `tokens` is the micro batch's.
+  Tensor GatherChunk(ConstMatrixView local, int64_t tokens);
+  Tensor ReduceScatterChunk(ConstMatrixView chunk, int64_t tokens);
   // Over the context group: every chunk (all tokens); and the sum over ranks
   // of an [all tokens, cols] partial, this rank's chunk of it.
-  Tensor GatherAll(ConstMatrixView chunk);
-  Tensor ReduceScatterAll(ConstMatrixView all);
+  Tensor GatherAll(ConstMatrixView chunk, int64_t tokens);
+  Tensor ReduceScatterAll(ConstMatrixView all, int64_t tokens);
 
   // OK, or the first collective that failed.
   const absl::Status& status() const { return status_; }
 
  private:
-  Tensor Gather(Collectives* group, ConstMatrixView part);
+  // `whole_rows` split over the group as Part() splits them; collectives move
+  // equal blocks, so parts are padded to the largest.
+  Tensor Gather(Collectives* group, ConstMatrixView part, int64_t whole_rows);
   Tensor ReduceScatter(Collectives* group, ConstMatrixView whole);
   void Keep(absl::Status status);
 
@@ -76,7 +78,7 @@ class TokenParallel {
 };
 
 // parallel->LocalRows(tokens), or all of them without parallelism.
-RowRange LocalRowsOf(const TokenParallel* parallel, int64_t tokens);
+TokenRange LocalRowsOf(const TokenParallel* parallel, int64_t tokens);
 
 }  // namespace glm
 

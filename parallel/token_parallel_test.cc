@@ -24,13 +24,13 @@
 namespace glm {
 namespace {
 
-// Two packed sequences of 20 and 28 tokens (48: divisible by tp * cp = 4),
-// longer than index_topk 16; the first three targets of the second are
-// masked.
+// Two packed sequences of 20 and 27 tokens (47: ranks' parts differ by a
+// token), longer than index_topk 16; the first three targets of the second
+// are masked.
 Batch TestBatch() {
   std::vector<std::vector<int32_t>> rows(2);
   for (int r = 0; r < 2; ++r) {
-    for (int i = 0; i < 20 + 8 * r; ++i) {
+    for (int i = 0; i < 20 + 7 * r; ++i) {
       rows[r].push_back(static_cast<int32_t>((r * 89 + i * i * 5 + 7) % 509));
     }
   }
@@ -84,6 +84,9 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
   EXPECT_TRUE(stage->Backward(acts, Tensor(), &d_input).ok());
   for (const NamedTensor& named : params.Named()) {
     if (named.grad != nullptr) run.grads[named.name] = *named.grad;
+  }
+  for (GlooCollectives* group : {tensor.get(), context.get()}) {
+    if (group != nullptr) EXPECT_TRUE(group->Barrier().ok());
   }
   return run;
 }
@@ -173,22 +176,52 @@ TEST(TokenParallelTest, TensorTimesContextParallelEqualsOneRank) {
   ExpectSameAsOneRank(/*tp=*/2, /*cp=*/2);
 }
 
-TEST(TokenParallelTest, TokensThatDoNotSplitEvenlyAreAClearError) {
+TEST(TokenParallelTest, PartsDifferByAtMostOneToken) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::vector<TokenRange>> parts(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<GlooCollectives> tensor =
+          Join(store, absl::StrCat("tp-", rank / 2), rank % 2, 2);
+      std::unique_ptr<GlooCollectives> context =
+          Join(store, absl::StrCat("cp-", rank % 2), rank / 2, 2);
+      const TokenParallel parallel(tensor.get(), context.get());
+      parts[rank] = {parallel.ChunkRows(47), parallel.LocalRows(47)};
+      // No rank leaves (closing its connections) before all are connected.
+      EXPECT_TRUE(tensor->Barrier().ok());
+      EXPECT_TRUE(context->Barrier().ok());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const int64_t expected[4][4] = {
+      {0, 24, 0, 12}, {0, 24, 12, 12}, {24, 23, 24, 12}, {24, 23, 36, 11}};
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(parts[rank][0].begin, expected[rank][0]) << rank;
+    EXPECT_EQ(parts[rank][0].count, expected[rank][1]) << rank;
+    EXPECT_EQ(parts[rank][1].begin, expected[rank][2]) << rank;
+    EXPECT_EQ(parts[rank][1].count, expected[rank][3]) << rank;
+  }
+}
+
+TEST(TokenParallelTest, TooFewTokensForTheRanksAreAClearError) {
   TokenParallel one_rank(nullptr, nullptr);
-  EXPECT_TRUE(one_rank.CheckTokens(47).ok());
+  EXPECT_TRUE(one_rank.CheckTokens(1).ok());
   gloo::rendezvous::HashStore store;
   std::vector<absl::Status> statuses(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       std::unique_ptr<GlooCollectives> context = Join(store, "cp", rank, 2);
-      statuses[rank] = TokenParallel(nullptr, context.get()).CheckTokens(47);
+      statuses[rank] = TokenParallel(nullptr, context.get()).CheckTokens(1);
+      EXPECT_TRUE(context->Barrier().ok());
     });
   }
   for (std::thread& thread : threads) thread.join();
   for (const absl::Status& status : statuses) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(status.message().find("47 tokens"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("1 tokens is too short"), std::string::npos)
+        << status;
   }
 }
 

@@ -80,7 +80,7 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
     if (!metrics.ok()) return run;
     run.steps.push_back(*metrics);
   }
-  EXPECT_TRUE((*trainer)->GatherOptimizerState().ok());
+  EXPECT_TRUE((*trainer)->GatherCheckpointState().ok());
   const TrainingState state = (*trainer)->State();
   for (const auto* tensors : {&state.model, &state.optimizer}) {
     for (const StateTensor& t : *tensors) {

@@ -9,12 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel_shard.h"
 #include "training/expert_gradients.h"
 #include "training/flops.h"
 #include "training/grad_clip.h"
 #include "training/gradient_sync.h"
 #include "training/pipeline_gradients.h"
 #include "training/router_bias.h"
+#include "training/token_parallel_gradients.h"
 
 namespace glm {
 namespace {
@@ -65,15 +67,79 @@ absl::Status CheckExpertParallel(const TrainerOptions& o,
   return absl::OkStatus();
 }
 
+int GroupSize(const Collectives* group) {
+  return group == nullptr ? 1 : group->size();
+}
+
+// What tensor and context parallelism run with so far: data parallelism
+// (with or without the distributed optimizer), whole weights. (Micro batches
+// of any length split: ranks' parts differ by at most a token.)
+absl::Status CheckTokenParallel(const TrainerOptions& o,
+                                const TokenParallelRank& rank, bool pipeline,
+                                bool expert_parallel) {
+  if (pipeline || expert_parallel || o.lora) {
+    return absl::UnimplementedError(
+        "parallel.tp / parallel.cp > 1 run without pipeline and expert "
+        "parallelism and without LoRA so far (pp, ep must be 1)");
+  }
+  return CheckTensorParallelSize(o.model, GroupSize(rank.tensor));
+}
+
+// The whole model as one pipeline stage.
+absl::StatusOr<StageSlice> WholeModelStage(const ModelConfig& model) {
+  LayoutRequest request;
+  request.num_layers = model.num_hidden_layers;
+  request.mtp_layers = model.num_mtp_layers;
+  request.sharing = model.index_sharing;
+  absl::StatusOr<std::vector<StageSlice>> stages = PlanStages(request);
+  if (!stages.ok()) return stages.status();
+  return stages->front();
+}
+
+// Adds one micro batch's losses and expert loads (a ForwardResult or
+// StageLosses) to the step's totals.
+template <typename Losses>
+void AddMicroBatch(Losses& losses, StageLosses* totals) {
+  totals->lm_loss += losses.lm_loss;
+  totals->mtp_loss += losses.mtp_loss;
+  totals->indexer_loss += losses.indexer_loss;
+  if (totals->expert_load.empty()) {
+    totals->expert_load = std::move(losses.expert_load);
+    return;
+  }
+  for (size_t layer = 0; layer < totals->expert_load.size(); ++layer) {
+    for (size_t e = 0; e < totals->expert_load[layer].size(); ++e) {
+      totals->expert_load[layer][e] += losses.expert_load[layer][e];
+    }
+  }
+}
+
+// A parameter's value, then its AdamW moments, under their checkpoint names.
+std::vector<std::pair<std::string, Tensor*>> CheckpointTensorsOf(
+    const TrainableTensor& param, AdamMoments& moments) {
+  return {{param.name, param.value},
+          {"exp_avg/" + param.name, &moments.exp_avg},
+          {"exp_avg_sq/" + param.name, &moments.exp_avg_sq}};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerOptions& options, std::unique_ptr<TrainingData> data,
     std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
     Collectives* data_parallel, std::optional<PipelineRank> pipeline,
-    std::optional<ExpertParallelRank> expert_parallel) {
+    std::optional<ExpertParallelRank> expert_parallel,
+    std::optional<TokenParallelRank> token_parallel) {
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return status;
+  }
+  if (token_parallel) {
+    if (absl::Status status =
+            CheckTokenParallel(options, *token_parallel, pipeline.has_value(),
+                               expert_parallel.has_value());
+        !status.ok()) {
+      return status;
+    }
   }
   if (expert_parallel) {
     if (absl::Status status =
@@ -142,6 +208,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       new Trainer(options, std::move(data), std::move(params),
                   std::move(backend), data_parallel));
   trainer->lora_ = std::move(lora);
+  if (token_parallel) {
+    auto& parallel = trainer->token_parallel_ = std::make_unique<TokenParallel>(
+        token_parallel->tensor, token_parallel->context);
+    // Like expert and pipeline ranks, a tensor rank keeps its part of the
+    // whole model it was initialized (or loaded) with.
+    KeepTensorParallelShard(parallel->tp(), parallel->tp_rank(),
+                            trainer->params_.get());
+    absl::StatusOr<StageSlice> whole = WholeModelStage(options.model);
+    if (!whole.ok()) return whole.status();
+    absl::StatusOr<StageModel> stage = StageModel::Create(
+        trainer->params_.get(), trainer->backend_.get(), options.loss, *whole);
+    if (!stage.ok()) return stage.status();
+    stage->set_token_parallel(parallel.get());
+    trainer->stages_.push_back(*std::move(stage));
+  }
   if (expert_parallel) {
     // The rank keeps its routed experts only (the whole model was needed to
     // initialize or load them as one process does).
@@ -226,6 +307,8 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
   } else if (pipeline_tensors_) {
     mine = PipelineGradSquaredSum(*pipeline_->forward, *pipeline_tensors_,
                                   updated);
+  } else if (token_parallel_) {
+    mine = TokenParallelGradSquaredSum(*token_parallel_, updated);
   } else {
     mine = GradSquaredSum(updated);
   }
@@ -239,19 +322,59 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
   return total;
 }
 
-absl::Status Trainer::GatherOptimizerState() {
-  if (!shards_) return absl::OkStatus();
-  std::vector<Tensor*> exp_avg, exp_avg_sq;
+absl::Status Trainer::GatherCheckpointState() {
+  if (shards_) {
+    std::vector<Tensor*> exp_avg, exp_avg_sq;
+    for (const TrainableTensor& param : Trainable()) {
+      AdamMoments& moments = optimizer_.MomentsOf(param);
+      exp_avg.push_back(&moments.exp_avg);
+      exp_avg_sq.push_back(&moments.exp_avg_sq);
+    }
+    if (absl::Status status = shards_->AllGather(*data_parallel_, exp_avg);
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = shards_->AllGather(*data_parallel_, exp_avg_sq);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return GatherWholeTensors();
+}
+
+Tensor* Trainer::WholeTensor(const std::string& key, const std::string& param,
+                             const Tensor& part) {
+  auto it = whole_tensors_.find(key);
+  if (it == whole_tensors_.end()) {
+    std::vector<int64_t> shape = part.shape();
+    shape[TensorParallelDim(param)] *= token_parallel_->tp();
+    it = whole_tensors_.emplace(key, Tensor(shape)).first;
+  }
+  return &it->second;
+}
+
+Tensor* Trainer::Shown(const std::string& key, const std::string& param,
+                       Tensor* part) {
+  if (!token_parallel_ || token_parallel_->tp() == 1 ||
+      TensorParallelDim(param) < 0) {
+    return part;
+  }
+  return WholeTensor(key, param, *part);
+}
+
+absl::Status Trainer::GatherWholeTensors() {
+  if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
   for (const TrainableTensor& param : Trainable()) {
-    AdamMoments& moments = optimizer_.MomentsOf(param);
-    exp_avg.push_back(&moments.exp_avg);
-    exp_avg_sq.push_back(&moments.exp_avg_sq);
+    if (TensorParallelDim(param.name) < 0) continue;
+    for (const auto& [key, part] :
+         CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {
+      absl::StatusOr<Tensor> whole =
+          GatherTensorParallel(*token_parallel_, param.name, *part);
+      if (!whole.ok()) return whole.status();
+      *WholeTensor(key, param.name, *part) = *std::move(whole);
+    }
   }
-  if (absl::Status status = shards_->AllGather(*data_parallel_, exp_avg);
-      !status.ok()) {
-    return status;
-  }
-  return shards_->AllGather(*data_parallel_, exp_avg_sq);
+  return absl::OkStatus();
 }
 
 std::vector<TrainableTensor> Trainer::Trainable() {
@@ -291,8 +414,44 @@ absl::Status Trainer::RunMicroBatches(MicroBatchTotals* totals) {
     return absl::OkStatus();
   }
   for (int64_t m = 0; m < micro_batches / dp; ++m) {
-    if (absl::Status status = RunMicroBatch(first_sample(m), totals);
+    if (absl::Status status =
+            token_parallel_
+                ? RunTokenParallelMicroBatch(first_sample(m), totals)
+                : RunMicroBatch(first_sample(m), totals);
         !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RunTokenParallelMicroBatch(int64_t first_sample,
+                                                 MicroBatchTotals* totals) {
+  StageModel& model = stages_.front();
+  StageActivations acts;
+  absl::StatusOr<StageLosses> losses =
+      model.Forward(data_->MicroBatch(first_sample, options_.micro_batch_size),
+                    Tensor(), &acts);
+  if (!losses.ok()) return losses.status();
+  Tensor no_input_gradient;
+  if (absl::Status status = model.Backward(acts, Tensor(), &no_input_gradient);
+      !status.ok()) {
+    return status;
+  }
+  AddMicroBatch(*losses, totals);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReduceTokenParallel(MicroBatchTotals* totals) {
+  if (absl::Status status =
+          SumTokenParallelGradients(*token_parallel_, Trainable());
+      !status.ok()) {
+    return status;
+  }
+  for (Collectives* group :
+       {token_parallel_->context_group(), token_parallel_->tensor_group()}) {
+    if (group == nullptr) continue;
+    if (absl::Status status = ReduceTotals(*group, totals); !status.ok()) {
       return status;
     }
   }
@@ -305,18 +464,7 @@ absl::Status Trainer::RunMicroBatch(int64_t first_sample,
       data_->MicroBatch(first_sample, options_.micro_batch_size));
   if (!result.ok()) return result.status();
   if (absl::Status status = model_->Backward(); !status.ok()) return status;
-  totals->lm_loss += result->lm_loss;
-  totals->mtp_loss += result->mtp_loss;
-  totals->indexer_loss += result->indexer_loss;
-  if (totals->expert_load.empty()) {
-    totals->expert_load = std::move(result->expert_load);
-  } else {
-    for (size_t layer = 0; layer < totals->expert_load.size(); ++layer) {
-      for (size_t e = 0; e < totals->expert_load[layer].size(); ++e) {
-        totals->expert_load[layer][e] += result->expert_load[layer][e];
-      }
-    }
-  }
+  AddMicroBatch(*result, totals);
   return absl::OkStatus();
 }
 
@@ -403,6 +551,12 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
   if (lora_) lora_->AdapterGradients();
+  // Tensor and context ranks hold their tokens' part of everything.
+  if (token_parallel_) {
+    if (absl::Status status = ReduceTokenParallel(&totals); !status.ok()) {
+      return status;
+    }
+  }
   // The stages' parts add up to the whole model's gradients (only tensors
   // read on several pp ranks need a sum) and losses; then the data-parallel
   // ranks sum theirs.
@@ -455,7 +609,9 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
     ++nan_iterations_;
   }
 
-  const int devices = dp * (pipeline_ ? pipeline_->forward->size() : 1);
+  const int devices =
+      dp * (pipeline_ ? pipeline_->forward->size() : 1) *
+      (token_parallel_ ? token_parallel_->tp() * token_parallel_->cp() : 1);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -495,14 +651,17 @@ TrainingState Trainer::State() {
       if (pipeline_tensors_ && pipeline_tensors_->used.count(named.name) == 0) {
         continue;
       }
-      state.model.push_back({named.name, named.value});
+      state.model.push_back(
+          {named.name, Shown(named.name, named.name, named.value)});
     }
   }
   for (const TrainableTensor& param : Trainable()) {
-    AdamMoments& moments = optimizer_.MomentsOf(param);
-    state.optimizer.push_back({"exp_avg/" + param.name, &moments.exp_avg});
-    state.optimizer.push_back(
-        {"exp_avg_sq/" + param.name, &moments.exp_avg_sq});
+    const auto tensors =
+        CheckpointTensorsOf(param, optimizer_.MomentsOf(param));
+    for (size_t i = 1; i < tensors.size(); ++i) {  // the moments
+      const auto& [key, part] = tensors[i];
+      state.optimizer.push_back({key, Shown(key, param.name, part)});
+    }
   }
   state.optimizer_steps = optimizer_.steps();
   state.iteration = iteration_;
@@ -534,6 +693,15 @@ absl::Status Trainer::Restore(const TrainingState& state) {
   skipped_iterations_ = state.skipped_iterations;
   nan_iterations_ = state.nan_iterations;
   optimizer_.set_steps(state.optimizer_steps);
+  if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
+  for (const TrainableTensor& param : Trainable()) {
+    if (TensorParallelDim(param.name) < 0) continue;
+    for (const auto& [key, part] :
+         CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {
+      *part = TensorParallelPartOf(*token_parallel_, param.name,
+                                   *WholeTensor(key, param.name, *part));
+    }
+  }
   return absl::OkStatus();
 }
 

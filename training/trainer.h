@@ -10,8 +10,10 @@
 #define GLM_TRAINING_TRAINER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,6 +22,7 @@
 #include "model/config.h"
 #include "model/glm_model.h"
 #include "model/parameters.h"
+#include "model/token_parallel.h"
 #include "parallel/collectives.h"
 #include "parallel/expert_parallel_dispatch.h"
 #include "parallel/pipeline_layout.h"
@@ -76,6 +79,14 @@ struct ExpertParallelRank {
   Collectives* expert_data = nullptr;
 };
 
+// This rank's tensor- and context-parallel groups (null: size 1) when tp or
+// cp > 1: the ranks of both groups read the same micro batches and split
+// their tokens (model/token_parallel.h). Not owned.
+struct TokenParallelRank {
+  Collectives* tensor = nullptr;
+  Collectives* context = nullptr;
+};
+
 class Trainer {
  public:
   // `params` may be null: weights are then initialized from options.seed.
@@ -86,7 +97,8 @@ class Trainer {
       std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
       Collectives* data_parallel = nullptr,
       std::optional<PipelineRank> pipeline = std::nullopt,
-      std::optional<ExpertParallelRank> expert_parallel = std::nullopt);
+      std::optional<ExpertParallelRank> expert_parallel = std::nullopt,
+      std::optional<TokenParallelRank> token_parallel = std::nullopt);
 
   // Runs the next iteration and returns its metrics.
   absl::StatusOr<v1::StepMetrics> Step();
@@ -97,14 +109,18 @@ class Trainer {
   ModelParameters& params() { return *params_; }
 
   // Views of everything a checkpoint holds; the tensors stay owned by the
-  // trainer. With LoRA the model part is the adapters only.
+  // trainer. With LoRA the model part is the adapters only. Under tensor
+  // parallelism split tensors appear whole (as GatherCheckpointState last
+  // gathered them; Restore takes this rank's parts of loaded ones).
   TrainingState State();
-  // Distributed optimizer only (otherwise a no-op): copies every rank's AdamW
-  // moments to all data-parallel ranks, so that State() is complete on each.
-  absl::Status GatherOptimizerState();
+  // Brings what State() shows onto every rank: the distributed optimizer's
+  // AdamW moments from all data-parallel ranks, and under tensor parallelism
+  // the whole split tensors and their moments. A no-op otherwise.
+  absl::Status GatherCheckpointState();
   // The adapters merged into the base weights, as the model runs them (LoRA).
   void MergeAdapters();
-  // After a checkpoint was loaded into State()'s tensors, restores the scalars.
+  // After a checkpoint was loaded into State()'s tensors, restores the scalars
+  // (and this rank's parts of split tensors).
   absl::Status Restore(const TrainingState& state);
 
  private:
@@ -119,6 +135,20 @@ class Trainer {
   // model, or through its pipeline stages on Megatron's schedule.
   absl::Status RunMicroBatches(MicroBatchTotals* totals);
   absl::Status RunMicroBatch(int64_t first_sample, MicroBatchTotals* totals);
+  // Under tensor or context parallelism: the whole model as one stage on
+  // this rank's tokens.
+  absl::Status RunTokenParallelMicroBatch(int64_t first_sample,
+                                          MicroBatchTotals* totals);
+  // Sums this rank's token share of gradients, losses and loads over the
+  // tensor and context groups.
+  absl::Status ReduceTokenParallel(MicroBatchTotals* totals);
+  // Under tensor parallelism: the whole tensor State() shows for a split one
+  // (allocated on first use), keyed by its checkpoint name.
+  Tensor* WholeTensor(const std::string& key, const std::string& param,
+                      const Tensor& part);
+  absl::Status GatherWholeTensors();
+  // What State() shows for `part`: its whole tensor when split, else itself.
+  Tensor* Shown(const std::string& key, const std::string& param, Tensor* part);
   std::vector<TrainableTensor> Trainable();
   Tensor* RouterBias(size_t layer);
   void UpdateRouterBiases(const MicroBatchTotals& totals);
@@ -154,6 +184,8 @@ class Trainer {
   std::optional<LoraAdapters> lora_;
   std::optional<ExpertParallelRank> expert_parallel_;
   std::unique_ptr<ExpertParallelDispatcher> expert_dispatcher_;
+  std::unique_ptr<TokenParallel> token_parallel_;
+  std::map<std::string, Tensor> whole_tensors_;  // see WholeTensor
 
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;

@@ -15,9 +15,9 @@
 
 namespace glm {
 
-// UNIMPLEMENTED naming the first parallel size this worker does not run: it
-// trains data-, pipeline- and expert-parallel (world_size, pp, vpp and ep);
-// tp, cp and etp must be 1.
+// UNIMPLEMENTED naming the parallel size this worker does not run: it trains
+// data-, pipeline-, expert-, tensor- and context-parallel (world_size, pp,
+// vpp, ep, tp, cp; the trainer says which combine); etp must be 1.
 absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel);
 
 // Connects every group of the assignment's rank over Gloo/TCP, bootstrapped

@@ -69,7 +69,8 @@ absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
     const v1::JobSpec& spec, const ModelConfig& model,
     Collectives* data_parallel, std::optional<PipelineRank> pipeline,
-    std::optional<ExpertParallelRank> expert_parallel) {
+    std::optional<ExpertParallelRank> expert_parallel,
+    std::optional<TokenParallelRank> token_parallel) {
   const TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
   absl::StatusOr<std::string> data_path = DataPathFromSpec(spec.data());
   if (!data_path.ok()) return data_path.status();
@@ -85,7 +86,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
   if (!params.ok()) return params.status();
   return Trainer::Create(options, std::move(*data), std::move(*params),
                          std::make_unique<CpuBackend>(), data_parallel,
-                         std::move(pipeline), expert_parallel);
+                         std::move(pipeline), expert_parallel, token_parallel);
 }
 
 absl::Status CheckSupported(const v1::Assignment& assignment) {
@@ -385,6 +386,16 @@ std::optional<ExpertParallelRank> ExpertParallelRankOf(ProcessGroups* groups) {
                             &groups->group(GroupKind::kExpertDp)};
 }
 
+// The tensor- and context-parallel groups when tp or cp > 1.
+std::optional<TokenParallelRank> TokenParallelRankOf(ProcessGroups* groups) {
+  if (groups == nullptr) return std::nullopt;
+  Collectives* tensor = &groups->group(GroupKind::kTp);
+  Collectives* context = &groups->group(GroupKind::kCp);
+  if (tensor->size() == 1 && context->size() == 1) return std::nullopt;
+  return TokenParallelRank{tensor->size() > 1 ? tensor : nullptr,
+                           context->size() > 1 ? context : nullptr};
+}
+
 }  // namespace
 
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
@@ -415,7 +426,8 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       BuildTrainer(assignment.spec(), plan->model,
                    groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline,
-                   ExpertParallelRankOf(groups ? &*groups : nullptr));
+                   ExpertParallelRankOf(groups ? &*groups : nullptr),
+                   TokenParallelRankOf(groups ? &*groups : nullptr));
   if (!trainer.ok()) return trainer.status();
   absl::StatusOr<JobCheckpoints> checkpoints =
       JobCheckpoints::Create(assignment, *plan);
@@ -431,9 +443,9 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
     if (!metrics.ok()) return metrics.status();
     hooks.log(FormatLogLine(*metrics, global_batch));
     if (checkpoints->Due(**trainer)) {
-      // Every rank brings its distributed-optimizer shard before rank 0
-      // writes.
-      if (absl::Status status = (*trainer)->GatherOptimizerState();
+      // Every rank brings its distributed-optimizer shard (and its parts of
+      // tensor-parallel tensors) before rank 0 writes.
+      if (absl::Status status = (*trainer)->GatherCheckpointState();
           !status.ok()) {
         return status;
       }

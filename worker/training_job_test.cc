@@ -194,13 +194,13 @@ TEST(TrainingJobTest, UnsupportedSetupsAreClearErrors) {
   v1::Assignment job = TinyJob(TempDir("unsupported"), 2);
   job.set_world_size(2);
   job.mutable_spec()->mutable_parallel()->set_world_size(2);
-  job.mutable_spec()->mutable_parallel()->set_tp(2);
+  job.mutable_spec()->mutable_parallel()->set_etp(2);
   absl::Status status = RunTrainingJob(job, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(status.message().find("parallel.tp"), std::string::npos);
+  EXPECT_NE(status.message().find("parallel.etp"), std::string::npos);
 
   // More than one rank needs the coordinator's rendezvous to find its peers.
-  job.mutable_spec()->mutable_parallel()->clear_tp();
+  job.mutable_spec()->mutable_parallel()->clear_etp();
   status = RunTrainingJob(job, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(status.message().find("rendezvous"), std::string::npos);
