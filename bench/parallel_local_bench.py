@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU step time and per-worker CPU time of small pipeline/data-parallel jobs.
+"""CPU step time and per-worker CPU time of small parallel jobs.
 
 Runs `glmctl local` on variants of examples/pretrain.json (glm5.2-tiny, global
 batch 16, micro batch 2, seq 256, 8 iterations, no checkpoints), each variant
@@ -9,7 +9,8 @@ each glm-worker process, sampled from /proc while the job runs.
 
 usage (from the repository root, after
 `bazel build //cli:glmctl //worker:glm-worker`):
-  bench/parallel_local_bench.py [ROUNDS] [VARIANT...]
+  bench/parallel_local_bench.py [ROUNDS] [VARIANT...] [seq=N] [gbs=N] [mbs=N]
+(seq, gbs, mbs override the sequence length, global and micro batch sizes.)
 """
 import json
 import os
@@ -27,11 +28,20 @@ VARIANTS = {
     'pp2_vpp2': (2, 2, 'Et|t|tttt|ttmL'),
     'dp2': (2, 1, None),
     'ep2': (2, 1, None),
+    'tp2': (2, 1, None),
+    'cp2': (2, 1, None),
+    'tp2_cp2': (4, 1, None),
 }
 # Expert-parallel size of the variants that split the routed experts.
 EXPERT_PARALLEL = {'ep2': 2}
+# (tp, cp) of the variants that split each micro batch's tokens.
+TOKEN_PARALLEL = {'tp2': (2, 1), 'cp2': (1, 2), 'tp2_cp2': (2, 2)}
 WORKER = os.path.realpath('bazel-bin/worker/glm-worker')
 TICK = os.sysconf('SC_CLK_TCK')
+
+
+# Batch shape of every variant; `key=value` arguments override it.
+SHAPE = {'seq': 256, 'gbs': 16, 'mbs': 2}
 
 
 def job_spec(name, folder):
@@ -39,12 +49,14 @@ def job_spec(name, folder):
     with open('examples/pretrain.json') as f:
         spec = json.load(f)
     spec['name'] = 'bench-' + name
+    tp, cp = TOKEN_PARALLEL.get(name, (1, 1))
     spec['parallel'].update(worldSize=world, pp=pp,
-                            ep=EXPERT_PARALLEL.get(name, 1))
+                            ep=EXPERT_PARALLEL.get(name, 1), tp=tp, cp=cp)
     if layout:
         spec['parallel']['layout'] = layout
-    spec['training'].update(trainIters=8, globalBatchSize=16,
-                            microBatchSize=2, seqLength=256)
+    spec['training'].update(trainIters=8, globalBatchSize=SHAPE['gbs'],
+                            microBatchSize=SHAPE['mbs'],
+                            seqLength=SHAPE['seq'])
     for key in ('saveDir', 'saveInterval', 'exportHfDir'):
         spec['training'].pop(key, None)
     path = os.path.join(folder, name + '.json')
@@ -101,7 +113,13 @@ def run(name, folder):
 
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    names = sys.argv[2:] or list(VARIANTS)
+    names = [a for a in sys.argv[2:] if '=' not in a] or list(VARIANTS)
+    for arg in sys.argv[2:]:
+        if '=' in arg:
+            key, value = arg.split('=', 1)
+            if key not in SHAPE:
+                sys.exit(f'{arg}: unknown setting (known: {", ".join(SHAPE)})')
+            SHAPE[key] = int(value)
     with tempfile.TemporaryDirectory(prefix='parallel-bench-') as folder:
         for _ in range(rounds):
             for name in names:
