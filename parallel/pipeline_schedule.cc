@@ -112,8 +112,10 @@ absl::StatusOr<StageLosses> RunPipelineSchedule(
     const Batch batch = micro_batch(m);
     Tensor input;
     if (!stage.first()) {
+      // This rank's rows of the micro batch (all of them without tensor or
+      // context parallelism).
       input = Tensor(
-          {static_cast<int64_t>(batch.input_ids.size()), stage.hidden_size()});
+          {stage.Rows(batch.input_ids.size()).count, stage.hidden_size()});
       if (absl::Status s = forward.Recv(input.data(), input.numel(), previous);
           !s.ok()) {
         return s;

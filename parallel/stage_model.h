@@ -73,6 +73,12 @@ class StageModel {
   // every rank of both groups.
   void set_token_parallel(TokenParallel* parallel);
 
+  // This rank's rows of a micro batch's tokens: the rows of its input,
+  // output and their gradients.
+  TokenRange Rows(int64_t tokens) const {
+    return LocalRowsOf(spec_.attention.parallel, tokens);
+  }
+
   bool first() const { return stage_.has_embedding; }
   bool last() const { return stage_.has_loss; }
   int64_t hidden_size() const { return params_->config().hidden_size; }
@@ -99,10 +105,6 @@ class StageModel {
   void ForwardMtp(const std::vector<float>& loss_mask, StageActivations* acts,
                   StageLosses* losses);
   void BackwardHead(const StageActivations& acts, MatrixView dh);
-  // This rank's rows of a micro batch's tokens.
-  RowRange Rows(int64_t tokens) const {
-    return LocalRowsOf(spec_.attention.parallel, tokens);
-  }
   // OK, or the first failure of the expert or token-parallel collectives.
   absl::Status CollectivesStatus() const;
 

@@ -75,12 +75,12 @@ int GroupSize(const Collectives* group) {
 // (with or without the distributed optimizer), whole weights. (Micro batches
 // of any length split: ranks' parts differ by at most a token.)
 absl::Status CheckTokenParallel(const TrainerOptions& o,
-                                const TokenParallelRank& rank, bool pipeline,
+                                const TokenParallelRank& rank,
                                 bool expert_parallel) {
-  if (pipeline || expert_parallel || o.lora) {
+  if (expert_parallel || o.lora) {
     return absl::UnimplementedError(
-        "parallel.tp / parallel.cp > 1 run without pipeline and expert "
-        "parallelism and without LoRA so far (pp, ep must be 1)");
+        "parallel.tp / parallel.cp > 1 run without expert parallelism and "
+        "without LoRA so far (ep must be 1)");
   }
   return CheckTensorParallelSize(o.model, GroupSize(rank.tensor));
 }
@@ -134,9 +134,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return status;
   }
   if (token_parallel) {
-    if (absl::Status status =
-            CheckTokenParallel(options, *token_parallel, pipeline.has_value(),
-                               expert_parallel.has_value());
+    if (absl::Status status = CheckTokenParallel(options, *token_parallel,
+                                                 expert_parallel.has_value());
         !status.ok()) {
       return status;
     }
@@ -215,13 +214,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     // whole model it was initialized (or loaded) with.
     KeepTensorParallelShard(parallel->tp(), parallel->tp_rank(),
                             trainer->params_.get());
-    absl::StatusOr<StageSlice> whole = WholeModelStage(options.model);
-    if (!whole.ok()) return whole.status();
-    absl::StatusOr<StageModel> stage = StageModel::Create(
-        trainer->params_.get(), trainer->backend_.get(), options.loss, *whole);
-    if (!stage.ok()) return stage.status();
-    stage->set_token_parallel(parallel.get());
-    trainer->stages_.push_back(*std::move(stage));
+    if (!pipeline) {
+      absl::StatusOr<StageSlice> whole = WholeModelStage(options.model);
+      if (!whole.ok()) return whole.status();
+      absl::StatusOr<StageModel> stage =
+          StageModel::Create(trainer->params_.get(), trainer->backend_.get(),
+                             options.loss, *whole);
+      if (!stage.ok()) return stage.status();
+      stage->set_token_parallel(parallel.get());
+      trainer->stages_.push_back(*std::move(stage));
+    }
   }
   if (expert_parallel) {
     // The rank keeps its routed experts only (the whole model was needed to
@@ -246,6 +248,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
           trainer->params_.get(), trainer->backend_.get(), options.loss, slice);
       if (!stage.ok()) return stage.status();
       stage->set_expert_dispatcher(trainer->expert_dispatcher_.get());
+      stage->set_token_parallel(trainer->token_parallel_.get());
       trainer->stages_.push_back(*std::move(stage));
     }
     trainer->pipeline_tensors_ = PipelineTensorsOf(
@@ -304,6 +307,12 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     if (mine.ok() && pipeline_) {
       mine = SumInRankOrder(*pipeline_->forward, *mine);
     }
+  } else if (pipeline_tensors_ && token_parallel_) {
+    // Each tensor once, on its owning pp rank (split ones over the tensor
+    // group).
+    mine = TokenParallelGradSquaredSum(
+        *token_parallel_, SelectTrainable(updated, pipeline_tensors_->owned));
+    if (mine.ok()) mine = SumInRankOrder(*pipeline_->forward, *mine);
   } else if (pipeline_tensors_) {
     mine = PipelineGradSquaredSum(*pipeline_->forward, *pipeline_tensors_,
                                   updated);

@@ -4,7 +4,8 @@
 // checkpointed weights and optimizer moments match the same job run by one
 // process: DP2 with and without the distributed optimizer, PP2 (1F1B), PP2
 // with two virtual stages per rank (interleaved 1F1B), EP2, TP2, CP2, and on
-// four processes PP2 x DP2, PP2 x EP2 and TP2 x DP2; resumes from the ranks'
+// four processes PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2 and PP2 x CP2;
+// resumes from the ranks'
 // shards (and from whole tensors under TP2) continue the run; a killed or
 // missing peer is a clear job error.
 #include <signal.h>
@@ -185,16 +186,19 @@ TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
 // glm5.2-tiny computes top-k on layers 1, 2, 3 and 7, where stages start.
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ParallelEndToEndTest,
-    ::testing::Values(ParallelCase{"dp2", 2, 1, "", false},
-                      ParallelCase{"dp2_zero1", 2, 1, "", true},
-                      ParallelCase{"pp2", 2, 2, "Etttttt|ttmL", false},
-                      ParallelCase{"pp2_vpp2", 2, 2, "Et|t|tttt|ttmL", false},
-                      ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL", true},
-                      ParallelCase{"ep2", 2, 1, "", false, 2},
-                      ParallelCase{"pp2_ep2", 4, 2, "Etttttt|ttmL", false, 2},
-                      ParallelCase{"tp2", 2, 1, "", false, 1, 2},
-                      ParallelCase{"cp2", 2, 1, "", false, 1, 1, 2},
-                      ParallelCase{"tp2_dp2_zero1", 4, 1, "", true, 1, 2}),
+    ::testing::Values(
+        ParallelCase{"dp2", 2, 1, "", false},
+        ParallelCase{"dp2_zero1", 2, 1, "", true},
+        ParallelCase{"pp2", 2, 2, "Etttttt|ttmL", false},
+        ParallelCase{"pp2_vpp2", 2, 2, "Et|t|tttt|ttmL", false},
+        ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL", true},
+        ParallelCase{"ep2", 2, 1, "", false, 2},
+        ParallelCase{"pp2_ep2", 4, 2, "Etttttt|ttmL", false, 2},
+        ParallelCase{"tp2", 2, 1, "", false, 1, 2},
+        ParallelCase{"cp2", 2, 1, "", false, 1, 1, 2},
+        ParallelCase{"tp2_dp2_zero1", 4, 1, "", true, 1, 2},
+        ParallelCase{"pp2_tp2", 4, 2, "Etttttt|ttmL", false, 1, 2},
+        ParallelCase{"pp2_cp2", 4, 2, "Etttttt|ttmL", false, 1, 1, 2}),
     [](const ::testing::TestParamInfo<ParallelCase>& info) {
       return std::string(info.param.name);
     });
