@@ -71,16 +71,21 @@ int GroupSize(const Collectives* group) {
   return group == nullptr ? 1 : group->size();
 }
 
-// What tensor and context parallelism run with so far: data parallelism
-// (with or without the distributed optimizer), whole weights. (Micro batches
-// of any length split: ranks' parts differ by at most a token.)
+// What tensor and context parallelism run with so far: data and pipeline
+// parallelism (with or without the distributed optimizer), and expert
+// parallelism under context parallelism. (Micro batches of any length split:
+// ranks' parts differ by at most a token.)
 absl::Status CheckTokenParallel(const TrainerOptions& o,
                                 const TokenParallelRank& rank,
                                 bool expert_parallel) {
-  if (expert_parallel || o.lora) {
+  if (o.lora) {
     return absl::UnimplementedError(
-        "parallel.tp / parallel.cp > 1 run without expert parallelism and "
-        "without LoRA so far (ep must be 1)");
+        "parallel.tp / parallel.cp > 1 run without LoRA so far");
+  }
+  if (expert_parallel && GroupSize(rank.tensor) > 1) {
+    return absl::UnimplementedError(
+        "parallel.tp > 1 runs without expert parallelism so far (ep must be "
+        "1; context parallelism combines with it)");
   }
   return CheckTensorParallelSize(o.model, GroupSize(rank.tensor));
 }
@@ -241,6 +246,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     trainer->expert_dispatcher_ =
         std::make_unique<ExpertParallelDispatcher>(expert_parallel->experts);
     trainer->model_->set_expert_dispatcher(trainer->expert_dispatcher_.get());
+    for (StageModel& stage : trainer->stages_) {
+      stage.set_expert_dispatcher(trainer->expert_dispatcher_.get());
+    }
   }
   if (pipeline) {
     for (const StageSlice& slice : pipeline->stages) {
@@ -452,8 +460,14 @@ absl::Status Trainer::RunTokenParallelMicroBatch(int64_t first_sample,
 }
 
 absl::Status Trainer::ReduceTokenParallel(MicroBatchTotals* totals) {
+  // Under expert parallelism a routed expert's gradient is complete on its
+  // owner (the dispatcher brought it every token of the expert group); the
+  // expert-data group sums its replicas.
+  const std::vector<TrainableTensor> partial =
+      expert_parallel_ ? SplitRoutedExperts(*params_, Trainable()).dense
+                       : Trainable();
   if (absl::Status status =
-          SumTokenParallelGradients(*token_parallel_, Trainable());
+          SumTokenParallelGradients(*token_parallel_, partial);
       !status.ok()) {
     return status;
   }
