@@ -17,10 +17,10 @@ float ScoreScale(const IndexerSpec& spec) {
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
-                    TokenRange chunk, TokenParallel& parallel,
-                    IndexerActivations* acts, IndexTensor* topk) {
+                    const TokenRows& chunk, const int32_t* pos,
+                    TokenParallel& parallel, IndexerActivations* acts,
+                    IndexTensor* topk) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
-  const int32_t* pos = layout.positions.data() + chunk.begin;
   // Queries: [rope | pass] per head, RoPE on the first rope_dim.
   acts->q_raw = Tensor({n, spec.heads * dim});
   backend.Linear(q_resid, p.wq_b.value.Matrix(), acts->q_raw.Matrix(), false);
@@ -58,10 +58,16 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
   // No query has more than max_seq_len causal keys.
   const int64_t width = std::min(spec.topk, layout.max_seq_len);
   *topk = IndexTensor({n, width}, -1);
-  backend.IndexerTopK(acts->q.Matrix(), acts->k.Matrix(),
-                      acts->weights.Matrix(),
-                      layout.seq_start.data() + chunk.begin, chunk.begin, width,
-                      ScoreScale(spec), topk->data());
+  // One call per run of consecutive queries (two under context parallelism).
+  int64_t row = 0;
+  for (const TokenRange& run : chunk.runs) {
+    backend.IndexerTopK(
+        acts->q.Matrix().Rows(row * spec.heads, run.count * spec.heads),
+        acts->k.Matrix(), acts->weights.Matrix().Rows(row, run.count),
+        layout.seq_start.data() + run.begin, run.begin, width, ScoreScale(spec),
+        topk->data() + row * width);
+    row += run.count;
+  }
 }
 
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
@@ -87,10 +93,9 @@ double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
-                     TokenRange chunk, TokenParallel& parallel,
+                     const int32_t* pos, TokenParallel& parallel,
                      const IndexerActivations& acts) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
-  const int32_t* pos = layout.positions.data() + chunk.begin;
   const MatrixView no_input_grad;  // inputs are detached
   // Head weights.
   Tensor draw_weights({n, spec.heads});

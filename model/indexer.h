@@ -36,13 +36,14 @@ struct IndexerActivations {
 };
 
 // x and q_resid are the n tokens of `chunk` (all tokens without context
-// parallelism). Computes the indexer activations and their top-k keys [n,
-// topk] (-1 padded) among all tokens of the layout.
+// parallelism), `positions` theirs. Computes the indexer activations and
+// their top-k keys [n, topk] (-1 padded) among all tokens of the layout.
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
-                    TokenRange chunk, TokenParallel& parallel,
-                    IndexerActivations* acts, IndexTensor* topk);
+                    const TokenRows& chunk, const int32_t* positions,
+                    TokenParallel& parallel, IndexerActivations* acts,
+                    IndexTensor* topk);
 // The KL loss of the chunk's queries `rows` (chunk-relative) against the main
 // attention's probabilities for them [rows.count * attn_heads, topk]; keeps
 // its gradients in `acts` for IndexerBackward. Returns coeff * the rows' part
@@ -55,7 +56,7 @@ double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
-                     TokenRange chunk, TokenParallel& parallel,
+                     const int32_t* positions, TokenParallel& parallel,
                      const IndexerActivations& acts);
 
 }  // namespace glm

@@ -48,15 +48,18 @@ namespace {
 // The rank's split of the layout's tokens; one rank without a parallel spec.
 struct AttentionRows {
   TokenParallel& parallel;
-  TokenRange chunk;  // the queries: this rank's context chunk
-  TokenRange local;  // x's rows: its tensor-parallel part of the chunk
+  TokenRows chunk;   // the queries: this rank's context chunk
+  TokenRange local;  // x's rows: its tensor-parallel part of the chunk's rows
+  std::vector<int32_t> positions;  // of the chunk's tokens
 };
 
 AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
                      TokenParallel& one_rank) {
   TokenParallel& parallel = spec.parallel ? *spec.parallel : one_rank;
-  return {parallel, parallel.ChunkRows(layout.tokens),
-          parallel.LocalRows(layout.tokens)};
+  TokenRows chunk = parallel.ChunkRows(layout.tokens);
+  std::vector<int32_t> positions = chunk.Select(layout.positions);
+  return {parallel, std::move(chunk), parallel.LocalInChunk(layout.tokens),
+          std::move(positions)};
 }
 
 // Keys and values of all tokens from the chunk's compressed latents.
@@ -101,11 +104,11 @@ void IndexerLoss(Backend& backend, const AttentionSpec& spec,
   if (rows.parallel.tp() == 1) {
     acts->indexer_loss = IndexerLossForward(
         backend, spec.indexer, acts->own_topk, acts->probs.Matrix(), spec.heads,
-        spec.indexer_loss_coeff, {0, rows.chunk.count}, layout.tokens,
+        spec.indexer_loss_coeff, {0, rows.chunk.count()}, layout.tokens,
         &acts->indexer);
     return;
   }
-  const int64_t topk = acts->probs.dim(1), n = rows.chunk.count;
+  const int64_t topk = acts->probs.dim(1), n = rows.chunk.count();
   Tensor head_sum({n, topk});
   ConstMatrixView probs = acts->probs.Matrix();
   for (int64_t t = 0; t < n; ++t) {
@@ -118,9 +121,7 @@ void IndexerLoss(Backend& backend, const AttentionSpec& spec,
       rows.parallel.ReduceScatterChunk(head_sum.Matrix(), layout.tokens);
   acts->indexer_loss = IndexerLossForward(
       backend, spec.indexer, acts->own_topk, target.Matrix(), 1,
-      spec.indexer_loss_coeff,
-      {rows.local.begin - rows.chunk.begin, rows.local.count}, layout.tokens,
-      &acts->indexer);
+      spec.indexer_loss_coeff, rows.local, layout.tokens, &acts->indexer);
 }
 
 }  // namespace
@@ -137,7 +138,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   ConstMatrixView xc = rows.parallel.tp() > 1 ? acts->x_chunk.Matrix() : x;
   const int64_t n = xc.rows, heads = spec.heads, nope = spec.nope_dim,
                 rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
-  const int32_t* pos = layout.positions.data() + rows.chunk.begin;
+  const int32_t* pos = rows.positions.data();
   // Queries.
   acts->q_a = Tensor({n, spec.q_lora_rank});
   acts->q_a_rstd = Tensor({n});
@@ -159,8 +160,8 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   // Key selection.
   if (p.has_indexer) {
     IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
-                   layout, rows.chunk, rows.parallel, &acts->indexer,
-                   &acts->own_topk);
+                   layout, rows.chunk, rows.positions.data(), rows.parallel,
+                   &acts->indexer, &acts->own_topk);
     acts->topk = &acts->own_topk;
   } else {
     assert(shared_topk != nullptr);
@@ -209,7 +210,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   const int64_t n = xc.rows, all = layout.tokens, heads = spec.heads,
                 nope = spec.nope_dim, rope = spec.rope_dim, qk = spec.qk_dim(),
                 vdim = spec.v_dim;
-  const int32_t* pos = layout.positions.data() + rows.chunk.begin;
+  const int32_t* pos = rows.positions.data();
   Tensor dattn({n, heads * vdim});
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
@@ -266,7 +267,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          p.q_a_proj.grad.Matrix());
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
     IndexerBackward(backend, p.indexer, spec.indexer, xc, acts.q_resid.Matrix(),
-                    layout, rows.chunk, rows.parallel, acts.indexer);
+                    layout, rows.positions.data(), rows.parallel, acts.indexer);
   }
   // The chunk's input gradient is a partial sum on each tensor rank.
   if (split) {

@@ -26,92 +26,140 @@ TokenRange Part(int64_t total, int parts, int index) {
           base + (index < extra ? 1 : 0)};
 }
 
-int64_t LargestPart(int64_t total, int parts) {
-  return (total + parts - 1) / parts;
+// Context rank `rank` of `cp`: runs rank and 2cp-1-rank of 2cp.
+TokenRows ContextChunk(int64_t tokens, int cp, int rank) {
+  if (cp == 1) return {{{0, tokens}}};
+  return {
+      {Part(tokens, 2 * cp, rank), Part(tokens, 2 * cp, 2 * cp - 1 - rank)}};
+}
+
+int64_t MostRows(const std::vector<TokenRows>& members) {
+  int64_t most = 0;
+  for (const TokenRows& rows : members) most = std::max(most, rows.count());
+  return most;
 }
 
 }  // namespace
 
+int64_t TokenRows::count() const {
+  int64_t total = 0;
+  for (const TokenRange& run : runs) total += run.count;
+  return total;
+}
+
+TokenRows TokenRows::Sub(TokenRange rows) const {
+  TokenRows sub;
+  int64_t first = 0;  // row of the run's first token
+  for (const TokenRange& run : runs) {
+    const int64_t begin = std::max(rows.begin, first);
+    const int64_t end = std::min(rows.end(), first + run.count);
+    if (begin < end)
+      sub.runs.push_back({run.begin + begin - first, end - begin});
+    first += run.count;
+  }
+  return sub;
+}
+
 absl::Status TokenParallel::CheckTokens(int64_t tokens) const {
-  if (tokens < tp() * cp()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a micro batch of ", tokens, " tokens is too short for ",
-                     "tp ", tp(), " x cp ", cp(), " ranks"));
+  const int64_t needed = tp() * cp() * (cp() > 1 ? 2 : 1);
+  if (tokens < needed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a micro batch of ", tokens, " tokens is too short for tp ", tp(),
+        " x cp ", cp(), " ranks (", needed, " at least)"));
   }
   return absl::OkStatus();
 }
 
-TokenRange TokenParallel::ChunkRows(int64_t tokens) const {
-  return Part(tokens, cp(), cp_rank());
+TokenRows TokenParallel::ChunkRows(int64_t tokens) const {
+  return ContextChunk(tokens, cp(), cp_rank());
 }
 
-TokenRange TokenParallel::LocalRows(int64_t tokens) const {
-  const TokenRange chunk = ChunkRows(tokens);
-  const TokenRange local = Part(chunk.count, tp(), tp_rank());
-  return {chunk.begin + local.begin, local.count};
+TokenRange TokenParallel::LocalInChunk(int64_t tokens) const {
+  return Part(ChunkRows(tokens).count(), tp(), tp_rank());
 }
 
-TokenRange LocalRowsOf(const TokenParallel* parallel, int64_t tokens) {
-  return parallel == nullptr ? TokenRange{0, tokens}
+TokenRows TokenParallel::LocalRows(int64_t tokens) const {
+  return ChunkRows(tokens).Sub(LocalInChunk(tokens));
+}
+
+TokenRows LocalRowsOf(const TokenParallel* parallel, int64_t tokens) {
+  return parallel == nullptr ? TokenRows{{{0, tokens}}}
                              : parallel->LocalRows(tokens);
 }
 
+TokenParallel::MemberRows TokenParallel::ChunkMembers(int64_t tokens) const {
+  const int64_t chunk = ChunkRows(tokens).count();
+  MemberRows members;
+  for (int m = 0; m < tp(); ++m) members.push_back({{Part(chunk, tp(), m)}});
+  return members;
+}
+
+TokenParallel::MemberRows TokenParallel::ContextMembers(int64_t tokens) const {
+  MemberRows members;
+  for (int m = 0; m < cp(); ++m) {
+    members.push_back(ContextChunk(tokens, cp(), m));
+  }
+  return members;
+}
+
 Tensor TokenParallel::GatherChunk(ConstMatrixView local, int64_t tokens) {
-  return Gather(tensor_, local, ChunkRows(tokens).count);
+  return Gather(tensor_, local, ChunkRows(tokens).count(),
+                ChunkMembers(tokens));
 }
 
 Tensor TokenParallel::ReduceScatterChunk(ConstMatrixView chunk,
                                          int64_t tokens) {
-  assert(chunk.rows == ChunkRows(tokens).count);
-  return ReduceScatter(tensor_, chunk);
+  assert(chunk.rows == ChunkRows(tokens).count());
+  return ReduceScatter(tensor_, chunk, ChunkMembers(tokens));
 }
 
 Tensor TokenParallel::GatherAll(ConstMatrixView chunk, int64_t tokens) {
-  return Gather(context_, chunk, tokens);
+  return Gather(context_, chunk, tokens, ContextMembers(tokens));
 }
 
 Tensor TokenParallel::ReduceScatterAll(ConstMatrixView all, int64_t tokens) {
   assert(all.rows == tokens);
-  return ReduceScatter(context_, all);
+  return ReduceScatter(context_, all, ContextMembers(tokens));
 }
 
 Tensor TokenParallel::Gather(Collectives* group, ConstMatrixView part,
-                             int64_t whole_rows) {
+                             int64_t whole_rows, const MemberRows& members) {
   if (group == nullptr || group->size() == 1) return Contiguous(part);
-  const int members = group->size();
-  const int64_t block = LargestPart(whole_rows, members) * part.cols;
+  const int64_t cols = part.cols, block = MostRows(members) * cols;
   Tensor mine({block});
   for (int64_t r = 0; r < part.rows; ++r) {
-    std::copy_n(part.Row(r), part.cols, mine.data() + r * part.cols);
+    std::copy_n(part.Row(r), cols, mine.data() + r * cols);
   }
-  std::vector<float> blocks(block * members);
+  std::vector<float> blocks(block * members.size());
   Keep(group->AllGather(mine.data(), block, blocks.data()));
-  Tensor whole({whole_rows, part.cols});
-  for (int m = 0; m < members; ++m) {
-    const TokenRange rows = Part(whole_rows, members, m);
-    std::copy_n(blocks.data() + m * block, rows.count * part.cols,
-                whole.data() + rows.begin * part.cols);
+  Tensor whole({whole_rows, cols});
+  for (size_t m = 0; m < members.size(); ++m) {
+    const float* from = blocks.data() + m * block;
+    for (const TokenRange& run : members[m].runs) {
+      std::copy_n(from, run.count * cols, whole.data() + run.begin * cols);
+      from += run.count * cols;
+    }
   }
   return whole;
 }
 
-Tensor TokenParallel::ReduceScatter(Collectives* group, ConstMatrixView whole) {
+Tensor TokenParallel::ReduceScatter(Collectives* group, ConstMatrixView whole,
+                                    const MemberRows& members) {
   if (group == nullptr || group->size() == 1) return Contiguous(whole);
-  const int members = group->size();
-  const int64_t block = LargestPart(whole.rows, members) * whole.cols;
-  std::vector<float> blocks(block * members, 0.f);
-  for (int m = 0; m < members; ++m) {
-    const TokenRange rows = Part(whole.rows, members, m);
-    for (int64_t r = 0; r < rows.count; ++r) {
-      std::copy_n(whole.Row(rows.begin + r), whole.cols,
-                  blocks.data() + m * block + r * whole.cols);
+  const int64_t cols = whole.cols, block = MostRows(members) * cols;
+  std::vector<float> blocks(block * members.size(), 0.f);
+  for (size_t m = 0; m < members.size(); ++m) {
+    float* to = blocks.data() + m * block;
+    for (const TokenRange& run : members[m].runs) {
+      for (int64_t r = run.begin; r < run.end(); ++r, to += cols) {
+        std::copy_n(whole.Row(r), cols, to);
+      }
     }
   }
   Tensor summed({block});
   Keep(group->ReduceScatter(blocks.data(), block, summed.data(),
                             ReduceOp::kSum));
-  const TokenRange mine = Part(whole.rows, members, group->rank());
-  Tensor part({mine.count, whole.cols});
+  Tensor part({members[group->rank()].count(), cols});
   std::copy_n(summed.data(), part.numel(), part.data());
   return part;
 }

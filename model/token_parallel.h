@@ -1,9 +1,11 @@
 // Tensor and context parallelism inside the model. Both split a micro batch's
 // tokens between ranks that receive the same batch:
-// - the context group (cp ranks) splits the tokens into cp contiguous chunks;
-//   a chunk's queries attend over the keys of every chunk (Megatron's
-//   all-gather context parallelism), so the top-k runs over the whole
-//   sequence;
+// - the context group (cp ranks) splits the tokens into chunks; a chunk's
+//   queries attend over the keys of every chunk (Megatron's all-gather
+//   context parallelism), so the top-k runs over the whole sequence. As in
+//   Megatron, the tokens are cut into 2cp runs and rank i takes runs i and
+//   2cp-1-i, so that every rank has early and late queries (causal work
+//   grows with the position);
 // - the tensor group (tp ranks) splits a chunk again between layers
 //   (Megatron's sequence parallelism) and, inside attention and the dense
 //   MLP, splits heads and intermediate columns instead: the chunk is
@@ -19,6 +21,7 @@
 #define GLM_MODEL_TOKEN_PARALLEL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/tensor.h"
@@ -30,6 +33,25 @@ struct TokenRange {
   int64_t begin = 0;
   int64_t count = 0;
   int64_t end() const { return begin + count; }
+};
+
+// The tokens of a micro batch a rank holds, as runs of consecutive tokens in
+// the order of its rows.
+struct TokenRows {
+  std::vector<TokenRange> runs;
+
+  int64_t count() const;
+  // all[t] for every held token t, in row order.
+  template <typename T>
+  std::vector<T> Select(const std::vector<T>& all) const {
+    std::vector<T> held;
+    for (const TokenRange& run : runs) {
+      held.insert(held.end(), all.begin() + run.begin, all.begin() + run.end());
+    }
+    return held;
+  }
+  // The tokens of rows [rows.begin, rows.end()).
+  TokenRows Sub(TokenRange rows) const;
 };
 
 class TokenParallel {
@@ -45,12 +67,15 @@ class TokenParallel {
   Collectives* tensor_group() const { return tensor_; }
   Collectives* context_group() const { return context_; }
 
-  // InvalidArgument when the micro batch has fewer tokens than tp * cp ranks.
+  // InvalidArgument when the micro batch is too short to give every rank a
+  // token (tp * 2cp tokens under context parallelism, tp without).
   absl::Status CheckTokens(int64_t tokens) const;
-  // This rank's context chunk of a micro batch of `tokens`, and its own rows
-  // (its tensor-parallel part of the chunk). Parts differ by at most a token.
-  TokenRange ChunkRows(int64_t tokens) const;
-  TokenRange LocalRows(int64_t tokens) const;
+  // This rank's context chunk of a micro batch of `tokens` (runs differ by
+  // at most a token); the chunk's rows that are this rank's own (its
+  // contiguous tensor-parallel part, chunk-relative); and their tokens.
+  TokenRows ChunkRows(int64_t tokens) const;
+  TokenRange LocalInChunk(int64_t tokens) const;
+  TokenRows LocalRows(int64_t tokens) const;
 
   // Over the tensor group: every rank's rows of the chunk, in order (a copy at
   // tp 1); and the sum over ranks of a [chunk, cols] partial, this rank's rows
@@ -66,10 +91,15 @@ class TokenParallel {
   const absl::Status& status() const { return status_; }
 
  private:
-  // `whole_rows` split over the group as Part() splits them; collectives move
-  // equal blocks, so parts are padded to the largest.
-  Tensor Gather(Collectives* group, ConstMatrixView part, int64_t whole_rows);
-  Tensor ReduceScatter(Collectives* group, ConstMatrixView whole);
+  // The rows of `whole_rows` that group member m holds, for every m.
+  using MemberRows = std::vector<TokenRows>;
+  // Collectives move equal blocks, so members' rows are padded to the most.
+  Tensor Gather(Collectives* group, ConstMatrixView part, int64_t whole_rows,
+                const MemberRows& members);
+  Tensor ReduceScatter(Collectives* group, ConstMatrixView whole,
+                       const MemberRows& members);
+  MemberRows ChunkMembers(int64_t tokens) const;
+  MemberRows ContextMembers(int64_t tokens) const;
   void Keep(absl::Status status);
 
   Collectives* tensor_;
@@ -78,7 +108,7 @@ class TokenParallel {
 };
 
 // parallel->LocalRows(tokens), or all of them without parallelism.
-TokenRange LocalRowsOf(const TokenParallel* parallel, int64_t tokens);
+TokenRows LocalRowsOf(const TokenParallel* parallel, int64_t tokens);
 
 }  // namespace glm
 

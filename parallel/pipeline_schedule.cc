@@ -115,7 +115,7 @@ absl::StatusOr<StageLosses> RunPipelineSchedule(
       // This rank's rows of the micro batch (all of them without tensor or
       // context parallelism).
       input = Tensor(
-          {stage.Rows(batch.input_ids.size()).count, stage.hidden_size()});
+          {stage.Rows(batch.input_ids.size()).count(), stage.hidden_size()});
       if (absl::Status s = forward.Recv(input.data(), input.numel(), previous);
           !s.ok()) {
         return s;

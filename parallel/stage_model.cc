@@ -8,11 +8,6 @@
 namespace glm {
 namespace {
 
-std::vector<int32_t> RowsOf(const std::vector<int32_t>& all, RowRange rows) {
-  return std::vector<int32_t>(all.begin() + rows.begin,
-                              all.begin() + rows.end());
-}
-
 void AddLayer(int index, const DecoderLayerActivations& layer,
               StageLosses* losses) {
   losses->expert_load[index] = layer.moe.load;
@@ -85,12 +80,12 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
       return status;
     }
   }
-  const RowRange rows = Rows(acts->layout.tokens);
-  const int64_t n = rows.count, hidden = config.hidden_size;
+  acts->local_ids = Rows(acts->layout.tokens).Select(acts->ids);
+  const int64_t n = acts->local_ids.size(), hidden = config.hidden_size;
   acts->hidden.assign(1, Tensor({n, hidden}));
   if (first()) {
     backend_->EmbeddingForward(params_->embed_tokens.value.Matrix(),
-                               acts->ids.data() + rows.begin,
+                               acts->local_ids.data(),
                                acts->hidden[0].Matrix());
   } else if (input.numel() != n * hidden) {
     return absl::InvalidArgumentError(
@@ -133,8 +128,8 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
 void StageModel::ForwardHead(const std::vector<float>& loss_mask,
                              StageActivations* acts, StageLosses* losses) {
   const ModelConfig& config = params_->config();
-  const RowRange rows = Rows(acts->layout.tokens);
-  const int64_t n = rows.count;
+  const TokenRows rows = Rows(acts->layout.tokens);
+  const int64_t n = rows.count();
   acts->final_normed = Tensor({n, config.hidden_size});
   acts->final_rstd = Tensor({n});
   backend_->RmsNormForward(
@@ -145,9 +140,8 @@ void StageModel::ForwardHead(const std::vector<float>& loss_mask,
                    params_->OutputHead().value.Matrix(), acts->logits.Matrix(),
                    false);
   // The count is over all tokens: each rank adds its rows' part of the mean.
-  acts->lm_targets = RowsOf(
-      LossTargets(acts->ids, loss_mask, acts->layout, 1, &acts->lm_count),
-      rows);
+  acts->lm_targets = rows.Select(
+      LossTargets(acts->ids, loss_mask, acts->layout, 1, &acts->lm_count));
   if (acts->lm_count > 0) {
     losses->lm_loss = backend_->CrossEntropyForward(acts->logits.Matrix(),
                                                     acts->lm_targets.data()) /
@@ -163,9 +157,10 @@ void StageModel::ForwardMtp(const std::vector<float>& loss_mask,
   MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
              params_->OutputHead(), spec_, acts->ids, acts->layout,
              acts->hidden.back().Matrix(), shared, &acts->mtp[0]);
-  acts->mtp_targets = RowsOf(
-      LossTargets(acts->ids, loss_mask, acts->layout, 2, &acts->mtp_count),
-      Rows(acts->layout.tokens));
+  acts->mtp_targets =
+      Rows(acts->layout.tokens)
+          .Select(LossTargets(acts->ids, loss_mask, acts->layout, 2,
+                              &acts->mtp_count));
   if (acts->mtp_count > 0) {
     losses->mtp_loss =
         backend_->CrossEntropyForward(acts->mtp[0].logits.Matrix(),
@@ -177,8 +172,7 @@ void StageModel::ForwardMtp(const std::vector<float>& loss_mask,
 
 absl::Status StageModel::Backward(const StageActivations& acts,
                                   const Tensor& d_output, Tensor* d_input) {
-  const RowRange rows = Rows(acts.layout.tokens);
-  const int64_t n = rows.count;
+  const int64_t n = acts.local_ids.size();
   const int64_t hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
   if (last()) {
@@ -198,7 +192,7 @@ absl::Status StageModel::Backward(const StageActivations& acts,
     dh = std::move(dh_in);
   }
   if (first()) {
-    backend_->EmbeddingBackward(dh.Matrix(), acts.ids.data() + rows.begin,
+    backend_->EmbeddingBackward(dh.Matrix(), acts.local_ids.data(),
                                 params_->embed_tokens.grad.Matrix());
   } else {
     *d_input = std::move(dh);
@@ -208,7 +202,7 @@ absl::Status StageModel::Backward(const StageActivations& acts,
 
 void StageModel::BackwardHead(const StageActivations& acts, MatrixView dh) {
   const ModelConfig& config = params_->config();
-  const int64_t n = Rows(acts.layout.tokens).count;
+  const int64_t n = acts.local_ids.size();
   Tensor dlogits({n, config.vocab_size}), dnormed({n, config.hidden_size});
   if (acts.lm_count > 0) {
     backend_->CrossEntropyBackward(acts.logits.Matrix(), acts.lm_targets.data(),

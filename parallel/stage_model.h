@@ -28,7 +28,8 @@
 namespace glm {
 
 struct StageActivations {
-  std::vector<int32_t> ids;
+  std::vector<int32_t> ids;        // all tokens of the micro batch
+  std::vector<int32_t> local_ids;  // this rank's rows of them
   TokenLayout layout;
   // hidden[i]: input of the stage's i-th layer; hidden.back(): the output
   // (before the final norm on the last stage).
@@ -75,7 +76,7 @@ class StageModel {
 
   // This rank's rows of a micro batch's tokens: the rows of its input,
   // output and their gradients.
-  TokenRange Rows(int64_t tokens) const {
+  TokenRows Rows(int64_t tokens) const {
     return LocalRowsOf(spec_.attention.parallel, tokens);
   }
 

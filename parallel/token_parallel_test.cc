@@ -25,8 +25,8 @@ namespace glm {
 namespace {
 
 // Two packed sequences of 20 and 27 tokens (47: ranks' parts differ by a
-// token), longer than index_topk 16; the first three targets of the second
-// are masked.
+// token; context chunks cross the sequence boundary), longer than index_topk
+// 16; the first three targets of the second are masked.
 Batch TestBatch() {
   std::vector<std::vector<int32_t>> rows(2);
   for (int r = 0; r < 2; ++r) {
@@ -176,9 +176,19 @@ TEST(TokenParallelTest, TensorTimesContextParallelEqualsOneRank) {
   ExpectSameAsOneRank(/*tp=*/2, /*cp=*/2);
 }
 
-TEST(TokenParallelTest, PartsDifferByAtMostOneToken) {
+// 47 tokens over tp 2 x cp 2: four runs of 12, 12, 12, 11 tokens; context
+// rank 0 takes the first and last, rank 1 the middle two; each tensor rank
+// takes half of its chunk's rows.
+TEST(TokenParallelTest, ContextChunksPairEarlyAndLateTokens) {
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  auto runs_of = [](const TokenRows& rows) {
+    Runs runs;
+    for (const TokenRange& run : rows.runs)
+      runs.push_back({run.begin, run.count});
+    return runs;
+  };
   gloo::rendezvous::HashStore store;
-  std::vector<std::vector<TokenRange>> parts(4);
+  std::vector<std::pair<Runs, Runs>> held(4);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 4; ++rank) {
     threads.emplace_back([&, rank] {
@@ -187,40 +197,43 @@ TEST(TokenParallelTest, PartsDifferByAtMostOneToken) {
       std::unique_ptr<GlooCollectives> context =
           Join(store, absl::StrCat("cp-", rank % 2), rank / 2, 2);
       const TokenParallel parallel(tensor.get(), context.get());
-      parts[rank] = {parallel.ChunkRows(47), parallel.LocalRows(47)};
+      held[rank] = {runs_of(parallel.ChunkRows(47)),
+                    runs_of(parallel.LocalRows(47))};
       // No rank leaves (closing its connections) before all are connected.
       EXPECT_TRUE(tensor->Barrier().ok());
       EXPECT_TRUE(context->Barrier().ok());
     });
   }
   for (std::thread& thread : threads) thread.join();
-  const int64_t expected[4][4] = {
-      {0, 24, 0, 12}, {0, 24, 12, 12}, {24, 23, 24, 12}, {24, 23, 36, 11}};
-  for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_EQ(parts[rank][0].begin, expected[rank][0]) << rank;
-    EXPECT_EQ(parts[rank][0].count, expected[rank][1]) << rank;
-    EXPECT_EQ(parts[rank][1].begin, expected[rank][2]) << rank;
-    EXPECT_EQ(parts[rank][1].count, expected[rank][3]) << rank;
-  }
+  const Runs first_chunk = {{0, 12}, {36, 11}},
+             second_chunk = {{12, 12}, {24, 12}};
+  EXPECT_EQ(held[0].first, first_chunk);
+  EXPECT_EQ(held[1].first, first_chunk);
+  EXPECT_EQ(held[2].first, second_chunk);
+  EXPECT_EQ(held[3].first, second_chunk);
+  EXPECT_EQ(held[0].second, (Runs{{0, 12}}));
+  EXPECT_EQ(held[1].second, (Runs{{36, 11}}));
+  EXPECT_EQ(held[2].second, (Runs{{12, 12}}));
+  EXPECT_EQ(held[3].second, (Runs{{24, 12}}));
 }
 
 TEST(TokenParallelTest, TooFewTokensForTheRanksAreAClearError) {
   TokenParallel one_rank(nullptr, nullptr);
-  EXPECT_TRUE(one_rank.CheckTokens(1).ok());
+  EXPECT_TRUE(one_rank.CheckTokens(1).ok());  // cp 2 needs 4 tokens
   gloo::rendezvous::HashStore store;
   std::vector<absl::Status> statuses(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       std::unique_ptr<GlooCollectives> context = Join(store, "cp", rank, 2);
-      statuses[rank] = TokenParallel(nullptr, context.get()).CheckTokens(1);
+      statuses[rank] = TokenParallel(nullptr, context.get()).CheckTokens(3);
       EXPECT_TRUE(context->Barrier().ok());
     });
   }
   for (std::thread& thread : threads) thread.join();
   for (const absl::Status& status : statuses) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(status.message().find("1 tokens is too short"), std::string::npos)
+    EXPECT_NE(status.message().find("3 tokens is too short"), std::string::npos)
         << status;
   }
 }
