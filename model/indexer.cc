@@ -1,6 +1,7 @@
 #include "model/indexer.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 namespace glm {
@@ -10,6 +11,22 @@ constexpr float kKNormEps = 1e-6f;
 
 float ScoreScale(const IndexerSpec& spec) {
   return 1.f / std::sqrt(static_cast<float>(spec.head_dim));
+}
+
+// Every tensor rank's top-k rows, in chunk order. Key indices travel as
+// floats, exact below 2^24 tokens.
+IndexTensor ShareTopK(TokenParallel& parallel, const IndexTensor& mine,
+                      int64_t tokens) {
+  assert(tokens < (int64_t{1} << 24));
+  Tensor values({mine.dim(0), mine.dim(1)});
+  std::copy(mine.values().begin(), mine.values().end(),
+            values.values().begin());
+  const Tensor chunk = parallel.GatherChunk(values.Matrix(), tokens);
+  IndexTensor shared({chunk.dim(0), chunk.dim(1)});
+  for (int64_t i = 0; i < chunk.numel(); ++i) {
+    shared.data()[i] = static_cast<int32_t>(chunk.data()[i]);
+  }
+  return shared;
 }
 
 }  // namespace
@@ -57,17 +74,23 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
 
   // No query has more than max_seq_len causal keys.
   const int64_t width = std::min(spec.topk, layout.max_seq_len);
-  *topk = IndexTensor({n, width}, -1);
+  // Each tensor rank selects for its own rows of the chunk (the quadratic
+  // scoring is not repeated) and the ranks share the choices.
+  const TokenRange mine = parallel.tp() > 1
+                              ? parallel.LocalInChunk(layout.tokens)
+                              : TokenRange{0, n};
+  *topk = IndexTensor({mine.count, width}, -1);
   // One call per run of consecutive queries (two under context parallelism).
-  int64_t row = 0;
-  for (const TokenRange& run : chunk.runs) {
+  int64_t row = mine.begin;
+  for (const TokenRange& run : chunk.Sub(mine).runs) {
     backend.IndexerTopK(
         acts->q.Matrix().Rows(row * spec.heads, run.count * spec.heads),
         acts->k.Matrix(), acts->weights.Matrix().Rows(row, run.count),
         layout.seq_start.data() + run.begin, run.begin, width, ScoreScale(spec),
-        topk->data() + row * width);
+        topk->data() + (row - mine.begin) * width);
     row += run.count;
   }
+  if (parallel.tp() > 1) *topk = ShareTopK(parallel, *topk, layout.tokens);
 }
 
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
