@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/tensor_parallel_shard.h"
 
 namespace glm {
 namespace {
@@ -80,6 +81,11 @@ absl::StatusOr<RankGrid> GridOf(const v1::ParallelSpec& p,
         "parallel.ep",
         absl::StrCat(ep, " does not divide model n_routed_experts ",
                      model.n_routed_experts));
+  }
+  if (absl::Status status =
+          CheckTensorParallelSize(model, ParallelSize(p.tp()));
+      !status.ok()) {
+    return status;
   }
   GridSpec grid;
   grid.world = p.world_size();

@@ -76,6 +76,13 @@ TEST(JobSpecValidatorTest, EachBadFieldIsNamed) {
       "tp*pp*cp");
   ExpectRejected("parallel.tp",
                  [](v1::JobSpec* s) { s->mutable_parallel()->set_tp(-1); });
+  ExpectRejected(
+      "parallel.tp",
+      [](v1::JobSpec* s) {
+        s->mutable_parallel()->set_world_size(6);  // pp 2
+        s->mutable_parallel()->set_tp(3);
+      },
+      "does not divide the model's num_attention_heads");
   ExpectRejected("parallel.collective_timeout_seconds", [](v1::JobSpec* s) {
     s->mutable_parallel()->set_collective_timeout_seconds(-1);
   });
