@@ -2,7 +2,8 @@
 // takes the same steps as one process: same losses, same gradient norm, same
 // updated weights and optimizer moments, with or without the distributed
 // optimizer (ZeRO-1); and with expert parallelism folded over the same two
-// ranks (EP2: each rank holds half of the routed experts).
+// ranks (EP2: each rank holds half of the routed experts), with or without
+// ZeRO-1.
 #include <cmath>
 #include <map>
 #include <optional>
@@ -212,7 +213,19 @@ TEST(DataParallelTest, ExpertParallelTwoRanksTakeTheStepsOfOneProcess) {
   }
 }
 
-TEST(DataParallelTest, ExpertParallelNeedsDataParallelAndNoZeroOne) {
+// ZeRO-1 under EP2: the dense tensors are sharded over the data-parallel
+// group, each rank updates its own experts (no expert-data replicas).
+TEST(DataParallelTest, ExpertParallelWithDistributedOptimizerTakesTheSteps) {
+  const TrainingRun single = Train(nullptr, false);
+  const std::vector<TrainingRun> ranks =
+      TrainOnTwoRanks(true, /*expert_parallel=*/true);
+  for (int rank = 0; rank < 2; ++rank) {
+    ExpectSameSteps(ranks[rank], single);
+    ExpectSameStateOfEpRank(ranks[rank], single, rank, 2);
+  }
+}
+
+TEST(DataParallelTest, ExpertParallelNeedsDataParallel) {
   gloo::rendezvous::HashStore store;
   auto dp = GlooCollectives::Connect(store, "dp", 0, 1, {});
   auto ep = GlooCollectives::Connect(store, "ep", 0, 1, {});
@@ -233,11 +246,8 @@ TEST(DataParallelTest, ExpertParallelNeedsDataParallelAndNoZeroOne) {
   EXPECT_NE(status.message().find("folds over data parallelism"),
             std::string::npos)
       << status;
-  status = create(dp->get(), true);
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(status.message().find("distributed optimizer"), std::string::npos)
-      << status;
   EXPECT_TRUE(create(dp->get(), false).ok());
+  EXPECT_TRUE(create(dp->get(), true).ok());
 }
 
 TEST(DataParallelTest, ShardsAreContiguousBalancedAndMayBeEmpty) {

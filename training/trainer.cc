@@ -47,7 +47,8 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
 // What expert parallelism runs with so far: plain AdamW on full weights.
 absl::Status CheckExpertParallel(const TrainerOptions& o,
                                  const Collectives* data_parallel,
-                                 const ExpertParallelRank& expert_parallel) {
+                                 const ExpertParallelRank& expert_parallel,
+                                 bool pipeline) {
   const int ep = expert_parallel.experts->size();
   if (o.model.n_routed_experts % ep != 0) {
     return absl::InvalidArgumentError(
@@ -59,12 +60,35 @@ absl::Status CheckExpertParallel(const TrainerOptions& o,
         "parallel.ep: expert parallelism folds over data parallelism, which "
         "is missing");
   }
-  if (o.lora || o.distributed_optimizer) {
+  if (o.lora) {
+    return absl::UnimplementedError("parallel.ep > 1 runs without LoRA so far");
+  }
+  if (o.distributed_optimizer && pipeline) {
     return absl::UnimplementedError(
-        "parallel.ep > 1 runs without LoRA and the distributed optimizer so "
-        "far");
+        "training.use_distributed_optimizer: with parallel.ep > 1 it runs "
+        "without pipeline parallelism so far (pp must be 1)");
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> SizesOf(const std::vector<TrainableTensor>& tensors) {
+  std::vector<int64_t> sizes;
+  for (const TrainableTensor& tensor : tensors) {
+    sizes.push_back(tensor.value->numel());
+  }
+  return sizes;
+}
+
+std::vector<Tensor*> GradsOf(const std::vector<TrainableTensor>& tensors) {
+  std::vector<Tensor*> grads;
+  for (const TrainableTensor& tensor : tensors) grads.push_back(tensor.grad);
+  return grads;
+}
+
+std::vector<Tensor*> ValuesOf(const std::vector<TrainableTensor>& tensors) {
+  std::vector<Tensor*> values;
+  for (const TrainableTensor& tensor : tensors) values.push_back(tensor.value);
+  return values;
 }
 
 int GroupSize(const Collectives* group) {
@@ -146,8 +170,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
   }
   if (expert_parallel) {
-    if (absl::Status status =
-            CheckExpertParallel(options, data_parallel, *expert_parallel);
+    if (absl::Status status = CheckExpertParallel(
+            options, data_parallel, *expert_parallel, pipeline.has_value());
         !status.ok()) {
       return status;
     }
@@ -272,11 +296,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   // Shards of the tensors this rank trains (its stages' under pp).
   if (data_parallel != nullptr && options.distributed_optimizer) {
-    std::vector<int64_t> sizes;
-    for (const TrainableTensor& param : trainer->Trainable()) {
-      sizes.push_back(param.value->numel());
+    if (!expert_parallel) {
+      trainer->shards_.emplace(SizesOf(trainer->Trainable()),
+                               data_parallel->size());
+      return trainer;
     }
-    trainer->shards_.emplace(sizes, data_parallel->size());
+    const ExpertSplit split =
+        SplitRoutedExperts(*trainer->params_, trainer->Trainable());
+    trainer->shards_.emplace(SizesOf(split.dense), data_parallel->size());
+    Collectives* expert_data = expert_parallel->expert_data;
+    if (expert_data != nullptr && expert_data->size() > 1) {
+      trainer->expert_shards_.emplace(SizesOf(split.experts),
+                                      expert_data->size());
+    }
   }
   return trainer;
 }
@@ -294,17 +326,57 @@ Trainer::Trainer(const TrainerOptions& options,
       optimizer_(options.adamw),
       data_parallel_(data_parallel) {}
 
+std::vector<Trainer::ShardedList> Trainer::ShardedLists(
+    const std::vector<TrainableTensor>& trainable) const {
+  if (!expert_parallel_) return {{data_parallel_, &*shards_, trainable}};
+  ExpertSplit split = SplitRoutedExperts(*params_, trainable);
+  std::vector<ShardedList> lists = {
+      {data_parallel_, &*shards_, std::move(split.dense)}};
+  if (expert_shards_) {
+    lists.push_back({expert_parallel_->expert_data, &*expert_shards_,
+                     std::move(split.experts)});
+  }
+  return lists;
+}
+
 std::vector<TrainableTensor> Trainer::UpdatedHere(
     const std::vector<TrainableTensor>& trainable) const {
   if (!shards_) return trainable;
-  const int rank = data_parallel_->rank();
-  return std::vector<TrainableTensor>(trainable.begin() + shards_->first(rank),
-                                      trainable.begin() + shards_->end(rank));
+  std::vector<TrainableTensor> updated;
+  for (const ShardedList& list : ShardedLists(trainable)) {
+    const int rank = list.group->rank();
+    updated.insert(updated.end(),
+                   list.tensors.begin() + list.shards->first(rank),
+                   list.tensors.begin() + list.shards->end(rank));
+  }
+  // Experts without replicas are updated where they live.
+  if (expert_parallel_ && !expert_shards_) {
+    const ExpertSplit split = SplitRoutedExperts(*params_, trainable);
+    updated.insert(updated.end(), split.experts.begin(), split.experts.end());
+  }
+  return updated;
+}
+
+absl::StatusOr<double> Trainer::ExpertShardsGradSquaredSum(
+    const std::vector<TrainableTensor>& updated) {
+  const ExpertSplit split = SplitRoutedExperts(*params_, updated);
+  absl::StatusOr<double> dense =
+      SumInRankOrder(*data_parallel_, GradSquaredSum(split.dense));
+  if (!dense.ok()) return dense.status();
+  absl::StatusOr<double> experts = GradSquaredSum(split.experts);
+  if (expert_shards_) {
+    experts = SumInRankOrder(*expert_parallel_->expert_data, *experts);
+    if (!experts.ok()) return experts.status();
+  }
+  experts = SumInRankOrder(*expert_parallel_->experts, *experts);
+  if (!experts.ok()) return experts.status();
+  return *dense + *experts;
 }
 
 absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     const std::vector<TrainableTensor>& updated) {
   // Each tensor counts once, on its owning pp rank; an expert on its ep rank.
+  if (expert_parallel_ && shards_) return ExpertShardsGradSquaredSum(updated);
   absl::StatusOr<double> mine;
   if (expert_parallel_) {
     const std::vector<TrainableTensor> owned =
@@ -340,20 +412,19 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
 }
 
 absl::Status Trainer::GatherCheckpointState() {
-  if (shards_) {
+  for (const ShardedList& list :
+       shards_ ? ShardedLists(Trainable()) : std::vector<ShardedList>()) {
     std::vector<Tensor*> exp_avg, exp_avg_sq;
-    for (const TrainableTensor& param : Trainable()) {
+    for (const TrainableTensor& param : list.tensors) {
       AdamMoments& moments = optimizer_.MomentsOf(param);
       exp_avg.push_back(&moments.exp_avg);
       exp_avg_sq.push_back(&moments.exp_avg_sq);
     }
-    if (absl::Status status = shards_->AllGather(*data_parallel_, exp_avg);
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status = shards_->AllGather(*data_parallel_, exp_avg_sq);
-        !status.ok()) {
-      return status;
+    for (const std::vector<Tensor*>* moments : {&exp_avg, &exp_avg_sq}) {
+      if (absl::Status status = list.shards->AllGather(*list.group, *moments);
+          !status.ok()) {
+        return status;
+      }
     }
   }
   return GatherWholeTensors();
@@ -514,11 +585,12 @@ void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
 
 absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
                                  MicroBatchTotals* totals) {
-  std::vector<Tensor*> grads;
-  for (const TrainableTensor& param : Trainable()) grads.push_back(param.grad);
   absl::Status status;
   if (scatter_gradients) {
-    status = shards_->ReduceScatter(group, grads);
+    for (const ShardedList& list : ShardedLists(Trainable())) {
+      status = list.shards->ReduceScatter(*list.group, GradsOf(list.tensors));
+      if (!status.ok()) return status;
+    }
   } else if (expert_parallel_) {
     status = AllReduceExpertParallelGradients(
         group, expert_parallel_->expert_data,
@@ -616,12 +688,10 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
     const double scale =
         ClipScale(grad_norm, options_.clip_grad) / micro_batches;
     optimizer_.Step(updated, lr, scale);
-    if (shards_) {
-      std::vector<Tensor*> values;
-      for (const TrainableTensor& param : trainable) {
-        values.push_back(param.value);
-      }
-      if (absl::Status status = shards_->AllGather(*data_parallel_, values);
+    for (const ShardedList& list :
+         shards_ ? ShardedLists(trainable) : std::vector<ShardedList>()) {
+      if (absl::Status status =
+              list.shards->AllGather(*list.group, ValuesOf(list.tensors));
           !status.ok()) {
         return status;
       }

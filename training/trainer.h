@@ -161,6 +161,18 @@ class Trainer {
   // The tensors this rank updates: all, or its distributed-optimizer shard.
   std::vector<TrainableTensor> UpdatedHere(
       const std::vector<TrainableTensor>& trainable) const;
+  // The distributed optimizer's sharded lists of `trainable`, each with its
+  // group and shards.
+  struct ShardedList {
+    Collectives* group;
+    const ParameterShards* shards;
+    std::vector<TrainableTensor> tensors;
+  };
+  std::vector<ShardedList> ShardedLists(
+      const std::vector<TrainableTensor>& trainable) const;
+  // The squared norm under expert parallelism with the distributed optimizer.
+  absl::StatusOr<double> ExpertShardsGradSquaredSum(
+      const std::vector<TrainableTensor>& updated);
   // Squared gradient norm over every rank's updated tensors.
   absl::StatusOr<double> GradSquaredSumOverShards(
       const std::vector<TrainableTensor>& updated);
@@ -175,7 +187,12 @@ class Trainer {
   std::unique_ptr<GlmModel> model_;
   AdamW optimizer_;
   Collectives* data_parallel_;
-  std::optional<ParameterShards> shards_;  // with the distributed optimizer
+  // With the distributed optimizer: shards of the trainable tensors over the
+  // data-parallel group (under expert parallelism of the dense ones, and of
+  // the routed experts over the expert-data-parallel group when it has more
+  // than one rank; otherwise a rank updates all of its experts).
+  std::optional<ParameterShards> shards_;
+  std::optional<ParameterShards> expert_shards_;
   std::optional<PipelineRank> pipeline_;
   // With pipeline parallelism a rank keeps current, sums and updates only
   // the tensors its stages read.
