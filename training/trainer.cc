@@ -97,14 +97,15 @@ int GroupSize(const Collectives* group) {
 
 // What tensor and context parallelism run with so far: data and pipeline
 // parallelism (with or without the distributed optimizer), and expert
-// parallelism under context parallelism. (Micro batches of any length split:
-// ranks' parts differ by at most a token.)
+// parallelism and LoRA under context parallelism. (Micro batches of any length
+// split: ranks' parts differ by at most a token.)
 absl::Status CheckTokenParallel(const TrainerOptions& o,
                                 const TokenParallelRank& rank,
                                 bool expert_parallel) {
-  if (o.lora) {
+  if (o.lora && GroupSize(rank.tensor) > 1) {
     return absl::UnimplementedError(
-        "parallel.tp / parallel.cp > 1 run without LoRA so far");
+        "parallel.tp > 1 runs without LoRA so far (context parallelism "
+        "combines with it)");
   }
   if (expert_parallel && GroupSize(rank.tensor) > 1) {
     return absl::UnimplementedError(
