@@ -3,53 +3,98 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace glm {
 namespace {
 
-void AllocateMlp(int64_t hidden, int64_t intermediate, MlpParameters* mlp) {
-  mlp->gate_proj.Allocate({intermediate, hidden});
-  mlp->up_proj.Allocate({intermediate, hidden});
-  mlp->down_proj.Allocate({hidden, intermediate});
+// The whole-model shape of each tensor, by its value tensor, before any is
+// allocated.
+using WholeShapes = std::map<const Tensor*, std::vector<int64_t>>;
+
+void Declare(Parameter& p, std::vector<int64_t> shape, WholeShapes* shapes) {
+  (*shapes)[&p.value] = std::move(shape);
+}
+
+void DeclareMlp(int64_t hidden, int64_t intermediate, MlpParameters* mlp,
+                WholeShapes* shapes) {
+  Declare(mlp->gate_proj, {intermediate, hidden}, shapes);
+  Declare(mlp->up_proj, {intermediate, hidden}, shapes);
+  Declare(mlp->down_proj, {hidden, intermediate}, shapes);
 }
 
 // 1-indexed `layer_number` decides dense/MoE; `has_indexer` whether it computes
 // top-k.
-void AllocateDecoderLayer(const ModelConfig& c, int layer_number,
-                          bool has_indexer, DecoderLayerParameters* layer) {
+void DeclareDecoderLayer(const ModelConfig& c, int layer_number,
+                         bool has_indexer, DecoderLayerParameters* layer,
+                         WholeShapes* shapes) {
   const int64_t hidden = c.hidden_size, heads = c.num_attention_heads;
-  layer->input_layernorm.Allocate({hidden});
-  layer->post_attention_layernorm.Allocate({hidden});
+  Declare(layer->input_layernorm, {hidden}, shapes);
+  Declare(layer->post_attention_layernorm, {hidden}, shapes);
   AttentionParameters& a = layer->self_attn;
-  a.q_a_proj.Allocate({c.q_lora_rank, hidden});
-  a.q_a_layernorm.Allocate({c.q_lora_rank});
-  a.q_b_proj.Allocate({heads * c.QkHeadDim(), c.q_lora_rank});
-  a.kv_a_proj_with_mqa.Allocate({c.kv_lora_rank + c.qk_rope_head_dim, hidden});
-  a.kv_a_layernorm.Allocate({c.kv_lora_rank});
-  a.kv_b_proj.Allocate(
-      {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank});
-  a.o_proj.Allocate({hidden, heads * c.v_head_dim});
+  Declare(a.q_a_proj, {c.q_lora_rank, hidden}, shapes);
+  Declare(a.q_a_layernorm, {c.q_lora_rank}, shapes);
+  Declare(a.q_b_proj, {heads * c.QkHeadDim(), c.q_lora_rank}, shapes);
+  Declare(a.kv_a_proj_with_mqa, {c.kv_lora_rank + c.qk_rope_head_dim, hidden},
+          shapes);
+  Declare(a.kv_a_layernorm, {c.kv_lora_rank}, shapes);
+  Declare(a.kv_b_proj,
+          {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
+          shapes);
+  Declare(a.o_proj, {hidden, heads * c.v_head_dim}, shapes);
   a.has_indexer = has_indexer;
   if (has_indexer) {
     IndexerParameters& i = a.indexer;
-    i.wq_b.Allocate({c.index_n_heads * c.index_head_dim, c.q_lora_rank});
-    i.wk.Allocate({c.index_head_dim, hidden});
-    i.k_norm_weight.Allocate({c.index_head_dim});
-    i.k_norm_bias.Allocate({c.index_head_dim});
-    i.weights_proj.Allocate({c.index_n_heads, hidden});
+    Declare(i.wq_b, {c.index_n_heads * c.index_head_dim, c.q_lora_rank},
+            shapes);
+    Declare(i.wk, {c.index_head_dim, hidden}, shapes);
+    Declare(i.k_norm_weight, {c.index_head_dim}, shapes);
+    Declare(i.k_norm_bias, {c.index_head_dim}, shapes);
+    Declare(i.weights_proj, {c.index_n_heads, hidden}, shapes);
   }
   layer->is_moe = c.IsMoeLayer(layer_number);
   if (!layer->is_moe) {
-    AllocateMlp(hidden, c.intermediate_size, &layer->mlp);
+    DeclareMlp(hidden, c.intermediate_size, &layer->mlp, shapes);
     return;
   }
   MoeParameters& m = layer->moe;
   const int64_t experts = c.n_routed_experts, inter = c.moe_intermediate_size;
-  m.gate.Allocate({experts, hidden});
-  m.e_score_correction_bias = Tensor({experts});
-  m.experts_gate_up.Allocate({experts, 2 * inter, hidden});
-  m.experts_down.Allocate({experts, hidden, inter});
-  AllocateMlp(hidden, inter * c.n_shared_experts, &m.shared_experts);
+  Declare(m.gate, {experts, hidden}, shapes);
+  (*shapes)[&m.e_score_correction_bias] = {experts};
+  Declare(m.experts_gate_up, {experts, 2 * inter, hidden}, shapes);
+  Declare(m.experts_down, {experts, hidden, inter}, shapes);
+  DeclareMlp(hidden, inter * c.n_shared_experts, &m.shared_experts, shapes);
+}
+
+// A tensor of shape `whole` as [outer, extent, inner] around `dim`.
+struct AroundDim {
+  int64_t outer = 1;
+  int64_t extent = 1;
+  int64_t inner = 1;
+};
+AroundDim SplitAround(const std::vector<int64_t>& whole, int dim) {
+  AroundDim split;
+  for (int d = 0; d < static_cast<int>(whole.size()); ++d) {
+    if (d < dim) split.outer *= whole[d];
+    if (d == dim) split.extent = whole[d];
+    if (d > dim) split.inner *= whole[d];
+  }
+  return split;
+}
+
+// `part` of `whole` (a copy).
+Tensor PartOf(const Tensor& whole, const TensorPart& part) {
+  std::vector<int64_t> shape = whole.shape();
+  shape[part.dim] = part.count;
+  Tensor out(std::move(shape));
+  const AroundDim split = SplitAround(whole.shape(), part.dim);
+  const int64_t block = part.count * split.inner;
+  for (int64_t o = 0; o < split.outer; ++o) {
+    const float* from =
+        whole.data() + (o * split.extent + part.first) * split.inner;
+    std::copy_n(from, block, out.data() + o * block);
+  }
+  return out;
 }
 
 void AddParameter(const std::string& name, Parameter* p,
@@ -109,28 +154,47 @@ bool IsNormWeight(const std::string& name) {
 
 }  // namespace
 
-ModelParameters::ModelParameters(const ModelConfig& config) : config_(config) {
+std::vector<int64_t> HeldTensors::PartShape(
+    const std::string& name, const std::vector<int64_t>& whole) const {
+  std::vector<int64_t> shape = whole;
+  const auto part = parts.find(name);
+  if (part != parts.end()) shape[part->second.dim] = part->second.count;
+  return shape;
+}
+
+ModelParameters::ModelParameters(const ModelConfig& config,
+                                 const HeldTensors& held)
+    : config_(config), held_(held) {
   const int64_t hidden = config.hidden_size;
-  embed_tokens.Allocate({config.vocab_size, hidden});
+  WholeShapes shapes;
+  Declare(embed_tokens, {config.vocab_size, hidden}, &shapes);
   layers.resize(config.num_hidden_layers);
   for (int i = 0; i < config.num_hidden_layers; ++i) {
-    AllocateDecoderLayer(config, i + 1,
-                         config.index_sharing.IsComputingLayer(i + 1),
-                         &layers[i]);
+    DeclareDecoderLayer(config, i + 1,
+                        config.index_sharing.IsComputingLayer(i + 1),
+                        &layers[i], &shapes);
   }
-  norm.Allocate({hidden});
-  if (!config.tie_word_embeddings)
-    lm_head.Allocate({config.vocab_size, hidden});
+  Declare(norm, {hidden}, &shapes);
+  if (!config.tie_word_embeddings) {
+    Declare(lm_head, {config.vocab_size, hidden}, &shapes);
+  }
   mtp.resize(config.num_mtp_layers);
   for (int k = 0; k < config.num_mtp_layers; ++k) {
     MtpParameters& m = mtp[k];
-    m.enorm.Allocate({hidden});
-    m.hnorm.Allocate({hidden});
-    m.eh_proj.Allocate({hidden, 2 * hidden});
+    Declare(m.enorm, {hidden}, &shapes);
+    Declare(m.hnorm, {hidden}, &shapes);
+    Declare(m.eh_proj, {hidden, 2 * hidden}, &shapes);
     // With index sharing the MTP layer reuses the main model's last top-k.
-    AllocateDecoderLayer(config, config.num_hidden_layers + k + 1,
-                         config.index_sharing.topk_freq <= 1, &m.layer);
-    m.shared_head_norm.Allocate({hidden});
+    DeclareDecoderLayer(config, config.num_hidden_layers + k + 1,
+                        config.index_sharing.topk_freq <= 1, &m.layer, &shapes);
+    Declare(m.shared_head_norm, {hidden}, &shapes);
+  }
+  for (const NamedTensor& named : Named()) {
+    const std::vector<int64_t>& whole = shapes.at(named.value);
+    whole_shapes_[named.name] = whole;
+    if (!held.Holds(named.name)) continue;
+    *named.value = Tensor(held.PartShape(named.name, whole));
+    if (named.grad != nullptr) *named.grad = Tensor(named.value->shape());
   }
 }
 
@@ -161,14 +225,60 @@ void ModelParameters::InitRandom(uint64_t seed, float std) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, std);
   for (NamedTensor& t : Named()) {
+    const std::vector<int64_t>& whole = WholeShape(t.name);
     std::vector<float>& v = t.value->values();
-    if (t.grad == nullptr || t.value->shape().size() == 1) {
+    if (t.grad == nullptr || whole.size() == 1) {
       // Buffers and 1-D parameters: norms 1, biases 0.
       std::fill(v.begin(), v.end(), IsNormWeight(t.name) ? 1.f : 0.f);
       continue;
     }
-    for (float& x : v) x = normal(rng);
+    // Every element of the whole tensor is drawn in order; the held ones
+    // come out in row-major order of the part.
+    const bool held = held_.Holds(t.name);
+    const auto found = held_.parts.find(t.name);
+    const TensorPart part =
+        found != held_.parts.end() ? found->second : TensorPart{0, 0, whole[0]};
+    const AroundDim split = SplitAround(whole, part.dim);
+    float* out = v.data();
+    for (int64_t o = 0; o < split.outer; ++o) {
+      for (int64_t i = 0; i < split.extent; ++i) {
+        const bool keep =
+            held && i >= part.first && i < part.first + part.count;
+        for (int64_t j = 0; j < split.inner; ++j) {
+          const float x = normal(rng);
+          if (keep) *out++ = x;
+        }
+      }
+    }
   }
+}
+
+absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
+  // Checked first: a bad `held` changes nothing.
+  for (const NamedTensor& named : Named()) {
+    if (!held.Holds(named.name)) continue;
+    const std::vector<int64_t>& whole = WholeShape(named.name);
+    const std::vector<int64_t>& shape = named.value->shape();
+    if (shape != whole && shape != held.PartShape(named.name, whole)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", named.name, " has shape [", absl::StrJoin(shape, ", "),
+          "]: neither the whole tensor [", absl::StrJoin(whole, ", "),
+          "] nor the part held"));
+    }
+  }
+  for (const NamedTensor& named : Named()) {
+    const auto part = held.parts.find(named.name);
+    if (!held.Holds(named.name)) {
+      *named.value = Tensor();
+      if (named.grad != nullptr) *named.grad = Tensor();
+    } else if (part != held.parts.end() &&
+               named.value->dim(part->second.dim) != part->second.count) {
+      *named.value = PartOf(*named.value, part->second);
+      if (named.grad != nullptr) *named.grad = Tensor(named.value->shape());
+    }
+  }
+  held_ = held;
+  return absl::OkStatus();
 }
 
 void ModelParameters::ZeroGrad() {

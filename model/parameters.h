@@ -7,13 +7,21 @@
 // per-expert checkpoint keys. mlp.gate.e_score_correction_bias is a buffer: it
 // has a value and no gradient. The MTP layer lives at HF index
 // num_hidden_layers (model.layers.<L>.*).
+//
+// A parallel rank allocates only what it holds (HeldTensors): some tensors,
+// and of some of them a range of one dimension (tensor-parallel rows or
+// columns, expert-parallel experts); the others stay empty.
 #ifndef GLM_MODEL_PARAMETERS_H_
 #define GLM_MODEL_PARAMETERS_H_
 
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/tensor.h"
 #include "model/config.h"
 
@@ -86,18 +94,56 @@ struct NamedTensor {
   Tensor* grad = nullptr;
 };
 
+// The part of a tensor a rank holds: indices [first, first + count) of
+// dimension `dim`, every index of the other dimensions.
+struct TensorPart {
+  int dim = 0;
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// Which tensors (by Named() name) a rank holds, and which part of each.
+struct HeldTensors {
+  // Absent: every tensor.
+  std::optional<std::set<std::string>> names;
+  // The tensors held in part; the others are held whole.
+  std::map<std::string, TensorPart> parts;
+
+  bool Holds(const std::string& name) const {
+    return !names || names->count(name) > 0;
+  }
+  // The shape of the held part of `name`, a tensor of shape `whole`.
+  std::vector<int64_t> PartShape(const std::string& name,
+                                 const std::vector<int64_t>& whole) const;
+};
+
 class ModelParameters {
  public:
-  // Allocates every tensor (zeros) for `config`.
-  explicit ModelParameters(const ModelConfig& config);
+  // Allocates (zeros) the part of every tensor of `config` that `held` names;
+  // the other tensors are empty.
+  explicit ModelParameters(const ModelConfig& config,
+                           const HeldTensors& held = HeldTensors());
 
   const ModelConfig& config() const { return config_; }
+  const HeldTensors& held() const { return held_; }
+  // The shape of `name` in the whole model (held or not).
+  const std::vector<int64_t>& WholeShape(const std::string& name) const {
+    return whole_shapes_.at(name);
+  }
 
   // Every parameter and buffer under its HF name, in a fixed order.
   std::vector<NamedTensor> Named();
   // Matrices and expert slabs ~ N(0, std), norm weights 1, biases and buffers
-  // 0.
+  // 0. Every held element gets the value it has in a whole model initialized
+  // with the same seed: the values are drawn from one stream over every
+  // element of every tensor in Named() order, and those not held are
+  // discarded (time, not memory, grows with the whole model).
   void InitRandom(uint64_t seed, float std = 0.02f);
+  // Keeps of each tensor only what `held` names (a subset of what is held
+  // now): tensors not named become empty, whole tensors are cut to their
+  // part; a tensor that already has its part's shape stays. InvalidArgument
+  // naming the tensor when its shape is neither.
+  absl::Status KeepHeld(const HeldTensors& held);
   void ZeroGrad();
 
   Parameter embed_tokens;  // [vocab, hidden]
@@ -113,6 +159,8 @@ class ModelParameters {
 
  private:
   ModelConfig config_;
+  HeldTensors held_;
+  std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };
 
 }  // namespace glm

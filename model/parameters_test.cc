@@ -1,0 +1,126 @@
+#include "model/parameters.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/test_model_util.h"
+
+namespace glm {
+namespace {
+
+constexpr char kRows[] = "model.layers.0.self_attn.q_b_proj.weight";
+constexpr char kColumns[] = "model.layers.0.mlp.down_proj.weight";
+constexpr char kExperts[] = "model.layers.1.mlp.experts.gate_up_proj";
+constexpr char kWhole[] = "model.layers.1.self_attn.q_a_proj.weight";
+constexpr char kNorm[] = "model.layers.1.input_layernorm.weight";
+constexpr char kLeftOut[] = "model.layers.2.self_attn.o_proj.weight";
+
+// Some tensors, three of them in part (rows, columns, experts).
+HeldTensors SomeTensors() {
+  HeldTensors held;
+  held.names = std::set<std::string>{kRows, kColumns, kExperts, kWhole, kNorm};
+  held.parts[kRows] = {0, 2, 3};
+  held.parts[kColumns] = {1, 4, 5};
+  held.parts[kExperts] = {0, 1, 2};
+  return held;
+}
+
+Tensor* ValueOf(ModelParameters& params, const std::string& name) {
+  for (const NamedTensor& named : params.Named()) {
+    if (named.name == name) return named.value;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return nullptr;
+}
+
+// Element (i, j, k) of a tensor viewed as [outer, extent, inner] around dim.
+void ExpectPartOfWhole(const Tensor& part, const Tensor& whole,
+                       const TensorPart& p) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < p.dim; ++d) outer *= whole.dim(d);
+  for (size_t d = p.dim + 1; d < whole.shape().size(); ++d) {
+    inner *= whole.dim(d);
+  }
+  ASSERT_EQ(part.numel(), outer * p.count * inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < p.count; ++i) {
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t from = (o * whole.dim(p.dim) + p.first + i) * inner + k;
+        ASSERT_EQ(part.data()[(o * p.count + i) * inner + k],
+                  whole.data()[from]);
+      }
+    }
+  }
+}
+
+void ExpectHeldPartsOfWhole(ModelParameters& held, ModelParameters& whole) {
+  const HeldTensors& h = held.held();
+  for (const NamedTensor& named : held.Named()) {
+    const Tensor& expected = *ValueOf(whole, named.name);
+    if (!h.Holds(named.name)) {
+      EXPECT_TRUE(named.value->empty()) << named.name;
+      EXPECT_TRUE(named.grad == nullptr || named.grad->empty()) << named.name;
+      continue;
+    }
+    const auto part = h.parts.find(named.name);
+    const TensorPart p = part != h.parts.end()
+                             ? part->second
+                             : TensorPart{0, 0, expected.dim(0)};
+    ExpectPartOfWhole(*named.value, expected, p);
+    if (named.grad != nullptr) {
+      EXPECT_EQ(named.grad->shape(), named.value->shape()) << named.name;
+    }
+  }
+}
+
+TEST(ModelParametersTest, AllocatesOnlyTheHeldParts) {
+  ModelParameters params(TinyTestConfig(), SomeTensors());
+  const std::vector<int64_t> rows = params.WholeShape(kRows);
+  EXPECT_EQ(ValueOf(params, kRows)->shape(),
+            (std::vector<int64_t>{3, rows[1]}));
+  const std::vector<int64_t> columns = params.WholeShape(kColumns);
+  EXPECT_EQ(ValueOf(params, kColumns)->shape(),
+            (std::vector<int64_t>{columns[0], 5}));
+  const std::vector<int64_t> experts = params.WholeShape(kExperts);
+  EXPECT_EQ(ValueOf(params, kExperts)->shape(),
+            (std::vector<int64_t>{2, experts[1], experts[2]}));
+  EXPECT_EQ(ValueOf(params, kWhole)->shape(), params.WholeShape(kWhole));
+  EXPECT_TRUE(ValueOf(params, kLeftOut)->empty());
+  EXPECT_FALSE(params.WholeShape(kLeftOut).empty());
+}
+
+TEST(ModelParametersTest, HeldPartsInitializeAsInTheWholeModel) {
+  ModelParameters whole(TinyTestConfig());
+  whole.InitRandom(7);
+  ModelParameters some(TinyTestConfig(), SomeTensors());
+  some.InitRandom(7);
+  ExpectHeldPartsOfWhole(some, whole);
+  EXPECT_EQ(ValueOf(some, kNorm)->values(), ValueOf(whole, kNorm)->values());
+}
+
+TEST(ModelParametersTest, KeepHeldCutsTheWholeModel) {
+  ModelParameters whole(TinyTestConfig());
+  whole.InitRandom(3);
+  ModelParameters kept(TinyTestConfig());
+  kept.InitRandom(3);
+  ASSERT_TRUE(kept.KeepHeld(SomeTensors()).ok());
+  ExpectHeldPartsOfWhole(kept, whole);
+  // Already cut: nothing changes.
+  ModelParameters some(TinyTestConfig(), SomeTensors());
+  some.InitRandom(3);
+  ASSERT_TRUE(some.KeepHeld(SomeTensors()).ok());
+  ExpectHeldPartsOfWhole(some, whole);
+}
+
+TEST(ModelParametersTest, KeepHeldRefusesAnotherShapeAndChangesNothing) {
+  ModelParameters params(TinyTestConfig());
+  *ValueOf(params, kRows) = Tensor({1, 1});
+  const absl::Status status = params.KeepHeld(SomeTensors());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(kRows), std::string::npos) << status;
+  EXPECT_FALSE(ValueOf(params, kLeftOut)->empty());
+}
+
+}  // namespace
+}  // namespace glm
