@@ -154,6 +154,25 @@ std::vector<std::pair<std::string, Tensor*>> CheckpointTensorsOf(
 
 }  // namespace
 
+RankShare RankShareOf(const std::optional<PipelineRank>& pipeline,
+                      const std::optional<ExpertParallelRank>& expert_parallel,
+                      const std::optional<TokenParallelRank>& token_parallel) {
+  RankShare share;
+  if (pipeline) {
+    share.plan = pipeline->plan;
+    share.pp_rank = pipeline->forward->rank();
+  }
+  if (expert_parallel) {
+    share.ep = expert_parallel->experts->size();
+    share.ep_rank = expert_parallel->experts->rank();
+  }
+  if (token_parallel && token_parallel->tensor != nullptr) {
+    share.tp = token_parallel->tensor->size();
+    share.tp_rank = token_parallel->tensor->rank();
+  }
+  return share;
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerOptions& options, std::unique_ptr<TrainingData> data,
     std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
@@ -222,9 +241,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         absl::StrCat("dataset has ", data->size(), " samples; ", needed,
                      " are needed (train_iters x global_batch_size)"));
   }
+  // The rank allocates and initializes only what it holds; weights given
+  // whole are cut to it.
+  const HeldTensors held = HeldTensorsOf(
+      options.model, RankShareOf(pipeline, expert_parallel, token_parallel));
   if (params == nullptr) {
-    params = std::make_unique<ModelParameters>(options.model);
+    params = std::make_unique<ModelParameters>(options.model, held);
     params->InitRandom(options.seed);
+  } else if (absl::Status status = params->KeepHeld(held); !status.ok()) {
+    return status;
   }
   std::optional<LoraAdapters> lora;
   if (options.lora) {
@@ -240,10 +265,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (token_parallel) {
     auto& parallel = trainer->token_parallel_ = std::make_unique<TokenParallel>(
         token_parallel->tensor, token_parallel->context);
-    // Like expert and pipeline ranks, a tensor rank keeps its part of the
-    // whole model it was initialized (or loaded) with.
-    KeepTensorParallelShard(parallel->tp(), parallel->tp_rank(),
-                            trainer->params_.get());
     if (!pipeline) {
       absl::StatusOr<StageSlice> whole = WholeModelStage(options.model);
       if (!whole.ok()) return whole.status();
@@ -256,17 +277,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
   }
   if (expert_parallel) {
-    // The rank keeps its routed experts only (the whole model was needed to
-    // initialize or load them as one process does).
-    Collectives& experts = *expert_parallel->experts;
-    const ExpertRange held = ExpertsOfRank(options.model.n_routed_experts,
-                                           experts.size(), experts.rank());
-    for (DecoderLayerParameters& layer : trainer->params_->layers) {
-      if (layer.is_moe) KeepExperts(held, &layer.moe);
-    }
-    for (MtpParameters& mtp : trainer->params_->mtp) {
-      if (mtp.layer.is_moe) KeepExperts(held, &mtp.layer.moe);
-    }
     trainer->expert_parallel_ = expert_parallel;
     trainer->expert_dispatcher_ =
         std::make_unique<ExpertParallelDispatcher>(expert_parallel->experts);
@@ -287,13 +297,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     trainer->pipeline_tensors_ = PipelineTensorsOf(
         *trainer->params_, pipeline->plan, pipeline->forward->rank());
     trainer->pipeline_ = std::move(pipeline);
-    // The other stages' tensors were needed only to initialize (or load)
-    // the whole model as one process does.
-    for (const NamedTensor& named : trainer->params_->Named()) {
-      if (trainer->pipeline_tensors_->used.count(named.name) > 0) continue;
-      *named.value = Tensor();
-      if (named.grad != nullptr) *named.grad = Tensor();
-    }
   }
   // Shards of the tensors this rank trains (its stages' under pp).
   if (data_parallel != nullptr && options.distributed_optimizer) {

@@ -26,6 +26,7 @@
 #include "parallel/collectives.h"
 #include "parallel/expert_parallel_dispatch.h"
 #include "parallel/pipeline_layout.h"
+#include "parallel/rank_tensors.h"
 #include "parallel/stage_model.h"
 #include "parallel/stage_parameters.h"
 #include "proto/metrics.pb.h"
@@ -87,9 +88,17 @@ struct TokenParallelRank {
   Collectives* context = nullptr;
 };
 
+// What a rank with these groups holds of the model (parallel/
+// rank_tensors.h).
+RankShare RankShareOf(const std::optional<PipelineRank>& pipeline,
+                      const std::optional<ExpertParallelRank>& expert_parallel,
+                      const std::optional<TokenParallelRank>& token_parallel);
+
 class Trainer {
  public:
-  // `params` may be null: weights are then initialized from options.seed.
+  // `params` may be null: this rank's share of the weights (RankShareOf) is
+  // then allocated and initialized from options.seed. Given weights may be
+  // whole or already the rank's share.
   // `data_parallel` (not owned, may be null: one rank) is the data-parallel
   // group; its size must divide the number of micro batches per step.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
