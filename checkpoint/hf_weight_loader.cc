@@ -64,7 +64,7 @@ class Loader {
  private:
   absl::Status Load(const WeightTarget& target) {
     if (folder_.Find(target.name) != nullptr) {
-      return Read(target.name, target.shape, target.data);
+      return Read(target.name, target.shape, target.part, target.data);
     }
     const bool gate_up = absl::EndsWith(target.name, kFusedGateUp);
     if (!gate_up && !absl::EndsWith(target.name, kFusedDown)) {
@@ -76,36 +76,44 @@ class Loader {
 
   // A fused expert target from per-expert keys: expert e's gate [I, H] and up
   // [I, H] are rows [0, I) and [I, 2I) of gate_up slab e; its down [H, I] is
-  // down slab e.
+  // down slab e. A part of the target is a range of experts.
   absl::Status LoadPerExpert(const WeightTarget& target, bool gate_up) {
     const std::string prefix = target.name.substr(
         0, target.name.size() -
                std::string(gate_up ? "gate_up_proj" : "down_proj").size());
-    if (target.shape.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "target ", target.name, " is not [experts, rows, cols]"));
+    if (target.shape.size() != 3 || (target.part && target.part->dim != 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("target ", target.name,
+                       " is not [experts, rows, cols] or a range of experts"));
     }
     const int64_t experts = target.shape[0];
     const int64_t rows = target.shape[1];
     const int64_t cols = target.shape[2];
+    const TensorPart held = target.part.value_or(TensorPart{0, 0, experts});
     if (gate_up) ++summary_.per_expert_layers;
     for (int64_t e = 0; e < experts; ++e) {
-      float* slab = target.data + e * rows * cols;
+      const bool read = target.data != nullptr && e >= held.first &&
+                        e < held.first + held.count;
+      float* slab =
+          read ? target.data + (e - held.first) * rows * cols : nullptr;
       const std::string expert = absl::StrCat(prefix, e, ".");
-      absl::Status status =
-          gate_up ? Read(expert + "gate_proj.weight", {rows / 2, cols}, slab)
-                  : Read(expert + "down_proj.weight", {rows, cols}, slab);
+      absl::Status status = gate_up ? Read(expert + "gate_proj.weight",
+                                           {rows / 2, cols}, std::nullopt, slab)
+                                    : Read(expert + "down_proj.weight",
+                                           {rows, cols}, std::nullopt, slab);
       if (status.ok() && gate_up) {
-        status = Read(expert + "up_proj.weight", {rows / 2, cols},
-                      slab + rows / 2 * cols);
+        status = Read(expert + "up_proj.weight", {rows / 2, cols}, std::nullopt,
+                      read ? slab + rows / 2 * cols : nullptr);
       }
       if (!status.ok()) return status;
     }
     return absl::OkStatus();
   }
 
+  // Reads `part` of `key` (all of it when absent) into `dest`; null `dest`:
+  // checks the key only.
   absl::Status Read(const std::string& key, const std::vector<int64_t>& shape,
-                    float* dest) {
+                    const std::optional<TensorPart>& part, float* dest) {
     const TensorInfo* info = folder_.Find(key);
     if (info == nullptr) {
       missing_.push_back(key);
@@ -119,15 +127,28 @@ class Loader {
     }
     absl::StatusOr<std::string_view> bytes = file.Bytes(key);
     if (!bytes.ok()) return bytes.status();
+    // Converting no values checks the dtype of a key that is not read.
+    float unused;
     absl::Status status =
-        ConvertToFloat32(info->dtype, bytes->data(), info->NumElements(), dest);
+        ConvertToFloat32(info->dtype, bytes->data(), 0, &unused);
+    const PartRuns runs =
+        dest == nullptr
+            ? PartRuns()
+            : RunsOf(part.value_or(TensorPart{0, 0, shape[0]}), shape);
+    const int64_t size = DTypeSize(info->dtype);
+    for (int64_t r = 0; status.ok() && r < runs.count; ++r) {
+      status = ConvertToFloat32(
+          info->dtype, bytes->data() + (runs.first + r * runs.stride) * size,
+          runs.length, dest + r * runs.length);
+    }
     if (!status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           file.path(), ": tensor '", key, "': ", status.message()));
     }
     used_.insert(key);
+    if (dest == nullptr) return absl::OkStatus();
     ++summary_.tensors_read;
-    summary_.elements += info->NumElements();
+    summary_.elements += runs.count * runs.length;
     return absl::OkStatus();
   }
 
@@ -159,20 +180,27 @@ absl::StatusOr<WeightLoadSummary> LoadHfWeights(
 
 absl::StatusOr<WeightLoadSummary> LoadHfWeights(const SafetensorsFolder& folder,
                                                 ModelParameters* params) {
+  const HeldTensors& held = params->held();
   std::vector<WeightTarget> targets;
   for (const NamedTensor& named : params->Named()) {
-    targets.push_back({named.name, named.value->shape(), named.value->data()});
+    WeightTarget& target = targets.emplace_back();
+    target.name = named.name;
+    target.shape = params->WholeShape(named.name);
+    if (!held.Holds(named.name)) continue;
+    target.data = named.value->data();
+    const auto part = held.parts.find(named.name);
+    if (part != held.parts.end()) target.part = part->second;
   }
   return LoadHfWeights(folder, params->config(), targets);
 }
 
 absl::StatusOr<std::unique_ptr<ModelParameters>> LoadHfModel(
-    const std::string& dir) {
+    const std::string& dir, const HeldTensors& held) {
   absl::StatusOr<ModelConfig> config = ReadHfConfigFile(dir + "/config.json");
   if (!config.ok()) return config.status();
   absl::StatusOr<SafetensorsFolder> folder = SafetensorsFolder::Open(dir);
   if (!folder.ok()) return folder.status();
-  auto params = std::make_unique<ModelParameters>(*config);
+  auto params = std::make_unique<ModelParameters>(*config, held);
   absl::StatusOr<WeightLoadSummary> loaded =
       LoadHfWeights(*folder, params.get());
   if (!loaded.ok()) return loaded.status();

@@ -321,5 +321,78 @@ TEST(HfWeightLoaderTest, LoadsAModelFolder) {
             std::string::npos);
 }
 
+TEST(HfWeightLoaderTest, ReadsARangeOfExpertsAndChecksWhatIsNotHeld) {
+  Weights weights;
+  std::vector<WeightTarget> targets = weights.Targets();
+  targets[0].data = nullptr;  // embed_tokens: not held
+  std::vector<float> gate_up(4 * 3), down(3 * 2);
+  targets[1].data = gate_up.data();
+  targets[1].part = TensorPart{0, 1, 1};
+  targets[2].data = down.data();
+  targets[2].part = TensorPart{0, 1, 1};
+  absl::StatusOr<WeightLoadSummary> summary = LoadHfWeights(
+      PerExpertCheckpoint().Write("expert_range"), SmallConfig(), targets);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->tensors_read, 4);  // expert 1's three keys and enorm
+  std::vector<float> expert1 = Range(6, 110);
+  for (float v : Range(6, 120)) expert1.push_back(v);
+  EXPECT_EQ(gate_up, expert1);
+  EXPECT_EQ(down, Range(6, 130));
+  EXPECT_EQ(weights.embed, std::vector<float>(12));
+
+  // A weight not held must still be in the checkpoint.
+  Checkpoint checkpoint = PerExpertCheckpoint();
+  checkpoint.Remove("model.embed_tokens.weight");
+  EXPECT_EQ(LoadHfWeights(checkpoint.Write("not_held_missing"), SmallConfig(),
+                          targets)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Every other tensor of layer 1 on, each 2-D one by rows or columns and the
+// routed experts by a range: what is read equals the same part of a whole
+// load, per expert (glm52_sharing) or fused (glm52_packed).
+TEST(HfWeightLoaderTest, LoadsTheHeldPartsOfAModelFolder) {
+  for (const std::string name : {"glm52_sharing", "glm52_packed"}) {
+    const std::string dir = "tests/oracle/testdata/" + name;
+    absl::StatusOr<std::unique_ptr<ModelParameters>> whole = LoadHfModel(dir);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    HeldTensors held;
+    held.names.emplace();
+    int index = 0;
+    for (const NamedTensor& named : (*whole)->Named()) {
+      if (++index % 2 == 0 ||
+          named.name.find("layers.0.") != std::string::npos) {
+        continue;
+      }
+      held.names->insert(named.name);
+      const std::vector<int64_t>& shape = named.value->shape();
+      if (shape.size() == 3) {
+        held.parts[named.name] = {0, 1, shape[0] - 1};
+      } else if (shape.size() == 2) {
+        const int dim = index % 4 == 1 ? 0 : 1;
+        held.parts[named.name] = {dim, 1, shape[dim] / 2};
+      }
+    }
+    absl::StatusOr<std::unique_ptr<ModelParameters>> part =
+        LoadHfModel(dir, held);
+    ASSERT_TRUE(part.ok()) << name << ": " << part.status();
+    ASSERT_TRUE((*whole)->KeepHeld(held).ok());
+    std::vector<NamedTensor> expected = (*whole)->Named();
+    std::vector<NamedTensor> loaded = (*part)->Named();
+    ASSERT_EQ(expected.size(), loaded.size());
+    int64_t held_elements = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(loaded[i].value->shape(), expected[i].value->shape())
+          << expected[i].name;
+      EXPECT_EQ(loaded[i].value->values(), expected[i].value->values())
+          << expected[i].name;
+      held_elements += loaded[i].value->numel();
+    }
+    EXPECT_GT(held_elements, 0) << name;
+  }
+}
+
 }  // namespace
 }  // namespace glm

@@ -66,33 +66,15 @@ void DeclareDecoderLayer(const ModelConfig& c, int layer_number,
   DeclareMlp(hidden, inter * c.n_shared_experts, &m.shared_experts, shapes);
 }
 
-// A tensor of shape `whole` as [outer, extent, inner] around `dim`.
-struct AroundDim {
-  int64_t outer = 1;
-  int64_t extent = 1;
-  int64_t inner = 1;
-};
-AroundDim SplitAround(const std::vector<int64_t>& whole, int dim) {
-  AroundDim split;
-  for (int d = 0; d < static_cast<int>(whole.size()); ++d) {
-    if (d < dim) split.outer *= whole[d];
-    if (d == dim) split.extent = whole[d];
-    if (d > dim) split.inner *= whole[d];
-  }
-  return split;
-}
-
 // `part` of `whole` (a copy).
-Tensor PartOf(const Tensor& whole, const TensorPart& part) {
+Tensor CopyPart(const Tensor& whole, const TensorPart& part) {
   std::vector<int64_t> shape = whole.shape();
   shape[part.dim] = part.count;
   Tensor out(std::move(shape));
-  const AroundDim split = SplitAround(whole.shape(), part.dim);
-  const int64_t block = part.count * split.inner;
-  for (int64_t o = 0; o < split.outer; ++o) {
-    const float* from =
-        whole.data() + (o * split.extent + part.first) * split.inner;
-    std::copy_n(from, block, out.data() + o * block);
+  const PartRuns runs = RunsOf(part, whole.shape());
+  for (int64_t r = 0; r < runs.count; ++r) {
+    std::copy_n(whole.data() + runs.first + r * runs.stride, runs.length,
+                out.data() + r * runs.length);
   }
   return out;
 }
@@ -160,6 +142,22 @@ std::vector<int64_t> HeldTensors::PartShape(
   const auto part = parts.find(name);
   if (part != parts.end()) shape[part->second.dim] = part->second.count;
   return shape;
+}
+
+TensorPart HeldTensors::PartOf(const std::string& name,
+                               const std::vector<int64_t>& whole) const {
+  const auto part = parts.find(name);
+  return part != parts.end() ? part->second : TensorPart{0, 0, whole[0]};
+}
+
+PartRuns RunsOf(const TensorPart& part, const std::vector<int64_t>& whole) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < static_cast<int>(whole.size()); ++d) {
+    if (d < part.dim) outer *= whole[d];
+    if (d > part.dim) inner *= whole[d];
+  }
+  return {outer, part.count * inner, part.first * inner,
+          whole[part.dim] * inner};
 }
 
 ModelParameters::ModelParameters(const ModelConfig& config,
@@ -232,24 +230,25 @@ void ModelParameters::InitRandom(uint64_t seed, float std) {
       std::fill(v.begin(), v.end(), IsNormWeight(t.name) ? 1.f : 0.f);
       continue;
     }
-    // Every element of the whole tensor is drawn in order; the held ones
-    // come out in row-major order of the part.
-    const bool held = held_.Holds(t.name);
-    const auto found = held_.parts.find(t.name);
-    const TensorPart part =
-        found != held_.parts.end() ? found->second : TensorPart{0, 0, whole[0]};
-    const AroundDim split = SplitAround(whole, part.dim);
-    float* out = v.data();
-    for (int64_t o = 0; o < split.outer; ++o) {
-      for (int64_t i = 0; i < split.extent; ++i) {
-        const bool keep =
-            held && i >= part.first && i < part.first + part.count;
-        for (int64_t j = 0; j < split.inner; ++j) {
-          const float x = normal(rng);
-          if (keep) *out++ = x;
-        }
+    // Every element of the whole tensor is drawn in order; the held runs
+    // are kept.
+    const int64_t numel = NumElements(whole);
+    int64_t drawn = 0;
+    const auto draw_to = [&](int64_t end, float* out) {
+      for (; drawn < end; ++drawn) {
+        const float x = normal(rng);
+        if (out != nullptr) *out++ = x;
+      }
+    };
+    if (held_.Holds(t.name)) {
+      const PartRuns runs = RunsOf(held_.PartOf(t.name, whole), whole);
+      for (int64_t r = 0; r < runs.count; ++r) {
+        const int64_t start = runs.first + r * runs.stride;
+        draw_to(start, nullptr);
+        draw_to(start + runs.length, v.data() + r * runs.length);
       }
     }
+    draw_to(numel, nullptr);
   }
 }
 
@@ -273,7 +272,7 @@ absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
       if (named.grad != nullptr) *named.grad = Tensor();
     } else if (part != held.parts.end() &&
                named.value->dim(part->second.dim) != part->second.count) {
-      *named.value = PartOf(*named.value, part->second);
+      *named.value = CopyPart(*named.value, part->second);
       if (named.grad != nullptr) *named.grad = Tensor(named.value->shape());
     }
   }

@@ -102,6 +102,16 @@ struct TensorPart {
   int64_t count = 0;
 };
 
+// Where a part lies in the whole row-major tensor: `count` runs of `length`
+// elements, run r starting at element first + r * stride.
+struct PartRuns {
+  int64_t count = 0;
+  int64_t length = 0;
+  int64_t first = 0;
+  int64_t stride = 0;
+};
+PartRuns RunsOf(const TensorPart& part, const std::vector<int64_t>& whole);
+
 // Which tensors (by Named() name) a rank holds, and which part of each.
 struct HeldTensors {
   // Absent: every tensor.
@@ -115,6 +125,9 @@ struct HeldTensors {
   // The shape of the held part of `name`, a tensor of shape `whole`.
   std::vector<int64_t> PartShape(const std::string& name,
                                  const std::vector<int64_t>& whole) const;
+  // The held part of `name` (all of dim 0 when held whole).
+  TensorPart PartOf(const std::string& name,
+                    const std::vector<int64_t>& whole) const;
 };
 
 class ModelParameters {

@@ -13,6 +13,7 @@
 #include "coordinator/job_spec_validator.h"
 #include "data/gpt_dataset.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "parallel/rank_tensors.h"
 #include "training/log_line.h"
 #include "worker/job_groups.h"
 
@@ -45,13 +46,15 @@ absl::StatusOr<std::unique_ptr<TrainingData>> OpenTrainingData(
   return std::make_unique<PretrainData>(std::move(*samples));
 }
 
-// The weights of model.hf_checkpoint_dir when given (SFT, LoRA, continued
-// pretraining), else none: the trainer initializes them from the seed.
+// What `held` names of the weights of model.hf_checkpoint_dir when given
+// (SFT, LoRA, continued pretraining), else none: the trainer initializes them
+// from the seed.
 absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
-    const v1::ModelSpec& spec, const ModelConfig& model) {
+    const v1::ModelSpec& spec, const ModelConfig& model,
+    const HeldTensors& held) {
   if (spec.hf_checkpoint_dir().empty()) return nullptr;
   absl::StatusOr<std::unique_ptr<ModelParameters>> params =
-      LoadHfModel(spec.hf_checkpoint_dir());
+      LoadHfModel(spec.hf_checkpoint_dir(), held);
   if (!params.ok()) {
     return absl::Status(
         params.status().code(),
@@ -81,8 +84,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
   absl::StatusOr<std::unique_ptr<TrainingData>> data =
       OpenTrainingData(spec, *data_path, data_config);
   if (!data.ok()) return data.status();
-  absl::StatusOr<std::unique_ptr<ModelParameters>> params =
-      InitialWeights(spec.model(), model);
+  // The rank reads only its share of the checkpoint.
+  absl::StatusOr<std::unique_ptr<ModelParameters>> params = InitialWeights(
+      spec.model(), model,
+      HeldTensorsOf(model,
+                    RankShareOf(pipeline, expert_parallel, token_parallel)));
   if (!params.ok()) return params.status();
   return Trainer::Create(options, std::move(*data), std::move(*params),
                          std::make_unique<CpuBackend>(), data_parallel,
