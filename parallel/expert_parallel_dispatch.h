@@ -23,7 +23,8 @@ struct ExpertRange {
 ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank);
 
 // Keeps only `range`'s routed experts in `p` (values and gradients): what an
-// expert-parallel rank holds; the router and shared experts stay whole.
+// expert-parallel rank holds (a trainer's rank allocates only those:
+// parallel/rank_tensors.h); the router and shared experts stay whole.
 void KeepExperts(const ExpertRange& range, MoeParameters* p);
 
 // The MoE parameters passed to Forward/Backward hold this member's experts

@@ -70,7 +70,7 @@ class StageModel {
   // Tensor and context parallelism (model/token_parallel.h; not owned, must
   // outlive the stage): the stage then computes this rank's rows of every
   // micro batch, and its parameters must hold this rank's tensor-parallel
-  // shards (KeepTensorParallelShard). The batch is the whole micro batch on
+  // shards (parallel/rank_tensors.h). The batch is the whole micro batch on
   // every rank of both groups.
   void set_token_parallel(TokenParallel* parallel);
 

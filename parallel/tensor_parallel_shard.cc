@@ -70,16 +70,4 @@ Tensor JoinTensorParallelParts(const float* gathered,
   return whole;
 }
 
-void KeepTensorParallelShard(int tp, int rank, ModelParameters* params) {
-  if (tp == 1) return;
-  for (const NamedTensor& named : params->Named()) {
-    const int dim = TensorParallelDim(named.name);
-    if (dim < 0 || named.value->numel() == 0) continue;
-    *named.value = TensorParallelPart(*named.value, dim, tp, rank);
-    if (named.grad != nullptr) {
-      *named.grad = Tensor(named.value->shape());
-    }
-  }
-}
-
 }  // namespace glm

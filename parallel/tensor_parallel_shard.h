@@ -14,7 +14,6 @@
 #include "absl/status/status.h"
 #include "kernels/tensor.h"
 #include "model/config.h"
-#include "model/parameters.h"
 
 namespace glm {
 
@@ -24,9 +23,6 @@ int TensorParallelDim(const std::string& name);
 // InvalidArgument naming the field unless `tp` divides the attention heads
 // and the dense MLP's intermediate size.
 absl::Status CheckTensorParallelSize(const ModelConfig& config, int tp);
-
-// Replaces every split tensor (value and gradient) by rank's part of it.
-void KeepTensorParallelShard(int tp, int rank, ModelParameters* params);
 
 // Part `index` of `parts` of a 2-D tensor along `dim`.
 Tensor TensorParallelPart(const Tensor& whole, int dim, int parts, int index);

@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/pipeline_test_util.h"
+#include "parallel/rank_tensors.h"
 #include "parallel/stage_model.h"
 #include "parallel/tensor_parallel_shard.h"
 
@@ -64,7 +65,10 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
   std::unique_ptr<GlooCollectives> context =
       Join(store, absl::StrCat("cp-", tp_rank), cp_rank, cp);
   ModelParameters params = TinyPipelineParameters();
-  KeepTensorParallelShard(tp, tp_rank, &params);
+  RankShare share;
+  share.tp = tp;
+  share.tp_rank = tp_rank;
+  EXPECT_TRUE(params.KeepHeld(HeldTensorsOf(params.config(), share)).ok());
   TokenParallel parallel(tensor.get(), context.get());
   CpuBackend backend;
   absl::StatusOr<std::vector<StageSlice>> plan =
