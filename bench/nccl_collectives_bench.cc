@@ -1,12 +1,17 @@
 // Bus bandwidth of the NCCL collectives that tensor, context and data
 // parallelism use (all-reduce, all-gather, reduce-scatter), through our
-// NcclCollectives, one rank per GPU of this machine, bootstrapped through an
-// in-process coordinator's rendezvous. Each call returns after the GPU
+// NcclCollectives, one rank per GPU of this machine, bootstrapped through a
+// coordinator's rendezvous. Ranks are processes, as glm-workers are (this
+// program starts the coordinator and one copy of itself per GPU), or with
+// --threads threads of this process. Each call returns after the GPU
 // finished (as training's calls do), so a time is one call end to end.
 // Prints one line per (op, size): "op bytes ms busbw_GBps", bus bandwidth as
 // nccl-tests defines it (all-reduce: bytes/t * 2(n-1)/n; all-gather and
 // reduce-scatter, bytes = the whole buffer: bytes/t * (n-1)/n).
 #include <cuda_runtime.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -15,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "coordinator/test_coordinator.h"
 #include "parallel/nccl_collectives.h"
 #include "worker/rendezvous_store.h"
@@ -50,9 +58,10 @@ double TimeCalls(Collectives& group,
          kTimed;
 }
 
-std::vector<Timing> RunRank(TestCoordinator& server, int rank, int size) {
+std::vector<Timing> RunRank(std::shared_ptr<ClientConnection> connection,
+                            int rank, int size) {
   cudaSetDevice(rank);
-  RendezvousStore store(server.Connect(), "nccl-bench");
+  RendezvousStore store(std::move(connection), "nccl-bench");
   auto group =
       NcclCollectives::Connect(store, "world", rank, size, absl::Seconds(60));
   if (!group.ok()) {
@@ -85,7 +94,52 @@ std::vector<Timing> RunRank(TestCoordinator& server, int rank, int size) {
   return timings;
 }
 
-int Main() {
+void Print(const std::vector<Timing>& timings, int size) {
+  const double n = size;
+  for (const Timing& t : timings) {
+    const double factor = t.op == "all-reduce" ? 2 * (n - 1) / n : (n - 1) / n;
+    std::printf("%s %lld %.3f %.1f\n", t.op.c_str(),
+                static_cast<long long>(t.bytes), t.ms,
+                t.bytes / (t.ms * 1e-3) * factor / 1e9);
+  }
+}
+
+bool AllTimed(const std::vector<Timing>& timings) {
+  if (timings.empty()) return false;
+  for (const Timing& t : timings) {
+    if (t.ms <= 0) return false;
+  }
+  return true;
+}
+
+// One rank of a process run: argv = self --rank=R --size=N --target=T.
+int RankProcess(int rank, int size, const std::string& target) {
+  ConnectionOptions options;
+  options.target = target;
+  options.token = TestCoordinator::kToken;
+  const std::vector<Timing> timings =
+      RunRank(std::make_shared<ClientConnection>(options), rank, size);
+  if (!AllTimed(timings)) return 1;
+  if (rank == 0) Print(timings, size);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  int rank = -1, size = 0;
+  std::string target;
+  bool threads = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--threads") threads = true;
+    if (absl::StartsWith(arg, "--rank=")) {
+      (void)absl::SimpleAtoi(arg.substr(7), &rank);
+    }
+    if (absl::StartsWith(arg, "--size=")) {
+      (void)absl::SimpleAtoi(arg.substr(7), &size);
+    }
+    if (absl::StartsWith(arg, "--target=")) target = arg.substr(9);
+  }
+  if (rank >= 0) return RankProcess(rank, size, target);
   int devices = 0;
   cudaGetDeviceCount(&devices);
   if (devices < 2) {
@@ -93,25 +147,45 @@ int Main() {
     return 2;
   }
   TestCoordinator server("nccl_bench");
-  std::vector<std::vector<Timing>> timings(devices);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < devices; ++rank) {
-    ranks.emplace_back(
-        [&, rank] { timings[rank] = RunRank(server, rank, devices); });
+  if (threads) {
+    std::vector<std::vector<Timing>> timings(devices);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < devices; ++r) {
+      ranks.emplace_back(
+          [&, r] { timings[r] = RunRank(server.Connect(), r, devices); });
+    }
+    for (std::thread& r : ranks) r.join();
+    if (!AllTimed(timings[0])) return 1;
+    Print(timings[0], devices);
+    return 0;
   }
-  for (std::thread& rank : ranks) rank.join();
-  const double n = devices;
-  for (const Timing& t : timings[0]) {
-    if (t.ms <= 0) return 1;
-    const double factor = t.op == "all-reduce" ? 2 * (n - 1) / n : (n - 1) / n;
-    std::printf("%s %lld %.3f %.1f\n", t.op.c_str(),
-                static_cast<long long>(t.bytes), t.ms,
-                t.bytes / (t.ms * 1e-3) * factor / 1e9);
+  std::vector<pid_t> children;
+  for (int r = 0; r < devices; ++r) {
+    const std::string args[] = {argv[0], absl::StrCat("--rank=", r),
+                                absl::StrCat("--size=", devices),
+                                "--target=" + server.target()};
+    char* child_argv[] = {const_cast<char*>(args[0].c_str()),
+                          const_cast<char*>(args[1].c_str()),
+                          const_cast<char*>(args[2].c_str()),
+                          const_cast<char*>(args[3].c_str()), nullptr};
+    pid_t pid = 0;
+    if (posix_spawn(&pid, argv[0], nullptr, nullptr, child_argv, environ) !=
+        0) {
+      std::fprintf(stderr, "could not start rank %d\n", r);
+      return 1;
+    }
+    children.push_back(pid);
   }
-  return 0;
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace
 }  // namespace glm
 
-int main() { return glm::Main(); }
+int main(int argc, char** argv) { return glm::Main(argc, argv); }

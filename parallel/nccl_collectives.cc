@@ -35,6 +35,39 @@ ncclResult_t SettleComm(ncclComm_t comm, absl::Time deadline) {
   return state;
 }
 
+// Member 0 makes a unique id and publishes it under `id_key`; the others
+// wait for it (at most `timeout`).
+absl::StatusOr<ncclUniqueId> ShareUniqueId(RendezvousStore& store,
+                                           const std::string& id_key,
+                                           const std::string& group, int rank,
+                                           absl::Duration timeout) {
+  ncclUniqueId id;
+  if (rank == 0) {
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      return NcclError(group, "making the unique id", r);
+    }
+    absl::Status set =
+        store.Set(id_key, std::string(id.internal, sizeof(id.internal)));
+    if (!set.ok()) return set;
+    return id;
+  }
+  absl::StatusOr<std::vector<std::string>> value =
+      store.Wait({id_key}, timeout);
+  if (!value.ok()) {
+    return absl::Status(
+        value.status().code(),
+        absl::StrCat("group ", group,
+                     ": waiting for member 0: ", value.status().message()));
+  }
+  if ((*value)[0].size() != sizeof(id.internal)) {
+    return absl::DataLossError(absl::StrCat("group ", group,
+                                            ": NCCL unique id has ",
+                                            (*value)[0].size(), " bytes"));
+  }
+  std::copy((*value)[0].begin(), (*value)[0].end(), id.internal);
+  return id;
+}
+
 }  // namespace
 
 CollectivesFactory NcclFactory(RendezvousStore* store, absl::Duration timeout) {
@@ -51,44 +84,42 @@ CollectivesFactory NcclFactory(RendezvousStore* store, absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Connect(
     RendezvousStore& store, const std::string& key, int rank, int size,
     absl::Duration timeout) {
-  const std::string id_key = key + "/nccl_unique_id";
-  ncclUniqueId id;
-  if (rank == 0) {
-    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
-      return NcclError(key, "making the unique id", r);
-    }
-    absl::Status set =
-        store.Set(id_key, std::string(id.internal, sizeof(id.internal)));
-    if (!set.ok()) return set;
-  } else {
-    absl::StatusOr<std::vector<std::string>> value =
-        store.Wait({id_key}, timeout);
-    if (!value.ok()) {
-      return absl::Status(
-          value.status().code(),
-          absl::StrCat("group ", key,
-                       ": waiting for member 0: ", value.status().message()));
-    }
-    if ((*value)[0].size() != sizeof(id.internal)) {
-      return absl::DataLossError(absl::StrCat("group ", key,
-                                              ": NCCL unique id has ",
-                                              (*value)[0].size(), " bytes"));
-    }
-    std::copy((*value)[0].begin(), (*value)[0].end(), id.internal);
+  // A non-blocking communicator bounds the wait for members to join, but
+  // every call on one costs 50-180 us more than on a blocking one
+  // (bench/NOTES.md). So the members first join a non-blocking one (the
+  // timeout applies), then, all present, make the blocking one the calls use
+  // (Finish still bounds each call's wait: it polls the stream and aborts).
+  absl::StatusOr<ncclUniqueId> join_id =
+      ShareUniqueId(store, key + "/nccl_unique_id/join", key, rank, timeout);
+  if (!join_id.ok()) return join_id.status();
+  ncclConfig_t non_blocking = NCCL_CONFIG_INITIALIZER;
+  non_blocking.blocking = 0;
+  ncclComm_t joined = nullptr;
+  ncclResult_t init =
+      ncclCommInitRankConfig(&joined, size, *join_id, rank, &non_blocking);
+  if (init == ncclInProgress) init = SettleComm(joined, absl::Now() + timeout);
+  if (init != ncclSuccess && joined != nullptr) ncclCommAbort(joined);
+  if (init == ncclInProgress) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("group ", key, ": not all ", size,
+                     " members joined within ", absl::FormatDuration(timeout)));
   }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t comm = nullptr;
-  ncclResult_t init = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  if (init == ncclInProgress) init = SettleComm(comm, absl::Now() + timeout);
   if (init != ncclSuccess) {
-    if (comm != nullptr) ncclCommAbort(comm);
-    if (init == ncclInProgress) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "group ", key, ": not all ", size, " members joined within ",
-          absl::FormatDuration(timeout)));
-    }
     return NcclError(key, "initializing the communicator", init);
+  }
+  absl::StatusOr<ncclUniqueId> id =
+      ShareUniqueId(store, key + "/nccl_unique_id", key, rank, timeout);
+  if (!id.ok()) {
+    ncclCommAbort(joined);
+    return id.status();
+  }
+  ncclComm_t comm = nullptr;
+  const ncclResult_t blocking_init = ncclCommInitRank(&comm, size, *id, rank);
+  // Only now has every member finished joining (a member leaves the joining
+  // communicator only after this init, so none breaks another's join).
+  ncclCommAbort(joined);
+  if (blocking_init != ncclSuccess) {
+    return NcclError(key, "initializing the communicator", blocking_init);
   }
   cudaStream_t stream = nullptr;
   float* scratch = nullptr;
