@@ -29,28 +29,11 @@ std::vector<int32_t> SentTokens(const std::vector<int32_t>& slots,
   return tokens;
 }
 
-// Rows [first, first + count) of dim 0.
-Tensor Rows(const Tensor& t, int64_t first, int64_t count) {
-  std::vector<int64_t> shape = t.shape();
-  const int64_t row = t.numel() / shape[0];
-  shape[0] = count;
-  Tensor rows(shape);
-  std::copy_n(t.data() + first * row, count * row, rows.data());
-  return rows;
-}
-
 }  // namespace
 
 ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank) {
   const int64_t count = num_experts / size;
   return {rank * count, count};
-}
-
-void KeepExperts(const ExpertRange& range, MoeParameters* p) {
-  for (Parameter* fused : {&p->experts_gate_up, &p->experts_down}) {
-    fused->value = Rows(fused->value, range.first, range.count);
-    fused->grad = Rows(fused->grad, range.first, range.count);
-  }
 }
 
 absl::Status ExpertParallelDispatcher::TryForward(

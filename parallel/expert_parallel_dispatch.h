@@ -22,13 +22,9 @@ struct ExpertRange {
 };
 ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank);
 
-// Keeps only `range`'s routed experts in `p` (values and gradients): what an
-// expert-parallel rank holds (a trainer's rank allocates only those:
-// parallel/rank_tensors.h); the router and shared experts stay whole.
-void KeepExperts(const ExpertRange& range, MoeParameters* p);
-
 // The MoE parameters passed to Forward/Backward hold this member's experts
-// only (KeepExperts); the router is whole.
+// only (a trainer's rank allocates only those: parallel/rank_tensors.h); the
+// router and shared experts are whole.
 class ExpertParallelDispatcher : public ExpertDispatcher {
  public:
   // `group` (the expert-parallel group) must outlive the dispatcher.

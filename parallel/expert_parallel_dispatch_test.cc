@@ -23,6 +23,22 @@
 namespace glm {
 namespace {
 
+// Keeps only `range`'s routed experts in `p` (values and gradients), as an
+// expert-parallel rank holds them.
+void KeepExperts(const ExpertRange& range, MoeParameters* p) {
+  for (Parameter* fused : {&p->experts_gate_up, &p->experts_down}) {
+    for (Tensor* t : {&fused->value, &fused->grad}) {
+      std::vector<int64_t> shape = t->shape();
+      const int64_t row = t->numel() / shape[0];
+      shape[0] = range.count;
+      Tensor kept(shape);
+      std::copy_n(t->data() + range.first * row, range.count * row,
+                  kept.data());
+      *t = std::move(kept);
+    }
+  }
+}
+
 constexpr int64_t kTokensPerRank = 12;
 
 // What one MoE layer's forward and backward produced.
