@@ -90,7 +90,9 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
     if (named.grad != nullptr) run.grads[named.name] = *named.grad;
   }
   for (GlooCollectives* group : {tensor.get(), context.get()}) {
-    if (group != nullptr) EXPECT_TRUE(group->Barrier().ok());
+    if (group != nullptr) {
+      EXPECT_TRUE(group->Barrier().ok());
+    }
   }
   return run;
 }

@@ -2,7 +2,6 @@
 
 #include <set>
 
-#include "training/grad_clip.h"
 #include "training/gradient_sync.h"
 
 namespace glm {
@@ -34,14 +33,6 @@ absl::Status AllReduceExpertParallelGradients(Collectives& data_parallel,
   }
   if (expert_data == nullptr) return absl::OkStatus();
   return AllReduceGradients(*expert_data, split.experts);
-}
-
-absl::StatusOr<double> ExpertParallelGradSquaredSum(
-    Collectives& expert_parallel, const ExpertSplit& split) {
-  absl::StatusOr<double> experts =
-      SumInRankOrder(expert_parallel, GradSquaredSum(split.experts));
-  if (!experts.ok()) return experts.status();
-  return GradSquaredSum(split.dense) + *experts;
 }
 
 }  // namespace glm

@@ -2,8 +2,9 @@
 // (and its expert-data-parallel replicas), and only there does its gradient
 // come out of the backward pass (zero on the other ep ranks). So the routed
 // experts' gradients are summed over the expert-data-parallel group, every
-// other gradient over the data-parallel group as without experts; the global
-// norm adds the dense part once and each ep rank's experts once.
+// other gradient over the data-parallel group as without experts (the global
+// norm then adds the dense part once and each ep rank's experts once:
+// training/trainer.cc).
 #ifndef GLM_TRAINING_EXPERT_GRADIENTS_H_
 #define GLM_TRAINING_EXPERT_GRADIENTS_H_
 
@@ -32,11 +33,6 @@ ExpertSplit SplitRoutedExperts(const ModelParameters& params,
 absl::Status AllReduceExpertParallelGradients(Collectives& data_parallel,
                                               Collectives* expert_data,
                                               const ExpertSplit& split);
-
-// The whole model's squared gradient norm after the sums above: the dense
-// part (the same on every rank) plus the experts of every ep rank.
-absl::StatusOr<double> ExpertParallelGradSquaredSum(
-    Collectives& expert_parallel, const ExpertSplit& split);
 
 }  // namespace glm
 

@@ -95,10 +95,10 @@ int GroupSize(const Collectives* group) {
   return group == nullptr ? 1 : group->size();
 }
 
-// What tensor and context parallelism run with so far: data and pipeline
-// parallelism (with or without the distributed optimizer), and expert
-// parallelism and LoRA under context parallelism. (Micro batches of any length
-// split: ranks' parts differ by at most a token.)
+// What tensor and context parallelism run with so far: data, pipeline and
+// expert parallelism (the distributed optimizer not with both tensor and
+// expert parallelism), and LoRA under context parallelism. (Micro batches of
+// any length split: ranks' parts differ by at most a token.)
 absl::Status CheckTokenParallel(const TrainerOptions& o,
                                 const TokenParallelRank& rank,
                                 bool expert_parallel) {
@@ -107,10 +107,11 @@ absl::Status CheckTokenParallel(const TrainerOptions& o,
         "parallel.tp > 1 runs without LoRA so far (context parallelism "
         "combines with it)");
   }
-  if (expert_parallel && GroupSize(rank.tensor) > 1) {
+  if (expert_parallel && GroupSize(rank.tensor) > 1 &&
+      o.distributed_optimizer) {
     return absl::UnimplementedError(
-        "parallel.tp > 1 runs without expert parallelism so far (ep must be "
-        "1; context parallelism combines with it)");
+        "training.use_distributed_optimizer: with parallel.tp > 1 and "
+        "parallel.ep > 1 together it is not supported yet");
   }
   return CheckTensorParallelSize(o.model, GroupSize(rank.tensor));
 }
@@ -386,8 +387,17 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     const std::vector<TrainableTensor> owned =
         pipeline_tensors_ ? SelectTrainable(updated, pipeline_tensors_->owned)
                           : updated;
-    mine = ExpertParallelGradSquaredSum(*expert_parallel_->experts,
-                                        SplitRoutedExperts(*params_, owned));
+    const ExpertSplit split = SplitRoutedExperts(*params_, owned);
+    // Dense tensors once (split ones over the tensor group), each ep rank's
+    // experts once.
+    absl::StatusOr<double> dense =
+        token_parallel_
+            ? TokenParallelGradSquaredSum(*token_parallel_, split.dense)
+            : GradSquaredSum(split.dense);
+    mine = dense.ok() ? SumInRankOrder(*expert_parallel_->experts,
+                                       GradSquaredSum(split.experts))
+                      : dense.status();
+    if (mine.ok()) mine = *dense + *mine;
     if (mine.ok() && pipeline_) {
       mine = SumInRankOrder(*pipeline_->forward, *mine);
     }

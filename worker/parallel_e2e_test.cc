@@ -2,14 +2,15 @@
 // loopback) schedules a job on real glm-worker processes, which connect their
 // Gloo groups through the coordinator's rendezvous. Their losses and the
 // checkpointed weights and optimizer moments match the same job run by one
-// process: DP2 with and without the distributed optimizer, PP2 (1F1B), PP2
-// with two virtual stages per rank (interleaved 1F1B), EP2, TP2, CP2, and on
-// four processes PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2 and PP2 x CP2,
-// CP2 x EP2 (routed experts split over the context ranks), and EP2 over DP4
-// with ZeRO-1 (experts sharded over their expert-data-parallel pairs);
-// resumes from the ranks'
-// shards (and from whole tensors under TP2) continue the run; a killed or
-// missing peer is a clear job error.
+// process:
+// - two processes: DP2 with and without the distributed optimizer, PP2
+//   (1F1B), PP2 with two virtual stages per rank (interleaved 1F1B), EP2,
+//   TP2, CP2, and CP2 x EP2 and TP2 x EP2 (the routed experts split over the
+//   context or tensor ranks, each routing its own tokens);
+// - four processes: PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2, PP2 x CP2,
+//   and EP2 over DP4 with ZeRO-1 (experts sharded over expert-data pairs).
+// Resumes from the ranks' shards (and from whole tensors under TP2) continue
+// the run; a killed or missing peer is a clear job error.
 #include <signal.h>
 
 #include <cmath>
@@ -202,7 +203,8 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelCase{"pp2_tp2", 4, 2, "Etttttt|ttmL", false, 1, 2},
         ParallelCase{"pp2_cp2", 4, 2, "Etttttt|ttmL", false, 1, 1, 2},
         ParallelCase{"cp2_ep2", 2, 1, "", false, 2, 1, 2},
-        ParallelCase{"ep2_dp2_zero1", 4, 1, "", true, 2}),
+        ParallelCase{"ep2_dp2_zero1", 4, 1, "", true, 2},
+        ParallelCase{"tp2_ep2", 2, 1, "", false, 2, 2}),
     [](const ::testing::TestParamInfo<ParallelCase>& info) {
       return std::string(info.param.name);
     });
