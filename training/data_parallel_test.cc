@@ -96,8 +96,9 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
 // Two data-parallel ranks on threads, each with its own Gloo context; with
 // `expert_parallel` the same two ranks also split the routed experts (EP2,
 // expert-data-parallel size 1).
-std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer,
-                                         bool expert_parallel = false) {
+std::vector<TrainingRun> TrainOnTwoRanks(
+    bool distributed_optimizer, bool expert_parallel = false,
+    const TrainerOptions& base = Options()) {
   gloo::rendezvous::HashStore store;
   std::vector<TrainingRun> ranks(2);
   std::vector<std::thread> threads;
@@ -107,16 +108,16 @@ std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer,
           GlooCollectives::Connect(store, "dp", rank, 2, GlooOptions());
       ASSERT_TRUE(group.ok()) << group.status();
       if (!expert_parallel) {
-        ranks[rank] = Train(group->get(), distributed_optimizer);
+        ranks[rank] = Train(group->get(), distributed_optimizer, {}, {}, base);
         return;
       }
       auto experts = GlooCollectives::Connect(store, "ep", rank, 2, {});
       auto expert_data = GlooCollectives::Connect(
           store, "edp" + std::to_string(rank), 0, 1, {});
       ASSERT_TRUE(experts.ok() && expert_data.ok());
-      ranks[rank] =
-          Train(group->get(), distributed_optimizer,
-                ExpertParallelRank{experts->get(), expert_data->get()});
+      ranks[rank] = Train(
+          group->get(), distributed_optimizer,
+          ExpertParallelRank{experts->get(), expert_data->get()}, {}, base);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -252,6 +253,21 @@ TEST(DataParallelTest, LoraUnderContextParallelTakesTheStepsOfOneProcess) {
     });
   }
   for (std::thread& t : threads) t.join();
+  ASSERT_FALSE(single.state.empty());
+  for (const TrainingRun& rank : ranks) {
+    ExpectSameSteps(rank, single);
+    ExpectSameState(rank, single);
+  }
+}
+
+// LoRA under EP2: the frozen experts are split, the adapters (on dense
+// weights) are whole on both ranks and summed over the data-parallel group.
+TEST(DataParallelTest, LoraUnderExpertParallelTakesTheStepsOfOneProcess) {
+  TrainerOptions options = Options();
+  options.lora = LoraOptions{4, 8, {"q_a_proj", "o_proj", "gate_proj"}};
+  const TrainingRun single = Train(nullptr, false, {}, {}, options);
+  const std::vector<TrainingRun> ranks =
+      TrainOnTwoRanks(false, /*expert_parallel=*/true, options);
   ASSERT_FALSE(single.state.empty());
   for (const TrainingRun& rank : ranks) {
     ExpectSameSteps(rank, single);

@@ -60,9 +60,6 @@ absl::Status CheckExpertParallel(const TrainerOptions& o,
         "parallel.ep: expert parallelism folds over data parallelism, which "
         "is missing");
   }
-  if (o.lora) {
-    return absl::UnimplementedError("parallel.ep > 1 runs without LoRA so far");
-  }
   if (o.distributed_optimizer && pipeline) {
     return absl::UnimplementedError(
         "training.use_distributed_optimizer: with parallel.ep > 1 it runs "

@@ -9,8 +9,9 @@
 //   context or tensor ranks, each routing its own tokens);
 // - four processes: PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2, PP2 x CP2,
 //   and EP2 over DP4 with ZeRO-1 (experts sharded over expert-data pairs).
-// Resumes from the ranks' shards (and from whole tensors under TP2) continue
-// the run; a killed or missing peer is a clear job error.
+// LoRA under EP2 exports the merged model one process exports. Resumes from
+// the ranks' shards (and from whole tensors under TP2) continue the run; a
+// killed or missing peer is a clear job error.
 #include <signal.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "checkpoint/hf_name_map.h"
+#include "checkpoint/hf_weight_loader.h"
 #include "checkpoint/native_checkpoint.h"
 #include "coordinator/test_coordinator.h"
 #include "gtest/gtest.h"
@@ -102,24 +104,44 @@ std::map<std::string, std::vector<float>> CheckpointState(
 // `save_dir` match it: losses and grad norms, weights and moments in
 // relative L2 error per tensor (see training/data_parallel_test.cc for why
 // not element-wise), all within 1e-5.
+// Runs `spec` as one rank in this process; its metrics by iteration.
+std::map<int64_t, v1::StepMetrics> RunInThisProcess(const v1::JobSpec& spec) {
+  v1::Assignment single;
+  single.set_job_id("single");
+  single.set_world_size(1);
+  *single.mutable_spec() = spec;
+  single.mutable_spec()->mutable_parallel()->set_world_size(1);
+  std::map<int64_t, v1::StepMetrics> metrics;
+  TrainingJobHooks hooks;
+  hooks.log = [](const std::string&) {};
+  hooks.on_step = [&](const v1::StepMetrics& step) {
+    metrics[step.iteration()] = step;
+    return false;
+  };
+  hooks.on_checkpoint = [](const v1::CheckpointManifest&) {};
+  const absl::Status status = RunTrainingJob(single, hooks);
+  EXPECT_TRUE(status.ok()) << status;
+  return metrics;
+}
+
+// Relative L2 error within 1e-5 (see ExpectTheRunOfOneProcess).
+void ExpectNear(const std::vector<float>& got,
+                const std::vector<float>& expected, const std::string& name) {
+  ASSERT_EQ(got.size(), expected.size()) << name;
+  double norm = 0, error = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    norm += double{expected[i]} * expected[i];
+    error += (double{got[i]} - expected[i]) * (double{got[i]} - expected[i]);
+  }
+  EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
+}
+
 void ExpectTheRunOfOneProcess(const std::string& data,
                               const std::string& single_save,
                               std::map<int64_t, v1::StepMetrics> metrics,
                               const std::string& save_dir) {
-  v1::Assignment single;
-  single.set_job_id("single");
-  single.set_world_size(1);
-  *single.mutable_spec() = DataParallelSpec(data, single_save, 1);
-  std::map<int64_t, v1::StepMetrics> reference;
-  TrainingJobHooks hooks;
-  hooks.log = [](const std::string&) {};
-  hooks.on_step = [&](const v1::StepMetrics& step) {
-    reference[step.iteration()] = step;
-    return false;
-  };
-  hooks.on_checkpoint = [](const v1::CheckpointManifest&) {};
-  ASSERT_TRUE(RunTrainingJob(single, hooks).ok());
-
+  const std::map<int64_t, v1::StepMetrics> reference =
+      RunInThisProcess(DataParallelSpec(data, single_save, 1));
   for (const auto& [iteration, expected] : reference) {
     const v1::StepMetrics& got = metrics[iteration];
     EXPECT_NEAR(got.lm_loss(), expected.lm_loss(), 1e-5 * expected.lm_loss())
@@ -135,13 +157,7 @@ void ExpectTheRunOfOneProcess(const std::string& data,
   const auto single_state = CheckpointState(single_save);
   ASSERT_EQ(state.size(), single_state.size());
   for (const auto& [name, expected] : single_state) {
-    const std::vector<float>& got = state.at(name);
-    double norm = 0, error = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      norm += double{expected[i]} * expected[i];
-      error += (double{got[i]} - expected[i]) * (double{got[i]} - expected[i]);
-    }
-    EXPECT_LE(std::sqrt(error), 1e-5 * std::sqrt(norm)) << name;
+    ExpectNear(state.at(name), expected, name);
   }
 }
 
@@ -260,6 +276,69 @@ TEST(ExpertParallelResumeTest, ResumingFromTheRanksShardsContinuesTheRun) {
 TEST(TensorParallelResumeTest, ResumingFromWholeTensorsContinuesTheRun) {
   ExpectResumingFromShardsContinuesTheRun(
       "tp2_resume", [](v1::ParallelSpec* parallel) { parallel->set_tp(2); });
+}
+
+// LoRA fine-tuning of an export under EP2 (two worker processes, the frozen
+// routed experts split between them): the same losses as one process, and
+// the merged HF export (each rank writes its experts' part) equal to one
+// process's.
+TEST(LoraEndToEndTest, ExpertParallelLoraExportsTheMergedModelOfOneProcess) {
+  const std::string dir = TempDir("lora_ep2");
+  v1::JobSpec pretrain =
+      DataParallelSpec(WriteDocuments(dir), dir + "/pretrain", 1);
+  pretrain.mutable_training()->set_export_hf_dir(dir + "/base");
+  RunInThisProcess(pretrain);
+
+  auto lora_spec = [&](const std::string& name, int ep) {
+    v1::JobSpec spec = DataParallelSpec(WritePackedChats(dir), dir + "/" + name,
+                                        /*world_size=*/ep);
+    spec.mutable_model()->set_hf_checkpoint_dir(dir + "/base");
+    spec.mutable_parallel()->set_ep(ep);
+    v1::TrainingSpec& t = *spec.mutable_training();
+    t.set_mode(v1::LORA);
+    t.set_seq_length(64);
+    t.set_export_hf_dir(dir + "/" + name + "-merged");
+    t.mutable_lora()->set_rank(4);
+    t.mutable_lora()->add_target_modules("q_a_proj");
+    t.mutable_lora()->add_target_modules("o_proj");
+    t.mutable_lora()->set_merge_on_export(true);
+    return spec;
+  };
+  TestCoordinator server("lora_ep2_coordinator");
+  std::vector<pid_t> workers;
+  const std::string id =
+      SubmitWithWorkers(server, lora_spec("ep2", 2), dir, 2, &workers);
+  std::map<int64_t, v1::StepMetrics> distributed;
+  const v1::Job ended =
+      WatchSteps(server, id, [&](const v1::StepMetrics& metrics) {
+        distributed[metrics.iteration()] = metrics;
+      });
+  StopWorkers(workers);
+  ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.message();
+
+  const std::map<int64_t, v1::StepMetrics> reference =
+      RunInThisProcess(lora_spec("one", 1));
+  ASSERT_EQ(distributed.size(), reference.size());
+  for (const auto& [iteration, expected] : reference) {
+    EXPECT_NEAR(distributed[iteration].lm_loss(), expected.lm_loss(),
+                1e-5 * expected.lm_loss())
+        << "iteration " << iteration;
+  }
+  auto merged = LoadHfModel(dir + "/ep2-merged");
+  auto expected = LoadHfModel(dir + "/one-merged");
+  auto base = LoadHfModel(dir + "/base");
+  ASSERT_TRUE(merged.ok() && expected.ok() && base.ok());
+  const std::vector<NamedTensor> got = (*merged)->Named();
+  const std::vector<NamedTensor> want = (*expected)->Named();
+  const std::vector<NamedTensor> before = (*base)->Named();
+  ASSERT_EQ(got.size(), want.size());
+  int changed = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ExpectNear(got[i].value->values(), want[i].value->values(), want[i].name);
+    changed += want[i].value->values() != before[i].value->values();
+  }
+  // The targeted q_a_proj and o_proj of 8 layers and the MTP layer moved.
+  EXPECT_EQ(changed, 18);
 }
 
 TEST(DataParallelFailureTest, AWorkerKilledMidRunFailsTheJobWithoutAHang) {

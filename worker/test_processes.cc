@@ -11,6 +11,8 @@
 
 #include "coordinator/job_state_machine.h"
 #include "data/indexed_dataset.h"
+#include "data/packed_sft_dataset.h"
+#include "data/tokenizer.h"
 #include "grpcpp/channel.h"
 #include "gtest/gtest.h"
 #include "proto/job_service.grpc.pb.h"
@@ -140,6 +142,23 @@ void StopWorkers(const std::vector<pid_t>& pids) {
     kill(pid, SIGTERM);
     waitpid(pid, nullptr, 0);
   }
+}
+
+// Short chats, packed into rows of 64 tokens.
+std::string WritePackedChats(const std::string& dir) {
+  std::ofstream chats(dir + "/chats.jsonl");
+  for (int i = 0; i < 40; ++i) {
+    chats << R"({"messages": [{"role": "user", "content": "what is )" << i
+          << R"( plus one?"}, {"role": "assistant", "content": ")" << i + 1
+          << R"("}]})"
+          << "\n";
+  }
+  chats.close();
+  ByteTokenizer tokenizer;
+  const std::string prefix = dir + "/chats";
+  EXPECT_TRUE(
+      PackChatJsonl(dir + "/chats.jsonl", tokenizer, 64, 8, prefix).ok());
+  return prefix;
 }
 
 }  // namespace glm

@@ -23,6 +23,10 @@ std::string TempDir(const std::string& name);
 // dataset prefix.
 std::string WriteDocuments(const std::string& dir);
 
+// Short chats packed into rows of 64 tokens under `dir` (byte tokenizer);
+// returns the packed dataset prefix (for SFT and LoRA jobs).
+std::string WritePackedChats(const std::string& dir);
+
 // A CPU pretraining job of the tiny preset over `data` on `world_size`
 // data-parallel ranks, saving under `save_dir`.
 v1::JobSpec TinyPretrainSpec(const std::string& data,

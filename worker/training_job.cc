@@ -207,7 +207,7 @@ class JobCheckpoints {
   // Pipeline- or expert-parallel jobs, on every rank: writes this rank's shard,
   // then waits until every rank has (`world` may be null for one rank).
   absl::Status SaveRankShard(Trainer* trainer, Collectives* world) {
-    if (!sharded_) return absl::OkStatus();
+    if (!sharded_ || lora_) return absl::OkStatus();
     if (absl::Status status =
             SaveShard(save_dir_, map_, rank_, trainer->State());
         !status.ok()) {
@@ -219,28 +219,48 @@ class JobCheckpoints {
   // On the writing rank (after SaveRankShard on every rank).
   absl::StatusOr<v1::CheckpointManifest> Save(Trainer* trainer) {
     const TrainingState state = trainer->State();
+    // LoRA checkpoints hold the adapters, which every rank has whole.
     absl::StatusOr<v1::CheckpointManifest> manifest =
-        sharded_ ? FinalizeCheckpoint(save_dir_, InfoOf(state, map_, layout_))
-        : lora_
+        lora_
             ? SaveLoraCheckpoint(save_dir_, state.iteration, AllTensors(state))
-            : SaveCheckpoint(save_dir_, map_, layout_, state);
+        : sharded_ ? FinalizeCheckpoint(save_dir_, InfoOf(state, map_, layout_))
+                   : SaveCheckpoint(save_dir_, map_, layout_, state);
     if (manifest.ok()) manifest->set_job_id(job_id_);
     return manifest;
   }
 
-  // LoRA: the base model with the adapters merged, as a full checkpoint under
-  // <save_dir>/merged for the HF export.
-  absl::StatusOr<std::string> SaveMerged(Trainer* trainer) {
+  // LoRA, on every rank: the base model with the adapters merged, as a
+  // checkpoint under <save_dir>/merged for the HF export (each rank's shard of
+  // it when the model is sharded; the writing rank finalizes). Returns the
+  // folder.
+  absl::StatusOr<std::string> SaveMerged(Trainer* trainer, Collectives* world) {
     trainer->MergeAdapters();
     TrainingState merged;
     for (const NamedTensor& named : trainer->params().Named()) {
-      merged.model.push_back({named.name, named.value});
+      if (named.value->numel() > 0) {
+        merged.model.push_back({named.name, named.value});
+      }
     }
     merged.iteration = trainer->iteration();
     merged.consumed_samples = trainer->State().consumed_samples;
     const std::string dir = save_dir_ + "/merged";
-    absl::StatusOr<v1::CheckpointManifest> manifest =
-        SaveCheckpoint(dir, map_, layout_, merged);
+    absl::StatusOr<v1::CheckpointManifest> manifest;
+    if (sharded_) {
+      if (absl::Status status = SaveShard(dir, map_, rank_, merged);
+          !status.ok()) {
+        return status;
+      }
+      if (world != nullptr) {
+        if (absl::Status status = world->Barrier(); !status.ok()) {
+          return status;
+        }
+      }
+      if (!writes_) return dir;
+      manifest = FinalizeCheckpoint(dir, InfoOf(merged, map_, layout_));
+    } else {
+      if (!writes_) return dir;
+      manifest = SaveCheckpoint(dir, map_, layout_, merged);
+    }
     if (!manifest.ok()) return manifest.status();
     return dir;
   }
@@ -277,19 +297,22 @@ class JobCheckpoints {
 };
 
 // The final checkpoint as HF safetensors, verified bitwise against it (for
-// LoRA, the merged model).
+// LoRA, the merged model), written by the writing rank. Called on every rank.
 absl::Status ExportIfAsked(const v1::TrainingSpec& training,
                            const ModelConfig& model, Trainer* trainer,
-                           JobCheckpoints* checkpoints,
+                           JobCheckpoints* checkpoints, Collectives* world,
                            const TrainingJobHooks& hooks) {
   if (training.export_hf_dir().empty()) return absl::OkStatus();
   ExportOptions options;
   options.checkpoint_dir = training.save_dir();
   if (checkpoints->lora()) {
-    absl::StatusOr<std::string> merged = checkpoints->SaveMerged(trainer);
+    // Every rank writes its part of the merged model.
+    absl::StatusOr<std::string> merged =
+        checkpoints->SaveMerged(trainer, world);
     if (!merged.ok()) return merged.status();
     options.checkpoint_dir = *merged;
   }
+  if (!checkpoints->writes()) return absl::OkStatus();
   options.out_dir = training.export_hf_dir();
   options.hf_config_json = ToHfConfigJson(model);
   absl::StatusOr<VerifySummary> exported = ExportHfCheckpoint(options);
@@ -475,9 +498,8 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
           "stopped after iteration ", metrics->iteration(), " on request"));
     }
   }
-  if (!checkpoints->writes()) return absl::OkStatus();
   return ExportIfAsked(assignment.spec().training(), plan->model,
-                       trainer->get(), &*checkpoints, hooks);
+                       trainer->get(), &*checkpoints, world, hooks);
 }
 
 }  // namespace glm

@@ -129,23 +129,6 @@ TEST(TrainingJobTest, ExportsTheFinalCheckpointAsHfSafetensors) {
   EXPECT_NE(status.message().find("training.export_hf_dir"), std::string::npos);
 }
 
-// Short chats, packed into rows of 64 tokens.
-std::string WritePackedChats(const std::string& dir) {
-  std::ofstream chats(dir + "/chats.jsonl");
-  for (int i = 0; i < 40; ++i) {
-    chats << R"({"messages": [{"role": "user", "content": "what is )" << i
-          << R"( plus one?"}, {"role": "assistant", "content": ")" << i + 1
-          << R"("}]})"
-          << "\n";
-  }
-  chats.close();
-  ByteTokenizer tokenizer;
-  const std::string prefix = dir + "/chats";
-  EXPECT_TRUE(
-      PackChatJsonl(dir + "/chats.jsonl", tokenizer, 64, 8, prefix).ok());
-  return prefix;
-}
-
 TEST(TrainingJobTest, LoraSftFromAnExportTrainsAdaptersOnlyAndExportsMerged) {
   const std::string dir = TempDir("lora");
   v1::Assignment pretrain = TinyJob(dir, 2);
