@@ -29,10 +29,10 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
         "training.lora.target_modules: name at least one linear layer");
   }
   LoraAdapters adapters(options.alpha / options.rank);
-  std::mt19937_64 rng(seed);
   std::set<std::string> matched;
   for (const NamedTensor& named : params->Named()) {
-    if (named.grad == nullptr || named.value->shape().size() != 2 ||
+    const std::vector<int64_t>& shape = params->WholeShape(named.name);
+    if (named.grad == nullptr || shape.size() != 2 ||
         !absl::EndsWith(named.name, kWeightSuffix)) {
       continue;
     }
@@ -47,7 +47,7 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
     }
     if (!wanted) continue;
     matched.insert(module);
-    const int64_t out = named.value->dim(0), in = named.value->dim(1);
+    const int64_t out = shape[0], in = shape[1];
     Target target{stem,
                   named.value,
                   named.grad,
@@ -56,6 +56,7 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
                   Tensor({options.rank, in}),
                   Tensor({out, options.rank}),
                   Tensor({out, options.rank})};
+    std::mt19937_64 rng(seed + adapters.targets_.size());
     std::uniform_real_distribution<float> uniform(-1.f / std::sqrt(in),
                                                   1.f / std::sqrt(in));
     for (float& x : target.a.values()) x = uniform(rng);
@@ -76,6 +77,7 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
 
 void LoraAdapters::Merge() {
   for (Target& t : targets_) {
+    if (!Held(t)) continue;
     const int rank = static_cast<int>(t.a.dim(0));
     const int out = static_cast<int>(t.b.dim(0)),
               in = static_cast<int>(t.a.dim(1));
@@ -89,6 +91,7 @@ void LoraAdapters::Merge() {
 
 void LoraAdapters::AdapterGradients() {
   for (Target& t : targets_) {
+    if (!Held(t)) continue;
     const int rank = static_cast<int>(t.a.dim(0));
     const int out = static_cast<int>(t.b.dim(0)),
               in = static_cast<int>(t.a.dim(1));
@@ -106,17 +109,26 @@ void LoraAdapters::AdapterGradients() {
 }
 
 std::vector<TrainableTensor> LoraAdapters::Trainable() {
-  std::vector<TrainableTensor> trainable;
+  return Adapters(/*held_only=*/true);
+}
+
+std::vector<TrainableTensor> LoraAdapters::All() {
+  return Adapters(/*held_only=*/false);
+}
+
+std::vector<TrainableTensor> LoraAdapters::Adapters(bool held_only) {
+  std::vector<TrainableTensor> adapters;
   for (Target& t : targets_) {
-    trainable.push_back({t.module + ".lora_A.weight", &t.a, &t.a_grad});
-    trainable.push_back({t.module + ".lora_B.weight", &t.b, &t.b_grad});
+    if (held_only && !Held(t)) continue;
+    adapters.push_back({t.module + ".lora_A.weight", &t.a, &t.a_grad});
+    adapters.push_back({t.module + ".lora_B.weight", &t.b, &t.b_grad});
   }
-  return trainable;
+  return adapters;
 }
 
 std::vector<StateTensor> LoraAdapters::State() {
   std::vector<StateTensor> state;
-  for (const TrainableTensor& adapter : Trainable()) {
+  for (const TrainableTensor& adapter : All()) {
     state.push_back({adapter.name, adapter.value});
   }
   return state;

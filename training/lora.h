@@ -30,32 +30,41 @@ struct LoraOptions {
 
 class LoraAdapters {
  public:
-  // A ~ U(-1/sqrt(in), 1/sqrt(in)) from `seed`, B = 0, so training starts from
-  // the base model. InvalidArgument when a target module matches nothing or the
-  // rank is not positive.
+  // A ~ U(-1/sqrt(in), 1/sqrt(in)) from `seed` (a stream per target, so
+  // every rank draws the same values whatever it holds), B = 0, so training
+  // starts from the base model. Targets are every 2-D weight of the whole
+  // model whose module is named, held here or not. InvalidArgument when a
+  // target module matches nothing or the rank is not positive.
   static absl::StatusOr<LoraAdapters> Create(ModelParameters* params,
                                              const LoraOptions& options,
                                              uint64_t seed);
 
-  // W = W0 + s * B A for every target.
+  // W = W0 + s * B A for every target this rank holds.
   void Merge();
   // Adapter gradients from the targets' weight gradients (which are then
   // zeroed).
   void AdapterGradients();
+  // The adapters of the targets this rank holds (a pipeline rank: those of
+  // its stages), which it trains.
   std::vector<TrainableTensor> Trainable();
+  // Every target's adapters (each rank keeps all of them, small as they are,
+  // so that any rank can write a whole LoRA checkpoint).
+  std::vector<TrainableTensor> All();
   std::vector<StateTensor> State();
   int targets() const { return static_cast<int>(targets_.size()); }
 
  private:
   struct Target {
     std::string module;  // HF name without ".weight"
-    Tensor* weight;      // the model's weight, merged
+    Tensor* weight;      // the model's weight, merged (empty: not held)
     Tensor* weight_grad;
     Tensor base;       // W0
     Tensor a, a_grad;  // [rank, in]
     Tensor b, b_grad;  // [out, rank]
   };
   LoraAdapters(double scale) : scale_(scale) {}
+  static bool Held(const Target& t) { return t.weight->numel() > 0; }
+  std::vector<TrainableTensor> Adapters(bool held_only);
 
   double scale_;
   std::vector<Target> targets_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -194,11 +195,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       return status;
     }
   }
-  if (pipeline && options.lora) {
-    return absl::UnimplementedError(
-        "training.mode: LORA does not run pipeline-parallel yet (parallel.pp "
-        "must be 1)");
-  }
   const int64_t micro_batches =
       options.global_batch_size / options.micro_batch_size;
   if (data_parallel != nullptr && micro_batches % data_parallel->size() != 0) {
@@ -295,6 +291,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     trainer->pipeline_tensors_ = PipelineTensorsOf(
         *trainer->params_, pipeline->plan, pipeline->forward->rank());
     trainer->pipeline_ = std::move(pipeline);
+    if (absl::Status status = trainer->CheckLoraUnderPipeline(); !status.ok()) {
+      return status;
+    }
   }
   // Shards of the tensors this rank trains (its stages' under pp).
   if (data_parallel != nullptr && options.distributed_optimizer) {
@@ -380,10 +379,13 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
   // Each tensor counts once, on its owning pp rank; an expert on its ep rank.
   if (expert_parallel_ && shards_) return ExpertShardsGradSquaredSum(updated);
   absl::StatusOr<double> mine;
+  // A LoRA rank's adapters are its own (their targets are read by one pp
+  // rank only: CheckLoraUnderPipeline).
+  const bool all_owned = !pipeline_tensors_ || lora_;
   if (expert_parallel_) {
     const std::vector<TrainableTensor> owned =
-        pipeline_tensors_ ? SelectTrainable(updated, pipeline_tensors_->owned)
-                          : updated;
+        all_owned ? updated
+                  : SelectTrainable(updated, pipeline_tensors_->owned);
     const ExpertSplit split = SplitRoutedExperts(*params_, owned);
     // Dense tensors once (split ones over the tensor group), each ep rank's
     // experts once.
@@ -398,6 +400,8 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     if (mine.ok() && pipeline_) {
       mine = SumInRankOrder(*pipeline_->forward, *mine);
     }
+  } else if (pipeline_ && lora_) {
+    mine = SumInRankOrder(*pipeline_->forward, GradSquaredSum(updated));
   } else if (pipeline_tensors_ && token_parallel_) {
     // Each tensor once, on its owning pp rank (split ones over the tensor
     // group).
@@ -438,7 +442,58 @@ absl::Status Trainer::GatherCheckpointState() {
       }
     }
   }
+  if (absl::Status status = GatherLoraAdapters(); !status.ok()) return status;
   return GatherWholeTensors();
+}
+
+absl::Status Trainer::CheckLoraUnderPipeline() {
+  if (!lora_) return absl::OkStatus();
+  const std::set<std::string> shared(pipeline_tensors_->shared.begin(),
+                                     pipeline_tensors_->shared.end());
+  for (const TrainableTensor& adapter : lora_->All()) {
+    const std::string base =
+        adapter.name.substr(0, adapter.name.rfind(".lora_")) + ".weight";
+    if (shared.count(base) > 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "training.lora.target_modules: ", base,
+          " is read on several pipeline stages; LoRA on it needs pp 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::GatherLoraAdapters() {
+  if (!lora_ || !pipeline_) return absl::OkStatus();
+  // Each adapter (and its moments) is current on the pp rank that trains it;
+  // the others add zeros.
+  std::set<const Tensor*> trained;
+  for (const TrainableTensor& adapter : lora_->Trainable()) {
+    trained.insert(adapter.value);
+  }
+  std::vector<Tensor*> tensors;
+  for (const TrainableTensor& adapter : lora_->All()) {
+    for (const auto& [key, tensor] :
+         CheckpointTensorsOf(adapter, optimizer_.MomentsOf(adapter))) {
+      if (trained.count(adapter.value) == 0) tensor->SetZero();
+      tensors.push_back(tensor);
+    }
+  }
+  std::vector<float> packed;
+  for (const Tensor* tensor : tensors) {
+    packed.insert(packed.end(), tensor->values().begin(),
+                  tensor->values().end());
+  }
+  if (absl::Status status = pipeline_->forward->AllReduce(
+          packed.data(), static_cast<int64_t>(packed.size()), ReduceOp::kSum);
+      !status.ok()) {
+    return status;
+  }
+  auto next = packed.begin();
+  for (Tensor* tensor : tensors) {
+    std::copy_n(next, tensor->numel(), tensor->values().begin());
+    next += tensor->numel();
+  }
+  return absl::OkStatus();
 }
 
 Tensor* Trainer::WholeTensor(const std::string& key, const std::string& param,
@@ -759,7 +814,8 @@ TrainingState Trainer::State() {
           {named.name, Shown(named.name, named.name, named.value)});
     }
   }
-  for (const TrainableTensor& param : Trainable()) {
+  // LoRA: every adapter's moments (a pp rank gathers them first).
+  for (const TrainableTensor& param : lora_ ? lora_->All() : Trainable()) {
     const auto tensors =
         CheckpointTensorsOf(param, optimizer_.MomentsOf(param));
     for (size_t i = 1; i < tensors.size(); ++i) {  // the moments

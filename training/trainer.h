@@ -156,6 +156,11 @@ class Trainer {
   Tensor* WholeTensor(const std::string& key, const std::string& param,
                       const Tensor& part);
   absl::Status GatherWholeTensors();
+  // LoRA under pipeline parallelism: every rank receives every adapter and
+  // its moments from the rank that trains it.
+  absl::Status GatherLoraAdapters();
+  // UNIMPLEMENTED when a LoRA target is read on several pp ranks.
+  absl::Status CheckLoraUnderPipeline();
   // What State() shows for `part`: its whole tensor when split, else itself.
   Tensor* Shown(const std::string& key, const std::string& param, Tensor* part);
   std::vector<TrainableTensor> Trainable();

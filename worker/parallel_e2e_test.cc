@@ -9,9 +9,9 @@
 //   context or tensor ranks, each routing its own tokens);
 // - four processes: PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2, PP2 x CP2,
 //   and EP2 over DP4 with ZeRO-1 (experts sharded over expert-data pairs).
-// LoRA under EP2 exports the merged model one process exports. Resumes from
-// the ranks' shards (and from whole tensors under TP2) continue the run; a
-// killed or missing peer is a clear job error.
+// LoRA under EP2 and under PP2 exports the merged model one process exports.
+// Resumes from the ranks' shards (and from whole tensors under TP2) continue
+// the run; a killed or missing peer is a clear job error.
 #include <signal.h>
 
 #include <cmath>
@@ -278,36 +278,60 @@ TEST(TensorParallelResumeTest, ResumingFromWholeTensorsContinuesTheRun) {
       "tp2_resume", [](v1::ParallelSpec* parallel) { parallel->set_tp(2); });
 }
 
-// LoRA fine-tuning of an export under EP2 (two worker processes, the frozen
-// routed experts split between them): the same losses as one process, and
-// the merged HF export (each rank writes its experts' part) equal to one
-// process's.
-TEST(LoraEndToEndTest, ExpertParallelLoraExportsTheMergedModelOfOneProcess) {
-  const std::string dir = TempDir("lora_ep2");
+// The adapters and moments of the latest LoRA checkpoint under `save_dir`.
+std::map<std::string, std::vector<float>> LoraCheckpointState(
+    const std::string& save_dir) {
+  absl::StatusOr<int64_t> iteration = ReadLatestIteration(save_dir);
+  EXPECT_TRUE(iteration.ok()) << iteration.status();
+  if (!iteration.ok()) return {};
+  absl::StatusOr<NativeCheckpoint> checkpoint =
+      NativeCheckpoint::Open(IterationDirectory(save_dir, *iteration));
+  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
+  if (!checkpoint.ok()) return {};
+  std::map<std::string, Tensor> tensors;
+  std::vector<StateTensor> state;
+  for (const std::string& name : checkpoint->names()) {
+    const v1::TensorEntry* entry = checkpoint->Find(name);
+    tensors[name] = Tensor({entry->shape().begin(), entry->shape().end()});
+    state.push_back({name, &tensors[name]});
+  }
+  EXPECT_TRUE(LoadLoraCheckpoint(save_dir, state).ok());
+  std::map<std::string, std::vector<float>> values;
+  for (const auto& [name, tensor] : tensors) values[name] = tensor.values();
+  return values;
+}
+
+// LoRA fine-tuning of an export on two worker processes split by `parallel`:
+// the same losses as one process, and the merged HF export (each rank writes
+// its part of the merged model) equal to one process's.
+void ExpectLoraOfOneProcess(
+    const std::string& name,
+    const std::function<void(v1::ParallelSpec*)>& parallel) {
+  const std::string dir = TempDir(name);
   v1::JobSpec pretrain =
       DataParallelSpec(WriteDocuments(dir), dir + "/pretrain", 1);
   pretrain.mutable_training()->set_export_hf_dir(dir + "/base");
   RunInThisProcess(pretrain);
 
-  auto lora_spec = [&](const std::string& name, int ep) {
-    v1::JobSpec spec = DataParallelSpec(WritePackedChats(dir), dir + "/" + name,
-                                        /*world_size=*/ep);
+  auto lora_spec = [&](const std::string& run, int world_size) {
+    v1::JobSpec spec =
+        DataParallelSpec(WritePackedChats(dir), dir + "/" + run, world_size);
     spec.mutable_model()->set_hf_checkpoint_dir(dir + "/base");
-    spec.mutable_parallel()->set_ep(ep);
+    if (world_size > 1) parallel(spec.mutable_parallel());
     v1::TrainingSpec& t = *spec.mutable_training();
     t.set_mode(v1::LORA);
     t.set_seq_length(64);
-    t.set_export_hf_dir(dir + "/" + name + "-merged");
+    t.set_export_hf_dir(dir + "/" + run + "-merged");
     t.mutable_lora()->set_rank(4);
     t.mutable_lora()->add_target_modules("q_a_proj");
     t.mutable_lora()->add_target_modules("o_proj");
     t.mutable_lora()->set_merge_on_export(true);
     return spec;
   };
-  TestCoordinator server("lora_ep2_coordinator");
+  TestCoordinator server(name + "_coordinator");
   std::vector<pid_t> workers;
   const std::string id =
-      SubmitWithWorkers(server, lora_spec("ep2", 2), dir, 2, &workers);
+      SubmitWithWorkers(server, lora_spec("two", 2), dir, 2, &workers);
   std::map<int64_t, v1::StepMetrics> distributed;
   const v1::Job ended =
       WatchSteps(server, id, [&](const v1::StepMetrics& metrics) {
@@ -324,7 +348,7 @@ TEST(LoraEndToEndTest, ExpertParallelLoraExportsTheMergedModelOfOneProcess) {
                 1e-5 * expected.lm_loss())
         << "iteration " << iteration;
   }
-  auto merged = LoadHfModel(dir + "/ep2-merged");
+  auto merged = LoadHfModel(dir + "/two-merged");
   auto expected = LoadHfModel(dir + "/one-merged");
   auto base = LoadHfModel(dir + "/base");
   ASSERT_TRUE(merged.ok() && expected.ok() && base.ok());
@@ -339,6 +363,28 @@ TEST(LoraEndToEndTest, ExpertParallelLoraExportsTheMergedModelOfOneProcess) {
   }
   // The targeted q_a_proj and o_proj of 8 layers and the MTP layer moved.
   EXPECT_EQ(changed, 18);
+  // Rank 0 wrote every adapter and its moments, as one process does.
+  const auto adapters = LoraCheckpointState(dir + "/two");
+  const auto expected_adapters = LoraCheckpointState(dir + "/one");
+  ASSERT_EQ(adapters.size(), expected_adapters.size());
+  ASSERT_EQ(adapters.size(), 18u * 2 * 3);  // A and B, value and 2 moments
+  for (const auto& [name, want] : expected_adapters) {
+    ExpectNear(adapters.at(name), want, name);
+  }
+}
+
+TEST(LoraEndToEndTest, ExpertParallelLoraExportsTheMergedModelOfOneProcess) {
+  ExpectLoraOfOneProcess(
+      "lora_ep2", [](v1::ParallelSpec* parallel) { parallel->set_ep(2); });
+}
+
+// Each pp rank trains the adapters of its stages; rank 0 gathers all of them
+// for the LoRA checkpoint.
+TEST(LoraEndToEndTest, PipelineParallelLoraExportsTheMergedModelOfOneProcess) {
+  ExpectLoraOfOneProcess("lora_pp2", [](v1::ParallelSpec* parallel) {
+    parallel->set_pp(2);
+    parallel->set_layout("Etttttt|ttmL");
+  });
 }
 
 TEST(DataParallelFailureTest, AWorkerKilledMidRunFailsTheJobWithoutAHang) {
