@@ -1,11 +1,16 @@
-// One rank's training loop for a whole model (no model parallelism): gradient
-// accumulation over micro batches, AdamW with global-norm clipping, the LR
-// schedule, NaN/Inf iterations skipped and counted, aux-loss-free router bias
-// updates, and the per-step metrics Megatron logs. With a data-parallel group
-// each rank runs its share of the micro batches and the ranks sum gradients,
-// losses and expert loads before the update, so every rank takes the step one
-// process would. With expert parallelism the ranks of the data-parallel group
-// also split the routed experts (ExpertParallelRank).
+// One rank's training loop: gradient accumulation over micro batches, AdamW
+// with global-norm clipping, the LR schedule, NaN/Inf iterations skipped and
+// counted, aux-loss-free router bias updates, and the per-step metrics
+// Megatron logs. Whatever the parallelism, every rank takes the step one
+// process would:
+// - data parallel: each rank runs its share of the micro batches and the
+//   ranks sum gradients, losses and expert loads (ZeRO-1 optionally);
+// - pipeline parallel (PipelineRank): the rank runs its stages on Megatron's
+//   schedule and trains only their tensors;
+// - expert parallel (ExpertParallelRank): the routed experts are split;
+// - tensor and context parallel (TokenParallelRank): the ranks split each
+//   micro batch's tokens, and tensor ranks heads and MLP columns.
+// A rank allocates only its share of the weights (parallel/rank_tensors.h).
 #ifndef GLM_TRAINING_TRAINER_H_
 #define GLM_TRAINING_TRAINER_H_
 
