@@ -61,11 +61,6 @@ absl::Status CheckExpertParallel(const TrainerOptions& o,
         "parallel.ep: expert parallelism folds over data parallelism, which "
         "is missing");
   }
-  if (o.distributed_optimizer && pipeline) {
-    return absl::UnimplementedError(
-        "training.use_distributed_optimizer: with parallel.ep > 1 it runs "
-        "without pipeline parallelism so far (pp must be 1)");
-  }
   return absl::OkStatus();
 }
 
@@ -93,9 +88,8 @@ int GroupSize(const Collectives* group) {
   return group == nullptr ? 1 : group->size();
 }
 
-// What tensor and context parallelism run with so far: data, pipeline and
-// expert parallelism (the distributed optimizer not with both tensor and
-// expert parallelism), and LoRA under context parallelism. (Micro batches of
+// What tensor and context parallelism run with so far: everything but LoRA
+// under tensor parallelism. (Micro batches of
 // any length split: ranks' parts differ by at most a token.)
 absl::Status CheckTokenParallel(const TrainerOptions& o,
                                 const TokenParallelRank& rank,
@@ -104,12 +98,6 @@ absl::Status CheckTokenParallel(const TrainerOptions& o,
     return absl::UnimplementedError(
         "parallel.tp > 1 runs without LoRA so far (context parallelism "
         "combines with it)");
-  }
-  if (expert_parallel && GroupSize(rank.tensor) > 1 &&
-      o.distributed_optimizer) {
-    return absl::UnimplementedError(
-        "training.use_distributed_optimizer: with parallel.tp > 1 and "
-        "parallel.ep > 1 together it is not supported yet");
   }
   return CheckTensorParallelSize(o.model, GroupSize(rank.tensor));
 }
@@ -360,9 +348,18 @@ std::vector<TrainableTensor> Trainer::UpdatedHere(
 
 absl::StatusOr<double> Trainer::ExpertShardsGradSquaredSum(
     const std::vector<TrainableTensor>& updated) {
-  const ExpertSplit split = SplitRoutedExperts(*params_, updated);
+  // This rank's shard of the tensors it owns: the dense part summed over the
+  // data-parallel group (split tensors over the tensor group first), the
+  // experts over their expert-data and expert groups, then the pp ranks'.
+  const ExpertSplit split = SplitRoutedExperts(
+      *params_, !pipeline_tensors_ || lora_
+                    ? updated
+                    : SelectTrainable(updated, pipeline_tensors_->owned));
   absl::StatusOr<double> dense =
-      SumInRankOrder(*data_parallel_, GradSquaredSum(split.dense));
+      token_parallel_
+          ? TokenParallelGradSquaredSum(*token_parallel_, split.dense)
+          : GradSquaredSum(split.dense);
+  if (dense.ok()) dense = SumInRankOrder(*data_parallel_, *dense);
   if (!dense.ok()) return dense.status();
   absl::StatusOr<double> experts = GradSquaredSum(split.experts);
   if (expert_shards_) {
@@ -371,7 +368,8 @@ absl::StatusOr<double> Trainer::ExpertShardsGradSquaredSum(
   }
   experts = SumInRankOrder(*expert_parallel_->experts, *experts);
   if (!experts.ok()) return experts.status();
-  return *dense + *experts;
+  if (!pipeline_) return *dense + *experts;
+  return SumInRankOrder(*pipeline_->forward, *dense + *experts);
 }
 
 absl::StatusOr<double> Trainer::GradSquaredSumOverShards(

@@ -8,7 +8,8 @@
 //   TP2, CP2, and CP2 x EP2 and TP2 x EP2 (the routed experts split over the
 //   context or tensor ranks, each routing its own tokens);
 // - four processes: PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2, PP2 x CP2,
-//   and EP2 over DP4 with ZeRO-1 (experts sharded over expert-data pairs).
+//   and with ZeRO-1 EP2 over DP4 (experts sharded over expert-data pairs),
+//   PP2 x EP2 and TP2 x EP2 x DP2.
 // LoRA under EP2 and under PP2 exports the merged model one process exports.
 // Resumes from the ranks' shards (and from whole tensors under TP2) continue
 // the run; a killed or missing peer is a clear job error.
@@ -220,7 +221,9 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelCase{"pp2_cp2", 4, 2, "Etttttt|ttmL", false, 1, 1, 2},
         ParallelCase{"cp2_ep2", 2, 1, "", false, 2, 1, 2},
         ParallelCase{"ep2_dp2_zero1", 4, 1, "", true, 2},
-        ParallelCase{"tp2_ep2", 2, 1, "", false, 2, 2}),
+        ParallelCase{"tp2_ep2", 2, 1, "", false, 2, 2},
+        ParallelCase{"pp2_ep2_zero1", 4, 2, "Etttttt|ttmL", true, 2},
+        ParallelCase{"tp2_ep2_dp2_zero1", 4, 1, "", true, 2, 2}),
     [](const ::testing::TestParamInfo<ParallelCase>& info) {
       return std::string(info.param.name);
     });
