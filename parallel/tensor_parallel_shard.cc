@@ -1,13 +1,21 @@
 #include "parallel/tensor_parallel_shard.h"
 
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace glm {
 
-int TensorParallelDim(const std::string& name) {
+namespace {
+
+constexpr char kLoraA[] = ".lora_A.weight";
+constexpr char kLoraB[] = ".lora_B.weight";
+
+// The split of a model weight (see TensorParallelDim).
+int WeightDim(const std::string& name) {
   if (absl::EndsWith(name, "self_attn.q_b_proj.weight") ||
       absl::EndsWith(name, "self_attn.kv_b_proj.weight")) {
     return 0;
@@ -21,6 +29,19 @@ int TensorParallelDim(const std::string& name) {
   }
   if (absl::EndsWith(name, ".mlp.down_proj.weight")) return 1;
   return -1;
+}
+
+}  // namespace
+
+int TensorParallelDim(const std::string& name) {
+  for (const auto& [suffix, factor_dim] :
+       {std::pair<const char*, int>{kLoraA, 1}, {kLoraB, 0}}) {
+    if (!absl::EndsWith(name, suffix)) continue;
+    const std::string weight =
+        name.substr(0, name.size() - std::strlen(suffix)) + ".weight";
+    return WeightDim(weight) == factor_dim ? factor_dim : -1;
+  }
+  return WeightDim(name);
 }
 
 absl::Status CheckTensorParallelSize(const ModelConfig& config, int tp) {

@@ -17,7 +17,10 @@
 
 namespace glm {
 
-// 0 or 1: the dimension split over the tensor group; -1: not split.
+// 0 or 1: the dimension split over the tensor group; -1: not split. LoRA
+// adapters of a split weight W [out, in] = B [out, r] A [r, in] follow it:
+// B is split by rows when W is (column-parallel), A by columns when W is
+// (row-parallel); the other factor is whole.
 int TensorParallelDim(const std::string& name);
 
 // InvalidArgument naming the field unless `tp` divides the attention heads

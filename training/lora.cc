@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -14,6 +15,16 @@ namespace glm {
 namespace {
 
 constexpr char kWeightSuffix[] = ".weight";
+
+// Columns [first, first + count) of a 2-D tensor.
+Tensor ColumnsOf(const Tensor& t, int64_t first, int64_t count) {
+  Tensor columns({t.dim(0), count});
+  for (int64_t r = 0; r < t.dim(0); ++r) {
+    std::copy_n(t.data() + r * t.dim(1) + first, count,
+                columns.data() + r * count);
+  }
+  return columns;
+}
 
 }  // namespace
 
@@ -48,18 +59,26 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
     if (!wanted) continue;
     matched.insert(module);
     const int64_t out = shape[0], in = shape[1];
+    std::mt19937_64 rng(seed + adapters.targets_.size());
+    std::uniform_real_distribution<float> uniform(-1.f / std::sqrt(in),
+                                                  1.f / std::sqrt(in));
+    Tensor a({options.rank, in});
+    for (float& x : a.values()) x = uniform(rng);
+    // A rank holding rows of W (column-parallel) trains those rows of B; one
+    // holding columns (row-parallel), those columns of A.
+    const TensorPart part = params->held().Holds(named.name)
+                                ? params->held().PartOf(named.name, shape)
+                                : TensorPart{0, 0, out};
+    if (part.dim == 1) a = ColumnsOf(a, part.first, part.count);
+    const int64_t b_rows = part.dim == 0 ? part.count : out;
     Target target{stem,
                   named.value,
                   named.grad,
                   *named.value,
-                  Tensor({options.rank, in}),
-                  Tensor({options.rank, in}),
-                  Tensor({out, options.rank}),
-                  Tensor({out, options.rank})};
-    std::mt19937_64 rng(seed + adapters.targets_.size());
-    std::uniform_real_distribution<float> uniform(-1.f / std::sqrt(in),
-                                                  1.f / std::sqrt(in));
-    for (float& x : target.a.values()) x = uniform(rng);
+                  a,
+                  Tensor(a.shape()),
+                  Tensor({b_rows, options.rank}),
+                  Tensor({b_rows, options.rank})};
     adapters.targets_.push_back(std::move(target));
   }
   std::vector<std::string> unmatched;
@@ -124,14 +143,6 @@ std::vector<TrainableTensor> LoraAdapters::Adapters(bool held_only) {
     adapters.push_back({t.module + ".lora_B.weight", &t.b, &t.b_grad});
   }
   return adapters;
-}
-
-std::vector<StateTensor> LoraAdapters::State() {
-  std::vector<StateTensor> state;
-  for (const TrainableTensor& adapter : All()) {
-    state.push_back({adapter.name, adapter.value});
-  }
-  return state;
 }
 
 }  // namespace glm

@@ -33,8 +33,10 @@ class LoraAdapters {
   // A ~ U(-1/sqrt(in), 1/sqrt(in)) from `seed` (a stream per target, so
   // every rank draws the same values whatever it holds), B = 0, so training
   // starts from the base model. Targets are every 2-D weight of the whole
-  // model whose module is named, held here or not. InvalidArgument when a
-  // target module matches nothing or the rank is not positive.
+  // model whose module is named, held here or not; a rank holding part of a
+  // weight (tensor parallelism) keeps the matching part of its adapters
+  // (parallel/tensor_parallel_shard.h). InvalidArgument when a target module
+  // matches nothing or the rank is not positive.
   static absl::StatusOr<LoraAdapters> Create(ModelParameters* params,
                                              const LoraOptions& options,
                                              uint64_t seed);
@@ -50,7 +52,6 @@ class LoraAdapters {
   // Every target's adapters (each rank keeps all of them, small as they are,
   // so that any rank can write a whole LoRA checkpoint).
   std::vector<TrainableTensor> All();
-  std::vector<StateTensor> State();
   int targets() const { return static_cast<int>(targets_.size()); }
 
  private:

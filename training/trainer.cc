@@ -92,12 +92,11 @@ int GroupSize(const Collectives* group) {
 // under tensor parallelism. (Micro batches of
 // any length split: ranks' parts differ by at most a token.)
 absl::Status CheckTokenParallel(const TrainerOptions& o,
-                                const TokenParallelRank& rank,
-                                bool expert_parallel) {
-  if (o.lora && GroupSize(rank.tensor) > 1) {
+                                const TokenParallelRank& rank, bool pipeline) {
+  if (o.lora && GroupSize(rank.tensor) > 1 && pipeline) {
     return absl::UnimplementedError(
-        "parallel.tp > 1 runs without LoRA so far (context parallelism "
-        "combines with it)");
+        "training.mode: LORA with both parallel.tp > 1 and parallel.pp > 1 is "
+        "not supported yet");
   }
   return CheckTensorParallelSize(o.model, GroupSize(rank.tensor));
 }
@@ -170,8 +169,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return status;
   }
   if (token_parallel) {
-    if (absl::Status status = CheckTokenParallel(options, *token_parallel,
-                                                 expert_parallel.has_value());
+    if (absl::Status status =
+            CheckTokenParallel(options, *token_parallel, pipeline.has_value());
         !status.ok()) {
       return status;
     }
@@ -801,7 +800,10 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
 TrainingState Trainer::State() {
   TrainingState state;
   if (lora_) {
-    state.model = lora_->State();
+    for (const TrainableTensor& adapter : lora_->All()) {
+      state.model.push_back(
+          {adapter.name, Shown(adapter.name, adapter.name, adapter.value)});
+    }
   } else {
     for (const NamedTensor& named : params_->Named()) {
       // A pp rank holds only its stages' tensors.
@@ -830,8 +832,25 @@ TrainingState Trainer::State() {
   return state;
 }
 
-void Trainer::MergeAdapters() {
+absl::StatusOr<TrainingState> Trainer::MergedModelState() {
   if (lora_) lora_->Merge();
+  TrainingState merged;
+  for (const NamedTensor& named : params_->Named()) {
+    if (named.value->numel() == 0) continue;  // another rank's
+    Tensor* shown = named.value;
+    if (token_parallel_ && token_parallel_->tp() > 1 &&
+        TensorParallelDim(named.name) >= 0) {
+      absl::StatusOr<Tensor> whole =
+          GatherTensorParallel(*token_parallel_, named.name, *named.value);
+      if (!whole.ok()) return whole.status();
+      shown = WholeTensor(named.name, named.name, *named.value);
+      *shown = *std::move(whole);
+    }
+    merged.model.push_back({named.name, shown});
+  }
+  merged.iteration = iteration_;
+  merged.consumed_samples = consumed_samples_;
+  return merged;
 }
 
 absl::Status Trainer::Restore(const TrainingState& state) {

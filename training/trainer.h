@@ -131,8 +131,11 @@ class Trainer {
   // AdamW moments from all data-parallel ranks, and under tensor parallelism
   // the whole split tensors and their moments. A no-op otherwise.
   absl::Status GatherCheckpointState();
-  // The adapters merged into the base weights, as the model runs them (LoRA).
-  void MergeAdapters();
+  // The model's weights with the LoRA adapters merged, as the HF export needs
+  // them: the tensors this rank holds, split ones whole (gathered from the
+  // tensor ranks, so every rank calls it). The tensors stay owned by the
+  // trainer.
+  absl::StatusOr<TrainingState> MergedModelState();
   // After a checkpoint was loaded into State()'s tensors, restores the scalars
   // (and this rank's parts of split tensors).
   absl::Status Restore(const TrainingState& state);

@@ -10,7 +10,7 @@
 // - four processes: PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2, PP2 x CP2,
 //   and with ZeRO-1 EP2 over DP4 (experts sharded over expert-data pairs),
 //   PP2 x EP2 and TP2 x EP2 x DP2.
-// LoRA under EP2 and under PP2 exports the merged model one process exports.
+// LoRA under EP2, PP2 and TP2 exports the merged model one process exports.
 // Resumes from the ranks' shards (and from whole tensors under TP2) continue
 // the run; a killed or missing peer is a clear job error.
 #include <signal.h>
@@ -326,8 +326,10 @@ void ExpectLoraOfOneProcess(
     t.set_seq_length(64);
     t.set_export_hf_dir(dir + "/" + run + "-merged");
     t.mutable_lora()->set_rank(4);
+    // Whole, row-parallel and column-parallel weights under TP.
     t.mutable_lora()->add_target_modules("q_a_proj");
     t.mutable_lora()->add_target_modules("o_proj");
+    t.mutable_lora()->add_target_modules("kv_b_proj");
     t.mutable_lora()->set_merge_on_export(true);
     return spec;
   };
@@ -364,13 +366,13 @@ void ExpectLoraOfOneProcess(
     ExpectNear(got[i].value->values(), want[i].value->values(), want[i].name);
     changed += want[i].value->values() != before[i].value->values();
   }
-  // The targeted q_a_proj and o_proj of 8 layers and the MTP layer moved.
-  EXPECT_EQ(changed, 18);
+  // The targeted weights of 8 layers and the MTP layer moved.
+  EXPECT_EQ(changed, 27);
   // Rank 0 wrote every adapter and its moments, as one process does.
   const auto adapters = LoraCheckpointState(dir + "/two");
   const auto expected_adapters = LoraCheckpointState(dir + "/one");
   ASSERT_EQ(adapters.size(), expected_adapters.size());
-  ASSERT_EQ(adapters.size(), 18u * 2 * 3);  // A and B, value and 2 moments
+  ASSERT_EQ(adapters.size(), 27u * 2 * 3);  // A and B, value and 2 moments
   for (const auto& [name, want] : expected_adapters) {
     ExpectNear(adapters.at(name), want, name);
   }
@@ -379,6 +381,13 @@ void ExpectLoraOfOneProcess(
 TEST(LoraEndToEndTest, ExpertParallelLoraExportsTheMergedModelOfOneProcess) {
   ExpectLoraOfOneProcess(
       "lora_ep2", [](v1::ParallelSpec* parallel) { parallel->set_ep(2); });
+}
+
+// Each tensor rank trains its part of the adapters of split weights; rank 0
+// writes them whole.
+TEST(LoraEndToEndTest, TensorParallelLoraExportsTheMergedModelOfOneProcess) {
+  ExpectLoraOfOneProcess(
+      "lora_tp2", [](v1::ParallelSpec* parallel) { parallel->set_tp(2); });
 }
 
 // Each pp rank trains the adapters of its stages; rank 0 gathers all of them

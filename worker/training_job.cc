@@ -234,15 +234,9 @@ class JobCheckpoints {
   // it when the model is sharded; the writing rank finalizes). Returns the
   // folder.
   absl::StatusOr<std::string> SaveMerged(Trainer* trainer, Collectives* world) {
-    trainer->MergeAdapters();
-    TrainingState merged;
-    for (const NamedTensor& named : trainer->params().Named()) {
-      if (named.value->numel() > 0) {
-        merged.model.push_back({named.name, named.value});
-      }
-    }
-    merged.iteration = trainer->iteration();
-    merged.consumed_samples = trainer->State().consumed_samples;
+    absl::StatusOr<TrainingState> state = trainer->MergedModelState();
+    if (!state.ok()) return state.status();
+    const TrainingState& merged = *state;
     const std::string dir = save_dir_ + "/merged";
     absl::StatusOr<v1::CheckpointManifest> manifest;
     if (sharded_) {
