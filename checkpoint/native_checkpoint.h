@@ -118,8 +118,16 @@ absl::StatusOr<v1::CheckpointManifest> SaveLoraCheckpoint(
 // XXH64, and that the entries of each tensor cover its rows exactly once.
 class NativeCheckpoint {
  public:
+  // kEveryShard hashes every shard file whole at open; kReadPieces checks
+  // sizes and headers only and leaves the checksums to VerifyRows, so that a
+  // rank hashes only what it reads (one rank of a large model reads a small
+  // part of the checkpoint).
+  enum class Hashing { kEveryShard, kReadPieces };
   static absl::StatusOr<NativeCheckpoint> Open(
-      const std::string& iteration_dir);
+      const std::string& iteration_dir, Hashing hashing = Hashing::kEveryShard);
+  // DataLoss naming the shard and tensor unless every stored piece of `name`
+  // overlapping `rows` has the XXH64 its manifest entry records.
+  absl::Status VerifyRows(const std::string& name, RowRange rows) const;
 
   const v1::CheckpointManifest& manifest() const { return *manifest_; }
   const std::string& directory() const { return dir_; }
@@ -142,8 +150,9 @@ class NativeCheckpoint {
   absl::StatusOr<std::string> HfConfigJson() const;
 
  private:
-  // Sizes and checksums of the shards, then their headers.
-  absl::Status VerifyShards();
+  // Sizes (and, with kEveryShard, checksums) of the shards, then their
+  // headers.
+  absl::Status VerifyShards(Hashing hashing);
   // " in tensor 'a', 'b'": the entries of `file` whose bytes changed.
   std::string CorruptTensors(const SafetensorsFile& file) const;
   // Groups entries by tensor and checks each tensor's rows are complete.

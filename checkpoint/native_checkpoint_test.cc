@@ -181,6 +181,58 @@ TEST(NativeCheckpointTest, ReshardsFromPp2Ep2ToPp1Ep1AndBack) {
   }
 }
 
+// Flips one bit of the byte at `offset` of `path`.
+void FlipByte(const std::string& path, int64_t offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(offset);
+  char byte = 0;
+  file.read(&byte, 1);
+  byte ^= 0x10;
+  file.seekp(offset);
+  file.write(&byte, 1);
+}
+
+// A rank checks the checksums of what it reads only: a corrupted tensor in
+// rank 3's shard stops rank 3's load (naming it) and a whole-checkpoint open,
+// not rank 0's.
+TEST(NativeCheckpointTest, ARankHashesOnlyThePiecesItReads) {
+  const std::string dir = NewTempDir();
+  const v1::ParallelLayout wide = PipelineExpertLayout(2, 2, "Etttttt|ttmL");
+  const HfNameMap map = TinyNameMap(ExpertForm::kFused, wide);
+  ASSERT_TRUE(SaveAllRanks(dir, map, wide).ok());
+  const std::string iteration = IterationDirectory(dir, 7);
+  absl::StatusOr<NativeCheckpoint> checkpoint =
+      NativeCheckpoint::Open(iteration);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  const v1::TensorEntry* victim = nullptr;
+  for (const v1::TensorEntry& entry : checkpoint->manifest().tensors()) {
+    if (entry.shard_file() == "rank_00003.safetensors" &&
+        absl::StrContains(entry.name(), "model.layers.7.") &&
+        entry.nbytes() > 32) {
+      victim = &entry;
+      break;
+    }
+  }
+  ASSERT_NE(victim, nullptr);
+  const std::string name = victim->name();
+  const std::string shard = iteration + "/rank_00003.safetensors";
+  std::ifstream in(shard, std::ios::binary);
+  uint64_t header_size = 0;
+  in.read(reinterpret_cast<char*>(&header_size), 8);
+  in.close();
+  FlipByte(shard, 8 + header_size + victim->offset() + 17);
+
+  RankState rank0(map, 0, 2, true);
+  EXPECT_TRUE(LoadCheckpoint(dir, map, 0, &rank0.state()).ok());
+  RankState rank3(map, 3, 2, true);
+  const absl::Status status =
+      LoadCheckpoint(dir, map, 3, &rank3.state()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(status.message(), name)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "XXH64")) << status;
+  EXPECT_FALSE(NativeCheckpoint::Open(iteration).ok());
+}
+
 TEST(NativeCheckpointTest, FinalizeWaitsForEveryRank) {
   const std::string dir = NewTempDir();
   const v1::ParallelLayout wide = PipelineExpertLayout(2, 2, "Etttttt|ttmL");
@@ -217,16 +269,6 @@ class CorruptionTest : public ::testing::Test {
       EXPECT_EQ(target.state().iteration, 0);
     }
     return status;
-  }
-
-  void FlipByte(const std::string& path, int64_t offset) {
-    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-    file.seekg(offset);
-    char byte = 0;
-    file.read(&byte, 1);
-    byte ^= 0x10;
-    file.seekp(offset);
-    file.write(&byte, 1);
   }
 
   HfNameMap map_ =
