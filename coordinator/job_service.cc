@@ -57,7 +57,15 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
     }
     absl::StatusOr<std::vector<v1::Job>> jobs = jobs_->List(states);
     if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-    for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
+    for (v1::Job& job : *jobs) {
+      if (!request->full_manifests()) {
+        for (v1::CheckpointManifest& manifest : *job.mutable_checkpoints()) {
+          manifest.clear_tensors();
+          manifest.clear_shards();
+        }
+      }
+      *response->add_jobs() = std::move(job);
+    }
     return grpc::Status::OK;
   });
 }

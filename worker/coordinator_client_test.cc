@@ -164,6 +164,8 @@ TEST_F(CoordinatorClientTest, RanksAreAssignedAndTheJobRunsToSuccess) {
   manifest.set_job_id(id);
   manifest.set_iteration(10);
   manifest.set_directory("/ckpt/iter_0000010");
+  manifest.add_tensors()->set_name("model.norm.weight");
+  manifest.add_shards()->set_path("rank_00000.safetensors");
   ASSERT_TRUE(first.client().ReportCheckpoint(manifest).ok());
   v1::ListCheckpointsRequest list;
   list.set_job_id(id);
@@ -174,6 +176,25 @@ TEST_F(CoordinatorClientTest, RanksAreAssignedAndTheJobRunsToSuccess) {
           .ok());
   ASSERT_EQ(checkpoints.checkpoints_size(), 1);
   EXPECT_EQ(checkpoints.checkpoints(0).iteration(), 10);
+  EXPECT_EQ(checkpoints.checkpoints(0).tensors_size(), 1);
+  // A job list carries the manifests without their tensor and shard tables
+  // unless asked.
+  for (bool full : {false, true}) {
+    v1::ListJobsRequest request;
+    request.set_full_manifests(full);
+    v1::ListJobsResponse listed;
+    ASSERT_TRUE(
+        jobs_->ListJobs(connection_->NewContext().get(), request, &listed)
+            .ok());
+    for (const v1::Job& job : listed.jobs()) {
+      if (job.id() != id) continue;
+      ASSERT_EQ(job.checkpoints_size(), 1);
+      EXPECT_EQ(job.checkpoints(0).iteration(), 10);
+      EXPECT_EQ(job.checkpoints(0).tensors_size(), full ? 1 : 0);
+      EXPECT_EQ(job.checkpoints(0).shards_size(), full ? 1 : 0);
+    }
+  }
+  EXPECT_EQ(Get(id).checkpoints(0).tensors_size(), 1);
 
   ASSERT_TRUE(first.client().ReportJobResult(id, 0, 1, true, "").ok());
   EXPECT_EQ(Get(id).state(), v1::RUNNING);
