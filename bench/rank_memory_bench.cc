@@ -72,10 +72,16 @@ absl::StatusOr<RankShare> ShareFromFlags(const CommandFlags& flags,
   return share;
 }
 
-// The rank's weights, by the path the flags ask for.
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// The rank's weights, by the path the flags ask for; `init_seconds`: the time
+// InitRandom took (0 when read from a checkpoint).
 absl::StatusOr<std::unique_ptr<ModelParameters>> RankWeights(
     const CommandFlags& flags, const ModelConfig& config,
-    const HeldTensors& held) {
+    const HeldTensors& held, double* init_seconds) {
   const bool whole_first = flags.GetBool("whole-first");
   std::unique_ptr<ModelParameters> params;
   if (flags.Has("hf")) {
@@ -86,7 +92,9 @@ absl::StatusOr<std::unique_ptr<ModelParameters>> RankWeights(
   } else {
     params = std::make_unique<ModelParameters>(
         config, whole_first ? HeldTensors() : held);
+    const auto start = std::chrono::steady_clock::now();
     params->InitRandom(1);
+    *init_seconds = SecondsSince(start);
   }
   if (absl::Status status = params->KeepHeld(held); !status.ok()) {
     return status;
@@ -147,17 +155,16 @@ int Main(int argc, char** argv) {
             << " MiB\n";
   if (flags.GetBool("count-only")) return kExitOk;
   const auto start = std::chrono::steady_clock::now();
+  double init_seconds = 0;
   absl::StatusOr<std::unique_ptr<ModelParameters>> params =
-      RankWeights(flags, *config, held);
+      RankWeights(flags, *config, held, &init_seconds);
   if (!params.ok()) {
     std::cerr << params.status().message() << "\n";
     return kExitFailure;
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  std::cout << "peak RSS " << PeakResidentMiB() << " MiB, " << seconds
-            << " s\n";
+  std::cout << "peak RSS " << PeakResidentMiB() << " MiB, "
+            << SecondsSince(start) << " s (InitRandom " << init_seconds
+            << " s)\n";
   return kExitOk;
 }
 

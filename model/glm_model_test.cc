@@ -69,8 +69,8 @@ class GlmModelTest : public ::testing::Test {
   }
 
   // Directional checks of `targets` against the total loss of `model` on
-  // `batch`, halving the step while key choices or routing differ from the
-  // unperturbed run.
+  // `batch`; a probe counts only where key choices and routing equal the
+  // unperturbed run's (smaller steps, then another direction, otherwise).
   void ExpectDirectionalGradients(GlmModel& model, const Batch& batch,
                                   const std::vector<GradientTarget>& targets,
                                   double eps) {

@@ -1,9 +1,10 @@
 #include "model/parameters.h"
 
-#include <random>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "xxhash.h"
 
 namespace glm {
 namespace {
@@ -134,6 +135,23 @@ bool IsNormWeight(const std::string& name) {
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Element `index` of the standard normal sequence `key`: the SplitMix64
+// output at counter `index` gives two uniforms, Box-Muller (cosine branch)
+// turns them into a normal value. Counter-based, so any element is drawn
+// without drawing the ones before it: a rank draws only what it holds.
+float StandardNormalAt(uint64_t key, uint64_t index) {
+  uint64_t z = key + (index + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  constexpr float kTwoPow24 = 16777216.f;
+  // (0, 1]: the logarithm stays finite.
+  const float u1 = (static_cast<float>(z >> 40) + 1.f) / kTwoPow24;
+  const float u2 = static_cast<float>((z >> 8) & 0xFFFFFF) / kTwoPow24;
+  constexpr float kTwoPi = 6.28318530717958647692f;
+  return std::sqrt(-2.f * std::log(u1)) * std::cos(kTwoPi * u2);
+}
+
 }  // namespace
 
 std::vector<int64_t> HeldTensors::PartShape(
@@ -220,9 +238,8 @@ std::vector<NamedTensor> ModelParameters::Named() {
 }
 
 void ModelParameters::InitRandom(uint64_t seed, float std) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, std);
   for (NamedTensor& t : Named()) {
+    if (!held_.Holds(t.name)) continue;
     const std::vector<int64_t>& whole = WholeShape(t.name);
     std::vector<float>& v = t.value->values();
     if (t.grad == nullptr || whole.size() == 1) {
@@ -230,25 +247,16 @@ void ModelParameters::InitRandom(uint64_t seed, float std) {
       std::fill(v.begin(), v.end(), IsNormWeight(t.name) ? 1.f : 0.f);
       continue;
     }
-    // Every element of the whole tensor is drawn in order; the held runs
-    // are kept.
-    const int64_t numel = NumElements(whole);
-    int64_t drawn = 0;
-    const auto draw_to = [&](int64_t end, float* out) {
-      for (; drawn < end; ++drawn) {
-        const float x = normal(rng);
-        if (out != nullptr) *out++ = x;
-      }
-    };
-    if (held_.Holds(t.name)) {
-      const PartRuns runs = RunsOf(held_.PartOf(t.name, whole), whole);
-      for (int64_t r = 0; r < runs.count; ++r) {
-        const int64_t start = runs.first + r * runs.stride;
-        draw_to(start, nullptr);
-        draw_to(start + runs.length, v.data() + r * runs.length);
+    const uint64_t key =
+        XXH3_64bits_withSeed(t.name.data(), t.name.size(), seed);
+    const PartRuns runs = RunsOf(held_.PartOf(t.name, whole), whole);
+    float* out = v.data();
+    for (int64_t r = 0; r < runs.count; ++r) {
+      const int64_t start = runs.first + r * runs.stride;
+      for (int64_t i = start; i < start + runs.length; ++i) {
+        *out++ = std * StandardNormalAt(key, static_cast<uint64_t>(i));
       }
     }
-    draw_to(numel, nullptr);
   }
 }
 

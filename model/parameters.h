@@ -147,10 +147,10 @@ class ModelParameters {
   // Every parameter and buffer under its HF name, in a fixed order.
   std::vector<NamedTensor> Named();
   // Matrices and expert slabs ~ N(0, std), norm weights 1, biases and buffers
-  // 0. Every held element gets the value it has in a whole model initialized
-  // with the same seed: the values are drawn from one stream over every
-  // element of every tensor in Named() order, and those not held are
-  // discarded (time, not memory, grows with the whole model).
+  // 0. Element i of a tensor is a counter-based draw from (seed, the tensor's
+  // name, i), so a rank draws only the elements it holds (time and memory
+  // scale with its share) and each equals the same element of a whole model
+  // initialized with the same seed.
   void InitRandom(uint64_t seed, float std = 0.02f);
   // Keeps of each tensor only what `held` names (a subset of what is held
   // now): tensors not named become empty, whole tensors are cut to their

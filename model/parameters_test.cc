@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,45 @@ TEST(ModelParametersTest, HeldPartsInitializeAsInTheWholeModel) {
   some.InitRandom(7);
   ExpectHeldPartsOfWhole(some, whole);
   EXPECT_EQ(ValueOf(some, kNorm)->values(), ValueOf(whole, kNorm)->values());
+}
+
+// Matrices ~ N(0, std) with draws independent across elements, tensors and
+// seeds; norm weights 1, biases and buffers 0.
+TEST(ModelParametersTest, InitRandomDrawsNormalValues) {
+  constexpr float kStd = 0.5f;
+  ModelParameters params(TinyTestConfig());
+  params.InitRandom(7, kStd);
+  double sum = 0, squares = 0, lag_products = 0;
+  int64_t n = 0;
+  for (const NamedTensor& named : params.Named()) {
+    const std::vector<float>& v = named.value->values();
+    if (named.grad == nullptr || named.value->shape().size() == 1) {
+      const float constant =
+          named.name.find("norm.weight") != std::string::npos ? 1.f : 0.f;
+      for (float x : v) ASSERT_EQ(x, constant) << named.name;
+      continue;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      sum += v[i];
+      squares += double{v[i]} * v[i];
+      if (i > 0) lag_products += double{v[i]} * v[i - 1];
+    }
+    n += v.size();
+  }
+  ASSERT_GT(n, 10000);
+  // Bounds of 5 standard errors (the mean's std is kStd / sqrt(n)).
+  const double bound = 5 / std::sqrt(static_cast<double>(n));
+  EXPECT_NEAR(sum / n / kStd, 0, bound);
+  EXPECT_NEAR(squares / n / (kStd * kStd), 1, 5 * std::sqrt(2.0) * bound);
+  EXPECT_NEAR(lag_products / n / (kStd * kStd), 0, bound);
+  // Tensors of one shape, and one tensor under two seeds, differ.
+  ModelParameters other_seed(TinyTestConfig());
+  other_seed.InitRandom(8, kStd);
+  const std::string same_shape = "model.layers.2.self_attn.q_a_proj.weight";
+  EXPECT_NE(ValueOf(params, kWhole)->values(),
+            ValueOf(params, same_shape)->values());
+  EXPECT_NE(ValueOf(params, kWhole)->values(),
+            ValueOf(other_seed, kWhole)->values());
 }
 
 TEST(ModelParametersTest, KeepHeldCutsTheWholeModel) {
