@@ -8,7 +8,8 @@ from the rank-0 log, the final lm loss, and the CPU seconds (user + sys) of
 each glm-worker process, sampled from /proc while the job runs.
 
 usage (from the repository root, after
-`bazel build //cli:glmctl //worker:glm-worker`):
+`bazel build //cli:glmctl //worker:glm-worker`; GLMCTL and GLM_WORKER name
+other binaries, BENCH_CORES splits that many cores among a variant's workers):
   bench/parallel_local_bench.py [ROUNDS] [VARIANT...] [seq=N] [gbs=N] [mbs=N]
 (seq, gbs, mbs override the sequence length, global and micro batch sizes.)
 """
@@ -27,6 +28,7 @@ VARIANTS = {
     'pp2_front': (2, 2, 'Ett|ttttttmL'),
     'pp2_vpp2': (2, 2, 'Et|t|tttt|ttmL'),
     'dp2': (2, 1, None),
+    'dp4': (4, 1, None),
     'ep2': (2, 1, None),
     'tp2': (2, 1, None),
     'cp2': (2, 1, None),
@@ -36,7 +38,12 @@ VARIANTS = {
 EXPERT_PARALLEL = {'ep2': 2}
 # (tp, cp) of the variants that split each micro batch's tokens.
 TOKEN_PARALLEL = {'tp2': (2, 1), 'cp2': (1, 2), 'tp2_cp2': (2, 2)}
-WORKER = os.path.realpath('bazel-bin/worker/glm-worker')
+GLMCTL = os.environ.get('GLMCTL', 'bazel-bin/cli/glmctl')
+WORKER = os.path.realpath(
+    os.environ.get('GLM_WORKER', 'bazel-bin/worker/glm-worker'))
+# Cores to share among a variant's workers (GLM_CPU_THREADS = cores / world
+# size each); unset: every worker sizes its pool to the machine.
+CORES = int(os.environ.get('BENCH_CORES', '0'))
 TICK = os.sysconf('SC_CLK_TCK')
 
 
@@ -86,9 +93,12 @@ def worker_cpu_seconds(parent):
 def run(name, folder):
     log_path = os.path.join(folder, name + '.log')
     env = dict(os.environ, OPENBLAS_NUM_THREADS='1')
+    if CORES:
+        env['GLM_CPU_THREADS'] = str(max(1, CORES // VARIANTS[name][0]))
     with open(log_path, 'w') as log:
         job = subprocess.Popen(
-            ['bazel-bin/cli/glmctl', 'local', '--job=' + job_spec(name, folder),
+            [GLMCTL, 'local', '--job=' + job_spec(name, folder),
+             '--worker-binary=' + WORKER,
              '--state-dir=' + os.path.join(folder, 'state-' + name)],
             stdout=log, stderr=subprocess.STDOUT, env=env)
         cpu, load = {}, 0.0
