@@ -206,25 +206,18 @@ TEST(DataParallelTest, DistributedOptimizerTakesThePlainSteps) {
   EXPECT_EQ(ranks[0].state, ranks[1].state);
 }
 
+// EP2 with and without ZeRO-1 (then the dense tensors are sharded over the
+// data-parallel group and each rank updates its own experts: no expert-data
+// replicas).
 TEST(DataParallelTest, ExpertParallelTwoRanksTakeTheStepsOfOneProcess) {
   const TrainingRun single = Train(nullptr, false);
-  const std::vector<TrainingRun> ranks =
-      TrainOnTwoRanks(false, /*expert_parallel=*/true);
-  for (int rank = 0; rank < 2; ++rank) {
-    ExpectSameSteps(ranks[rank], single);
-    ExpectSameStateOfEpRank(ranks[rank], single, rank, 2);
-  }
-}
-
-// ZeRO-1 under EP2: the dense tensors are sharded over the data-parallel
-// group, each rank updates its own experts (no expert-data replicas).
-TEST(DataParallelTest, ExpertParallelWithDistributedOptimizerTakesTheSteps) {
-  const TrainingRun single = Train(nullptr, false);
-  const std::vector<TrainingRun> ranks =
-      TrainOnTwoRanks(true, /*expert_parallel=*/true);
-  for (int rank = 0; rank < 2; ++rank) {
-    ExpectSameSteps(ranks[rank], single);
-    ExpectSameStateOfEpRank(ranks[rank], single, rank, 2);
+  for (bool distributed_optimizer : {false, true}) {
+    const std::vector<TrainingRun> ranks =
+        TrainOnTwoRanks(distributed_optimizer, /*expert_parallel=*/true);
+    for (int rank = 0; rank < 2; ++rank) {
+      ExpectSameSteps(ranks[rank], single);
+      ExpectSameStateOfEpRank(ranks[rank], single, rank, 2);
+    }
   }
 }
 
