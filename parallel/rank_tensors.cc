@@ -28,8 +28,10 @@ HeldTensors HeldTensorsOf(const ModelConfig& config, const RankShare& share) {
   }
   const ExpertRange experts =
       ExpertsOfRank(config.n_routed_experts, share.ep, share.ep_rank);
+  // Parts are listed for every tensor, held or not: the part this rank holds
+  // of a tensor it holds, and would hold of one on another pp rank (LoRA
+  // keeps every adapter in this rank's tensor-parallel shape).
   for (const NamedTensor& named : shapes.Named()) {
-    if (!held.Holds(named.name)) continue;
     const int dim = TensorParallelDim(named.name);
     if (share.tp > 1 && dim >= 0) {
       const int64_t count = shapes.WholeShape(named.name)[dim] / share.tp;

@@ -66,9 +66,7 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
     for (float& x : a.values()) x = uniform(rng);
     // A rank holding rows of W (column-parallel) trains those rows of B; one
     // holding columns (row-parallel), those columns of A.
-    const TensorPart part = params->held().Holds(named.name)
-                                ? params->held().PartOf(named.name, shape)
-                                : TensorPart{0, 0, out};
+    const TensorPart part = params->held().PartOf(named.name, shape);
     if (part.dim == 1) a = ColumnsOf(a, part.first, part.count);
     const int64_t b_rows = part.dim == 0 ? part.count : out;
     Target target{stem,

@@ -33,10 +33,10 @@ class LoraAdapters {
   // A ~ U(-1/sqrt(in), 1/sqrt(in)) from `seed` (a stream per target, so
   // every rank draws the same values whatever it holds), B = 0, so training
   // starts from the base model. Targets are every 2-D weight of the whole
-  // model whose module is named, held here or not; a rank holding part of a
-  // weight (tensor parallelism) keeps the matching part of its adapters
-  // (parallel/tensor_parallel_shard.h). InvalidArgument when a target module
-  // matches nothing or the rank is not positive.
+  // model whose module is named, held here or not; where a rank holds (or on
+  // another pp rank would hold) part of a weight, it keeps the matching part
+  // of its adapters (parallel/tensor_parallel_shard.h). InvalidArgument when a
+  // target module matches nothing or the rank is not positive.
   static absl::StatusOr<LoraAdapters> Create(ModelParameters* params,
                                              const LoraOptions& options,
                                              uint64_t seed);

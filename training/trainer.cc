@@ -92,12 +92,7 @@ int GroupSize(const Collectives* group) {
 // under tensor parallelism. (Micro batches of
 // any length split: ranks' parts differ by at most a token.)
 absl::Status CheckTokenParallel(const TrainerOptions& o,
-                                const TokenParallelRank& rank, bool pipeline) {
-  if (o.lora && GroupSize(rank.tensor) > 1 && pipeline) {
-    return absl::UnimplementedError(
-        "training.mode: LORA with both parallel.tp > 1 and parallel.pp > 1 is "
-        "not supported yet");
-  }
+                                const TokenParallelRank& rank) {
   return CheckTensorParallelSize(o.model, GroupSize(rank.tensor));
 }
 
@@ -169,8 +164,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return status;
   }
   if (token_parallel) {
-    if (absl::Status status =
-            CheckTokenParallel(options, *token_parallel, pipeline.has_value());
+    if (absl::Status status = CheckTokenParallel(options, *token_parallel);
         !status.ok()) {
       return status;
     }
@@ -398,7 +392,10 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
       mine = SumInRankOrder(*pipeline_->forward, *mine);
     }
   } else if (pipeline_ && lora_) {
-    mine = SumInRankOrder(*pipeline_->forward, GradSquaredSum(updated));
+    mine = token_parallel_
+               ? TokenParallelGradSquaredSum(*token_parallel_, updated)
+               : GradSquaredSum(updated);
+    if (mine.ok()) mine = SumInRankOrder(*pipeline_->forward, *mine);
   } else if (pipeline_tensors_ && token_parallel_) {
     // Each tensor once, on its owning pp rank (split ones over the tensor
     // group).
@@ -513,9 +510,13 @@ Tensor* Trainer::Shown(const std::string& key, const std::string& param,
   return WholeTensor(key, param, *part);
 }
 
+std::vector<TrainableTensor> Trainer::Checkpointed() {
+  return lora_ ? lora_->All() : Trainable();
+}
+
 absl::Status Trainer::GatherWholeTensors() {
   if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
-  for (const TrainableTensor& param : Trainable()) {
+  for (const TrainableTensor& param : Checkpointed()) {
     if (TensorParallelDim(param.name) < 0) continue;
     for (const auto& [key, part] :
          CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {
@@ -815,7 +816,7 @@ TrainingState Trainer::State() {
     }
   }
   // LoRA: every adapter's moments (a pp rank gathers them first).
-  for (const TrainableTensor& param : lora_ ? lora_->All() : Trainable()) {
+  for (const TrainableTensor& param : Checkpointed()) {
     const auto tensors =
         CheckpointTensorsOf(param, optimizer_.MomentsOf(param));
     for (size_t i = 1; i < tensors.size(); ++i) {  // the moments
@@ -871,7 +872,7 @@ absl::Status Trainer::Restore(const TrainingState& state) {
   nan_iterations_ = state.nan_iterations;
   optimizer_.set_steps(state.optimizer_steps);
   if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
-  for (const TrainableTensor& param : Trainable()) {
+  for (const TrainableTensor& param : Checkpointed()) {
     if (TensorParallelDim(param.name) < 0) continue;
     for (const auto& [key, part] :
          CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {

@@ -172,6 +172,9 @@ class Trainer {
   // What State() shows for `part`: its whole tensor when split, else itself.
   Tensor* Shown(const std::string& key, const std::string& param, Tensor* part);
   std::vector<TrainableTensor> Trainable();
+  // What a checkpoint holds besides the model: the trainable tensors, or with
+  // LoRA every adapter (a pp rank trains only its stages').
+  std::vector<TrainableTensor> Checkpointed();
   Tensor* RouterBias(size_t layer);
   void UpdateRouterBiases(const MicroBatchTotals& totals);
   // Sums gradients (all of them, or only this rank's shard when

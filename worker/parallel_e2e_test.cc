@@ -10,7 +10,8 @@
 // - four processes: PP2 x DP2, PP2 x EP2, TP2 x DP2, PP2 x TP2, PP2 x CP2,
 //   and with ZeRO-1 EP2 over DP4 (experts sharded over expert-data pairs),
 //   PP2 x EP2 and TP2 x EP2 x DP2.
-// LoRA under EP2, PP2 and TP2 exports the merged model one process exports.
+// LoRA under EP2, PP2, TP2 and PP2 x TP2 exports the merged model one process
+// exports.
 // Resumes from the ranks' shards (and from whole tensors under TP2) continue
 // the run; a killed or missing peer is a clear job error.
 #include <signal.h>
@@ -309,7 +310,7 @@ std::map<std::string, std::vector<float>> LoraCheckpointState(
 // its part of the merged model) equal to one process's.
 void ExpectLoraOfOneProcess(
     const std::string& name,
-    const std::function<void(v1::ParallelSpec*)>& parallel) {
+    const std::function<void(v1::ParallelSpec*)>& parallel, int workers = 2) {
   const std::string dir = TempDir(name);
   v1::JobSpec pretrain =
       DataParallelSpec(WriteDocuments(dir), dir + "/pretrain", 1);
@@ -334,15 +335,15 @@ void ExpectLoraOfOneProcess(
     return spec;
   };
   TestCoordinator server(name + "_coordinator");
-  std::vector<pid_t> workers;
-  const std::string id =
-      SubmitWithWorkers(server, lora_spec("two", 2), dir, 2, &workers);
+  std::vector<pid_t> worker_pids;
+  const std::string id = SubmitWithWorkers(server, lora_spec("two", workers),
+                                           dir, workers, &worker_pids);
   std::map<int64_t, v1::StepMetrics> distributed;
   const v1::Job ended =
       WatchSteps(server, id, [&](const v1::StepMetrics& metrics) {
         distributed[metrics.iteration()] = metrics;
       });
-  StopWorkers(workers);
+  StopWorkers(worker_pids);
   ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.message();
 
   const std::map<int64_t, v1::StepMetrics> reference =
@@ -388,6 +389,19 @@ TEST(LoraEndToEndTest, ExpertParallelLoraExportsTheMergedModelOfOneProcess) {
 TEST(LoraEndToEndTest, TensorParallelLoraExportsTheMergedModelOfOneProcess) {
   ExpectLoraOfOneProcess(
       "lora_tp2", [](v1::ParallelSpec* parallel) { parallel->set_tp(2); });
+}
+
+// PP2 x TP2 on four processes: each rank trains its tensor part of its
+// stages' adapters.
+TEST(LoraEndToEndTest, PipelineTimesTensorParallelLoraMatchesOneProcess) {
+  ExpectLoraOfOneProcess(
+      "lora_pp2_tp2",
+      [](v1::ParallelSpec* parallel) {
+        parallel->set_pp(2);
+        parallel->set_layout("Etttttt|ttmL");
+        parallel->set_tp(2);
+      },
+      /*workers=*/4);
 }
 
 // Each pp rank trains the adapters of its stages; rank 0 gathers all of them
