@@ -125,14 +125,6 @@ void AddMicroBatch(Losses& losses, StageLosses* totals) {
   }
 }
 
-// A parameter's value, then its AdamW moments, under their checkpoint names.
-std::vector<std::pair<std::string, Tensor*>> CheckpointTensorsOf(
-    const TrainableTensor& param, AdamMoments& moments) {
-  return {{param.name, param.value},
-          {"exp_avg/" + param.name, &moments.exp_avg},
-          {"exp_avg_sq/" + param.name, &moments.exp_avg_sq}};
-}
-
 }  // namespace
 
 RankShare RankShareOf(const std::optional<PipelineRank>& pipeline,
@@ -420,26 +412,6 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
   return total;
 }
 
-absl::Status Trainer::GatherCheckpointState() {
-  for (const ShardedList& list :
-       shards_ ? ShardedLists(Trainable()) : std::vector<ShardedList>()) {
-    std::vector<Tensor*> exp_avg, exp_avg_sq;
-    for (const TrainableTensor& param : list.tensors) {
-      AdamMoments& moments = optimizer_.MomentsOf(param);
-      exp_avg.push_back(&moments.exp_avg);
-      exp_avg_sq.push_back(&moments.exp_avg_sq);
-    }
-    for (const std::vector<Tensor*>* moments : {&exp_avg, &exp_avg_sq}) {
-      if (absl::Status status = list.shards->AllGather(*list.group, *moments);
-          !status.ok()) {
-        return status;
-      }
-    }
-  }
-  if (absl::Status status = GatherLoraAdapters(); !status.ok()) return status;
-  return GatherWholeTensors();
-}
-
 absl::Status Trainer::CheckLoraUnderPipeline() {
   if (!lora_) return absl::OkStatus();
   const std::set<std::string> shared(pipeline_tensors_->shared.begin(),
@@ -451,79 +423,6 @@ absl::Status Trainer::CheckLoraUnderPipeline() {
       return absl::UnimplementedError(absl::StrCat(
           "training.lora.target_modules: ", base,
           " is read on several pipeline stages; LoRA on it needs pp 1"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::GatherLoraAdapters() {
-  if (!lora_ || !pipeline_) return absl::OkStatus();
-  // Each adapter (and its moments) is current on the pp rank that trains it;
-  // the others add zeros.
-  std::set<const Tensor*> trained;
-  for (const TrainableTensor& adapter : lora_->Trainable()) {
-    trained.insert(adapter.value);
-  }
-  std::vector<Tensor*> tensors;
-  for (const TrainableTensor& adapter : lora_->All()) {
-    for (const auto& [key, tensor] :
-         CheckpointTensorsOf(adapter, optimizer_.MomentsOf(adapter))) {
-      if (trained.count(adapter.value) == 0) tensor->SetZero();
-      tensors.push_back(tensor);
-    }
-  }
-  std::vector<float> packed;
-  for (const Tensor* tensor : tensors) {
-    packed.insert(packed.end(), tensor->values().begin(),
-                  tensor->values().end());
-  }
-  if (absl::Status status = pipeline_->forward->AllReduce(
-          packed.data(), static_cast<int64_t>(packed.size()), ReduceOp::kSum);
-      !status.ok()) {
-    return status;
-  }
-  auto next = packed.begin();
-  for (Tensor* tensor : tensors) {
-    std::copy_n(next, tensor->numel(), tensor->values().begin());
-    next += tensor->numel();
-  }
-  return absl::OkStatus();
-}
-
-Tensor* Trainer::WholeTensor(const std::string& key, const std::string& param,
-                             const Tensor& part) {
-  auto it = whole_tensors_.find(key);
-  if (it == whole_tensors_.end()) {
-    std::vector<int64_t> shape = part.shape();
-    shape[TensorParallelDim(param)] *= token_parallel_->tp();
-    it = whole_tensors_.emplace(key, Tensor(shape)).first;
-  }
-  return &it->second;
-}
-
-Tensor* Trainer::Shown(const std::string& key, const std::string& param,
-                       Tensor* part) {
-  if (!token_parallel_ || token_parallel_->tp() == 1 ||
-      TensorParallelDim(param) < 0) {
-    return part;
-  }
-  return WholeTensor(key, param, *part);
-}
-
-std::vector<TrainableTensor> Trainer::Checkpointed() {
-  return lora_ ? lora_->All() : Trainable();
-}
-
-absl::Status Trainer::GatherWholeTensors() {
-  if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
-  for (const TrainableTensor& param : Checkpointed()) {
-    if (TensorParallelDim(param.name) < 0) continue;
-    for (const auto& [key, part] :
-         CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {
-      absl::StatusOr<Tensor> whole =
-          GatherTensorParallel(*token_parallel_, param.name, *part);
-      if (!whole.ok()) return whole.status();
-      *WholeTensor(key, param.name, *part) = *std::move(whole);
     }
   }
   return absl::OkStatus();
@@ -796,91 +695,6 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
     if (!load.empty()) metrics.add_expert_load_imbalance(LoadImbalance(load));
   }
   return metrics;
-}
-
-TrainingState Trainer::State() {
-  TrainingState state;
-  if (lora_) {
-    for (const TrainableTensor& adapter : lora_->All()) {
-      state.model.push_back(
-          {adapter.name, Shown(adapter.name, adapter.name, adapter.value)});
-    }
-  } else {
-    for (const NamedTensor& named : params_->Named()) {
-      // A pp rank holds only its stages' tensors.
-      if (pipeline_tensors_ && pipeline_tensors_->used.count(named.name) == 0) {
-        continue;
-      }
-      state.model.push_back(
-          {named.name, Shown(named.name, named.name, named.value)});
-    }
-  }
-  // LoRA: every adapter's moments (a pp rank gathers them first).
-  for (const TrainableTensor& param : Checkpointed()) {
-    const auto tensors =
-        CheckpointTensorsOf(param, optimizer_.MomentsOf(param));
-    for (size_t i = 1; i < tensors.size(); ++i) {  // the moments
-      const auto& [key, part] = tensors[i];
-      state.optimizer.push_back({key, Shown(key, param.name, part)});
-    }
-  }
-  state.optimizer_steps = optimizer_.steps();
-  state.iteration = iteration_;
-  state.consumed_samples = consumed_samples_;
-  state.skipped_iterations = skipped_iterations_;
-  state.nan_iterations = nan_iterations_;
-  state.rng_seed = options_.seed;
-  return state;
-}
-
-absl::StatusOr<TrainingState> Trainer::MergedModelState() {
-  if (lora_) lora_->Merge();
-  TrainingState merged;
-  for (const NamedTensor& named : params_->Named()) {
-    if (named.value->numel() == 0) continue;  // another rank's
-    Tensor* shown = named.value;
-    if (token_parallel_ && token_parallel_->tp() > 1 &&
-        TensorParallelDim(named.name) >= 0) {
-      absl::StatusOr<Tensor> whole =
-          GatherTensorParallel(*token_parallel_, named.name, *named.value);
-      if (!whole.ok()) return whole.status();
-      shown = WholeTensor(named.name, named.name, *named.value);
-      *shown = *std::move(whole);
-    }
-    merged.model.push_back({named.name, shown});
-  }
-  merged.iteration = iteration_;
-  merged.consumed_samples = consumed_samples_;
-  return merged;
-}
-
-absl::Status Trainer::Restore(const TrainingState& state) {
-  if (state.iteration < 0 || state.iteration > options_.train_iters) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint iteration ", state.iteration,
-        " is outside [0, train_iters=", options_.train_iters, "]"));
-  }
-  if (state.consumed_samples != state.iteration * options_.global_batch_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint consumed_samples ", state.consumed_samples,
-                     " does not match iteration ", state.iteration,
-                     " x global_batch_size ", options_.global_batch_size));
-  }
-  iteration_ = state.iteration;
-  consumed_samples_ = state.consumed_samples;
-  skipped_iterations_ = state.skipped_iterations;
-  nan_iterations_ = state.nan_iterations;
-  optimizer_.set_steps(state.optimizer_steps);
-  if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
-  for (const TrainableTensor& param : Checkpointed()) {
-    if (TensorParallelDim(param.name) < 0) continue;
-    for (const auto& [key, part] :
-         CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {
-      *part = TensorParallelPartOf(*token_parallel_, param.name,
-                                   *WholeTensor(key, param.name, *part));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace glm
