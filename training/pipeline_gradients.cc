@@ -1,6 +1,5 @@
 #include "training/pipeline_gradients.h"
 
-#include "training/grad_clip.h"
 #include "training/gradient_sync.h"
 
 namespace glm {
@@ -23,14 +22,6 @@ absl::Status SumSharedGradients(Collectives& pipeline,
       std::set<std::string>(tensors.shared.begin(), tensors.shared.end()));
   if (shared.empty()) return absl::OkStatus();
   return AllReduceGradients(pipeline, shared);
-}
-
-absl::StatusOr<double> PipelineGradSquaredSum(
-    Collectives& pipeline, const PipelineTensors& tensors,
-    const std::vector<TrainableTensor>& trainable) {
-  // Each tensor counts once, on its owning rank.
-  return SumInRankOrder(
-      pipeline, GradSquaredSum(SelectTrainable(trainable, tensors.owned)));
 }
 
 }  // namespace glm

@@ -1,8 +1,8 @@
 // Gradient reduction and norm for a pp rank that keeps only its stages'
 // tensors current (parallel/stage_parameters.h): the pipeline group sums the
 // gradients of the tensors read on several ranks (the embedding for MTP or a
-// tied head) rather than every gradient of the model, and the global norm
-// adds each tensor once, on its owning rank.
+// tied head) rather than every gradient of the model; the global norm adds
+// each tensor once, on its owning rank (PipelineTensors::owned).
 #ifndef GLM_TRAINING_PIPELINE_GRADIENTS_H_
 #define GLM_TRAINING_PIPELINE_GRADIENTS_H_
 
@@ -29,12 +29,6 @@ std::vector<TrainableTensor> SelectTrainable(
 absl::Status SumSharedGradients(Collectives& pipeline,
                                 const PipelineTensors& tensors,
                                 const std::vector<TrainableTensor>& trainable);
-
-// The whole model's squared gradient norm: each rank's owned gradients'
-// sum of squares, summed over `pipeline`. Call after SumSharedGradients.
-absl::StatusOr<double> PipelineGradSquaredSum(
-    Collectives& pipeline, const PipelineTensors& tensors,
-    const std::vector<TrainableTensor>& trainable);
 
 }  // namespace glm
 

@@ -331,85 +331,38 @@ std::vector<TrainableTensor> Trainer::UpdatedHere(
   return updated;
 }
 
-absl::StatusOr<double> Trainer::ExpertShardsGradSquaredSum(
+absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     const std::vector<TrainableTensor>& updated) {
-  // This rank's shard of the tensors it owns: the dense part summed over the
-  // data-parallel group (split tensors over the tensor group first), the
-  // experts over their expert-data and expert groups, then the pp ranks'.
-  const ExpertSplit split = SplitRoutedExperts(
-      *params_, !pipeline_tensors_ || lora_
-                    ? updated
-                    : SelectTrainable(updated, pipeline_tensors_->owned));
+  // Each tensor counts once: on its owning pp rank (a LoRA rank's adapters
+  // are all its own: CheckLoraUnderPipeline), split ones over the tensor
+  // group, a distributed-optimizer shard over the data-parallel group, and a
+  // routed expert over its expert-data and expert groups.
+  const std::vector<TrainableTensor> owned =
+      pipeline_tensors_ && !lora_
+          ? SelectTrainable(updated, pipeline_tensors_->owned)
+          : updated;
+  ExpertSplit split;
+  if (expert_parallel_) {
+    split = SplitRoutedExperts(*params_, owned);
+  } else {
+    split.dense = owned;
+  }
   absl::StatusOr<double> dense =
       token_parallel_
           ? TokenParallelGradSquaredSum(*token_parallel_, split.dense)
           : GradSquaredSum(split.dense);
-  if (dense.ok()) dense = SumInRankOrder(*data_parallel_, *dense);
+  if (dense.ok() && shards_) dense = SumInRankOrder(*data_parallel_, *dense);
   if (!dense.ok()) return dense.status();
   absl::StatusOr<double> experts = GradSquaredSum(split.experts);
   if (expert_shards_) {
     experts = SumInRankOrder(*expert_parallel_->expert_data, *experts);
-    if (!experts.ok()) return experts.status();
   }
-  experts = SumInRankOrder(*expert_parallel_->experts, *experts);
+  if (experts.ok() && expert_parallel_) {
+    experts = SumInRankOrder(*expert_parallel_->experts, *experts);
+  }
   if (!experts.ok()) return experts.status();
   if (!pipeline_) return *dense + *experts;
   return SumInRankOrder(*pipeline_->forward, *dense + *experts);
-}
-
-absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
-    const std::vector<TrainableTensor>& updated) {
-  // Each tensor counts once, on its owning pp rank; an expert on its ep rank.
-  if (expert_parallel_ && shards_) return ExpertShardsGradSquaredSum(updated);
-  absl::StatusOr<double> mine;
-  // A LoRA rank's adapters are its own (their targets are read by one pp
-  // rank only: CheckLoraUnderPipeline).
-  const bool all_owned = !pipeline_tensors_ || lora_;
-  if (expert_parallel_) {
-    const std::vector<TrainableTensor> owned =
-        all_owned ? updated
-                  : SelectTrainable(updated, pipeline_tensors_->owned);
-    const ExpertSplit split = SplitRoutedExperts(*params_, owned);
-    // Dense tensors once (split ones over the tensor group), each ep rank's
-    // experts once.
-    absl::StatusOr<double> dense =
-        token_parallel_
-            ? TokenParallelGradSquaredSum(*token_parallel_, split.dense)
-            : GradSquaredSum(split.dense);
-    mine = dense.ok() ? SumInRankOrder(*expert_parallel_->experts,
-                                       GradSquaredSum(split.experts))
-                      : dense.status();
-    if (mine.ok()) mine = *dense + *mine;
-    if (mine.ok() && pipeline_) {
-      mine = SumInRankOrder(*pipeline_->forward, *mine);
-    }
-  } else if (pipeline_ && lora_) {
-    mine = token_parallel_
-               ? TokenParallelGradSquaredSum(*token_parallel_, updated)
-               : GradSquaredSum(updated);
-    if (mine.ok()) mine = SumInRankOrder(*pipeline_->forward, *mine);
-  } else if (pipeline_tensors_ && token_parallel_) {
-    // Each tensor once, on its owning pp rank (split ones over the tensor
-    // group).
-    mine = TokenParallelGradSquaredSum(
-        *token_parallel_, SelectTrainable(updated, pipeline_tensors_->owned));
-    if (mine.ok()) mine = SumInRankOrder(*pipeline_->forward, *mine);
-  } else if (pipeline_tensors_) {
-    mine = PipelineGradSquaredSum(*pipeline_->forward, *pipeline_tensors_,
-                                  updated);
-  } else if (token_parallel_) {
-    mine = TokenParallelGradSquaredSum(*token_parallel_, updated);
-  } else {
-    mine = GradSquaredSum(updated);
-  }
-  if (!mine.ok() || !shards_) return mine;
-  float total = static_cast<float>(*mine);
-  if (absl::Status status =
-          data_parallel_->AllReduce(&total, 1, ReduceOp::kSum);
-      !status.ok()) {
-    return status;
-  }
-  return total;
 }
 
 absl::Status Trainer::CheckLoraUnderPipeline() {

@@ -195,9 +195,6 @@ class Trainer {
   };
   std::vector<ShardedList> ShardedLists(
       const std::vector<TrainableTensor>& trainable) const;
-  // The squared norm under expert parallelism with the distributed optimizer.
-  absl::StatusOr<double> ExpertShardsGradSquaredSum(
-      const std::vector<TrainableTensor>& updated);
   // Squared gradient norm over every rank's updated tensors.
   absl::StatusOr<double> GradSquaredSumOverShards(
       const std::vector<TrainableTensor>& updated);
