@@ -11,16 +11,17 @@
 // - Index arrays use -1 for "no entry" (a query with fewer selectable keys
 //   than k).
 //
-// Today every Tensor lives in host memory, and the model reads a few small
-// index arrays on the host (the router's choices, to build each expert's token
-// list). A device backend also needs Tensor storage that it allocates (or
-// managed memory) and those indices copied back; the op list stays as it is.
+// A device backend owns the memory its ops read: allocator() is where the
+// model allocates its activations and index arrays (kernels/device_memory.h),
+// and every pointer an op receives lives there. The CPU backend works on host
+// memory (allocator() is null).
 #ifndef GLM_KERNELS_BACKEND_H_
 #define GLM_KERNELS_BACKEND_H_
 
 #include <cstdint>
 #include <string>
 
+#include "kernels/device_memory.h"
 #include "kernels/tensor.h"
 
 namespace glm {
@@ -38,6 +39,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
+  // Where tensors for this backend's ops live; null: host memory.
+  virtual Allocator* allocator() { return nullptr; }
 
   // ---- dense algebra ----
   // y = x w^T (+ y when accumulate). x [n, in], w [out, in], y [n, out].

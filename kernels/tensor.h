@@ -1,9 +1,10 @@
 // Host tensors and the strided matrix views the backend ops work on.
 //
-// A Tensor owns contiguous float32 storage with a shape. Ops never see Tensors:
-// they take MatrixViews (pointer, rows, cols, row stride), so a column range of
-// a tensor, one head's rows, or one expert's weight slab is passed without a
-// copy (as ggml views do).
+// A Tensor owns contiguous float32 storage with a shape, in host memory or on
+// a device (kernels/device_memory.h). Ops never see Tensors: they take
+// MatrixViews (pointer, rows, cols, row stride), so a column range of a tensor,
+// one head's rows, or one expert's weight slab is passed without a copy (as
+// ggml views do). A view points where its tensor lives.
 #ifndef GLM_KERNELS_TENSOR_H_
 #define GLM_KERNELS_TENSOR_H_
 
@@ -12,6 +13,8 @@
 #include <cstdint>
 #include <numeric>
 #include <vector>
+
+#include "kernels/device_memory.h"
 
 namespace glm {
 
@@ -78,22 +81,106 @@ inline int64_t NumElements(const std::vector<int64_t>& shape) {
                          [](int64_t a, int64_t b) { return a * b; });
 }
 
-// Owning, contiguous, zero-initialized float32 tensor.
+// The elements of a tensor: a host vector, or a DeviceBuffer from the
+// allocator that was current when the tensor was made (kernels/
+// device_memory.h). Copies stay where the original lives.
+template <typename T>
+class TensorStorage {
+ public:
+  TensorStorage() = default;
+  // `fill` must be 0 or, for integers, -1 when `allocator` is a device.
+  TensorStorage(int64_t size, T fill, Allocator* allocator) : size_(size) {
+    if (allocator == nullptr) {
+      host_.assign(size, fill);
+      return;
+    }
+    device_ = DeviceBuffer(allocator, size * sizeof(T));
+    assert(fill == T{0} || fill == T(-1));
+    if (size > 0) allocator->Fill(device_.data(), fill == T{0} ? 0 : 0xff,
+                                  size * sizeof(T));
+  }
+
+  int64_t size() const { return size_; }
+  bool on_host() const { return device_.allocator() == nullptr; }
+  Allocator* allocator() const { return device_.allocator(); }
+  T* data() {
+    return on_host() ? host_.data() : static_cast<T*>(device_.data());
+  }
+  const T* data() const {
+    return on_host() ? host_.data() : static_cast<const T*>(device_.data());
+  }
+  std::vector<T>& host() {
+    assert(on_host());
+    return host_;
+  }
+  const std::vector<T>& host() const {
+    assert(on_host());
+    return host_;
+  }
+  void SetZero() {
+    if (on_host()) {
+      std::fill(host_.begin(), host_.end(), T{0});
+    } else if (size_ > 0) {
+      allocator()->Fill(device_.data(), 0, size_ * sizeof(T));
+    }
+  }
+  // Copies `other`'s elements (same size) into this storage, wherever each
+  // of the two lives.
+  void CopyFrom(const TensorStorage& other) {
+    assert(other.size_ == size_);
+    const size_t bytes = size_ * sizeof(T);
+    if (bytes == 0) return;
+    if (on_host() && other.on_host()) {
+      std::copy(other.host_.begin(), other.host_.end(), host_.begin());
+    } else if (on_host()) {
+      other.allocator()->CopyToHost(host_.data(), other.data(), bytes);
+    } else if (other.on_host()) {
+      allocator()->CopyFromHost(device_.data(), other.data(), bytes);
+    } else {
+      assert(allocator() == other.allocator());
+      allocator()->CopyWithin(device_.data(), other.data(), bytes);
+    }
+  }
+
+ private:
+  int64_t size_ = 0;
+  std::vector<T> host_;
+  DeviceBuffer device_;
+};
+
+// Owning, contiguous, zero-initialized float32 tensor, in host memory or on
+// the current allocator's device.
 class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::vector<int64_t> shape)
-      : shape_(std::move(shape)), data_(NumElements(shape_), 0.f) {}
+      : Tensor(std::move(shape), CurrentAllocator()) {}
+  // `allocator` null: host memory.
+  Tensor(std::vector<int64_t> shape, Allocator* allocator)
+      : shape_(std::move(shape)),
+        storage_(NumElements(shape_), 0.f, allocator) {}
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }
-  int64_t numel() const { return static_cast<int64_t>(data_.size()); }
-  bool empty() const { return data_.empty(); }
-  float* data() { return data_.data(); }
-  const float* data() const { return data_.data(); }
-  std::vector<float>& values() { return data_; }
-  const std::vector<float>& values() const { return data_; }
-  void SetZero() { std::fill(data_.begin(), data_.end(), 0.f); }
+  int64_t numel() const { return storage_.size(); }
+  bool empty() const { return storage_.size() == 0; }
+  bool on_host() const { return storage_.on_host(); }
+  // Null for host memory.
+  Allocator* allocator() const { return storage_.allocator(); }
+  float* data() { return storage_.data(); }
+  const float* data() const { return storage_.data(); }
+  // The elements of a host tensor.
+  std::vector<float>& values() { return storage_.host(); }
+  const std::vector<float>& values() const { return storage_.host(); }
+  void SetZero() { storage_.SetZero(); }
+  // A copy of this tensor on `allocator` (null: host memory).
+  Tensor CopyTo(Allocator* allocator) const {
+    Tensor copy(shape_, allocator);
+    copy.storage_.CopyFrom(storage_);
+    return copy;
+  }
+  // Copies the elements of `other` (the same number) into this tensor.
+  void CopyFrom(const Tensor& other) { storage_.CopyFrom(other.storage_); }
 
   // The tensor as [numel / last dim, last dim].
   MatrixView Matrix() {
@@ -119,7 +206,7 @@ class Tensor {
 
  private:
   std::vector<int64_t> shape_;
-  std::vector<float> data_;
+  TensorStorage<float> storage_;
 };
 
 // Owning int32 tensor (token ids, top-k indices, expert indices). -1 marks "no
@@ -128,20 +215,40 @@ class IndexTensor {
  public:
   IndexTensor() = default;
   explicit IndexTensor(std::vector<int64_t> shape, int32_t fill = 0)
-      : shape_(std::move(shape)), data_(NumElements(shape_), fill) {}
+      : IndexTensor(std::move(shape), fill, CurrentAllocator()) {}
+  IndexTensor(std::vector<int64_t> shape, int32_t fill, Allocator* allocator)
+      : shape_(std::move(shape)),
+        storage_(NumElements(shape_), fill, allocator) {}
+  // `values` as a [values.size()] tensor on the current allocator.
+  static IndexTensor FromHost(const std::vector<int32_t>& values) {
+    IndexTensor host({static_cast<int64_t>(values.size())}, 0, nullptr);
+    host.values() = values;
+    return host.CopyTo(CurrentAllocator());
+  }
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }
-  int64_t numel() const { return static_cast<int64_t>(data_.size()); }
-  bool empty() const { return data_.empty(); }
-  int32_t* data() { return data_.data(); }
-  const int32_t* data() const { return data_.data(); }
-  std::vector<int32_t>& values() { return data_; }
-  const std::vector<int32_t>& values() const { return data_; }
+  int64_t numel() const { return storage_.size(); }
+  bool empty() const { return storage_.size() == 0; }
+  bool on_host() const { return storage_.on_host(); }
+  Allocator* allocator() const { return storage_.allocator(); }
+  int32_t* data() { return storage_.data(); }
+  const int32_t* data() const { return storage_.data(); }
+  std::vector<int32_t>& values() { return storage_.host(); }
+  const std::vector<int32_t>& values() const { return storage_.host(); }
+  IndexTensor CopyTo(Allocator* allocator) const {
+    IndexTensor copy(shape_, 0, allocator);
+    copy.storage_.CopyFrom(storage_);
+    return copy;
+  }
+  // The elements, copied to the host when they live on a device.
+  std::vector<int32_t> HostValues() const {
+    return on_host() ? values() : CopyTo(nullptr).values();
+  }
 
  private:
   std::vector<int64_t> shape_;
-  std::vector<int32_t> data_;
+  TensorStorage<int32_t> storage_;
 };
 
 }  // namespace glm

@@ -35,10 +35,12 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
     ExpertActivations& e = (*experts)[id];
     const int64_t rows = static_cast<int64_t>(e.tokens.size());
     if (rows == 0) continue;
+    e.op_tokens = IndexTensor::FromHost(e.tokens);
+    e.op_slots = IndexTensor::FromHost(e.slots);
     e.weight = Tensor({rows, 1});
-    backend.EmbeddingForward(weight_rows, e.slots.data(), e.weight.Matrix());
+    backend.EmbeddingForward(weight_rows, e.op_slots.data(), e.weight.Matrix());
     e.x = Tensor({rows, x.cols});
-    backend.EmbeddingForward(x, e.tokens.data(), e.x.Matrix());
+    backend.EmbeddingForward(x, e.op_tokens.data(), e.x.Matrix());
     e.mlp.gate_up = Tensor({rows, 2 * inter});
     e.mlp.hidden = Tensor({rows, inter});
     e.out = Tensor({rows, x.cols});
@@ -49,7 +51,7 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                           gate_up.Columns(inter, inter), e.mlp.hidden.Matrix());
     backend.Linear(e.mlp.hidden.Matrix(), p.experts_down.value.Slab(id),
                    e.out.Matrix(), false);
-    backend.ScatterAddRows(e.out.Matrix(), e.tokens.data(), e.weight.data(),
+    backend.ScatterAddRows(e.out.Matrix(), e.op_tokens.data(), e.weight.data(),
                            out);
   }
 }
@@ -64,10 +66,10 @@ void ExpertsBackward(Backend& backend, MoeParameters& p,
     const int64_t rows = static_cast<int64_t>(e.tokens.size());
     if (rows == 0) continue;
     Tensor dexpert_out({rows, dout.cols}), dweight({rows, 1});
-    backend.ScatterAddRowsBackward(e.out.Matrix(), e.tokens.data(),
+    backend.ScatterAddRowsBackward(e.out.Matrix(), e.op_tokens.data(),
                                    e.weight.data(), dout, dexpert_out.Matrix(),
                                    dweight.data());
-    backend.ScatterAddRows(dweight.Matrix(), e.slots.data(), nullptr,
+    backend.ScatterAddRows(dweight.Matrix(), e.op_slots.data(), nullptr,
                            dweight_rows);
     Tensor dhidden({rows, inter}), dgate_up({rows, 2 * inter}),
         dx_rows({rows, dout.cols});
@@ -81,7 +83,7 @@ void ExpertsBackward(Backend& backend, MoeParameters& p,
                            dgu.Columns(0, inter), dgu.Columns(inter, inter));
     backend.LinearBackward(e.x.Matrix(), p.experts_gate_up.value.Slab(id), dgu,
                            dx_rows.Matrix(), p.experts_gate_up.grad.Slab(id));
-    backend.ScatterAddRows(dx_rows.Matrix(), e.tokens.data(), nullptr, dx);
+    backend.ScatterAddRows(dx_rows.Matrix(), e.op_tokens.data(), nullptr, dx);
   }
 }
 

@@ -55,11 +55,14 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
       !valid.ok()) {
     return valid;
   }
+  // Activations and index arrays live where the backend's ops read them.
+  AllocatorScope on_backend(backend_->allocator());
   absl::StatusOr<TokenLayout> layout =
       MakeTokenLayout(batch.input_ids.size(), batch.cu_seqlens);
   if (!layout.ok()) return layout.status();
   layout_ = *std::move(layout);
   ids_ = batch.input_ids;
+  op_ids_ = IndexTensor::FromHost(ids_);
 
   ForwardResult result;
   ForwardLayers(&result);
@@ -81,8 +84,8 @@ void GlmModel::ForwardLayers(ForwardResult* result) {
   const int layers = config.num_hidden_layers;
   hidden_.assign(layers + 1, Tensor());
   hidden_[0] = Tensor({n, hidden});
-  backend_->EmbeddingForward(params_->embed_tokens.value.Matrix(), ids_.data(),
-                             hidden_[0].Matrix());
+  backend_->EmbeddingForward(params_->embed_tokens.value.Matrix(),
+                             op_ids_.data(), hidden_[0].Matrix());
   layers_.assign(layers, DecoderLayerActivations());
   for (int i = 0; i < layers; ++i) {
     const int source = config.index_sharing.SourceLayer(i + 1) - 1;
@@ -108,7 +111,8 @@ void GlmModel::ForwardHead(const std::vector<float>& loss_mask,
   logits_ = Tensor({n, config.vocab_size});
   backend_->Linear(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
                    logits_.Matrix(), false);
-  lm_targets_ = LossTargets(ids_, loss_mask, layout_, 1, &lm_count_);
+  lm_targets_ = IndexTensor::FromHost(
+      LossTargets(ids_, loss_mask, layout_, 1, &lm_count_));
   if (lm_count_ > 0) {
     result->lm_loss =
         backend_->CrossEntropyForward(logits_.Matrix(), lm_targets_.data()) /
@@ -127,7 +131,8 @@ void GlmModel::ForwardMtp(const std::vector<float>& loss_mask,
   MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
              params_->OutputHead(), spec_, ids_, layout_,
              hidden_.back().Matrix(), shared, &mtp_[0]);
-  mtp_targets_ = LossTargets(ids_, loss_mask, layout_, 2, &mtp_count_);
+  mtp_targets_ = IndexTensor::FromHost(
+      LossTargets(ids_, loss_mask, layout_, 2, &mtp_count_));
   if (mtp_count_ > 0) {
     result->mtp_loss = backend_->CrossEntropyForward(mtp_[0].logits.Matrix(),
                                                      mtp_targets_.data()) /
@@ -149,6 +154,7 @@ absl::Status GlmModel::Backward() {
   if (!has_forward_) {
     return absl::FailedPreconditionError("Backward needs a Forward first");
   }
+  AllocatorScope on_backend(backend_->allocator());
   const int64_t n = layout_.tokens, hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
   BackwardHead(dh.Matrix());
@@ -160,7 +166,7 @@ absl::Status GlmModel::Backward() {
                          dh_in.Matrix());
     dh = std::move(dh_in);
   }
-  backend_->EmbeddingBackward(dh.Matrix(), ids_.data(),
+  backend_->EmbeddingBackward(dh.Matrix(), op_ids_.data(),
                               params_->embed_tokens.grad.Matrix());
   if (spec_.experts != nullptr) return spec_.experts->status();
   return absl::OkStatus();

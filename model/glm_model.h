@@ -94,13 +94,14 @@ class GlmModel {
   // Saved by Forward.
   bool has_forward_ = false;
   std::vector<int32_t> ids_;
+  IndexTensor op_ids_;  // ids_ where the backend's ops read them
   TokenLayout layout_;
   std::vector<Tensor>
       hidden_;  // hidden_[i] = input of layer i; hidden_[L] before norm
   std::vector<DecoderLayerActivations> layers_;
   Tensor final_normed_, final_rstd_;
   Tensor logits_;
-  std::vector<int32_t> lm_targets_, mtp_targets_;
+  IndexTensor lm_targets_, mtp_targets_;
   int64_t lm_count_ = 0, mtp_count_ = 0;
   std::vector<MtpActivations> mtp_;
 };

@@ -268,9 +268,9 @@ TEST_F(LayersTest, MtpLayerGradients) {
   MtpActivations acts;
   run(&acts);
   // Token t+1 of the same sequence, 0 at each sequence's end.
-  EXPECT_EQ(acts.next_ids[4], 0);
-  EXPECT_EQ(acts.next_ids[3], ids[4]);
-  EXPECT_EQ(acts.next_ids[8], 0);
+  EXPECT_EQ(acts.next_ids.values()[4], 0);
+  EXPECT_EQ(acts.next_ids.values()[3], ids[4]);
+  EXPECT_EQ(acts.next_ids.values()[8], 0);
   MtpBackward(backend_, p, params_.embed_tokens, params_.lm_head, spec, layout_,
               x_.Matrix(), acts, r.Matrix(), dx_.Matrix());
   auto loss = [&] {

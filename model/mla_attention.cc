@@ -51,6 +51,7 @@ struct AttentionRows {
   TokenRows chunk;   // the queries: this rank's context chunk
   TokenRange local;  // x's rows: its tensor-parallel part of the chunk's rows
   std::vector<int32_t> positions;  // of the chunk's tokens
+  IndexTensor op_positions;        // the same where the ops read them
 };
 
 AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
@@ -58,8 +59,9 @@ AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
   TokenParallel& parallel = spec.parallel ? *spec.parallel : one_rank;
   TokenRows chunk = parallel.ChunkRows(layout.tokens);
   std::vector<int32_t> positions = chunk.Select(layout.positions);
+  IndexTensor op_positions = IndexTensor::FromHost(positions);
   return {parallel, std::move(chunk), parallel.LocalInChunk(layout.tokens),
-          std::move(positions)};
+          std::move(positions), std::move(op_positions)};
 }
 
 // Keys and values of all tokens from the chunk's compressed latents.
@@ -89,7 +91,7 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
   backend.Copy(kv_rows.Columns(0, nope), acts->key.Matrix().Columns(0, nope));
   Tensor k_rope({all, rope});
   backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope),
-                      layout.positions.data(), 1, spec.rope_theta,
+                      layout.op_positions.data(), 1, spec.rope_theta,
                       k_rope.Matrix());
   for (int64_t h = 0; h < heads; ++h) {
     backend.Copy(k_rope.Matrix(), KeyRopeOfHead(acts->key, spec, h));
@@ -138,7 +140,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   ConstMatrixView xc = rows.parallel.tp() > 1 ? acts->x_chunk.Matrix() : x;
   const int64_t n = xc.rows, heads = spec.heads, nope = spec.nope_dim,
                 rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
-  const int32_t* pos = rows.positions.data();
+  const int32_t* pos = rows.op_positions.data();
   // Queries.
   acts->q_a = Tensor({n, spec.q_lora_rank});
   acts->q_a_rstd = Tensor({n});
@@ -160,7 +162,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   // Key selection.
   if (p.has_indexer) {
     IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
-                   layout, rows.chunk, rows.positions.data(), rows.parallel,
+                   layout, rows.chunk, rows.op_positions.data(), rows.parallel,
                    &acts->indexer, &acts->own_topk);
     acts->topk = &acts->own_topk;
   } else {
@@ -210,7 +212,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   const int64_t n = xc.rows, all = layout.tokens, heads = spec.heads,
                 nope = spec.nope_dim, rope = spec.rope_dim, qk = spec.qk_dim(),
                 vdim = spec.v_dim;
-  const int32_t* pos = rows.positions.data();
+  const int32_t* pos = rows.op_positions.data();
   Tensor dattn({n, heads * vdim});
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
@@ -232,7 +234,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   }
   Tensor dkv_a({all, spec.kv_lora_rank + rope}),
       dlatent({all, spec.kv_lora_rank});
-  backend.RopeBackward(dk_rope.Matrix(), layout.positions.data(), 1,
+  backend.RopeBackward(dk_rope.Matrix(), layout.op_positions.data(), 1,
                        spec.rope_theta,
                        dkv_a.Matrix().Columns(spec.kv_lora_rank, rope));
   backend.LinearBackward(acts.latent.Matrix(), p.kv_b_proj.value.Matrix(),
@@ -267,7 +269,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          p.q_a_proj.grad.Matrix());
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
     IndexerBackward(backend, p.indexer, spec.indexer, xc, acts.q_resid.Matrix(),
-                    layout, rows.positions.data(), rows.parallel, acts.indexer);
+                    layout, rows.op_positions.data(), rows.parallel, acts.indexer);
   }
   // The chunk's input gradient is a partial sum on each tensor rank.
   if (split) {

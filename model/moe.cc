@@ -24,14 +24,14 @@ void MoeForward(Backend& backend, const MoeParameters& p,
   backend.RouterForward(logits.Matrix(), p.e_score_correction_bias.data(), spec,
                         acts->scores.Matrix(), acts->weights.Matrix(),
                         acts->choice.data());
+  // The experts' token lists are built on the host (one copy per layer).
+  const std::vector<int32_t> choice = acts->choice.HostValues();
   acts->load.assign(num_experts, 0);
-  for (int64_t slot = 0; slot < n * spec.top_k; ++slot) {
-    ++acts->load[acts->choice.data()[slot]];
-  }
+  for (const int32_t expert : choice) ++acts->load[expert];
   // Shared experts write `out`; routed experts add their weighted rows to it.
   MlpForward(backend, p.shared_experts, x, out, /*accumulate=*/false,
              &acts->shared);
-  experts.Forward(backend, p, x, acts->choice.data(), acts->weights.Matrix(),
+  experts.Forward(backend, p, x, choice.data(), acts->weights.Matrix(),
                   out, &acts->routed);
 }
 

@@ -19,8 +19,8 @@ void MtpForward(Backend& backend, const MtpParameters& p,
   const int64_t n = h_main.rows, hidden = h_main.cols;
   // h_main holds this rank's rows (all of them without token parallelism).
   const std::vector<int32_t> next = NextTokenIds(ids, layout);
-  acts->next_ids =
-      LocalRowsOf(spec.attention.parallel, layout.tokens).Select(next);
+  acts->next_ids = IndexTensor::FromHost(
+      LocalRowsOf(spec.attention.parallel, layout.tokens).Select(next));
   acts->embedded = Tensor({n, hidden});
   backend.EmbeddingForward(embed.value.Matrix(), acts->next_ids.data(),
                            acts->embedded.Matrix());

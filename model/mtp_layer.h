@@ -16,8 +16,7 @@
 namespace glm {
 
 struct MtpActivations {
-  std::vector<int32_t>
-      next_ids;     // ids[t+1] within the sequence, 0 at its last token
+  IndexTensor next_ids;  // ids[t+1] within the sequence, 0 at its last token
   Tensor embedded;  // [n, hidden]
   Tensor concat;    // [n, 2 * hidden]: enorm(embedded) | hnorm(h_main)
   Tensor e_rstd, h_rstd;

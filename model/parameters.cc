@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <cassert>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -286,6 +287,31 @@ absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
   }
   held_ = held;
   return absl::OkStatus();
+}
+
+std::unique_ptr<ModelParameters> MirrorParameters(ModelParameters& params,
+                                                  Allocator* allocator) {
+  AllocatorScope on_device(allocator);
+  auto mirror =
+      std::make_unique<ModelParameters>(params.config(), params.held());
+  CopyValues(params, *mirror);
+  return mirror;
+}
+
+void CopyValues(ModelParameters& from, ModelParameters& to) {
+  std::vector<NamedTensor> source = from.Named(), target = to.Named();
+  assert(source.size() == target.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    target[i].value->CopyFrom(*source[i].value);
+  }
+}
+
+void CopyGradients(ModelParameters& from, ModelParameters& to) {
+  std::vector<NamedTensor> source = from.Named(), target = to.Named();
+  assert(source.size() == target.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i].grad != nullptr) target[i].grad->CopyFrom(*source[i].grad);
+  }
 }
 
 void ModelParameters::ZeroGrad() {

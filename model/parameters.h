@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -175,6 +176,16 @@ class ModelParameters {
   HeldTensors held_;
   std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };
+
+// A model with the config and held tensors of `params` whose tensors live on
+// `allocator` (null: host memory): its values copied from `params`, its
+// gradients zero. A device backend computes on such a mirror.
+std::unique_ptr<ModelParameters> MirrorParameters(ModelParameters& params,
+                                                  Allocator* allocator);
+// Copy every value (or gradient) of `from` into the same tensor of `to`, a
+// model with the same held tensors, wherever each of the two lives.
+void CopyValues(ModelParameters& from, ModelParameters& to);
+void CopyGradients(ModelParameters& from, ModelParameters& to);
 
 }  // namespace glm
 

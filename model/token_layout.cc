@@ -30,6 +30,8 @@ absl::StatusOr<TokenLayout> MakeTokenLayout(
       layout.seq_end.push_back(bounds[s + 1]);
     }
   }
+  layout.op_positions = IndexTensor::FromHost(layout.positions);
+  layout.op_seq_start = IndexTensor::FromHost(layout.seq_start);
   return layout;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/tensor.h"
 
 namespace glm {
 
@@ -17,6 +18,9 @@ struct TokenLayout {
   std::vector<int32_t> positions;  // restarts at 0 in every sequence
   std::vector<int32_t> seq_start;  // first token of the token's sequence
   std::vector<int32_t> seq_end;    // one past its last token
+  // positions and seq_start where the backend's ops read them: copies on the
+  // allocator current when the layout was made (host copies without one).
+  IndexTensor op_positions, op_seq_start;
 };
 
 // cu_seqlens: 0 = c_0 < c_1 < ... < c_m = tokens. Empty means one sequence.

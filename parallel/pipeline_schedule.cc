@@ -30,6 +30,8 @@ void Accumulate(const StageLosses& micro, StageLosses* total) {
 class SendQueue {
  public:
   absl::Status Send(Collectives& group, Tensor values, int peer) {
+    // Collectives read host memory: a device tensor travels through a copy.
+    if (!values.on_host()) values = values.CopyTo(nullptr);
     sends_.push_back({std::move(values), nullptr});
     Entry& entry = sends_.back();
     absl::StatusOr<std::unique_ptr<PendingSend>> pending =

@@ -68,6 +68,8 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
                                                 const Tensor& input,
                                                 StageActivations* acts) {
   const ModelConfig& config = params_->config();
+  // Activations and index arrays live where the backend's ops read them.
+  AllocatorScope on_backend(backend_->allocator());
   absl::StatusOr<TokenLayout> layout =
       MakeTokenLayout(batch.input_ids.size(), batch.cu_seqlens);
   if (!layout.ok()) return layout.status();
@@ -81,18 +83,19 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
     }
   }
   acts->local_ids = Rows(acts->layout.tokens).Select(acts->ids);
+  acts->op_local_ids = IndexTensor::FromHost(acts->local_ids);
   const int64_t n = acts->local_ids.size(), hidden = config.hidden_size;
   acts->hidden.assign(1, Tensor({n, hidden}));
   if (first()) {
     backend_->EmbeddingForward(params_->embed_tokens.value.Matrix(),
-                               acts->local_ids.data(),
+                               acts->op_local_ids.data(),
                                acts->hidden[0].Matrix());
   } else if (input.numel() != n * hidden) {
     return absl::InvalidArgumentError(
         absl::StrCat("stage ", stage_.stage, ": input has ", input.numel(),
                      " values, expected ", n, " x ", hidden));
   } else {
-    acts->hidden[0] = input;
+    acts->hidden[0] = input.CopyTo(backend_->allocator());
   }
   StageLosses losses;
   const int all_layers = config.num_hidden_layers + params_->mtp.size();
@@ -140,8 +143,8 @@ void StageModel::ForwardHead(const std::vector<float>& loss_mask,
                    params_->OutputHead().value.Matrix(), acts->logits.Matrix(),
                    false);
   // The count is over all tokens: each rank adds its rows' part of the mean.
-  acts->lm_targets = rows.Select(
-      LossTargets(acts->ids, loss_mask, acts->layout, 1, &acts->lm_count));
+  acts->lm_targets = IndexTensor::FromHost(rows.Select(
+      LossTargets(acts->ids, loss_mask, acts->layout, 1, &acts->lm_count)));
   if (acts->lm_count > 0) {
     losses->lm_loss = backend_->CrossEntropyForward(acts->logits.Matrix(),
                                                     acts->lm_targets.data()) /
@@ -157,10 +160,10 @@ void StageModel::ForwardMtp(const std::vector<float>& loss_mask,
   MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
              params_->OutputHead(), spec_, acts->ids, acts->layout,
              acts->hidden.back().Matrix(), shared, &acts->mtp[0]);
-  acts->mtp_targets =
+  acts->mtp_targets = IndexTensor::FromHost(
       Rows(acts->layout.tokens)
           .Select(LossTargets(acts->ids, loss_mask, acts->layout, 2,
-                              &acts->mtp_count));
+                              &acts->mtp_count)));
   if (acts->mtp_count > 0) {
     losses->mtp_loss =
         backend_->CrossEntropyForward(acts->mtp[0].logits.Matrix(),
@@ -172,6 +175,7 @@ void StageModel::ForwardMtp(const std::vector<float>& loss_mask,
 
 absl::Status StageModel::Backward(const StageActivations& acts,
                                   const Tensor& d_output, Tensor* d_input) {
+  AllocatorScope on_backend(backend_->allocator());
   const int64_t n = acts.local_ids.size();
   const int64_t hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
@@ -182,7 +186,7 @@ absl::Status StageModel::Backward(const StageActivations& acts,
         absl::StrCat("stage ", stage_.stage, ": output gradient has ",
                      d_output.numel(), " values, expected ", n, " x ", hidden));
   } else {
-    dh = d_output;
+    dh = d_output.CopyTo(backend_->allocator());
   }
   for (int i = end_ - 1; i >= first_; --i) {
     Tensor dh_in({n, hidden});
@@ -192,7 +196,7 @@ absl::Status StageModel::Backward(const StageActivations& acts,
     dh = std::move(dh_in);
   }
   if (first()) {
-    backend_->EmbeddingBackward(dh.Matrix(), acts.local_ids.data(),
+    backend_->EmbeddingBackward(dh.Matrix(), acts.op_local_ids.data(),
                                 params_->embed_tokens.grad.Matrix());
   } else {
     *d_input = std::move(dh);

@@ -30,6 +30,7 @@ namespace glm {
 struct StageActivations {
   std::vector<int32_t> ids;        // all tokens of the micro batch
   std::vector<int32_t> local_ids;  // this rank's rows of them
+  IndexTensor op_local_ids;        // the same where the backend reads them
   TokenLayout layout;
   // hidden[i]: input of the stage's i-th layer; hidden.back(): the output
   // (before the final norm on the last stage).
@@ -37,7 +38,7 @@ struct StageActivations {
   std::vector<DecoderLayerActivations> layers;
   // Last stage only.
   Tensor final_normed, final_rstd, logits;
-  std::vector<int32_t> lm_targets, mtp_targets;
+  IndexTensor lm_targets, mtp_targets;
   int64_t lm_count = 0, mtp_count = 0;
   std::vector<MtpActivations> mtp;
 };

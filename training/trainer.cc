@@ -236,8 +236,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       absl::StatusOr<StageSlice> whole = WholeModelStage(options.model);
       if (!whole.ok()) return whole.status();
       absl::StatusOr<StageModel> stage =
-          StageModel::Create(trainer->params_.get(), trainer->backend_.get(),
-                             options.loss, *whole);
+          StageModel::Create(trainer->compute_params(),
+                             trainer->backend_.get(), options.loss, *whole);
       if (!stage.ok()) return stage.status();
       stage->set_token_parallel(parallel.get());
       trainer->stages_.push_back(*std::move(stage));
@@ -254,8 +254,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   if (pipeline) {
     for (const StageSlice& slice : pipeline->stages) {
-      absl::StatusOr<StageModel> stage = StageModel::Create(
-          trainer->params_.get(), trainer->backend_.get(), options.loss, slice);
+      absl::StatusOr<StageModel> stage =
+          StageModel::Create(trainer->compute_params(),
+                             trainer->backend_.get(), options.loss, slice);
       if (!stage.ok()) return stage.status();
       stage->set_expert_dispatcher(trainer->expert_dispatcher_.get());
       stage->set_token_parallel(trainer->token_parallel_.get());
@@ -295,10 +296,14 @@ Trainer::Trainer(const TrainerOptions& options,
       data_(std::move(data)),
       params_(std::move(params)),
       backend_(std::move(backend)),
-      model_(std::make_unique<GlmModel>(params_.get(), backend_.get(),
-                                        options.loss)),
       optimizer_(options.adamw),
-      data_parallel_(data_parallel) {}
+      data_parallel_(data_parallel) {
+  if (backend_->allocator() != nullptr) {
+    device_params_ = MirrorParameters(*params_, backend_->allocator());
+  }
+  model_ = std::make_unique<GlmModel>(compute_params(), backend_.get(),
+                                      options.loss);
+}
 
 std::vector<Trainer::ShardedList> Trainer::ShardedLists(
     const std::vector<TrainableTensor>& trainable) const {
@@ -555,10 +560,15 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   const int dp = data_parallel_size();
   params_->ZeroGrad();
   if (lora_) lora_->Merge();
+  if (device_params_) {
+    CopyValues(*params_, *device_params_);
+    device_params_->ZeroGrad();
+  }
   MicroBatchTotals totals;
   if (absl::Status status = RunMicroBatches(&totals); !status.ok()) {
     return status;
   }
+  if (device_params_) CopyGradients(*device_params_, *params_);
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
   if (lora_) lora_->AdapterGradients();
@@ -643,7 +653,9 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   metrics.set_grad_norm(grad_norm);
   metrics.set_skipped_iterations(skipped_iterations_);
   metrics.set_nan_iterations(nan_iterations_);
-  metrics.set_peak_memory_bytes(PeakResidentBytes());
+  metrics.set_peak_memory_bytes(backend_->allocator() != nullptr
+                                     ? backend_->allocator()->peak_bytes()
+                                     : PeakResidentBytes());
   for (const std::vector<int64_t>& load : totals.expert_load) {
     if (!load.empty()) metrics.add_expert_load_imbalance(LoadImbalance(load));
   }

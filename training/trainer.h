@@ -204,7 +204,15 @@ class Trainer {
 
   TrainerOptions options_;
   std::unique_ptr<TrainingData> data_;
+  // The fp32 weights, gradients the optimizer reads, and everything the
+  // checkpoints and collectives see, in host memory.
   std::unique_ptr<ModelParameters> params_;
+  // On a device backend: the copy the model computes on (values copied in
+  // before each step, gradients copied out after its micro batches).
+  std::unique_ptr<ModelParameters> device_params_;
+  ModelParameters* compute_params() {
+    return device_params_ ? device_params_.get() : params_.get();
+  }
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GlmModel> model_;
   AdamW optimizer_;

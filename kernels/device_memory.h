@@ -1,0 +1,79 @@
+// Where tensors live when they do not live in host memory.
+//
+// A device backend owns an Allocator (kernels/cuda/cuda_allocator.h: a
+// stream-ordered caching pool). Tensors constructed while an AllocatorScope is
+// active on the thread take their storage from that allocator (a model pass on
+// a device backend allocates its activations there); otherwise they live in
+// host memory. Moving data between the two is always an explicit copy.
+#ifndef GLM_KERNELS_DEVICE_MEMORY_H_
+#define GLM_KERNELS_DEVICE_MEMORY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace glm {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual std::string Name() const = 0;
+  // Never fails: an allocation the device cannot hold aborts with a message
+  // naming the size and the bytes in use (training cannot continue anyway).
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* data) = 0;
+  // Sets every byte to `byte`; like the copies, ordered after every op
+  // already issued on the device's stream.
+  virtual void Fill(void* data, int byte, size_t bytes) = 0;
+  virtual void CopyWithin(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for the device: the host may read `dst` when it returns.
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Bytes held by live allocations now, and the most ever held at once.
+  virtual int64_t bytes_in_use() const = 0;
+  virtual int64_t peak_bytes() const = 0;
+  virtual void ResetPeak() = 0;
+};
+
+// The allocator tensors constructed on this thread use; null: host memory.
+Allocator* CurrentAllocator();
+
+// Makes `allocator` current on this thread for the scope's lifetime (scopes
+// nest; null selects host memory).
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(Allocator* allocator);
+  ~AllocatorScope();
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
+
+ private:
+  Allocator* previous_;
+};
+
+// An owning, untyped allocation from an Allocator.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Allocator* allocator, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer& other);
+  DeviceBuffer& operator=(const DeviceBuffer& other);
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Allocator* allocator() const { return allocator_; }
+
+ private:
+  void Release();
+
+  Allocator* allocator_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_DEVICE_MEMORY_H_
