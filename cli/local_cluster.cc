@@ -101,7 +101,10 @@ absl::Status LocalCluster::SpawnWorker(int index,
   const std::string log = WorkerLog(index);
   std::vector<std::string> args = {
       options_.worker_binary, "--coordinator=" + connection_.target,
-      "--token-file=" + token_file, "--device=cpu", "--exit-with-parent"};
+      "--token-file=" + token_file,
+      options_.gpus == 0 ? std::string("--device=cpu")
+                         : absl::StrCat("--device=cuda:", index % options_.gpus),
+      "--exit-with-parent"};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -20,6 +20,9 @@ struct LocalClusterOptions {
   std::string state_dir;
   int workers = 1;
   std::string worker_binary;
+  // 0: CPU workers. Otherwise worker i runs on GPU i % gpus (more workers
+  // than GPUs share them).
+  int gpus = 0;
 };
 
 class LocalCluster {

@@ -10,6 +10,7 @@
 #include "checkpoint/file_util.h"
 #include "cli/command_flags.h"
 #include "cli/local_cluster.h"
+#include "kernels/backend_factory.h"
 #include "data/packed_sft_dataset.h"
 #include "data/text_preprocess.h"
 #include "data/tokenizer.h"
@@ -33,7 +34,9 @@ CommandFlags DeclareFlags() {
       "job",
       "job spec JSON; default: pretrain glm5.2-tiny on the shipped corpus "
       "(examples/pretrain.json)");
-  flags.Add("workers", "CPU workers to start (default: the job's world size)");
+  flags.Add("workers", "workers to start (default: the job's world size)");
+  flags.Add("device",
+            "cpu, or cuda: one worker per visible GPU (sets the job's device)");
   flags.Add("state-dir",
             "folder for the coordinator's job store, data, checkpoints, "
             "exports and logs",
@@ -270,6 +273,18 @@ int RunLocal(const std::vector<std::string>& args) {
       return kExitUsage;
     }
   }
+  int gpus = 0;
+  if (flags.Has("device")) spec->set_device(flags.Get("device"));
+  if (spec->device() == "cuda") {
+    absl::StatusOr<int> count = CudaDeviceCount();
+    if (!count.ok()) {
+      std::cerr << "glmctl local: --device=cuda: " << count.status().message()
+                << "\n";
+      return kExitFailure;
+    }
+    gpus = *count;
+    if (!flags.Has("workers")) workers = std::max(workers, gpus);
+  }
   const fs::path state_dir =
       fs::absolute(UserDirectory() / flags.Get("state-dir"));
   if (absl::Status prepared = PrepareData(state_dir, &*spec, std::cout);
@@ -286,14 +301,16 @@ int RunLocal(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start({state_dir.string(), workers, *worker_binary});
+      LocalCluster::Start({state_dir.string(), workers, *worker_binary, gpus});
   if (!cluster.ok()) {
     std::cerr << "glmctl local: " << cluster.status().message() << "\n";
     return kExitFailure;
   }
   std::cout << "local cluster: coordinator on "
             << (*cluster)->connection().target << ", " << workers
-            << " CPU worker(s), state in " << state_dir.string() << "\n";
+            << (gpus > 0 ? absl::StrCat(" worker(s) on ", gpus, " GPU(s)")
+                         : std::string(" CPU worker(s)"))
+            << ", state in " << state_dir.string() << "\n";
   absl::StatusOr<JobOutcome> outcome =
       SubmitAndFollow((*cluster)->connection(), *spec, std::cout);
   if (!outcome.ok()) {

@@ -10,7 +10,7 @@
 #include "checkpoint/hf_weight_loader.h"
 #include "cli/command_flags.h"
 #include "cli/npy_writer.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/backend_factory.h"
 #include "model/glm_model.h"
 
 namespace glm {
@@ -18,12 +18,15 @@ namespace {
 
 CommandFlags DeclareFlags() {
   CommandFlags flags(
-      "glmctl model forward --hf=DIR --tokens=FILE --out=FILE.npy [--loss]");
+      "glmctl model forward --hf=DIR --tokens=FILE --out=FILE.npy [--loss] "
+      "[--device=cuda:0 --precision=fp32|bf16]");
   flags.Add("hf", "HF checkpoint folder (config.json + safetensors)");
   flags.Add("tokens",
             "one sequence per line, space-separated token ids, equal lengths");
   flags.Add("out", "float32 logits [batch, seq, vocab] as .npy");
   flags.AddBool("loss", "print the mean next-token loss");
+  flags.Add("device", "cpu, or cuda:N", "cpu");
+  flags.Add("precision", "fp32, or bf16 on a GPU (default: bf16 on a GPU)");
   return flags;
 }
 
@@ -39,15 +42,22 @@ absl::Status Forward(const CommandFlags& flags) {
   absl::StatusOr<std::unique_ptr<ModelParameters>> params =
       LoadHfModel(flags.Get("hf"));
   if (!params.ok()) return params.status();
-  CpuBackend backend;
-  GlmModel model(params->get(), &backend);
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeBackend(flags.Get("device"), flags.Get("precision"));
+  if (!backend.ok()) return backend.status();
+  std::unique_ptr<ModelParameters> on_device =
+      (*backend)->allocator() == nullptr
+          ? nullptr
+          : MirrorParameters(**params, (*backend)->allocator());
+  GlmModel model(on_device ? on_device.get() : params->get(), backend->get());
   absl::StatusOr<ForwardResult> result =
       model.Forward(Batch::FromSequences(*rows));
   if (!result.ok()) return result.status();
+  const Tensor logits = result->logits.CopyTo(nullptr);
   const int64_t batch = rows->size(), seq = rows->front().size();
   const int64_t vocab = (*params)->config().vocab_size;
   if (absl::Status written = WriteNpyFloat32(
-          flags.Get("out"), {batch, seq, vocab}, result->logits.values());
+          flags.Get("out"), {batch, seq, vocab}, logits.values());
       !written.ok()) {
     return written;
   }

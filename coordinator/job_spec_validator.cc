@@ -208,6 +208,16 @@ absl::StatusOr<JobPlan> ValidateJobSpec(const v1::JobSpec& spec) {
                       absl::StrCat("must be \"cpu\" or \"cuda\", got \"",
                                    spec.device(), "\""));
   }
+  if (!spec.precision().empty() && spec.precision() != "fp32" &&
+      spec.precision() != "bf16") {
+    return FieldError("precision",
+                      absl::StrCat("must be \"fp32\" or \"bf16\", got \"",
+                                   spec.precision().substr(0, 32), "\""));
+  }
+  if (spec.precision() == "bf16" && spec.device() != "cuda") {
+    return FieldError("precision",
+                      "bf16 runs on \"cuda\" only; the CPU computes in fp32");
+  }
   if (spec.scheduling_timeout_seconds() < 0) {
     return FieldError("scheduling_timeout_seconds",
                       absl::StrCat("must not be negative, got ",

@@ -11,8 +11,9 @@
 namespace glm {
 
 AssignmentRunner::AssignmentRunner(CoordinatorClient* client,
-                                   std::function<void(const std::string&)> log)
-    : client_(client), log_(std::move(log)) {}
+                                   std::function<void(const std::string&)> log,
+                                   std::string device)
+    : client_(client), log_(std::move(log)), device_(std::move(device)) {}
 
 void AssignmentRunner::Serve() {
   client_->StartHeartbeats(
@@ -81,7 +82,8 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
   };
   RendezvousStore rendezvous(client_->connection(),
                              assignment.rendezvous().scope());
-  const absl::Status result = RunTrainingJob(assignment, hooks, &rendezvous);
+  const absl::Status result =
+      RunTrainingJob(assignment, hooks, &rendezvous, device_);
   log_(absl::StrCat("job ", job, " finished: ", result.ToString()));
   absl::Status reported =
       client_->ReportJobResult(job, assignment.rank(), assignment.attempt(),

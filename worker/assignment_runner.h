@@ -18,8 +18,10 @@ namespace glm {
 class AssignmentRunner {
  public:
   // `log` receives progress lines. Neither pointer is owned.
+  // `device` is the worker's ("cpu" or "cuda:N").
   AssignmentRunner(CoordinatorClient* client,
-                   std::function<void(const std::string&)> log);
+                   std::function<void(const std::string&)> log,
+                   std::string device = "cpu");
 
   // Heartbeats, then serves assignments until Shutdown (or the stream fails,
   // after which it reconnects with backoff). A coordinator that no longer
@@ -38,6 +40,7 @@ class AssignmentRunner {
 
   CoordinatorClient* client_;
   std::function<void(const std::string&)> log_;
+  std::string device_;
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> stop_job_{false};
 };

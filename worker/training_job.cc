@@ -12,7 +12,7 @@
 #include "checkpoint/native_checkpoint.h"
 #include "coordinator/job_spec_validator.h"
 #include "data/gpt_dataset.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/backend_factory.h"
 #include "parallel/rank_tensors.h"
 #include "training/log_line.h"
 #include "worker/job_groups.h"
@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
 
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
     const v1::JobSpec& spec, const ModelConfig& model,
+    const std::string& device,
     Collectives* data_parallel, std::optional<PipelineRank> pipeline,
     std::optional<ExpertParallelRank> expert_parallel,
     std::optional<TokenParallelRank> token_parallel) {
@@ -90,13 +91,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
       HeldTensorsOf(model,
                     RankShareOf(pipeline, expert_parallel, token_parallel)));
   if (!params.ok()) return params.status();
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeBackend(device, spec.precision());
+  if (!backend.ok()) return backend.status();
   return Trainer::Create(options, std::move(*data), std::move(*params),
-                         std::make_unique<CpuBackend>(), data_parallel,
+                         *std::move(backend), data_parallel,
                          std::move(pipeline), expert_parallel, token_parallel);
 }
 
-absl::Status CheckSupported(const v1::Assignment& assignment) {
+absl::Status CheckSupported(const v1::Assignment& assignment,
+                            const std::string& device) {
   const v1::JobSpec& spec = assignment.spec();
+  const std::string wanted = spec.device().empty() ? "cpu" : spec.device();
+  if (wanted != (device == "cpu" ? "cpu" : "cuda")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device: the job asks for ", wanted, ", this worker runs on ", device));
+  }
   if (!spec.training().export_hf_dir().empty() &&
       spec.training().save_dir().empty()) {
     return absl::InvalidArgumentError(
@@ -106,11 +116,6 @@ absl::Status CheckSupported(const v1::Assignment& assignment) {
   if (absl::Status status = CheckSupportedParallelism(spec.parallel());
       !status.ok()) {
     return status;
-  }
-  if (!spec.device().empty() && spec.device() != "cpu") {
-    return absl::UnimplementedError(
-        absl::StrCat("device: '", spec.device(),
-                     "' has no training backend in this worker; use \"cpu\""));
   }
   if (spec.training().mode() == v1::LORA &&
       !spec.training().export_hf_dir().empty() &&
@@ -423,8 +428,9 @@ std::optional<TokenParallelRank> TokenParallelRankOf(ProcessGroups* groups) {
 
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
                             const TrainingJobHooks& hooks,
-                            RendezvousStore* rendezvous) {
-  if (absl::Status status = CheckSupported(assignment); !status.ok()) {
+                            RendezvousStore* rendezvous,
+                            const std::string& device) {
+  if (absl::Status status = CheckSupported(assignment, device); !status.ok()) {
     return status;
   }
   absl::StatusOr<JobPlan> plan = ValidateJobSpec(assignment.spec());
@@ -447,7 +453,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
     }
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      BuildTrainer(assignment.spec(), plan->model,
+      BuildTrainer(assignment.spec(), plan->model, device,
                    groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline,
                    ExpertParallelRankOf(groups ? &*groups : nullptr),
                    TokenParallelRankOf(groups ? &*groups : nullptr));

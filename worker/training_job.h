@@ -39,9 +39,11 @@ absl::StatusOr<std::string> DataPathFromSpec(const v1::DataSpec& data);
 // rendezvous timeout; a peer that does not arrive is an error naming the
 // group, not a hang. Every rank calls hooks.on_step; all stop after the same
 // iteration when any is asked to. Rank 0 writes the checkpoints.
+// `device` is the worker's: "cpu" or "cuda:N".
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
                             const TrainingJobHooks& hooks,
-                            RendezvousStore* rendezvous = nullptr);
+                            RendezvousStore* rendezvous = nullptr,
+                            const std::string& device = "cpu");
 
 }  // namespace glm
 

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/command_flags.h"
+#include "kernels/backend_factory.h"
 #include "rpc/client_connection.h"
 #include "worker/assignment_runner.h"
 #include "worker/coordinator_client.h"
@@ -154,7 +155,18 @@ int Main(int argc, char** argv) {
   CoordinatorClient client(std::make_shared<ClientConnection>(*options));
   v1::RegisterWorkerRequest request =
       DescribeThisHost(*kind, flags.Get("address"));
-  if (*kind == v1::CUDA) request.set_gpu_count(1);
+  if (*kind == v1::CUDA) {
+    // The GPU must exist before the worker offers it.
+    absl::StatusOr<DeviceDescription> gpu = DescribeDevice(flags.Get("device"));
+    if (!gpu.ok()) {
+      std::cerr << "glm-worker: --device=" << flags.Get("device") << ": "
+                << gpu.status().message() << "\n";
+      return kExitFailure;
+    }
+    request.set_gpu_count(1);
+    request.set_gpu_name(gpu->name);
+    request.set_gpu_memory_bytes(gpu->memory_bytes);
+  }
   if (absl::Status registered =
           RegisterWithRetry(client, request, register_timeout_s);
       !registered.ok()) {
@@ -164,7 +176,7 @@ int Main(int argc, char** argv) {
   }
   Log(absl::StrCat("glm-worker ", client.worker_id(), ": registered with ",
                    flags.Get("coordinator"), " (", flags.Get("device"), ")"));
-  AssignmentRunner runner(&client, Log);
+  AssignmentRunner runner(&client, Log, flags.Get("device"));
   std::thread signals([&] {
     const int signal = AwaitStopSignal();
     Log(absl::StrCat(

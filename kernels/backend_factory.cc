@@ -1,0 +1,119 @@
+#include "kernels/backend_factory.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_backend.h"
+
+#ifdef GLM_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace glm {
+namespace {
+
+// The N of "cuda:N".
+absl::StatusOr<int> CudaOrdinal(const std::string& device) {
+  int ordinal = -1;
+  if (!absl::StartsWith(device, "cuda:") ||
+      !absl::SimpleAtoi(device.substr(5), &ordinal) || ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be cpu or cuda:N, got '", device, "'"));
+  }
+  return ordinal;
+}
+
+absl::Status CheckPrecision(const std::string& precision, bool gpu) {
+  if (precision.empty() || precision == "fp32") return absl::OkStatus();
+  if (precision == "bf16") {
+    if (gpu) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "precision: bf16 runs on a GPU only; the CPU backend computes in fp32");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "precision must be fp32 or bf16, got '", precision.substr(0, 32), "'"));
+}
+
+}  // namespace
+
+#ifdef GLM_WITH_CUDA
+
+absl::StatusOr<int> CudaDeviceCount() {
+  int count = 0;
+  if (cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no usable CUDA device (", cudaGetErrorString(status), ")"));
+  }
+  return count;
+}
+
+absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
+  if (device == "cpu") return DeviceDescription{"cpu", 0};
+  absl::StatusOr<int> ordinal = CudaOrdinal(device);
+  if (!ordinal.ok()) return ordinal.status();
+  absl::StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(device, ": ", count.status().message()));
+  }
+  if (*ordinal >= *count) {
+    return absl::NotFoundError(absl::StrCat(device,
+                                            " does not exist: this machine has ",
+                                            *count, " CUDA device(s)"));
+  }
+  cudaDeviceProp props;
+  if (cudaError_t status = cudaGetDeviceProperties(&props, *ordinal);
+      status != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat(device, ": ", cudaGetErrorString(status)));
+  }
+  return DeviceDescription{props.name,
+                           static_cast<int64_t>(props.totalGlobalMem)};
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
+    const std::string& device, const std::string& precision) {
+  const bool gpu = device != "cpu";
+  if (absl::Status status = CheckPrecision(precision, gpu); !status.ok()) {
+    return status;
+  }
+  if (!gpu) return std::unique_ptr<Backend>(new CpuBackend());
+  absl::StatusOr<DeviceDescription> described = DescribeDevice(device);
+  if (!described.ok()) return described.status();
+  CudaBackendOptions options;
+  options.device = *CudaOrdinal(device);
+  options.precision = precision == "fp32" ? cuda::Precision::kFp32
+                                          : cuda::Precision::kBf16;
+  return MakeCudaBackend(options);
+}
+
+#else  // !GLM_WITH_CUDA
+
+absl::StatusOr<int> CudaDeviceCount() {
+  return absl::FailedPreconditionError(
+      "this binary was built without CUDA (build with --config=cuda)");
+}
+
+absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
+  if (device == "cpu") return DeviceDescription{"cpu", 0};
+  absl::StatusOr<int> ordinal = CudaOrdinal(device);
+  if (!ordinal.ok()) return ordinal.status();
+  return absl::FailedPreconditionError(absl::StrCat(
+      device, ": this binary was built without CUDA (build with --config=cuda)"));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
+    const std::string& device, const std::string& precision) {
+  if (absl::Status status = CheckPrecision(precision, device != "cpu");
+      !status.ok()) {
+    return status;
+  }
+  if (device != "cpu") return DescribeDevice(device).status();
+  return std::unique_ptr<Backend>(new CpuBackend());
+}
+
+#endif  // GLM_WITH_CUDA
+
+}  // namespace glm

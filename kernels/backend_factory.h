@@ -1,0 +1,36 @@
+// The backend for a device named as the worker and the CLI name it: "cpu", or
+// "cuda:N" for GPU N. CUDA devices need a build with --config=cuda; without
+// it they are an error that says so.
+#ifndef GLM_KERNELS_BACKEND_FACTORY_H_
+#define GLM_KERNELS_BACKEND_FACTORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace glm {
+
+struct DeviceDescription {
+  std::string name;          // "cpu", or the GPU's product name
+  int64_t memory_bytes = 0;  // the GPU's memory; 0 on the CPU
+};
+
+// The CUDA devices this process sees (an error naming why when none can be
+// used, or in a build without CUDA).
+absl::StatusOr<int> CudaDeviceCount();
+
+// Checks that `device` exists here and describes it.
+absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device);
+
+// `precision`: "fp32" (every product in fp32; the only one on the CPU) or
+// "bf16" (matrix products round their inputs to bf16, accumulate in fp32);
+// empty picks bf16 on a GPU and fp32 on the CPU.
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
+    const std::string& device, const std::string& precision);
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_BACKEND_FACTORY_H_
