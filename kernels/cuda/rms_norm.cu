@@ -3,100 +3,83 @@
 #include <cassert>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
 
 namespace glm::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-// Block-wide sum; every thread gets the total.
-__device__ float BlockSum(float value) {
-  __shared__ float partial[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffff, value, offset);
+// One block per row. The sum of squares is in double and the reciprocal
+// square root in IEEE float, as on the CPU.
+__global__ void RmsNormForwardKernel(ConstMatrixView x, const float* w,
+                                     float eps, MatrixView y, float* rstd) {
+  const int64_t r = blockIdx.x;
+  double sum_sq = 0;
+  for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) {
+    const float v = At(x, r, c);
+    sum_sq += double{v} * v;
   }
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  if (lane == 0) partial[warp] = value;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-  __syncthreads();
-  return total;
+  const float inv =
+      1.f / sqrtf(static_cast<float>(BlockSum(sum_sq) / x.cols) + eps);
+  for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) {
+    At(y, r, c) = w[c] * (At(x, r, c) * inv);
+  }
+  if (rstd != nullptr && threadIdx.x == 0) rstd[r] = inv;
 }
 
-__global__ void RmsNormForwardKernel(const float* __restrict__ x,
-                                     const float* __restrict__ weight,
-                                     float* __restrict__ y,
-                                     float* __restrict__ rstd, int64_t dim,
-                                     float eps) {
-  const float* row = x + blockIdx.x * dim;
-  float sum_sq = 0.f;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) sum_sq += row[i] * row[i];
-  const float r = rsqrtf(BlockSum(sum_sq) / dim + eps);
-  float* out = y + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
-    out[i] = weight[i] * (row[i] * r);
+// dx += inv * (g - xhat * mean(g . xhat)), g = dy * w, xhat = x * inv.
+__global__ void RmsNormBackwardKernel(ConstMatrixView x, const float* w,
+                                      const float* rstd, ConstMatrixView dy,
+                                      MatrixView dx) {
+  const int64_t r = blockIdx.x;
+  const float inv = rstd[r];
+  double dot = 0;
+  for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) {
+    dot += double{At(dy, r, c)} * w[c] * At(x, r, c) * inv;
   }
-  if (rstd != nullptr && threadIdx.x == 0) rstd[blockIdx.x] = r;
-}
-
-// dx = r * (w*dy - x * r^2 * mean(w*dy*x)); dweight[i] += sum_rows dy*x*r.
-__global__ void RmsNormBackwardKernel(const float* __restrict__ dy,
-                                      const float* __restrict__ x,
-                                      const float* __restrict__ weight,
-                                      const float* __restrict__ rstd,
-                                      float* __restrict__ dx, int64_t dim) {
-  const float* g = dy + blockIdx.x * dim;
-  const float* row = x + blockIdx.x * dim;
-  const float r = rstd[blockIdx.x];
-  float dot = 0.f;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
-    dot += weight[i] * g[i] * row[i];
-  }
-  const float mean_dot = BlockSum(dot) / dim;
-  float* out = dx + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
-    out[i] = r * (weight[i] * g[i] - row[i] * r * r * mean_dot);
+  const float mean_dot = static_cast<float>(BlockSum(dot) / x.cols);
+  for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) {
+    At(dx, r, c) += inv * (At(dy, r, c) * w[c] - At(x, r, c) * inv * mean_dot);
   }
 }
 
-// One thread per column walks the rows in order: deterministic, no atomics.
-__global__ void RmsNormWeightGradKernel(const float* __restrict__ dy,
-                                        const float* __restrict__ x,
-                                        const float* __restrict__ rstd,
-                                        float* __restrict__ dweight,
-                                        int64_t rows, int64_t dim) {
-  const int64_t col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= dim) return;
-  float sum = 0.f;
-  for (int64_t r = 0; r < rows; ++r) {
-    sum += dy[r * dim + col] * x[r * dim + col] * rstd[r];
+// dw[c] = sum over rows of dy * x * rstd.
+struct WeightGradTerm {
+  ConstMatrixView x;
+  ConstMatrixView dy;
+  const float* rstd;
+
+  __device__ void operator()(int64_t r, int64_t c, double (&acc)[1]) const {
+    acc[0] += double{At(dy, r, c)} * At(x, r, c) * rstd[r];
   }
-  dweight[col] += sum;
-}
+};
 
 }  // namespace
 
-void RmsNormForward(const float* x, const float* weight, float* y, float* rstd,
-                    int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
-  assert(rows > 0 && dim > 0);
-  RmsNormForwardKernel<<<rows, kThreads, 0, stream>>>(x, weight, y, rstd, dim,
-                                                      eps);
+void RmsNormForward(CudaContext& ctx, ConstMatrixView x, const float* w,
+                    float eps, MatrixView y, float* rstd) {
+  assert(x.rows == y.rows && x.cols == y.cols);
+  if (x.rows == 0 || x.cols == 0) return;
+  RmsNormForwardKernel<<<x.rows, RowBlockThreads(x.cols), 0, ctx.stream()>>>(
+      x, w, eps, y, rstd);
   GLM_CUDA_CHECK_LAUNCH();
 }
 
-void RmsNormBackward(const float* dy, const float* x, const float* weight,
-                     const float* rstd, float* dx, float* dweight, int64_t rows,
-                     int64_t dim, cudaStream_t stream) {
-  assert(rows > 0 && dim > 0);
-  RmsNormBackwardKernel<<<rows, kThreads, 0, stream>>>(dy, x, weight, rstd, dx,
-                                                       dim);
-  GLM_CUDA_CHECK_LAUNCH();
-  const int64_t blocks = (dim + kThreads - 1) / kThreads;
-  RmsNormWeightGradKernel<<<blocks, kThreads, 0, stream>>>(dy, x, rstd, dweight,
-                                                           rows, dim);
-  GLM_CUDA_CHECK_LAUNCH();
+void RmsNormBackward(CudaContext& ctx, ConstMatrixView x, const float* w,
+                     const float* rstd, ConstMatrixView dy, MatrixView dx,
+                     float* dw) {
+  assert(dy.rows == x.rows && dy.cols == x.cols);
+  assert(dx.empty() || (dx.rows == x.rows && dx.cols == x.cols));
+  if (x.rows == 0 || x.cols == 0) return;
+  if (!dx.empty()) {
+    RmsNormBackwardKernel<<<x.rows, RowBlockThreads(x.cols), 0, ctx.stream()>>>(
+        x, w, rstd, dy, dx);
+    GLM_CUDA_CHECK_LAUNCH();
+  }
+  if (dw != nullptr) {
+    void* scratch = ctx.Scratch(ColumnSumsBytes<1>(x.rows, x.cols));
+    ColumnSums<1>(WeightGradTerm{x, dy, rstd}, x.rows, x.cols,
+                  ColumnOutputs<1>{{dw}}, scratch, ctx.stream());
+  }
 }
 
 }  // namespace glm::cuda

@@ -1,23 +1,22 @@
-// RMSNorm on the GPU: y = x * rsqrt(mean(x^2) + eps) * weight, rows of `dim` floats.
-// Accumulates in fp32 as transformers does. Backward gives dx and accumulates dweight.
+// RMSNorm on device views, as transformers computes it:
+// y = x * rsqrt(mean(x^2) + eps) * w, with the mean of squares in double.
 #ifndef GLM_KERNELS_CUDA_RMS_NORM_CUH_
 #define GLM_KERNELS_CUDA_RMS_NORM_CUH_
 
-#include <cuda_runtime.h>
-
-#include <cstdint>
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
 
 namespace glm::cuda {
 
-// x, y: [rows, dim]; weight: [dim]; rstd (out, may be null): [rows].
-void RmsNormForward(const float* x, const float* weight, float* y, float* rstd,
-                    int64_t rows, int64_t dim, float eps, cudaStream_t stream);
-
-// dy, x: [rows, dim]; rstd from the forward; dx: [rows, dim];
-// dweight: [dim], accumulated (+=).
-void RmsNormBackward(const float* dy, const float* x, const float* weight,
-                     const float* rstd, float* dx, float* dweight, int64_t rows,
-                     int64_t dim, cudaStream_t stream);
+// x, y: [rows, cols] (y may be x); w: [cols]; rstd (may be null): [rows],
+// written.
+void RmsNormForward(CudaContext& ctx, ConstMatrixView x, const float* w,
+                    float eps, MatrixView y, float* rstd);
+// rstd from the forward. dx += ... (skipped when empty); dw [cols] += ...
+// (skipped when null), summed over rows in a fixed order.
+void RmsNormBackward(CudaContext& ctx, ConstMatrixView x, const float* w,
+                     const float* rstd, ConstMatrixView dy, MatrixView dx,
+                     float* dw);
 
 }  // namespace glm::cuda
 

@@ -1,0 +1,128 @@
+#include "kernels/cuda/cross_entropy.cuh"
+
+#include <cassert>
+#include <cmath>
+#include <cub/block/block_reduce.cuh>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace glm::cuda {
+namespace {
+
+// A running log-sum-exp: sum of exp(x - max) over the values seen so far.
+struct MaxSum {
+  float max;
+  float sum;
+};
+
+// The merge of two partial log-sum-exps; an all -inf part adds nothing (and
+// never computes exp(-inf - -inf)).
+struct MergeMaxSum {
+  __device__ MaxSum operator()(const MaxSum& a, const MaxSum& b) const {
+    const float max = fmaxf(a.max, b.max);
+    if (max == -INFINITY) return {max, 0.f};
+    return {max, a.sum * expf(a.max - max) + b.sum * expf(b.max - max)};
+  }
+};
+
+// max and sum of exp(x - max) over one row, in one pass; every thread gets
+// the result.
+__device__ MaxSum RowMaxSum(const float* __restrict__ row, int64_t cols) {
+  using BlockReduce = cub::BlockReduce<MaxSum, kBlockThreads>;
+  __shared__ typename BlockReduce::TempStorage reduce_storage;
+  __shared__ MaxSum result;
+  MaxSum part{-INFINITY, 0.f};
+  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
+    const float x = row[c];
+    if (x > part.max) {
+      part.sum = part.sum * expf(part.max - x) + 1.f;
+      part.max = x;
+    } else if (x > -INFINITY) {
+      part.sum += expf(x - part.max);
+    }
+  }
+  const MaxSum total = BlockReduce(reduce_storage).Reduce(part, MergeMaxSum());
+  if (threadIdx.x == 0) result = total;
+  __syncthreads();
+  return result;
+}
+
+// Per-row loss in double (0 on rows without a target).
+__global__ void RowLossKernel(const float* __restrict__ logits, int64_t stride,
+                              int64_t cols, const int32_t* __restrict__ targets,
+                              double* __restrict__ row_loss) {
+  const int64_t r = blockIdx.x;
+  const int32_t target = targets[r];
+  if (target < 0) {
+    if (threadIdx.x == 0) row_loss[r] = 0;
+    return;
+  }
+  const float* row = logits + r * stride;
+  const MaxSum lse = RowMaxSum(row, cols);
+  if (threadIdx.x == 0) {
+    row_loss[r] = double{lse.max} + log(double{lse.sum}) - row[target];
+  }
+}
+
+// One block sums the row losses: each thread a fixed strided subset, then a
+// fixed-shape tree, so the total does not depend on scheduling.
+__global__ void SumKernel(const double* __restrict__ values, int64_t n,
+                          double* __restrict__ total) {
+  double part = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kBlockThreads) part += values[i];
+  const double sum = BlockSum(part);
+  if (threadIdx.x == 0) *total = sum;
+}
+
+__global__ void CrossEntropyBackwardKernel(const float* __restrict__ logits,
+                                           int64_t stride, int64_t cols,
+                                           const int32_t* __restrict__ targets,
+                                           float scale,
+                                           float* __restrict__ dlogits,
+                                           int64_t dstride) {
+  const int64_t r = blockIdx.x;
+  const int32_t target = targets[r];
+  if (target < 0) return;
+  const float* row = logits + r * stride;
+  const MaxSum lse = RowMaxSum(row, cols);
+  const float inv_sum = 1.f / lse.sum;
+  float* d = dlogits + r * dstride;
+  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
+    float g = d[c] + scale * (expf(row[c] - lse.max) * inv_sum);
+    if (c == target) g -= scale;
+    d[c] = g;
+  }
+}
+
+}  // namespace
+
+void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,
+                         const int32_t* targets, double* loss) {
+  assert(logits.cols > 0);
+  if (logits.rows == 0) {
+    GLM_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(double), ctx.stream()));
+    return;
+  }
+  auto* row_loss =
+      static_cast<double*>(ctx.Scratch(logits.rows * sizeof(double)));
+  RowLossKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+      logits.data, logits.stride, logits.cols, targets, row_loss);
+  GLM_CUDA_CHECK_LAUNCH();
+  SumKernel<<<1, kBlockThreads, 0, ctx.stream()>>>(row_loss, logits.rows, loss);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void CrossEntropyBackward(CudaContext& ctx, ConstMatrixView logits,
+                          const int32_t* targets, float scale,
+                          MatrixView dlogits) {
+  assert(logits.cols > 0);
+  assert(dlogits.rows == logits.rows && dlogits.cols == logits.cols);
+  if (logits.rows == 0) return;
+  CrossEntropyBackwardKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+      logits.data, logits.stride, logits.cols, targets, scale, dlogits.data,
+      dlogits.stride);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace glm::cuda

@@ -1,0 +1,28 @@
+// Softmax cross-entropy on the GPU, one block per row of logits. Same
+// semantics as kernels/cpu/cross_entropy.h; every pointer is a device pointer.
+// The log-sum-exp is fp32 with the max subtracted; losses are summed in
+// double in a fixed order, so the result is bitwise repeatable.
+#ifndef GLM_KERNELS_CUDA_CROSS_ENTROPY_CUH_
+#define GLM_KERNELS_CUDA_CROSS_ENTROPY_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
+
+namespace glm::cuda {
+
+// Writes to *loss the sum over rows r with targets[r] >= 0 of
+// -log softmax(logits[r])[targets[r]]. Scratch: one double per row.
+void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,
+                         const int32_t* targets, double* loss);
+
+// dlogits[r] += scale * (softmax(logits[r]) - onehot(targets[r])) on rows with
+// targets[r] >= 0.
+void CrossEntropyBackward(CudaContext& ctx, ConstMatrixView logits,
+                          const int32_t* targets, float scale,
+                          MatrixView dlogits);
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_CROSS_ENTROPY_CUH_

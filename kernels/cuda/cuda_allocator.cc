@@ -1,0 +1,80 @@
+#include "kernels/cuda/cuda_allocator.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace glm::cuda {
+
+CudaAllocator::CudaAllocator(int device, cudaStream_t stream)
+    : device_(device), stream_(stream) {
+  cudaMemPool_t pool;
+  GLM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+  uint64_t keep_everything = UINT64_MAX;
+  GLM_CUDA_CHECK(cudaMemPoolSetAttribute(
+      pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+}
+
+std::string CudaAllocator::Name() const {
+  return "cuda:" + std::to_string(device_);
+}
+
+void* CudaAllocator::Allocate(size_t bytes) {
+  void* data = nullptr;
+  const cudaError_t status = cudaMallocAsync(&data, bytes, stream_);
+  if (status != cudaSuccess) {
+    std::fprintf(stderr,
+                 "%s: cannot allocate %zu bytes with %lld in use (%s)\n",
+                 Name().c_str(), bytes, static_cast<long long>(in_use_.load()),
+                 cudaGetErrorString(status));
+    std::abort();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[data] = bytes;
+  }
+  const int64_t now = in_use_ += static_cast<int64_t>(bytes);
+  int64_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  return data;
+}
+
+void CudaAllocator::Free(void* data) {
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sizes_.find(data);
+    bytes = it->second;
+    sizes_.erase(it);
+  }
+  in_use_ -= static_cast<int64_t>(bytes);
+  GLM_CUDA_CHECK(cudaFreeAsync(data, stream_));
+}
+
+void CudaAllocator::Fill(void* data, int byte, size_t bytes) {
+  GLM_CUDA_CHECK(cudaMemsetAsync(data, byte, bytes, stream_));
+}
+
+void CudaAllocator::CopyWithin(void* dst, const void* src, size_t bytes) {
+  GLM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaAllocator::CopyFromHost(void* dst, const void* src, size_t bytes) {
+  // From pageable memory the call returns once `src` has been staged, so the
+  // caller may free it at once.
+  GLM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaAllocator::CopyToHost(void* dst, const void* src, size_t bytes) {
+  GLM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  GLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace glm::cuda

@@ -1,0 +1,35 @@
+// What every CUDA op runs with: the stream it is ordered on, the cuBLASLt
+// handle, the precision of its matrix products, and a grow-only scratch buffer
+// (allocated once at its largest size, so ops never allocate in steady state).
+//
+// All pointers handed to the ops in kernels/cuda/ are device pointers: the
+// views' data, index arrays, scales and loss outputs alike.
+#ifndef GLM_KERNELS_CUDA_CUDA_CONTEXT_H_
+#define GLM_KERNELS_CUDA_CUDA_CONTEXT_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace glm::cuda {
+
+// How matrix products round their inputs. kFp32: fp32 inputs and FMA (no
+// TF32), the mode the tight equivalence tests use. kBf16: inputs rounded to
+// bf16, fp32 accumulation and fp32 outputs.
+enum class Precision { kFp32, kBf16 };
+
+class CudaContext {
+ public:
+  virtual ~CudaContext() = default;
+  virtual cudaStream_t stream() const = 0;
+  virtual cublasLtHandle_t cublas_lt() const = 0;
+  virtual Precision precision() const = 0;
+  // A device buffer of at least `bytes` bytes, valid until the next call on
+  // this stream (ops use it for their own temporaries only).
+  virtual void* Scratch(size_t bytes) = 0;
+};
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_CUDA_CONTEXT_H_

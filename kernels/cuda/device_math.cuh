@@ -1,0 +1,172 @@
+// Device helpers shared by the CUDA ops: grid sizing, element and block
+// loops, block sums and deterministic column sums. Every reduction here adds
+// in an order fixed by the shape alone, so results are bitwise repeatable.
+#ifndef GLM_KERNELS_CUDA_DEVICE_MATH_CUH_
+#define GLM_KERNELS_CUDA_DEVICE_MATH_CUH_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace glm::cuda {
+
+// Threads per block of the element-wise and column kernels.
+constexpr int kBlockThreads = 256;
+
+// Bytes at which pieces carved out of the scratch buffer start.
+constexpr size_t kScratchAlign = 256;
+
+inline size_t ScratchAlignUp(size_t bytes) {
+  return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
+// Blocks for a grid-stride loop over `count` items: enough to fill an H200
+// several times over, capped so that large counts loop instead.
+inline unsigned int GridStrideBlocks(int64_t count) {
+  constexpr int64_t kMaxBlocks = 4096;
+  return static_cast<unsigned int>(std::max<int64_t>(
+      1, std::min((count + kBlockThreads - 1) / kBlockThreads, kMaxBlocks)));
+}
+
+// Threads for a kernel that gives each row one block: whole warps, no more
+// than the row has columns (up to 256).
+inline int RowBlockThreads(int64_t cols) {
+  const int64_t warps = std::min<int64_t>((cols + 31) / 32, 8);
+  return static_cast<int>(std::max<int64_t>(warps, 1) * 32);
+}
+
+// Element (r, c) of a view (MatrixView's methods are host-only).
+template <typename View>
+__device__ __forceinline__ auto& At(const View& view, int64_t r, int64_t c) {
+  return view.data[r * view.stride + c];
+}
+
+// Calls body(r, c) for every element of a [rows, cols] space, spread over the
+// whole grid (a 1-D launch).
+template <typename Body>
+__device__ __forceinline__ void ForEachElement(int64_t rows, int64_t cols,
+                                               const Body& body) {
+  const int64_t count = rows * cols;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count;
+       i += step) {
+    const int64_t r = i / cols;
+    body(r, i - r * cols);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T WarpSum(T value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffff, value, offset);
+  }
+  return value;
+}
+
+// Sum of `value` over the block (blockDim.x a multiple of 32); every thread
+// gets the same total. Ends with a barrier, so calls may follow each other.
+template <typename T>
+__device__ T BlockSum(T value) {
+  __shared__ T warp_sums[32];
+  value = WarpSum(value);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) {
+    total += warp_sums[w];
+  }
+  __syncthreads();
+  return total;
+}
+
+// ---- Column sums: out_k[c] += sum over rows r of term_k(r, c). ----
+//
+// For weight gradients of row-wise ops. Pass one splits the rows into fixed
+// chunks and writes each chunk's double sums to scratch; pass two adds the
+// chunks in order and accumulates the rounded total into each output. A Term
+// is a functor with
+//   __device__ void operator()(int64_t r, int64_t c, double (&acc)[K]) const
+// that adds row r's contributions to column c into acc.
+
+template <int K>
+struct ColumnOutputs {
+  float* out[K];  // null: that sum is not wanted
+};
+
+struct RowChunks {
+  int64_t rows_per_chunk;
+  int64_t count;
+};
+
+inline RowChunks SplitRows(int64_t rows) {
+  constexpr int64_t kMaxChunks = 128;
+  constexpr int64_t kMinRowsPerChunk = 32;
+  const int64_t per_chunk =
+      std::max(kMinRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
+  return {per_chunk, (rows + per_chunk - 1) / per_chunk};
+}
+
+// Scratch bytes ColumnSums needs.
+template <int K>
+size_t ColumnSumsBytes(int64_t rows, int64_t cols) {
+  return sizeof(double) * K * SplitRows(rows).count * cols;
+}
+
+template <int K, typename Term>
+__global__ void ColumnPartialSumsKernel(Term term, int64_t rows, int64_t cols,
+                                        RowChunks chunks,
+                                        double* __restrict__ partial) {
+  const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t begin = blockIdx.y * chunks.rows_per_chunk;
+  const int64_t end = std::min(rows, begin + chunks.rows_per_chunk);
+  double acc[K] = {};
+  for (int64_t r = begin; r < end; ++r) term(r, c, acc);
+  for (int k = 0; k < K; ++k) {
+    partial[(k * chunks.count + blockIdx.y) * cols + c] = acc[k];
+  }
+}
+
+template <int K>
+__global__ void AddColumnSumsKernel(const double* __restrict__ partial,
+                                    int64_t chunks, int64_t cols,
+                                    ColumnOutputs<K> outputs) {
+  const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  for (int k = 0; k < K; ++k) {
+    if (outputs.out[k] == nullptr) continue;
+    double sum = 0;
+    for (int64_t j = 0; j < chunks; ++j) {
+      sum += partial[(k * chunks + j) * cols + c];
+    }
+    outputs.out[k][c] += static_cast<float>(sum);
+  }
+}
+
+// `scratch`: ColumnSumsBytes<K>(rows, cols) bytes of device memory.
+template <int K, typename Term>
+void ColumnSums(const Term& term, int64_t rows, int64_t cols,
+                ColumnOutputs<K> outputs, void* scratch, cudaStream_t stream) {
+  assert(rows > 0 && cols > 0);
+  const RowChunks chunks = SplitRows(rows);
+  assert(chunks.count <= 65535);
+  double* partial = static_cast<double*>(scratch);
+  const unsigned int col_blocks =
+      static_cast<unsigned int>((cols + kBlockThreads - 1) / kBlockThreads);
+  const dim3 grid(col_blocks, static_cast<unsigned int>(chunks.count));
+  ColumnPartialSumsKernel<K>
+      <<<grid, kBlockThreads, 0, stream>>>(term, rows, cols, chunks, partial);
+  GLM_CUDA_CHECK_LAUNCH();
+  AddColumnSumsKernel<K><<<col_blocks, kBlockThreads, 0, stream>>>(
+      partial, chunks.count, cols, outputs);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_DEVICE_MATH_CUH_

@@ -1,0 +1,40 @@
+#include "kernels/cuda/elementwise.cuh"
+
+#include <cassert>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace glm::cuda {
+namespace {
+
+__global__ void CopyKernel(ConstMatrixView x, MatrixView y) {
+  ForEachElement(x.rows, x.cols,
+                 [&](int64_t r, int64_t c) { At(y, r, c) = At(x, r, c); });
+}
+
+__global__ void AxpyKernel(float alpha, ConstMatrixView x, MatrixView y) {
+  ForEachElement(x.rows, x.cols, [&](int64_t r, int64_t c) {
+    At(y, r, c) += alpha * At(x, r, c);
+  });
+}
+
+}  // namespace
+
+void Copy(CudaContext& ctx, ConstMatrixView x, MatrixView y) {
+  assert(x.rows == y.rows && x.cols == y.cols);
+  if (x.rows == 0 || x.cols == 0) return;
+  CopyKernel<<<GridStrideBlocks(x.rows * x.cols), kBlockThreads, 0,
+               ctx.stream()>>>(x, y);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y) {
+  assert(x.rows == y.rows && x.cols == y.cols);
+  if (x.rows == 0 || x.cols == 0) return;
+  AxpyKernel<<<GridStrideBlocks(x.rows * x.cols), kBlockThreads, 0,
+               ctx.stream()>>>(alpha, x, y);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace glm::cuda

@@ -1,0 +1,315 @@
+#include "kernels/cuda/linear.cuh"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+#define GLM_CUBLAS_CHECK(expr)                                            \
+  do {                                                                    \
+    cublasStatus_t glm_cublas_status = (expr);                            \
+    if (glm_cublas_status != CUBLAS_STATUS_SUCCESS) {                     \
+      std::fprintf(stderr, "cuBLAS error %s at %s:%d: %s\n",              \
+                   cublasLtGetStatusName(glm_cublas_status), __FILE__,    \
+                   __LINE__, cublasLtGetStatusString(glm_cublas_status)); \
+      std::abort();                                                       \
+    }                                                                     \
+  } while (0)
+
+namespace glm::cuda {
+namespace {
+
+// cuBLASLt workspace (lets the heuristic choose split-K algorithms).
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// A row-major [rows, cols] matrix as a product reads it: leading dimension
+// `ld` in elements of `type`.
+struct Operand {
+  const void* data;
+  int64_t rows;
+  int64_t cols;
+  int64_t ld;
+  cudaDataType_t type;
+};
+
+// cuBLASLt wants ld >= cols even for a single row, whose stride is free.
+int64_t LeadingDim(ConstMatrixView v) {
+  assert(v.rows <= 1 || v.stride >= v.cols);
+  return std::max(v.stride, v.cols);
+}
+
+// bf16 copies pad their rows to 16 bytes, as tensor-core kernels prefer.
+int64_t Bf16LeadingDim(int64_t cols) { return (cols + 7) / 8 * 8; }
+
+size_t Bf16Bytes(ConstMatrixView v) {
+  return ScratchAlignUp(sizeof(__nv_bfloat16) * v.rows *
+                        Bf16LeadingDim(v.cols));
+}
+
+// Scratch for one call: the workspace, then a bf16 copy of each view when
+// products run in bf16.
+size_t ScratchBytes(Precision precision,
+                    std::initializer_list<ConstMatrixView> views) {
+  size_t bytes = kWorkspaceBytes;
+  if (precision == Precision::kBf16) {
+    for (const ConstMatrixView& v : views) bytes += Bf16Bytes(v);
+  }
+  return bytes;
+}
+
+__global__ void ToBf16Kernel(ConstMatrixView x, __nv_bfloat16* out,
+                             int64_t ld) {
+  ForEachElement(x.rows, x.cols, [&](int64_t r, int64_t c) {
+    out[r * ld + c] = __float2bfloat16(At(x, r, c));
+  });
+}
+
+// Turns views into operands: the views themselves in fp32 mode; in bf16 mode
+// bf16 copies, each carved out of the scratch after the workspace.
+class OperandMaker {
+ public:
+  OperandMaker(CudaContext& ctx, void* scratch)
+      : precision_(ctx.precision()),
+        stream_(ctx.stream()),
+        next_(static_cast<char*>(scratch) + kWorkspaceBytes) {}
+
+  Operand Make(ConstMatrixView v) {
+    if (precision_ == Precision::kFp32) {
+      return {v.data, v.rows, v.cols, LeadingDim(v), CUDA_R_32F};
+    }
+    auto* out = reinterpret_cast<__nv_bfloat16*>(next_);
+    next_ += Bf16Bytes(v);
+    const int64_t ld = Bf16LeadingDim(v.cols);
+    ToBf16Kernel<<<GridStrideBlocks(v.rows * v.cols), kBlockThreads, 0,
+                   stream_>>>(v, out, ld);
+    GLM_CUDA_CHECK_LAUNCH();
+    return {out, v.rows, v.cols, ld, CUDA_R_16BF};
+  }
+
+ private:
+  Precision precision_;
+  cudaStream_t stream_;
+  char* next_;
+};
+
+// Largest power of two (up to 256) dividing the address: cuBLASLt's
+// heuristic assumes 256-byte alignment unless told otherwise.
+uint32_t Alignment(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  return static_cast<uint32_t>(
+      std::min<uintptr_t>(256, address & (~address + 1)));
+}
+
+// Everything the algorithm choice depends on, in cuBLASLt's column-major
+// terms: D [m, n] = op(A) op(B) (+ C), op(A) [m, k], op(B) [k, n].
+struct PlanKey {
+  cublasLtHandle_t handle;
+  cudaDataType_t input_type;
+  bool trans_a;
+  bool trans_b;
+  int64_t m;
+  int64_t n;
+  int64_t k;
+  int64_t lda;
+  int64_t ldb;
+  int64_t ldc;
+  uint32_t align_a;
+  uint32_t align_b;
+  uint32_t align_c;
+  bool accumulate;
+
+  auto Tie() const {
+    return std::tie(handle, input_type, trans_a, trans_b, m, n, k, lda, ldb,
+                    ldc, align_a, align_b, align_c, accumulate);
+  }
+  bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
+};
+
+// Descriptors and the heuristic's algorithm for one PlanKey. Plans live for
+// the whole process, in the cache below.
+struct Plan {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a;
+  cublasLtMatrixLayout_t b;
+  cublasLtMatrixLayout_t c;
+  cublasLtMatmulAlgo_t algo;
+};
+
+template <typename T>
+void SetDescAttribute(cublasLtMatmulDesc_t desc,
+                      cublasLtMatmulDescAttributes_t attribute,
+                      const T& value) {
+  GLM_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+template <typename T>
+void SetPreference(cublasLtMatmulPreference_t preference,
+                   cublasLtMatmulPreferenceAttributes_t attribute,
+                   const T& value) {
+  GLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute,
+                                                        &value, sizeof(value)));
+}
+
+cublasLtMatrixLayout_t MakeLayout(cudaDataType_t type, int64_t rows,
+                                  int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t layout;
+  GLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type,
+                                              static_cast<uint64_t>(rows),
+                                              static_cast<uint64_t>(cols), ld));
+  return layout;
+}
+
+cublasLtMatmulAlgo_t ChooseAlgorithm(const PlanKey& key, const Plan& plan) {
+  cublasLtMatmulPreference_t preference;
+  GLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  SetPreference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                uint64_t{kWorkspaceBytes});
+  SetPreference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                key.align_a);
+  SetPreference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                key.align_b);
+  SetPreference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                key.align_c);
+  SetPreference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                key.align_c);
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  GLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+      key.handle, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1,
+      &result, &found));
+  GLM_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+  if (found == 0) {
+    std::fprintf(stderr,
+                 "cuBLASLt has no algorithm for m=%lld n=%lld k=%lld "
+                 "(lda=%lld ldb=%lld ldc=%lld)\n",
+                 static_cast<long long>(key.m), static_cast<long long>(key.n),
+                 static_cast<long long>(key.k), static_cast<long long>(key.lda),
+                 static_cast<long long>(key.ldb),
+                 static_cast<long long>(key.ldc));
+    std::abort();
+  }
+  return result.algo;
+}
+
+// fp32 compute and scale types in both precisions: CUBLAS_COMPUTE_32F never
+// uses TF32, and bf16 inputs accumulate in fp32 into fp32 outputs.
+Plan MakePlan(const PlanKey& key) {
+  Plan plan;
+  GLM_CUBLAS_CHECK(
+      cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  SetDescAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                   key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  SetDescAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                   key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+  plan.a = key.trans_a ? MakeLayout(key.input_type, key.k, key.m, key.lda)
+                       : MakeLayout(key.input_type, key.m, key.k, key.lda);
+  plan.b = key.trans_b ? MakeLayout(key.input_type, key.n, key.k, key.ldb)
+                       : MakeLayout(key.input_type, key.k, key.n, key.ldb);
+  plan.c = MakeLayout(CUDA_R_32F, key.m, key.n, key.ldc);
+  plan.algo = ChooseAlgorithm(key, plan);
+  return plan;
+}
+
+// The plan for `key`, made on first use. A process-wide cache (never
+// destroyed: plans may be used until exit); the mutex lets several threads,
+// each with its own context, share it.
+const Plan& CachedPlan(const PlanKey& key) {
+  static std::mutex mutex;
+  static auto* plans = new std::map<PlanKey, Plan>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans->find(key);
+  if (it == plans->end()) it = plans->emplace(key, MakePlan(key)).first;
+  return it->second;
+}
+
+// Row-major C = op(A) op(B) (+ C when accumulate), op transposing where the
+// flag says so. cuBLASLt is column-major, where a row-major matrix is its
+// transpose: it computes C^T = op(B)^T op(A)^T, B as its first operand.
+void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
+            bool trans_b, MatrixView c, bool accumulate, void* workspace) {
+  const int64_t k = trans_a ? a.rows : a.cols;
+  assert((trans_a ? a.cols : a.rows) == c.rows);
+  assert((trans_b ? b.cols : b.rows) == k);
+  assert((trans_b ? b.rows : b.cols) == c.cols);
+  assert(a.type == b.type);
+  const PlanKey key{ctx.cublas_lt(),
+                    a.type,
+                    trans_b,
+                    trans_a,
+                    c.cols,
+                    c.rows,
+                    k,
+                    b.ld,
+                    a.ld,
+                    LeadingDim(c),
+                    Alignment(b.data),
+                    Alignment(a.data),
+                    Alignment(c.data),
+                    accumulate};
+  const Plan& plan = CachedPlan(key);
+  const float alpha = 1.f;
+  const float beta = accumulate ? 1.f : 0.f;
+  GLM_CUBLAS_CHECK(cublasLtMatmul(key.handle, plan.desc, &alpha, b.data, plan.a,
+                                  a.data, plan.b, &beta, c.data, plan.c, c.data,
+                                  plan.c, &plan.algo, workspace,
+                                  kWorkspaceBytes, ctx.stream()));
+}
+
+}  // namespace
+
+void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+            MatrixView y, bool accumulate) {
+  assert(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
+  if (x.rows == 0 || w.rows == 0) return;
+  if (x.cols == 0) {
+    if (!accumulate) {
+      GLM_CUDA_CHECK(cudaMemset2DAsync(y.data, LeadingDim(y) * sizeof(float), 0,
+                                       y.cols * sizeof(float), y.rows,
+                                       ctx.stream()));
+    }
+    return;
+  }
+  void* scratch = ctx.Scratch(ScratchBytes(ctx.precision(), {x, w}));
+  OperandMaker operands(ctx, scratch);
+  const Operand x_op = operands.Make(x);
+  const Operand w_op = operands.Make(w);
+  Matmul(ctx, x_op, /*trans_a=*/false, w_op, /*trans_b=*/true, y, accumulate,
+         scratch);
+}
+
+void LinearBackward(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+                    ConstMatrixView dy, MatrixView dx, MatrixView dw) {
+  assert(x.cols == w.cols && dy.rows == x.rows && dy.cols == w.rows);
+  assert(dx.empty() || (dx.rows == x.rows && dx.cols == x.cols));
+  assert(dw.empty() || (dw.rows == w.rows && dw.cols == w.cols));
+  if (x.rows == 0 || w.rows == 0 || x.cols == 0) return;
+  if (dx.empty() && dw.empty()) return;
+  // Only the operands a wanted gradient reads get bf16 copies.
+  const ConstMatrixView none;
+  void* scratch = ctx.Scratch(ScratchBytes(
+      ctx.precision(), {dy, dx.empty() ? none : w, dw.empty() ? none : x}));
+  OperandMaker operands(ctx, scratch);
+  const Operand dy_op = operands.Make(dy);
+  if (!dx.empty()) {
+    Matmul(ctx, dy_op, /*trans_a=*/false, operands.Make(w), /*trans_b=*/false,
+           dx, /*accumulate=*/true, scratch);
+  }
+  if (!dw.empty()) {
+    Matmul(ctx, dy_op, /*trans_a=*/true, operands.Make(x), /*trans_b=*/false,
+           dw, /*accumulate=*/true, scratch);
+  }
+}
+
+}  // namespace glm::cuda

@@ -1,0 +1,21 @@
+// Linear layer without bias through cuBLASLt: y = x w^T, x [n, in], w [out,
+// in], all device views. The context's precision picks fp32 products (no
+// TF32) or bf16 inputs with fp32 accumulation and fp32 outputs.
+#ifndef GLM_KERNELS_CUDA_LINEAR_CUH_
+#define GLM_KERNELS_CUDA_LINEAR_CUH_
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
+
+namespace glm::cuda {
+
+// y = x w^T (+ y when accumulate).
+void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+            MatrixView y, bool accumulate);
+// dx += dy w; dw += dy^T x (each skipped when empty).
+void LinearBackward(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+                    ConstMatrixView dy, MatrixView dx, MatrixView dw);
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_LINEAR_CUH_

@@ -1,0 +1,157 @@
+#include "kernels/cuda/rows.cuh"
+
+#include <cassert>
+#include <climits>
+#include <cstddef>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace glm::cuda {
+namespace {
+
+// Bits a radix sort needs for keys in [0, count).
+int KeyBits(int64_t count) {
+  int bits = 1;
+  while (bits < 31 && (int64_t{1} << bits) < count) ++bits;
+  return bits;
+}
+
+// Kernels take raw pointers and row strides: the views' methods are host-only.
+__global__ void GatherRowsKernel(const float* __restrict__ table,
+                                 int64_t table_stride,
+                                 const int32_t* __restrict__ ids,
+                                 float* __restrict__ out, int64_t out_stride,
+                                 int64_t cols) {
+  const float* in = table + ids[blockIdx.x] * table_stride;
+  float* o = out + blockIdx.x * out_stride;
+  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) o[c] = in[c];
+}
+
+__global__ void IotaKernel(int32_t* __restrict__ values, int64_t n) {
+  const int64_t i = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x;
+  if (i < n) values[i] = static_cast<int32_t>(i);
+}
+
+// One block per position of the sorted row ids; only the first position of
+// each run of equal ids works: it adds that destination row's sources in
+// ascending source order, each add rounded as the CPU's serial loop does.
+__global__ void ScatterAddSortedKernel(const float* __restrict__ src,
+                                       int64_t src_stride, int64_t n,
+                                       const int32_t* __restrict__ sorted_rows,
+                                       const int32_t* __restrict__ order,
+                                       const float* __restrict__ scale,
+                                       float* __restrict__ out,
+                                       int64_t out_stride, int64_t cols) {
+  const int64_t head = blockIdx.x;
+  const int32_t row = sorted_rows[head];
+  if (head > 0 && sorted_rows[head - 1] == row) return;
+  float* o = out + row * out_stride;
+  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
+    float acc = o[c];
+    for (int64_t k = head; k < n && sorted_rows[k] == row; ++k) {
+      const int32_t i = order[k];
+      const float s = scale ? scale[i] : 1.f;
+      acc += s * src[i * src_stride + c];
+    }
+    o[c] = acc;
+  }
+}
+
+// dsrc null: skipped; dscale null: skipped.
+__global__ void ScatterAddRowsBackwardKernel(
+    const float* __restrict__ src, int64_t src_stride,
+    const int32_t* __restrict__ rows, const float* __restrict__ scale,
+    const float* __restrict__ dout, int64_t dout_stride,
+    float* __restrict__ dsrc, int64_t dsrc_stride, float* __restrict__ dscale,
+    int64_t cols) {
+  const int64_t i = blockIdx.x;
+  const float* d = dout + rows[i] * dout_stride;
+  const float* in = src + i * src_stride;
+  const float s = scale ? scale[i] : 1.f;
+  double dot = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
+    if (dsrc) dsrc[i * dsrc_stride + c] += s * d[c];
+    if (dscale) dot += double{in[c]} * d[c];
+  }
+  if (dscale == nullptr) return;
+  const double total = BlockSum(dot);
+  if (threadIdx.x == 0) dscale[i] += static_cast<float>(total);
+}
+
+// The inverse of a row-id array: sorted_rows[k] ascending and order[k] the
+// source index it came from, ascending within equal ids (the sort is stable).
+struct InverseIndex {
+  const int32_t* sorted_rows;
+  const int32_t* order;
+};
+
+InverseIndex SortRowIds(CudaContext& ctx, const int32_t* rows, int64_t n,
+                        int64_t num_rows) {
+  assert(n < INT_MAX && num_rows <= INT_MAX);
+  const auto* keys_in = reinterpret_cast<const unsigned*>(rows);
+  const int end_bit = KeyBits(num_rows);
+  size_t sort_bytes = 0;
+  GLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, sort_bytes, keys_in, static_cast<unsigned*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+      static_cast<int>(n), 0, end_bit, ctx.stream()));
+  const size_t array_bytes = ScratchAlignUp(n * sizeof(int32_t));
+  auto* base = static_cast<char*>(ctx.Scratch(3 * array_bytes + sort_bytes));
+  auto* sorted_rows = reinterpret_cast<int32_t*>(base);
+  auto* iota = reinterpret_cast<int32_t*>(base + array_bytes);
+  auto* order = reinterpret_cast<int32_t*>(base + 2 * array_bytes);
+  void* sort_storage = base + 3 * array_bytes;
+
+  const int64_t blocks = (n + kBlockThreads - 1) / kBlockThreads;
+  IotaKernel<<<blocks, kBlockThreads, 0, ctx.stream()>>>(iota, n);
+  GLM_CUDA_CHECK_LAUNCH();
+  GLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      sort_storage, sort_bytes, keys_in,
+      reinterpret_cast<unsigned*>(sorted_rows), iota, order,
+      static_cast<int>(n), 0, end_bit, ctx.stream()));
+  return {sorted_rows, order};
+}
+
+}  // namespace
+
+void EmbeddingForward(CudaContext& ctx, ConstMatrixView table,
+                      const int32_t* ids, MatrixView out) {
+  assert(table.cols == out.cols);
+  if (out.rows == 0) return;
+  GatherRowsKernel<<<out.rows, kBlockThreads, 0, ctx.stream()>>>(
+      table.data, table.stride, ids, out.data, out.stride, out.cols);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void EmbeddingBackward(CudaContext& ctx, ConstMatrixView dout,
+                       const int32_t* ids, MatrixView dtable) {
+  ScatterAddRows(ctx, dout, ids, nullptr, dtable);
+}
+
+void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
+                    const float* scale, MatrixView out) {
+  assert(src.cols == out.cols);
+  if (src.rows == 0) return;
+  const InverseIndex inverse = SortRowIds(ctx, rows, src.rows, out.rows);
+  ScatterAddSortedKernel<<<src.rows, kBlockThreads, 0, ctx.stream()>>>(
+      src.data, src.stride, src.rows, inverse.sorted_rows, inverse.order, scale,
+      out.data, out.stride, out.cols);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
+                            const int32_t* rows, const float* scale,
+                            ConstMatrixView dout, MatrixView dsrc,
+                            float* dscale) {
+  assert(dout.cols == src.cols);
+  assert(dsrc.empty() || (dsrc.rows == src.rows && dsrc.cols == src.cols));
+  if (src.rows == 0 || (dsrc.empty() && dscale == nullptr)) return;
+  ScatterAddRowsBackwardKernel<<<src.rows, kBlockThreads, 0, ctx.stream()>>>(
+      src.data, src.stride, rows, scale, dout.data, dout.stride, dsrc.data,
+      dsrc.stride, dscale, src.cols);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace glm::cuda

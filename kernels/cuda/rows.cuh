@@ -1,0 +1,40 @@
+// Row gathers and scatters on the GPU: embedding lookup and its backward, MoE
+// token dispatch/combine. Same semantics as kernels/cpu/rows.h; every pointer
+// is a device pointer.
+//
+// Scatters that may hit a destination row several times sum its sources in
+// ascending source order (the CPU's serial order) through an inverse index
+// built with a stable radix sort: bitwise repeatable, no atomics.
+#ifndef GLM_KERNELS_CUDA_ROWS_CUH_
+#define GLM_KERNELS_CUDA_ROWS_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
+
+namespace glm::cuda {
+
+// out[i] = table[ids[i]] for i < out.rows; ids in [0, table.rows).
+void EmbeddingForward(CudaContext& ctx, ConstMatrixView table,
+                      const int32_t* ids, MatrixView out);
+
+// dtable[ids[i]] += dout[i] for i < dout.rows; ids in [0, dtable.rows).
+void EmbeddingBackward(CudaContext& ctx, ConstMatrixView dout,
+                       const int32_t* ids, MatrixView dtable);
+
+// out[rows[i]] += scale[i] * src[i] for i < src.rows (scale null: 1); rows in
+// [0, out.rows). Scratch: 3 int32 arrays of src.rows plus CUB's sort storage.
+void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
+                    const float* scale, MatrixView out);
+
+// dsrc[i] += scale[i] * dout[rows[i]] (dsrc empty: skipped);
+// dscale[i] += src[i] . dout[rows[i]], dot in double (dscale null: skipped).
+void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
+                            const int32_t* rows, const float* scale,
+                            ConstMatrixView dout, MatrixView dsrc,
+                            float* dscale);
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_ROWS_CUH_
