@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   bazel-bootstrap bazel-rules-java
-  g++ python3 git ca-certificates
+  g++ python3 git ca-certificates clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
   libsentencepiece-dev libxxhash-dev nlohmann-json3-dev libssl-dev

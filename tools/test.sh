@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: installs what is missing, runs every CPU test with Bazel,
-# compiles the CUDA kernels when CUDA is present, and ends with 'N passed, N failed'.
+# compiles the CUDA kernels when CUDA is present, checks the C++ formatting, and ends
+# with 'N passed, N failed'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./tools/bootstrap.sh
@@ -9,6 +10,12 @@ log=$(mktemp)
 bazel test //... --keep_going --test_output=errors 2>&1 | tee "$log"
 
 checks=()
+echo "== C++ and CUDA sources: clang-format check =="
+if ./tools/format_check.sh; then
+  checks+=("format=pass")
+else
+  checks+=("format=fail")
+fi
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "== CUDA kernels (--config=cuda, sm_90a): compile check =="
   mapfile -t cuda_targets < <(bazel query 'attr(tags, "\bcuda\b", //...)' 2>/dev/null)
