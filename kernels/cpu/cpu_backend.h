@@ -8,7 +8,13 @@ namespace glm {
 
 class CpuBackend : public Backend {
  public:
+  CpuBackend() = default;
+  // Tensors for this backend live on `memory` (not owned; a host-memory
+  // allocator standing in for a device's, for tests of the device paths).
+  explicit CpuBackend(Allocator* memory) : memory_(memory) {}
+
   std::string Name() const override { return "cpu"; }
+  Allocator* allocator() override { return memory_; }
 
   void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
               bool accumulate) override;
@@ -74,6 +80,9 @@ class CpuBackend : public Backend {
                        float scale, ConstMatrixView attn_probs,
                        int64_t attn_heads, float coeff, MatrixView diq,
                        MatrixView dik, MatrixView dw) override;
+
+ private:
+  Allocator* memory_ = nullptr;
 };
 
 }  // namespace glm
