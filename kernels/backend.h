@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/device_memory.h"
 #include "kernels/tensor.h"
@@ -33,6 +34,38 @@ struct RouterSpec {
   int topk_group = 1;
   bool norm_topk_prob = true;
   float routed_scaling_factor = 1.f;
+};
+
+// One AdamW update (torch.optim.AdamW's formula, in double per element):
+// g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+// w = (w - lr*wd*w) - lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) with bias
+// corrections c1 = 1 - b1^step, c2 = 1 - b2^step; wd only on tensors that
+// take weight decay.
+struct AdamWHyperparameters {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double grad_scale = 1;
+  int64_t step = 1;
+};
+
+// A tensor the optimizer updates: its fp32 weights, gradient and moments,
+// `size` elements each, in the backend's memory.
+struct AdamWTensor {
+  float* value = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  int64_t size = 0;
+  bool weight_decay = true;
+};
+
+// `size` contiguous floats in the backend's memory.
+struct FlatSpan {
+  const float* data = nullptr;
+  int64_t size = 0;
 };
 
 class Backend {
@@ -167,6 +200,14 @@ class Backend {
                                ConstMatrixView attn_probs, int64_t attn_heads,
                                float coeff, MatrixView diq, MatrixView dik,
                                MatrixView dw) = 0;
+
+  // ---- optimizer ----
+  // Sum of x^2 over every element of the spans, in double, in a fixed order
+  // (the gradient norm).
+  virtual double SquaredSum(const std::vector<FlatSpan>& spans) = 0;
+  // One AdamW update of every tensor (one pass over all of them).
+  virtual void AdamWStep(const AdamWHyperparameters& hyper,
+                         const std::vector<AdamWTensor>& tensors) = 0;
 };
 
 }  // namespace glm

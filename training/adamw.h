@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/tensor.h"
 
 namespace glm {
@@ -42,9 +43,10 @@ class AdamW {
   explicit AdamW(AdamWOptions options) : options_(options) {}
 
   // One update with learning rate `lr`; every gradient is multiplied by
-  // `grad_scale` first (the clipping factor). Moments are created on first use.
-  void Step(const std::vector<TrainableTensor>& params, double lr,
-            double grad_scale);
+  // `grad_scale` first (the clipping factor). Moments are created on first
+  // use, where their weights live; `backend` runs the update there.
+  void Step(Backend& backend, const std::vector<TrainableTensor>& params,
+            double lr, double grad_scale);
 
   int64_t steps() const { return steps_; }
   // The moments of `param` (zeros until its first update), for checkpoints
@@ -53,9 +55,6 @@ class AdamW {
   void set_steps(int64_t steps) { steps_ = steps; }
 
  private:
-  void Update(const TrainableTensor& param, AdamMoments* moments, double lr,
-              double grad_scale) const;
-
   AdamWOptions options_;
   int64_t steps_ = 0;
   std::map<std::string, AdamMoments> moments_;

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace glm {
 namespace {
@@ -32,11 +33,12 @@ TEST(AdamWTest, MatchesTorchFormulaOverSteps) {
   for (float x : weight.values()) expected.push_back({x});
 
   const AdamWOptions options{0.9, 0.95, 1e-8, 0.1};
+  CpuBackend backend;
   AdamW adamw(options);
   for (int step = 0; step < 5; ++step) {
     for (float& x : grad.values()) x = normal(rng);
     const double lr = 1e-2 * (step + 1);
-    adamw.Step({{"w", &weight, &grad}}, lr, 0.5);
+    adamw.Step(backend, {{"w", &weight, &grad}}, lr, 0.5);
     for (int64_t i = 0; i < weight.numel(); ++i) {
       expected[i].Step(0.5 * grad.values()[i], lr, 0.9, 0.95, 1e-8, 0.1);
     }
@@ -50,8 +52,9 @@ TEST(AdamWTest, MatchesTorchFormulaOverSteps) {
 TEST(AdamWTest, NoWeightDecayOnNormsAndBiases) {
   Tensor norm({4}), grad({4});
   for (float& x : norm.values()) x = 1.f;
+  CpuBackend backend;
   AdamW adamw(AdamWOptions{0.9, 0.95, 1e-8, 0.5});
-  adamw.Step({{"model.norm.weight", &norm, &grad}}, 1.0, 1.0);
+  adamw.Step(backend, {{"model.norm.weight", &norm, &grad}}, 1.0, 1.0);
   // Zero gradient and no decay: the weight stays exactly where it was.
   for (float x : norm.values()) EXPECT_EQ(x, 1.f);
   EXPECT_FALSE(TakesWeightDecay(norm));

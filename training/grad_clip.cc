@@ -5,12 +5,13 @@
 
 namespace glm {
 
-double GradSquaredSum(const std::vector<TrainableTensor>& params) {
-  double sum = 0;
+double GradSquaredSum(Backend& backend,
+                      const std::vector<TrainableTensor>& params) {
+  std::vector<FlatSpan> grads;
   for (const TrainableTensor& param : params) {
-    for (float g : param.grad->values()) sum += static_cast<double>(g) * g;
+    grads.push_back({param.grad->data(), param.grad->numel()});
   }
-  return sum;
+  return backend.SquaredSum(grads);
 }
 
 double GlobalNorm(double squared_sum) { return std::sqrt(squared_sum); }

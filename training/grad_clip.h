@@ -13,7 +13,9 @@ namespace glm {
 // Sum of squares of every gradient element, accumulated in double in a fixed
 // order (deterministic). Data-parallel ranks all-reduce this before the square
 // root.
-double GradSquaredSum(const std::vector<TrainableTensor>& params);
+// `backend` reads the gradients where they live.
+double GradSquaredSum(Backend& backend,
+                      const std::vector<TrainableTensor>& params);
 
 // Infinite or NaN when any gradient is.
 double GlobalNorm(double squared_sum);

@@ -51,7 +51,7 @@ Gradients WholeModel() {
     gradients.by_name[t.name].assign(t.grad->data(),
                                      t.grad->data() + t.grad->numel());
   }
-  gradients.squared_norm = GradSquaredSum(trainable);
+  gradients.squared_norm = GradSquaredSum(backend, trainable);
   return gradients;
 }
 
@@ -75,11 +75,12 @@ void ExpectRanksMatchTheWholeModel(const std::string& layout) {
 
       const PipelineTensors tensors = PipelineTensorsOf(params, *plan, rank);
       const std::vector<TrainableTensor> trainable = TrainableOf(params);
+      CpuBackend backend;
       ASSERT_TRUE(SumSharedGradients(*run->forward, tensors, trainable).ok());
       // Each tensor counts once, on its owning rank.
       const absl::StatusOr<double> squared_norm = SumInRankOrder(
           *run->forward,
-          GradSquaredSum(SelectTrainable(trainable, tensors.owned)));
+          GradSquaredSum(backend, SelectTrainable(trainable, tensors.owned)));
       ASSERT_TRUE(squared_norm.ok()) << squared_norm.status();
       for (const TrainableTensor& t :
            SelectTrainable(trainable, tensors.used)) {

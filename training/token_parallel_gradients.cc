@@ -31,16 +31,17 @@ absl::Status SumTokenParallelGradients(
 }
 
 absl::StatusOr<double> TokenParallelGradSquaredSum(
-    TokenParallel& parallel, const std::vector<TrainableTensor>& trainable) {
+    Backend& backend, TokenParallel& parallel,
+    const std::vector<TrainableTensor>& trainable) {
   std::vector<TrainableTensor> whole, split;
   for (const TrainableTensor& param : trainable) {
     (Split(parallel, param.name) ? split : whole).push_back(param);
   }
-  if (split.empty()) return GradSquaredSum(whole);
-  absl::StatusOr<double> parts =
-      SumInRankOrder(*parallel.tensor_group(), GradSquaredSum(split));
+  if (split.empty()) return GradSquaredSum(backend, whole);
+  absl::StatusOr<double> parts = SumInRankOrder(
+      *parallel.tensor_group(), GradSquaredSum(backend, split));
   if (!parts.ok()) return parts.status();
-  return GradSquaredSum(whole) + *parts;
+  return GradSquaredSum(backend, whole) + *parts;
 }
 
 absl::StatusOr<Tensor> GatherTensorParallel(TokenParallel& parallel,

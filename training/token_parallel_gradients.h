@@ -25,7 +25,8 @@ absl::Status SumTokenParallelGradients(
 // whole tensors once, split tensors summed over the tensor group in rank
 // order (see SumInRankOrder).
 absl::StatusOr<double> TokenParallelGradSquaredSum(
-    TokenParallel& parallel, const std::vector<TrainableTensor>& trainable);
+    Backend& backend, TokenParallel& parallel,
+    const std::vector<TrainableTensor>& trainable);
 
 // The whole tensor of `name` from every tensor rank's `part` (a copy of the
 // part when it is not split).

@@ -354,11 +354,13 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
   }
   absl::StatusOr<double> dense =
       token_parallel_
-          ? TokenParallelGradSquaredSum(*token_parallel_, split.dense)
-          : GradSquaredSum(split.dense);
+          ? TokenParallelGradSquaredSum(optimizer_backend(), *token_parallel_,
+                                        split.dense)
+          : GradSquaredSum(optimizer_backend(), split.dense);
   if (dense.ok() && shards_) dense = SumInRankOrder(*data_parallel_, *dense);
   if (!dense.ok()) return dense.status();
-  absl::StatusOr<double> experts = GradSquaredSum(split.experts);
+  absl::StatusOr<double> experts =
+      GradSquaredSum(optimizer_backend(), split.experts);
   if (expert_shards_) {
     experts = SumInRankOrder(*expert_parallel_->expert_data, *experts);
   }
@@ -613,7 +615,7 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   if (std::isfinite(grad_norm)) {
     const double scale =
         ClipScale(grad_norm, options_.clip_grad) / micro_batches;
-    optimizer_.Step(updated, lr, scale);
+    optimizer_.Step(optimizer_backend(), updated, lr, scale);
     for (const ShardedList& list :
          shards_ ? ShardedLists(trainable) : std::vector<ShardedList>()) {
       if (absl::Status status =

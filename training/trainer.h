@@ -24,11 +24,12 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/training_state.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/config.h"
 #include "model/glm_model.h"
 #include "model/parameters.h"
 #include "model/token_parallel.h"
-#include "parallel/collectives.h"
+#include "collectives/collectives.h"
 #include "parallel/expert_parallel_dispatch.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/rank_tensors.h"
@@ -213,6 +214,9 @@ class Trainer {
   ModelParameters* compute_params() {
     return device_params_ ? device_params_.get() : params_.get();
   }
+  // Runs the optimizer's passes where params_ live (the host here).
+  Backend& optimizer_backend() { return host_backend_; }
+  CpuBackend host_backend_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GlmModel> model_;
   AdamW optimizer_;

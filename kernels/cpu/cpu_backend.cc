@@ -5,6 +5,7 @@
 #include "kernels/cpu/indexer.h"
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
@@ -133,6 +134,15 @@ double CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                  MatrixView dw) {
   return cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, attn_probs,
                             attn_heads, coeff, diq, dik, dw);
+}
+
+double CpuBackend::SquaredSum(const std::vector<FlatSpan>& spans) {
+  return cpu::SquaredSum(spans);
+}
+
+void CpuBackend::AdamWStep(const AdamWHyperparameters& hyper,
+                           const std::vector<AdamWTensor>& tensors) {
+  cpu::AdamWStep(hyper, tensors);
 }
 
 }  // namespace glm

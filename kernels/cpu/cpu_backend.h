@@ -80,6 +80,9 @@ class CpuBackend : public Backend {
                        float scale, ConstMatrixView attn_probs,
                        int64_t attn_heads, float coeff, MatrixView diq,
                        MatrixView dik, MatrixView dw) override;
+  double SquaredSum(const std::vector<FlatSpan>& spans) override;
+  void AdamWStep(const AdamWHyperparameters& hyper,
+                 const std::vector<AdamWTensor>& tensors) override;
 
  private:
   Allocator* memory_ = nullptr;

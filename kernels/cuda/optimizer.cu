@@ -1,0 +1,147 @@
+#include "kernels/cuda/optimizer.cuh"
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace glm::cuda {
+namespace {
+
+// Elements per block: large enough that launch and table costs vanish.
+constexpr int64_t kChunk = 64 * 1024;
+
+struct Chunk {
+  int32_t tensor;
+  int64_t begin;
+  int64_t end;
+};
+
+// One chunk table for any list of sizes.
+std::vector<Chunk> ChunksOf(const std::vector<int64_t>& sizes) {
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    for (int64_t begin = 0; begin < sizes[t]; begin += kChunk) {
+      chunks.push_back({static_cast<int32_t>(t), begin,
+                        std::min(begin + kChunk, sizes[t])});
+    }
+  }
+  return chunks;
+}
+
+// Copies `items` into scratch at `*offset` (advanced past them); returns the
+// device copy.
+template <typename T>
+T* Upload(CudaContext& ctx, char* scratch, size_t* offset,
+          const std::vector<T>& items) {
+  T* device = reinterpret_cast<T*>(scratch + *offset);
+  *offset += ScratchAlignUp(items.size() * sizeof(T));
+  GLM_CUDA_CHECK(cudaMemcpyAsync(device, items.data(), items.size() * sizeof(T),
+                                 cudaMemcpyHostToDevice, ctx.stream()));
+  return device;
+}
+
+__global__ void ChunkSquaredSumKernel(const FlatSpan* spans,
+                                      const Chunk* chunks, double* partial) {
+  const Chunk chunk = chunks[blockIdx.x];
+  const float* x = spans[chunk.tensor].data;
+  double sum = 0;
+  for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
+    sum += static_cast<double>(x[i]) * x[i];
+  }
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+__global__ void SumPartialsKernel(const double* partial, int64_t count,
+                                  double* out) {
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) *out = sum;
+}
+
+// Per-call constants, computed once on the host as the CPU computes them.
+struct AdamWConstants {
+  double beta1, one_minus_beta1, beta2, one_minus_beta2;
+  double eps, grad_scale, step_size, sqrt_correction2, decay;
+};
+
+__global__ void AdamWKernel(const AdamWTensor* tensors, const Chunk* chunks,
+                            AdamWConstants c) {
+  const Chunk chunk = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[chunk.tensor];
+  const double decay = t.weight_decay ? c.decay : 0.0;
+  for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
+    const double grad = __dmul_rn(static_cast<double>(t.grad[i]), c.grad_scale);
+    const float m = static_cast<float>(
+        __dadd_rn(__dmul_rn(c.beta1, static_cast<double>(t.exp_avg[i])),
+                  __dmul_rn(c.one_minus_beta1, grad)));
+    const float v = static_cast<float>(
+        __dadd_rn(__dmul_rn(c.beta2, static_cast<double>(t.exp_avg_sq[i])),
+                  __dmul_rn(__dmul_rn(c.one_minus_beta2, grad), grad)));
+    t.exp_avg[i] = m;
+    t.exp_avg_sq[i] = v;
+    const double denom = __dadd_rn(
+        __ddiv_rn(__dsqrt_rn(static_cast<double>(v)), c.sqrt_correction2),
+        c.eps);
+    const double w = t.value[i];
+    const double decayed = __dsub_rn(w, __dmul_rn(decay, w));
+    t.value[i] = static_cast<float>(__dsub_rn(
+        decayed, __ddiv_rn(__dmul_rn(c.step_size, static_cast<double>(m)),
+                           denom)));
+  }
+}
+
+}  // namespace
+
+void SquaredSum(CudaContext& ctx, const std::vector<FlatSpan>& spans,
+                double* out) {
+  std::vector<int64_t> sizes;
+  for (const FlatSpan& span : spans) sizes.push_back(span.size);
+  const std::vector<Chunk> chunks = ChunksOf(sizes);
+  if (chunks.empty()) {
+    GLM_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), ctx.stream()));
+    return;
+  }
+  char* scratch = static_cast<char*>(
+      ctx.Scratch(ScratchAlignUp(spans.size() * sizeof(FlatSpan)) +
+                  ScratchAlignUp(chunks.size() * sizeof(Chunk)) +
+                  ScratchAlignUp(chunks.size() * sizeof(double))));
+  size_t offset = 0;
+  const FlatSpan* device_spans = Upload(ctx, scratch, &offset, spans);
+  const Chunk* device_chunks = Upload(ctx, scratch, &offset, chunks);
+  double* partial = reinterpret_cast<double*>(scratch + offset);
+  ChunkSquaredSumKernel<<<chunks.size(), kBlockThreads, 0, ctx.stream()>>>(
+      device_spans, device_chunks, partial);
+  GLM_CUDA_CHECK_LAUNCH();
+  SumPartialsKernel<<<1, kBlockThreads, 0, ctx.stream()>>>(
+      partial, static_cast<int64_t>(chunks.size()), out);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void AdamWStep(CudaContext& ctx, const AdamWHyperparameters& h,
+               const std::vector<AdamWTensor>& tensors) {
+  std::vector<int64_t> sizes;
+  for (const AdamWTensor& t : tensors) sizes.push_back(t.size);
+  const std::vector<Chunk> chunks = ChunksOf(sizes);
+  if (chunks.empty()) return;
+  const double correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
+  const AdamWConstants constants = {
+      h.beta1, 1.0 - h.beta1,          h.beta2,
+      1.0 - h.beta2, h.eps,            h.grad_scale,
+      h.lr / correction1, std::sqrt(correction2), h.lr * h.weight_decay};
+  char* scratch = static_cast<char*>(
+      ctx.Scratch(ScratchAlignUp(tensors.size() * sizeof(AdamWTensor)) +
+                  ScratchAlignUp(chunks.size() * sizeof(Chunk))));
+  size_t offset = 0;
+  const AdamWTensor* device_tensors = Upload(ctx, scratch, &offset, tensors);
+  const Chunk* device_chunks = Upload(ctx, scratch, &offset, chunks);
+  AdamWKernel<<<chunks.size(), kBlockThreads, 0, ctx.stream()>>>(
+      device_tensors, device_chunks, constants);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace glm::cuda
