@@ -285,6 +285,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                                       expert_data->size());
     }
   }
+  // One rank without LoRA: everything a step does runs where the model
+  // computes, so the weights and the optimizer stay on the device.
+  if (trainer->device_params_ && data_parallel == nullptr &&
+      !trainer->pipeline_ && !trainer->expert_parallel_ &&
+      !trainer->token_parallel_ && !options.lora) {
+    trainer->device_optimizer_.emplace(options.adamw);
+  }
   return trainer;
 }
 
@@ -301,6 +308,7 @@ Trainer::Trainer(const TrainerOptions& options,
   if (backend_->allocator() != nullptr) {
     device_params_ = MirrorParameters(*params_, backend_->allocator());
   }
+
   model_ = std::make_unique<GlmModel>(compute_params(), backend_.get(),
                                       options.loss);
 }
@@ -386,6 +394,50 @@ absl::Status Trainer::CheckLoraUnderPipeline() {
     }
   }
   return absl::OkStatus();
+}
+
+std::vector<TrainableTensor> Trainer::StepTrainable() {
+  if (!resident()) return Trainable();
+  std::vector<TrainableTensor> trainable;
+  for (const NamedTensor& named : device_params_->Named()) {
+    if (named.grad != nullptr) {
+      trainable.push_back({named.name, named.value, named.grad});
+    }
+  }
+  return trainable;
+}
+
+ModelParameters& Trainer::params() {
+  if (resident()) SyncToHost();
+  return *params_;
+}
+
+void Trainer::SyncMoments(bool to_host) {
+  std::vector<NamedTensor> host = params_->Named(),
+                           device = device_params_->Named();
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (host[i].grad == nullptr) continue;
+    AdamMoments& on_host =
+        optimizer_.MomentsOf({host[i].name, host[i].value, host[i].grad});
+    AdamMoments& on_device = device_optimizer_->MomentsOf(
+        {device[i].name, device[i].value, device[i].grad});
+    AdamMoments& to = to_host ? on_host : on_device;
+    const AdamMoments& from = to_host ? on_device : on_host;
+    to.exp_avg.CopyFrom(from.exp_avg);
+    to.exp_avg_sq.CopyFrom(from.exp_avg_sq);
+  }
+}
+
+void Trainer::SyncToHost() {
+  CopyValues(*device_params_, *params_);
+  SyncMoments(/*to_host=*/true);
+  optimizer_.set_steps(device_optimizer_->steps());
+}
+
+void Trainer::SyncToDevice() {
+  CopyValues(*params_, *device_params_);
+  SyncMoments(/*to_host=*/false);
+  device_optimizer_->set_steps(optimizer_.steps());
 }
 
 std::vector<TrainableTensor> Trainer::Trainable() {
@@ -488,10 +540,11 @@ absl::Status Trainer::RunMicroBatch(int64_t first_sample,
 // The model reports expert loads for the main decoder layers, then the MTP
 // layers, in that order.
 Tensor* Trainer::RouterBias(size_t layer) {
-  const size_t main_layers = params_->layers.size();
+  ModelParameters& trained = resident() ? *device_params_ : *params_;
+  const size_t main_layers = trained.layers.size();
   DecoderLayerParameters& decoder =
-      layer < main_layers ? params_->layers[layer]
-                          : params_->mtp[layer - main_layers].layer;
+      layer < main_layers ? trained.layers[layer]
+                          : trained.mtp[layer - main_layers].layer;
   return &decoder.moe.e_score_correction_bias;
 }
 
@@ -500,9 +553,13 @@ void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
   for (size_t layer = 0; layer < totals.expert_load.size(); ++layer) {
     if (totals.expert_load[layer].empty()) continue;  // a dense layer
     // A pp rank holds only its stages' router biases.
-    if (RouterBias(layer)->numel() == 0) continue;
+    Tensor* bias = RouterBias(layer);
+    if (bias->numel() == 0) continue;
+    // A few floats: updated on the host wherever the bias lives.
+    Tensor on_host = bias->CopyTo(nullptr);
     UpdateRouterBias(totals.expert_load[layer],
-                     options_.router_bias_update_rate, RouterBias(layer));
+                     options_.router_bias_update_rate, &on_host);
+    bias->CopyFrom(on_host);
   }
 }
 
@@ -560,17 +617,19 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   const int64_t micro_batches =
       options_.global_batch_size / options_.micro_batch_size;
   const int dp = data_parallel_size();
-  params_->ZeroGrad();
+  if (!resident()) params_->ZeroGrad();
   if (lora_) lora_->Merge();
   if (device_params_) {
-    CopyValues(*params_, *device_params_);
+    if (!resident()) CopyValues(*params_, *device_params_);
     device_params_->ZeroGrad();
   }
   MicroBatchTotals totals;
   if (absl::Status status = RunMicroBatches(&totals); !status.ok()) {
     return status;
   }
-  if (device_params_) CopyGradients(*device_params_, *params_);
+  if (device_params_ && !resident()) {
+    CopyGradients(*device_params_, *params_);
+  }
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
   if (lora_) lora_->AdapterGradients();
@@ -606,7 +665,7 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
 
   // Each micro batch's loss is a mean over its tokens; the step's loss is the
   // mean over micro batches, so the summed gradients are scaled by 1/M.
-  const std::vector<TrainableTensor> trainable = Trainable();
+  const std::vector<TrainableTensor> trainable = StepTrainable();
   const std::vector<TrainableTensor> updated = UpdatedHere(trainable);
   absl::StatusOr<double> squared = GradSquaredSumOverShards(updated);
   if (!squared.ok()) return squared.status();
@@ -615,7 +674,7 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   if (std::isfinite(grad_norm)) {
     const double scale =
         ClipScale(grad_norm, options_.clip_grad) / micro_batches;
-    optimizer_.Step(optimizer_backend(), updated, lr, scale);
+    step_optimizer().Step(optimizer_backend(), updated, lr, scale);
     for (const ShardedList& list :
          shards_ ? ShardedLists(trainable) : std::vector<ShardedList>()) {
       if (absl::Status status =

@@ -121,7 +121,9 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   bool Done() const { return iteration_ >= options_.train_iters; }
   const TrainerOptions& options() const { return options_; }
-  ModelParameters& params() { return *params_; }
+  // The current weights (brought to the host first when they train on a
+  // device).
+  ModelParameters& params();
 
   // Views of everything a checkpoint holds; the tensors stay owned by the
   // trainer. With LoRA the model part is the adapters only. Under tensor
@@ -208,14 +210,30 @@ class Trainer {
   // The fp32 weights, gradients the optimizer reads, and everything the
   // checkpoints and collectives see, in host memory.
   std::unique_ptr<ModelParameters> params_;
-  // On a device backend: the copy the model computes on (values copied in
-  // before each step, gradients copied out after its micro batches).
+  // On a device backend: the copy the model computes on. With one rank and
+  // no LoRA the weights stay there (resident): the device optimizer updates
+  // them and params_ / optimizer_ are their host copy for checkpoints
+  // (SyncToHost before a save or export, SyncToDevice after a load).
+  // Otherwise values go in before each step and gradients come out after its
+  // micro batches, and the host trains them with the collectives.
   std::unique_ptr<ModelParameters> device_params_;
+  std::optional<AdamW> device_optimizer_;
+  bool resident() const { return device_optimizer_.has_value(); }
   ModelParameters* compute_params() {
     return device_params_ ? device_params_.get() : params_.get();
   }
-  // Runs the optimizer's passes where params_ live (the host here).
-  Backend& optimizer_backend() { return host_backend_; }
+  // What a step updates, and the optimizer and backend that update it: the
+  // device's when resident, else the host's.
+  std::vector<TrainableTensor> StepTrainable();
+  AdamW& step_optimizer() {
+    return resident() ? *device_optimizer_ : optimizer_;
+  }
+  Backend& optimizer_backend() {
+    return resident() ? *backend_ : host_backend_;
+  }
+  void SyncToHost();
+  void SyncToDevice();
+  void SyncMoments(bool to_host);
   CpuBackend host_backend_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GlmModel> model_;

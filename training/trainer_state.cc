@@ -25,6 +25,7 @@ std::vector<std::pair<std::string, Tensor*>> CheckpointTensorsOf(
 }  // namespace
 
 absl::Status Trainer::GatherCheckpointState() {
+  if (resident()) SyncToHost();
   for (const ShardedList& list :
        shards_ ? ShardedLists(Trainable()) : std::vector<ShardedList>()) {
     std::vector<Tensor*> exp_avg, exp_avg_sq;
@@ -153,6 +154,7 @@ TrainingState Trainer::State() {
 }
 
 absl::StatusOr<TrainingState> Trainer::MergedModelState() {
+  if (resident()) SyncToHost();
   if (lora_) lora_->Merge();
   TrainingState merged;
   for (const NamedTensor& named : params_->Named()) {
@@ -190,6 +192,7 @@ absl::Status Trainer::Restore(const TrainingState& state) {
   skipped_iterations_ = state.skipped_iterations;
   nan_iterations_ = state.nan_iterations;
   optimizer_.set_steps(state.optimizer_steps);
+  if (resident()) SyncToDevice();
   if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
   for (const TrainableTensor& param : Checkpointed()) {
     if (TensorParallelDim(param.name) < 0) continue;
