@@ -1,0 +1,239 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cuda_allocator.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/indexer.cuh"
+#include "kernels/cuda/layer_norm.cuh"
+#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/optimizer.cuh"
+#include "kernels/cuda/rms_norm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/router.cuh"
+#include "kernels/cuda/rows.cuh"
+#include "kernels/cuda/sparse_attention.cuh"
+#include "kernels/cuda/swiglu.cuh"
+
+namespace glm {
+namespace {
+
+// The backend is also the context its ops run with: one stream, one cuBLASLt
+// handle, one grow-only scratch buffer.
+class CudaBackend : public Backend, public cuda::CudaContext {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options)
+      : options_(options) {
+    GLM_CUDA_CHECK(cudaSetDevice(options_.device));
+    GLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (cublasLtCreate(&cublas_lt_) != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cublasLtCreate failed on cuda:%d\n",
+                   options_.device);
+      std::abort();
+    }
+    allocator_ = std::make_unique<cuda::CudaAllocator>(options_.device, stream_);
+    loss_ = static_cast<double*>(allocator_->Allocate(sizeof(double)));
+  }
+
+  ~CudaBackend() override {
+    scratch_ = DeviceBuffer();
+    allocator_->Free(loss_);
+    cudaStreamSynchronize(stream_);
+    allocator_.reset();
+    cublasLtDestroy(cublas_lt_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string Name() const override {
+    return absl::StrCat("cuda:", options_.device,
+                        options_.precision == cuda::Precision::kBf16
+                            ? " bf16"
+                            : " fp32");
+  }
+  Allocator* allocator() override { return allocator_.get(); }
+
+  // ---- CudaContext ----
+  cudaStream_t stream() const override { return stream_; }
+  cublasLtHandle_t cublas_lt() const override { return cublas_lt_; }
+  cuda::Precision precision() const override { return options_.precision; }
+  void* Scratch(size_t bytes) override {
+    if (bytes > scratch_.bytes()) {
+      // Grows geometrically so that a few calls settle on the largest size.
+      scratch_ = DeviceBuffer();
+      scratch_ = DeviceBuffer(allocator_.get(),
+                              std::max(bytes, scratch_bytes_ * 3 / 2));
+      scratch_bytes_ = scratch_.bytes();
+    }
+    return scratch_.data();
+  }
+
+  // ---- Backend ----
+  void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
+              bool accumulate) override {
+    cuda::Linear(*this, x, w, y, accumulate);
+  }
+  void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
+                      MatrixView dx, MatrixView dw) override {
+    cuda::LinearBackward(*this, x, w, dy, dx, dw);
+  }
+  void Copy(ConstMatrixView x, MatrixView y) override {
+    cuda::Copy(*this, x, y);
+  }
+  void Axpy(float alpha, ConstMatrixView x, MatrixView y) override {
+    cuda::Axpy(*this, alpha, x, y);
+  }
+  void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
+                        MatrixView out) override {
+    cuda::EmbeddingForward(*this, table, ids, out);
+  }
+  void EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,
+                         MatrixView dtable) override {
+    cuda::EmbeddingBackward(*this, dout, ids, dtable);
+  }
+  void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
+                      const float* scale, MatrixView out) override {
+    cuda::ScatterAddRows(*this, src, rows, scale, out);
+  }
+  void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
+                              const float* scale, ConstMatrixView dout,
+                              MatrixView dsrc, float* dscale) override {
+    cuda::ScatterAddRowsBackward(*this, src, rows, scale, dout, dsrc, dscale);
+  }
+  void RmsNormForward(ConstMatrixView x, const float* w, float eps,
+                      MatrixView y, float* rstd) override {
+    cuda::RmsNormForward(*this, x, w, eps, y, rstd);
+  }
+  void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
+                       ConstMatrixView dy, MatrixView dx, float* dw) override {
+    cuda::RmsNormBackward(*this, x, w, rstd, dy, dx, dw);
+  }
+  void LayerNormForward(ConstMatrixView x, const float* w, const float* b,
+                        float eps, MatrixView y, float* mean,
+                        float* rstd) override {
+    cuda::LayerNormForward(*this, x, w, b, eps, y, mean, rstd);
+  }
+  void LayerNormBackward(ConstMatrixView x, const float* w, const float* mean,
+                         const float* rstd, ConstMatrixView dy, MatrixView dx,
+                         float* dw, float* db) override {
+    cuda::LayerNormBackward(*this, x, w, mean, rstd, dy, dx, dw, db);
+  }
+  void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
+                     MatrixView out) override {
+    cuda::SwiGluForward(*this, gate, up, out);
+  }
+  void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
+                      ConstMatrixView dout, MatrixView dgate,
+                      MatrixView dup) override {
+    cuda::SwiGluBackward(*this, gate, up, dout, dgate, dup);
+  }
+  void RopeForward(ConstMatrixView x, const int32_t* positions,
+                   int64_t rows_per_position, float theta,
+                   MatrixView y) override {
+    cuda::RopeForward(*this, x, positions, rows_per_position, theta, y);
+  }
+  void RopeBackward(ConstMatrixView dy, const int32_t* positions,
+                    int64_t rows_per_position, float theta,
+                    MatrixView dx) override {
+    cuda::RopeBackward(*this, dy, positions, rows_per_position, theta, dx);
+  }
+  void RouterForward(ConstMatrixView logits, const float* bias,
+                     const RouterSpec& spec, MatrixView scores,
+                     MatrixView weights, int32_t* indices) override {
+    cuda::RouterForward(*this, logits, bias, spec, scores, weights, indices);
+  }
+  void RouterBackward(ConstMatrixView scores, const int32_t* indices,
+                      ConstMatrixView dweights, const RouterSpec& spec,
+                      MatrixView dlogits) override {
+    cuda::RouterBackward(*this, scores, indices, dweights, spec, dlogits);
+  }
+  double CrossEntropyForward(ConstMatrixView logits,
+                             const int32_t* targets) override {
+    cuda::CrossEntropyForward(*this, logits, targets, loss_);
+    return ReadLoss();
+  }
+  void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
+                            float scale, MatrixView dlogits) override {
+    cuda::CrossEntropyBackward(*this, logits, targets, scale, dlogits);
+  }
+  void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
+                              ConstMatrixView v, const int32_t* keys,
+                              int64_t topk, int64_t heads, float scale,
+                              MatrixView out, MatrixView probs) override {
+    cuda::SparseAttentionForward(*this, q, k, v, keys, topk, heads, scale, out,
+                                 probs);
+  }
+  void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
+                               ConstMatrixView v, const int32_t* keys,
+                               int64_t topk, int64_t heads, float scale,
+                               ConstMatrixView probs, ConstMatrixView dout,
+                               MatrixView dq, MatrixView dk,
+                               MatrixView dv) override {
+    cuda::SparseAttentionBackward(*this, q, k, v, keys, topk, heads, scale,
+                                  probs, dout, dq, dk, dv);
+  }
+  void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
+                   const int32_t* seq_start, int64_t query_offset, int64_t topk,
+                   float scale, int32_t* keys) override {
+    cuda::IndexerTopK(*this, iq, ik, w, seq_start, query_offset, topk, scale,
+                      keys);
+  }
+  double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                       ConstMatrixView w, const int32_t* keys, int64_t topk,
+                       float scale, ConstMatrixView attn_probs,
+                       int64_t attn_heads, float coeff, MatrixView diq,
+                       MatrixView dik, MatrixView dw) override {
+    cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, attn_probs,
+                        attn_heads, coeff, diq, dik, dw, loss_);
+    return ReadLoss();
+  }
+  double SquaredSum(const std::vector<FlatSpan>& spans) override {
+    cuda::SquaredSum(*this, spans, loss_);
+    return ReadLoss();
+  }
+  void AdamWStep(const AdamWHyperparameters& hyper,
+                 const std::vector<AdamWTensor>& tensors) override {
+    cuda::AdamWStep(*this, hyper, tensors);
+  }
+
+ private:
+  // Reads the double an op left in loss_ (waits for the stream).
+  double ReadLoss() {
+    double loss = 0;
+    allocator_->CopyToHost(&loss, loss_, sizeof(double));
+    return loss;
+  }
+
+  CudaBackendOptions options_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;
+  std::unique_ptr<cuda::CudaAllocator> allocator_;
+  DeviceBuffer scratch_;
+  size_t scratch_bytes_ = 0;
+  double* loss_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
+    const CudaBackendOptions& options) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", options.device, ": no CUDA device usable (",
+                     cudaGetErrorString(status), ")"));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::NotFoundError(absl::StrCat("cuda:", options.device,
+                                            " does not exist: this machine has ",
+                                            count, " CUDA device(s)"));
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(options));
+}
+
+}  // namespace glm

@@ -1,0 +1,28 @@
+// The CUDA backend: every Backend op on one GPU, on one stream.
+//
+// Views, index arrays and scales passed to it are device pointers. Ops are
+// ordered on the backend's stream; the ops that return a loss to the host
+// (CrossEntropyForward, IndexerKlLoss) wait for it.
+#ifndef GLM_KERNELS_CUDA_CUDA_BACKEND_H_
+#define GLM_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_context.h"
+
+namespace glm {
+
+struct CudaBackendOptions {
+  int device = 0;
+  cuda::Precision precision = cuda::Precision::kFp32;
+};
+
+// Fails with a message naming the device when it does not exist.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
+    const CudaBackendOptions& options);
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,814 @@
+#include "kernels/cuda/indexer.cuh"
+
+#include <algorithm>
+#include <cassert>
+#include <climits>
+#include <cmath>
+#include <cub/block/block_reduce.cuh>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace glm::cuda {
+namespace {
+
+constexpr int kMaxHeads = 32;
+constexpr int64_t kMaxTopK = 4096;
+// What one chunk of queries may hold in scratch (scores or score gradients).
+constexpr size_t kChunkBytes = size_t{512} << 20;
+constexpr int64_t kMaxChunk = 65535;
+
+// Queries per chunk when each takes `bytes_per_query` of scratch; at most
+// kMaxChunk, so a chunk fits a grid's y dimension.
+int64_t ChunkQueries(int64_t n, size_t bytes_per_query) {
+  const int64_t fit = static_cast<int64_t>(kChunkBytes / bytes_per_query);
+  return std::max<int64_t>(1, std::min({n, fit, kMaxChunk}));
+}
+
+// acc + a * b with two roundings, never fused: the CPU build has no FMA, and
+// scores equal to the CPU's give the same top-k selections, ties included.
+__device__ float MulAdd(float a, float b, float acc) {
+  return __fadd_rn(acc, __fmul_rn(a, b));
+}
+
+// Row r of a view.
+template <typename View>
+__device__ auto* RowOf(const View& m, int64_t r) {
+  return &At(m, r, 0);
+}
+
+// ---- Dot-product tiles (top-k scores and the loss's dots) ----
+
+// A tile is kTileA rows of A x kTileB rows of B, the rows staged kTileD
+// columns at a time; each thread owns kThreadA x kThreadB dots (A rows
+// ty + kLanesA*i, B rows tx + kLanesB*j: conflict-free shared reads).
+constexpr int kTileA = 32;
+constexpr int kTileB = 64;
+constexpr int kTileD = 32;
+constexpr int kThreadA = 2;
+constexpr int kThreadB = 4;
+constexpr int kLanesA = kTileA / kThreadA;
+constexpr int kLanesB = kTileB / kThreadB;
+constexpr int kTileThreads = kLanesA * kLanesB;
+static_assert(kTileA == 32, "one warp reads a score tile's sequence starts");
+static_assert(kTileA >= kMaxHeads, "a loss tile holds every head");
+
+using TileDotsOut = float[kThreadA][kThreadB];
+
+// Stages columns [c0, c0 + width) of rows r < rows into tile[c][r]
+// (transposed, so the dot loop reads along rows). Rows past `rows` or whose
+// row_of is null read as 0.
+template <int kRows, typename RowFn>
+__device__ void StageTile(float (*tile)[kRows + 1], int rows, int64_t c0,
+                          int width, RowFn row_of) {
+  for (int i = threadIdx.x; i < kRows * kTileD; i += kTileThreads) {
+    const int r = i / kTileD, c = i % kTileD;
+    const float* row = r < rows ? row_of(r) : nullptr;
+    tile[c][r] = row != nullptr && c < width ? row[c0 + c] : 0.f;
+  }
+}
+
+// dot[i][j] = a_row(ty + kLanesA*i) . b_row(tx + kLanesB*j) over `dim`
+// columns, summed in column order with MulAdd: bitwise the CPU's dots.
+template <typename ARowFn, typename BRowFn>
+__device__ void TileDots(int a_rows, int b_rows, int64_t dim, ARowFn a_row,
+                         BRowFn b_row, TileDotsOut& dot) {
+  __shared__ float a_tile[kTileD][kTileA + 1];
+  __shared__ float b_tile[kTileD][kTileB + 1];
+  const int tx = threadIdx.x % kLanesB, ty = threadIdx.x / kLanesB;
+  for (int i = 0; i < kThreadA; ++i) {
+    for (int j = 0; j < kThreadB; ++j) dot[i][j] = 0.f;
+  }
+  for (int64_t c0 = 0; c0 < dim; c0 += kTileD) {
+    const int width = static_cast<int>(std::min<int64_t>(kTileD, dim - c0));
+    StageTile<kTileA>(a_tile, a_rows, c0, width, a_row);
+    StageTile<kTileB>(b_tile, b_rows, c0, width, b_row);
+    __syncthreads();
+    for (int c = 0; c < width; ++c) {
+#pragma unroll
+      for (int i = 0; i < kThreadA; ++i) {
+        const float a = a_tile[c][ty + kLanesA * i];
+#pragma unroll
+        for (int j = 0; j < kThreadB; ++j) {
+          dot[i][j] = MulAdd(a, b_tile[c][tx + kLanesB * j], dot[i][j]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Calls emit(a, b, value) for each of the thread's dots inside the tile.
+template <typename EmitFn>
+__device__ void ForTileDots(int a_rows, int b_rows, const TileDotsOut& dot,
+                            EmitFn emit) {
+  const int tx = threadIdx.x % kLanesB, ty = threadIdx.x / kLanesB;
+#pragma unroll
+  for (int i = 0; i < kThreadA; ++i) {
+#pragma unroll
+    for (int j = 0; j < kThreadB; ++j) {
+      const int a = ty + kLanesA * i, b = tx + kLanesB * j;
+      if (a < a_rows && b < b_rows) emit(a, b, dot[i][j]);
+    }
+  }
+}
+
+// ---- Top-k: scores of a chunk of queries ----
+
+// The smallest sequence start among the tile's `rows` queries from row0.
+__device__ int32_t LowestStart(const int32_t* seq_start, int64_t row0,
+                               int rows) {
+  __shared__ int32_t lowest;
+  if (threadIdx.x < 32) {
+    const int32_t start =
+        threadIdx.x < rows ? seq_start[row0 + threadIdx.x] : INT_MAX;
+    const int32_t min = __reduce_min_sync(0xffffffff, start);
+    if (threadIdx.x == 0) lowest = min;
+  }
+  __syncthreads();
+  return lowest;
+}
+
+// scores[(t - t0) * ld + s] for queries t in [t0, t1) and keys s <= t's g,
+// a tile of kTileA queries x kTileB keys per block. Tiles outside every
+// query's [seq_start, g] range are skipped; entries of a computed tile outside
+// a query's range are written but never read.
+__global__ void ScoreKernel(ConstMatrixView iq, ConstMatrixView ik,
+                            ConstMatrixView w, const int32_t* seq_start,
+                            int64_t query_offset, int64_t t0, int64_t t1,
+                            float scale, float* scores, int64_t ld) {
+  const int64_t row0 = t0 + blockIdx.y * kTileA;
+  const int rows = static_cast<int>(std::min<int64_t>(kTileA, t1 - row0));
+  const int64_t s0 = static_cast<int64_t>(blockIdx.x) * kTileB;
+  const int64_t key_end = query_offset + row0 + rows;  // past the last g
+  if (s0 >= key_end) return;
+  if (s0 + kTileB <= LowestStart(seq_start, row0, rows)) return;
+  const int keys = static_cast<int>(std::min<int64_t>(kTileB, key_end - s0));
+  const int64_t heads = w.cols;
+  float score[kThreadA][kThreadB] = {};
+  for (int64_t h = 0; h < heads; ++h) {
+    TileDotsOut dot;
+    TileDots(
+        rows, keys, ik.cols,
+        [&](int r) { return RowOf(iq, (row0 + r) * heads + h); },
+        [&](int r) { return RowOf(ik, s0 + r); }, dot);
+    const int ty = threadIdx.x / kLanesB;
+#pragma unroll
+    for (int i = 0; i < kThreadA; ++i) {
+      const int r = ty + kLanesA * i;
+      const float weight = r < rows ? RowOf(w, row0 + r)[h] : 0.f;
+#pragma unroll
+      for (int j = 0; j < kThreadB; ++j) {
+        score[i][j] =
+            MulAdd(weight, fmaxf(scale * dot[i][j], 0.f), score[i][j]);
+      }
+    }
+  }
+  ForTileDots(rows, keys, score, [&](int r, int k, float value) {
+    scores[(row0 - t0 + r) * ld + s0 + k] = value;
+  });
+}
+
+// ---- Top-k: selection per query ----
+
+constexpr int kSelectThreads = 512;
+constexpr int kRadixBins = 256;
+constexpr int kBinsPerLane = kRadixBins / 32;
+
+// A float's bits as an unsigned with the same order; -0 ranks as +0, as in a
+// float comparison.
+__device__ uint32_t OrderedBits(float x) {
+  const uint32_t bits = __float_as_uint(x == 0.f ? 0.f : x);
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+
+// Key token s with score x ranks above every key with a lower RankKey: higher
+// score first, then lower index. Never 0 (the sort pads with 0).
+__device__ uint64_t RankKey(float x, int64_t s) {
+  return (uint64_t{OrderedBits(x)} << 32) |
+         (0xffffffffu - static_cast<uint32_t>(s));
+}
+
+__device__ int32_t TokenOf(uint64_t rank_key) {
+  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(rank_key));
+}
+
+// Run by warp 0 over a histogram: the bin b where, counting from the top bin
+// down, the entries above b number fewer than `remaining` and those up to b
+// at least `remaining`. Writes b and the count above it.
+__device__ void FindBin(const int* hist, int remaining, int* bin, int* above) {
+  const int lane = threadIdx.x;
+  const int top = kRadixBins - 1 - lane * kBinsPerLane;  // lane's highest bin
+  int sum = 0;
+  for (int k = 0; k < kBinsPerLane; ++k) sum += hist[top - k];
+  int inclusive = sum;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int up = __shfl_up_sync(0xffffffff, inclusive, offset);
+    if (lane >= offset) inclusive += up;
+  }
+  int count = inclusive - sum;
+  if (count >= remaining || remaining > inclusive) return;
+  for (int b = top;; --b) {
+    if (count + hist[b] >= remaining) {
+      *bin = b;
+      *above = count;
+      return;
+    }
+    count += hist[b];
+  }
+}
+
+// The selection of the `kept` highest rank keys of a row, as a threshold: an
+// entry is selected iff (RankKey & mask) >= prefix. Radix select over 8-bit
+// digits, most significant first; stops once the boundary digit's bin is
+// taken whole (rank keys are distinct, so at the latest after the last digit).
+struct Threshold {
+  uint64_t prefix = 0;
+  uint64_t mask = 0;
+};
+
+__device__ Threshold RadixThreshold(const float* row, int64_t first, int count,
+                                    int kept) {
+  __shared__ int hist[kRadixBins];
+  __shared__ int chosen_bin, chosen_above;
+  Threshold threshold;
+  int remaining = kept;  // still to take among entries matching the prefix
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      const uint64_t key = RankKey(row[i], first + i);
+      if ((key & threshold.mask) == threshold.prefix) {
+        atomicAdd(&hist[(key >> shift) & 0xff], 1);  // order-free count
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) FindBin(hist, remaining, &chosen_bin, &chosen_above);
+    __syncthreads();
+    const int bin = chosen_bin, in_bin = hist[bin];
+    threshold.prefix |= uint64_t(bin) << shift;
+    threshold.mask |= uint64_t{0xff} << shift;
+    remaining -= chosen_above;
+    __syncthreads();  // the next pass rewrites hist and chosen_*
+    if (in_bin == remaining) break;
+  }
+  return threshold;
+}
+
+// Sorts keys[0, size) in descending order; size is a power of two.
+__device__ void BitonicSortDescending(uint64_t* keys, int size) {
+  for (int k = 2; k <= size; k *= 2) {
+    for (int j = k / 2; j > 0; j /= 2) {
+      for (int i = threadIdx.x; i < size; i += blockDim.x) {
+        const int partner = i ^ j;
+        if (partner <= i) continue;
+        const uint64_t a = keys[i], b = keys[partner];
+        if ((i & k) == 0 ? a < b : a > b) {
+          keys[i] = b;
+          keys[partner] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// One block per query of the chunk: its best keys, best first, -1 after them.
+// Shared memory: sort_size rank keys (sort_size: a power of two >= topk).
+__global__ void SelectKernel(const float* scores, int64_t ld,
+                             const int32_t* seq_start, int64_t query_offset,
+                             int64_t t0, int topk, int sort_size,
+                             int32_t* keys) {
+  extern __shared__ uint64_t picked[];
+  __shared__ int picked_count;
+  const int64_t t = t0 + blockIdx.x;
+  const int64_t first = seq_start[t];
+  const int count =
+      static_cast<int>(std::max<int64_t>(0, query_offset + t - first + 1));
+  const int kept = min(topk, count);
+  const float* row = scores + blockIdx.x * ld + first;
+  // Short rows keep every key: the empty threshold passes all.
+  const Threshold threshold =
+      count > topk ? RadixThreshold(row, first, count, kept) : Threshold();
+  if (threadIdx.x == 0) picked_count = 0;
+  for (int i = threadIdx.x; i < sort_size; i += blockDim.x) picked[i] = 0;
+  __syncthreads();
+  // Slots come in any order; the sort below fixes it.
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const uint64_t key = RankKey(row[i], first + i);
+    if ((key & threshold.mask) >= threshold.prefix) {
+      picked[atomicAdd(&picked_count, 1)] = key;
+    }
+  }
+  __syncthreads();
+  BitonicSortDescending(picked, sort_size);
+  int32_t* out = keys + t * topk;
+  for (int j = threadIdx.x; j < topk; j += blockDim.x) {
+    out[j] = j < kept ? TokenOf(picked[j]) : -1;
+  }
+}
+
+int PowerOfTwoAtLeast(int64_t n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// ---- KL loss ----
+
+constexpr int kKlThreads = 256;
+
+// Inputs shared by the loss kernels. The per-chunk score gradients live in
+// dot_grad [chunk, heads, topk] (first the dots, then d loss / d dot).
+struct KlProblem {
+  ConstMatrixView iq, ik, w, attn_probs;
+  const int32_t* keys;  // [n, topk]
+  int topk, heads, attn_heads;
+  float scale, grad_scale;
+};
+
+// Reduces `value` over the block with `op`; every thread gets the result.
+// CUB's block reduction has a fixed tree, so the result is deterministic.
+template <typename Op>
+__device__ double BlockAllReduce(double value, Op op) {
+  using Reduce = cub::BlockReduce<double, kKlThreads>;
+  __shared__ typename Reduce::TempStorage storage;
+  __shared__ double result;
+  const double total = Reduce(storage).Reduce(value, op);
+  if (threadIdx.x == 0) result = total;
+  __syncthreads();
+  const double broadcast = result;
+  __syncthreads();  // the next call reuses storage and result
+  return broadcast;
+}
+
+struct MaxOp {
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct SumOp {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+
+// dots[h][j] = iq[t,h] . ik[keys[t][j]] for query t = t0 + blockIdx.y and
+// slots j of tile blockIdx.x (-1 slots give 0), bitwise as the CPU's.
+__global__ void DotsKernel(KlProblem p, int64_t t0, float* dot_grad) {
+  const int64_t t = t0 + blockIdx.y;
+  const int j0 = blockIdx.x * kTileB;
+  const int slots = min(kTileB, p.topk - j0);
+  const int32_t* selected = p.keys + t * p.topk + j0;
+  TileDotsOut dot;
+  TileDots(
+      p.heads, slots, p.ik.cols,
+      [&](int h) { return RowOf(p.iq, t * p.heads + h); },
+      [&](int j) {
+        const int32_t s = selected[j];
+        return s < 0 ? nullptr : RowOf(p.ik, s);
+      },
+      dot);
+  float* dots = dot_grad + int64_t{blockIdx.y} * p.heads * p.topk + j0;
+  ForTileDots(p.heads, slots, dot,
+              [&](int h, int j, float value) { dots[h * p.topk + j] = value; });
+}
+
+// dw[t][h] += sum over selected slots j, in order, of dz[j] * relu(scale *
+// dots[h][j]); one thread per head.
+__device__ void AccumulateWeightGrad(const KlProblem& p,
+                                     const int32_t* selected, const float* dz,
+                                     const float* dots, float* dw_row) {
+  const int h = threadIdx.x;
+  if (h >= p.heads) return;
+  float acc = dw_row[h];
+  for (int j = 0; j < p.topk; ++j) {
+    if (selected[j] < 0) continue;
+    acc += dz[j] * fmaxf(p.scale * dots[h * p.topk + j], 0.f);
+  }
+  dw_row[h] = acc;
+}
+
+// Replaces each dot by d loss / d dot: dz * w[h] * scale where the ReLU is
+// active, 0 elsewhere and on -1 slots.
+__device__ void DotGrads(const KlProblem& p, const int32_t* selected,
+                         const float* dz, const float* weights, float* dots) {
+  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
+    const bool valid = selected[j] >= 0;
+    for (int h = 0; h < p.heads; ++h) {
+      float* g = dots + h * p.topk + j;
+      const bool active = valid && !(p.scale * *g <= 0.f);
+      *g = active ? dz[j] * weights[h] * p.scale : 0.f;
+    }
+  }
+}
+
+// One block per query t = t0 + blockIdx.x, after DotsKernel: its loss into
+// row_loss[t], its dw row, and its dots turned into their gradients. Shared
+// memory: topk doubles (targets) and topk floats (scores, then d loss / d
+// score).
+__global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
+                            double* row_loss, MatrixView dw) {
+  extern __shared__ double target[];
+  float* z = reinterpret_cast<float*>(target + p.topk);
+  const int64_t t = t0 + blockIdx.x;
+  const int32_t* selected = p.keys + t * p.topk;
+  const float* weights = RowOf(p.w, t);
+  // Not restrict: read and rewritten by other threads across barriers.
+  float* dots = dot_grad + int64_t{blockIdx.x} * p.heads * p.topk;
+  double max = -INFINITY, mass = 0;
+  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
+    if (selected[j] < 0) continue;
+    float score = 0.f;  // heads in order, as the CPU sums them
+    for (int h = 0; h < p.heads; ++h) {
+      score =
+          MulAdd(weights[h], fmaxf(p.scale * dots[h * p.topk + j], 0.f), score);
+    }
+    z[j] = score;
+    target[j] = 0;
+    for (int h = 0; h < p.attn_heads; ++h) {
+      target[j] += RowOf(p.attn_probs, t * p.attn_heads + h)[j];
+    }
+    max = fmax(max, static_cast<double>(score));
+    mass += target[j];
+  }
+  max = BlockAllReduce(max, MaxOp());
+  mass = BlockAllReduce(mass, SumOp());
+  double sum = 0;
+  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
+    if (selected[j] >= 0) sum += exp(z[j] - max);
+  }
+  const double log_sum = max + log(BlockAllReduce(sum, SumOp()));
+  double loss = 0;
+  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
+    if (selected[j] < 0) continue;
+    const double log_p = z[j] - log_sum;
+    const double q = target[j] / mass;
+    if (q > 0) loss += q * (log(q) - log_p);
+    // d KL / d z_j = p_j - q_j (q sums to one); z[j] now holds it, scaled.
+    z[j] = p.grad_scale * static_cast<float>(exp(log_p) - q);
+  }
+  loss = BlockAllReduce(loss, SumOp());  // its barrier publishes z
+  if (threadIdx.x == 0) row_loss[t] = loss;
+  if (dw.data != nullptr) {
+    AccumulateWeightGrad(p, selected, z, dots, RowOf(dw, t));
+  }
+  __syncthreads();
+  DotGrads(p, selected, z, weights, dots);
+}
+
+// The gradient products below give each block an output tile of
+// kRowLanes*kI rows x kProductCols columns: thread (ty, tx) owns rows
+// ty + kRowLanes*i and columns tx + kColLanes*l.
+constexpr int kProductThreads = 256;
+constexpr int kColLanes = 32;
+constexpr int kRowLanes = kProductThreads / kColLanes;
+constexpr int kColsPerLane = 4;
+constexpr int kProductCols = kColLanes * kColsPerLane;
+constexpr int kSlotTile = 32;  // slots per step of the query gradient
+constexpr int kKeySlots = 64;  // slots per block of the key-row gradient
+
+// acc[i][l] += sum over k < depth, ascending, of a[k][ty + kRowLanes*i] *
+// b[k][tx + kColLanes*l]; a and b in shared memory with row pitches.
+template <int kI, int kL>
+__device__ void MultiplyStaged(const float* a, int a_pitch, const float* b,
+                               int b_pitch, int depth, float (&acc)[kI][kL]) {
+  const int tx = threadIdx.x % kColLanes, ty = threadIdx.x / kColLanes;
+  for (int k = 0; k < depth; ++k) {
+    float x[kI], y[kL];
+#pragma unroll
+    for (int i = 0; i < kI; ++i) x[i] = a[k * a_pitch + ty + kRowLanes * i];
+#pragma unroll
+    for (int l = 0; l < kL; ++l) y[l] = b[k * b_pitch + tx + kColLanes * l];
+#pragma unroll
+    for (int i = 0; i < kI; ++i) {
+#pragma unroll
+      for (int l = 0; l < kL; ++l) acc[i][l] += x[i] * y[l];
+    }
+  }
+}
+
+// Calls fn(row, column, acc entry) for each of the thread's product entries.
+template <int kI, int kL, typename Fn>
+__device__ void ForProductEntries(float (&acc)[kI][kL], Fn fn) {
+  const int tx = threadIdx.x % kColLanes, ty = threadIdx.x / kColLanes;
+#pragma unroll
+  for (int i = 0; i < kI; ++i) {
+#pragma unroll
+    for (int l = 0; l < kL; ++l) {
+      fn(ty + kRowLanes * i, tx + kColLanes * l, acc[i][l]);
+    }
+  }
+}
+
+// diq[t,h][c] += sum over slots j, in order, of g[h][j] * ik[keys[t][j]][c]
+// for query t = t0 + blockIdx.x and columns c of tile blockIdx.y.
+__global__ void QueryGradKernel(KlProblem p, int64_t t0, const float* dot_grad,
+                                MatrixView diq) {
+  __shared__ float g_tile[kSlotTile][kMaxHeads + 1];
+  __shared__ float k_tile[kSlotTile][kProductCols];
+  const int64_t t = t0 + blockIdx.x, c0 = blockIdx.y * kProductCols;
+  const int width =
+      static_cast<int>(std::min<int64_t>(kProductCols, p.ik.cols - c0));
+  const int32_t* selected = p.keys + t * p.topk;
+  const float* grads = dot_grad + int64_t{blockIdx.x} * p.heads * p.topk;
+  float acc[kMaxHeads / kRowLanes][kColsPerLane];
+  // Starting from diq keeps the CPU's order of additions.
+  ForProductEntries(acc, [&](int h, int c, float& entry) {
+    entry =
+        h < p.heads && c < width ? RowOf(diq, t * p.heads + h)[c0 + c] : 0.f;
+  });
+  for (int j0 = 0; j0 < p.topk; j0 += kSlotTile) {
+    const int depth = min(kSlotTile, p.topk - j0);
+    for (int i = threadIdx.x; i < kSlotTile * kMaxHeads; i += kProductThreads) {
+      const int j = i % kSlotTile, h = i / kSlotTile;
+      g_tile[j][h] =
+          j < depth && h < p.heads ? grads[h * p.topk + j0 + j] : 0.f;
+    }
+    for (int i = threadIdx.x; i < kSlotTile * kProductCols;
+         i += kProductThreads) {
+      const int j = i / kProductCols, c = i % kProductCols;
+      const int32_t s = j < depth ? selected[j0 + j] : -1;
+      k_tile[j][c] = s >= 0 && c < width ? RowOf(p.ik, s)[c0 + c] : 0.f;
+    }
+    __syncthreads();
+    MultiplyStaged(&g_tile[0][0], kMaxHeads + 1, &k_tile[0][0], kProductCols,
+                   depth, acc);
+    __syncthreads();
+  }
+  ForProductEntries(acc, [&](int h, int c, float& entry) {
+    if (h < p.heads && c < width) RowOf(diq, t * p.heads + h)[c0 + c] = entry;
+  });
+}
+
+// key_rows[blockIdx.y][j][c] = sum_h g[h][j] * iq[t,h][c]: what slot j of
+// query t = t0 + blockIdx.y adds to its key's dik row, for the slots of tile
+// blockIdx.x and columns of tile blockIdx.z.
+__global__ void KeyRowGradKernel(KlProblem p, int64_t t0, const float* dot_grad,
+                                 float* key_rows) {
+  __shared__ float g_tile[kMaxHeads][kKeySlots];
+  __shared__ float q_tile[kMaxHeads][kProductCols];
+  const int64_t t = t0 + blockIdx.y, dim = p.ik.cols;
+  const int j0 = blockIdx.x * kKeySlots;
+  const int64_t c0 = blockIdx.z * kProductCols;
+  const int width = static_cast<int>(std::min<int64_t>(kProductCols, dim - c0));
+  const float* grads = dot_grad + int64_t{blockIdx.y} * p.heads * p.topk;
+  for (int i = threadIdx.x; i < kMaxHeads * kKeySlots; i += kProductThreads) {
+    const int h = i / kKeySlots, j = i % kKeySlots;
+    g_tile[h][j] =
+        h < p.heads && j0 + j < p.topk ? grads[h * p.topk + j0 + j] : 0.f;
+  }
+  for (int i = threadIdx.x; i < kMaxHeads * kProductCols;
+       i += kProductThreads) {
+    const int h = i / kProductCols, c = i % kProductCols;
+    q_tile[h][c] =
+        h < p.heads && c < width ? RowOf(p.iq, t * p.heads + h)[c0 + c] : 0.f;
+  }
+  __syncthreads();
+  float acc[kKeySlots / kRowLanes][kColsPerLane] = {};
+  MultiplyStaged(&g_tile[0][0], kKeySlots, &q_tile[0][0], kProductCols, p.heads,
+                 acc);
+  float* rows = key_rows + (int64_t{blockIdx.y} * p.topk + j0) * dim + c0;
+  ForProductEntries(acc, [&](int j, int c, float& entry) {
+    if (j0 + j < p.topk && c < width) rows[j * dim + c] = entry;
+  });
+}
+
+// Radix-sort bits that cover key tokens + 1, 0..nk (0 marks a -1 slot).
+int KeyBits(int64_t nk) {
+  int bits = 1;
+  while ((int64_t{1} << bits) <= nk) ++bits;
+  return bits;
+}
+
+// Sort input for a chunk's (query, slot) pairs: key token + 1 and the pair.
+__global__ void PairKeysKernel(const int32_t* keys, int items,
+                               uint32_t* sort_keys, int32_t* pairs) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= items) return;
+  sort_keys[i] = static_cast<uint32_t>(keys[i] + 1);
+  pairs[i] = i;
+}
+
+// The first index of sorted[0, n) holding a value >= value.
+__device__ int LowerBound(const uint32_t* sorted, int n, uint32_t value) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (sorted[mid] < value) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+constexpr int kKeyThreads = 128;
+
+// One block per key token s: dik[s] += the key rows of the chunk's pairs
+// that chose s, in ascending (query, slot) order.
+__global__ void KeyGradKernel(const uint32_t* sorted_keys, const int32_t* pairs,
+                              int items, const float* key_rows,
+                              MatrixView dik) {
+  const int64_t s = blockIdx.x;
+  const uint32_t token = static_cast<uint32_t>(s) + 1;
+  const int begin = LowerBound(sorted_keys, items, token);
+  const int end = LowerBound(sorted_keys, items, token + 1);
+  if (begin == end) return;
+  float* out = RowOf(dik, s);
+  for (int64_t c = threadIdx.x; c < dik.cols; c += kKeyThreads) {
+    float acc = out[c];
+    for (int i = begin; i < end; ++i) {
+      acc += key_rows[static_cast<int64_t>(pairs[i]) * dik.cols + c];
+    }
+    out[c] = acc;
+  }
+}
+
+// *loss = coeff * (sum of the n row losses) / n, summed in a fixed order.
+__global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
+                           double* loss) {
+  double part = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kKlThreads) part += row_loss[i];
+  const double total = BlockAllReduce(part, SumOp());
+  if (threadIdx.x == 0) *loss = coeff * total / static_cast<double>(n);
+}
+
+// Byte offsets of the loss's pieces inside its one scratch buffer.
+struct KlPlan {
+  int64_t chunk = 0;  // queries per pass
+  size_t row_loss = 0;
+  size_t dot_grad = 0;     // chunk*heads*topk floats
+  size_t key_rows = 0;     // chunk*topk*dim floats
+  size_t sort_keys = 0;    // two buffers of chunk*topk uint32
+  size_t sort_values = 0;  // two buffers of chunk*topk int32
+  size_t temp = 0;
+  size_t temp_bytes = 0;
+  size_t total = 0;
+};
+
+KlPlan PlanKl(int64_t n, int64_t nk, int64_t dim, int64_t topk, int64_t heads,
+              bool need_dik) {
+  KlPlan plan;
+  auto take = [&](size_t bytes) {
+    const size_t at = plan.total;
+    plan.total += ScratchAlignUp(bytes);
+    return at;
+  };
+  const size_t key_bytes = topk * (dim * sizeof(float) + 16);
+  const size_t per_query =
+      topk * heads * sizeof(float) + (need_dik ? key_bytes : 0);
+  plan.chunk = ChunkQueries(n, per_query);
+  const int64_t items = plan.chunk * topk;
+  assert(items <= INT_MAX);
+  plan.row_loss = take(n * sizeof(double));
+  plan.dot_grad = take(items * heads * sizeof(float));
+  if (!need_dik) return plan;
+  plan.key_rows = take(items * dim * sizeof(float));
+  plan.sort_keys = take(2 * items * sizeof(uint32_t));
+  plan.sort_values = take(2 * items * sizeof(int32_t));
+  cub::DoubleBuffer<uint32_t> sort_keys(nullptr, nullptr);
+  cub::DoubleBuffer<int32_t> sort_values(nullptr, nullptr);
+  GLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, plan.temp_bytes, sort_keys, sort_values, static_cast<int>(items),
+      0, KeyBits(nk)));
+  plan.temp = take(plan.temp_bytes);
+  return plan;
+}
+
+// dik += the gradients of queries [t0, t0 + count): their key rows, summed
+// per key through the transpose of their key lists (a stable radix sort
+// keeps each key's pairs ascending).
+void AccumulateKeyGrads(CudaContext& ctx, const KlProblem& p, int64_t t0,
+                        int64_t count, const KlPlan& plan, char* scratch,
+                        MatrixView dik) {
+  cudaStream_t stream = ctx.stream();
+  const int64_t dim = p.ik.cols;
+  const auto* dot_grad =
+      reinterpret_cast<const float*>(scratch + plan.dot_grad);
+  auto* key_rows = reinterpret_cast<float*>(scratch + plan.key_rows);
+  const dim3 grid((p.topk + kKeySlots - 1) / kKeySlots, count,
+                  (dim + kProductCols - 1) / kProductCols);
+  KeyRowGradKernel<<<grid, kProductThreads, 0, stream>>>(p, t0, dot_grad,
+                                                         key_rows);
+  GLM_CUDA_CHECK_LAUNCH();
+  const int items = static_cast<int>(count * p.topk);
+  const int64_t plan_items = plan.chunk * p.topk;
+  auto* sort_keys = reinterpret_cast<uint32_t*>(scratch + plan.sort_keys);
+  auto* sort_values = reinterpret_cast<int32_t*>(scratch + plan.sort_values);
+  PairKeysKernel<<<(items + kKlThreads - 1) / kKlThreads, kKlThreads, 0,
+                   stream>>>(p.keys + t0 * p.topk, items, sort_keys,
+                             sort_values);
+  GLM_CUDA_CHECK_LAUNCH();
+  cub::DoubleBuffer<uint32_t> keys(sort_keys, sort_keys + plan_items);
+  cub::DoubleBuffer<int32_t> pairs(sort_values, sort_values + plan_items);
+  size_t temp_bytes = plan.temp_bytes;
+  GLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      scratch + plan.temp, temp_bytes, keys, pairs, items, 0,
+      KeyBits(p.ik.rows), stream));
+  KeyGradKernel<<<p.ik.rows, kKeyThreads, 0, stream>>>(
+      keys.Current(), pairs.Current(), items, key_rows, dik);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+// Allows KlRowKernel `bytes` of dynamic shared memory: at topk 4096 that is
+// more than the default 48 KiB less the kernel's static shared memory.
+void ReserveKlShared(size_t bytes) {
+  GLM_CUDA_CHECK(cudaFuncSetAttribute(
+      KlRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(bytes)));
+}
+
+}  // namespace
+
+size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset) {
+  const int64_t ld = query_offset + nq;
+  return ChunkQueries(nq, ld * sizeof(float)) * ld * sizeof(float);
+}
+
+void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
+                 ConstMatrixView w, const int32_t* seq_start,
+                 int64_t query_offset, int64_t topk, float scale,
+                 int32_t* keys) {
+  const int64_t nq = w.rows, nk = ik.rows, heads = w.cols;
+  assert(iq.rows == nq * heads && iq.cols == ik.cols);
+  assert(query_offset >= 0 && query_offset + nq <= nk && nk <= INT_MAX);
+  assert(topk > 0 && topk <= kMaxTopK);
+  if (nq == 0) return;
+  // Scores span the keys any of these queries can see.
+  const int64_t ld = query_offset + nq;
+  const int64_t chunk = ChunkQueries(nq, ld * sizeof(float));
+  auto* scores = static_cast<float*>(
+      ctx.Scratch(IndexerTopKScratchBytes(nq, query_offset)));
+  const int sort_size = PowerOfTwoAtLeast(topk);
+  cudaStream_t stream = ctx.stream();
+  for (int64_t t0 = 0; t0 < nq; t0 += chunk) {
+    const int64_t t1 = std::min(nq, t0 + chunk);
+    const dim3 grid((query_offset + t1 + kTileB - 1) / kTileB,
+                    (t1 - t0 + kTileA - 1) / kTileA);
+    ScoreKernel<<<grid, kTileThreads, 0, stream>>>(
+        iq, ik, w, seq_start, query_offset, t0, t1, scale, scores, ld);
+    GLM_CUDA_CHECK_LAUNCH();
+    SelectKernel<<<t1 - t0, kSelectThreads, sort_size * sizeof(uint64_t),
+                   stream>>>(scores, ld, seq_start, query_offset, t0,
+                             static_cast<int>(topk), sort_size, keys);
+    GLM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+size_t IndexerKlLossScratchBytes(int64_t n, int64_t nk, int64_t dim,
+                                 int64_t topk, int64_t heads, bool need_dik) {
+  return PlanKl(n, nk, dim, topk, heads, need_dik).total;
+}
+
+void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
+                   ConstMatrixView w, const int32_t* keys, int64_t topk,
+                   float scale, ConstMatrixView attn_probs, int64_t attn_heads,
+                   float coeff, MatrixView diq, MatrixView dik, MatrixView dw,
+                   double* loss) {
+  const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
+  assert(iq.rows == n * heads && iq.cols == dim);
+  assert(heads > 0 && heads <= kMaxHeads && topk > 0 && topk <= kMaxTopK);
+  assert(attn_probs.rows == n * attn_heads && attn_probs.cols == topk);
+  assert(diq.empty() || (diq.rows == iq.rows && diq.cols == dim));
+  assert(dik.empty() || (dik.rows == ik.rows && dik.cols == dim));
+  assert(dw.empty() || (dw.rows == n && dw.cols == heads));
+  assert(ik.rows < INT_MAX);
+  cudaStream_t stream = ctx.stream();
+  const KlPlan plan = PlanKl(n, ik.rows, dim, topk, heads, !dik.empty());
+  auto* scratch = static_cast<char*>(ctx.Scratch(plan.total));
+  auto* row_loss = reinterpret_cast<double*>(scratch + plan.row_loss);
+  auto* dot_grad = reinterpret_cast<float*>(scratch + plan.dot_grad);
+  const KlProblem p{iq,
+                    ik,
+                    w,
+                    attn_probs,
+                    keys,
+                    static_cast<int>(topk),
+                    static_cast<int>(heads),
+                    static_cast<int>(attn_heads),
+                    scale,
+                    coeff / static_cast<float>(n)};
+  const size_t row_shared = topk * (sizeof(double) + sizeof(float));
+  ReserveKlShared(row_shared);
+  const int64_t col_tiles = (dim + kProductCols - 1) / kProductCols;
+  for (int64_t t0 = 0; t0 < n; t0 += plan.chunk) {
+    const int64_t count = std::min(plan.chunk, n - t0);
+    DotsKernel<<<dim3((topk + kTileB - 1) / kTileB, count), kTileThreads, 0,
+                 stream>>>(p, t0, dot_grad);
+    GLM_CUDA_CHECK_LAUNCH();
+    KlRowKernel<<<count, kKlThreads, row_shared, stream>>>(p, t0, dot_grad,
+                                                           row_loss, dw);
+    GLM_CUDA_CHECK_LAUNCH();
+    if (!diq.empty()) {
+      QueryGradKernel<<<dim3(count, col_tiles), kProductThreads, 0, stream>>>(
+          p, t0, dot_grad, diq);
+      GLM_CUDA_CHECK_LAUNCH();
+    }
+    if (!dik.empty()) {
+      AccumulateKeyGrads(ctx, p, t0, count, plan, scratch, dik);
+    }
+  }
+  LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace glm::cuda

@@ -1,0 +1,57 @@
+// The DSA lightning indexer on the GPU: per-query top-k key selection, and the
+// KL loss that trains the indexer towards the main attention's distribution
+// over the selected keys. Same semantics as kernels/cpu/indexer.cc; every
+// pointer is a device pointer.
+#ifndef GLM_KERNELS_CUDA_INDEXER_CUH_
+#define GLM_KERNELS_CUDA_INDEXER_CUH_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
+
+namespace glm::cuda {
+
+// iq [nq*heads, d], ik [nk, d], w [nq, heads], seq_start [nq]; query t is key
+// token g = query_offset + t. score[t, s] = sum_h w[t,h] * relu(scale *
+// iq[t,h] . ik[s]) over keys s in [seq_start[t], g], in fp32 with each dot
+// summed over d in order and no fused multiply-add: bitwise the CPU's scores,
+// so both backends select the same keys. Writes keys [nq, topk]
+// (contiguous): the min(topk, g - seq_start[t] + 1) best keys, best first
+// (ties: lower index first), -1 after them. topk <= 4096. Takes
+// IndexerTopKScratchBytes(nq, query_offset) bytes from ctx.Scratch.
+void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
+                 ConstMatrixView w, const int32_t* seq_start,
+                 int64_t query_offset, int64_t topk, float scale,
+                 int32_t* keys);
+
+// The fp32 scores of a chunk of queries against keys [0, query_offset + nq).
+size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset);
+
+// KL(target || softmax(index scores over the selected keys)), averaged over
+// the n queries (w's rows) and times coeff, written to *loss. keys [n, topk]
+// (contiguous) index ik's rows, -1 = none; target[t] = sum over attention
+// heads of attn_probs [n*attn_heads, topk], L1-normalized. heads <= 32.
+// Accumulates (+=) the coeff-scaled gradients into diq [n*heads, d], dik
+// [nk, d] and dw [n, heads]; an empty view is not computed. The scores are
+// bitwise the CPU's; diq and dw sum over slots in order, as the CPU does; a
+// key's dik row sums, in ascending (query, slot) order, each slot's heads
+// (no atomics: bitwise repeatable). topk <= 4096. Takes
+// IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
+void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
+                   ConstMatrixView w, const int32_t* keys, int64_t topk,
+                   float scale, ConstMatrixView attn_probs, int64_t attn_heads,
+                   float coeff, MatrixView diq, MatrixView dik, MatrixView dw,
+                   double* loss);
+
+// n per-query losses in double, plus per chunk of queries their score
+// gradients per (head, slot) and, when need_dik, each slot's contribution to
+// its key's dik row (topk*dim floats per query) and the key -> (query, slot)
+// transpose (sort buffers and CUB's temporary storage).
+size_t IndexerKlLossScratchBytes(int64_t n, int64_t nk, int64_t dim,
+                                 int64_t topk, int64_t heads, bool need_dik);
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_INDEXER_CUH_

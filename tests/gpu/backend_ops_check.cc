@@ -1,0 +1,2298 @@
+// Every Backend op (kernels/backend.h), forward and backward, on the CUDA
+// backend against the CPU backend: the GPU machine's counterpart of
+// kernels/backend_ops_test.cc (ggml's test-backend-ops). Each case is one op
+// call on fresh seeded random inputs, run once on the CPU backend (the
+// reference, host memory) and, per precision mode, twice on the CUDA backend
+// (device memory).
+//
+//   bazel run --config=cuda //kernels/cuda:backend_ops_check --
+//       [--precision=fp32|bf16|both] [--device=N] [--filter=SUBSTRING]
+//       [--verbose]
+//
+// --filter keeps the cases whose "op label" contains SUBSTRING; --verbose
+// prints every check of a case, not only the worst.
+//
+// How outputs are compared:
+// - Outputs an op writes start as NaN on the GPU, so an element it skips
+//   shows. Outputs it accumulates into (gradients) start with the same random
+//   contents on both sides, scaled to the size of the op's contribution, so a
+//   lost, doubled or overwriting contribution shows. The CPU reference runs on
+//   zeros and the starting contents are added to its result in double, so the
+//   reference carries no rounding of them.
+// - Float outputs: normalized MSE, sum (gpu - ref)^2 / sum ref^2, over the view
+//   the op was given, at most the op's limit in kLimits. Elements of the buffer
+//   outside the view must come back bitwise unchanged.
+// - Losses (CrossEntropyForward, IndexerKlLoss): relative error.
+// - Integer outputs, as sets: IndexerTopK's keys per query, RouterForward's
+//   experts per token. A difference is allowed only between candidates the
+//   CPU's scores (recomputed in double) call tied: within the op's `tie`
+//   tolerance of the CPU's last chosen candidate (relative to the scores'
+//   scale, see IndexScore and RouterToken). Such ties are counted and
+//   printed. Router weights are compared per (token, expert), on tokens with
+//   equal choices.
+// - Each CUDA run is repeated on the same inputs: all outputs must be bitwise
+//   equal, and the inputs must come back unchanged.
+// Prints one line per case and mode, then a summary per op and mode; exits 1
+// when any check fails.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/tensor.h"
+#include "model/config.h"
+
+namespace glm {
+namespace {
+
+using cuda::Precision;
+
+constexpr Precision kModes[] = {Precision::kFp32, Precision::kBf16};
+
+int ModeIndex(Precision p) { return p == Precision::kFp32 ? 0 : 1; }
+const char* ModeName(Precision p) {
+  return p == Precision::kFp32 ? "fp32" : "bf16";
+}
+
+// ---- limits ----
+
+// Per op, [fp32, bf16]: nmse bounds float outputs, loss the relative error of
+// a returned loss, tie how close two candidates' scores must be, relative to
+// the scores' scale, to count as tied (see IndexScore and RouterToken).
+// fp32 mode must match the CPU to fp32 rounding: NMSE 1e-10, 1e-5 relative for
+// a loss (the same bound for one number), ties within 1e-6. bf16 mode rounds
+// the inputs of matrix products only (Linear, attention, the indexer); its
+// bounds are 3-4 times what that rounding gives on these inputs, found by
+// simulating it in double: NMSE 5.6e-6 for Linear, 1.1e-5 for sparse
+// attention, 1e-5 for the indexer loss's gradients, 1.5e-4 relative for that
+// loss; index scores move by 3e-5 of their scale (1.5e-4 at most), so ties
+// are taken within 1e-3.
+struct OpLimits {
+  const char* op;
+  double nmse[2];
+  double loss[2];
+  double tie[2];
+};
+
+constexpr double kExact = 1e-10;
+constexpr double kExactLoss = 1e-5;
+constexpr double kExactTie = 1e-6;
+
+constexpr OpLimits kLimits[] = {
+    // op                    nmse fp32, bf16   loss fp32, bf16   tie fp32, bf16
+    {"Linear", {kExact, 2e-5}, {0, 0}, {0, 0}},
+    {"LinearBackward", {kExact, 2e-5}, {0, 0}, {0, 0}},
+    {"Copy", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"Axpy", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"EmbeddingForward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"EmbeddingBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"ScatterAddRows", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"ScatterAddRowsBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"RmsNormForward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"RmsNormBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"LayerNormForward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"LayerNormBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"SwiGluForward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"SwiGluBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"RopeForward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"RopeBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"RouterForward", {kExact, kExact}, {0, 0}, {kExactTie, kExactTie}},
+    {"RouterBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"CrossEntropyForward", {0, 0}, {kExactLoss, kExactLoss}, {0, 0}},
+    {"CrossEntropyBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"SparseAttentionForward", {kExact, 4e-5}, {0, 0}, {0, 0}},
+    {"SparseAttentionBackward", {kExact, 4e-5}, {0, 0}, {0, 0}},
+    {"IndexerTopK", {0, 0}, {0, 0}, {kExactTie, 1e-3}},
+    {"IndexerKlLoss", {kExact, 4e-5}, {kExactLoss, 5e-4}, {0, 0}},
+};
+
+const OpLimits& LimitsOf(const std::string& op) {
+  for (const OpLimits& limits : kLimits) {
+    if (op == limits.op) return limits;
+  }
+  std::fprintf(stderr, "no limits for op %s\n", op.c_str());
+  std::abort();
+}
+
+// ---- random data ----
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashString(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// n normal values (at least one element of storage): Box-Muller on a
+// counter-based stream (SplitMix64 of seed + pair index), so any thread makes
+// any pair and the values do not depend on the thread count.
+std::vector<float> Normal(int64_t n, uint64_t seed, float stddev) {
+  std::vector<float> values(std::max<int64_t>(n, 1), stddev);
+  const int64_t pairs = (n + 1) / 2;
+  cpu::ParallelFor(pairs, pairs * 16, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const uint64_t bits =
+          SplitMix64(seed + static_cast<uint64_t>(p) * 0x9e3779b97f4a7c15ull);
+      // Two 24-bit uniforms in (0, 1).
+      const float u1 = (static_cast<float>(bits >> 40) + 0.5f) * 0x1p-24f;
+      const float u2 =
+          (static_cast<float>((bits >> 8) & 0xffffff) + 0.5f) * 0x1p-24f;
+      const float r = stddev * std::sqrt(-2.f * std::log(u1));
+      const float angle = 6.28318531f * u2;
+      values[2 * p] = r * std::cos(angle);
+      if (2 * p + 1 < n) values[2 * p + 1] = r * std::sin(angle);
+    }
+  });
+  return values;
+}
+
+// `count` distinct values of [lo, hi] in random order.
+std::vector<int32_t> Sample(int64_t lo, int64_t hi, int64_t count,
+                            std::mt19937_64& rng) {
+  std::vector<int32_t> pool(hi - lo + 1);
+  std::iota(pool.begin(), pool.end(), static_cast<int32_t>(lo));
+  for (int64_t i = 0; i < count; ++i) {
+    std::uniform_int_distribution<int64_t> pick(i, pool.size() - 1);
+    std::swap(pool[i], pool[pick(rng)]);
+  }
+  pool.resize(count);
+  return pool;
+}
+
+// ---- cases ----
+
+// A view inside a buffer of `size` elements: element (r, c) is at offset + r *
+// stride + c.
+struct Layout {
+  int64_t offset = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;
+  int64_t size = 0;
+
+  bool whole() const {
+    return offset == 0 && stride == cols && size == rows * cols;
+  }
+  bool Contains(int64_t i) const {
+    if (i < offset || rows == 0) return false;
+    const int64_t r = (i - offset) / stride, c = (i - offset) % stride;
+    return r < rows && c < cols;
+  }
+};
+
+Layout Dense(int64_t rows, int64_t cols) {
+  return {0, rows, cols, cols, rows * cols};
+}
+Layout Vec(int64_t n) { return Dense(1, n); }
+// Columns [start, start + width) of a [rows, total] matrix.
+Layout Cols(int64_t rows, int64_t total, int64_t start, int64_t width) {
+  return {start, rows, width, total, rows * total};
+}
+// Slab i of a [count, rows, cols] tensor (one expert's weight).
+Layout Slab(int64_t count, int64_t rows, int64_t cols, int64_t i) {
+  return {i * rows * cols, rows, cols, cols, count * rows * cols};
+}
+
+// "[rows,cols]", with "/stride" for a column view and "@offset" for a view
+// that does not start at the buffer's first element.
+std::string Dims(const Layout& l) {
+  std::string s = absl::StrCat("[", l.rows, ",", l.cols);
+  if (l.stride != l.cols) absl::StrAppend(&s, "/", l.stride);
+  if (l.offset != 0) absl::StrAppend(&s, "@", l.offset);
+  return s + "]";
+}
+
+enum class Role { kInput, kWritten, kAccumulated };
+
+// One array an op call reads or writes, float or int32.
+struct Operand {
+  std::string name;
+  Role role = Role::kInput;
+  bool integer = false;
+  Layout layout;
+  // Float inputs, and the starting contents of accumulated outputs.
+  std::vector<float> floats;
+  std::vector<int32_t> ints;  // integer inputs
+};
+
+// Where a case's operands live for one run (host or device memory): the same
+// call runs on either backend.
+class Bound {
+ public:
+  Bound(const std::vector<Operand>& operands, std::vector<void*> bases)
+      : operands_(operands), bases_(std::move(bases)) {}
+
+  MatrixView View(int i) const {
+    const Layout& l = operands_[i].layout;
+    return {Floats(i), l.rows, l.cols, l.stride};
+  }
+  float* Floats(int i) const {
+    return static_cast<float*>(bases_[i]) + operands_[i].layout.offset;
+  }
+  int32_t* Ints(int i) const {
+    return static_cast<int32_t*>(bases_[i]) + operands_[i].layout.offset;
+  }
+
+ private:
+  const std::vector<Operand>& operands_;
+  std::vector<void*> bases_;
+};
+
+// The contents of a case's outputs after one run (inputs are left empty), and
+// the loss the op returned.
+struct RunOutput {
+  std::vector<std::vector<float>> floats;
+  std::vector<std::vector<int32_t>> ints;
+  double loss = 0;
+};
+
+// One check of one case in one mode.
+struct Outcome {
+  Outcome(std::string what, std::string metric)
+      : what(std::move(what)), metric(std::move(metric)) {}
+
+  std::string what;    // the output checked, or "repeatable", "inputs"
+  std::string metric;  // "nmse", "rel", "mismatch", "differ"
+  double value = 0;
+  double limit = 0;
+  bool pass = false;
+  int64_t ties = 0;  // differences allowed as ties
+  std::string note;
+};
+
+struct Case;
+// Checks of outputs that an NMSE does not fit (integer choices).
+using SpecialCheck = std::function<std::vector<Outcome>(
+    const Case&, const RunOutput& cpu, const RunOutput& gpu, int mode)>;
+// Runs the op on `backend` with the operands at `bound`; returns its loss (0
+// for ops without one).
+using Call = std::function<double(Backend& backend, const Bound& bound)>;
+
+struct Case {
+  std::string op;
+  std::string label;
+  uint64_t seed = 0;
+  std::vector<Operand> operands;
+  Call call;
+  bool returns_loss = false;
+  SpecialCheck special;
+  std::vector<int> special_outputs;  // compared by `special` only
+};
+
+CpuBackend& CpuReference() {
+  static CpuBackend* backend = new CpuBackend;
+  return *backend;
+}
+
+// Builds a case's operands; the add functions return operand ids for the call.
+class CaseBuilder {
+ public:
+  CaseBuilder(const std::string& op, const std::string& label) {
+    case_.op = op;
+    case_.label = label;
+    case_.seed = HashString(op + " " + label);
+    rng_.seed(case_.seed);
+  }
+
+  std::mt19937_64& rng() { return rng_; }
+
+  // Normal values over the whole buffer.
+  int Input(const std::string& name, Layout layout, float stddev = 1.f) {
+    return Values(name, layout, Normal(layout.size, rng_(), stddev));
+  }
+  int Values(const std::string& name, Layout layout,
+             std::vector<float> values) {
+    values.resize(std::max<int64_t>(layout.size, 1));
+    return Add({name, Role::kInput, false, layout, std::move(values), {}});
+  }
+  int Ints(const std::string& name, std::vector<int32_t> values) {
+    const Layout layout = Vec(static_cast<int64_t>(values.size()));
+    values.resize(std::max<int64_t>(layout.size, 1));
+    return Add({name, Role::kInput, true, layout, {}, std::move(values)});
+  }
+  int Written(const std::string& name, Layout layout) {
+    return Add({name, Role::kWritten, false, layout, {}, {}});
+  }
+  int WrittenInts(const std::string& name, int64_t n) {
+    return Add({name, Role::kWritten, true, Vec(n), {}, {}});
+  }
+  int Accumulated(const std::string& name, Layout layout) {
+    return Add({name, Role::kAccumulated, false, layout, {}, {}});
+  }
+
+  // The host contents of input `id`, e.g. to derive saved values from a CPU
+  // forward.
+  MatrixView HostView(int id) {
+    Operand& op = case_.operands[id];
+    return {op.floats.data() + op.layout.offset, op.layout.rows, op.layout.cols,
+            op.layout.stride};
+  }
+  const std::vector<int32_t>& HostInts(int id) const {
+    return case_.operands[id].ints;
+  }
+
+  CaseBuilder& Special(SpecialCheck check, std::vector<int> outputs) {
+    case_.special = std::move(check);
+    case_.special_outputs = std::move(outputs);
+    return *this;
+  }
+  Case Build(Call call, bool returns_loss = false) {
+    case_.call = std::move(call);
+    case_.returns_loss = returns_loss;
+    return std::move(case_);
+  }
+
+ private:
+  int Add(Operand operand) {
+    case_.operands.push_back(std::move(operand));
+    return static_cast<int>(case_.operands.size()) - 1;
+  }
+
+  Case case_;
+  std::mt19937_64 rng_;
+};
+
+// The host view of a case's float input.
+ConstMatrixView HostView(const Case& c, int id) {
+  const Operand& op = c.operands[id];
+  return {op.floats.data() + op.layout.offset, op.layout.rows, op.layout.cols,
+          op.layout.stride};
+}
+
+// ---- comparisons ----
+
+// The reference value of output element i: the CPU's, plus the starting
+// contents of an accumulated output.
+double Reference(const Operand& op, const std::vector<float>& cpu, int64_t i) {
+  return op.role == Role::kAccumulated ? double{op.floats[i]} + cpu[i]
+                                       : double{cpu[i]};
+}
+
+// Calls body(i, sums) for the buffer index i of every element of the view,
+// rows split in fixed blocks over the CPU's threads, each block into its own
+// Sums; returns their total.
+template <typename Sums, typename Body>
+Sums SumOverView(const Layout& l, const Body& body) {
+  constexpr int64_t kRowsPerBlock = 16;
+  const int64_t blocks = (l.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  std::vector<Sums> parts(blocks);
+  cpu::ParallelFor(blocks, l.rows * l.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t last = std::min(l.rows, (b + 1) * kRowsPerBlock);
+      for (int64_t r = b * kRowsPerBlock; r < last; ++r) {
+        for (int64_t c = 0; c < l.cols; ++c)
+          body(l.offset + r * l.stride + c, parts[b]);
+      }
+    }
+  });
+  Sums total;
+  for (const Sums& part : parts) total += part;
+  return total;
+}
+
+struct ErrorSums {
+  double err = 0;
+  double ref = 0;
+  int64_t nonfinite = 0;
+
+  ErrorSums& operator+=(const ErrorSums& o) {
+    err += o.err;
+    ref += o.ref;
+    nonfinite += o.nonfinite;
+    return *this;
+  }
+  void Add(double got, double want) {
+    if (!std::isfinite(got)) ++nonfinite;
+    err += (got - want) * (got - want);
+    ref += want * want;
+  }
+  // NMSE; infinite when the GPU gave a non-finite value.
+  double Nmse() const {
+    if (nonfinite > 0) return std::numeric_limits<double>::infinity();
+    if (ref == 0) return err == 0 ? 0 : std::numeric_limits<double>::infinity();
+    return err / ref;
+  }
+};
+
+ErrorSums CompareView(const Operand& op, const std::vector<float>& cpu,
+                      const std::vector<float>& gpu) {
+  return SumOverView<ErrorSums>(op.layout, [&](int64_t i, ErrorSums& s) {
+    s.Add(gpu[i], Reference(op, cpu, i));
+  });
+}
+
+constexpr uint32_t kFloatPoison = 0xffffffffu;  // a NaN: cudaMemset 0xff
+constexpr int kIntPoisonByte = 0x7f;            // 0x7f7f7f7f: no valid index
+
+uint32_t Bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// Elements of the buffer outside the view whose bits changed from their
+// starting contents (NaN for written outputs).
+int64_t ChangedOutside(const Operand& op, const std::vector<float>& gpu) {
+  const Layout& l = op.layout;
+  if (l.whole()) return 0;
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t blocks = (l.size + kBlock - 1) / kBlock;
+  std::vector<int64_t> parts(blocks, 0);
+  cpu::ParallelFor(blocks, l.size, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t last = std::min(l.size, (b + 1) * kBlock);
+      for (int64_t i = b * kBlock; i < last; ++i) {
+        if (l.Contains(i)) continue;
+        const uint32_t start =
+            op.role == Role::kAccumulated ? Bits(op.floats[i]) : kFloatPoison;
+        if (Bits(gpu[i]) != start) ++parts[b];
+      }
+    }
+  });
+  return std::accumulate(parts.begin(), parts.end(), int64_t{0});
+}
+
+Outcome CheckFloatOutput(const Operand& op, const std::vector<float>& cpu,
+                         const std::vector<float>& gpu, double limit) {
+  const ErrorSums sums = CompareView(op, cpu, gpu);
+  Outcome o{op.name, "nmse"};
+  o.limit = limit;
+  o.value = sums.Nmse();
+  if (sums.nonfinite > 0) o.note = absl::StrCat(sums.nonfinite, " non-finite");
+  o.pass = o.value <= limit;
+  if (const int64_t changed = ChangedOutside(op, gpu); changed > 0) {
+    o.pass = false;
+    absl::StrAppend(&o.note, o.note.empty() ? "" : ", ", changed,
+                    " changed outside the view");
+  }
+  return o;
+}
+
+Outcome CheckLoss(double cpu, double gpu, double limit) {
+  Outcome o{"loss", "rel"};
+  o.limit = limit;
+  o.value = std::isfinite(gpu)
+                ? std::abs(gpu - cpu) / std::max(std::abs(cpu), 1e-30)
+                : std::numeric_limits<double>::infinity();
+  o.pass = o.value <= limit;
+  o.note = absl::StrFormat("cpu %.9g gpu %.9g", cpu, gpu);
+  return o;
+}
+
+// The default checks of every output, then the case's special ones.
+std::vector<Outcome> CheckOutputs(const Case& c, const RunOutput& cpu,
+                                  const RunOutput& gpu, int mode) {
+  const OpLimits& limits = LimitsOf(c.op);
+  std::vector<Outcome> outcomes;
+  for (size_t i = 0; i < c.operands.size(); ++i) {
+    const Operand& op = c.operands[i];
+    const bool special =
+        std::count(c.special_outputs.begin(), c.special_outputs.end(),
+                   static_cast<int>(i)) > 0;
+    if (op.role == Role::kInput || special) continue;
+    outcomes.push_back(
+        CheckFloatOutput(op, cpu.floats[i], gpu.floats[i], limits.nmse[mode]));
+  }
+  if (c.returns_loss) {
+    outcomes.push_back(CheckLoss(cpu.loss, gpu.loss, limits.loss[mode]));
+  }
+  if (c.special) {
+    for (Outcome& o : c.special(c, cpu, gpu, mode)) outcomes.push_back(o);
+  }
+  return outcomes;
+}
+
+// Two CUDA runs on the same inputs: every output bitwise equal.
+Outcome CheckRepeatable(const Case& c, const RunOutput& first,
+                        const RunOutput& second) {
+  Outcome o{"repeatable", "differ"};
+  std::string differing;
+  for (size_t i = 0; i < c.operands.size(); ++i) {
+    if (c.operands[i].role == Role::kInput) continue;
+    const bool integer = c.operands[i].integer;
+    const char* a = integer
+                        ? reinterpret_cast<const char*>(first.ints[i].data())
+                        : reinterpret_cast<const char*>(first.floats[i].data());
+    const char* b =
+        integer ? reinterpret_cast<const char*>(second.ints[i].data())
+                : reinterpret_cast<const char*>(second.floats[i].data());
+    const size_t words =
+        integer ? first.ints[i].size() : first.floats[i].size();
+    if (std::memcmp(a, b, words * 4) == 0) continue;
+    int64_t count = 0;
+    for (size_t e = 0; e < words; ++e)
+      count += std::memcmp(a + 4 * e, b + 4 * e, 4) != 0;
+    if (count > 0) {
+      absl::StrAppend(&differing, differing.empty() ? "" : ", ",
+                      c.operands[i].name, " (", count, ")");
+    }
+    o.value += count;
+  }
+  if (c.returns_loss &&
+      std::memcmp(&first.loss, &second.loss, sizeof first.loss) != 0) {
+    absl::StrAppend(&differing, differing.empty() ? "" : ", ", "loss");
+    o.value += 1;
+  }
+  o.pass = o.value == 0;
+  if (!o.pass) o.note = "differs: " + differing;
+  return o;
+}
+
+// ---- tie-aware checks of integer choices ----
+
+bool Near(double a, double b, double tolerance, double scale) {
+  return std::abs(a - b) <= tolerance * scale;
+}
+
+struct SetDiff {
+  std::vector<int32_t> cpu_only, gpu_only;
+};
+
+SetDiff Difference(std::vector<int32_t> cpu, std::vector<int32_t> gpu) {
+  std::sort(cpu.begin(), cpu.end());
+  std::sort(gpu.begin(), gpu.end());
+  SetDiff d;
+  std::set_difference(cpu.begin(), cpu.end(), gpu.begin(), gpu.end(),
+                      std::back_inserter(d.cpu_only));
+  std::set_difference(gpu.begin(), gpu.end(), cpu.begin(), cpu.end(),
+                      std::back_inserter(d.gpu_only));
+  return d;
+}
+
+// Whether `values` are distinct and each in [lo, hi].
+bool DistinctInRange(std::vector<int32_t> values, int64_t lo, int64_t hi) {
+  std::sort(values.begin(), values.end());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] < lo || values[i] > hi) return false;
+    if (i > 0 && values[i] == values[i - 1]) return false;
+  }
+  return true;
+}
+
+enum class Verdict { kEqual, kTie, kWrong };
+
+// IndexerTopK's operands and arguments.
+struct TopKArgs {
+  int iq, ik, w, seq_start, keys;
+  int64_t query_offset, topk;
+  float scale;
+};
+
+// The index score of (query t, key s) in double, and the scale its rounding
+// error grows with: sum over heads of |w| * scale * |iq| * |ik| (scores are
+// sums of signed terms, so the score itself can be far smaller).
+std::pair<double, double> IndexScore(const Case& c, const TopKArgs& a,
+                                     int64_t t, int64_t s) {
+  const ConstMatrixView iq = HostView(c, a.iq), ik = HostView(c, a.ik),
+                        w = HostView(c, a.w);
+  double score = 0, scale = 0;
+  for (int64_t h = 0; h < w.cols; ++h) {
+    const float* q = iq.Row(t * w.cols + h);
+    const float* k = ik.Row(s);
+    double dot = 0, qq = 0, kk = 0;
+    for (int64_t d = 0; d < ik.cols; ++d) {
+      dot += double{q[d]} * k[d];
+      qq += double{q[d]} * q[d];
+      kk += double{k[d]} * k[d];
+    }
+    score += w.Row(t)[h] * std::max(a.scale * dot, 0.0);
+    scale += std::abs(w.Row(t)[h]) * a.scale * std::sqrt(qq * kk);
+  }
+  return {score, scale};
+}
+
+// One query's keys: the GPU's must be the CPU's count of distinct keys in the
+// query's range, then -1; as a set equal to the CPU's, or differing only in
+// keys whose score ties the CPU's last chosen key's.
+Verdict TopKQuery(const Case& c, const TopKArgs& a, const int32_t* cpu,
+                  const int32_t* gpu, int64_t t, double tie) {
+  const int64_t first = c.operands[a.seq_start].ints[t];
+  const int64_t last = a.query_offset + t;
+  const int64_t count = std::min(a.topk, last - first + 1);
+  const std::vector<int32_t> want(cpu, cpu + count), got(gpu, gpu + count);
+  for (int64_t j = count; j < a.topk; ++j) {
+    if (gpu[j] != -1) return Verdict::kWrong;
+  }
+  if (!DistinctInRange(got, first, last)) return Verdict::kWrong;
+  const SetDiff d = Difference(want, got);
+  if (d.cpu_only.empty()) return Verdict::kEqual;
+  const auto [boundary, boundary_scale] = IndexScore(c, a, t, cpu[count - 1]);
+  for (const std::vector<int32_t>* keys : {&d.cpu_only, &d.gpu_only}) {
+    for (int32_t s : *keys) {
+      const auto [score, scale] = IndexScore(c, a, t, s);
+      if (!Near(score, boundary, tie, std::max(scale, boundary_scale)))
+        return Verdict::kWrong;
+    }
+  }
+  return Verdict::kTie;
+}
+
+SpecialCheck TopKCheck(TopKArgs a) {
+  return [a](const Case& c, const RunOutput& cpu, const RunOutput& gpu,
+             int mode) {
+    const double tie = LimitsOf(c.op).tie[mode];
+    const int64_t nq = c.operands[a.w].layout.rows;
+    Outcome o{"keys", "mismatch"};
+    for (int64_t t = 0; t < nq; ++t) {
+      const Verdict v = TopKQuery(c, a, cpu.ints[a.keys].data() + t * a.topk,
+                                  gpu.ints[a.keys].data() + t * a.topk, t, tie);
+      o.value += v == Verdict::kWrong;
+      o.ties += v == Verdict::kTie;
+    }
+    o.pass = o.value == 0;
+    o.note = absl::StrCat("queries of ", nq);
+    return std::vector<Outcome>{o};
+  };
+}
+
+// RouterForward's operands and spec.
+struct RouterArgs {
+  int logits, bias, weights, indices;
+  RouterSpec spec;
+};
+
+// The CPU's selection scores in double: per expert sigmoid(logit) + bias, per
+// group the sum of its two best.
+struct RouterScores {
+  std::vector<double> choice, group;
+};
+
+RouterScores RouterScoresOf(const Case& c, const RouterArgs& a, int64_t t) {
+  const ConstMatrixView logits = HostView(c, a.logits);
+  const float* bias = c.operands[a.bias].floats.data();
+  const int64_t experts = logits.cols, per_group = experts / a.spec.n_group;
+  RouterScores s;
+  for (int64_t e = 0; e < experts; ++e) {
+    s.choice.push_back(1 / (1 + std::exp(-double{logits.Row(t)[e]})) + bias[e]);
+  }
+  for (int g = 0; g < a.spec.n_group; ++g) {
+    std::vector<double> members(s.choice.begin() + g * per_group,
+                                s.choice.begin() + (g + 1) * per_group);
+    std::sort(members.rbegin(), members.rend());
+    s.group.push_back(members[0] + (per_group > 1 ? members[1] : 0.0));
+  }
+  return s;
+}
+
+// One token's experts as sets; a difference is a tie when every differing
+// expert's choice score ties the CPU's last chosen expert's, or its group's
+// score ties the last kept group's.
+Verdict RouterToken(const Case& c, const RouterArgs& a, int64_t t,
+                    const int32_t* cpu, const int32_t* gpu, double tie) {
+  const int64_t k = a.spec.top_k;
+  const int64_t experts = c.operands[a.logits].layout.cols;
+  const std::vector<int32_t> want(cpu, cpu + k), got(gpu, gpu + k);
+  if (!DistinctInRange(got, 0, experts - 1)) return Verdict::kWrong;
+  const SetDiff d = Difference(want, got);
+  if (d.cpu_only.empty()) return Verdict::kEqual;
+  const RouterScores s = RouterScoresOf(c, a, t);
+  const double last_choice = s.choice[cpu[k - 1]];
+  std::vector<double> groups = s.group;
+  std::sort(groups.rbegin(), groups.rend());
+  const double last_group = groups[a.spec.topk_group - 1];
+  const int64_t per_group = experts / a.spec.n_group;
+  for (const std::vector<int32_t>* chosen : {&d.cpu_only, &d.gpu_only}) {
+    for (int32_t e : *chosen) {
+      const double group = s.group[e / per_group];
+      const bool tied =
+          Near(s.choice[e], last_choice, tie,
+               std::max(std::abs(s.choice[e]), std::abs(last_choice))) ||
+          (a.spec.n_group > 1 &&
+           Near(group, last_group, tie,
+                std::max(std::abs(group), std::abs(last_group))));
+      if (!tied) return Verdict::kWrong;
+    }
+  }
+  return Verdict::kTie;
+}
+
+// Experts as sets per token; weights per (token, expert) over the tokens whose
+// sets are equal.
+SpecialCheck RouterCheck(RouterArgs a) {
+  return
+      [a](const Case& c, const RunOutput& cpu, const RunOutput& gpu, int mode) {
+        const OpLimits& limits = LimitsOf(c.op);
+        const int64_t n = c.operands[a.logits].layout.rows, k = a.spec.top_k;
+        const Layout& wl = c.operands[a.weights].layout;
+        Outcome choices{"indices", "mismatch"};
+        ErrorSums sums;
+        for (int64_t t = 0; t < n; ++t) {
+          const int32_t* want = cpu.ints[a.indices].data() + t * k;
+          const int32_t* got = gpu.ints[a.indices].data() + t * k;
+          const Verdict v = RouterToken(c, a, t, want, got, limits.tie[mode]);
+          choices.value += v == Verdict::kWrong;
+          choices.ties += v == Verdict::kTie;
+          if (v != Verdict::kEqual) continue;
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t slot = std::find(got, got + k, want[j]) - got;
+            const int64_t row = wl.offset + t * wl.stride;
+            sums.Add(gpu.floats[a.weights][row + slot],
+                     cpu.floats[a.weights][row + j]);
+          }
+        }
+        choices.pass = choices.value == 0;
+        choices.note = absl::StrCat("tokens of ", n);
+        Outcome weights{"weights", "nmse"};
+        weights.limit = limits.nmse[mode];
+        weights.value = sums.Nmse();
+        weights.pass = weights.value <= weights.limit;
+        if (choices.ties > 0)
+          weights.note = "tokens with tied choices left out";
+        return std::vector<Outcome>{choices, weights};
+      };
+}
+
+// ---- running ----
+
+// A device allocation of `words` 4-byte elements (at least one, so that empty
+// operands still have an address).
+class DeviceArray {
+ public:
+  explicit DeviceArray(int64_t words)
+      : bytes_(std::max<int64_t>(words, 1) * 4) {
+    GLM_CUDA_CHECK(cudaMalloc(&data_, bytes_));
+  }
+  ~DeviceArray() {
+    if (data_ != nullptr) GLM_CUDA_CHECK(cudaFree(data_));
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  void* data() const { return data_; }
+  void Upload(const void* host) {
+    GLM_CUDA_CHECK(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice));
+  }
+  void Download(void* host) const {
+    GLM_CUDA_CHECK(cudaMemcpy(host, data_, bytes_, cudaMemcpyDeviceToHost));
+  }
+  void Fill(int byte) { GLM_CUDA_CHECK(cudaMemset(data_, byte, bytes_)); }
+  // Whether the device contents equal `host` bitwise, read back in pieces so
+  // that a large input needs no second host copy.
+  bool Equals(const void* host) const {
+    constexpr size_t kPiece = size_t{64} << 20;
+    std::vector<char> piece(std::min(bytes_, kPiece));
+    for (size_t at = 0; at < bytes_; at += kPiece) {
+      const size_t n = std::min(kPiece, bytes_ - at);
+      GLM_CUDA_CHECK(cudaMemcpy(piece.data(), static_cast<char*>(data_) + at, n,
+                                cudaMemcpyDeviceToHost));
+      if (std::memcmp(piece.data(), static_cast<const char*>(host) + at, n) !=
+          0) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+// Waits for every stream (the backend's is its own, non-blocking one) and
+// surfaces any error a kernel left.
+void SyncDevice() {
+  GLM_CUDA_CHECK(cudaDeviceSynchronize());
+  GLM_CUDA_CHECK(cudaGetLastError());
+}
+
+// Host storage of an operand's buffer (at least one element).
+template <typename T>
+std::vector<T> HostBuffer(const Operand& op) {
+  return std::vector<T>(std::max<int64_t>(op.layout.size, 1), T{0});
+}
+
+// The reference: the CPU backend on the case's inputs with every output zeroed.
+RunOutput RunOnCpu(const Case& c) {
+  RunOutput out;
+  out.floats.resize(c.operands.size());
+  out.ints.resize(c.operands.size());
+  std::vector<void*> bases;
+  for (size_t i = 0; i < c.operands.size(); ++i) {
+    const Operand& op = c.operands[i];
+    if (op.role == Role::kInput) {
+      // Inputs are only read.
+      bases.push_back(
+          op.integer ? static_cast<void*>(const_cast<int32_t*>(op.ints.data()))
+                     : const_cast<float*>(op.floats.data()));
+    } else if (op.integer) {
+      out.ints[i] = HostBuffer<int32_t>(op);
+      bases.push_back(out.ints[i].data());
+    } else {
+      out.floats[i] = HostBuffer<float>(op);
+      bases.push_back(out.floats[i].data());
+    }
+  }
+  out.loss = c.call(CpuReference(), Bound(c.operands, bases));
+  return out;
+}
+
+struct Squares {
+  double sum = 0;
+  int64_t nonzero = 0;
+
+  Squares& operator+=(const Squares& o) {
+    sum += o.sum;
+    nonzero += o.nonzero;
+    return *this;
+  }
+};
+
+// Starting contents of each accumulated output: normal values scaled to the
+// root mean square of the CPU's nonzero contributions in the view (1 when it
+// contributed nothing), so that they neither drown the contribution nor vanish
+// beside it.
+void SetAccumulatorStarts(Case* c, const RunOutput& cpu) {
+  for (size_t i = 0; i < c->operands.size(); ++i) {
+    Operand& op = c->operands[i];
+    if (op.role != Role::kAccumulated) continue;
+    const std::vector<float>& delta = cpu.floats[i];
+    const Squares squares =
+        SumOverView<Squares>(op.layout, [&](int64_t e, Squares& s) {
+          s.sum += double{delta[e]} * delta[e];
+          s.nonzero += delta[e] != 0.f;
+        });
+    const double rms =
+        squares.nonzero > 0 ? std::sqrt(squares.sum / squares.nonzero) : 1.0;
+    op.floats = Normal(op.layout.size, SplitMix64(c->seed + i),
+                       static_cast<float>(rms));
+  }
+}
+
+// A case's operands in device memory: inputs uploaded once, outputs reset
+// before every run.
+class DeviceCase {
+ public:
+  explicit DeviceCase(const Case& c) : case_(c) {
+    for (const Operand& op : c.operands) {
+      arrays_.push_back(std::make_unique<DeviceArray>(op.layout.size));
+      if (op.role != Role::kInput) continue;
+      arrays_.back()->Upload(op.integer
+                                 ? static_cast<const void*>(op.ints.data())
+                                 : op.floats.data());
+    }
+  }
+
+  // Runs the op once into `out`, whose buffers are kept from run to run.
+  void Run(Backend& backend, RunOutput* out) {
+    std::vector<void*> bases;
+    for (size_t i = 0; i < case_.operands.size(); ++i) {
+      const Operand& op = case_.operands[i];
+      bases.push_back(arrays_[i]->data());
+      if (op.role == Role::kAccumulated) arrays_[i]->Upload(op.floats.data());
+      if (op.role == Role::kWritten)
+        arrays_[i]->Fill(op.integer ? kIntPoisonByte : 0xff);
+    }
+    SyncDevice();
+    out->loss = case_.call(backend, Bound(case_.operands, bases));
+    SyncDevice();
+    out->floats.resize(case_.operands.size());
+    out->ints.resize(case_.operands.size());
+    for (size_t i = 0; i < case_.operands.size(); ++i) {
+      const Operand& op = case_.operands[i];
+      if (op.role == Role::kInput) continue;
+      if (op.integer) {
+        if (out->ints[i].empty()) out->ints[i] = HostBuffer<int32_t>(op);
+        arrays_[i]->Download(out->ints[i].data());
+      } else {
+        if (out->floats[i].empty()) out->floats[i] = HostBuffer<float>(op);
+        arrays_[i]->Download(out->floats[i].data());
+      }
+    }
+  }
+
+  // Inputs whose device copy no longer matches the host bitwise.
+  Outcome CheckInputs() const {
+    Outcome o{"inputs", "differ"};
+    for (size_t i = 0; i < case_.operands.size(); ++i) {
+      const Operand& op = case_.operands[i];
+      if (op.role != Role::kInput) continue;
+      const void* host = op.integer ? static_cast<const void*>(op.ints.data())
+                                    : op.floats.data();
+      if (!arrays_[i]->Equals(host)) {
+        o.value += 1;
+        absl::StrAppend(&o.note, o.note.empty() ? "changed: " : ", ", op.name);
+      }
+    }
+    o.pass = o.value == 0;
+    return o;
+  }
+
+ private:
+  const Case& case_;
+  std::vector<std::unique_ptr<DeviceArray>> arrays_;
+};
+
+// ---- the case list ----
+
+struct Factory {
+  std::string op;
+  std::string label;
+  std::function<Case()> make;
+};
+
+using Factories = std::vector<Factory>;
+
+const ModelConfig& Mini() {
+  static const ModelConfig* config =
+      new ModelConfig(PresetConfig("glm5.2-mini").value());
+  return *config;
+}
+
+// ---- dense algebra ----
+
+void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
+               Layout y, bool accumulate) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " y", Dims(y),
+                   accumulate ? " +=" : "");
+  f.push_back({"Linear", label, [=] {
+                 CaseBuilder b("Linear", label);
+                 const int ix = b.Input("x", x), iw = b.Input("w", w);
+                 const int iy =
+                     accumulate ? b.Accumulated("y", y) : b.Written("y", y);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.Linear(p.View(ix), p.View(iw), p.View(iy), accumulate);
+                   return 0.0;
+                 });
+               }});
+}
+
+// dx or dw absent: that gradient is not asked for.
+void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
+                       Layout dy, bool want_dx, bool want_dw, Layout dx,
+                       Layout dw) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
+                   want_dx ? "" : " no dx", want_dw ? "" : " no dw");
+  f.push_back({"LinearBackward", label, [=] {
+                 CaseBuilder b("LinearBackward", label);
+                 const int ix = b.Input("x", x), iw = b.Input("w", w),
+                           idy = b.Input("dy", dy);
+                 const int idx = want_dx ? b.Accumulated("dx", dx) : -1;
+                 const int idw = want_dw ? b.Accumulated("dw", dw) : -1;
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.LinearBackward(p.View(ix), p.View(iw), p.View(idy),
+                                     idx >= 0 ? p.View(idx) : MatrixView{},
+                                     idw >= 0 ? p.View(idw) : MatrixView{});
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddLinearCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t hidden = m.hidden_size, heads = m.num_attention_heads,
+                qk = m.QkHeadDim(), kv_a = m.kv_lora_rank + m.qk_rope_head_dim,
+                kv_b = heads * (m.qk_nope_head_dim + m.v_head_dim),
+                attn = heads * m.v_head_dim, moe = m.moe_intermediate_size,
+                inter = m.intermediate_size;
+  AddLinear(f, "tiny", Dense(5, 7), Dense(3, 7), Dense(5, 3), false);
+  AddLinear(f, "strided", Cols(4, 12, 2, 7), Dense(3, 7), Cols(4, 5, 1, 3),
+            false);
+  AddLinear(f, "odd", Dense(37, 45), Dense(29, 45), Dense(37, 29), true);
+  // Views starting off 16-byte boundaries.
+  AddLinear(f, "misaligned", Cols(33, 70, 3, 61), Cols(17, 64, 1, 61),
+            Cols(33, 20, 2, 17), true);
+  AddLinear(f, "no tokens", Dense(0, hidden), Dense(m.q_lora_rank, hidden),
+            Dense(0, m.q_lora_rank), false);
+  AddLinear(f, "q_a_proj", Dense(4096, hidden), Dense(m.q_lora_rank, hidden),
+            Dense(4096, m.q_lora_rank), false);
+  AddLinear(f, "q_b_proj", Dense(4096, m.q_lora_rank),
+            Dense(heads * qk, m.q_lora_rank), Dense(4096, heads * qk), false);
+  AddLinear(f, "kv_a_proj", Dense(4096, hidden), Dense(kv_a, hidden),
+            Dense(4096, kv_a), false);
+  AddLinear(f, "kv_b_proj", Dense(4096, m.kv_lora_rank),
+            Dense(kv_b, m.kv_lora_rank), Dense(4096, kv_b), false);
+  AddLinear(f, "o_proj", Dense(2048, attn), Dense(hidden, attn),
+            Dense(2048, hidden), false);
+  AddLinear(f, "router gate", Dense(4096, hidden),
+            Dense(m.n_routed_experts, hidden), Dense(4096, m.n_routed_experts),
+            false);
+  AddLinear(f, "mlp up into gate_up", Dense(1024, hidden), Dense(inter, hidden),
+            Cols(1024, 2 * inter, inter, inter), false);
+  AddLinear(f, "expert gate_up slab", Dense(1000, hidden),
+            Slab(3, 2 * moe, hidden, 2), Dense(1000, 2 * moe), false);
+  AddLinear(f, "expert down", Dense(1000, moe), Slab(3, hidden, moe, 1),
+            Dense(1000, hidden), true);
+  AddLinear(f, "lm_head", Dense(128, hidden), Dense(m.vocab_size, hidden),
+            Dense(128, m.vocab_size), false);
+
+  AddLinearBackward(f, "tiny", Dense(5, 7), Dense(3, 7), Dense(5, 3), true,
+                    true, Dense(5, 7), Dense(3, 7));
+  AddLinearBackward(f, "strided", Cols(4, 12, 2, 7), Dense(3, 7),
+                    Cols(4, 5, 1, 3), true, true, Cols(4, 12, 2, 7),
+                    Dense(3, 7));
+  AddLinearBackward(f, "misaligned", Cols(33, 70, 3, 61), Cols(17, 64, 1, 61),
+                    Cols(33, 20, 2, 17), true, true, Cols(33, 66, 5, 61),
+                    Cols(17, 63, 1, 61));
+  AddLinearBackward(f, "tiny", Dense(6, 9), Dense(4, 9), Dense(6, 4), true,
+                    false, Dense(6, 9), {});
+  AddLinearBackward(f, "indexer wk", Dense(4096, hidden),
+                    Dense(m.index_head_dim, hidden),
+                    Dense(4096, m.index_head_dim), false, true, {},
+                    Dense(m.index_head_dim, hidden));
+  AddLinearBackward(f, "q_b_proj", Dense(2048, m.q_lora_rank),
+                    Dense(heads * qk, m.q_lora_rank), Dense(2048, heads * qk),
+                    true, true, Dense(2048, m.q_lora_rank),
+                    Dense(heads * qk, m.q_lora_rank));
+  AddLinearBackward(f, "mlp gate", Dense(512, hidden), Dense(inter, hidden),
+                    Cols(512, 2 * inter, 0, inter), true, true,
+                    Dense(512, hidden), Dense(inter, hidden));
+  AddLinearBackward(f, "expert down slab", Dense(1000, moe),
+                    Slab(3, hidden, moe, 1), Dense(1000, hidden), true, true,
+                    Dense(1000, moe), Slab(3, hidden, moe, 1));
+  AddLinearBackward(f, "lm_head", Dense(64, hidden),
+                    Dense(m.vocab_size, hidden), Dense(64, m.vocab_size), true,
+                    true, Dense(64, hidden), Dense(m.vocab_size, hidden));
+}
+
+void AddCopy(Factories& f, const std::string& tag, Layout x, Layout y) {
+  const std::string label = absl::StrCat(tag, " x", Dims(x), " y", Dims(y));
+  f.push_back({"Copy", label, [=] {
+                 CaseBuilder b("Copy", label);
+                 const int ix = b.Input("x", x), iy = b.Written("y", y);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.Copy(p.View(ix), p.View(iy));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddAxpy(Factories& f, const std::string& tag, float alpha, Layout x,
+             Layout y) {
+  const std::string label =
+      absl::StrCat(tag, " alpha ", alpha, " x", Dims(x), " y", Dims(y));
+  f.push_back({"Axpy", label, [=] {
+                 CaseBuilder b("Axpy", label);
+                 const int ix = b.Input("x", x), iy = b.Accumulated("y", y);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.Axpy(alpha, p.View(ix), p.View(iy));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddElementwiseCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t heads = m.num_attention_heads, qk = m.QkHeadDim(),
+                nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim,
+                kv_row = m.qk_nope_head_dim + m.v_head_dim,
+                index_dim = m.index_head_dim, tokens = 4096;
+  AddCopy(f, "tiny", Dense(5, 7), Dense(5, 7));
+  AddCopy(f, "misaligned", Cols(17, 40, 3, 29), Cols(17, 37, 5, 29));
+  AddCopy(f, "q nope", Cols(tokens * heads, qk, 0, nope),
+          Cols(tokens * heads, qk, 0, nope));
+  AddCopy(f, "k_rope to head 5", Dense(tokens, rope),
+          {5 * qk + nope, tokens, rope, heads * qk, tokens * heads * qk});
+  AddCopy(f, "indexer q pass",
+          Cols(tokens * m.index_n_heads, index_dim, rope, index_dim - rope),
+          Cols(tokens * m.index_n_heads, index_dim, rope, index_dim - rope));
+
+  AddAxpy(f, "tiny", 0.7f, Dense(5, 7), Dense(5, 7));
+  AddAxpy(f, "misaligned", -1.25f, Cols(17, 40, 3, 29), Cols(17, 37, 5, 29));
+  AddAxpy(f, "one row", 1.f, Dense(1, m.index_topk), Dense(1, m.index_topk));
+  AddAxpy(f, "dkey nope", 1.f, Cols(tokens * heads, qk, 0, nope),
+          Cols(tokens * heads, kv_row, 0, nope));
+  AddAxpy(f, "indexer weights", 1.f / std::sqrt(float(m.index_n_heads)),
+          Dense(tokens, m.index_n_heads), Dense(tokens, m.index_n_heads));
+}
+
+// ---- rows ----
+
+// Ids for `n` rows of a `vocab`-row table: a tenth of them one hot id, a
+// fifth from 16 warm ones, the rest uniform (so some rows are hit many times
+// and most by none).
+std::vector<int32_t> SkewedIds(int64_t n, int64_t vocab, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int64_t> any(0, vocab - 1), warm(0, 15);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) {
+    const double p = u(rng);
+    id = static_cast<int32_t>(p < 0.1   ? 17 % vocab
+                              : p < 0.3 ? (101 + 7 * warm(rng)) % vocab
+                                        : any(rng));
+  }
+  return ids;
+}
+
+// An expert's token list: `count` distinct tokens of [0, tokens), ascending
+// (as the dispatch builds it).
+std::vector<int32_t> ExpertTokens(int64_t tokens, int64_t count,
+                                  std::mt19937_64& rng) {
+  std::vector<int32_t> chosen = Sample(0, tokens - 1, count, rng);
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+using IdMaker = std::function<std::vector<int32_t>(std::mt19937_64&)>;
+
+void AddEmbedding(Factories& f, const std::string& tag, Layout table,
+                  Layout out, IdMaker ids) {
+  const std::string label =
+      absl::StrCat(tag, " table", Dims(table), " out", Dims(out));
+  f.push_back({"EmbeddingForward", label, [=] {
+                 CaseBuilder b("EmbeddingForward", label);
+                 const int it = b.Input("table", table),
+                           ii = b.Ints("ids", ids(b.rng())),
+                           io = b.Written("out", out);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.EmbeddingForward(p.View(it), p.Ints(ii), p.View(io));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddEmbeddingBackward(Factories& f, const std::string& tag, Layout dout,
+                          Layout dtable, IdMaker ids) {
+  const std::string label =
+      absl::StrCat(tag, " dout", Dims(dout), " dtable", Dims(dtable));
+  f.push_back({"EmbeddingBackward", label, [=] {
+                 CaseBuilder b("EmbeddingBackward", label);
+                 const int id = b.Input("dout", dout),
+                           ii = b.Ints("ids", ids(b.rng())),
+                           it = b.Accumulated("dtable", dtable);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.EmbeddingBackward(p.View(id), p.Ints(ii), p.View(it));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddScatter(Factories& f, const std::string& tag, Layout src, Layout out,
+                bool scaled, IdMaker rows) {
+  const std::string label = absl::StrCat(tag, " src", Dims(src), " out",
+                                         Dims(out), scaled ? "" : " no scale");
+  f.push_back({"ScatterAddRows", label, [=] {
+                 CaseBuilder b("ScatterAddRows", label);
+                 const int is = b.Input("src", src),
+                           ir = b.Ints("rows", rows(b.rng())),
+                           ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
+                           io = b.Accumulated("out", out);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.ScatterAddRows(p.View(is), p.Ints(ir),
+                                     ic >= 0 ? p.Floats(ic) : nullptr,
+                                     p.View(io));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
+                        Layout dout, bool scaled, bool want_dsrc,
+                        bool want_dscale, Layout dsrc, IdMaker rows) {
+  const std::string label = absl::StrCat(
+      tag, " src", Dims(src), " dout", Dims(dout), scaled ? "" : " no scale",
+      want_dsrc ? "" : " no dsrc", want_dscale ? "" : " no dscale");
+  f.push_back({"ScatterAddRowsBackward", label, [=] {
+                 CaseBuilder b("ScatterAddRowsBackward", label);
+                 const int is = b.Input("src", src),
+                           ir = b.Ints("rows", rows(b.rng())),
+                           ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
+                           id = b.Input("dout", dout),
+                           ids = want_dsrc ? b.Accumulated("dsrc", dsrc) : -1,
+                           idc = want_dscale
+                                     ? b.Accumulated("dscale", Vec(src.rows))
+                                     : -1;
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.ScatterAddRowsBackward(
+                       p.View(is), p.Ints(ir), ic >= 0 ? p.Floats(ic) : nullptr,
+                       p.View(id), ids >= 0 ? p.View(ids) : MatrixView{},
+                       idc >= 0 ? p.Floats(idc) : nullptr);
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddRowsCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t hidden = m.hidden_size, vocab = m.vocab_size, tokens = 4096,
+                slots = tokens * m.num_experts_per_tok;
+  // Repeated rows, and rows 2, 4 and 6 hit by none.
+  const IdMaker tiny = [](std::mt19937_64&) {
+    return std::vector<int32_t>{3, 0, 3, 5, 1, 3};
+  };
+  const IdMaker skewed = [=](std::mt19937_64& rng) {
+    return SkewedIds(tokens, vocab, rng);
+  };
+  const IdMaker expert_slots = [=](std::mt19937_64& rng) {
+    return ExpertTokens(slots, 1000, rng);
+  };
+  AddEmbedding(f, "tiny", Dense(6, 4), Dense(6, 4), tiny);
+  AddEmbedding(f, "strided", Cols(9, 8, 1, 5), Cols(6, 9, 2, 5), tiny);
+  AddEmbedding(f, "vocab", Dense(vocab, hidden), Dense(tokens, hidden), skewed);
+  AddEmbedding(f, "expert weights by slot", Dense(slots, 1), Dense(1000, 1),
+               expert_slots);
+
+  AddEmbeddingBackward(f, "tiny", Dense(6, 4), Dense(7, 4), tiny);
+  AddEmbeddingBackward(f, "strided", Cols(6, 9, 2, 5), Cols(9, 8, 1, 5), tiny);
+  AddEmbeddingBackward(f, "vocab", Dense(tokens, hidden), Dense(vocab, hidden),
+                       skewed);
+
+  const IdMaker all_tokens = [=](std::mt19937_64& rng) {
+    return ExpertTokens(tokens, tokens, rng);
+  };
+  const IdMaker some_tokens = [=](std::mt19937_64& rng) {
+    return ExpertTokens(tokens, 1000, rng);
+  };
+  const IdMaker no_tokens = [](std::mt19937_64&) {
+    return std::vector<int32_t>{};
+  };
+  // 4096 sources onto 8 rows: each destination row sums ~512 of them.
+  const IdMaker hot = [=](std::mt19937_64& rng) {
+    std::uniform_int_distribution<int32_t> row(0, 7);
+    std::vector<int32_t> rows(tokens);
+    for (int32_t& r : rows) r = row(rng);
+    return rows;
+  };
+  AddScatter(f, "tiny", Dense(6, 4), Dense(7, 4), true, tiny);
+  AddScatter(f, "tiny", Dense(6, 4), Dense(7, 4), false, tiny);
+  AddScatter(f, "strided", Cols(6, 9, 2, 5), Cols(7, 8, 1, 5), true, tiny);
+  AddScatter(f, "expert of every token", Dense(tokens, hidden),
+             Dense(tokens, hidden), true, all_tokens);
+  AddScatter(f, "expert of no token", Dense(0, hidden), Dense(tokens, hidden),
+             true, no_tokens);
+  AddScatter(f, "expert of 1000 tokens", Dense(1000, hidden),
+             Dense(tokens, hidden), true, some_tokens);
+  AddScatter(f, "hot rows", Dense(tokens, hidden), Dense(8, hidden), true, hot);
+  AddScatter(f, "expert dweight by slot", Dense(1000, 1), Dense(slots, 1),
+             false, expert_slots);
+
+  AddScatterBackward(f, "tiny", Dense(6, 4), Dense(7, 4), true, true, true,
+                     Dense(6, 4), tiny);
+  AddScatterBackward(f, "tiny", Dense(6, 4), Dense(7, 4), false, true, false,
+                     Dense(6, 4), tiny);
+  AddScatterBackward(f, "strided", Cols(6, 9, 2, 5), Cols(7, 8, 1, 5), true,
+                     true, true, Cols(6, 11, 3, 5), tiny);
+  AddScatterBackward(f, "expert of 1000 tokens", Dense(1000, hidden),
+                     Dense(tokens, hidden), true, true, true,
+                     Dense(1000, hidden), some_tokens);
+  AddScatterBackward(f, "expert of no token", Dense(0, hidden),
+                     Dense(tokens, hidden), true, true, true, Dense(0, hidden),
+                     no_tokens);
+  AddScatterBackward(f, "expert of 1000 tokens", Dense(1000, hidden),
+                     Dense(tokens, hidden), true, false, true, {}, some_tokens);
+  AddScatterBackward(f, "hot rows", Dense(tokens, hidden), Dense(8, hidden),
+                     true, true, true, Dense(tokens, hidden), hot);
+}
+
+// ---- normalization ----
+
+void AddRmsNorm(Factories& f, const std::string& tag, Layout x, Layout y,
+                float eps) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " y", Dims(y), " eps ", eps);
+  f.push_back({"RmsNormForward", label, [=] {
+                 CaseBuilder b("RmsNormForward", label);
+                 const int ix = b.Input("x", x), iw = b.Input("w", Vec(x.cols)),
+                           iy = b.Written("y", y),
+                           ir = b.Written("rstd", Vec(x.rows));
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.RmsNormForward(p.View(ix), p.Floats(iw), eps, p.View(iy),
+                                     p.Floats(ir));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddRmsNormBackward(Factories& f, const std::string& tag, Layout x,
+                        Layout dy, bool want_dx, bool want_dw, Layout dx,
+                        float eps) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " dy", Dims(dy), " eps ", eps,
+                   want_dx ? "" : " no dx", want_dw ? "" : " no dw");
+  f.push_back({"RmsNormBackward", label, [=] {
+                 CaseBuilder b("RmsNormBackward", label);
+                 const int ix = b.Input("x", x), iw = b.Input("w", Vec(x.cols));
+                 std::vector<float> y(x.rows * x.cols + 1), rstd(x.rows + 1);
+                 CpuReference().RmsNormForward(
+                     b.HostView(ix), b.HostView(iw).data, eps,
+                     {y.data(), x.rows, x.cols, x.cols}, rstd.data());
+                 const int ir = b.Values("rstd", Vec(x.rows), rstd),
+                           idy = b.Input("dy", dy),
+                           idx = want_dx ? b.Accumulated("dx", dx) : -1,
+                           idw =
+                               want_dw ? b.Accumulated("dw", Vec(x.cols)) : -1;
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.RmsNormBackward(p.View(ix), p.Floats(iw), p.Floats(ir),
+                                      p.View(idy),
+                                      idx >= 0 ? p.View(idx) : MatrixView{},
+                                      idw >= 0 ? p.Floats(idw) : nullptr);
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddLayerNorm(Factories& f, const std::string& tag, Layout x, Layout y,
+                  float eps) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " y", Dims(y), " eps ", eps);
+  f.push_back({"LayerNormForward", label, [=] {
+                 CaseBuilder b("LayerNormForward", label);
+                 const int ix = b.Input("x", x), iw = b.Input("w", Vec(x.cols)),
+                           ib = b.Input("b", Vec(x.cols)),
+                           iy = b.Written("y", y),
+                           im = b.Written("mean", Vec(x.rows)),
+                           ir = b.Written("rstd", Vec(x.rows));
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.LayerNormForward(p.View(ix), p.Floats(iw), p.Floats(ib),
+                                       eps, p.View(iy), p.Floats(im),
+                                       p.Floats(ir));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddLayerNormBackward(Factories& f, const std::string& tag, Layout x,
+                          Layout dy, bool want_dx, bool want_dwb, Layout dx,
+                          float eps) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " dy", Dims(dy), " eps ", eps,
+                   want_dx ? "" : " no dx", want_dwb ? "" : " no dw db");
+  f.push_back(
+      {"LayerNormBackward", label, [=] {
+         CaseBuilder b("LayerNormBackward", label);
+         const int ix = b.Input("x", x), iw = b.Input("w", Vec(x.cols)),
+                   ib = b.Input("b", Vec(x.cols));
+         std::vector<float> y(x.rows * x.cols + 1), mean(x.rows + 1),
+             rstd(x.rows + 1);
+         CpuReference().LayerNormForward(
+             b.HostView(ix), b.HostView(iw).data, b.HostView(ib).data, eps,
+             {y.data(), x.rows, x.cols, x.cols}, mean.data(), rstd.data());
+         const int im = b.Values("mean", Vec(x.rows), mean),
+                   ir = b.Values("rstd", Vec(x.rows), rstd),
+                   idy = b.Input("dy", dy),
+                   idx = want_dx ? b.Accumulated("dx", dx) : -1,
+                   idw = want_dwb ? b.Accumulated("dw", Vec(x.cols)) : -1,
+                   idb = want_dwb ? b.Accumulated("db", Vec(x.cols)) : -1;
+         return b.Build([=](Backend& be, const Bound& p) {
+           be.LayerNormBackward(p.View(ix), p.Floats(iw), p.Floats(im),
+                                p.Floats(ir), p.View(idy),
+                                idx >= 0 ? p.View(idx) : MatrixView{},
+                                idw >= 0 ? p.Floats(idw) : nullptr,
+                                idb >= 0 ? p.Floats(idb) : nullptr);
+           return 0.0;
+         });
+       }});
+}
+
+void AddNormCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t hidden = m.hidden_size, lora = m.kv_lora_rank,
+                kv_a = m.kv_lora_rank + m.qk_rope_head_dim,
+                index_dim = m.index_head_dim, tokens = 4096;
+  const float eps = static_cast<float>(m.rms_norm_eps), lora_eps = 1e-6f;
+  AddRmsNorm(f, "tiny", Dense(5, 8), Dense(5, 8), eps);
+  AddRmsNorm(f, "one row", Dense(1, 7), Dense(1, 7), eps);
+  AddRmsNorm(f, "odd", Dense(3, 1000), Dense(3, 1000), eps);
+  AddRmsNorm(f, "misaligned", Cols(33, 70, 3, 61), Cols(33, 64, 1, 61), eps);
+  AddRmsNorm(f, "kv latent", Cols(tokens, kv_a, 0, lora), Dense(tokens, lora),
+             lora_eps);
+  AddRmsNorm(f, "q_a", Dense(tokens, m.q_lora_rank),
+             Dense(tokens, m.q_lora_rank), lora_eps);
+  AddRmsNorm(f, "hidden", Dense(tokens, hidden), Dense(tokens, hidden), eps);
+
+  AddRmsNormBackward(f, "tiny", Dense(5, 8), Dense(5, 8), true, true,
+                     Dense(5, 8), eps);
+  AddRmsNormBackward(f, "misaligned", Cols(33, 70, 3, 61), Cols(33, 64, 1, 61),
+                     true, true, Cols(33, 66, 5, 61), eps);
+  AddRmsNormBackward(f, "kv latent", Cols(tokens, kv_a, 0, lora),
+                     Dense(tokens, lora), true, true,
+                     Cols(tokens, kv_a, 0, lora), lora_eps);
+  AddRmsNormBackward(f, "hidden", Dense(tokens, hidden), Dense(tokens, hidden),
+                     true, true, Dense(tokens, hidden), eps);
+  AddRmsNormBackward(f, "hidden", Dense(tokens, hidden), Dense(tokens, hidden),
+                     false, true, {}, eps);
+  AddRmsNormBackward(f, "hidden", Dense(tokens, hidden), Dense(tokens, hidden),
+                     true, false, Dense(tokens, hidden), eps);
+
+  AddLayerNorm(f, "tiny", Dense(5, 8), Dense(5, 8), 1e-6f);
+  AddLayerNorm(f, "misaligned", Cols(33, 70, 3, 61), Cols(33, 64, 1, 61),
+               1e-6f);
+  AddLayerNorm(f, "wide", Dense(64, 4000), Dense(64, 4000), 1e-5f);
+  AddLayerNorm(f, "indexer k_norm", Dense(tokens, index_dim),
+               Dense(tokens, index_dim), 1e-6f);
+
+  AddLayerNormBackward(f, "tiny", Dense(5, 8), Dense(5, 8), true, true,
+                       Dense(5, 8), 1e-6f);
+  AddLayerNormBackward(f, "misaligned", Cols(33, 70, 3, 61),
+                       Cols(33, 64, 1, 61), true, true, Cols(33, 66, 5, 61),
+                       1e-6f);
+  AddLayerNormBackward(f, "indexer k_norm", Dense(tokens, index_dim),
+                       Dense(tokens, index_dim), true, true,
+                       Dense(tokens, index_dim), 1e-6f);
+  AddLayerNormBackward(f, "indexer k_norm", Dense(tokens, index_dim),
+                       Dense(tokens, index_dim), true, false,
+                       Dense(tokens, index_dim), 1e-6f);
+  AddLayerNormBackward(f, "indexer k_norm", Dense(tokens, index_dim),
+                       Dense(tokens, index_dim), false, true, {}, 1e-6f);
+}
+
+// ---- activations ----
+
+// gate and up are columns [0, cols) and [cols, 2 cols) of one [rows, 2 cols]
+// buffer, as the MLPs keep them; gate values spread wider to reach the
+// sigmoid's tails.
+void AddSwiGlu(Factories& f, const std::string& tag, int64_t rows,
+               int64_t cols) {
+  const std::string label = absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols,
+                                         "] out[", rows, ",", cols, "]");
+  f.push_back({"SwiGluForward", label, [=] {
+                 CaseBuilder b("SwiGluForward", label);
+                 const int ig = b.Input("gate", Cols(rows, 2 * cols, 0, cols),
+                                        3.f),
+                           iu = b.Input("up", Cols(rows, 2 * cols, cols, cols)),
+                           io = b.Written("out", Dense(rows, cols));
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.SwiGluForward(p.View(ig), p.View(iu), p.View(io));
+                   return 0.0;
+                 });
+               }});
+}
+
+// dgate and dup are the two column halves of one [rows, 2 cols] buffer.
+void AddSwiGluBackward(Factories& f, const std::string& tag, int64_t rows,
+                       int64_t cols, bool want_dgate, bool want_dup) {
+  const std::string label =
+      absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols, "]",
+                   want_dgate ? "" : " no dgate", want_dup ? "" : " no dup");
+  f.push_back({"SwiGluBackward", label, [=] {
+                 CaseBuilder b("SwiGluBackward", label);
+                 const Layout gate = Cols(rows, 2 * cols, 0, cols),
+                              up = Cols(rows, 2 * cols, cols, cols);
+                 const int ig = b.Input("gate", gate, 3.f),
+                           iu = b.Input("up", up),
+                           id = b.Input("dout", Dense(rows, cols)),
+                           idg = want_dgate ? b.Accumulated("dgate", gate) : -1,
+                           idu = want_dup ? b.Accumulated("dup", up) : -1;
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.SwiGluBackward(p.View(ig), p.View(iu), p.View(id),
+                                     idg >= 0 ? p.View(idg) : MatrixView{},
+                                     idu >= 0 ? p.View(idu) : MatrixView{});
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddActivationCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t moe = m.moe_intermediate_size, inter = m.intermediate_size;
+  AddSwiGlu(f, "tiny", 4, 6);
+  AddSwiGlu(f, "odd", 37, 45);
+  AddSwiGlu(f, "expert", 1000, moe);
+  AddSwiGlu(f, "dense mlp", 2048, inter);
+  AddSwiGluBackward(f, "tiny", 4, 6, true, true);
+  AddSwiGluBackward(f, "odd", 37, 45, true, true);
+  AddSwiGluBackward(f, "expert", 1000, moe, true, true);
+  AddSwiGluBackward(f, "expert", 1000, moe, false, true);
+  AddSwiGluBackward(f, "expert", 1000, moe, true, false);
+  AddSwiGluBackward(f, "dense mlp", 2048, inter, true, true);
+}
+
+// ---- rotary embedding ----
+
+// Positions of `tokens` tokens packed from documents of `doc` tokens (the
+// last one shorter), each counting from 0.
+std::vector<int32_t> PackedPositions(int64_t tokens, int64_t doc) {
+  std::vector<int32_t> pos(tokens);
+  for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t % doc);
+  return pos;
+}
+
+// Positions spread over the model's whole range.
+std::vector<int32_t> FarPositions(int64_t tokens, int64_t max,
+                                  std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> pos(0, static_cast<int32_t>(max - 1));
+  std::vector<int32_t> out(tokens);
+  for (int32_t& p : out) p = pos(rng);
+  return out;
+}
+
+using PositionMaker = std::function<std::vector<int32_t>(std::mt19937_64&)>;
+
+void AddRope(Factories& f, const std::string& tag, Layout x, Layout y,
+             int64_t rows_per_position, float theta, PositionMaker positions) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " y", Dims(y), " rows/pos ",
+                   rows_per_position, " theta ", theta);
+  f.push_back({"RopeForward", label, [=] {
+                 CaseBuilder b("RopeForward", label);
+                 const int ix = b.Input("x", x),
+                           ip = b.Ints("positions", positions(b.rng())),
+                           iy = b.Written("y", y);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.RopeForward(p.View(ix), p.Ints(ip), rows_per_position,
+                                  theta, p.View(iy));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddRopeBackward(Factories& f, const std::string& tag, Layout dy, Layout dx,
+                     int64_t rows_per_position, float theta,
+                     PositionMaker positions) {
+  const std::string label =
+      absl::StrCat(tag, " dy", Dims(dy), " dx", Dims(dx), " rows/pos ",
+                   rows_per_position, " theta ", theta);
+  f.push_back({"RopeBackward", label, [=] {
+                 CaseBuilder b("RopeBackward", label);
+                 const int id = b.Input("dy", dy),
+                           ip = b.Ints("positions", positions(b.rng())),
+                           ix = b.Accumulated("dx", dx);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.RopeBackward(p.View(id), p.Ints(ip), rows_per_position,
+                                   theta, p.View(ix));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddRopeCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t heads = m.num_attention_heads, qk = m.QkHeadDim(),
+                nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim,
+                kv_a = m.kv_lora_rank + m.qk_rope_head_dim,
+                index_heads = m.index_n_heads, index_dim = m.index_head_dim,
+                tokens = 4096;
+  const float theta = static_cast<float>(m.rope_theta);
+  const PositionMaker tiny = [](std::mt19937_64&) {
+    return std::vector<int32_t>{0, 5, 17};
+  };
+  // Two documents: 3000 tokens, then 1096.
+  const PositionMaker packed = [=](std::mt19937_64&) {
+    return PackedPositions(tokens, 3000);
+  };
+  const PositionMaker far = [=](std::mt19937_64& rng) {
+    return FarPositions(64, m.max_position_embeddings, rng);
+  };
+  const PositionMaker odd = [](std::mt19937_64& rng) {
+    return FarPositions(11, 70000, rng);
+  };
+  const Layout q_rope = Cols(tokens * heads, qk, nope, rope),
+               k_rope = Cols(tokens, kv_a, m.kv_lora_rank, rope),
+               index_q = Cols(tokens * index_heads, index_dim, 0, rope);
+  AddRope(f, "tiny", Dense(6, 8), Dense(6, 8), 2, 100.f, tiny);
+  AddRope(f, "misaligned", Cols(33, 9, 1, 6), Cols(33, 7, 1, 6), 3, 1e4f, odd);
+  AddRope(f, "far positions", Dense(64, rope), Dense(64, rope), 1, theta, far);
+  AddRope(f, "q", q_rope, q_rope, heads, theta, packed);
+  AddRope(f, "k", k_rope, Dense(tokens, rope), 1, theta, packed);
+  AddRope(f, "indexer q", index_q, index_q, index_heads, theta, packed);
+
+  AddRopeBackward(f, "tiny", Dense(6, 8), Dense(6, 8), 2, 100.f, tiny);
+  AddRopeBackward(f, "misaligned", Cols(33, 7, 1, 6), Cols(33, 9, 1, 6), 3,
+                  1e4f, odd);
+  AddRopeBackward(f, "far positions", Dense(64, rope), Dense(64, rope), 1,
+                  theta, far);
+  AddRopeBackward(f, "q", q_rope, q_rope, heads, theta, packed);
+  AddRopeBackward(f, "k", Dense(tokens, rope), k_rope, 1, theta, packed);
+}
+
+// ---- router ----
+
+void AddRouter(Factories& f, const std::string& tag, Layout logits,
+               const RouterSpec& spec) {
+  const std::string label = absl::StrCat(
+      tag, " logits", Dims(logits), " top ", spec.top_k, " groups ",
+      spec.n_group, "/", spec.topk_group, spec.norm_topk_prob ? " norm" : "",
+      " scale ", spec.routed_scaling_factor);
+  f.push_back(
+      {"RouterForward", label, [=] {
+         CaseBuilder b("RouterForward", label);
+         const int n = static_cast<int>(logits.rows);
+         RouterArgs a{b.Input("logits", logits),
+                      b.Input("bias", Vec(logits.cols), 0.1f), 0, 0, spec};
+         const int is = b.Written("scores", Dense(n, logits.cols));
+         a.weights = b.Written("weights", Dense(n, spec.top_k));
+         a.indices = b.WrittenInts("indices", n * spec.top_k);
+         b.Special(RouterCheck(a), {a.weights, a.indices});
+         return b.Build([=](Backend& be, const Bound& p) {
+           be.RouterForward(p.View(a.logits), p.Floats(a.bias), spec,
+                            p.View(is), p.View(a.weights), p.Ints(a.indices));
+           return 0.0;
+         });
+       }});
+}
+
+// Scores and choices from the CPU's forward on random logits.
+void AddRouterBackward(Factories& f, const std::string& tag, int64_t n,
+                       int64_t experts, const RouterSpec& spec) {
+  const std::string label = absl::StrCat(
+      tag, " logits[", n, ",", experts, "] top ", spec.top_k, " groups ",
+      spec.n_group, "/", spec.topk_group, spec.norm_topk_prob ? " norm" : "",
+      " scale ", spec.routed_scaling_factor);
+  f.push_back(
+      {"RouterBackward", label, [=] {
+         CaseBuilder b("RouterBackward", label);
+         const std::vector<float> logits = Normal(n * experts, b.rng()(), 1.f);
+         const std::vector<float> bias = Normal(experts, b.rng()(), 0.1f);
+         std::vector<float> scores(n * experts), weights(n * spec.top_k);
+         std::vector<int32_t> indices(n * spec.top_k);
+         CpuReference().RouterForward(
+             {logits.data(), n, experts, experts}, bias.data(), spec,
+             {scores.data(), n, experts, experts},
+             {weights.data(), n, spec.top_k, spec.top_k}, indices.data());
+         const int is = b.Values("scores", Dense(n, experts), scores),
+                   ii = b.Ints("indices", indices),
+                   idw = b.Input("dweights", Dense(n, spec.top_k)),
+                   idl = b.Accumulated("dlogits", Dense(n, experts));
+         return b.Build([=](Backend& be, const Bound& p) {
+           be.RouterBackward(p.View(is), p.Ints(ii), p.View(idw), spec,
+                             p.View(idl));
+           return 0.0;
+         });
+       }});
+}
+
+void AddRouterCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t experts = m.n_routed_experts;
+  const RouterSpec mini{m.num_experts_per_tok, m.n_group, m.topk_group,
+                        m.norm_topk_prob,
+                        static_cast<float>(m.routed_scaling_factor)};
+  const RouterSpec grouped{m.num_experts_per_tok, 8, 4, true, 2.5f};
+  const RouterSpec plain{m.num_experts_per_tok, 1, 1, false, 1.5f};
+  const RouterSpec tiny_grouped{3, 2, 1, true, 2.5f},
+      tiny_plain{2, 1, 1, false, 1.5f};
+  AddRouter(f, "tiny", Dense(5, 8), tiny_grouped);
+  AddRouter(f, "tiny", Dense(5, 8), tiny_plain);
+  AddRouter(f, "strided", Cols(37, 40, 3, experts), mini);
+  AddRouter(f, "glm5.2-mini", Dense(4096, experts), mini);
+  AddRouter(f, "grouped", Dense(1000, experts), grouped);
+  AddRouter(f, "unnormalized", Dense(1000, experts), plain);
+  AddRouterBackward(f, "tiny", 5, 8, tiny_grouped);
+  AddRouterBackward(f, "glm5.2-mini", 4096, experts, mini);
+  AddRouterBackward(f, "grouped", 1000, experts, grouped);
+  AddRouterBackward(f, "unnormalized", 1000, experts, plain);
+}
+
+// ---- loss ----
+
+// Random targets in [0, vocab), about one in eight -1 (not counted).
+std::vector<int32_t> Targets(int64_t n, int64_t vocab, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> target(
+      0, static_cast<int32_t>(vocab - 1));
+  std::uniform_int_distribution<int> skip(0, 7);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = skip(rng) == 0 ? -1 : target(rng);
+  return out;
+}
+
+void AddCrossEntropy(Factories& f, const std::string& tag, Layout logits) {
+  const std::string label = absl::StrCat(tag, " logits", Dims(logits));
+  f.push_back({"CrossEntropyForward", label, [=] {
+                 CaseBuilder b("CrossEntropyForward", label);
+                 const int il = b.Input("logits", logits, 2.f),
+                           it = b.Ints(
+                               "targets",
+                               Targets(logits.rows, logits.cols, b.rng()));
+                 return b.Build(
+                     [=](Backend& be, const Bound& p) {
+                       return be.CrossEntropyForward(p.View(il), p.Ints(it));
+                     },
+                     /*returns_loss=*/true);
+               }});
+}
+
+void AddCrossEntropyBackward(Factories& f, const std::string& tag,
+                             Layout logits, Layout dlogits, float scale) {
+  const std::string label =
+      absl::StrCat(tag, " logits", Dims(logits), " dlogits", Dims(dlogits),
+                   " scale ", scale);
+  f.push_back(
+      {"CrossEntropyBackward", label, [=] {
+         CaseBuilder b("CrossEntropyBackward", label);
+         const int il = b.Input("logits", logits, 2.f),
+                   it = b.Ints("targets",
+                               Targets(logits.rows, logits.cols, b.rng())),
+                   id = b.Accumulated("dlogits", dlogits);
+         return b.Build([=](Backend& be, const Bound& p) {
+           be.CrossEntropyBackward(p.View(il), p.Ints(it), scale, p.View(id));
+           return 0.0;
+         });
+       }});
+}
+
+void AddLossCases(Factories& f) {
+  const int64_t vocab = Mini().vocab_size, tokens = 512;
+  AddCrossEntropy(f, "tiny", Dense(5, 7));
+  AddCrossEntropy(f, "strided", Cols(9, 40, 5, 31));
+  AddCrossEntropy(f, "vocab", Dense(tokens, vocab));
+  AddCrossEntropyBackward(f, "tiny", Dense(5, 7), Dense(5, 7), 0.37f);
+  AddCrossEntropyBackward(f, "strided", Cols(9, 40, 5, 31), Cols(9, 33, 1, 31),
+                          0.37f);
+  AddCrossEntropyBackward(f, "vocab", Dense(tokens, vocab),
+                          Dense(tokens, vocab), 1.f / 448);
+}
+
+// ---- sparse attention and the indexer ----
+
+// Queries (their key-token positions) and the sequence start of each.
+struct Queries {
+  std::vector<int64_t> position, start;
+  int64_t size() const { return static_cast<int64_t>(position.size()); }
+};
+
+// The first `short_count` positions of a sequence starting at 0 (fewer keys
+// than top-k), then the last `long_count` of [0, tokens).
+Queries ShortAndLong(int64_t short_count, int64_t long_count, int64_t tokens) {
+  Queries q;
+  for (int64_t t = 0; t < short_count; ++t) q.position.push_back(t);
+  for (int64_t t = tokens - long_count; t < tokens; ++t)
+    q.position.push_back(t);
+  q.start.assign(q.size(), 0);
+  return q;
+}
+
+// Key lists as the indexer gives them: min(topk, position - start + 1)
+// distinct keys of [start, position] in random order, then -1; with `gaps`,
+// each list shuffled so that -1 entries fall anywhere.
+std::vector<int32_t> RandomKeys(const Queries& q, int64_t topk, bool gaps,
+                                std::mt19937_64& rng) {
+  std::vector<int32_t> keys(q.size() * topk, -1);
+  for (int64_t t = 0; t < q.size(); ++t) {
+    const int64_t count = std::min(topk, q.position[t] - q.start[t] + 1);
+    const std::vector<int32_t> chosen =
+        Sample(q.start[t], q.position[t], count, rng);
+    int32_t* row = keys.data() + t * topk;
+    std::copy(chosen.begin(), chosen.end(), row);
+    if (gaps) std::shuffle(row, row + topk, rng);
+  }
+  return keys;
+}
+
+// Attention shapes: heads, q/k width, v width (v is a column view of
+// v_stride-wide rows starting at v_offset), key tokens.
+struct AttentionShape {
+  int64_t heads, dqk, dv, v_stride, v_offset, key_tokens, topk;
+  float scale;
+};
+
+std::string AttentionLabel(const std::string& tag, const AttentionShape& s,
+                           const Queries& q, bool gaps) {
+  return absl::StrCat(tag, " q", q.size(), " k", s.key_tokens, " h", s.heads,
+                      " dqk", s.dqk, " dv", s.dv, " top", s.topk,
+                      gaps ? " gaps" : "");
+}
+
+struct AttentionIds {
+  int q, k, v, keys;
+};
+
+AttentionIds AttentionInputs(CaseBuilder& b, const AttentionShape& s,
+                             const Queries& q, bool gaps) {
+  AttentionIds ids;
+  ids.q = b.Input("q", Dense(q.size() * s.heads, s.dqk));
+  ids.k = b.Input("k", Dense(s.key_tokens * s.heads, s.dqk));
+  ids.v =
+      b.Input("v", Cols(s.key_tokens * s.heads, s.v_stride, s.v_offset, s.dv));
+  ids.keys = b.Ints("keys", RandomKeys(q, s.topk, gaps, b.rng()));
+  return ids;
+}
+
+void AddAttention(Factories& f, const std::string& tag, AttentionShape s,
+                  Queries q, bool gaps) {
+  const std::string label = AttentionLabel(tag, s, q, gaps);
+  f.push_back(
+      {"SparseAttentionForward", label, [=] {
+         CaseBuilder b("SparseAttentionForward", label);
+         const AttentionIds in = AttentionInputs(b, s, q, gaps);
+         const int io = b.Written("out", Dense(q.size() * s.heads, s.dv)),
+                   ip = b.Written("probs", Dense(q.size() * s.heads, s.topk));
+         return b.Build([=](Backend& be, const Bound& p) {
+           be.SparseAttentionForward(p.View(in.q), p.View(in.k), p.View(in.v),
+                                     p.Ints(in.keys), s.topk, s.heads, s.scale,
+                                     p.View(io), p.View(ip));
+           return 0.0;
+         });
+       }});
+}
+
+// probs from the CPU's forward.
+void AddAttentionBackward(Factories& f, const std::string& tag,
+                          AttentionShape s, Queries q, bool gaps, bool want_dq,
+                          bool want_dkv) {
+  const std::string label = AttentionLabel(tag, s, q, gaps) +
+                            (want_dq ? "" : " no dq") +
+                            (want_dkv ? "" : " no dk dv");
+  f.push_back(
+      {"SparseAttentionBackward", label, [=] {
+         CaseBuilder b("SparseAttentionBackward", label);
+         const AttentionIds in = AttentionInputs(b, s, q, gaps);
+         const int64_t rows = q.size() * s.heads;
+         std::vector<float> out(rows * s.dv + 1), probs(rows * s.topk + 1);
+         CpuReference().SparseAttentionForward(
+             b.HostView(in.q), b.HostView(in.k), b.HostView(in.v),
+             b.HostInts(in.keys).data(), s.topk, s.heads, s.scale,
+             {out.data(), rows, s.dv, s.dv},
+             {probs.data(), rows, s.topk, s.topk});
+         const int ip = b.Values("probs", Dense(rows, s.topk), probs),
+                   id = b.Input("dout", Dense(rows, s.dv)),
+                   idq = want_dq ? b.Accumulated("dq", Dense(rows, s.dqk)) : -1,
+                   idk = want_dkv
+                             ? b.Accumulated(
+                                   "dk", Dense(s.key_tokens * s.heads, s.dqk))
+                             : -1,
+                   idv = want_dkv
+                             ? b.Accumulated("dv",
+                                             Cols(s.key_tokens * s.heads,
+                                                  s.v_stride, s.v_offset, s.dv))
+                             : -1;
+         return b.Build([=](Backend& be, const Bound& p) {
+           be.SparseAttentionBackward(p.View(in.q), p.View(in.k), p.View(in.v),
+                                      p.Ints(in.keys), s.topk, s.heads, s.scale,
+                                      p.View(ip), p.View(id),
+                                      idq >= 0 ? p.View(idq) : MatrixView{},
+                                      idk >= 0 ? p.View(idk) : MatrixView{},
+                                      idv >= 0 ? p.View(idv) : MatrixView{});
+           return 0.0;
+         });
+       }});
+}
+
+// The indexer's queries, keys and head weights for `nq` queries.
+struct IndexerShape {
+  int64_t heads, dim, key_tokens, topk;
+  float scale;
+};
+
+void AddTopK(Factories& f, const std::string& tag, IndexerShape s,
+             int64_t query_offset, std::vector<int32_t> seq_start) {
+  const int64_t nq = static_cast<int64_t>(seq_start.size());
+  const std::string label =
+      absl::StrCat(tag, " q[", query_offset, ",", query_offset + nq, ") k",
+                   s.key_tokens, " h", s.heads, "x", s.dim, " top", s.topk);
+  f.push_back({"IndexerTopK", label, [=] {
+                 CaseBuilder b("IndexerTopK", label);
+                 TopKArgs a{};
+                 a.iq = b.Input("iq", Dense(nq * s.heads, s.dim));
+                 a.ik = b.Input("ik", Dense(s.key_tokens, s.dim));
+                 a.w = b.Input("w", Dense(nq, s.heads),
+                               1.f / std::sqrt(float(s.heads)));
+                 a.seq_start = b.Ints("seq_start", seq_start);
+                 a.keys = b.WrittenInts("keys", nq * s.topk);
+                 a.query_offset = query_offset;
+                 a.topk = s.topk;
+                 a.scale = s.scale;
+                 b.Special(TopKCheck(a), {a.keys});
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.IndexerTopK(p.View(a.iq), p.View(a.ik), p.View(a.w),
+                                  p.Ints(a.seq_start), a.query_offset, a.topk,
+                                  a.scale, p.Ints(a.keys));
+                   return 0.0;
+                 });
+               }});
+}
+
+// Index queries with a random sign per (query, head) row and |normal|
+// magnitudes, keys with |normal| entries: every dot product is tens of units
+// from ReLU's kink, where fp32 rounding order alone could switch a whole term
+// of the gradient on or off.
+std::vector<float> SignedRows(const Layout& l, std::mt19937_64& rng) {
+  std::vector<float> v = Normal(l.size, rng(), 1.f);
+  for (int64_t r = 0; r < l.rows; ++r) {
+    const float sign = rng() % 2 == 0 ? 1.f : -1.f;
+    for (int64_t c = 0; c < l.cols; ++c) {
+      float& x = v[l.offset + r * l.stride + c];
+      x = sign * std::abs(x);
+    }
+  }
+  return v;
+}
+
+// `attn_heads` rows per query of positive probabilities over its selected
+// slots (0 on -1 slots), each row summing to one.
+std::vector<float> AttentionProbs(const std::vector<int32_t>& keys, int64_t nq,
+                                  int64_t attn_heads, int64_t topk,
+                                  std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(0.1f, 1.f);
+  std::vector<float> probs(nq * attn_heads * topk + 1, 0.f);
+  for (int64_t t = 0; t < nq; ++t) {
+    for (int64_t h = 0; h < attn_heads; ++h) {
+      float* p = probs.data() + (t * attn_heads + h) * topk;
+      double sum = 0;
+      for (int64_t j = 0; j < topk; ++j) {
+        if (keys[t * topk + j] >= 0) sum += (p[j] = u(rng));
+      }
+      for (int64_t j = 0; j < topk; ++j) p[j] = static_cast<float>(p[j] / sum);
+    }
+  }
+  return probs;
+}
+
+void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
+                  Queries q, int64_t attn_heads, float coeff,
+                  bool normal_inputs, bool want_dik) {
+  const int64_t nq = q.size();
+  const std::string label = absl::StrCat(
+      tag, " q", nq, " k", s.key_tokens, " h", s.heads, "x", s.dim, " top",
+      s.topk, " attn heads ", attn_heads, want_dik ? "" : " no dik");
+  f.push_back(
+      {"IndexerKlLoss", label, [=] {
+         CaseBuilder b("IndexerKlLoss", label);
+         const Layout iq = Dense(nq * s.heads, s.dim),
+                      ik = Dense(s.key_tokens, s.dim);
+         int iiq, iik;
+         if (normal_inputs) {
+           iiq = b.Input("iq", iq);
+           iik = b.Input("ik", ik);
+         } else {
+           iiq = b.Values("iq", iq, SignedRows(iq, b.rng()));
+           std::vector<float> keys = Normal(ik.size, b.rng()(), 1.f);
+           for (float& x : keys) x = std::abs(x);
+           iik = b.Values("ik", ik, keys);
+         }
+         const int iw =
+             b.Input("w", Dense(nq, s.heads), 1.f / std::sqrt(float(s.heads)));
+         const std::vector<int32_t> keys =
+             RandomKeys(q, s.topk, false, b.rng());
+         const int ikeys = b.Ints("keys", keys),
+                   ip = b.Values(
+                       "attn_probs", Dense(nq * attn_heads, s.topk),
+                       AttentionProbs(keys, nq, attn_heads, s.topk, b.rng())),
+                   idq = b.Accumulated("diq", iq),
+                   idk = want_dik ? b.Accumulated("dik", ik) : -1,
+                   idw = b.Accumulated("dw", Dense(nq, s.heads));
+         return b.Build(
+             [=](Backend& be, const Bound& p) {
+               return be.IndexerKlLoss(
+                   p.View(iiq), p.View(iik), p.View(iw), p.Ints(ikeys), s.topk,
+                   s.scale, p.View(ip), attn_heads, coeff, p.View(idq),
+                   idk >= 0 ? p.View(idk) : MatrixView{}, p.View(idw));
+             },
+             /*returns_loss=*/true);
+       }});
+}
+
+// The tests' five tokens in two sequences, [0, 3) and [3, 5).
+Queries TinyQueries() { return {{0, 1, 2, 3, 4}, {0, 0, 0, 3, 3}}; }
+
+void AddAttentionCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t heads = m.num_attention_heads, qk = m.QkHeadDim(),
+                vdim = m.v_head_dim, nope = m.qk_nope_head_dim,
+                topk = m.index_topk, tokens = 4096;
+  const AttentionShape tiny{2, 6, 4, 4, 0, 5, 2, 0.4f};
+  const AttentionShape small{3, 20, 12, 15, 2, 50, 16, 0.25f};
+  // v is columns [nope, nope + v) of kv_b_proj's per-head rows.
+  const AttentionShape mini{heads, qk,     vdim, nope + vdim,
+                            nope,  tokens, topk, 1.f / std::sqrt(float(qk))};
+  Queries small_q;
+  for (int64_t t = 0; t < 37; ++t) {
+    small_q.position.push_back(13 + t);
+    small_q.start.push_back(t < 20 ? 0 : 30);
+  }
+  // 128 queries with 1..128 keys, 128 with top-k of 3968..4095 candidates.
+  const Queries mini_q = ShortAndLong(128, 128, tokens);
+  AddAttention(f, "tiny", tiny, TinyQueries(), false);
+  AddAttention(f, "small", small, small_q, true);
+  AddAttention(f, "glm5.2-mini", mini, mini_q, false);
+  AddAttentionBackward(f, "tiny", tiny, TinyQueries(), false, true, true);
+  AddAttentionBackward(f, "small", small, small_q, true, true, true);
+  AddAttentionBackward(f, "small", small, small_q, true, false, true);
+  AddAttentionBackward(f, "small", small, small_q, true, true, false);
+  AddAttentionBackward(f, "glm5.2-mini", mini, mini_q, false, true, true);
+
+  const IndexerShape index_tiny{2, 4, 5, 2, 0.5f};
+  const IndexerShape index_mini{m.index_n_heads, m.index_head_dim, tokens, topk,
+                                1.f / std::sqrt(float(m.index_head_dim))};
+  AddTopK(f, "tiny", index_tiny, 0, {0, 0, 0, 3, 3});
+  AddTopK(f, "tiny second half", index_tiny, 2, {0, 3, 3});
+  // Queries 3584..4095 of a sequence starting at token 1000: 2585..3096
+  // candidates each.
+  AddTopK(f, "late chunk", index_mini, 3584, std::vector<int32_t>(512, 1000));
+  // Queries 0..511 of sequences [0, 300) and [300, ...): fewer candidates
+  // than top-k, all chosen.
+  std::vector<int32_t> early(512);
+  for (int64_t t = 0; t < 512; ++t) early[t] = t < 300 ? 0 : 300;
+  AddTopK(f, "early chunk", index_mini, 0, early);
+  IndexerShape top64 = index_mini;
+  top64.key_tokens = 1024;
+  top64.topk = 64;
+  AddTopK(f, "causal", top64, 0, std::vector<int32_t>(1024, 0));
+
+  AddIndexerKl(f, "tiny", index_tiny, TinyQueries(), 3, 0.7f, true, true);
+  AddIndexerKl(f, "tiny", index_tiny, TinyQueries(), 1, 0.7f, true, false);
+  AddIndexerKl(f, "glm5.2-mini", index_mini, mini_q, heads, 0.3f, false, true);
+  AddIndexerKl(f, "glm5.2-mini", index_mini, mini_q, 1, 0.3f, false, false);
+}
+
+Factories AllCases() {
+  Factories f;
+  AddLinearCases(f);
+  AddElementwiseCases(f);
+  AddRowsCases(f);
+  AddNormCases(f);
+  AddActivationCases(f);
+  AddRopeCases(f);
+  AddRouterCases(f);
+  AddLossCases(f);
+  AddAttentionCases(f);
+  return f;
+}
+
+// ---- reporting ----
+
+double Ratio(const Outcome& o) {
+  if (!o.pass) return std::numeric_limits<double>::infinity();
+  return o.limit > 0 ? o.value / o.limit : 0;
+}
+
+std::string Describe(const Outcome& o) {
+  std::string s = o.metric == "nmse" || o.metric == "rel"
+                      ? absl::StrFormat("%-10s %-4s %9.2e <= %.0e", o.what,
+                                        o.metric, o.value, o.limit)
+                      : absl::StrFormat("%-10s %-4s %9.0f <= %.0f", o.what,
+                                        o.metric, o.value, o.limit);
+  if (o.ties > 0) absl::StrAppend(&s, " ties ", o.ties);
+  if (!o.note.empty()) absl::StrAppend(&s, " (", o.note, ")");
+  return s;
+}
+
+struct Tally {
+  int cases = 0;
+  int failed = 0;
+  int not_repeatable = 0;
+  int64_t ties = 0;
+  double worst = 0;  // largest value/limit over the passing checks
+};
+
+// Prints the case's line (its worst check; every check with --verbose, and
+// every failing one always). Returns whether all passed.
+bool Report(const Case& c, Precision mode, const std::vector<Outcome>& all,
+            bool verbose, Tally* tally) {
+  const Outcome* worst = &all.front();
+  bool pass = true;
+  int64_t ties = 0;
+  for (const Outcome& o : all) {
+    if (Ratio(o) > Ratio(*worst)) worst = &o;
+    pass &= o.pass;
+    ties += o.ties;
+    if (o.pass && o.limit > 0) tally->worst = std::max(tally->worst, Ratio(o));
+    if (!o.pass && o.what == "repeatable") ++tally->not_repeatable;
+  }
+  std::printf("%s %s %-22s %-58s %s\n", pass ? "PASS" : "FAIL", ModeName(mode),
+              c.op.c_str(), c.label.c_str(), Describe(*worst).c_str());
+  for (const Outcome& o : all) {
+    if (&o != worst && (verbose || !o.pass))
+      std::printf("     %s\n", Describe(o).c_str());
+  }
+  std::fflush(stdout);
+  ++tally->cases;
+  tally->failed += !pass;
+  tally->ties += ties;
+  return pass;
+}
+
+void PrintSummary(const std::map<std::pair<std::string, int>, Tally>& tallies,
+                  const std::vector<std::string>& failures) {
+  std::printf("\n%-24s %-4s %6s %6s %12s %6s %10s\n", "op", "mode", "cases",
+              "failed", "worst/limit", "ties", "nonrepeat");
+  for (const OpLimits& limits : kLimits) {
+    for (Precision mode : kModes) {
+      auto it = tallies.find({limits.op, ModeIndex(mode)});
+      if (it == tallies.end()) continue;
+      const Tally& t = it->second;
+      std::printf("%-24s %-4s %6d %6d %12.2e %6lld %10d\n", limits.op,
+                  ModeName(mode), t.cases, t.failed, t.worst,
+                  static_cast<long long>(t.ties), t.not_repeatable);
+    }
+  }
+  if (!failures.empty()) {
+    std::printf("\n%zu failed:\n", failures.size());
+    for (const std::string& f : failures) std::printf("  %s\n", f.c_str());
+  }
+}
+
+// The case running now, printed if something aborts the process (a CUDA
+// error check, an op's shape assertion).
+char g_running[512] = "";
+
+void OnAbort(int signal) {
+  const char prefix[] = "\nbackend_ops_check: aborted while running ";
+  if (write(STDERR_FILENO, prefix, sizeof prefix - 1) < 0 ||
+      write(STDERR_FILENO, g_running, std::strlen(g_running)) < 0 ||
+      write(STDERR_FILENO, "\n", 1) < 0) {
+    // Nothing more can be done while aborting.
+  }
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+struct Flags {
+  std::vector<Precision> modes = {Precision::kFp32, Precision::kBf16};
+  int device = 0;
+  std::string filter;
+  bool verbose = false;
+};
+
+constexpr char kUsage[] =
+    "usage: backend_ops_check [--precision=fp32|bf16|both] [--device=N]\n"
+    "                         [--filter=SUBSTRING] [--verbose]\n";
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (absl::StartsWith(arg, "--precision=")) {
+      const std::string value = arg.substr(12);
+      if (value == "fp32") {
+        flags->modes = {Precision::kFp32};
+      } else if (value == "bf16") {
+        flags->modes = {Precision::kBf16};
+      } else if (value != "both") {
+        return false;
+      }
+    } else if (absl::StartsWith(arg, "--device=")) {
+      if (!absl::SimpleAtoi(arg.substr(9), &flags->device)) return false;
+    } else if (absl::StartsWith(arg, "--filter=")) {
+      flags->filter = arg.substr(9);
+    } else if (arg == "--verbose") {
+      flags->verbose = true;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Seconds since the last lap.
+class Stopwatch {
+ public:
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return seconds;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ =
+      std::chrono::steady_clock::now();
+};
+
+// Where a case's time goes: making its inputs (and the saved values of a
+// backward), the CPU reference, the CUDA runs with their copies, the checks.
+struct PhaseSeconds {
+  double build = 0, cpu = 0, cuda = 0, check = 0;
+
+  PhaseSeconds& operator+=(const PhaseSeconds& o) {
+    build += o.build;
+    cpu += o.cpu;
+    cuda += o.cuda;
+    check += o.check;
+    return *this;
+  }
+  std::string ToString() const {
+    return absl::StrFormat(
+        "inputs %.1f s, CPU reference %.1f s, CUDA runs with copies %.1f s, "
+        "checks %.1f s",
+        build, cpu, cuda, check);
+  }
+};
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::signal(SIGABRT, OnAbort);
+  GLM_CUDA_CHECK(cudaSetDevice(flags.device));
+  std::unique_ptr<Backend> backends[2];
+  for (Precision mode : flags.modes) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        MakeCudaBackend({flags.device, mode});
+    if (!backend.ok()) {
+      std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
+      return 2;
+    }
+    backends[ModeIndex(mode)] = *std::move(backend);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  PhaseSeconds total;
+  std::map<std::pair<std::string, int>, Tally> tallies;
+  std::vector<std::string> failures;
+  int run = 0;
+  for (const Factory& factory : AllCases()) {
+    const std::string name = factory.op + " " + factory.label;
+    if (!absl::StrContains(name, flags.filter)) continue;
+    std::snprintf(g_running, sizeof g_running, "%s", name.c_str());
+    PhaseSeconds seconds;
+    Stopwatch watch;
+    Case c = factory.make();
+    seconds.build += watch.Lap();
+    const RunOutput cpu = RunOnCpu(c);
+    seconds.cpu += watch.Lap();
+    SetAccumulatorStarts(&c, cpu);
+    DeviceCase device(c);
+    seconds.build += watch.Lap();
+    RunOutput first, second;
+    for (Precision mode : flags.modes) {
+      std::snprintf(g_running, sizeof g_running, "%s (%s)", name.c_str(),
+                    ModeName(mode));
+      Backend& backend = *backends[ModeIndex(mode)];
+      device.Run(backend, &first);
+      device.Run(backend, &second);
+      seconds.cuda += watch.Lap();
+      std::vector<Outcome> outcomes =
+          CheckOutputs(c, cpu, first, ModeIndex(mode));
+      outcomes.push_back(CheckRepeatable(c, first, second));
+      outcomes.push_back(device.CheckInputs());
+      seconds.check += watch.Lap();
+      ++run;
+      if (!Report(c, mode, outcomes, flags.verbose,
+                  &tallies[{c.op, ModeIndex(mode)}])) {
+        failures.push_back(absl::StrCat(ModeName(mode), " ", name));
+      }
+    }
+    if (flags.verbose)
+      std::printf("     time: %s\n", seconds.ToString().c_str());
+    total += seconds;
+  }
+  if (run == 0) {
+    std::fprintf(stderr, "no case matches --filter=%s\n", flags.filter.c_str());
+    return 2;
+  }
+  PrintSummary(tallies, failures);
+  std::printf("\n%d case runs, %zu failed; %.1f s: %s\n", run, failures.size(),
+              SecondsSince(start), total.ToString().c_str());
+  return failures.empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace glm
+
+int main(int argc, char** argv) { return glm::Main(argc, argv); }

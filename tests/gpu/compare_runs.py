@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Compares the runs of run_training_checks.sh and writes the summary table.
+
+  compare_runs.py STATE_DIR OUT_DIR
+
+Each run's losses come from its rank-0 worker log (the Megatron-style line per
+iteration); bitwise claims compare the bytes of checkpoint shards.
+"""
+import hashlib
+import pathlib
+import re
+import sys
+
+LINE = re.compile(r"iteration\s+(\d+)/.*?lm loss: (\S+) \| mtp_1 loss: (\S+) \| "
+                  r"indexer loss: (\S+) \| grad norm: (\S+) \|.*?peak memory \(MiB\): (\S+)")
+
+
+def losses(state, run):
+    found = {}
+    log = state / run / "logs" / "worker-0.log"
+    if log.exists():
+        for match in LINE.finditer(log.read_text()):
+            found[int(match.group(1))] = float(match.group(2))
+    return found
+
+
+def shard_hashes(state, run, iteration):
+    folder = state / run / "checkpoints" / f"iter_{iteration:07d}"
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.glob("*.safetensors"))}
+
+
+def max_rel(a, b, steps):
+    return max(abs(a[s] - b[s]) / abs(b[s]) for s in steps)
+
+
+def main():
+    state, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    runs = {r: losses(state, r) for r in
+            ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16", "resume_gpu",
+             "resume_cpu", "shared_gpu_dp2", "shared_gpu_pp2"]}
+    rows = []
+
+    def check(name, ok, measured, limit):
+        rows.append((name, "PASS" if ok else "FAIL", measured, limit))
+
+    cpu, fp32, bf16 = runs["cpu"], runs["cuda_fp32"], runs["cuda_bf16"]
+    complete = all(len(runs[r]) == 200 for r in ["cpu", "cuda_fp32", "cuda_bf16"])
+    check("runs complete (200 iterations each)", complete,
+          ", ".join(f"{r} {len(v)}" for r, v in runs.items()), "")
+    if complete:
+        early = max_rel(fp32, cpu, range(1, 51))
+        check("CUDA fp32 vs CPU, lm loss, iterations 1-50", early <= 1e-3,
+              f"max rel {early:.2e}", "1e-3")
+        end = max_rel(fp32, cpu, [200])
+        check("CUDA fp32 vs CPU, lm loss at 200", end <= 1e-2,
+              f"rel {end:.2e} ({fp32[200]:.4f} vs {cpu[200]:.4f})", "1e-2")
+        end16 = max_rel(bf16, fp32, [200])
+        check("CUDA bf16 vs fp32, lm loss at 200", end16 <= 2e-2,
+              f"rel {end16:.2e} ({bf16[200]:.4f} vs {fp32[200]:.4f})", "2e-2")
+    same = shard_hashes(state, "cuda_fp32", 200)
+    again = shard_hashes(state, "cuda_fp32_again", 200)
+    check("two CUDA fp32 runs: checkpoint 200 bitwise equal",
+          bool(same) and same == again, f"{len(same)} shard(s)", "bitwise")
+    resumed = shard_hashes(state, "resume_gpu", 200)
+    check("CUDA resume from 100: checkpoint 200 bitwise equal to uninterrupted",
+          bool(resumed) and resumed == same, f"{len(resumed)} shard(s)", "bitwise")
+    cpu_resumed = runs["resume_cpu"]
+    if 200 in cpu_resumed and fp32:
+        rel = max_rel(cpu_resumed, fp32, [s for s in cpu_resumed if s in fp32])
+        check("CPU resume of the CUDA checkpoint (101-200) vs CUDA", rel <= 1e-2,
+              f"max rel {rel:.2e}", "1e-2")
+    else:
+        check("CPU resume of the CUDA checkpoint", False, "did not finish", "")
+    for parallel in ["dp2", "pp2"]:
+        shared = runs[f"shared_gpu_{parallel}"]
+        ok = len(shared) == 50 and bool(fp32)
+        rel = max_rel(shared, fp32, range(1, 51)) if ok else float("nan")
+        check(f"{parallel.upper()}, two workers on one GPU, vs one worker (1-50)",
+              ok and rel <= 1e-3, f"max rel {rel:.2e}", "1e-3")
+    table = ["| check | result | measured | limit |", "| --- | --- | --- | --- |"]
+    table += [f"| {n} | {r} | {m} | {l} |" for n, r, m, l in rows]
+    (out / "training_checks.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()

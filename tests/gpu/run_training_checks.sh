@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after `source .gpu/b/env.sh`:
+# glm5.2-tiny trained with `glmctl local` on the CPU, on CUDA in fp32 (twice),
+# and in bf16; a CUDA checkpoint resumed on the GPU and on the CPU; two workers
+# sharing the GPU under DP2 and PP2. Logs and a summary go to $1.
+set -uo pipefail
+out=${1:?output folder}
+bin=$(dirname "$(command -v glmctl)")
+mkdir -p "$out"
+state=/tmp/glm-gpu-checks
+rm -rf "$state"
+
+run() {  # name job [extra glmctl flags...]
+  local name=$1 job=$2
+  shift 2
+  local start=$SECONDS
+  glmctl local --job="$job" --state-dir="$state/$name" \
+    --worker-binary="$bin/glm-worker" "$@" >"$out/$name.glmctl.txt" 2>&1
+  echo "$name: exit $? in $((SECONDS - start)) s"
+  cat "$state/$name"/logs/worker-*.log >"$out/$name.worker.txt" 2>/dev/null
+}
+
+# Keeps a run's checkpoints up to iteration 100 in a new save folder, so a job
+# pointed at it resumes there.
+resume_folder() {  # from to
+  mkdir -p "$2"
+  cp -r "$1/iter_0000100" "$2/"
+  echo 100 >"$2/latest_checkpointed_iteration.txt"
+}
+
+run cpu tests/gpu/jobs/tiny_cpu.json
+run cuda_fp32 tests/gpu/jobs/tiny_cuda_fp32.json
+run cuda_fp32_again tests/gpu/jobs/tiny_cuda_fp32.json
+run cuda_bf16 tests/gpu/jobs/tiny_cuda_bf16.json
+resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_gpu/checkpoints"
+run resume_gpu tests/gpu/jobs/tiny_cuda_fp32.json
+resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_cpu/checkpoints"
+run resume_cpu tests/gpu/jobs/tiny_cpu.json
+for parallel in dp2 pp2; do
+  run "shared_gpu_$parallel" "tests/gpu/jobs/tiny_cuda_fp32_$parallel.json" --workers=2
+done
+python3 tests/gpu/compare_runs.py "$state" "$out"
