@@ -5,7 +5,7 @@ GPU, bf16 weights, sdpa attention, AdamW, as DESIGN.md pins it (glm5.2-mini at s
 of our trainer will print beside it.
 
   gpu_transformers_reference.py --config CONFIG.json --flops-per-token F
-    [--seq 4096] [--steps 5] [--peak-tflops 989]
+    [--seq 4096] [--global-batch 8] [--steps 5] [--peak-tflops 989]
 
 CONFIG.json is `glmctl model config --preset=glm5.2-mini`; F is
 `bazel-bin/bench/model_flops glm5.2-mini 4096` (our Megatron-style count with the
@@ -24,6 +24,8 @@ def main():
     parser.add_argument("--config", required=True)
     parser.add_argument("--flops-per-token", type=float, required=True)
     parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--global-batch", type=int, default=1,
+                        help="micro batches of 1 sequence per optimizer step")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, default=989.0,
                         help="dense bf16 peak of the GPU (H100/H200 SXM: 989)")
@@ -33,24 +35,28 @@ def main():
     config._attn_implementation = "sdpa"
     model = GlmMoeDsaForCausalLM(config).to("cuda", torch.bfloat16).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    ids = torch.randint(0, config.vocab_size, (1, args.seq), device="cuda")
+    ids = torch.randint(0, config.vocab_size, (args.global_batch, args.seq),
+                        device="cuda")
     times = []
     for step in range(args.steps + 2):  # two warm-up steps
         torch.cuda.synchronize()
         start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
+        for micro in range(args.global_batch):
+            row = ids[micro:micro + 1]
+            loss = model(input_ids=row, labels=row).loss / args.global_batch
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         if step >= 2:
             times.append(time.perf_counter() - start)
     step_s = sum(times) / len(times)
-    tokens_per_s = args.seq / step_s
+    tokens_per_s = args.global_batch * args.seq / step_s
     tflops = tokens_per_s * args.flops_per_token / 1e12
     peak_gib = torch.cuda.max_memory_allocated() / 2**30
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"seq {args.seq}, micro batch 1, {args.steps} timed steps")
+          f"seq {args.seq}, micro batch 1, global batch {args.global_batch}, "
+          f"{args.steps} timed steps")
     print("| run | step ms | tokens/s | TFLOP/s | MFU | peak memory GiB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     print(f"| transformers (sdpa, bf16, AdamW) | {1e3 * step_s:.1f} | "

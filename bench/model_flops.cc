@@ -1,21 +1,26 @@
 // Training FLOPs per token of a preset at a sequence length, by the same count
 // the trainer reports (training/flops.h), for benchmarks that time other
-// implementations:  model_flops PRESET SEQ_LENGTH
+// implementations:  model_flops PRESET|CONFIG.json SEQ_LENGTH
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "model/config.h"
 #include "training/flops.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: model_flops PRESET SEQ_LENGTH\n");
+    std::fprintf(stderr, "usage: model_flops PRESET|CONFIG.json SEQ_LENGTH\n");
     return 2;
   }
-  absl::StatusOr<glm::ModelConfig> config = glm::PresetConfig(argv[1]);
+  const std::string model = argv[1];
+  absl::StatusOr<glm::ModelConfig> config =
+      model.size() > 5 && model.substr(model.size() - 5) == ".json"
+          ? glm::ReadHfConfigFile(model)
+          : glm::PresetConfig(model);
   const long long seq = std::atoll(argv[2]);
   if (!config.ok() || seq <= 0) {
-    std::fprintf(stderr, "unknown preset or bad sequence length\n");
+    std::fprintf(stderr, "unknown preset, bad config or bad sequence length\n");
     return 2;
   }
   // One sequence, per token: 3 x 2 x forward MACs / seq.
