@@ -143,10 +143,12 @@ void GlmModel::ForwardMtp(const std::vector<float>& loss_mask,
 }
 
 void GlmModel::Record(const DecoderLayerActivations& layer,
-                      ForwardResult* result) {
-  result->layer_topk.push_back(*layer.attn.topk);
+                      ForwardResult* result) const {
+  if (options_.record_selections) {
+    result->layer_topk.push_back(*layer.attn.topk);
+    result->expert_choice.push_back(layer.moe.choice);
+  }
   result->expert_load.push_back(layer.moe.load);
-  result->expert_choice.push_back(layer.moe.choice);
   result->indexer_loss += layer.attn.indexer_loss;
 }
 

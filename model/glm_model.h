@@ -39,6 +39,9 @@ struct LossOptions {
   // False leaves ForwardResult::logits and mtp_logits empty (training needs
   // only the losses; [tokens, vocab] copies are large for real vocabularies).
   bool return_logits = true;
+  // False leaves ForwardResult::layer_topk and expert_choice empty (kept for
+  // debugging and the oracle checks; a training step needs neither).
+  bool record_selections = true;
 };
 
 struct ForwardResult {
@@ -53,7 +56,8 @@ struct ForwardResult {
   // layers.
   std::vector<IndexTensor> layer_topk;
   // Per decoder layer (the same order), tokens routed to each expert, and each
-  // token's experts [tokens, top_k] (both empty for dense layers).
+  // token's experts [tokens, top_k] (both empty for dense layers; top-k and
+  // experts only with LossOptions::record_selections).
   std::vector<std::vector<int64_t>> expert_load;
   std::vector<IndexTensor> expert_choice;
 };
@@ -80,8 +84,8 @@ class GlmModel {
   void ForwardHead(const std::vector<float>& loss_mask, ForwardResult* result);
   void ForwardMtp(const std::vector<float>& loss_mask, ForwardResult* result);
   // Adds one decoder layer's top-k, routing and indexer loss to `result`.
-  static void Record(const DecoderLayerActivations& layer,
-                     ForwardResult* result);
+  void Record(const DecoderLayerActivations& layer,
+              ForwardResult* result) const;
   // Backward pieces; both add into dh, the gradient of the last hidden state.
   void BackwardHead(MatrixView dh);
   void BackwardMtp(MatrixView dh);

@@ -146,12 +146,11 @@ RankShare RankShareOf(const std::optional<PipelineRank>& pipeline,
   return share;
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const TrainerOptions& options, std::unique_ptr<TrainingData> data,
-    std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
-    Collectives* data_parallel, std::optional<PipelineRank> pipeline,
-    std::optional<ExpertParallelRank> expert_parallel,
-    std::optional<TokenParallelRank> token_parallel) {
+absl::Status Trainer::ValidateSetup(
+    const TrainerOptions& options, const TrainingData& data,
+    Collectives* data_parallel, const std::optional<PipelineRank>& pipeline,
+    const std::optional<ExpertParallelRank>& expert_parallel,
+    const std::optional<TokenParallelRank>& token_parallel) {
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return status;
   }
@@ -197,102 +196,144 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         "; every stage of the layout is needed to know which tensors the "
         "ranks share"));
   }
-  if (data->seq_length() != options.seq_length) {
+  if (data.seq_length() != options.seq_length) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dataset seq_length ", data->seq_length(),
+        absl::StrCat("dataset seq_length ", data.seq_length(),
                      " differs from training.seq_length ", options.seq_length));
   }
   const int64_t needed = options.train_iters * options.global_batch_size;
-  if (data->size() < needed) {
+  if (data.size() < needed) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dataset has ", data->size(), " samples; ", needed,
+        absl::StrCat("dataset has ", data.size(), " samples; ", needed,
                      " are needed (train_iters x global_batch_size)"));
   }
-  // The rank allocates and initializes only what it holds; weights given
-  // whole are cut to it.
-  const HeldTensors held = HeldTensorsOf(
-      options.model, RankShareOf(pipeline, expert_parallel, token_parallel));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ModelParameters>> Trainer::RankParameters(
+    const TrainerOptions& options, std::unique_ptr<ModelParameters> params,
+    const HeldTensors& held) {
   if (params == nullptr) {
     params = std::make_unique<ModelParameters>(options.model, held);
     params->InitRandom(options.seed);
   } else if (absl::Status status = params->KeepHeld(held); !status.ok()) {
     return status;
   }
+  return params;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const TrainerOptions& options, std::unique_ptr<TrainingData> data,
+    std::unique_ptr<ModelParameters> params, std::unique_ptr<Backend> backend,
+    Collectives* data_parallel, std::optional<PipelineRank> pipeline,
+    std::optional<ExpertParallelRank> expert_parallel,
+    std::optional<TokenParallelRank> token_parallel) {
+  if (absl::Status status =
+          ValidateSetup(options, *data, data_parallel, pipeline,
+                        expert_parallel, token_parallel);
+      !status.ok()) {
+    return status;
+  }
+  // The rank allocates and initializes only what it holds; weights given
+  // whole are cut to it.
+  absl::StatusOr<std::unique_ptr<ModelParameters>> held = RankParameters(
+      options, std::move(params),
+      HeldTensorsOf(options.model,
+                    RankShareOf(pipeline, expert_parallel, token_parallel)));
+  if (!held.ok()) return held.status();
   std::optional<LoraAdapters> lora;
   if (options.lora) {
     absl::StatusOr<LoraAdapters> adapters =
-        LoraAdapters::Create(params.get(), *options.lora, options.seed + 1);
+        LoraAdapters::Create(held->get(), *options.lora, options.seed + 1);
     if (!adapters.ok()) return adapters.status();
     lora = std::move(*adapters);
   }
   std::unique_ptr<Trainer> trainer(
-      new Trainer(options, std::move(data), std::move(params),
+      new Trainer(options, std::move(data), *std::move(held),
                   std::move(backend), data_parallel));
   trainer->lora_ = std::move(lora);
+  if (absl::Status status = trainer->BuildModel(
+          std::move(pipeline), expert_parallel, token_parallel);
+      !status.ok()) {
+    return status;
+  }
+  trainer->PlaceOptimizer();
+  return trainer;
+}
+
+absl::Status Trainer::BuildModel(
+    std::optional<PipelineRank> pipeline,
+    const std::optional<ExpertParallelRank>& expert_parallel,
+    const std::optional<TokenParallelRank>& token_parallel) {
   if (token_parallel) {
-    auto& parallel = trainer->token_parallel_ = std::make_unique<TokenParallel>(
-        token_parallel->tensor, token_parallel->context);
-    if (!pipeline) {
-      absl::StatusOr<StageSlice> whole = WholeModelStage(options.model);
-      if (!whole.ok()) return whole.status();
-      absl::StatusOr<StageModel> stage =
-          StageModel::Create(trainer->compute_params(),
-                             trainer->backend_.get(), options.loss, *whole);
-      if (!stage.ok()) return stage.status();
-      stage->set_token_parallel(parallel.get());
-      trainer->stages_.push_back(*std::move(stage));
-    }
+    token_parallel_ = std::make_unique<TokenParallel>(token_parallel->tensor,
+                                                      token_parallel->context);
   }
   if (expert_parallel) {
-    trainer->expert_parallel_ = expert_parallel;
-    trainer->expert_dispatcher_ =
+    expert_parallel_ = expert_parallel;
+    expert_dispatcher_ =
         std::make_unique<ExpertParallelDispatcher>(expert_parallel->experts);
-    trainer->model_->set_expert_dispatcher(trainer->expert_dispatcher_.get());
-    for (StageModel& stage : trainer->stages_) {
-      stage.set_expert_dispatcher(trainer->expert_dispatcher_.get());
-    }
   }
+  // The whole model in one driver, or stages: the pipeline's, or the whole
+  // model as one stage on this rank's tokens under tensor or context
+  // parallelism.
+  if (!pipeline && !token_parallel_) {
+    model_ = std::make_unique<GlmModel>(compute_params(), backend_.get(),
+                                        StepLossOptions());
+    model_->set_expert_dispatcher(expert_dispatcher_.get());
+    return absl::OkStatus();
+  }
+  std::vector<StageSlice> slices;
   if (pipeline) {
-    for (const StageSlice& slice : pipeline->stages) {
-      absl::StatusOr<StageModel> stage =
-          StageModel::Create(trainer->compute_params(),
-                             trainer->backend_.get(), options.loss, slice);
-      if (!stage.ok()) return stage.status();
-      stage->set_expert_dispatcher(trainer->expert_dispatcher_.get());
-      stage->set_token_parallel(trainer->token_parallel_.get());
-      trainer->stages_.push_back(*std::move(stage));
-    }
-    trainer->pipeline_tensors_ = PipelineTensorsOf(
-        *trainer->params_, pipeline->plan, pipeline->forward->rank());
-    trainer->pipeline_ = std::move(pipeline);
-    if (absl::Status status = trainer->CheckLoraUnderPipeline(); !status.ok()) {
-      return status;
-    }
+    slices = pipeline->stages;
+  } else {
+    absl::StatusOr<StageSlice> whole = WholeModelStage(options_.model);
+    if (!whole.ok()) return whole.status();
+    slices.push_back(*whole);
   }
-  // Shards of the tensors this rank trains (its stages' under pp).
-  if (data_parallel != nullptr && options.distributed_optimizer) {
-    if (!expert_parallel) {
-      trainer->shards_.emplace(SizesOf(trainer->Trainable()),
-                               data_parallel->size());
-      return trainer;
-    }
-    const ExpertSplit split =
-        SplitRoutedExperts(*trainer->params_, trainer->Trainable());
-    trainer->shards_.emplace(SizesOf(split.dense), data_parallel->size());
-    Collectives* expert_data = expert_parallel->expert_data;
-    if (expert_data != nullptr && expert_data->size() > 1) {
-      trainer->expert_shards_.emplace(SizesOf(split.experts),
-                                      expert_data->size());
-    }
+  for (const StageSlice& slice : slices) {
+    absl::StatusOr<StageModel> stage = StageModel::Create(
+        compute_params(), backend_.get(), options_.loss, slice);
+    if (!stage.ok()) return stage.status();
+    stage->set_expert_dispatcher(expert_dispatcher_.get());
+    stage->set_token_parallel(token_parallel_.get());
+    stages_.push_back(*std::move(stage));
   }
+  if (!pipeline) return absl::OkStatus();
+  pipeline_tensors_ =
+      PipelineTensorsOf(*params_, pipeline->plan, pipeline->forward->rank());
+  pipeline_ = std::move(pipeline);
+  return CheckLoraUnderPipeline();
+}
+
+void Trainer::PlaceOptimizer() {
   // One rank without LoRA: everything a step does runs where the model
   // computes, so the weights and the optimizer stay on the device.
-  if (trainer->device_params_ && data_parallel == nullptr &&
-      !trainer->pipeline_ && !trainer->expert_parallel_ &&
-      !trainer->token_parallel_ && !options.lora) {
-    trainer->device_optimizer_.emplace(options.adamw);
+  if (device_params_ && data_parallel_ == nullptr && !pipeline_ &&
+      !expert_parallel_ && !token_parallel_ && !lora_) {
+    device_optimizer_.emplace(options_.adamw);
+    return;
   }
-  return trainer;
+  // Shards of the tensors this rank trains (its stages' under pp).
+  if (data_parallel_ == nullptr || !options_.distributed_optimizer) return;
+  if (!expert_parallel_) {
+    shards_.emplace(SizesOf(Trainable()), data_parallel_->size());
+    return;
+  }
+  const ExpertSplit split = SplitRoutedExperts(*params_, Trainable());
+  shards_.emplace(SizesOf(split.dense), data_parallel_->size());
+  Collectives* expert_data = expert_parallel_->expert_data;
+  if (expert_data != nullptr && expert_data->size() > 1) {
+    expert_shards_.emplace(SizesOf(split.experts), expert_data->size());
+  }
+}
+
+LossOptions Trainer::StepLossOptions() const {
+  // A step reads only the losses and expert loads of a forward pass.
+  LossOptions loss = options_.loss;
+  loss.return_logits = false;
+  loss.record_selections = false;
+  return loss;
 }
 
 Trainer::Trainer(const TrainerOptions& options,
@@ -308,9 +349,6 @@ Trainer::Trainer(const TrainerOptions& options,
   if (backend_->allocator() != nullptr) {
     device_params_ = MirrorParameters(*params_, backend_->allocator());
   }
-
-  model_ = std::make_unique<GlmModel>(compute_params(), backend_.get(),
-                                      options.loss);
 }
 
 std::vector<Trainer::ShardedList> Trainer::ShardedLists(

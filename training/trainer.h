@@ -144,6 +144,29 @@ class Trainer {
   absl::Status Restore(const TrainingState& state);
 
  private:
+  // Create's checks of the setup before anything is allocated.
+  static absl::Status ValidateSetup(
+      const TrainerOptions& options, const TrainingData& data,
+      Collectives* data_parallel, const std::optional<PipelineRank>& pipeline,
+      const std::optional<ExpertParallelRank>& expert_parallel,
+      const std::optional<TokenParallelRank>& token_parallel);
+  // This rank's share of the weights: `params` cut to `held`, or (null)
+  // allocated and initialized from options.seed.
+  static absl::StatusOr<std::unique_ptr<ModelParameters>> RankParameters(
+      const TrainerOptions& options, std::unique_ptr<ModelParameters> params,
+      const HeldTensors& held);
+  // Builds the one model driver this rank runs: the whole model, or its
+  // pipeline stages (or the whole model as one stage under tensor or context
+  // parallelism).
+  absl::Status BuildModel(
+      std::optional<PipelineRank> pipeline,
+      const std::optional<ExpertParallelRank>& expert_parallel,
+      const std::optional<TokenParallelRank>& token_parallel);
+  // Where the optimizer runs: on the device (one rank, no LoRA), or on the
+  // host, sharded under the distributed optimizer.
+  void PlaceOptimizer();
+  LossOptions StepLossOptions() const;
+
   Trainer(const TrainerOptions& options, std::unique_ptr<TrainingData> data,
           std::unique_ptr<ModelParameters> params,
           std::unique_ptr<Backend> backend, Collectives* data_parallel);
