@@ -652,17 +652,31 @@ absl::Status Trainer::ReduceTotals(Collectives& group,
 
 absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
-  const int64_t micro_batches =
-      options_.global_batch_size / options_.micro_batch_size;
-  const int dp = data_parallel_size();
+  MicroBatchTotals totals;
+  if (absl::Status status = ComputeGradients(&totals); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = ReduceGradients(&totals); !status.ok()) {
+    return status;
+  }
+  ++iteration_;
+  consumed_samples_ += options_.global_batch_size;
+  absl::StatusOr<double> grad_norm = UpdateWeights(totals);
+  if (!grad_norm.ok()) return grad_norm.status();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return MetricsOf(totals, *grad_norm, seconds);
+}
+
+absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
   if (!resident()) params_->ZeroGrad();
   if (lora_) lora_->Merge();
   if (device_params_) {
     if (!resident()) CopyValues(*params_, *device_params_);
     device_params_->ZeroGrad();
   }
-  MicroBatchTotals totals;
-  if (absl::Status status = RunMicroBatches(&totals); !status.ok()) {
+  if (absl::Status status = RunMicroBatches(totals); !status.ok()) {
     return status;
   }
   if (device_params_ && !resident()) {
@@ -671,9 +685,13 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
   if (lora_) lora_->AdapterGradients();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReduceGradients(MicroBatchTotals* totals) {
   // Tensor and context ranks hold their tokens' part of everything.
   if (token_parallel_) {
-    if (absl::Status status = ReduceTokenParallel(&totals); !status.ok()) {
+    if (absl::Status status = ReduceTokenParallel(totals); !status.ok()) {
       return status;
     }
   }
@@ -686,53 +704,50 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
         !status.ok()) {
       return status;
     }
-    if (absl::Status status = ReduceTotals(*pipeline_->forward, &totals);
+    if (absl::Status status = ReduceTotals(*pipeline_->forward, totals);
         !status.ok()) {
       return status;
     }
   }
-  if (data_parallel_ != nullptr) {
-    if (absl::Status status =
-            ReduceOver(*data_parallel_, shards_.has_value(), &totals);
-        !status.ok()) {
-      return status;
-    }
-  }
-  ++iteration_;
-  consumed_samples_ += options_.global_batch_size;
+  if (data_parallel_ == nullptr) return absl::OkStatus();
+  return ReduceOver(*data_parallel_, shards_.has_value(), totals);
+}
 
+absl::StatusOr<double> Trainer::UpdateWeights(const MicroBatchTotals& totals) {
   // Each micro batch's loss is a mean over its tokens; the step's loss is the
   // mean over micro batches, so the summed gradients are scaled by 1/M.
+  const int64_t micro_batches = MicroBatchesPerStep();
   const std::vector<TrainableTensor> trainable = StepTrainable();
   const std::vector<TrainableTensor> updated = UpdatedHere(trainable);
   absl::StatusOr<double> squared = GradSquaredSumOverShards(updated);
   if (!squared.ok()) return squared.status();
   const double grad_norm = GlobalNorm(*squared) / micro_batches;
-  const double lr = options_.schedule.At(iteration_);
-  if (std::isfinite(grad_norm)) {
-    const double scale =
-        ClipScale(grad_norm, options_.clip_grad) / micro_batches;
-    step_optimizer().Step(optimizer_backend(), updated, lr, scale);
-    for (const ShardedList& list :
-         shards_ ? ShardedLists(trainable) : std::vector<ShardedList>()) {
-      if (absl::Status status =
-              list.shards->AllGather(*list.group, ValuesOf(list.tensors));
-          !status.ok()) {
-        return status;
-      }
-    }
-    if (!lora_) UpdateRouterBiases(totals);
-  } else {
+  if (!std::isfinite(grad_norm)) {
     ++skipped_iterations_;
     ++nan_iterations_;
+    return grad_norm;
   }
+  const double scale = ClipScale(grad_norm, options_.clip_grad) / micro_batches;
+  step_optimizer().Step(optimizer_backend(), updated,
+                        options_.schedule.At(iteration_), scale);
+  for (const ShardedList& list :
+       shards_ ? ShardedLists(trainable) : std::vector<ShardedList>()) {
+    if (absl::Status status =
+            list.shards->AllGather(*list.group, ValuesOf(list.tensors));
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (!lora_) UpdateRouterBiases(totals);
+  return grad_norm;
+}
 
+v1::StepMetrics Trainer::MetricsOf(const MicroBatchTotals& totals,
+                                   double grad_norm, double seconds) const {
+  const int64_t micro_batches = MicroBatchesPerStep();
   const int devices =
-      dp * (pipeline_ ? pipeline_->forward->size() : 1) *
+      data_parallel_size() * (pipeline_ ? pipeline_->forward->size() : 1) *
       (token_parallel_ ? token_parallel_->tp() * token_parallel_->cp() : 1);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
   v1::StepMetrics metrics;
   metrics.set_iteration(iteration_);
   metrics.set_train_iters(options_.train_iters);
@@ -745,16 +760,17 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
   metrics.set_tokens_per_sec_per_device(
       static_cast<double>(options_.global_batch_size * options_.seq_length) /
       seconds / devices);
-  metrics.set_learning_rate(lr);
+  metrics.set_learning_rate(options_.schedule.At(iteration_));
   metrics.set_lm_loss(totals.lm_loss / micro_batches);
   metrics.set_mtp_loss(totals.mtp_loss / micro_batches);
   metrics.set_indexer_loss(totals.indexer_loss / micro_batches);
   metrics.set_grad_norm(grad_norm);
   metrics.set_skipped_iterations(skipped_iterations_);
   metrics.set_nan_iterations(nan_iterations_);
+  // The device's allocator on a GPU; the process's resident peak on the CPU.
   metrics.set_peak_memory_bytes(backend_->allocator() != nullptr
-                                     ? backend_->allocator()->peak_bytes()
-                                     : PeakResidentBytes());
+                                    ? backend_->allocator()->peak_bytes()
+                                    : PeakResidentBytes());
   for (const std::vector<int64_t>& load : totals.expert_load) {
     if (!load.empty()) metrics.add_expert_load_imbalance(LoadImbalance(load));
   }

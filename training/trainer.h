@@ -167,6 +167,7 @@ class Trainer {
   void PlaceOptimizer();
   LossOptions StepLossOptions() const;
 
+
   Trainer(const TrainerOptions& options, std::unique_ptr<TrainingData> data,
           std::unique_ptr<ModelParameters> params,
           std::unique_ptr<Backend> backend, Collectives* data_parallel);
@@ -174,6 +175,17 @@ class Trainer {
   // What the micro batches of a step add up to (a pipeline stage adds its
   // own part; the pipeline group sums the parts).
   using MicroBatchTotals = StageLosses;
+  // A step: this rank's gradients of its micro batches; their sums over the
+  // parallel groups; the clipped AdamW update (returns the gradient norm, not
+  // finite for a skipped iteration); the metrics line.
+  absl::Status ComputeGradients(MicroBatchTotals* totals);
+  absl::Status ReduceGradients(MicroBatchTotals* totals);
+  absl::StatusOr<double> UpdateWeights(const MicroBatchTotals& totals);
+  v1::StepMetrics MetricsOf(const MicroBatchTotals& totals, double grad_norm,
+                            double seconds) const;
+  int64_t MicroBatchesPerStep() const {
+    return options_.global_batch_size / options_.micro_batch_size;
+  }
   // This rank's micro batches of the step: all of them through the whole
   // model, or through its pipeline stages on Megatron's schedule.
   absl::Status RunMicroBatches(MicroBatchTotals* totals);
