@@ -178,7 +178,14 @@ TEST(PipelineLayoutTest, VirtualStagesDerivedFromLayout) {
   EXPECT_EQ(slices->back().pp_rank, 1);
   EXPECT_EQ(slices->back().virtual_chunk, 1);
   request.vpp = 2;
-  EXPECT_TRUE(PlanStages(request).ok());
+  absl::StatusOr<std::vector<StageSlice>> given = PlanStages(request);
+  ASSERT_TRUE(given.ok()) << given.status();
+  ASSERT_EQ(given->size(), 4u);
+  // Stages go round the pp ranks: chunk 0 on ranks 0, 1, then chunk 1.
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ((*given)[s].pp_rank, s % 2) << s;
+    EXPECT_EQ((*given)[s].virtual_chunk, s / 2) << s;
+  }
   request.vpp = 3;
   EXPECT_THAT(PlanError(request),
               AllOf(HasSubstr("vpp = stages / pp"), HasSubstr("vpp 3")));

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
+#include "training/flops.h"
 
 namespace glm {
 namespace {
@@ -168,10 +169,29 @@ TEST(TrainerTest, MetricsCarryScheduleAndThroughput) {
   absl::StatusOr<v1::StepMetrics> metrics = trainer->Step();
   ASSERT_TRUE(metrics.ok());
   EXPECT_DOUBLE_EQ(metrics->learning_rate(), 1.5e-3);  // warmup 1 of 2
-  EXPECT_GT(metrics->tokens_per_sec_per_device(), 0);
-  EXPECT_GT(metrics->tflops_per_device(), 0);
-  EXPECT_GT(metrics->grad_norm(), 0);
-  EXPECT_GT(metrics->peak_memory_bytes(), 0);
+  // Throughput from the step time: 4 sequences of 32 tokens.
+  const double seconds = metrics->step_time_ms() / 1e3;
+  EXPECT_NEAR(metrics->tokens_per_sec_per_device(), 4 * 32 / seconds,
+              1e-9 * metrics->tokens_per_sec_per_device());
+  const TrainerOptions options = TinyOptions(3);
+  EXPECT_NEAR(metrics->tflops_per_device(),
+              TrainingFlops(options.model, 32, 4) / seconds / 1e12,
+              1e-9 * metrics->tflops_per_device());
+  // The norm of the step's gradients (the params' summed gradients over its
+  // two micro batches, as they stand after the step), before clipping.
+  double squares = 0;
+  for (const NamedTensor& t : trainer->params().Named()) {
+    if (t.grad == nullptr) continue;
+    for (float g : t.grad->values()) squares += double{g} * g;
+  }
+  EXPECT_NEAR(metrics->grad_norm(), std::sqrt(squares) / 2,
+              1e-9 * metrics->grad_norm());
+  // The process holds at least the weights, gradients and two moments.
+  int64_t weights = 0;
+  for (const NamedTensor& t : trainer->params().Named()) {
+    weights += t.value->numel();
+  }
+  EXPECT_GE(metrics->peak_memory_bytes(), 4 * 4 * weights);
   // 7 MoE layers in the main model (first_k_dense_replace = 1), then MTP's.
   EXPECT_EQ(metrics->expert_load_imbalance_size(), 8);
   for (double imbalance : metrics->expert_load_imbalance()) {
