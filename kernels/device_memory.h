@@ -29,6 +29,9 @@ class Allocator {
   virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
   // Waits for the device: the host may read `dst` when it returns.
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Whether `data` points into a live allocation of this allocator, for checks
+  // that an op reads only its backend's memory; true where it cannot tell.
+  virtual bool Holds(const void* data) const { return true; }
   // Bytes held by live allocations now, and the most ever held at once.
   virtual int64_t bytes_in_use() const = 0;
   virtual int64_t peak_bytes() const = 0;

@@ -1,6 +1,7 @@
 #include "parallel/expert_parallel_dispatch.h"
 
 #include <algorithm>
+#include <cassert>
 #include <numeric>
 #include <vector>
 
@@ -18,6 +19,31 @@ std::vector<int64_t> Times(const std::vector<int64_t>& rows, int64_t width) {
   std::vector<int64_t> counts;
   for (int64_t r : rows) counts.push_back(r * width);
   return counts;
+}
+
+// The collectives read and write host memory; on a device backend the rows
+// travel through these copies (one small count exchange per layer stays on
+// the host anyway).
+//
+// The elements of a contiguous view of the backend's memory, on the host.
+std::vector<float> HostRows(Backend& backend, ConstMatrixView view) {
+  assert(view.stride == view.cols);
+  Tensor rows({view.rows, view.cols}, nullptr);
+  if (backend.allocator() == nullptr) {
+    std::copy_n(view.data, view.rows * view.cols, rows.data());
+  } else if (view.rows > 0) {
+    backend.allocator()->CopyToHost(rows.data(), view.data,
+                                    view.rows * view.cols * sizeof(float));
+  }
+  return std::move(rows.values());
+}
+
+// Host rows [rows, cols] as a tensor of the backend's memory.
+Tensor BackendRows(Backend& backend, const std::vector<float>& host,
+                   int64_t rows, int64_t cols) {
+  Tensor staged({rows, cols}, nullptr);
+  std::copy_n(host.data(), rows * cols, staged.data());
+  return staged.CopyTo(backend.allocator());
 }
 
 // The input row of each sent (token, k) slot.
@@ -81,12 +107,14 @@ absl::Status ExpertParallelDispatcher::TryForward(
   // Each row: the hidden state, the router weight, the expert.
   const int64_t width = hidden + 2;
   const int64_t sent = static_cast<int64_t>(acts->sent_slots.size());
+  const std::vector<float> x_rows = HostRows(backend, x);
+  const std::vector<float> weight_rows = HostRows(backend, weights);
   std::vector<float> send = Buffer(sent * width);
   for (int64_t i = 0; i < sent; ++i) {
     const int32_t slot = acts->sent_slots[i];
     float* row = send.data() + i * width;
-    std::copy_n(x.Row(slot / top_k), hidden, row);
-    row[hidden] = weights.data[slot];
+    std::copy_n(x_rows.data() + (slot / top_k) * hidden, hidden, row);
+    row[hidden] = weight_rows[slot];
     row[hidden + 1] = static_cast<float>(choice[slot]);
   }
   std::vector<float> recv = Buffer(received * width);
@@ -101,9 +129,11 @@ absl::Status ExpertParallelDispatcher::TryForward(
   // products: the experts then see the micro batches one process would, in
   // its order (the ranks' micro batches interleave), so expert parallelism
   // matches one process as closely as data parallelism does.
-  const ConstMatrixView rows(recv.data(), received, width, width);
-  std::vector<float> combined = Buffer(received * hidden);
-  const MatrixView combined_rows{combined.data(), received, hidden, hidden};
+  const ConstMatrixView host_rows(recv.data(), received, width, width);
+  const Tensor received_rows = BackendRows(backend, recv, received, width);
+  const ConstMatrixView rows = received_rows.Matrix();
+  Tensor combined_rows_on_backend({received, hidden}, backend.allocator());
+  const MatrixView combined_rows = combined_rows_on_backend.Matrix();
   acts->experts.assign(acts->recv_rows.size(), {});
   int64_t first = 0;
   for (size_t source = 0; source < acts->recv_rows.size(); ++source) {
@@ -111,7 +141,8 @@ absl::Status ExpertParallelDispatcher::TryForward(
     const ConstMatrixView block = rows.Rows(first, count);
     std::vector<int32_t> expert(count);
     for (int64_t i = 0; i < count; ++i) {
-      expert[i] = static_cast<int32_t>(block.Row(i)[hidden + 1] - held.first);
+      expert[i] = static_cast<int32_t>(host_rows.Row(first + i)[hidden + 1] -
+                                       held.first);
     }
     acts->experts[source] =
         GroupRowsByExpert(expert.data(), count, 1, held.count);
@@ -121,6 +152,8 @@ absl::Status ExpertParallelDispatcher::TryForward(
     first += count;
   }
 
+  std::vector<float> combined = HostRows(backend, combined_rows);
+  combined.resize(std::max<int64_t>(received * hidden, 1));
   std::vector<float> back = Buffer(sent * hidden);
   if (absl::Status s =
           group_->AllToAllV(combined.data(), Times(acts->recv_rows, hidden),
@@ -128,8 +161,9 @@ absl::Status ExpertParallelDispatcher::TryForward(
       !s.ok()) {
     return s;
   }
-  const std::vector<int32_t> tokens = SentTokens(acts->sent_slots, top_k);
-  backend.ScatterAddRows(ConstMatrixView(back.data(), sent, hidden, hidden),
+  const IndexTensor tokens =
+      IndexTensor::FromHost(SentTokens(acts->sent_slots, top_k));
+  backend.ScatterAddRows(BackendRows(backend, back, sent, hidden).Matrix(),
                          tokens.data(), nullptr, out);
   return absl::OkStatus();
 }
@@ -141,13 +175,14 @@ absl::Status ExpertParallelDispatcher::TryBackward(
   const int64_t sent = static_cast<int64_t>(acts.sent_slots.size());
   int64_t received = 0;
   for (int64_t r : acts.recv_rows) received += r;
-  const std::vector<int32_t> tokens =
-      SentTokens(acts.sent_slots, dweights.cols);
+  const IndexTensor tokens =
+      IndexTensor::FromHost(SentTokens(acts.sent_slots, dweights.cols));
 
   // The output gradient of every sent row goes where the row went.
-  std::vector<float> send = Buffer(sent * hidden);
-  backend.EmbeddingForward(dout, tokens.data(),
-                           MatrixView{send.data(), sent, hidden, hidden});
+  Tensor sent_rows({sent, hidden}, backend.allocator());
+  backend.EmbeddingForward(dout, tokens.data(), sent_rows.Matrix());
+  std::vector<float> send = HostRows(backend, sent_rows.Matrix());
+  send.resize(std::max<int64_t>(sent * hidden, 1));
   std::vector<float> recv = Buffer(received * hidden);
   if (absl::Status s =
           group_->AllToAllV(send.data(), Times(acts.send_rows, hidden),
@@ -158,9 +193,10 @@ absl::Status ExpertParallelDispatcher::TryBackward(
 
   // Each row back: the input gradient, then the router-weight gradient.
   const int64_t width = hidden + 1;
-  std::vector<float> grads = Buffer(received * width);
-  const MatrixView grad_rows{grads.data(), received, width, width};
-  const ConstMatrixView dout_rows(recv.data(), received, hidden, hidden);
+  Tensor grad_rows_on_backend({received, width}, backend.allocator());
+  const MatrixView grad_rows = grad_rows_on_backend.Matrix();
+  const Tensor received_dout = BackendRows(backend, recv, received, hidden);
+  const ConstMatrixView dout_rows = received_dout.Matrix();
   int64_t first = 0;
   for (size_t source = 0; source < acts.recv_rows.size(); ++source) {
     const int64_t count = acts.recv_rows[source];
@@ -170,6 +206,8 @@ absl::Status ExpertParallelDispatcher::TryBackward(
                     block.Columns(hidden, 1));
     first += count;
   }
+  std::vector<float> grads = HostRows(backend, grad_rows);
+  grads.resize(std::max<int64_t>(received * width, 1));
   std::vector<float> back = Buffer(sent * width);
   if (absl::Status s =
           group_->AllToAllV(grads.data(), Times(acts.recv_rows, width),
@@ -177,10 +215,12 @@ absl::Status ExpertParallelDispatcher::TryBackward(
       !s.ok()) {
     return s;
   }
-  const ConstMatrixView back_rows(back.data(), sent, width, width);
+  const Tensor back_on_backend = BackendRows(backend, back, sent, width);
+  const ConstMatrixView back_rows = back_on_backend.Matrix();
+  const IndexTensor sent_slots = IndexTensor::FromHost(acts.sent_slots);
   backend.ScatterAddRows(back_rows.Columns(0, hidden), tokens.data(), nullptr,
                          dx);
-  backend.ScatterAddRows(back_rows.Columns(hidden, 1), acts.sent_slots.data(),
+  backend.ScatterAddRows(back_rows.Columns(hidden, 1), sent_slots.data(),
                          nullptr, AsColumn(dweights));
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/separate_memory_allocator.h"
 #include "model/glm_model.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_test_util.h"
@@ -53,8 +54,11 @@ Outcome WholeModel() {
 }
 
 // Runs the model split by `layout` over two pp ranks (threads with their own
-// weights and Gloo contexts) and checks the summed losses and gradients.
-void ExpectPipelineMatchesTheWholeModel(const std::string& layout) {
+// weights and Gloo contexts) and checks the summed losses and gradients. With
+// `memory`, each rank computes on a copy of its weights there (as on a GPU:
+// activations cross between the ranks through host memory).
+void ExpectPipelineMatchesTheWholeModel(const std::string& layout,
+                                        Allocator* memory = nullptr) {
   const Outcome expected = WholeModel();
   absl::StatusOr<std::vector<StageSlice>> stages =
       PlanForModel(*PresetConfig("glm5.2-tiny"), layout, 2);
@@ -67,9 +71,13 @@ void ExpectPipelineMatchesTheWholeModel(const std::string& layout) {
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       ModelParameters params = TinyPipelineParameters();
-      absl::StatusOr<PipelineRankRun> run = RunPipelineRank(
-          store, *stages, rank, 2, params, kMicroBatches, PipelineTestBatch);
+      std::unique_ptr<ModelParameters> mirror =
+          memory == nullptr ? nullptr : MirrorParameters(params, memory);
+      absl::StatusOr<PipelineRankRun> run =
+          RunPipelineRank(store, *stages, rank, 2, mirror ? *mirror : params,
+                          kMicroBatches, PipelineTestBatch, memory);
       ASSERT_TRUE(run.ok()) << run.status();
+      if (mirror) CopyGradients(*mirror, params);
       const StageLosses& losses = run->losses;
       std::lock_guard<std::mutex> lock(mu);
       pipelined.lm_loss += losses.lm_loss;
@@ -100,6 +108,11 @@ void ExpectPipelineMatchesTheWholeModel(const std::string& layout) {
 // glm5.2-tiny computes top-k on layers 1, 2, 3 and 7, so stages start there.
 TEST(PipelineTest, TwoStagesOneForwardOneBackwardMatchTheWholeModel) {
   ExpectPipelineMatchesTheWholeModel("Etttttt|ttmL");
+}
+
+TEST(PipelineTest, SeparateBackendMemoryMatchesTheWholeModel) {
+  SeparateMemoryAllocator memory;
+  ExpectPipelineMatchesTheWholeModel("Etttttt|ttmL", &memory);
 }
 
 TEST(PipelineTest, TwoRanksTwoVirtualStagesInterleavedMatchTheWholeModel) {

@@ -38,7 +38,7 @@ absl::StatusOr<std::vector<StageSlice>> PlanForModel(const ModelConfig& config,
 absl::StatusOr<PipelineRankRun> RunPipelineRank(
     gloo::rendezvous::Store& store, const std::vector<StageSlice>& plan,
     int rank, int pp, ModelParameters& params, int64_t micro_batches,
-    const std::function<Batch(int64_t)>& micro_batch) {
+    const std::function<Batch(int64_t)>& micro_batch, Allocator* memory) {
   PipelineRankRun run;
   absl::StatusOr<std::unique_ptr<GlooCollectives>> forward =
       GlooCollectives::Connect(store, "pp", rank, pp, GlooOptions());
@@ -48,7 +48,7 @@ absl::StatusOr<PipelineRankRun> RunPipelineRank(
       GlooCollectives::Connect(store, "pp-backward", rank, pp, GlooOptions());
   if (!backward.ok()) return backward.status();
   run.backward = *std::move(backward);
-  CpuBackend backend;
+  CpuBackend backend(memory);
   std::vector<StageModel> chunks;
   for (const StageSlice& slice : plan) {
     if (slice.pp_rank != rank) continue;

@@ -40,11 +40,13 @@ struct PipelineRankRun {
 
 // Connects pp rank `rank` of `pp` through `store`, builds its stages of
 // `plan` on `params` and runs `micro_batches` micro batches through them on
-// the pipeline schedule (weight gradients accumulate in `params`).
+// the pipeline schedule (weight gradients accumulate in `params`). The
+// backend's tensors live on `memory` (null: host), where `params` must too.
 absl::StatusOr<PipelineRankRun> RunPipelineRank(
     gloo::rendezvous::Store& store, const std::vector<StageSlice>& plan,
     int rank, int pp, ModelParameters& params, int64_t micro_batches,
-    const std::function<Batch(int64_t)>& micro_batch);
+    const std::function<Batch(int64_t)>& micro_batch,
+    Allocator* memory = nullptr);
 
 }  // namespace glm
 

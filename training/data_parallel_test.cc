@@ -13,6 +13,7 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/separate_memory_allocator.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/pipeline_layout.h"
 #include "training/distributed_optimizer.h"
@@ -62,18 +63,20 @@ struct TrainingRun {
   std::map<std::string, std::vector<float>> state;
 };
 
+// `memory` (null: host) is where the backend's tensors live.
 TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
                   std::optional<ExpertParallelRank> expert_parallel = {},
                   std::optional<TokenParallelRank> token_parallel = {},
-                  const TrainerOptions& base = Options()) {
+                  const TrainerOptions& base = Options(),
+                  Allocator* memory = nullptr) {
   TrainerOptions options = base;
   options.distributed_optimizer = distributed_optimizer;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       options,
       std::make_unique<PretrainData>(
           std::make_unique<HashedTokenDataset>(options.seq_length)),
-      nullptr, std::make_unique<CpuBackend>(), data_parallel, std::nullopt,
-      expert_parallel, token_parallel);
+      nullptr, std::make_unique<CpuBackend>(memory), data_parallel,
+      std::nullopt, expert_parallel, token_parallel);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   TrainingRun run;
   if (!trainer.ok()) return run;
@@ -98,7 +101,7 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
 // expert-data-parallel size 1).
 std::vector<TrainingRun> TrainOnTwoRanks(
     bool distributed_optimizer, bool expert_parallel = false,
-    const TrainerOptions& base = Options()) {
+    const TrainerOptions& base = Options(), Allocator* memory = nullptr) {
   gloo::rendezvous::HashStore store;
   std::vector<TrainingRun> ranks(2);
   std::vector<std::thread> threads;
@@ -108,7 +111,8 @@ std::vector<TrainingRun> TrainOnTwoRanks(
           GlooCollectives::Connect(store, "dp", rank, 2, GlooOptions());
       ASSERT_TRUE(group.ok()) << group.status();
       if (!expert_parallel) {
-        ranks[rank] = Train(group->get(), distributed_optimizer, {}, {}, base);
+        ranks[rank] =
+            Train(group->get(), distributed_optimizer, {}, {}, base, memory);
         return;
       }
       auto experts = GlooCollectives::Connect(store, "ep", rank, 2, {});
@@ -117,7 +121,8 @@ std::vector<TrainingRun> TrainOnTwoRanks(
       ASSERT_TRUE(experts.ok() && expert_data.ok());
       ranks[rank] = Train(
           group->get(), distributed_optimizer,
-          ExpertParallelRank{experts->get(), expert_data->get()}, {}, base);
+          ExpertParallelRank{experts->get(), expert_data->get()}, {}, base,
+          memory);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -193,6 +198,33 @@ TEST(DataParallelTest, TwoRanksTakeTheStepsOfOneProcess) {
     ExpectSameState(rank, single);
   }
   EXPECT_EQ(ranks[0].state, ranks[1].state);
+}
+
+// Two ranks whose backend memory stands apart from the host, as two workers
+// sharing one GPU: gradients come to the host for the collectives and the
+// optimizer, weights go back each step, expert-parallel rows travel through
+// host copies, and every step equals the host run's bit for bit (DP2 with and
+// without ZeRO-1, EP2).
+TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
+  SeparateMemoryAllocator memory;
+  for (const auto [distributed_optimizer, expert_parallel] :
+       {std::pair{false, false}, std::pair{true, false},
+        std::pair{false, true}}) {
+    const std::vector<TrainingRun> host =
+        TrainOnTwoRanks(distributed_optimizer, expert_parallel);
+    const std::vector<TrainingRun> separate = TrainOnTwoRanks(
+        distributed_optimizer, expert_parallel, Options(), &memory);
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_EQ(separate[rank].steps.size(), host[rank].steps.size());
+      for (size_t i = 0; i < host[rank].steps.size(); ++i) {
+        EXPECT_EQ(separate[rank].steps[i].lm_loss(),
+                  host[rank].steps[i].lm_loss());
+        EXPECT_EQ(separate[rank].steps[i].grad_norm(),
+                  host[rank].steps[i].grad_norm());
+      }
+      EXPECT_EQ(separate[rank].state, host[rank].state);
+    }
+  }
 }
 
 TEST(DataParallelTest, DistributedOptimizerTakesThePlainSteps) {

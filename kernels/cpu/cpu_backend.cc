@@ -1,5 +1,8 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/indexer.h"
@@ -15,93 +18,127 @@
 
 namespace glm {
 
+void CpuBackend::CheckHeld(const char* op,
+                           std::initializer_list<const void*> pointers) const {
+  if (memory_ == nullptr) return;
+  for (const void* pointer : pointers) {
+    if (pointer != nullptr && !memory_->Holds(pointer)) {
+      std::fprintf(stderr,
+                   "CpuBackend::%s: an operand is not in the backend's memory "
+                   "(%s); a device backend could not read it\n",
+                   op, memory_->Name().c_str());
+      std::abort();
+    }
+  }
+}
+
 void CpuBackend::Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
                         bool accumulate) {
+  CheckHeld("Linear", {x.data, w.data, y.data});
   cpu::LinearForward(x, w, y, accumulate);
 }
 void CpuBackend::LinearBackward(ConstMatrixView x, ConstMatrixView w,
                                 ConstMatrixView dy, MatrixView dx,
                                 MatrixView dw) {
+  CheckHeld("LinearBackward", {x.data, w.data, dy.data, dx.data, dw.data});
   cpu::LinearBackward(x, w, dy, dx, dw);
 }
-void CpuBackend::Copy(ConstMatrixView x, MatrixView y) { cpu::Copy(x, y); }
+void CpuBackend::Copy(ConstMatrixView x, MatrixView y) {
+  CheckHeld("Copy", {x.data, y.data}); cpu::Copy(x, y); }
 void CpuBackend::Axpy(float alpha, ConstMatrixView x, MatrixView y) {
+  CheckHeld("Axpy", {x.data, y.data});
   cpu::Axpy(alpha, x, y);
 }
 void CpuBackend::EmbeddingForward(ConstMatrixView table, const int32_t* ids,
                                   MatrixView out) {
+  CheckHeld("EmbeddingForward", {table.data, ids, out.data});
   cpu::GatherRows(table, ids, out);
 }
 void CpuBackend::EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,
                                    MatrixView dtable) {
+  CheckHeld("EmbeddingBackward", {dout.data, ids, dtable.data});
   cpu::ScatterAddRows(dout, ids, nullptr, dtable);
 }
 void CpuBackend::ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                                 const float* scale, MatrixView out) {
+  CheckHeld("ScatterAddRows", {src.data, rows, scale, out.data});
   cpu::ScatterAddRows(src, rows, scale, out);
 }
 void CpuBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                         const int32_t* rows, const float* scale,
                                         ConstMatrixView dout, MatrixView dsrc,
                                         float* dscale) {
+  CheckHeld("ScatterAddRowsBackward", {src.data, rows, scale, dout.data, dsrc.data, dscale});
   cpu::ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
 }
 void CpuBackend::RmsNormForward(ConstMatrixView x, const float* w, float eps,
                                 MatrixView y, float* rstd) {
+  CheckHeld("RmsNormForward", {x.data, w, y.data, rstd});
   cpu::RmsNormForward(x, w, eps, y, rstd);
 }
 void CpuBackend::RmsNormBackward(ConstMatrixView x, const float* w,
                                  const float* rstd, ConstMatrixView dy,
                                  MatrixView dx, float* dw) {
+  CheckHeld("RmsNormBackward", {x.data, w, rstd, dy.data, dx.data, dw});
   cpu::RmsNormBackward(x, w, rstd, dy, dx, dw);
 }
 void CpuBackend::LayerNormForward(ConstMatrixView x, const float* w,
                                   const float* b, float eps, MatrixView y,
                                   float* mean, float* rstd) {
+  CheckHeld("LayerNormForward", {x.data, w, b, y.data, mean, rstd});
   cpu::LayerNormForward(x, w, b, eps, y, mean, rstd);
 }
 void CpuBackend::LayerNormBackward(ConstMatrixView x, const float* w,
                                    const float* mean, const float* rstd,
                                    ConstMatrixView dy, MatrixView dx, float* dw,
                                    float* db) {
+  CheckHeld("LayerNormBackward", {x.data, w, mean, rstd, dy.data, dx.data, dw, db});
   cpu::LayerNormBackward(x, w, mean, rstd, dy, dx, dw, db);
 }
 void CpuBackend::SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                                MatrixView out) {
+  CheckHeld("SwiGluForward", {gate.data, up.data, out.data});
   cpu::SwiGluForward(gate, up, out);
 }
 void CpuBackend::SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                                 ConstMatrixView dout, MatrixView dgate,
                                 MatrixView dup) {
+  CheckHeld("SwiGluBackward", {gate.data, up.data, dout.data, dgate.data, dup.data});
   cpu::SwiGluBackward(gate, up, dout, dgate, dup);
 }
 void CpuBackend::RopeForward(ConstMatrixView x, const int32_t* positions,
                              int64_t rows_per_position, float theta,
                              MatrixView y) {
+  CheckHeld("RopeForward", {x.data, positions, y.data});
   cpu::RopeForward(x, positions, rows_per_position, theta, y);
 }
 void CpuBackend::RopeBackward(ConstMatrixView dy, const int32_t* positions,
                               int64_t rows_per_position, float theta,
                               MatrixView dx) {
+  CheckHeld("RopeBackward", {dy.data, positions, dx.data});
   cpu::RopeBackward(dy, positions, rows_per_position, theta, dx);
 }
 void CpuBackend::RouterForward(ConstMatrixView logits, const float* bias,
                                const RouterSpec& spec, MatrixView scores,
                                MatrixView weights, int32_t* indices) {
+  CheckHeld("RouterForward", {logits.data, bias, scores.data, weights.data, indices});
   cpu::RouterForward(logits, bias, spec, scores, weights, indices);
 }
 void CpuBackend::RouterBackward(ConstMatrixView scores, const int32_t* indices,
                                 ConstMatrixView dweights,
                                 const RouterSpec& spec, MatrixView dlogits) {
+  CheckHeld("RouterBackward", {scores.data, indices, dweights.data, dlogits.data});
   cpu::RouterBackward(scores, indices, dweights, spec, dlogits);
 }
 double CpuBackend::CrossEntropyForward(ConstMatrixView logits,
                                        const int32_t* targets) {
+  CheckHeld("CrossEntropyForward", {logits.data, targets});
   return cpu::CrossEntropyForward(logits, targets);
 }
 void CpuBackend::CrossEntropyBackward(ConstMatrixView logits,
                                       const int32_t* targets, float scale,
                                       MatrixView dlogits) {
+  CheckHeld("CrossEntropyBackward", {logits.data, targets, dlogits.data});
   cpu::CrossEntropyBackward(logits, targets, scale, dlogits);
 }
 void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
@@ -109,6 +146,7 @@ void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                         int64_t topk, int64_t heads,
                                         float scale, MatrixView out,
                                         MatrixView probs) {
+  CheckHeld("SparseAttentionForward", {q.data, k.data, v.data, keys, out.data, probs.data});
   cpu::SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, probs);
 }
 void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
@@ -117,6 +155,7 @@ void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                          float scale, ConstMatrixView probs,
                                          ConstMatrixView dout, MatrixView dq,
                                          MatrixView dk, MatrixView dv) {
+  CheckHeld("SparseAttentionBackward", {q.data, k.data, v.data, keys, probs.data, dout.data, dq.data, dk.data, dv.data});
   cpu::SparseAttentionBackward(q, k, v, keys, topk, heads, scale, probs, dout,
                                dq, dk, dv);
 }
@@ -124,6 +163,7 @@ void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* seq_start,
                              int64_t query_offset, int64_t topk, float scale,
                              int32_t* keys) {
+  CheckHeld("IndexerTopK", {iq.data, ik.data, w.data, seq_start, keys});
   cpu::IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale, keys);
 }
 double CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
@@ -132,16 +172,21 @@ double CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                  ConstMatrixView attn_probs, int64_t attn_heads,
                                  float coeff, MatrixView diq, MatrixView dik,
                                  MatrixView dw) {
+  CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, attn_probs.data, diq.data, dik.data, dw.data});
   return cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, attn_probs,
                             attn_heads, coeff, diq, dik, dw);
 }
 
 double CpuBackend::SquaredSum(const std::vector<FlatSpan>& spans) {
+  for (const FlatSpan& span : spans) CheckHeld("SquaredSum", {span.data});
   return cpu::SquaredSum(spans);
 }
 
 void CpuBackend::AdamWStep(const AdamWHyperparameters& hyper,
                            const std::vector<AdamWTensor>& tensors) {
+  for (const AdamWTensor& t : tensors) {
+    CheckHeld("AdamWStep", {t.value, t.grad, t.exp_avg, t.exp_avg_sq});
+  }
   cpu::AdamWStep(hyper, tensors);
 }
 

@@ -2,6 +2,8 @@
 #ifndef GLM_KERNELS_CPU_CPU_BACKEND_H_
 #define GLM_KERNELS_CPU_CPU_BACKEND_H_
 
+#include <initializer_list>
+
 #include "kernels/backend.h"
 
 namespace glm {
@@ -85,6 +87,11 @@ class CpuBackend : public Backend {
                  const std::vector<AdamWTensor>& tensors) override;
 
  private:
+  // With a `memory` that can tell: aborts naming `op` when an operand lies
+  // outside it (a device backend would read a host pointer there).
+  void CheckHeld(const char* op,
+                 std::initializer_list<const void*> pointers) const;
+
   Allocator* memory_ = nullptr;
 };
 

@@ -8,7 +8,7 @@
 
 #include <atomic>
 #include <mutex>
-#include <unordered_map>
+#include <map>
 
 #include "kernels/device_memory.h"
 
@@ -23,13 +23,16 @@ class SeparateMemoryAllocator : public Allocator {
   void CopyWithin(void* dst, const void* src, size_t bytes) override;
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  bool Holds(const void* data) const override;
   int64_t bytes_in_use() const override { return in_use_; }
   int64_t peak_bytes() const override { return peak_; }
   void ResetPeak() override { peak_ = in_use_.load(); }
 
  private:
-  std::mutex mutex_;
-  std::unordered_map<void*, size_t> sizes_;
+  mutable std::mutex mutex_;
+  // Live allocations by start address (ordered, so Holds finds the one
+  // below a pointer).
+  std::map<const char*, size_t> sizes_;
   std::atomic<int64_t> in_use_{0};
   std::atomic<int64_t> peak_{0};
 };

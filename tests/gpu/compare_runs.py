@@ -38,7 +38,7 @@ def main():
     state, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     runs = {r: losses(state, r) for r in
             ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16", "resume_gpu",
-             "resume_cpu", "shared_gpu_dp2", "shared_gpu_pp2"]}
+             "resume_cpu", "shared_gpu_dp2", "shared_gpu_pp2", "shared_gpu_ep2"]}
     rows = []
 
     def check(name, ok, measured, limit):
@@ -72,7 +72,7 @@ def main():
               f"max rel {rel:.2e}", "1e-2")
     else:
         check("CPU resume of the CUDA checkpoint", False, "did not finish", "")
-    for parallel in ["dp2", "pp2"]:
+    for parallel in ["dp2", "pp2", "ep2"]:
         shared = runs[f"shared_gpu_{parallel}"]
         ok = len(shared) == 50 and bool(fp32)
         rel = max_rel(shared, fp32, range(1, 51)) if ok else float("nan")

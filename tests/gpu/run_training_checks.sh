@@ -2,7 +2,7 @@
 # On the GPU machine, from the repository root, after `source .gpu/b/env.sh`:
 # glm5.2-tiny trained with `glmctl local` on the CPU, on CUDA in fp32 (twice),
 # and in bf16; a CUDA checkpoint resumed on the GPU and on the CPU; two workers
-# sharing the GPU under DP2 and PP2. Logs and a summary go to $1.
+# sharing the GPU under DP2, PP2 and EP2. Logs and a summary go to $1.
 set -uo pipefail
 out=${1:?output folder}
 bin=$(dirname "$(command -v glmctl)")
@@ -36,7 +36,7 @@ resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_gpu/checkpoints"
 run resume_gpu tests/gpu/jobs/tiny_cuda_fp32.json
 resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_cpu/checkpoints"
 run resume_cpu tests/gpu/jobs/tiny_cpu.json
-for parallel in dp2 pp2; do
+for parallel in dp2 pp2 ep2; do
   run "shared_gpu_$parallel" "tests/gpu/jobs/tiny_cuda_fp32_$parallel.json" --workers=2
 done
 python3 tests/gpu/compare_runs.py "$state" "$out"
