@@ -2,14 +2,13 @@
 // on it are not "on the host", so every transfer takes the explicit copy paths
 // a GPU run takes (uploads of index arrays, device mirrors of the weights,
 // staging through host memory for collectives and checkpoints). With a
-// CpuBackend over it, CPU tests exercise the device memory model.
+// CpuBackend over it, CPU tests exercise the device memory model, and the
+// backend checks that every operand lies in it (Holds). It also measures
+// exactly what is allocated on it (bytes in use, peak).
 #ifndef GLM_KERNELS_CPU_SEPARATE_MEMORY_ALLOCATOR_H_
 #define GLM_KERNELS_CPU_SEPARATE_MEMORY_ALLOCATOR_H_
 
-#include <atomic>
-#include <mutex>
-#include <map>
-
+#include "kernels/allocation_ledger.h"
 #include "kernels/device_memory.h"
 
 namespace glm {
@@ -23,18 +22,13 @@ class SeparateMemoryAllocator : public Allocator {
   void CopyWithin(void* dst, const void* src, size_t bytes) override;
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
-  bool Holds(const void* data) const override;
-  int64_t bytes_in_use() const override { return in_use_; }
-  int64_t peak_bytes() const override { return peak_; }
-  void ResetPeak() override { peak_ = in_use_.load(); }
+  bool Holds(const void* data) const override { return ledger_.Holds(data); }
+  int64_t bytes_in_use() const override { return ledger_.in_use(); }
+  int64_t peak_bytes() const override { return ledger_.peak(); }
+  void ResetPeak() override { ledger_.ResetPeak(); }
 
  private:
-  mutable std::mutex mutex_;
-  // Live allocations by start address (ordered, so Holds finds the one
-  // below a pointer).
-  std::map<const char*, size_t> sizes_;
-  std::atomic<int64_t> in_use_{0};
-  std::atomic<int64_t> peak_{0};
+  AllocationLedger ledger_;
 };
 
 }  // namespace glm

@@ -28,30 +28,17 @@ void* CudaAllocator::Allocate(size_t bytes) {
   if (status != cudaSuccess) {
     std::fprintf(stderr,
                  "%s: cannot allocate %zu bytes with %lld in use (%s)\n",
-                 Name().c_str(), bytes, static_cast<long long>(in_use_.load()),
+                 Name().c_str(), bytes,
+                 static_cast<long long>(ledger_.in_use()),
                  cudaGetErrorString(status));
     std::abort();
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    sizes_[data] = bytes;
-  }
-  const int64_t now = in_use_ += static_cast<int64_t>(bytes);
-  int64_t peak = peak_.load();
-  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-  }
+  ledger_.Add(data, bytes);
   return data;
 }
 
 void CudaAllocator::Free(void* data) {
-  size_t bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = sizes_.find(data);
-    bytes = it->second;
-    sizes_.erase(it);
-  }
-  in_use_ -= static_cast<int64_t>(bytes);
+  ledger_.Remove(data);
   GLM_CUDA_CHECK(cudaFreeAsync(data, stream_));
 }
 

@@ -9,10 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
-#include <mutex>
-#include <unordered_map>
-
+#include "kernels/allocation_ledger.h"
 #include "kernels/device_memory.h"
 
 namespace glm::cuda {
@@ -29,17 +26,15 @@ class CudaAllocator : public Allocator {
   void CopyWithin(void* dst, const void* src, size_t bytes) override;
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
-  int64_t bytes_in_use() const override { return in_use_; }
-  int64_t peak_bytes() const override { return peak_; }
-  void ResetPeak() override { peak_ = in_use_.load(); }
+  bool Holds(const void* data) const override { return ledger_.Holds(data); }
+  int64_t bytes_in_use() const override { return ledger_.in_use(); }
+  int64_t peak_bytes() const override { return ledger_.peak(); }
+  void ResetPeak() override { ledger_.ResetPeak(); }
 
  private:
   int device_;
   cudaStream_t stream_;
-  std::mutex mutex_;
-  std::unordered_map<void*, size_t> sizes_;
-  std::atomic<int64_t> in_use_{0};
-  std::atomic<int64_t> peak_{0};
+  AllocationLedger ledger_;
 };
 
 }  // namespace glm::cuda
