@@ -18,15 +18,18 @@ float ScoreScale(const IndexerSpec& spec) {
 IndexTensor ShareTopK(TokenParallel& parallel, const IndexTensor& mine,
                       int64_t tokens) {
   assert(tokens < (int64_t{1} << 24));
-  Tensor values({mine.dim(0), mine.dim(1)});
-  std::copy(mine.values().begin(), mine.values().end(),
-            values.values().begin());
-  const Tensor chunk = parallel.GatherChunk(values.Matrix(), tokens);
-  IndexTensor shared({chunk.dim(0), chunk.dim(1)});
+  const std::vector<int32_t> keys = mine.HostValues();
+  Tensor values({mine.dim(0), mine.dim(1)}, nullptr);
+  std::copy(keys.begin(), keys.end(), values.values().begin());
+  // The gather reads and writes where the pass's tensors live.
+  const Tensor chunk =
+      parallel.GatherChunk(values.CopyTo(CurrentAllocator()).Matrix(), tokens)
+          .CopyTo(nullptr);
+  IndexTensor shared({chunk.dim(0), chunk.dim(1)}, 0, nullptr);
   for (int64_t i = 0; i < chunk.numel(); ++i) {
     shared.data()[i] = static_cast<int32_t>(chunk.data()[i]);
   }
-  return shared;
+  return shared.CopyTo(CurrentAllocator());
 }
 
 }  // namespace

@@ -10,13 +10,29 @@
 namespace glm {
 namespace {
 
-// A contiguous copy of `view` (collectives send flat buffers).
-Tensor Contiguous(ConstMatrixView view) {
-  Tensor copy({view.rows, view.cols});
+// The collectives read and write host memory. Inside a model pass the
+// current allocator is the backend's (null on the CPU): views point there, and
+// results go back there.
+//
+// A contiguous host copy of `view`.
+Tensor HostCopy(ConstMatrixView view) {
+  Tensor copy({view.rows, view.cols}, nullptr);
+  Allocator* memory = CurrentAllocator();
+  const size_t row_bytes = view.cols * sizeof(float);
   for (int64_t r = 0; r < view.rows; ++r) {
-    std::copy_n(view.Row(r), view.cols, copy.data() + r * view.cols);
+    float* to = copy.data() + r * view.cols;
+    if (memory == nullptr) {
+      std::copy_n(view.Row(r), view.cols, to);
+    } else {
+      memory->CopyToHost(to, view.Row(r), row_bytes);
+    }
   }
   return copy;
+}
+
+// A contiguous copy of `view` where the pass's tensors live.
+Tensor Contiguous(ConstMatrixView view) {
+  return HostCopy(view).CopyTo(CurrentAllocator());
 }
 
 // Part `index` of `total` rows split into `parts` nearly equal ranges.
@@ -126,13 +142,11 @@ Tensor TokenParallel::Gather(Collectives* group, ConstMatrixView part,
                              int64_t whole_rows, const MemberRows& members) {
   if (group == nullptr || group->size() == 1) return Contiguous(part);
   const int64_t cols = part.cols, block = MostRows(members) * cols;
-  Tensor mine({block});
-  for (int64_t r = 0; r < part.rows; ++r) {
-    std::copy_n(part.Row(r), cols, mine.data() + r * cols);
-  }
+  std::vector<float> mine = std::move(HostCopy(part).values());
+  mine.resize(block);
   std::vector<float> blocks(block * members.size());
   Keep(group->AllGather(mine.data(), block, blocks.data()));
-  Tensor whole({whole_rows, cols});
+  Tensor whole({whole_rows, cols}, nullptr);
   for (size_t m = 0; m < members.size(); ++m) {
     const float* from = blocks.data() + m * block;
     for (const TokenRange& run : members[m].runs) {
@@ -140,28 +154,28 @@ Tensor TokenParallel::Gather(Collectives* group, ConstMatrixView part,
       from += run.count * cols;
     }
   }
-  return whole;
+  return whole.CopyTo(CurrentAllocator());
 }
 
 Tensor TokenParallel::ReduceScatter(Collectives* group, ConstMatrixView whole,
                                     const MemberRows& members) {
   if (group == nullptr || group->size() == 1) return Contiguous(whole);
   const int64_t cols = whole.cols, block = MostRows(members) * cols;
+  const Tensor rows = HostCopy(whole);
   std::vector<float> blocks(block * members.size(), 0.f);
   for (size_t m = 0; m < members.size(); ++m) {
     float* to = blocks.data() + m * block;
     for (const TokenRange& run : members[m].runs) {
-      for (int64_t r = run.begin; r < run.end(); ++r, to += cols) {
-        std::copy_n(whole.Row(r), cols, to);
-      }
+      std::copy_n(rows.data() + run.begin * cols, run.count * cols, to);
+      to += run.count * cols;
     }
   }
-  Tensor summed({block});
+  std::vector<float> summed(block);
   Keep(group->ReduceScatter(blocks.data(), block, summed.data(),
                             ReduceOp::kSum));
-  Tensor part({members[group->rank()].count(), cols});
+  Tensor part({members[group->rank()].count(), cols}, nullptr);
   std::copy_n(summed.data(), part.numel(), part.data());
-  return part;
+  return part.CopyTo(CurrentAllocator());
 }
 
 void TokenParallel::Keep(absl::Status status) {

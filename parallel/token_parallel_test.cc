@@ -16,6 +16,7 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/separate_memory_allocator.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/pipeline_test_util.h"
 #include "parallel/rank_tensors.h"
@@ -58,7 +59,10 @@ std::unique_ptr<GlooCollectives> Join(gloo::rendezvous::Store& store,
 
 // Rank `rank` of tp x cp (tensor rank fastest) runs the whole model on its
 // share of the batch, forward and backward.
-RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
+// `memory` (null: host) is where the backend computes, on a copy of the
+// rank's weights.
+RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
+                Allocator* memory) {
   const int tp_rank = rank % tp, cp_rank = rank / tp;
   std::unique_ptr<GlooCollectives> tensor =
       Join(store, absl::StrCat("tp-", cp_rank), tp_rank, tp);
@@ -70,12 +74,15 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
   share.tp_rank = tp_rank;
   EXPECT_TRUE(params.KeepHeld(HeldTensorsOf(params.config(), share)).ok());
   TokenParallel parallel(tensor.get(), context.get());
-  CpuBackend backend;
+  CpuBackend backend(memory);
+  std::unique_ptr<ModelParameters> mirror =
+      memory == nullptr ? nullptr : MirrorParameters(params, memory);
   absl::StatusOr<std::vector<StageSlice>> plan =
       PlanForModel(params.config(), "", 1);
   EXPECT_TRUE(plan.ok()) << plan.status();
   absl::StatusOr<StageModel> stage =
-      StageModel::Create(&params, &backend, {}, plan->at(0));
+      StageModel::Create(mirror ? mirror.get() : &params, &backend, {},
+                         plan->at(0));
   EXPECT_TRUE(stage.ok()) << stage.status();
   stage->set_token_parallel(&parallel);
   StageActivations acts;
@@ -86,6 +93,7 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
   run.losses = *losses;
   Tensor d_input;
   EXPECT_TRUE(stage->Backward(acts, Tensor(), &d_input).ok());
+  if (mirror) CopyGradients(*mirror, params);
   for (const NamedTensor& named : params.Named()) {
     if (named.grad != nullptr) run.grads[named.name] = *named.grad;
   }
@@ -97,13 +105,13 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank) {
   return run;
 }
 
-std::vector<RankRun> RunRanks(int tp, int cp) {
+std::vector<RankRun> RunRanks(int tp, int cp, Allocator* memory = nullptr) {
   gloo::rendezvous::HashStore store;
   std::vector<RankRun> runs(tp * cp);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < tp * cp; ++rank) {
     threads.emplace_back(
-        [&, rank] { runs[rank] = RunRank(store, tp, cp, rank); });
+        [&, rank] { runs[rank] = RunRank(store, tp, cp, rank, memory); });
   }
   for (std::thread& thread : threads) thread.join();
   return runs;
@@ -176,6 +184,24 @@ TEST(TokenParallelTest, TensorParallelTwoEqualsOneRank) {
 
 TEST(TokenParallelTest, ContextParallelTwoEqualsOneRank) {
   ExpectSameAsOneRank(/*tp=*/1, /*cp=*/2);
+}
+
+// With the backend's tensors apart from the host (as on a GPU), the gathers
+// and reductions go through host copies and every rank's losses and
+// gradients equal the host run's bit for bit.
+TEST(TokenParallelTest, SeparateBackendMemoryGivesTheHostResults) {
+  SeparateMemoryAllocator memory;
+  const std::vector<RankRun> host = RunRanks(2, 2);
+  const std::vector<RankRun> separate = RunRanks(2, 2, &memory);
+  ASSERT_EQ(separate.size(), host.size());
+  for (size_t rank = 0; rank < host.size(); ++rank) {
+    EXPECT_EQ(separate[rank].losses.lm_loss, host[rank].losses.lm_loss);
+    EXPECT_EQ(separate[rank].losses.indexer_loss,
+              host[rank].losses.indexer_loss);
+    for (const auto& [name, grad] : host[rank].grads) {
+      EXPECT_EQ(separate[rank].grads.at(name).values(), grad.values()) << name;
+    }
+  }
 }
 
 TEST(TokenParallelTest, TensorTimesContextParallelEqualsOneRank) {
