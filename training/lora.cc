@@ -1,15 +1,14 @@
 #include "training/lora.h"
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "training/lora_targets.h"
 
 namespace glm {
 namespace {
@@ -43,15 +42,12 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
   std::set<std::string> matched;
   for (const NamedTensor& named : params->Named()) {
     const std::vector<int64_t>& shape = params->WholeShape(named.name);
-    if (named.grad == nullptr || shape.size() != 2 ||
-        !absl::EndsWith(named.name, kWeightSuffix)) {
-      continue;
-    }
-    // "model.layers.3.self_attn.q_a_proj.weight": stem without ".weight",
-    // module q_a_proj.
+    const std::string module =
+        LoraModuleOf(named.name, shape, named.grad != nullptr);
+    if (module.empty()) continue;
+    // "model.layers.3.self_attn.q_a_proj.weight": stem without ".weight".
     const std::string stem =
         named.name.substr(0, named.name.size() - (sizeof(kWeightSuffix) - 1));
-    const std::string module = stem.substr(stem.rfind('.') + 1);
     bool wanted = false;
     for (const std::string& target : options.target_modules) {
       wanted |= module == target;
@@ -92,35 +88,39 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
   return adapters;
 }
 
-void LoraAdapters::Merge() {
+// s * B, the scaled up-projection both products below use.
+Tensor ScaledB(Backend& backend, const Tensor& b, double scale) {
+  Tensor scaled(b.shape(), b.allocator());
+  backend.Axpy(static_cast<float>(scale), b.Matrix(), scaled.Matrix());
+  return scaled;
+}
+
+void LoraAdapters::Merge(Backend& backend) {
   for (Target& t : targets_) {
     if (!Held(t)) continue;
-    const int rank = static_cast<int>(t.a.dim(0));
-    const int out = static_cast<int>(t.b.dim(0)),
-              in = static_cast<int>(t.a.dim(1));
-    t.weight->values() = t.base.values();
-    // W += s * B[out, r] A[r, in]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, out, in, rank,
-                static_cast<float>(scale_), t.b.data(), rank, t.a.data(), in,
-                1.f, t.weight->data(), in);
+    backend.Copy(t.base.Matrix(), t.weight->Matrix());
+    // W[out, in] += (s B)[out, r] A[r, in]: the input-gradient product of a
+    // linear layer with weight A (its input, W0, only gives the shape).
+    backend.LinearBackward(t.base.Matrix(), t.a.Matrix(),
+                           ScaledB(backend, t.b, scale_).Matrix(),
+                           t.weight->Matrix(), MatrixView());
   }
 }
 
-void LoraAdapters::AdapterGradients() {
+void LoraAdapters::AdapterGradients(Backend& backend) {
   for (Target& t : targets_) {
     if (!Held(t)) continue;
-    const int rank = static_cast<int>(t.a.dim(0));
-    const int out = static_cast<int>(t.b.dim(0)),
-              in = static_cast<int>(t.a.dim(1));
-    const float s = static_cast<float>(scale_);
-    // dA[r, in] = s * B^T[r, out] G[out, in]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rank, in, out, s,
-                t.b.data(), rank, t.weight_grad->data(), in, 0.f,
-                t.a_grad.data(), in);
-    // dB[out, r] = s * G[out, in] A^T[in, r]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, out, rank, in, s,
-                t.weight_grad->data(), in, t.a.data(), in, 0.f, t.b_grad.data(),
-                rank);
+    const Tensor scaled_b = ScaledB(backend, t.b, scale_);
+    // dA[r, in] = (s B)^T[r, out] G[out, in]: a weight-gradient product.
+    t.a_grad.SetZero();
+    backend.LinearBackward(t.weight_grad->Matrix(), t.a.Matrix(),
+                           scaled_b.Matrix(), MatrixView(), t.a_grad.Matrix());
+    // dB[out, r] = s G[out, in] A^T[in, r]: a forward product, then scaled.
+    Tensor g_at(t.b.shape(), t.b.allocator());
+    backend.Linear(t.weight_grad->Matrix(), t.a.Matrix(), g_at.Matrix(),
+                   /*accumulate=*/false);
+    t.b_grad.SetZero();
+    backend.Axpy(static_cast<float>(scale_), g_at.Matrix(), t.b_grad.Matrix());
     t.weight_grad->SetZero();
   }
 }

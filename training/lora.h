@@ -41,11 +41,12 @@ class LoraAdapters {
                                              const LoraOptions& options,
                                              uint64_t seed);
 
-  // W = W0 + s * B A for every target this rank holds.
-  void Merge();
+  // W = W0 + s * B A for every target this rank holds; `backend` computes
+  // where the weights live.
+  void Merge(Backend& backend);
   // Adapter gradients from the targets' weight gradients (which are then
   // zeroed).
-  void AdapterGradients();
+  void AdapterGradients(Backend& backend);
   // The adapters of the targets this rank holds (a pipeline rank: those of
   // its stages), which it trains.
   std::vector<TrainableTensor> Trainable();

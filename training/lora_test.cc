@@ -30,7 +30,8 @@ TEST(LoraTest, StartsFromTheBaseModel) {
   auto lora = LoraAdapters::Create(&params, {4, 8, {"q_a_proj", "o_proj"}}, 1);
   ASSERT_TRUE(lora.ok()) << lora.status();
   EXPECT_EQ(lora->targets(), 2 * 9);  // 8 layers + MTP
-  lora->Merge();
+  CpuBackend backend;
+  lora->Merge(backend);
   EXPECT_EQ(params.layers[2].self_attn.q_a_proj.value.values(), before);
   EXPECT_EQ(lora->Trainable()[0].name,
             "model.layers.0.self_attn.q_a_proj.lora_A.weight");
@@ -56,13 +57,13 @@ TEST(LoraTest, AdapterGradientsMatchFiniteDifferences) {
   CpuBackend backend;
   GlmModel model(&params, &backend, LossOptions{0.1f, 0.f});
   auto loss = [&]() {
-    lora->Merge();
+    lora->Merge(backend);
     return model.Forward(ShortBatch())->total_loss;
   };
   params.ZeroGrad();
   loss();
   ASSERT_TRUE(model.Backward().ok());
-  lora->AdapterGradients();
+  lora->AdapterGradients(backend);
   std::vector<TrainableTensor> adapters = lora->Trainable();
   for (int which : {0, 1, 6, 7}) {  // A and B of two layers
     const TrainableTensor& t = adapters[which];

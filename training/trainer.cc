@@ -671,7 +671,7 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
 
 absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
   if (!resident()) params_->ZeroGrad();
-  if (lora_) lora_->Merge();
+  if (lora_) lora_->Merge(optimizer_backend());
   if (device_params_) {
     if (!resident()) CopyValues(*params_, *device_params_);
     device_params_->ZeroGrad();
@@ -684,7 +684,7 @@ absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
   }
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
-  if (lora_) lora_->AdapterGradients();
+  if (lora_) lora_->AdapterGradients(optimizer_backend());
   return absl::OkStatus();
 }
 

@@ -155,7 +155,7 @@ TrainingState Trainer::State() {
 
 absl::StatusOr<TrainingState> Trainer::MergedModelState() {
   if (resident()) SyncToHost();
-  if (lora_) lora_->Merge();
+  if (lora_) lora_->Merge(optimizer_backend());
   TrainingState merged;
   for (const NamedTensor& named : params_->Named()) {
     if (named.value->numel() == 0) continue;  // another rank's
