@@ -31,11 +31,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
       : options_(options) {
     GLM_CUDA_CHECK(cudaSetDevice(options_.device));
     GLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    if (cublasLtCreate(&cublas_lt_) != CUBLAS_STATUS_SUCCESS) {
-      std::fprintf(stderr, "cublasLtCreate failed on cuda:%d\n",
-                   options_.device);
-      std::abort();
-    }
+    GLM_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
     allocator_ = std::make_unique<cuda::CudaAllocator>(options_.device, stream_);
     loss_ = static_cast<double*>(allocator_->Allocate(sizeof(double)));
   }

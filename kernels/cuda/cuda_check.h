@@ -1,7 +1,8 @@
-// Error checks after every CUDA runtime call and kernel launch.
+// Error checks after every CUDA runtime and cuBLASLt call and kernel launch.
 #ifndef GLM_KERNELS_CUDA_CUDA_CHECK_H_
 #define GLM_KERNELS_CUDA_CUDA_CHECK_H_
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -14,6 +15,18 @@
       std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n",                \
                    cudaGetErrorName(glm_cuda_status), __FILE__, __LINE__, \
                    cudaGetErrorString(glm_cuda_status));                  \
+      std::abort();                                                       \
+    }                                                                     \
+  } while (0)
+
+// After every cuBLASLt call.
+#define GLM_CUBLAS_CHECK(expr)                                            \
+  do {                                                                    \
+    cublasStatus_t glm_cublas_status = (expr);                            \
+    if (glm_cublas_status != CUBLAS_STATUS_SUCCESS) {                     \
+      std::fprintf(stderr, "cuBLAS error %s at %s:%d: %s\n",              \
+                   cublasLtGetStatusName(glm_cublas_status), __FILE__,    \
+                   __LINE__, cublasLtGetStatusString(glm_cublas_status)); \
       std::abort();                                                       \
     }                                                                     \
   } while (0)

@@ -16,17 +16,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 
-#define GLM_CUBLAS_CHECK(expr)                                            \
-  do {                                                                    \
-    cublasStatus_t glm_cublas_status = (expr);                            \
-    if (glm_cublas_status != CUBLAS_STATUS_SUCCESS) {                     \
-      std::fprintf(stderr, "cuBLAS error %s at %s:%d: %s\n",              \
-                   cublasLtGetStatusName(glm_cublas_status), __FILE__,    \
-                   __LINE__, cublasLtGetStatusString(glm_cublas_status)); \
-      std::abort();                                                       \
-    }                                                                     \
-  } while (0)
-
 namespace glm::cuda {
 namespace {
 
