@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_service.h"
+#include "coordinator/job_state_machine.h"
 #include "coordinator/job_store.h"
 #include "coordinator/job_table.h"
 #include "coordinator/rendezvous_service.h"
@@ -42,7 +43,8 @@ struct Coordinator::Parts {
   std::thread ticker;
 
   // Periodic work: declare silent workers dead, schedule what waits, fail the
-  // jobs that waited too long for workers, refresh gauges.
+  // jobs that waited too long for workers, refresh gauges, drop the series of
+  // jobs finished longer than the retention ago.
   void Tick() {
     scheduler->ExpireSilentWorkers(UnixMillisNow());
     if (absl::Status scheduled = scheduler->ScheduleReady(); !scheduled.ok()) {
@@ -58,6 +60,11 @@ struct Coordinator::Parts {
     absl::StatusOr<std::map<v1::JobState, int>> counts = jobs->CountByState();
     if (counts.ok()) metrics->SetJobsByState(*counts);
     metrics->SetWorkers(workers->RegisteredCount(), workers->AliveCount());
+    for (const std::string& id : metrics->JobsQuietFor(
+             absl::Milliseconds(options.metrics_retention_ms))) {
+      absl::StatusOr<v1::Job> job = jobs->Get(id);
+      if (!job.ok() || IsTerminalState(job->state())) metrics->ForgetJob(id);
+    }
   }
 
   void RunTicker() {

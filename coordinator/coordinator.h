@@ -20,6 +20,9 @@ struct CoordinatorOptions {
   std::string state_dir;
   // host:port for /metrics; empty serves no metrics.
   std::string metrics_listen;
+  // How long a finished job's series stay on /metrics after its last step
+  // (long enough for a few scrapes to see its final values).
+  int64_t metrics_retention_ms = 600000;
   // Every RPC must carry `authorization: Bearer <auth_token>`.
   std::string auth_token;
   // PEM certificate chain and private key; both empty: plaintext.

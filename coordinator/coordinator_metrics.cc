@@ -110,9 +110,14 @@ void CoordinatorMetrics::SetWorkers(int registered, int alive) {
   workers_->Add({{"status", "alive"}}).Set(alive);
 }
 
+void CoordinatorMetrics::CountRpc(const std::string& method,
+                                  const std::string& code) {
+  rpcs_->Add({{"method", method}, {"code", code}}).Increment();
+}
+
 void CoordinatorMetrics::RecordRpc(const std::string& method,
                                    const std::string& code, double seconds) {
-  rpcs_->Add({{"method", method}, {"code", code}}).Increment();
+  CountRpc(method, code);
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
   rpc_latency_->Add({{"method", method}}, kBuckets).Observe(seconds);
@@ -120,15 +125,44 @@ void CoordinatorMetrics::RecordRpc(const std::string& method,
 
 void CoordinatorMetrics::RecordStep(const std::string& job_id,
                                     const v1::StepMetrics& metrics) {
+  absl::MutexLock lock(&mu_);
+  JobSeries& series = job_series_[job_id];
+  series.updated = absl::Now();
+  series.gauges.clear();
+  auto set = [&](prometheus::Family<prometheus::Gauge>* family,
+                 const std::map<std::string, std::string>& labels,
+                 double value) {
+    prometheus::Gauge& gauge = family->Add(labels);
+    gauge.Set(value);
+    series.gauges.emplace_back(family, &gauge);
+  };
   for (const StepGauge& gauge : kStepGauges) {
-    step_gauges_.at(gauge.name)
-        ->Add({{"job", job_id}})
-        .Set(gauge.value(metrics));
+    set(step_gauges_.at(gauge.name), {{"job_id", job_id}},
+        gauge.value(metrics));
   }
   for (int i = 0; i < metrics.expert_load_imbalance_size(); ++i) {
-    expert_imbalance_->Add({{"job", job_id}, {"moe_layer", absl::StrCat(i)}})
-        .Set(metrics.expert_load_imbalance(i));
+    set(expert_imbalance_, {{"job_id", job_id}, {"moe_layer", absl::StrCat(i)}},
+        metrics.expert_load_imbalance(i));
   }
+}
+
+std::vector<std::string> CoordinatorMetrics::JobsQuietFor(
+    absl::Duration quiet) {
+  const absl::Time before = absl::Now() - quiet;
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> jobs;
+  for (const auto& [job_id, series] : job_series_) {
+    if (series.updated < before) jobs.push_back(job_id);
+  }
+  return jobs;
+}
+
+void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = job_series_.find(job_id);
+  if (it == job_series_.end()) return;
+  for (const auto& [family, gauge] : it->second.gauges) family->Remove(gauge);
+  job_series_.erase(it);
 }
 
 }  // namespace glm

@@ -293,13 +293,14 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
             std::string::npos)
       << body;
   for (const char* line : {
-           "glm_job_iteration{job=\"job-000001\"} 7",
-           "glm_job_lm_loss{job=\"job-000001\"} 4.5",
-           "glm_job_grad_norm{job=\"job-000001\"} 1.25",
-           "glm_job_tokens_per_second_per_device{job=\"job-000001\"} 1500",
-           "glm_job_tflops_per_device{job=\"job-000001\"} 0.5",
-           "glm_job_indexer_loss{job=\"job-000001\"} 0.125",
-           "glm_job_expert_load_imbalance{job=\"job-000001\",moe_layer=\"1\"} "
+           "glm_job_iteration{job_id=\"job-000001\"} 7",
+           "glm_job_lm_loss{job_id=\"job-000001\"} 4.5",
+           "glm_job_grad_norm{job_id=\"job-000001\"} 1.25",
+           "glm_job_tokens_per_second_per_device{job_id=\"job-000001\"} 1500",
+           "glm_job_tflops_per_device{job_id=\"job-000001\"} 0.5",
+           "glm_job_indexer_loss{job_id=\"job-000001\"} 0.125",
+           "glm_job_expert_load_imbalance{job_id=\"job-000001\",moe_layer="
+           "\"1\"} "
            "2.75",
        }) {
     EXPECT_NE(body.find(line), std::string::npos) << line;

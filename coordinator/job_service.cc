@@ -85,8 +85,8 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {
-  return GuardRpc(env_, *context, "JobService/WatchJob",
-                  [&] { return StreamJob(context, request->id(), writer); });
+  return GuardStream(env_, *context, "JobService/WatchJob",
+                     [&] { return StreamJob(context, request->id(), writer); });
 }
 
 grpc::Status JobServiceImpl::StreamJob(

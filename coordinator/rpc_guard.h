@@ -1,6 +1,8 @@
 // What every coordinator RPC handler does around its work: refuse callers
 // without the bearer token (UNAUTHENTICATED), and count the call and its
-// latency by method and status code.
+// latency by method and status code. Long-lived streams (a WatchJob lasts as
+// long as its job) are counted without a latency, which would only measure
+// how long the caller listened.
 #ifndef GLM_COORDINATOR_RPC_GUARD_H_
 #define GLM_COORDINATOR_RPC_GUARD_H_
 
@@ -47,6 +49,19 @@ grpc::Status GuardRpc(const RpcEnv& env, const grpc::ServerContext& context,
   if (env.metrics) {
     env.metrics->RecordRpc(method, StatusCodeName(status.error_code()),
                            absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return status;
+}
+
+// GuardRpc for a server stream that lives as long as what it follows: counted,
+// but kept out of the latency histogram.
+template <typename Handler>
+grpc::Status GuardStream(const RpcEnv& env, const grpc::ServerContext& context,
+                         const char* method, Handler&& handler) {
+  grpc::Status status = Authenticate(env, context);
+  if (status.ok()) status = handler();
+  if (env.metrics) {
+    env.metrics->CountRpc(method, StatusCodeName(status.error_code()));
   }
   return status;
 }

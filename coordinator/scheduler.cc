@@ -305,6 +305,18 @@ absl::Status Scheduler::FailJobsWaitingTooLong(int64_t now_ms) {
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::OnDeregister(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<WorkerRecord> gone = workers_->Remove(worker_id);
+  if (!gone.ok()) return gone.status();
+  stopping_.erase(worker_id);
+  if (!gone->job_id.empty() && attempts_.count(gone->job_id)) {
+    RestartOrFail(gone->job_id, absl::StrCat(worker_id, " (rank ", gone->rank,
+                                             ") stopped and deregistered"));
+  }
+  return absl::OkStatus();
+}
+
 void Scheduler::ExpireSilentWorkers(int64_t now_ms) {
   absl::MutexLock lock(&mu_);
   for (const WorkerRecord& dead : workers_->ExpireSilent(now_ms)) {

@@ -56,6 +56,9 @@ class Scheduler {
   absl::StatusOr<bool> OnMetrics(const v1::ReportMetricsRequest& request);
   // A rank's final word on the attempt.
   absl::Status OnJobResult(const v1::ReportJobResultRequest& request);
+  // A worker that stopped: forgotten, so it gets no further assignment; a job
+  // rank it still held restarts or fails its job at once.
+  absl::Status OnDeregister(const std::string& worker_id);
   // Declares silent workers dead and restarts or fails the jobs they held.
   void ExpireSilentWorkers(int64_t now_ms);
   // Fails the PENDING jobs that have waited for workers longer than their

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -273,6 +274,38 @@ TEST_F(SchedulerTest, CoordinatorRestartRequeuesRunningJobsWithRestartsLeft) {
   job = *jobs_.Get(final_attempt);
   EXPECT_EQ(job.state(), v1::FAILED);
   EXPECT_EQ(job.message(), reason);
+}
+
+TEST_F(SchedulerTest, ADeregisteredWorkerIsNeverAssignedAJob) {
+  const std::string stopped = AddWorker();
+  const std::string idle = AddWorker();
+  ASSERT_TRUE(scheduler_.OnDeregister(stopped).ok());
+  EXPECT_EQ(scheduler_.OnDeregister(stopped).code(),
+            absl::StatusCode::kNotFound);
+  const std::string id = jobs_.Create(LoadTestSpec("tiny_job.json"))->id();
+  ASSERT_TRUE(scheduler_.ScheduleReady().ok());
+  EXPECT_EQ(jobs_.Get(id)->state(), v1::PENDING);  // one worker left of two
+
+  const std::string added = AddWorker();
+  ASSERT_TRUE(scheduler_.ScheduleReady().ok());
+  const v1::Job job = *jobs_.Get(id);
+  EXPECT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(std::vector<std::string>(job.worker_ids().begin(),
+                                     job.worker_ids().end()),
+            (std::vector<std::string>{idle, added}));
+}
+
+TEST_F(SchedulerTest, ARankWhoseWorkerDeregistersRestartsTheJobAtOnce) {
+  const std::string id = StartTwoRankJob(/*max_restarts=*/1);
+  const std::string rank0 = jobs_.Get(id)->worker_ids(0);
+  ASSERT_TRUE(scheduler_.OnDeregister(rank0).ok());
+  const v1::Job job = *jobs_.Get(id);
+  EXPECT_EQ(job.state(), v1::PENDING);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_NE(job.history().rbegin()->reason().find(
+                rank0 + " (rank 0) stopped and deregistered"),
+            std::string::npos)
+      << job.history().rbegin()->reason();
 }
 
 }  // namespace

@@ -91,6 +91,20 @@ void WorkerRegistry::Release(const std::string& worker_id) {
   queued_.erase(worker_id);
 }
 
+absl::StatusOr<WorkerRecord> WorkerRegistry::Remove(
+    const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = numbers_.find(worker_id);
+  if (it == numbers_.end()) {
+    return absl::NotFoundError(absl::StrCat("no worker '", worker_id, "'"));
+  }
+  WorkerRecord removed = std::move(workers_.at(it->second));
+  workers_.erase(it->second);
+  numbers_.erase(it);
+  queued_.erase(worker_id);
+  return removed;
+}
+
 std::optional<v1::Assignment> WorkerRegistry::NextAssignment(
     const std::string& worker_id, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);

@@ -56,6 +56,10 @@ class WorkerRegistry {
   bool WithdrawAssignment(const std::string& worker_id);
   // Makes the worker idle again (its job rank ended).
   void Release(const std::string& worker_id);
+  // Forgets a worker that stopped, with any assignment queued for it, and
+  // returns it as it was (with the job rank it held); NOT_FOUND for an
+  // unknown id.
+  absl::StatusOr<WorkerRecord> Remove(const std::string& worker_id);
   // The worker's next assignment; nullopt when none comes within `timeout`.
   std::optional<v1::Assignment> NextAssignment(const std::string& worker_id,
                                                absl::Duration timeout);

@@ -59,7 +59,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
 grpc::Status WorkerServiceImpl::WatchAssignments(
     grpc::ServerContext* context, const v1::WatchAssignmentsRequest* request,
     grpc::ServerWriter<v1::Assignment>* writer) {
-  return GuardRpc(env_, *context, "WorkerService/WatchAssignments", [&] {
+  return GuardStream(env_, *context, "WorkerService/WatchAssignments", [&] {
     return StreamAssignments(context, request->worker_id(), writer);
   });
 }
@@ -115,6 +115,16 @@ grpc::Status WorkerServiceImpl::ReportJobResult(
     absl::Status recorded = scheduler_->OnJobResult(*request);
     if (recorded.ok()) ScheduleReady();  // its workers may be free now
     return ToGrpcStatus(recorded);
+  });
+}
+
+grpc::Status WorkerServiceImpl::DeregisterWorker(
+    grpc::ServerContext* context, const v1::DeregisterWorkerRequest* request,
+    v1::DeregisterWorkerResponse* response) {
+  return GuardRpc(env_, *context, "WorkerService/DeregisterWorker", [&] {
+    absl::Status removed = scheduler_->OnDeregister(request->worker_id());
+    if (removed.ok()) ScheduleReady();  // a restarted job may find others
+    return ToGrpcStatus(removed);
   });
 }
 

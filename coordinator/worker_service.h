@@ -41,6 +41,9 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   grpc::Status ReportJobResult(grpc::ServerContext* context,
                                const v1::ReportJobResultRequest* request,
                                v1::ReportJobResultResponse* response) override;
+  grpc::Status DeregisterWorker(
+      grpc::ServerContext* context, const v1::DeregisterWorkerRequest* request,
+      v1::DeregisterWorkerResponse* response) override;
 
  private:
   grpc::Status StreamAssignments(grpc::ServerContext* context,

@@ -193,4 +193,12 @@ absl::Status CoordinatorClient::ReportJobResult(const std::string& job_id,
       connection_->NewContext(kCallTimeout).get(), request, &response));
 }
 
+absl::Status CoordinatorClient::Deregister() {
+  v1::DeregisterWorkerRequest request;
+  request.set_worker_id(worker_id());
+  v1::DeregisterWorkerResponse response;
+  return FromGrpcStatus(stub_->DeregisterWorker(
+      connection_->NewContext(kCallTimeout).get(), request, &response));
+}
+
 }  // namespace glm

@@ -71,6 +71,8 @@ class CoordinatorClient {
   absl::Status ReportCheckpoint(const v1::CheckpointManifest& manifest);
   absl::Status ReportJobResult(const std::string& job_id, int rank, int attempt,
                                bool ok, const std::string& message);
+  // Leaves the coordinator for good (the worker is stopping).
+  absl::Status Deregister();
 
  private:
   void HeartbeatLoop(std::function<void(const std::string&)> on_stop_job,
