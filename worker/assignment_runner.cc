@@ -1,10 +1,12 @@
 #include "worker/assignment_runner.h"
 
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "metrics_log/step_metrics_log.h"
 #include "worker/rendezvous_store.h"
 #include "worker/training_job.h"
 
@@ -12,8 +14,11 @@ namespace glm {
 
 AssignmentRunner::AssignmentRunner(CoordinatorClient* client,
                                    std::function<void(const std::string&)> log,
-                                   std::string device)
-    : client_(client), log_(std::move(log)), device_(std::move(device)) {}
+                                   std::string device, std::string host)
+    : client_(client),
+      log_(std::move(log)),
+      device_(std::move(device)),
+      host_(std::move(host)) {}
 
 void AssignmentRunner::Serve() {
   client_->StartHeartbeats(
@@ -63,12 +68,28 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
                     assignment.rank(), " of ", assignment.world_size()));
   stop_job_ = false;
   client_->SetCurrentJob(job, 0);
+  std::unique_ptr<StepMetricsLog> step_log;
+  const std::string& save_dir = assignment.spec().training().save_dir();
+  if (assignment.rank() == 0 && !save_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<StepMetricsLog>> opened =
+        StepMetricsLog::Open(StepMetricsDir(save_dir));
+    if (opened.ok()) {
+      step_log = *std::move(opened);
+    } else {
+      log_("not logging steps to disk: " + opened.status().ToString());
+    }
+  }
   TrainingJobHooks hooks;
   hooks.log = log_;
   hooks.on_step = [&](const v1::StepMetrics& metrics) {
     client_->SetCurrentJob(job, metrics.iteration());
     // Data-parallel ranks compute the same metrics: rank 0 reports them once.
     if (assignment.rank() != 0) return stop_job_.load();
+    if (step_log) {
+      if (absl::Status written = step_log->Write(metrics); !written.ok()) {
+        log_("logging the step failed: " + written.ToString());
+      }
+    }
     absl::StatusOr<bool> stop =
         client_->ReportMetrics(job, assignment.rank(), metrics);
     if (!stop.ok())
@@ -83,7 +104,7 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
   RendezvousStore rendezvous(client_->connection(),
                              assignment.rendezvous().scope());
   const absl::Status result =
-      RunTrainingJob(assignment, hooks, &rendezvous, device_);
+      RunTrainingJob(assignment, hooks, &rendezvous, device_, host_);
   log_(absl::StrCat("job ", job, " finished: ", result.ToString()));
   absl::Status reported =
       client_->ReportJobResult(job, assignment.rank(), assignment.attempt(),

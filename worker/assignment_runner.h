@@ -1,7 +1,9 @@
 // The worker's life between registration and shutdown: take each assignment the
 // coordinator pushes, run it, and report its metrics and result. Heartbeats
 // carry the current job and iteration; a coordinator's "stop" (cancel, failure
-// elsewhere) stops the running job after its current iteration.
+// elsewhere) stops the running job after its current iteration. Rank 0, which
+// holds the job's reduced losses, also writes each step to the job's metrics
+// folder (TensorBoard events and JSON lines, beside its checkpoints).
 #ifndef GLM_WORKER_ASSIGNMENT_RUNNER_H_
 #define GLM_WORKER_ASSIGNMENT_RUNNER_H_
 
@@ -18,10 +20,11 @@ namespace glm {
 class AssignmentRunner {
  public:
   // `log` receives progress lines. Neither pointer is owned.
-  // `device` is the worker's ("cpu" or "cuda:N").
+  // `device` is the worker's ("cpu" or "cuda:N"); `host` the address its
+  // peers dial.
   AssignmentRunner(CoordinatorClient* client,
                    std::function<void(const std::string&)> log,
-                   std::string device = "cpu");
+                   std::string device = "cpu", std::string host = "127.0.0.1");
 
   // Heartbeats, then serves assignments until Shutdown (or the stream fails,
   // after which it reconnects with backoff). A coordinator that no longer
@@ -41,6 +44,7 @@ class AssignmentRunner {
   CoordinatorClient* client_;
   std::function<void(const std::string&)> log_;
   std::string device_;
+  std::string host_;
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> stop_job_{false};
 };

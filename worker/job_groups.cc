@@ -1,6 +1,5 @@
 #include "worker/job_groups.h"
 
-#include <cstdlib>
 #include <memory>
 #include <utility>
 
@@ -22,7 +21,8 @@ absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel) {
 
 absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
                                                const RankGrid& grid,
-                                               RendezvousStore* rendezvous) {
+                                               RendezvousStore* rendezvous,
+                                               const std::string& host) {
   if (rendezvous == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", assignment.rank(), " of ",
@@ -39,9 +39,7 @@ absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
       assignment.spec().parallel().collective_timeout_seconds();
   options.timeout = absl::Seconds(
       collective_timeout_seconds > 0 ? collective_timeout_seconds : 300);
-  if (const char* host = std::getenv("GLM_GLOO_HOSTNAME"); host != nullptr) {
-    options.hostname = host;
-  }
+  options.hostname = host;
   auto store = std::make_shared<GlooStore>(rendezvous, options.connect_timeout);
   absl::StatusOr<ProcessGroups> groups = ProcessGroups::Create(
       grid, assignment.rank(), GlooFactory(std::move(store), options));

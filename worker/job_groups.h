@@ -4,6 +4,8 @@
 #ifndef GLM_WORKER_JOB_GROUPS_H_
 #define GLM_WORKER_JOB_GROUPS_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "parallel/collectives.h"
@@ -23,12 +25,13 @@ absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel);
 // Connects every group of the assignment's rank over Gloo/TCP, bootstrapped
 // through `rendezvous` (not owned) and bounded by the assignment's rendezvous
 // timeout; a collective waits up to the spec's
-// parallel.collective_timeout_seconds (0: 300 s). The address peers dial is
-// 127.0.0.1 unless GLM_GLOO_HOSTNAME names another. A peer that never arrives
-// is an error naming this rank and the group.
+// parallel.collective_timeout_seconds (0: 300 s). Peers dial this rank at
+// `host` (the worker's advertised address). A peer that never arrives is an
+// error naming this rank and the group.
 absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
                                                const RankGrid& grid,
-                                               RendezvousStore* rendezvous);
+                                               RendezvousStore* rendezvous,
+                                               const std::string& host);
 
 // True on every rank when any rank was asked to stop (`world` null: one
 // rank), so that all stop after the same iteration.

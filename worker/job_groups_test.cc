@@ -38,8 +38,8 @@ TEST(JobGroupsTest, PeerThatStopsCallingCollectivesFailsAfterSpecTimeout) {
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       RendezvousStore rendezvous(server.Connect(), "job-000001/attempt-1");
-      absl::StatusOr<ProcessGroups> groups =
-          ConnectJobGroups(AssignmentOf(rank, 2, 1), *grid, &rendezvous);
+      absl::StatusOr<ProcessGroups> groups = ConnectJobGroups(
+          AssignmentOf(rank, 2, 1), *grid, &rendezvous, "127.0.0.1");
       ASSERT_TRUE(groups.ok()) << groups.status();
       if (rank == 1) {
         // Hangs: alive and connected, but never joins the all-reduce.

@@ -429,7 +429,8 @@ std::optional<TokenParallelRank> TokenParallelRankOf(ProcessGroups* groups) {
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
                             const TrainingJobHooks& hooks,
                             RendezvousStore* rendezvous,
-                            const std::string& device) {
+                            const std::string& device,
+                            const std::string& host) {
   if (absl::Status status = CheckSupported(assignment, device); !status.ok()) {
     return status;
   }
@@ -438,7 +439,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   std::optional<ProcessGroups> groups;
   if (assignment.world_size() > 1) {
     absl::StatusOr<ProcessGroups> connected =
-        ConnectJobGroups(assignment, plan->grid, rendezvous);
+        ConnectJobGroups(assignment, plan->grid, rendezvous, host);
     if (!connected.ok()) return connected.status();
     groups = *std::move(connected);
   }

@@ -39,11 +39,13 @@ absl::StatusOr<std::string> DataPathFromSpec(const v1::DataSpec& data);
 // rendezvous timeout; a peer that does not arrive is an error naming the
 // group, not a hang. Every rank calls hooks.on_step; all stop after the same
 // iteration when any is asked to. Rank 0 writes the checkpoints.
-// `device` is the worker's: "cpu" or "cuda:N".
+// `device` is the worker's: "cpu" or "cuda:N"; `host` the address its peers
+// dial for the job's process groups.
 absl::Status RunTrainingJob(const v1::Assignment& assignment,
                             const TrainingJobHooks& hooks,
                             RendezvousStore* rendezvous = nullptr,
-                            const std::string& device = "cpu");
+                            const std::string& device = "cpu",
+                            const std::string& host = "127.0.0.1");
 
 }  // namespace glm
 

@@ -1,13 +1,14 @@
 // glm-worker: one process per GPU (or CPU rank). Registers with the
 // coordinator, heartbeats, runs the assignments it is given, and reports
 // metrics, checkpoints and results. Stops on SIGTERM or SIGINT after the
-// current iteration.
+// current iteration and deregisters.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -19,11 +20,18 @@
 #include "cli/command_flags.h"
 #include "kernels/backend_factory.h"
 #include "rpc/client_connection.h"
+#include "version/version.h"
+#include "worker/advertise_address.h"
 #include "worker/assignment_runner.h"
 #include "worker/coordinator_client.h"
 
 namespace glm {
 namespace {
+
+std::string EnvOr(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
 
 CommandFlags DeclareFlags() {
   CommandFlags flags(
@@ -32,12 +40,17 @@ CommandFlags DeclareFlags() {
   flags.Add("token-file", "file holding the bearer token");
   flags.Add("tls-ca", "PEM of the CA that signed the coordinator (TLS)");
   flags.Add("device", "cpu, or cuda:N for GPU N", "cpu");
-  flags.Add("address", "host:port peers reach this worker on (informational)");
+  flags.Add("advertise-address",
+            "IP address or host name peers reach this worker at for the "
+            "job's collectives (env GLM_ADVERTISE_ADDRESS; default: this "
+            "host's address on the route to the coordinator)",
+            EnvOr("GLM_ADVERTISE_ADDRESS"));
   flags.AddBool("exit-with-parent",
                 "stop (as on SIGTERM) when the process that started this "
                 "worker exits (glmctl local uses it)");
   flags.Add("register-timeout-s",
             "how long to keep trying to reach the coordinator", "60");
+  flags.AddBool("version", "print the version and exit");
   return flags;
 }
 
@@ -121,6 +134,10 @@ int Main(int argc, char** argv) {
     std::cout << flags.Help();
     return kExitOk;
   }
+  if (flags.GetBool("version")) {
+    std::cout << "glm-worker " << kGlmVersion << "\n";
+    return kExitOk;
+  }
   absl::StatusOr<v1::DeviceKind> kind = ParseDevice(flags.Get("device"));
   int64_t register_timeout_s = 0;
   absl::Status usage = kind.status();
@@ -152,9 +169,15 @@ int Main(int argc, char** argv) {
     if (getppid() != parent) return kExitFailure;
   }
 
+  absl::StatusOr<std::string> address = ChooseAdvertiseAddress(
+      flags.Get("advertise-address"), flags.Get("coordinator"));
+  if (!address.ok()) {
+    std::cerr << "glm-worker: no address to advertise ("
+              << address.status().message() << "); pass --advertise-address\n";
+    return kExitFailure;
+  }
   CoordinatorClient client(std::make_shared<ClientConnection>(*options));
-  v1::RegisterWorkerRequest request =
-      DescribeThisHost(*kind, flags.Get("address"));
+  v1::RegisterWorkerRequest request = DescribeThisHost(*kind, *address);
   if (*kind == v1::CUDA) {
     // The GPU must exist before the worker offers it.
     absl::StatusOr<DeviceDescription> gpu = DescribeDevice(flags.Get("device"));
@@ -175,8 +198,9 @@ int Main(int argc, char** argv) {
     return kExitFailure;
   }
   Log(absl::StrCat("glm-worker ", client.worker_id(), ": registered with ",
-                   flags.Get("coordinator"), " (", flags.Get("device"), ")"));
-  AssignmentRunner runner(&client, Log, flags.Get("device"));
+                   flags.Get("coordinator"), " (", flags.Get("device"),
+                   ", peers reach it at ", *address, ")"));
+  AssignmentRunner runner(&client, Log, flags.Get("device"), *address);
   std::thread signals([&] {
     const int signal = AwaitStopSignal();
     Log(absl::StrCat(
@@ -186,6 +210,13 @@ int Main(int argc, char** argv) {
   });
   signals.detach();
   runner.Serve();
+  // The coordinator must not wait out the heartbeat timeout to learn that
+  // this worker is gone, nor assign it a job meanwhile.
+  if (absl::Status left = client.Deregister(); !left.ok()) {
+    Log("glm-worker: deregistering failed: " + left.ToString());
+  } else {
+    Log(absl::StrCat("glm-worker ", client.worker_id(), ": deregistered"));
+  }
   return kExitOk;
 }
 
