@@ -13,8 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/file_util.h"
-#include "data/atomic_file.h"
+#include "base/atomic_file.h"
+#include "base/file_util.h"
+#include "base/quote.h"
 #include "nlohmann/json.hpp"
 
 namespace glm {
@@ -24,6 +25,11 @@ using nlohmann::json;
 
 // Safetensors' own limit on the header size.
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;
+// A header nests three deep (object, tensor entry, shape list).
+constexpr int kMaxHeaderDepth = 8;
+// Elements of one tensor (zero dimensions aside): its bytes then fit in 63
+// bits whatever the dtype.
+constexpr uint64_t kMaxTensorElements = uint64_t{1} << 60;
 
 struct DTypeEntry {
   DType dtype;
@@ -90,23 +96,31 @@ class HeaderParser {
     json header;
     std::string duplicate;
     std::set<std::string> keys;
+    bool too_deep = false;
     // nlohmann keeps the last of duplicate keys silently; catch them here.
+    // Values nested too deep are dropped as they are read.
     json::parser_callback_t on_key = [&](int depth, json::parse_event_t event,
                                          json& parsed) {
       if (depth == 1 && event == json::parse_event_t::key &&
           !keys.insert(parsed.get<std::string>()).second && duplicate.empty()) {
         duplicate = parsed.get<std::string>();
       }
-      return true;
+      too_deep |= depth > kMaxHeaderDepth;
+      return depth <= kMaxHeaderDepth;
     };
     try {
       header = json::parse(text.begin(), text.end(), on_key);
-    } catch (const json::parse_error& error) {
-      return Error(absl::StrCat("header is not valid JSON: ", error.what()));
+    } catch (const json::exception& error) {
+      return Error(
+          absl::StrCat("header is not valid JSON: ", Quote(error.what(), 200)));
+    }
+    if (too_deep) {
+      return Error(absl::StrCat("header nests more than ", kMaxHeaderDepth,
+                                " levels deep"));
     }
     if (!duplicate.empty()) {
-      return Error(
-          absl::StrCat("tensor '", duplicate, "' appears twice in the header"));
+      return Error(absl::StrCat("tensor ", Quote(duplicate),
+                                " appears twice in the header"));
     }
     if (!header.is_object()) return Error("header is not a JSON object");
     for (auto it = header.begin(); it != header.end(); ++it) {
@@ -128,7 +142,7 @@ class HeaderParser {
   }
   absl::Status TensorError(const std::string& name,
                            const std::string& what) const {
-    return Error(absl::StrCat("tensor '", name, "': ", what));
+    return Error(absl::StrCat("tensor ", Quote(name), ": ", what));
   }
 
   absl::Status ParseMetadata(const json& value,
@@ -136,8 +150,8 @@ class HeaderParser {
     if (!value.is_object()) return Error("__metadata__ is not an object");
     for (auto it = value.begin(); it != value.end(); ++it) {
       if (!it.value().is_string()) {
-        return Error(absl::StrCat("__metadata__ value for '", it.key(),
-                                  "' is not a string"));
+        return Error(absl::StrCat("__metadata__ value for ", Quote(it.key()),
+                                  " is not a string"));
       }
       (*metadata)[it.key()] = it.value().get<std::string>();
     }
@@ -161,13 +175,21 @@ class HeaderParser {
     if (shape == entry.end() || !shape->is_array()) {
       return TensorError(name, "missing list field 'shape'");
     }
+    uint64_t elements = 1;  // of the dimensions that are not 0
     for (const json& dim : *shape) {
       if (!dim.is_number_unsigned()) {
-        return TensorError(name, absl::StrCat("shape ", shape->dump(),
+        return TensorError(name, absl::StrCat("shape ", Excerpt(shape->dump()),
                                               " has a non-integer or negative "
                                               "dimension"));
       }
-      info.shape.push_back(dim.get<int64_t>());
+      const uint64_t size = dim.get<uint64_t>();
+      if (size > 0 && (__builtin_mul_overflow(elements, size, &elements) ||
+                       elements > kMaxTensorElements)) {
+        return TensorError(name, absl::StrCat("shape ", Excerpt(shape->dump()),
+                                              " has more than ",
+                                              kMaxTensorElements, " elements"));
+      }
+      info.shape.push_back(static_cast<int64_t>(size));
     }
     auto offsets = entry.find("data_offsets");
     if (offsets == entry.end() || !offsets->is_array() ||
@@ -207,7 +229,7 @@ class HeaderParser {
         return TensorError(
             info.name,
             absl::StrCat("data_offsets [", info.begin, ", ", info.end,
-                         "] overlap tensor '", previous->name, "'"));
+                         "] overlap tensor ", Quote(previous->name)));
       }
       if (info.begin > position) {
         return TensorError(info.name,

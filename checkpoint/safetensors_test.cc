@@ -166,7 +166,7 @@ TEST(SafetensorsTest, TruncatedFiles) {
                   .ok());
   const std::string bytes = ReadAll(path);
   WriteAll(path, bytes.substr(0, bytes.size() - 4));
-  EXPECT_NE(OpenError(path).find("tensor 'b': data_offsets [16, 32] out of "
+  EXPECT_NE(OpenError(path).find("tensor \"b\": data_offsets [16, 32] out of "
                                  "range of the 28-byte data section"),
             std::string::npos);
   WriteAll(path, bytes.substr(0, 20));
@@ -185,32 +185,43 @@ TEST(SafetensorsTest, HeaderErrorsNameTheTensor) {
       {"{\"a\": ", data, "header is not valid JSON"},
       {"[1, 2]", "", "header is not a JSON object"},
       {R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]}})", data,
-       "tensor 'a': unknown dtype 'Q4'"},
+       "tensor \"a\": unknown dtype 'Q4'"},
       {R"({"a":{"shape":[4],"data_offsets":[0,16]}})", data,
-       "tensor 'a': missing string field 'dtype'"},
+       "tensor \"a\": missing string field 'dtype'"},
       {R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", data,
-       "tensor 'a': shape [-4] has a non-integer or negative dimension"},
+       "tensor \"a\": shape [-4] has a non-integer or negative dimension"},
       {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0]}})", data,
-       "tensor 'a': 'data_offsets' must be [begin, end]"},
+       "tensor \"a\": 'data_offsets' must be [begin, end]"},
       {R"({"a":{"dtype":"BF16","shape":[4],"data_offsets":[0,16]}})", data,
-       "tensor 'a': shape [4] of BF16 needs 8 bytes but data_offsets span 16"},
+       "tensor \"a\": shape [4] of BF16 needs 8 bytes but data_offsets span "
+       "16"},
       {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", data,
-       "tensor 'a': data_offsets [8, 24] out of range"},
+       "tensor \"a\": data_offsets [8, 24] out of range"},
       {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", data,
-       "tensor 'a': data_offsets [16, 0] out of range"},
+       "tensor \"a\": data_offsets [16, 0] out of range"},
       {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-       data, "tensor 'b': data_offsets [8, 16] overlap tensor 'a'"},
+       data, "tensor \"b\": data_offsets [8, 16] overlap tensor \"a\""},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
        R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
-       data, "tensor 'b': data_offsets begin at 12 leaving a gap after byte 8"},
+       data,
+       "tensor \"b\": data_offsets begin at 12 leaving a gap after byte 8"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data,
        "tensors cover 8 of the 16 bytes"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
        R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-       data, "tensor 'a' appears twice"},
+       data, "tensor \"a\" appears twice"},
       {R"({"__metadata__":{"format":1}})", "",
-       "__metadata__ value for 'format' is not a string"},
+       "__metadata__ value for \"format\" is not a string"},
+      // Shapes whose element count overflows 64 bits, and deep nesting.
+      {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],)"
+       R"("data_offsets":[0,16]}})",
+       data, "has more than 1152921504606846976 elements"},
+      {R"({"a":{"dtype":"F32","shape":[18446744073709551615,0],)"
+       R"("data_offsets":[0,0]}})",
+       "", "has more than"},
+      {"{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "", "nests more than 8 levels"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string path =

@@ -1,11 +1,10 @@
 #include "data/chat_sft.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/file_util.h"
+#include "base/quote.h"
 #include "nlohmann/json.hpp"
 
 namespace glm {
@@ -13,11 +12,25 @@ namespace {
 
 using Json = nlohmann::json;
 
+// A conversation nests three deep (object, messages, message).
+constexpr int kMaxJsonDepth = 16;
+
 // Parses one non-blank line; errors carry the field path, the caller adds
 // "SOURCE:LINE: ".
 absl::StatusOr<Conversation> ParseConversation(absl::string_view line) {
-  Json object = Json::parse(line.begin(), line.end(), nullptr,
+  bool too_deep = false;
+  // Values nested too deep are dropped as they are read.
+  Json::parser_callback_t depth_limit =
+      [&too_deep](int depth, Json::parse_event_t, Json&) {
+        too_deep |= depth > kMaxJsonDepth;
+        return depth <= kMaxJsonDepth;
+      };
+  Json object = Json::parse(line.begin(), line.end(), depth_limit,
                             /*allow_exceptions=*/false);
+  if (too_deep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nests more than ", kMaxJsonDepth, " levels deep"));
+  }
   if (object.is_discarded()) return absl::InvalidArgumentError("not JSON");
   if (!object.is_object()) {
     return absl::InvalidArgumentError("expected a JSON object");
@@ -57,9 +70,9 @@ absl::StatusOr<Conversation> ParseConversation(absl::string_view line) {
     }
     if (parsed.role != "system" && parsed.role != "user" &&
         parsed.role != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ".role: expected system, user or assistant, got \"",
-          parsed.role, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".role: expected system, user or assistant, got ",
+                       Quote(parsed.role)));
     }
     has_assistant |= parsed.role == "assistant";
     conversation.messages.push_back(std::move(parsed));
@@ -93,11 +106,9 @@ absl::StatusOr<std::vector<Conversation>> ParseChatJsonl(
 
 absl::StatusOr<std::vector<Conversation>> ReadChatJsonl(
     const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseChatJsonl(text.str(), path);
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseChatJsonl(*text, path);
 }
 
 absl::StatusOr<SftSequence> RenderConversation(const Conversation& conversation,

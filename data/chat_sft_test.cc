@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "base/quote.h"
 #include "gtest/gtest.h"
 
 namespace glm {
@@ -54,6 +55,17 @@ TEST(ChatJsonlTest, ErrorsNameTheLineAndField) {
   ExpectParseError(R"({"messages":[{"role":"user","content":"a"}]})",
                    "chat.jsonl:1: messages: no assistant message, so nothing "
                    "to learn");
+}
+
+TEST(ChatJsonlTest, HostileLinesAreRefusedBounded) {
+  ExpectParseError(R"({"messages":)" + std::string(100000, '[') +
+                       std::string(100000, ']') + "}",
+                   "chat.jsonl:1: nests more than 16 levels deep");
+  ExpectParseError(R"({"messages":[{"role":")" + std::string(100000, 'r') +
+                       R"(\u001b[2J","content":"b"}]})",
+                   "chat.jsonl:1: messages[0].role: expected system, user or "
+                   "assistant, got \"" +
+                       std::string(kQuoteBytes, 'r') + "...\" (100004 bytes)");
 }
 
 TEST(RenderConversationTest, MasksAssistantContentAndItsEndMarkerOnly) {

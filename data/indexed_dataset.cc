@@ -7,12 +7,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 
 namespace glm {
 namespace {
@@ -74,6 +74,16 @@ void DecodeAs(const uint8_t* bytes, int64_t count, int32_t* out) {
   for (int64_t i = 0; i < count; ++i) {
     T value;
     std::memcpy(&value, bytes + i * sizeof(T), sizeof(T));
+    // Converting a float no int32 holds (or NaN) is undefined: such a value
+    // reads as -1, which no token id, loss mask or offset is.
+    if constexpr (std::is_floating_point_v<T>) {
+      // 2^31 itself, exact in float where int32's maximum is not.
+      constexpr T kBound = T{2147483648.0};
+      if (!(value >= -kBound && value < kBound)) {
+        out[i] = -1;
+        continue;
+      }
+    }
     out[i] = static_cast<int32_t>(value);
   }
 }
@@ -103,20 +113,12 @@ template <typename T>
 std::vector<T> ReadArray(const std::string& bytes, uint64_t count,
                          uint64_t* offset) {
   std::vector<T> values(count);
-  std::memcpy(values.data(), bytes.data() + *offset, count * sizeof(T));
+  // An empty vector's data() may be null, which memcpy may not be given.
+  if (count > 0) {
+    std::memcpy(values.data(), bytes.data() + *offset, count * sizeof(T));
+  }
   *offset += count * sizeof(T);
   return values;
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
 }
 
 }  // namespace
@@ -271,7 +273,7 @@ absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(
 
 absl::Status IndexedDataset::LoadIndex(const std::string& idx_path,
                                        uint64_t bin_size) {
-  absl::StatusOr<std::string> bytes = ReadWholeFile(idx_path);
+  absl::StatusOr<std::string> bytes = ReadFile(idx_path);
   if (!bytes.ok()) return bytes.status();
   auto corrupt = [&idx_path](auto&&... what) {
     return absl::DataLossError(absl::StrCat(idx_path, ": ", what...));

@@ -73,6 +73,11 @@ absl::StatusOr<PackedSequences> PackSequences(
     return absl::InvalidArgumentError(absl::StrCat(
         "pad_seq_to_mult must be at least 1, got ", config.pad_seq_to_mult));
   }
+  if (config.seq_length > kMaxPackedSeqLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_length ", config.seq_length, " is more than the ",
+                     kMaxPackedSeqLength, " a row may have"));
+  }
   // The longest sequence that still fits once padded.
   const int64_t cap =
       config.seq_length / config.pad_seq_to_mult * config.pad_seq_to_mult;

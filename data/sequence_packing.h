@@ -18,6 +18,10 @@
 
 namespace glm {
 
+// Longer rows are refused before any is allocated: no model has more
+// positions.
+inline constexpr int64_t kMaxPackedSeqLength = int64_t{1} << 24;
+
 struct PackingConfig {
   int64_t seq_length = 0;
   int64_t pad_seq_to_mult = 1;

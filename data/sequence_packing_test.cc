@@ -183,6 +183,9 @@ TEST(PackSequencesTest, RejectsBadInput) {
   EXPECT_FALSE(PackSequences({mismatched}, {16, 1, kPad}).ok());
   EXPECT_FALSE(PackSequences({MakeSequence(4, 0)}, {4, 8, kPad}).ok());
   EXPECT_FALSE(PackSequences({MakeSequence(4, 0)}, {16, 0, kPad}).ok());
+  // A row that could not be allocated is refused before it is tried.
+  EXPECT_FALSE(
+      PackSequences({MakeSequence(4, 0)}, {int64_t{1} << 46, 1, kPad}).ok());
 }
 
 }  // namespace

@@ -1,18 +1,37 @@
 #include "model/config.h"
 
 #include <algorithm>
-#include <fstream>
+#include <cmath>
+#include <limits>
 #include <optional>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file_util.h"
+#include "base/quote.h"
 #include "nlohmann/json.hpp"
 
 namespace glm {
 namespace {
 
 using nlohmann::json;
+
+// Bounds far above any GLM-5.x model. Under them every parameter count fits in
+// 64 bits many times over, so the total can be computed and checked before
+// anything is allocated.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+constexpr int64_t kMaxWidth = int64_t{1} << 17;  // hidden and LoRA ranks
+constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+constexpr int kMaxHeads = 1 << 10;
+constexpr int kMaxLayers = 1 << 10;
+constexpr int kMaxExperts = 1 << 12;
+constexpr int kMaxSharedExperts = 64;
+constexpr int64_t kMaxPositions = int64_t{1} << 24;
+// 4.4 trillion: six times GLM-5.
+constexpr int64_t kMaxParameters = int64_t{1} << 42;
+// A config.json is a few kilobytes; its objects nest two deep.
+constexpr size_t kMaxConfigJsonBytes = 1 << 20;
+constexpr int kMaxJsonDepth = 16;
 
 #define GLM_RETURN_IF_ERROR(expr)      \
   do {                                 \
@@ -23,6 +42,12 @@ using nlohmann::json;
 absl::Status FieldError(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrCat("config.json field '", field, "': ", what));
+}
+
+// A value as an error message may show it: short and printable.
+std::string Shown(const json& value) {
+  if (value.is_string()) return Quote(value.get<std::string>());
+  return Excerpt(value.dump());
 }
 
 // Reads typed fields of one JSON object. A null value counts as absent, as HF
@@ -49,7 +74,17 @@ class FieldReader {
     }
     if (!value->is_number_integer()) {
       return FieldError(
-          name, absl::StrCat("expected an integer, got ", value->dump()));
+          name, absl::StrCat("expected an integer, got ", Shown(*value)));
+    }
+    // Checked before narrowing, so 2^32 + 8 layers cannot become 8.
+    const bool fits =
+        value->is_number_unsigned()
+            ? value->get<uint64_t>() <=
+                  static_cast<uint64_t>(std::numeric_limits<Integer>::max())
+            : value->get<int64_t>() >= std::numeric_limits<Integer>::min() &&
+                  value->get<int64_t>() <= std::numeric_limits<Integer>::max();
+    if (!fits) {
+      return FieldError(name, absl::StrCat(Shown(*value), " is out of range"));
     }
     *out = static_cast<Integer>(value->get<int64_t>());
     return absl::OkStatus();
@@ -62,9 +97,9 @@ class FieldReader {
       *out = fallback;
       return absl::OkStatus();
     }
-    if (!value->is_number()) {
-      return FieldError(name,
-                        absl::StrCat("expected a number, got ", value->dump()));
+    if (!value->is_number() || !std::isfinite(value->get<double>())) {
+      return FieldError(
+          name, absl::StrCat("expected a finite number, got ", Shown(*value)));
     }
     *out = value->get<double>();
     return absl::OkStatus();
@@ -78,7 +113,7 @@ class FieldReader {
     }
     if (!value->is_boolean()) {
       return FieldError(
-          name, absl::StrCat("expected true or false, got ", value->dump()));
+          name, absl::StrCat("expected true or false, got ", Shown(*value)));
     }
     *out = value->get<bool>();
     return absl::OkStatus();
@@ -93,7 +128,7 @@ class FieldReader {
     }
     if (!value->is_string()) {
       return FieldError(name,
-                        absl::StrCat("expected a string, got ", value->dump()));
+                        absl::StrCat("expected a string, got ", Shown(*value)));
     }
     *out = value->get<std::string>();
     return absl::OkStatus();
@@ -105,7 +140,7 @@ class FieldReader {
     const json* value = Find(name);
     if (value == nullptr || *value == expected) return absl::OkStatus();
     return FieldError(
-        name, absl::StrCat(value->dump(), " is not supported (", why, ")"));
+        name, absl::StrCat(Shown(*value), " is not supported (", why, ")"));
   }
 
  private:
@@ -129,7 +164,7 @@ absl::StatusOr<std::vector<bool>> ReadIndexerPattern(const json& value,
     for (const json& kind : value) {
       if (kind != "full" && kind != "shared") {
         return FieldError(field, absl::StrCat("entries must be \"full\" or ",
-                                              "\"shared\", got ", kind.dump()));
+                                              "\"shared\", got ", Shown(kind)));
       }
       computing.push_back(kind == "full");
     }
@@ -149,8 +184,14 @@ absl::StatusOr<std::vector<bool>> ReadIndexerPattern(const json& value,
 absl::StatusOr<IndexSharing> SharingFromPattern(
     const std::vector<bool>& computing, const std::string& field) {
   const int layers = static_cast<int>(computing.size());
+  // With freq > 1 the layers up to offset compute and layer offset + 1 skips,
+  // so the first skip layer fixes the offset: the search stays quadratic.
+  const int first_skip =
+      static_cast<int>(std::find(computing.begin(), computing.end(), false) -
+                       computing.begin() + 1);
   for (int freq = 1; freq <= std::max(layers, 1); ++freq) {
     for (int offset = freq == 1 ? 2 : 0; offset <= layers; ++offset) {
+      if (freq > 1 && offset != first_skip - 1) continue;
       IndexSharing sharing{freq, offset};
       bool same = true;
       for (int n = 1; n <= layers && same; ++n) {
@@ -170,6 +211,8 @@ absl::Status ReadIndexSharing(const FieldReader& fields, int num_layers,
   GLM_RETURN_IF_ERROR(fields.Int("index_topk_freq", &sharing->topk_freq, 1));
   GLM_RETURN_IF_ERROR(
       fields.Int("index_skip_topk_offset", &sharing->skip_topk_offset, 2));
+  // Longer patterns are refused with num_hidden_layers.
+  if (num_layers > kMaxLayers) return absl::OkStatus();
   // HF precedence: indexer_types, then index_topk_pattern, then freq/offset.
   for (const char* field : {"indexer_types", "index_topk_pattern"}) {
     const json* value = fields.Find(field);
@@ -203,7 +246,7 @@ absl::Status ReadMlpLayerTypes(const FieldReader& fields, bool first_k_given,
   for (int i = dense; i < config->num_hidden_layers; ++i) {
     if ((*value)[i] != "sparse") {
       return FieldError("mlp_layer_types",
-                        absl::StrCat("entry ", i, " is ", (*value)[i].dump(),
+                        absl::StrCat("entry ", i, " is ", Shown((*value)[i]),
                                      "; expected dense layers first, then "
                                      "\"sparse\""));
     }
@@ -228,7 +271,7 @@ absl::Status CheckDefaultRope(const json& value, const std::string& field) {
     if (it != value.end() && *it != "default") {
       return FieldError(
           absl::StrCat(field, ".", key),
-          absl::StrCat(it->dump(), " is not supported (only \"default\")"));
+          absl::StrCat(Shown(*it), " is not supported (only \"default\")"));
     }
   }
   return absl::OkStatus();
@@ -331,12 +374,31 @@ absl::Status ReadOptions(const FieldReader& fields, ModelConfig* config) {
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseHfConfigJson(const std::string& text) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& error) {
+  if (text.size() > kMaxConfigJsonBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json is not valid JSON: ", error.what()));
+        absl::StrCat("config.json is ", text.size(), " bytes, more than the ",
+                     kMaxConfigJsonBytes, " a model config may have"));
+  }
+  json root;
+  bool too_deep = false;
+  // Values deeper than the limit are dropped as they are read, so neither the
+  // parse nor anything after it walks a deep tree.
+  json::parser_callback_t depth_limit =
+      [&too_deep](int depth, json::parse_event_t, json&) {
+        too_deep |= depth > kMaxJsonDepth;
+        return depth <= kMaxJsonDepth;
+      };
+  try {
+    root = json::parse(text, depth_limit);
+  } catch (const json::exception& error) {
+    // The parser's message repeats the token it stopped at, which may be
+    // long.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json is not valid JSON: ", Quote(error.what(), 200)));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json nests more than ", kMaxJsonDepth, " levels deep"));
   }
   if (!root.is_object()) {
     return absl::InvalidArgumentError("config.json is not a JSON object");
@@ -357,11 +419,16 @@ absl::StatusOr<ModelConfig> ParseHfConfigJson(const std::string& text) {
 }
 
 absl::StatusOr<ModelConfig> ReadHfConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<ModelConfig> config = ParseHfConfigJson(text.str());
+  // A file that cannot be sized is left to ReadFile to explain.
+  absl::StatusOr<int64_t> size = FileSize(path);
+  if (size.ok() && static_cast<uint64_t>(*size) > kMaxConfigJsonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", *size, " bytes, more than the ",
+                     kMaxConfigJsonBytes, " a config.json may have"));
+  }
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<ModelConfig> config = ParseHfConfigJson(*text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));
@@ -390,6 +457,41 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
       {c.qk_rope_head_dim > 0 && c.qk_rope_head_dim % 2 == 0,
        "qk_rope_head_dim", "must be positive and even (RoPE rotates pairs)"},
       {c.v_head_dim > 0, "v_head_dim", "must be positive"},
+      {c.vocab_size <= kMaxVocabSize, "vocab_size",
+       absl::StrCat("must be at most ", kMaxVocabSize)},
+      {c.hidden_size <= kMaxWidth && c.q_lora_rank <= kMaxWidth &&
+           c.kv_lora_rank <= kMaxWidth && c.intermediate_size <= kMaxWidth &&
+           c.moe_intermediate_size <= kMaxWidth,
+       "hidden_size",
+       absl::StrCat("it, q_lora_rank, kv_lora_rank and the ",
+                    "intermediate sizes must be at most ", kMaxWidth)},
+      {c.qk_nope_head_dim <= kMaxHeadDim && c.qk_rope_head_dim <= kMaxHeadDim &&
+           c.v_head_dim <= kMaxHeadDim && c.index_head_dim <= kMaxHeadDim,
+       "qk_nope_head_dim",
+       absl::StrCat("it, qk_rope_head_dim, v_head_dim and ",
+                    "index_head_dim must be at most ", kMaxHeadDim)},
+      {c.num_attention_heads <= kMaxHeads && c.index_n_heads <= kMaxHeads,
+       "num_attention_heads",
+       absl::StrCat("it and index_n_heads must be at most ", kMaxHeads)},
+      {layers <= kMaxLayers, "num_hidden_layers",
+       absl::StrCat("must be at most ", kMaxLayers)},
+      {c.n_routed_experts <= kMaxExperts, "n_routed_experts",
+       absl::StrCat("must be at most ", kMaxExperts)},
+      {c.n_shared_experts <= kMaxSharedExperts, "n_shared_experts",
+       absl::StrCat("must be at most ", kMaxSharedExperts)},
+      {c.max_position_embeddings <= kMaxPositions &&
+           c.index_topk <= kMaxPositions,
+       "max_position_embeddings",
+       absl::StrCat("it and index_topk must be at most ", kMaxPositions)},
+      {c.intermediate_size >= 0 && c.moe_intermediate_size >= 0 &&
+           c.n_routed_experts >= 0 && c.num_experts_per_tok >= 0,
+       "intermediate_size",
+       "it, moe_intermediate_size, n_routed_experts and num_experts_per_tok "
+       "must not be negative"},
+      {std::isfinite(c.routed_scaling_factor) &&
+           std::isfinite(c.rms_norm_eps) && std::isfinite(c.rope_theta),
+       "routed_scaling_factor",
+       "it, rms_norm_eps and rope_theta must be finite"},
       {c.first_k_dense_replace >= 0 && c.first_k_dense_replace <= layers,
        "first_k_dense_replace", "must be in [0, num_hidden_layers]"},
       {c.first_k_dense_replace == 0 || c.intermediate_size > 0,
@@ -419,7 +521,10 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
       {c.index_sharing.topk_freq >= 1, "index_topk_freq", "must be >= 1"},
       {c.index_sharing.skip_topk_offset >= 0, "index_skip_topk_offset",
        "must not be negative"},
-      {c.index_sharing.IsComputingLayer(1), "index_skip_topk_offset",
+      // The offset's sign is checked first: 1 - offset must not overflow.
+      {c.index_sharing.skip_topk_offset >= 0 &&
+           c.index_sharing.IsComputingLayer(1),
+       "index_skip_topk_offset",
        "makes layer 1 a skip layer, which has no earlier top-k to reuse"},
       {c.num_mtp_layers == 0 || c.num_mtp_layers == 1,
        "num_nextn_predict_layers", "must be 0 or 1"},
@@ -429,6 +534,12 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   };
   for (const Rule& rule : rules) {
     if (!rule.ok) return FieldError(rule.field, rule.what);
+  }
+  const ParameterCount count = CountParameters(c);
+  if (count.total + count.mtp > kMaxParameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json describes ", count.total + count.mtp,
+        " parameters, more than the ", kMaxParameters, " a job may train"));
   }
   return absl::OkStatus();
 }
@@ -521,8 +632,8 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& name) {
   if (name == "glm5.2-mini") return Glm52MiniConfig();
   if (name == "glm5.2") return Glm52Config();
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown model preset '", name,
-                   "' (known: ", absl::StrJoin(PresetNames(), ", "), ")"));
+      absl::StrCat("unknown model preset ", Quote(name),
+                   " (known: ", absl::StrJoin(PresetNames(), ", "), ")"));
 }
 
 namespace {

@@ -256,6 +256,36 @@ TEST(ModelConfigTest, EachBadFieldIsNamed) {
       {"'tie_word_embeddings'",
        [](json& j) { j["tie_word_embeddings"] = "no"; }},
       {"'dtype'", [](json& j) { j["dtype"] = 16; }},
+      // Sizes past the bounds under which parameter counts stay in 64 bits.
+      {"'num_hidden_layers': 4294967304 is out of range",
+       [](json& j) { j["num_hidden_layers"] = (int64_t{1} << 32) + 8; }},
+      {"'vocab_size': 18446744073709551615 is out of range",
+       [](json& j) { j["vocab_size"] = ~uint64_t{0}; }},
+      {"'num_hidden_layers': must be at most 1024",
+       [](json& j) { j["num_hidden_layers"] = 100000; }},
+      {"'vocab_size': must be at most",
+       [](json& j) { j["vocab_size"] = int64_t{1} << 40; }},
+      {"'hidden_size': it, q_lora_rank",
+       [](json& j) { j["q_lora_rank"] = int64_t{1} << 40; }},
+      {"'qk_nope_head_dim': it,",
+       [](json& j) { j["v_head_dim"] = int64_t{1} << 30; }},
+      {"'num_attention_heads': it and index_n_heads",
+       [](json& j) { j["index_n_heads"] = 1 << 20; }},
+      {"'n_routed_experts': must be at most",
+       [](json& j) { j["n_routed_experts"] = 1 << 20; }},
+      {"'max_position_embeddings': it and index_topk",
+       [](json& j) { j["max_position_embeddings"] = int64_t{1} << 40; }},
+      {"'index_skip_topk_offset'",
+       [](json& j) { j["index_skip_topk_offset"] = -2147483647 - 1; }},
+      {"parameters, more than the",
+       [](json& j) {
+         j["vocab_size"] = 1 << 24;
+         j["hidden_size"] = 1 << 17;
+         j["n_routed_experts"] = 4096;
+         j["moe_intermediate_size"] = 1 << 17;
+         j["num_hidden_layers"] = 1024;
+         j.erase("index_topk_freq");
+       }},
   };
   for (const BadField& bad : cases) {
     json j = TinyJson();
@@ -277,6 +307,56 @@ TEST(ModelConfigTest, RejectsTextThatIsNotAJsonObject) {
   EXPECT_NE(
       ParseHfConfigJson("[1, 2]").status().message().find("not a JSON object"),
       std::string::npos);
+}
+
+TEST(ModelConfigTest, InfiniteNumbersAreRefused) {
+  std::string text = ToHfConfigJson(Preset("glm5.2-tiny"));
+  text.insert(1, "\"routed_scaling_factor\": 1e999, ");
+  absl::StatusOr<ModelConfig> config = ParseHfConfigJson(text);
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("number overflow parsing"),
+            std::string::npos)
+      << config.status();
+}
+
+TEST(ModelConfigTest, SyntaxErrorsQuoteBoundedInput) {
+  const std::string text = "{\"a\": \"" + std::string(100000, 'x') + "\x01";
+  EXPECT_LT(ParseHfConfigJson(text).status().message().size(), 300u);
+}
+
+TEST(ModelConfigTest, OversizedTextIsRefusedBeforeParsing) {
+  const std::string text = "{\"pad\": \"" + std::string(2 << 20, 'x') + "\"}";
+  EXPECT_NE(ParseHfConfigJson(text).status().message().find(
+                "bytes, more than the 1048576"),
+            std::string::npos);
+}
+
+TEST(ModelConfigTest, DeepNestingIsRefusedWithoutBuildingIt) {
+  const std::string text = "{\"vocab_size\": " + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  EXPECT_NE(ParseHfConfigJson(text).status().message().find(
+                "nests more than 16 levels"),
+            std::string::npos);
+}
+
+TEST(ModelConfigTest, OffendingValuesAreQuotedBounded) {
+  json j = TinyJson();
+  j["hidden_act"] = std::string(100000, 'g') + "\x1b[2J";
+  absl::StatusOr<ModelConfig> config = Parse(j);
+  ASSERT_FALSE(config.ok());
+  EXPECT_LT(config.status().message().size(), 300u) << config.status();
+  EXPECT_EQ(config.status().message().find('\x1b'), std::string::npos);
+}
+
+TEST(ModelConfigTest, LongIndexPatternIsFoundQuickly) {
+  json j = TinyJson();
+  j["num_hidden_layers"] = 1024;
+  j["first_k_dense_replace"] = 1;
+  // All layers compute but the last: freq 1024, offset 1022 is the only rule.
+  j["index_topk_pattern"] = std::string(1022, 'F') + "SF";
+  absl::StatusOr<ModelConfig> config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->index_sharing.skip_topk_offset, 1022);
 }
 
 }  // namespace

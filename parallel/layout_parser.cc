@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/quote.h"
 
 namespace glm {
 namespace {
@@ -20,6 +21,11 @@ class LayoutParser {
   explicit LayoutParser(absl::string_view text) : text_(text) {}
 
   absl::StatusOr<std::string> Parse() {
+    if (text_.size() > kMaxLayoutBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout: ", text_.size(), " bytes, longer than the ",
+                       kMaxLayoutBytes, " a layout may have: ", Quote(text_)));
+    }
     absl::StatusOr<std::string> expanded = ParseSequence();
     if (!expanded.ok()) return expanded;
     SkipCosmetic();
@@ -41,12 +47,11 @@ class LayoutParser {
   }
 
   absl::Status Error(absl::string_view what) const {
-    std::string found = pos_ < text_.size()
-                            ? absl::StrCat("'", text_.substr(pos_, 1), "'")
-                            : std::string("end of string");
+    std::string found = pos_ < text_.size() ? Quote(text_.substr(pos_, 1))
+                                            : std::string("end of string");
     return absl::InvalidArgumentError(
         absl::StrCat("layout: ", what, " at position ", pos_ + 1, " (found ",
-                     found, ") in \"", text_, "\""));
+                     found, ") in ", Quote(text_)));
   }
 
   absl::StatusOr<std::string> ParseSequence() {
@@ -76,6 +81,14 @@ class LayoutParser {
         kMaxExpandedLayoutSymbols) {
       return TooLong();
     }
+    work_ += static_cast<int64_t>(atom->size()) * *count;
+    if (work_ > kMaxLayoutWork) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layout: repeats expand to more than ", kMaxLayoutWork,
+          " symbols in all, counting groups repeated zero times (near "
+          "position ",
+          pos_ + 1, ")"));
+    }
     std::string repeated;
     repeated.reserve(atom->size() * *count);
     for (int i = 0; i < *count; ++i) absl::StrAppend(&repeated, *atom);
@@ -91,8 +104,14 @@ class LayoutParser {
     if (c != '(') {
       return Error("expected one of E t m L | ( , (layer symbol or group)");
     }
+    if (depth_ == kMaxLayoutNesting) {
+      return Error(
+          absl::StrCat("groups nest more than ", kMaxLayoutNesting, " deep"));
+    }
     const size_t open = pos_++;
+    ++depth_;
     absl::StatusOr<std::string> inner = ParseSequence();
+    --depth_;
     if (!inner.ok()) return inner;
     if (pos_ >= text_.size()) {
       pos_ = open;
@@ -123,6 +142,8 @@ class LayoutParser {
 
   absl::string_view text_;
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open at pos_
+  int64_t work_ = 0;
 };
 
 }  // namespace

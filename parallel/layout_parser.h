@@ -10,6 +10,7 @@
 #ifndef GLM_PARALLEL_LAYOUT_PARSER_H_
 #define GLM_PARALLEL_LAYOUT_PARSER_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,14 @@ namespace glm {
 // Layouts longer than this after expansion are refused: no model has that many
 // layers, and a typo such as "t*99999999" must not exhaust memory.
 inline constexpr int kMaxExpandedLayoutSymbols = 1 << 20;
+// Bounds on the written string, so that parsing one takes little time and
+// stack whatever it holds: a layout written out symbol by symbol for a
+// thousand layers fits, and groups nest far deeper than any layout needs.
+inline constexpr int kMaxLayoutBytes = 8192;
+inline constexpr int kMaxLayoutNesting = 32;
+// Symbols the parser may produce in all, counting groups repeated zero times
+// ("(t*1000000)*0" expands before its count is read).
+inline constexpr int64_t kMaxLayoutWork = int64_t{16} << 20;
 
 // Expands `layout` into one symbol string per stage, in stage order. Syntax
 // errors are InvalidArgument naming the offending character and its 1-based

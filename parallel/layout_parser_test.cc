@@ -69,7 +69,7 @@ TEST(LayoutParserTest, NestedGroups) {
 TEST(LayoutParserTest, UnknownCharacterNamesPosition) {
   std::string error = ParseError("Ettx|L");
   EXPECT_THAT(error, HasSubstr("position 4"));
-  EXPECT_THAT(error, HasSubstr("'x'"));
+  EXPECT_THAT(error, HasSubstr("(found \"x\")"));
 }
 
 TEST(LayoutParserTest, UnclosedGroupPointsAtOpeningParenthesis) {
@@ -95,6 +95,38 @@ TEST(LayoutParserTest, HugeExpansionIsRefused) {
   EXPECT_THAT(ParseError("t*99999999999"), HasSubstr("expands to more than"));
   EXPECT_THAT(ParseError("((t*1000)*1000)*1000"),
               HasSubstr("expands to more than"));
+}
+
+TEST(LayoutParserTest, DeepNestingIsRefusedWithoutRecursingFurther) {
+  const std::string nested = std::string(kMaxLayoutNesting, '(') + "t" +
+                             std::string(kMaxLayoutNesting, ')');
+  EXPECT_THAT(Parse(nested), ElementsAre("t"));
+  const std::string deeper = "(" + nested + ")";
+  EXPECT_THAT(ParseError(deeper), HasSubstr("nest more than 32 deep"));
+  // A stack-overflow attempt: tens of thousands of open groups, within the
+  // byte limit only in part; either bound refuses it.
+  EXPECT_THAT(ParseError(std::string(kMaxLayoutBytes, '(')),
+              HasSubstr("nest more than"));
+  EXPECT_THAT(ParseError(std::string(50000, '(')),
+              HasSubstr("longer than the 8192"));
+}
+
+TEST(LayoutParserTest, LongStringIsRefusedAndQuotedBounded) {
+  const std::string error = ParseError(std::string(kMaxLayoutBytes + 1, 't'));
+  EXPECT_THAT(error, HasSubstr("8193 bytes"));
+  EXPECT_LT(error.size(), 300u);
+}
+
+TEST(LayoutParserTest, ZeroRepeatsStillCountTowardTheWork) {
+  std::string layout;
+  for (int i = 0; i < 20; ++i) layout += "(t*1000000)*0";
+  EXPECT_THAT(ParseError(layout), HasSubstr("in all"));
+}
+
+TEST(LayoutParserTest, ControlCharactersAreEscapedInErrors) {
+  const std::string error = ParseError("Et\x1b[2J|L");
+  EXPECT_THAT(error, HasSubstr("\\x1b"));
+  EXPECT_EQ(error.find('\x1b'), std::string::npos);
 }
 
 TEST(LayoutParserTest, FormatRoundTrips) {
