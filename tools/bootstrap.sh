@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java
   g++ python3 git ca-certificates clang-format
+  clang-14 libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
   libsentencepiece-dev libxxhash-dev nlohmann-json3-dev libssl-dev

@@ -25,5 +25,11 @@ if [[ -x /usr/local/cuda/bin/nvcc ]]; then
     checks+=("cuda_build=fail")
   fi
 fi
+echo "== Fuzzers (clang, ASan, UBSan): every parser of untrusted input, 8 s each =="
+if ./tools/fuzz.sh 8; then
+  checks+=("fuzz=pass")
+else
+  checks+=("fuzz=fail")
+fi
 
 exec python3 tools/count_test_results.py "$log" "$(bazel info bazel-testlogs)" "${checks[@]}"
