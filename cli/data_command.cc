@@ -1,5 +1,6 @@
 #include "cli/data_command.h"
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -47,6 +48,20 @@ int Fail(const std::string& name, const absl::Status& status) {
   return kExitFailure;
 }
 
+// The folder an output prefix writes into ("out/data/corpus" -> "out/data"),
+// created when absent.
+absl::Status CreatePrefixFolder(const std::string& prefix) {
+  const std::filesystem::path folder =
+      std::filesystem::path(prefix).parent_path();
+  std::error_code error;
+  if (!folder.empty()) std::filesystem::create_directories(folder, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", folder.string(), ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
 void AddTokenizerFlag(CommandFlags* flags) {
   flags->Add("tokenizer", "byte, or the path of a SentencePiece .model",
              "byte");
@@ -60,7 +75,8 @@ int RunPreprocess(const std::vector<std::string>& args) {
   flags.Add("input", "JSONL file, one document per line");
   flags.Add("json-key", "the field holding each document's text", "text");
   AddTokenizerFlag(&flags);
-  flags.Add("output-prefix", "writes P.bin and P.idx");
+  flags.Add("output-prefix",
+            "writes P.bin and P.idx (creating P's folder when absent)");
   flags.AddBool("append-eod",
                 "end each document with the end-of-document token (needed "
                 "for pretraining: samples run across documents)");
@@ -73,6 +89,10 @@ int RunPreprocess(const std::vector<std::string>& args) {
   const PreprocessOptions options{flags.Get("input"), flags.Get("json-key"),
                                   flags.Get("output-prefix"),
                                   flags.GetBool("append-eod")};
+  if (absl::Status created = CreatePrefixFolder(options.output_prefix);
+      !created.ok()) {
+    return Fail(name, created);
+  }
   auto result = PreprocessJsonl(options, **tokenizer);
   if (!result.ok()) return Fail(name, result.status());
   std::cout << "documents: " << result->documents << "\n"
@@ -94,7 +114,8 @@ int RunPack(const std::vector<std::string>& args) {
   flags.Add("seq-length", "tokens per packed row");
   flags.Add("pad-seq-to-mult", "pad each sequence to a multiple of this", "1");
   flags.Add("output-prefix",
-            "writes P_tokens, P_loss_mask and P_cu_seqlens (.bin/.idx)");
+            "writes P_tokens, P_loss_mask and P_cu_seqlens (.bin/.idx), "
+            "creating P's folder when absent");
   int exit_code = kExitOk;
   if (!ParseFlags(name, args, {"input", "seq-length", "output-prefix"}, &flags,
                   &exit_code)) {
@@ -112,6 +133,9 @@ int RunPack(const std::vector<std::string>& args) {
   auto tokenizer = LoadTokenizer(flags.Get("tokenizer"));
   if (!tokenizer.ok()) return Fail(name, tokenizer.status());
   const std::string prefix = flags.Get("output-prefix");
+  if (absl::Status created = CreatePrefixFolder(prefix); !created.ok()) {
+    return Fail(name, created);
+  }
   auto result = PackChatJsonl(flags.Get("input"), **tokenizer, seq_length,
                               pad_seq_to_mult, prefix);
   if (!result.ok()) return Fail(name, result.status());

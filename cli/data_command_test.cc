@@ -53,6 +53,24 @@ TEST(DataCommandTest, PreprocessesTheShippedCorpus) {
   EXPECT_NE(out.find("The river begins as"), std::string::npos) << out;
 }
 
+TEST(DataCommandTest, CreatesTheOutputFolders) {
+  const std::string dir = ::testing::TempDir() + "/new/nested";
+  std::string out;
+  ASSERT_EQ(RunCommand("data preprocess",
+                       {"--input", kCorpus, "--output-prefix", dir + "/text",
+                        "--append-eod"},
+                       &out),
+            0);
+  EXPECT_TRUE(IndexedDataset::Open(dir + "/text").ok());
+  ASSERT_EQ(RunCommand("data pack",
+                       {"--input", kChat, "--seq-length=512", "--output-prefix",
+                        dir + "/packed/chat"},
+                       &out),
+            0);
+  EXPECT_NE(out.find("wrote " + dir + "/packed/chat"), std::string::npos)
+      << out;
+}
+
 TEST(DataCommandTest, PacksTheShippedChats) {
   const std::string prefix = ::testing::TempDir() + "/chat";
   std::string out;

@@ -9,11 +9,13 @@
 #include "cli/command_flags.h"
 #include "cli/convert_command.h"
 #include "cli/data_command.h"
+#include "cli/global_flags.h"
 #include "cli/job_commands.h"
 #include "cli/layout_command.h"
 #include "cli/local_command.h"
 #include "cli/model_command.h"
 #include "cli/model_forward_command.h"
+#include "version/version.h"
 
 namespace glm {
 namespace {
@@ -37,8 +39,8 @@ std::vector<Command> Commands() {
 
 void PrintUsage(const std::vector<Command>& commands) {
   std::cout << "glmctl: train GLM-5.x models on a glm-coordinator cluster\n\n"
-               "usage: glmctl COMMAND [flags]   (glmctl COMMAND --help for its "
-               "flags)\n\n"
+               "usage: glmctl [flags] COMMAND [flags]   (glmctl COMMAND --help "
+               "for its flags;\n       glmctl --version)\n\n"
                "commands:\n";
   for (const Command& command : commands) {
     std::cout << "  " << command.words;
@@ -67,6 +69,13 @@ const Command* Match(const std::vector<Command>& commands,
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<Command> commands = Commands();
+  if (!args.empty() && args[0] == "--version") {
+    std::cout << "glmctl " << kGlmVersion << "\n";
+    return kExitOk;
+  }
+  // "glmctl --coordinator=A submit -f J" is "glmctl submit -f J
+  // --coordinator=A": the command parses the flags as its own.
+  args = MoveLeadingFlagsAfterCommand(args);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" ||
       args[0] == "help") {
     PrintUsage(commands);

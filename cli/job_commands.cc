@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -17,6 +19,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cli/command_flags.h"
+#include "cli/job_staging.h"
+#include "cli/step_rate.h"
 #include "cli/text_table.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/channel.h"
@@ -51,7 +55,9 @@ CommandFlags NewFlags(const std::string& usage) {
   flags.Add("token-file", "file holding the bearer token (env GLM_TOKEN_FILE)",
             EnvOr("GLM_TOKEN_FILE", ""));
   flags.Add("tls-ca",
-            "PEM CA certificate of the coordinator: connect with TLS");
+            "PEM CA certificate of the coordinator: connect with TLS (env "
+            "GLM_TLS_CA)",
+            EnvOr("GLM_TLS_CA", ""));
   flags.Add("output", "table (for people) or json (for scripts)", "table");
   return flags;
 }
@@ -148,8 +154,8 @@ std::string ProgressBar(int64_t done, int64_t total) {
 }
 
 // "job-1 RUNNING [#####---] step 12/20 (60%) loss 5.4321 tokens/s 1234 ETA
-// 1m20s".
-std::string ProgressLine(const v1::Job& job) {
+// 1m20s", the ETA from `rate`.
+std::string ProgressLine(const v1::Job& job, const StepRate& rate) {
   std::string line = absl::StrCat(job.id(), " ", StateName(job.state()));
   if (!job.has_latest_metrics()) return line;
   const v1::StepMetrics& m = job.latest_metrics();
@@ -163,11 +169,10 @@ std::string ProgressLine(const v1::Job& job) {
   absl::StrAppend(&line,
                   absl::StrFormat(" loss %.4f tokens/s %.0f", m.lm_loss(),
                                   m.tokens_per_sec_per_device()));
-  if (m.step_time_ms() > 0 && total > m.iteration()) {
-    const absl::Duration eta =
-        absl::Milliseconds(m.step_time_ms() * (total - m.iteration()));
+  if (std::optional<absl::Duration> eta = rate.Remaining(total);
+      eta && total > m.iteration()) {
     absl::StrAppend(&line, " ETA ",
-                    absl::FormatDuration(absl::Trunc(eta, absl::Seconds(1))));
+                    absl::FormatDuration(absl::Trunc(*eta, absl::Seconds(1))));
   }
   return line;
 }
@@ -189,6 +194,10 @@ absl::StatusOr<v1::JobSpec> ReadSpecFile(const std::string& path) {
 int Submit(const std::vector<std::string>& args) {
   CommandFlags flags = NewFlags("glmctl submit -f JOB.json [flags]");
   flags.Add("f", "job spec, JSON in protobuf's JSON mapping of glm.v1.JobSpec");
+  flags.Add("stage-dir",
+            "a folder the workers share: raw JSONL sources are tokenized (or "
+            "packed) into datasets there and relative output folders placed "
+            "there before submitting");
   return RunJobCommand("submit", flags, args, 0, [](const JobCall& call) {
     if (!call.flags.Has("f")) {
       std::cerr << "glmctl submit: missing -f JOB.json\n";
@@ -198,6 +207,17 @@ int Submit(const std::vector<std::string>& args) {
     if (!spec.ok()) {
       std::cerr << "glmctl submit: " << spec.status().message() << "\n";
       return kExitFailure;
+    }
+    if (call.flags.Has("stage-dir")) {
+      namespace fs = std::filesystem;
+      const fs::path stage = fs::absolute(call.flags.Get("stage-dir"));
+      absl::Status staged = StageJob(
+          stage, [](const std::string& path) { return fs::absolute(path); },
+          &*spec, std::cerr);
+      if (!staged.ok()) {
+        std::cerr << "glmctl submit: " << staged.message() << "\n";
+        return kExitFailure;
+      }
     }
     v1::SubmitJobRequest request;
     *request.mutable_spec() = *spec;
@@ -325,6 +345,7 @@ int Watch(const std::vector<std::string>& args) {
     // every step gets its own line.
     const bool terminal = isatty(STDOUT_FILENO);
     bool progress_open = false;
+    StepRate rate;
     for (bool first = true; reader->Read(&event); first = false) {
       last = event.job().state();
       if (call.json) {
@@ -341,11 +362,14 @@ int Watch(const std::vector<std::string>& args) {
       }
       // Someone joining mid-run sees the progress so far at once.
       if (event.has_metrics() || (first && event.job().has_latest_metrics())) {
+        const v1::StepMetrics& m = event.job().latest_metrics();
+        rate.Observe(m.iteration(), absl::Now(),
+                     absl::Milliseconds(m.step_time_ms()));
         if (terminal) {
-          std::cout << "\r" << ProgressLine(event.job()) << "\x1b[K";
+          std::cout << "\r" << ProgressLine(event.job(), rate) << "\x1b[K";
           progress_open = true;
         } else {
-          std::cout << ProgressLine(event.job()) << "\n";
+          std::cout << ProgressLine(event.job(), rate) << "\n";
         }
       }
       std::cout << std::flush;

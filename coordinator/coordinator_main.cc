@@ -10,6 +10,7 @@
 #include "cli/command_flags.h"
 #include "coordinator/coordinator.h"
 #include "rpc/bearer_token.h"
+#include "version/version.h"
 
 namespace glm {
 namespace {
@@ -22,6 +23,10 @@ CommandFlags DeclareFlags() {
   flags.Add("state-dir", "directory of the RocksDB job store");
   flags.Add("metrics-listen", "host:port to serve Prometheus /metrics on",
             "127.0.0.1:9464");
+  flags.Add("metrics-retention-s",
+            "how long a finished job's series stay on /metrics after its "
+            "last step",
+            "600");
   flags.Add("auth-token-file",
             "file holding the bearer token every RPC must carry");
   flags.Add("tls-cert",
@@ -31,6 +36,7 @@ CommandFlags DeclareFlags() {
             "1000");
   flags.Add("heartbeat-timeout-ms",
             "a worker silent this long is declared dead", "10000");
+  flags.AddBool("version", "print the version and exit");
   return flags;
 }
 
@@ -57,6 +63,16 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
                                         " must be positive");
     }
   }
+  int64_t retention_s = 0;
+  if (absl::Status parsed = flags.GetInt("metrics-retention-s", &retention_s);
+      !parsed.ok()) {
+    return parsed;
+  }
+  if (retention_s < 0) {
+    return absl::InvalidArgumentError(
+        "--metrics-retention-s must not be negative");
+  }
+  options.metrics_retention_ms = retention_s * 1000;
   absl::StatusOr<std::string> token =
       ReadTokenFile(flags.Get("auth-token-file"));
   if (!token.ok()) return token.status();
@@ -83,6 +99,10 @@ int Main(int argc, char** argv) {
   }
   if (flags.HelpRequested()) {
     std::cout << flags.Help();
+    return kExitOk;
+  }
+  if (flags.GetBool("version")) {
+    std::cout << "glm-coordinator " << kGlmVersion << "\n";
     return kExitOk;
   }
   absl::StatusOr<CoordinatorOptions> options = OptionsFrom(flags);
