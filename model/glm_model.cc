@@ -1,10 +1,8 @@
 #include "model/glm_model.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/loss_targets.h"
 
 namespace glm {
-namespace {
 
 absl::Status ValidateBatch(const Batch& batch, const ModelConfig& config) {
   const int64_t n = static_cast<int64_t>(batch.input_ids.size());
@@ -24,8 +22,6 @@ absl::Status ValidateBatch(const Batch& batch, const ModelConfig& config) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 Batch Batch::FromSequences(const std::vector<std::vector<int32_t>>& rows) {
   Batch batch;
@@ -66,8 +62,20 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
 
   ForwardResult result;
   ForwardLayers(&result);
-  ForwardHead(batch.loss_mask, &result);
-  if (!params_->mtp.empty()) ForwardMtp(batch.loss_mask, &result);
+  const bool with_mtp = !params_->mtp.empty();
+  // Without its own indexer the MTP layer attends over the last main layer's
+  // keys.
+  const HeadLosses losses = OutputHeadForward(
+      *backend_, *params_, spec_, with_mtp, ids_, batch.loss_mask, layout_,
+      LocalRowsOf(nullptr, layout_.tokens), hidden_.back().Matrix(),
+      layers_.empty() ? nullptr : layers_.back().attn.topk, &head_);
+  result.lm_loss = losses.lm_loss;
+  result.mtp_loss = losses.mtp_loss;
+  if (options_.return_logits) result.logits = head_.logits;
+  if (with_mtp) {
+    Record(head_.mtp[0].layer, &result);
+    if (options_.return_logits) result.mtp_logits = head_.mtp[0].logits;
+  }
   if (spec_.experts != nullptr && !spec_.experts->status().ok()) {
     return spec_.experts->status();
   }
@@ -99,49 +107,6 @@ void GlmModel::ForwardLayers(ForwardResult* result) {
   }
 }
 
-void GlmModel::ForwardHead(const std::vector<float>& loss_mask,
-                           ForwardResult* result) {
-  const ModelConfig& config = params_->config();
-  const int64_t n = layout_.tokens;
-  final_normed_ = Tensor({n, config.hidden_size});
-  final_rstd_ = Tensor({n});
-  backend_->RmsNormForward(hidden_.back().Matrix(), params_->norm.value.data(),
-                           spec_.rms_norm_eps, final_normed_.Matrix(),
-                           final_rstd_.data());
-  logits_ = Tensor({n, config.vocab_size});
-  backend_->Linear(final_normed_.Matrix(), params_->OutputHead().value.Matrix(),
-                   logits_.Matrix(), false);
-  lm_targets_ = IndexTensor::FromHost(
-      LossTargets(ids_, loss_mask, layout_, 1, &lm_count_));
-  if (lm_count_ > 0) {
-    result->lm_loss =
-        backend_->CrossEntropyForward(logits_.Matrix(), lm_targets_.data()) /
-        static_cast<double>(lm_count_);
-  }
-  if (options_.return_logits) result->logits = logits_;
-}
-
-void GlmModel::ForwardMtp(const std::vector<float>& loss_mask,
-                          ForwardResult* result) {
-  // Without its own indexer the MTP layer attends over the last main layer's
-  // keys.
-  const IndexTensor* shared =
-      layers_.empty() ? nullptr : layers_.back().attn.topk;
-  mtp_.assign(1, MtpActivations());
-  MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
-             params_->OutputHead(), spec_, ids_, layout_,
-             hidden_.back().Matrix(), shared, &mtp_[0]);
-  mtp_targets_ = IndexTensor::FromHost(
-      LossTargets(ids_, loss_mask, layout_, 2, &mtp_count_));
-  if (mtp_count_ > 0) {
-    result->mtp_loss = backend_->CrossEntropyForward(mtp_[0].logits.Matrix(),
-                                                     mtp_targets_.data()) /
-                       static_cast<double>(mtp_count_);
-  }
-  Record(mtp_[0].layer, result);
-  if (options_.return_logits) result->mtp_logits = mtp_[0].logits;
-}
-
 void GlmModel::Record(const DecoderLayerActivations& layer,
                       ForwardResult* result) const {
   if (options_.record_selections) {
@@ -159,8 +124,8 @@ absl::Status GlmModel::Backward() {
   AllocatorScope on_backend(backend_->allocator());
   const int64_t n = layout_.tokens, hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
-  BackwardHead(dh.Matrix());
-  if (!params_->mtp.empty()) BackwardMtp(dh.Matrix());
+  OutputHeadBackward(*backend_, *params_, spec_, options_, layout_,
+                     hidden_.back().Matrix(), head_, dh.Matrix());
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     Tensor dh_in({n, hidden});
     DecoderLayerBackward(*backend_, params_->layers[i], spec_,
@@ -172,37 +137,6 @@ absl::Status GlmModel::Backward() {
                               params_->embed_tokens.grad.Matrix());
   if (spec_.experts != nullptr) return spec_.experts->status();
   return absl::OkStatus();
-}
-
-void GlmModel::BackwardHead(MatrixView dh) {
-  const ModelConfig& config = params_->config();
-  const int64_t n = layout_.tokens;
-  Tensor dlogits({n, config.vocab_size}), dnormed({n, config.hidden_size});
-  if (lm_count_ > 0) {
-    backend_->CrossEntropyBackward(logits_.Matrix(), lm_targets_.data(),
-                                   1.f / static_cast<float>(lm_count_),
-                                   dlogits.Matrix());
-  }
-  Parameter& head = params_->OutputHead();
-  backend_->LinearBackward(final_normed_.Matrix(), head.value.Matrix(),
-                           dlogits.Matrix(), dnormed.Matrix(),
-                           head.grad.Matrix());
-  backend_->RmsNormBackward(hidden_.back().Matrix(), params_->norm.value.data(),
-                            final_rstd_.data(), dnormed.Matrix(), dh,
-                            params_->norm.grad.data());
-}
-
-void GlmModel::BackwardMtp(MatrixView dh) {
-  Tensor dlogits({layout_.tokens, params_->config().vocab_size});
-  if (mtp_count_ > 0) {
-    backend_->CrossEntropyBackward(
-        mtp_[0].logits.Matrix(), mtp_targets_.data(),
-        options_.mtp_loss_scale / static_cast<float>(mtp_count_),
-        dlogits.Matrix());
-  }
-  MtpBackward(*backend_, params_->mtp[0], params_->embed_tokens,
-              params_->OutputHead(), spec_, layout_, hidden_.back().Matrix(),
-              mtp_[0], dlogits.Matrix(), dh);
 }
 
 }  // namespace glm

@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "model/decoder_layer.h"
 #include "model/mtp_layer.h"
+#include "model/output_head.h"
 #include "model/parameters.h"
 #include "model/token_layout.h"
 
@@ -33,16 +34,9 @@ struct Batch {
   static Batch FromSequences(const std::vector<std::vector<int32_t>>& rows);
 };
 
-struct LossOptions {
-  float mtp_loss_scale = 0.1f;        // Megatron's mtp_loss_scaling_factor
-  float indexer_loss_coeff = 0.001f;  // 0 turns the indexer loss off
-  // False leaves ForwardResult::logits and mtp_logits empty (training needs
-  // only the losses; [tokens, vocab] copies are large for real vocabularies).
-  bool return_logits = true;
-  // False leaves ForwardResult::layer_topk and expert_choice empty (kept for
-  // debugging and the oracle checks; a training step needs neither).
-  bool record_selections = true;
-};
+// InvalidArgument naming the first token id outside the vocabulary, or a loss
+// mask whose length is not the batch's.
+absl::Status ValidateBatch(const Batch& batch, const ModelConfig& config);
 
 struct ForwardResult {
   Tensor logits;      // [tokens, vocab]
@@ -78,17 +72,11 @@ class GlmModel {
   absl::Status Backward();
 
  private:
-  // Forward pieces: the decoder layers, the final norm + lm_head + LM loss, and
-  // the MTP layer + its loss. Each appends to `result`.
+  // The decoder layers, appending to `result`.
   void ForwardLayers(ForwardResult* result);
-  void ForwardHead(const std::vector<float>& loss_mask, ForwardResult* result);
-  void ForwardMtp(const std::vector<float>& loss_mask, ForwardResult* result);
   // Adds one decoder layer's top-k, routing and indexer loss to `result`.
   void Record(const DecoderLayerActivations& layer,
               ForwardResult* result) const;
-  // Backward pieces; both add into dh, the gradient of the last hidden state.
-  void BackwardHead(MatrixView dh);
-  void BackwardMtp(MatrixView dh);
 
   ModelParameters* params_;
   Backend* backend_;
@@ -103,11 +91,7 @@ class GlmModel {
   std::vector<Tensor>
       hidden_;  // hidden_[i] = input of layer i; hidden_[L] before norm
   std::vector<DecoderLayerActivations> layers_;
-  Tensor final_normed_, final_rstd_;
-  Tensor logits_;
-  IndexTensor lm_targets_, mtp_targets_;
-  int64_t lm_count_ = 0, mtp_count_ = 0;
-  std::vector<MtpActivations> mtp_;
+  HeadActivations head_;
 };
 
 }  // namespace glm

@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "model/loss_targets.h"
 
 namespace glm {
 namespace {
@@ -68,6 +67,9 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
                                                 const Tensor& input,
                                                 StageActivations* acts) {
   const ModelConfig& config = params_->config();
+  if (absl::Status valid = ValidateBatch(batch, config); !valid.ok()) {
+    return valid;
+  }
   // Activations and index arrays live where the backend's ops read them.
   AllocatorScope on_backend(backend_->allocator());
   absl::StatusOr<TokenLayout> layout =
@@ -121,56 +123,20 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
     AddLayer(i, acts->layers[i - first_], &losses);
   }
   if (last()) {
-    ForwardHead(batch.loss_mask, acts, &losses);
-    if (stage_.mtp_layers == 1) ForwardMtp(batch.loss_mask, acts, &losses);
+    const bool with_mtp = stage_.mtp_layers == 1;
+    const HeadLosses head = OutputHeadForward(
+        *backend_, *params_, spec_, with_mtp, acts->ids, batch.loss_mask,
+        acts->layout, Rows(acts->layout.tokens), acts->hidden.back().Matrix(),
+        acts->layers.empty() ? nullptr : acts->layers.back().attn.topk,
+        &acts->head);
+    losses.lm_loss = head.lm_loss;
+    losses.mtp_loss = head.mtp_loss;
+    if (with_mtp) {
+      AddLayer(config.num_hidden_layers, acts->head.mtp[0].layer, &losses);
+    }
   }
   if (absl::Status status = CollectivesStatus(); !status.ok()) return status;
   return losses;
-}
-
-void StageModel::ForwardHead(const std::vector<float>& loss_mask,
-                             StageActivations* acts, StageLosses* losses) {
-  const ModelConfig& config = params_->config();
-  const TokenRows rows = Rows(acts->layout.tokens);
-  const int64_t n = rows.count();
-  acts->final_normed = Tensor({n, config.hidden_size});
-  acts->final_rstd = Tensor({n});
-  backend_->RmsNormForward(
-      acts->hidden.back().Matrix(), params_->norm.value.data(),
-      spec_.rms_norm_eps, acts->final_normed.Matrix(), acts->final_rstd.data());
-  acts->logits = Tensor({n, config.vocab_size});
-  backend_->Linear(acts->final_normed.Matrix(),
-                   params_->OutputHead().value.Matrix(), acts->logits.Matrix(),
-                   false);
-  // The count is over all tokens: each rank adds its rows' part of the mean.
-  acts->lm_targets = IndexTensor::FromHost(rows.Select(
-      LossTargets(acts->ids, loss_mask, acts->layout, 1, &acts->lm_count)));
-  if (acts->lm_count > 0) {
-    losses->lm_loss = backend_->CrossEntropyForward(acts->logits.Matrix(),
-                                                    acts->lm_targets.data()) /
-                      static_cast<double>(acts->lm_count);
-  }
-}
-
-void StageModel::ForwardMtp(const std::vector<float>& loss_mask,
-                            StageActivations* acts, StageLosses* losses) {
-  const IndexTensor* shared =
-      acts->layers.empty() ? nullptr : acts->layers.back().attn.topk;
-  acts->mtp.assign(1, MtpActivations());
-  MtpForward(*backend_, params_->mtp[0], params_->embed_tokens,
-             params_->OutputHead(), spec_, acts->ids, acts->layout,
-             acts->hidden.back().Matrix(), shared, &acts->mtp[0]);
-  acts->mtp_targets = IndexTensor::FromHost(
-      Rows(acts->layout.tokens)
-          .Select(LossTargets(acts->ids, loss_mask, acts->layout, 2,
-                              &acts->mtp_count)));
-  if (acts->mtp_count > 0) {
-    losses->mtp_loss =
-        backend_->CrossEntropyForward(acts->mtp[0].logits.Matrix(),
-                                      acts->mtp_targets.data()) /
-        static_cast<double>(acts->mtp_count);
-  }
-  AddLayer(params_->config().num_hidden_layers, acts->mtp[0].layer, losses);
 }
 
 absl::Status StageModel::Backward(const StageActivations& acts,
@@ -180,7 +146,8 @@ absl::Status StageModel::Backward(const StageActivations& acts,
   const int64_t hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
   if (last()) {
-    BackwardHead(acts, dh.Matrix());
+    OutputHeadBackward(*backend_, *params_, spec_, options_, acts.layout,
+                       acts.hidden.back().Matrix(), acts.head, dh.Matrix());
   } else if (d_output.numel() != n * hidden) {
     return absl::InvalidArgumentError(
         absl::StrCat("stage ", stage_.stage, ": output gradient has ",
@@ -202,36 +169,6 @@ absl::Status StageModel::Backward(const StageActivations& acts,
     *d_input = std::move(dh);
   }
   return CollectivesStatus();
-}
-
-void StageModel::BackwardHead(const StageActivations& acts, MatrixView dh) {
-  const ModelConfig& config = params_->config();
-  const int64_t n = acts.local_ids.size();
-  Tensor dlogits({n, config.vocab_size}), dnormed({n, config.hidden_size});
-  if (acts.lm_count > 0) {
-    backend_->CrossEntropyBackward(acts.logits.Matrix(), acts.lm_targets.data(),
-                                   1.f / static_cast<float>(acts.lm_count),
-                                   dlogits.Matrix());
-  }
-  Parameter& head = params_->OutputHead();
-  backend_->LinearBackward(acts.final_normed.Matrix(), head.value.Matrix(),
-                           dlogits.Matrix(), dnormed.Matrix(),
-                           head.grad.Matrix());
-  backend_->RmsNormBackward(acts.hidden.back().Matrix(),
-                            params_->norm.value.data(), acts.final_rstd.data(),
-                            dnormed.Matrix(), dh, params_->norm.grad.data());
-  if (acts.mtp.empty()) return;
-  Tensor mtp_dlogits({n, config.vocab_size});
-  if (acts.mtp_count > 0) {
-    backend_->CrossEntropyBackward(
-        acts.mtp[0].logits.Matrix(), acts.mtp_targets.data(),
-        options_.mtp_loss_scale / static_cast<float>(acts.mtp_count),
-        mtp_dlogits.Matrix());
-  }
-  MtpBackward(*backend_, params_->mtp[0], params_->embed_tokens,
-              params_->OutputHead(), spec_, acts.layout,
-              acts.hidden.back().Matrix(), acts.mtp[0], mtp_dlogits.Matrix(),
-              dh);
 }
 
 }  // namespace glm

@@ -161,5 +161,27 @@ TEST(StageModelTest, MtpApartFromTheLayerWhoseTopkItReusesIsUnimplemented) {
       << stage.status();
 }
 
+// A token id outside the vocabulary would index past the embedding: the
+// stage refuses the batch, naming the id, before computing anything.
+TEST(StageModelTest, TokenOutsideTheVocabularyIsAClearError) {
+  ModelParameters params = Parameters("glm5.2-tiny");
+  const absl::StatusOr<std::vector<StageSlice>> slices =
+      PlanForModel(params.config(), "", 1);
+  ASSERT_TRUE(slices.ok()) << slices.status();
+  CpuBackend backend;
+  absl::StatusOr<StageModel> stage =
+      StageModel::Create(&params, &backend, {}, (*slices)[0]);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  Batch batch = TestBatch();
+  batch.input_ids[3] = static_cast<int32_t>(params.config().vocab_size);
+  StageActivations acts;
+  const absl::StatusOr<StageLosses> losses =
+      stage->Forward(batch, Tensor(), &acts);
+  ASSERT_FALSE(losses.ok());
+  EXPECT_EQ(losses.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(losses.status().message().find("input_ids[3]"), std::string::npos)
+      << losses.status();
+}
+
 }  // namespace
 }  // namespace glm
