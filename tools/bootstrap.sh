@@ -13,6 +13,11 @@ packages=(
   libabsl-dev librocksdb-dev prometheus-cpp-dev libgloo-dev libopenblas-dev
   libsentencepiece-dev libxxhash-dev nlohmann-json3-dev libssl-dev
   libcurl4-openssl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # The deployment checks (deploy/tests/): a one-node slurm cluster, network
+  # namespaces, Prometheus, a Debian chroot for the image's runtime packages,
+  # and a Python for the pinned packages below.
+  slurmctld slurmd slurm-client munge iproute2 prometheus debootstrap
+  python3-venv openssl curl
 )
 
 missing=()
@@ -25,5 +30,19 @@ if ((${#missing[@]})); then
   echo "bootstrap: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# tools/python_requirements.txt, every version pinned, in a virtual environment
+# of Debian's python3; reinstalled when the list changes.
+venv=/opt/glm-tools-venv
+requirements=$(dirname "$0")/python_requirements.txt
+if ! cmp -s "$requirements" "$venv/requirements.txt" 2>/dev/null; then
+  echo "bootstrap: installing $requirements into $venv"
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo rm -rf "$venv"
+  $sudo /usr/bin/python3 -m venv "$venv"
+  $sudo "$venv/bin/pip" install -q --no-deps -r "$requirements"
+  $sudo cp "$requirements" "$venv/requirements.txt"
 fi
 echo "bootstrap: all packages present"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: installs what is missing, runs every CPU test with Bazel,
-# compiles the CUDA kernels when CUDA is present, checks the C++ formatting, and ends
-# with 'N passed, N failed'.
+# compiles the CUDA kernels when CUDA is present, checks the C++ formatting, runs the
+# deployment checks (as root), and ends with 'N passed, N failed'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./tools/bootstrap.sh
@@ -31,5 +31,10 @@ if ./tools/fuzz.sh 8; then
 else
   checks+=("fuzz=fail")
 fi
+echo "== Deployment (deploy/tests): slurm, two hosts, Prometheus, manifests, image =="
+deploy_results=$(mktemp)
+./deploy/tests/run_all.sh "$deploy_results"
+mapfile -t deploy_checks < "$deploy_results"
+checks+=("${deploy_checks[@]}")
 
 exec python3 tools/count_test_results.py "$log" "$(bazel info bazel-testlogs)" "${checks[@]}"
