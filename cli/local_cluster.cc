@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -108,6 +109,9 @@ absl::Status LocalCluster::SpawnWorker(int index,
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // GPU workers run with NVLink multicast off unless the caller chose
+  // otherwise (deploy/README.md, "Networking").
+  if (options_.gpus > 0) setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
