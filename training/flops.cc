@@ -48,23 +48,35 @@ double MlpMacsPerToken(const ModelConfig& c, bool moe) {
 
 }  // namespace
 
+ForwardMacs DecoderLayerForwardMacs(const ModelConfig& c, int layer,
+                                    int64_t seq) {
+  const bool mtp = layer > c.num_hidden_layers;
+  // An MTP layer runs its own indexer only without index sharing (freq 1).
+  const bool indexer = mtp ? c.index_sharing.topk_freq <= 1
+                           : c.index_sharing.IsComputingLayer(layer);
+  ForwardMacs macs;
+  macs.attention_projections = ProjectionMacsPerToken(c) * seq;
+  macs.attention_core = AttentionCoreMacs(c, seq);
+  if (indexer) macs.indexer = IndexerMacs(c, seq);
+  macs.mlp = MlpMacsPerToken(c, mtp || c.IsMoeLayer(layer)) * seq;
+  return macs;
+}
+
 ForwardMacs ForwardMacsPerSequence(const ModelConfig& c, int64_t seq) {
   ForwardMacs macs;
   for (int layer = 1; layer <= c.num_hidden_layers; ++layer) {
-    macs.attention_projections += ProjectionMacsPerToken(c) * seq;
-    macs.attention_core += AttentionCoreMacs(c, seq);
-    if (c.index_sharing.IsComputingLayer(layer))
-      macs.indexer += IndexerMacs(c, seq);
-    macs.mlp += MlpMacsPerToken(c, c.IsMoeLayer(layer)) * seq;
+    const ForwardMacs part = DecoderLayerForwardMacs(c, layer, seq);
+    macs.attention_projections += part.attention_projections;
+    macs.attention_core += part.attention_core;
+    macs.indexer += part.indexer;
+    macs.mlp += part.mlp;
   }
   macs.logits = static_cast<double>(c.hidden_size) * c.vocab_size * seq;
-  // An MTP layer runs its own indexer only without index sharing (freq 1).
-  const bool mtp_indexer = c.index_sharing.topk_freq <= 1;
-  for (int m = 0; m < c.num_mtp_layers; ++m) {
-    macs.mtp += 2.0 * c.hidden_size * c.hidden_size * seq +
-                ProjectionMacsPerToken(c) * seq + AttentionCoreMacs(c, seq) +
-                (mtp_indexer ? IndexerMacs(c, seq) : 0.0) +
-                MlpMacsPerToken(c, /*moe=*/true) * seq + macs.logits;
+  for (int m = 1; m <= c.num_mtp_layers; ++m) {
+    macs.mtp +=
+        2.0 * c.hidden_size * c.hidden_size * seq +
+        DecoderLayerForwardMacs(c, c.num_hidden_layers + m, seq).Total() +
+        macs.logits;
   }
   return macs;
 }

@@ -34,6 +34,13 @@ struct ForwardMacs {
 ForwardMacs ForwardMacsPerSequence(const ModelConfig& config,
                                    int64_t seq_length);
 
+// One decoder layer's part of it (1-indexed `layer`; attention_projections,
+// attention_core, indexer and mlp set): what a pipeline stage holding the
+// layer computes. Layers past num_hidden_layers are MTP layers' decoder
+// layers (MoE, with an indexer only without index sharing).
+ForwardMacs DecoderLayerForwardMacs(const ModelConfig& config, int layer,
+                                    int64_t seq_length);
+
 // 3 x 2 x forward MACs, for `sequences` sequences.
 double TrainingFlops(const ModelConfig& config, int64_t seq_length,
                      int64_t sequences);

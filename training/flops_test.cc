@@ -59,5 +59,19 @@ TEST(FlopsTest, SparseAttentionGrowsWithSeqTimesTopk) {
   EXPECT_DOUBLE_EQ(at_101 - at_100, 2 * 2 * 7 * 2);
 }
 
+TEST(FlopsTest, LayersAddUpToTheModel) {
+  const ModelConfig c = HandCountedConfig();
+  const ForwardMacs whole = ForwardMacsPerSequence(c, 3);
+  double layers = 0;
+  for (int layer = 1; layer <= c.num_hidden_layers; ++layer) {
+    layers += DecoderLayerForwardMacs(c, layer, 3).Total();
+  }
+  EXPECT_DOUBLE_EQ(layers, whole.Total() - whole.logits - whole.mtp);
+  // Layer 2 skips (no indexer), the MTP layer's decoder layer is MoE without
+  // an indexer: 288 + 70 + 264 of the hand count above, per layer of 3 tokens.
+  EXPECT_DOUBLE_EQ(DecoderLayerForwardMacs(c, 2, 3).indexer, 0);
+  EXPECT_DOUBLE_EQ(DecoderLayerForwardMacs(c, 3, 3).Total(), 288 + 70 + 264);
+}
+
 }  // namespace
 }  // namespace glm
