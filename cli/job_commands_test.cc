@@ -15,6 +15,14 @@
 namespace glm {
 namespace {
 
+// The job id in submit's "submitted job-TAG-000001 (STATE)".
+std::string SubmittedId(const std::string& out) {
+  const std::string prefix = "submitted ";
+  if (out.rfind(prefix, 0) != 0) return "";
+  return out.substr(prefix.size(),
+                    out.find(' ', prefix.size()) - prefix.size());
+}
+
 class JobCommandsTest : public ::testing::Test {
  protected:
   JobCommandsTest() : server_("job_commands") {
@@ -53,12 +61,12 @@ TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
   std::string out;
   ASSERT_EQ(Run("submit", {"-f", "coordinator/testdata/tiny_job.json"}, &out),
             0);
-  EXPECT_EQ(out, "submitted job-000001 (SCHEDULED)\n");
+  const std::string job = SubmittedId(out);
+  EXPECT_EQ(out, "submitted " + job + " (SCHEDULED)\n");
 
   std::string watched;
   int watch_code = -1;
-  std::thread watcher(
-      [&] { watch_code = Run("watch", {"job-000001"}, &watched); });
+  std::thread watcher([&] { watch_code = Run("watch", {job}, &watched); });
   absl::SleepFor(absl::Milliseconds(200));
   v1::StepMetrics step;
   step.set_iteration(5);
@@ -66,10 +74,10 @@ TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
   step.set_lm_loss(3.5);
   step.set_tokens_per_sec_per_device(1234);
   step.set_step_time_ms(1000);
-  ASSERT_FALSE(*first.ReportMetrics("job-000001", 0, step));
-  ASSERT_FALSE(*second.ReportMetrics("job-000001", 1, step));
-  ASSERT_TRUE(first.ReportJobResult("job-000001", 0, 1, true, "").ok());
-  ASSERT_TRUE(second.ReportJobResult("job-000001", 1, 1, true, "").ok());
+  ASSERT_FALSE(*first.ReportMetrics(job, 0, step));
+  ASSERT_FALSE(*second.ReportMetrics(job, 1, step));
+  ASSERT_TRUE(first.ReportJobResult(job, 0, 1, true, "").ok());
+  ASSERT_TRUE(second.ReportJobResult(job, 1, 1, true, "").ok());
   watcher.join();
 
   EXPECT_EQ(watch_code, 0);
@@ -77,16 +85,16 @@ TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
   EXPECT_NE(watched.find("step 5/20 (25%) loss 3.5000 tokens/s 1234 ETA 15s"),
             std::string::npos)
       << watched;
-  EXPECT_NE(watched.find("job-000001 SUCCEEDED: all 2 ranks finished"),
+  EXPECT_NE(watched.find(job + " SUCCEEDED: all 2 ranks finished"),
             std::string::npos)
       << watched;
 
   ASSERT_EQ(Run("list", {"--state=SUCCEEDED"}, &out), 0);
-  EXPECT_NE(out.find("job-000001  tiny-pretrain  SUCCEEDED  5/20  3.5000"),
+  EXPECT_NE(out.find(job + "  tiny-pretrain  SUCCEEDED  5/20  3.5000"),
             std::string::npos)
       << out;
   ASSERT_EQ(Run("list", {"--state=RUNNING"}, &out), 0);
-  EXPECT_EQ(out.find("job-000001"), std::string::npos) << out;
+  EXPECT_EQ(out.find(job), std::string::npos) << out;
   EXPECT_EQ(Run("list", {"--state=DONE"}, &out), 2);
 }
 
@@ -96,17 +104,18 @@ TEST_F(JobCommandsTest, CheckpointsAreListed) {
   std::string out;
   ASSERT_EQ(Run("submit", {"-f", "coordinator/testdata/tiny_job.json"}, &out),
             0);
+  const std::string job = SubmittedId(out);
   v1::CheckpointManifest manifest;
-  manifest.set_job_id("job-000001");
+  manifest.set_job_id(job);
   manifest.set_iteration(10);
   manifest.set_consumed_samples(40);
   manifest.set_kind("full");
   manifest.set_directory("/ckpt/iter_0000010");
   ASSERT_TRUE(worker.ReportCheckpoint(manifest).ok());
-  ASSERT_EQ(Run("checkpoints", {"job-000001"}, &out), 0);
+  ASSERT_EQ(Run("checkpoints", {job}, &out), 0);
   EXPECT_NE(out.find("10         full  40"), std::string::npos) << out;
   EXPECT_NE(out.find("/ckpt/iter_0000010"), std::string::npos) << out;
-  ASSERT_EQ(Run("checkpoints", {"job-000001", "--output=json"}, &out), 0);
+  ASSERT_EQ(Run("checkpoints", {job, "--output=json"}, &out), 0);
   EXPECT_NE(out.find("\"iteration\": \"10\""), std::string::npos) << out;
   EXPECT_EQ(Run("checkpoints", {}, &out), 2);  // the job id is required
 }

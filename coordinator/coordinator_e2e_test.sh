@@ -74,7 +74,10 @@ expect_in() {
 start_coordinator
 
 run submit 0 submit -f "$SPECS/tiny_job.json"
-expect_in submit.out "submitted job-000001 (PENDING)"
+# Ids are job-TAG-NNNNNN: the store's random tag, then its counter.
+JOB=$(awk '/^submitted /{print $2}' "$WORK/submit.out")
+[[ $JOB =~ ^job-[0-9a-f]{6}-000001$ ]] || fail "first job id '$JOB'"
+expect_in submit.out "submitted $JOB (PENDING)"
 
 run invalid 1 submit -f "$SPECS/skip_layer_job.json"
 expect_in invalid.err "INVALID_ARGUMENT: parallel.layout:"
@@ -85,21 +88,21 @@ run typo 1 submit -f "$WORK/typo.json"
 expect_in typo.err "trainig"
 
 run list 0 list
-expect_in list.out "job-000001"
+expect_in list.out "$JOB"
 expect_in list.out "tiny-pretrain"
 expect_in list.out "PENDING"
 [ "$(grep -c job- "$WORK/list.out")" -eq 1 ] || fail "the invalid job was stored"
 
 run list_json 0 list --output=json
-expect_in list_json.out '"id": "job-000001"'
+expect_in list_json.out "\"id\": \"$JOB\""
 
-run get 0 get job-000001
+run get 0 get $JOB
 expect_in get.out "state:       PENDING"
 expect_in get.out "layout Etttttt|ttmL"
 
-run cancel 0 cancel job-000001 --reason="e2e says stop"
-expect_in cancel.out "cancelled job-000001"
-run cancel_again 1 cancel job-000001
+run cancel 0 cancel $JOB --reason="e2e says stop"
+expect_in cancel.out "cancelled $JOB"
+run cancel_again 1 cancel $JOB
 expect_in cancel_again.err "FAILED_PRECONDITION"
 
 run missing 1 get job-000404
@@ -127,18 +130,18 @@ wait_for_line worker.log \
 kill -TERM "$WORKER_PID"
 wait "$WORKER_PID" || fail "worker exited $? on SIGTERM"
 
-run get_after_restart 0 get job-000001 --output=json
+run get_after_restart 0 get $JOB --output=json
 expect_in get_after_restart.out '"state": "CANCELLED"'
 expect_in get_after_restart.out '"reason": "submitted"'
 expect_in get_after_restart.out '"reason": "e2e says stop"'
-run history_after_restart 0 get job-000001
+run history_after_restart 0 get $JOB
 expect_in history_after_restart.out "PENDING  CANCELLED  e2e says stop"
 
-run watch_ended 1 watch job-000001
-expect_in watch_ended.out "job-000001 CANCELLED: e2e says stop"
+run watch_ended 1 watch $JOB
+expect_in watch_ended.out "$JOB CANCELLED: e2e says stop"
 
 run second 0 submit -f "$SPECS/tiny_job.json"
-expect_in second.out "submitted job-000002"
+expect_in second.out "submitted ${JOB%-000001}-000002"
 
 run wrong_token 1 list --token-file="$WORK/wrong_token"
 expect_in wrong_token.err "UNAUTHENTICATED"

@@ -114,8 +114,10 @@ TEST_F(CoordinatorTest, RestartedCoordinatorHasEveryJobAndItsHistory) {
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   absl::StatusOr<v1::Job> waiting = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(waiting.ok()) << waiting.status();
-  EXPECT_EQ(cancelled->id(), "job-000001");
-  EXPECT_EQ(waiting->id(), "job-000002");
+  // "job-TAG" (the store's tag) and the counter: job-TAG-000001, ...
+  const std::string prefix = cancelled->id().substr(0, 10);
+  EXPECT_EQ(cancelled->id(), prefix + "-000001");
+  EXPECT_EQ(waiting->id(), prefix + "-000002");
   v1::CancelJobRequest cancel;
   cancel.set_id(cancelled->id());
   cancel.set_reason("changed my mind");
@@ -154,7 +156,7 @@ TEST_F(CoordinatorTest, RestartedCoordinatorHasEveryJobAndItsHistory) {
 
   absl::StatusOr<v1::Job> next = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(next.ok());
-  EXPECT_EQ(next->id(), "job-000003");
+  EXPECT_EQ(next->id(), prefix + "-000003");
 
   get.set_id("job-000404");
   EXPECT_EQ(
@@ -251,7 +253,8 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
   CoordinatorClient second(server_.Connect());
   ASSERT_TRUE(first.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   ASSERT_TRUE(second.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
-  ASSERT_TRUE(Submit(LoadTestSpec("tiny_job.json")).ok());
+  absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(job.ok());
   ASSERT_TRUE(Submit(LoadTestSpec("tiny_job.json")).ok());  // waits: no workers
   v1::StepMetrics step;
   step.set_iteration(7);
@@ -262,7 +265,7 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
   step.set_indexer_loss(0.125);
   step.add_expert_load_imbalance(1.5);
   step.add_expert_load_imbalance(2.75);
-  ASSERT_FALSE(*first.ReportMetrics("job-000001", 0, step));
+  ASSERT_FALSE(*first.ReportMetrics(job->id(), 0, step));
   EXPECT_FALSE(Submit(LoadTestSpec("skip_layer_job.json")).ok());
   auto refused = server_.Connect("wrong");
   auto stub = v1::JobService::NewStub(refused->channel());
@@ -292,16 +295,16 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
                       "SubmitJob\"} 2"),
             std::string::npos)
       << body;
-  for (const char* line : {
-           "glm_job_iteration{job_id=\"job-000001\"} 7",
-           "glm_job_lm_loss{job_id=\"job-000001\"} 4.5",
-           "glm_job_grad_norm{job_id=\"job-000001\"} 1.25",
-           "glm_job_tokens_per_second_per_device{job_id=\"job-000001\"} 1500",
-           "glm_job_tflops_per_device{job_id=\"job-000001\"} 0.5",
-           "glm_job_indexer_loss{job_id=\"job-000001\"} 0.125",
-           "glm_job_expert_load_imbalance{job_id=\"job-000001\",moe_layer="
-           "\"1\"} "
-           "2.75",
+  for (const std::string& line : {
+           "glm_job_iteration{job_id=\"" + job->id() + "\"} 7",
+           "glm_job_lm_loss{job_id=\"" + job->id() + "\"} 4.5",
+           "glm_job_grad_norm{job_id=\"" + job->id() + "\"} 1.25",
+           "glm_job_tokens_per_second_per_device{job_id=\"" + job->id() +
+               "\"} 1500",
+           "glm_job_tflops_per_device{job_id=\"" + job->id() + "\"} 0.5",
+           "glm_job_indexer_loss{job_id=\"" + job->id() + "\"} 0.125",
+           "glm_job_expert_load_imbalance{job_id=\"" + job->id() +
+               "\",moe_layer=\"1\"} 2.75",
        }) {
     EXPECT_NE(body.find(line), std::string::npos) << line;
   }

@@ -1,5 +1,6 @@
 #include "coordinator/job_store.h"
 
+#include <random>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -14,6 +15,7 @@ namespace {
 constexpr char kJobPrefix[] = "job/";
 constexpr char kNextIdKey[] = "meta/next_job_number";
 constexpr char kNextStartKey[] = "meta/next_coordinator_start";
+constexpr char kTagKey[] = "meta/store_tag";
 
 absl::Status FromRocks(const rocksdb::Status& status, const std::string& what) {
   if (status.ok()) return absl::OkStatus();
@@ -26,9 +28,24 @@ rocksdb::WriteOptions SyncWrite() {
   return options;
 }
 
+// The store's tag, drawn and written the first time the store is opened.
+absl::StatusOr<std::string> ReadOrDrawTag(rocksdb::DB& db) {
+  std::string tag;
+  rocksdb::Status status = db.Get(rocksdb::ReadOptions(), kTagKey, &tag);
+  if (status.ok()) return tag;
+  if (!status.IsNotFound()) return FromRocks(status, "reading the store tag");
+  std::random_device random;
+  tag = absl::StrFormat("%06x", random() & 0xffffff);
+  absl::Status written =
+      FromRocks(db.Put(SyncWrite(), kTagKey, tag), "writing the store tag");
+  if (!written.ok()) return written;
+  return tag;
+}
+
 }  // namespace
 
-JobStore::JobStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+JobStore::JobStore(std::unique_ptr<rocksdb::DB> db, std::string tag)
+    : db_(std::move(db)), tag_(std::move(tag)) {}
 JobStore::~JobStore() = default;
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
@@ -41,8 +58,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot open job store in ", directory, ": ", status.ToString()));
   }
-  return std::unique_ptr<JobStore>(
-      new JobStore(std::unique_ptr<rocksdb::DB>(raw)));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  absl::StatusOr<std::string> tag = ReadOrDrawTag(*db);
+  if (!tag.ok()) return tag.status();
+  return std::unique_ptr<JobStore>(new JobStore(std::move(db), *tag));
 }
 
 absl::StatusOr<int64_t> JobStore::NextNumber(const std::string& key,
@@ -68,7 +87,7 @@ absl::StatusOr<int64_t> JobStore::NextNumber(const std::string& key,
 absl::StatusOr<std::string> JobStore::AllocateJobId() {
   absl::StatusOr<int64_t> number = NextNumber(kNextIdKey, "job counter");
   if (!number.ok()) return number.status();
-  return absl::StrFormat("job-%06d", *number);
+  return absl::StrFormat("job-%s-%06d", tag_, *number);
 }
 
 absl::StatusOr<int64_t> JobStore::CountCoordinatorStart() {

@@ -1,7 +1,7 @@
 // Durable job storage on RocksDB: every glm.v1.Job (spec, state, history,
 // checkpoints) keyed by its id, plus the counters that make new job ids and
-// number the coordinator's starts. A coordinator reopening the same directory
-// has every job back.
+// number the coordinator's starts, and the store's random tag. A coordinator
+// reopening the same directory has every job back.
 #ifndef GLM_COORDINATOR_JOB_STORE_H_
 #define GLM_COORDINATOR_JOB_STORE_H_
 
@@ -30,9 +30,14 @@ class JobStore {
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
 
-  // A new id, "job-000001", "job-000002", ...: sortable and never reused, since
-  // the counter is written before the id is handed out.
+  // A new id, "job-TAG-000001", "job-TAG-000002", ... with this store's tag:
+  // sortable and never reused, since the counter is written before the id is
+  // handed out; unlike a bare counter, not reused by another coordinator
+  // either (each new store draws its own tag), so that ids stay unique in
+  // shared outputs and dashboards.
   absl::StatusOr<std::string> AllocateJobId();
+  // Six hex digits drawn when the store was created, kept across reopens.
+  const std::string& tag() const { return tag_; }
   // The number of this coordinator start on the store (1, 2, ...), counted the
   // same way: worker ids include it, so that an id a worker kept from an
   // earlier coordinator never names a worker of this one.
@@ -52,12 +57,13 @@ class JobStore {
   absl::StatusOr<std::vector<v1::Job>> List() const;
 
  private:
-  explicit JobStore(std::unique_ptr<rocksdb::DB> db);
+  JobStore(std::unique_ptr<rocksdb::DB> db, std::string tag);
   // Returns the counter under `key` (1 when absent) after storing its
   // successor, synced.
   absl::StatusOr<int64_t> NextNumber(const std::string& key,
                                      const std::string& what);
   std::unique_ptr<rocksdb::DB> db_;
+  const std::string tag_;
 };
 
 }  // namespace glm

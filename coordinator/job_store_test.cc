@@ -22,8 +22,8 @@ TEST(JobStoreTest, JobsAndCounterSurviveReopen) {
     auto first = (*store)->AllocateJobId();
     auto second = (*store)->AllocateJobId();
     ASSERT_TRUE(first.ok() && second.ok());
-    EXPECT_EQ(*first, "job-000001");
-    EXPECT_EQ(*second, "job-000002");
+    EXPECT_EQ(*first, "job-" + (*store)->tag() + "-000001");
+    EXPECT_EQ(*second, "job-" + (*store)->tag() + "-000002");
     v1::Job job;
     job.set_id(*first);
     job.set_state(v1::CANCELLED);
@@ -36,7 +36,7 @@ TEST(JobStoreTest, JobsAndCounterSurviveReopen) {
   }
   auto store = JobStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  auto job = (*store)->Get("job-000001");
+  auto job = (*store)->Get("job-" + (*store)->tag() + "-000001");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec().name(), "tiny");
   EXPECT_EQ(job->state(), v1::CANCELLED);
@@ -44,7 +44,26 @@ TEST(JobStoreTest, JobsAndCounterSurviveReopen) {
   EXPECT_EQ(job->history(0).reason(), "user");
   auto next = (*store)->AllocateJobId();
   ASSERT_TRUE(next.ok());
-  EXPECT_EQ(*next, "job-000003");
+  EXPECT_EQ(*next, "job-" + (*store)->tag() + "-000003");
+}
+
+TEST(JobStoreTest, EachNewStoreDrawsItsOwnTagAndKeepsIt) {
+  auto first = JobStore::Open(FreshDir("tag_first"));
+  auto second = JobStore::Open(FreshDir("tag_second"));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ((*first)->tag().size(), 6u);
+  EXPECT_EQ((*first)->tag().find_first_not_of("0123456789abcdef"),
+            std::string::npos);
+  // 2^-24 odds that two stores draw the same tag.
+  EXPECT_NE((*first)->tag(), (*second)->tag());
+  EXPECT_NE(*(*first)->AllocateJobId(), *(*second)->AllocateJobId());
+
+  const std::string tag = (*first)->tag();
+  first->reset();
+  auto reopened =
+      JobStore::Open(std::string(std::getenv("TEST_TMPDIR")) + "/tag_first");
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->tag(), tag);
 }
 
 TEST(JobStoreTest, CoordinatorStartsAreCountedAcrossReopens) {
@@ -61,7 +80,7 @@ TEST(JobStoreTest, CoordinatorStartsAreCountedAcrossReopens) {
   ASSERT_TRUE(store.ok());
   auto id = (*store)->AllocateJobId();
   ASSERT_TRUE(id.ok());
-  EXPECT_EQ(*id, "job-000001");
+  EXPECT_EQ(*id, "job-" + (*store)->tag() + "-000001");
 }
 
 TEST(JobStoreTest, ListIsInIdOrderAndGetMissingIsNotFound) {
