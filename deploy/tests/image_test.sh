@@ -21,8 +21,7 @@ pids=()
 cleanup() {
   local status=$?
   ((status == 0)) || show_logs "$root"/tmp/*.log
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_processes "${pids[@]}"
   umount "$root/proc" 2>/dev/null || true
   rm -rf "$root"
   exit "$status"

@@ -68,3 +68,17 @@ show_logs() {
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# SIGTERM to each process named, then SIGKILL to any still running 10 s later
+# (a daemon that hangs on its way out must not outlive the test: the next run
+# needs its ports).
+stop_processes() {
+  local pid deadline=$((SECONDS + 10))
+  (($#)) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for pid in "$@"; do
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  wait "$@" 2>/dev/null || true
+}

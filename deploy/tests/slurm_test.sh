@@ -18,8 +18,7 @@ pids=()
 cleanup() {
   local status=$?
   ((status == 0)) || show_logs "$dir"/*.log "$dir"/*/logs/*.log
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_processes "${pids[@]}"
   rm -rf "$dir"
   exit "$status"
 }

@@ -22,8 +22,7 @@ pids=()
 cleanup() {
   local status=$?
   ((status == 0)) || show_logs "$dir"/*.log
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_processes "${pids[@]}"
   ip netns del "$a" 2>/dev/null || true
   ip netns del "$b" 2>/dev/null || true
   rm -rf "$dir" "/etc/netns/$a" "/etc/netns/$b"
