@@ -5,9 +5,9 @@
 //       [--form=per_expert|fused] [--max-shard-bytes=N]
 #include <iostream>
 
-#include "checkpoint/file_util.h"
+#include "base/command_flags.h"
+#include "base/file_util.h"
 #include "checkpoint/synthetic_hf.h"
-#include "cli/command_flags.h"
 #include "model/config.h"
 
 namespace glm {

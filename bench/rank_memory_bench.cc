@@ -13,10 +13,10 @@
 #include <iostream>
 #include <memory>
 
-#include "checkpoint/file_util.h"
+#include "base/command_flags.h"
+#include "base/file_util.h"
 #include "checkpoint/hf_weight_loader.h"
 #include "checkpoint/synthetic_hf.h"
-#include "cli/command_flags.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "parallel/pipeline_layout.h"

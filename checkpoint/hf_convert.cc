@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/file_util.h"
+#include "base/atomic_file.h"
+#include "base/file_util.h"
 #include "checkpoint/safetensors_stream.h"
-#include "data/atomic_file.h"
 #include "model/config.h"
 
 namespace glm {

@@ -14,9 +14,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "checkpoint/file_util.h"
+#include "base/atomic_file.h"
+#include "base/file_util.h"
 #include "checkpoint/safetensors_stream.h"
-#include "data/atomic_file.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace glm {

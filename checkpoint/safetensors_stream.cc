@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "data/atomic_file.h"
+#include "base/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace glm {

@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "checkpoint/file_util.h"
-#include "data/atomic_file.h"
+#include "base/atomic_file.h"
+#include "base/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace glm {

@@ -5,9 +5,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/file_util.h"
+#include "base/command_flags.h"
+#include "base/file_util.h"
 #include "checkpoint/hf_convert.h"
-#include "cli/command_flags.h"
 
 namespace glm {
 namespace {

@@ -4,9 +4,9 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "base/command_flags.h"
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/synthetic_hf.h"
-#include "cli/command_flags.h"
 #include "gtest/gtest.h"
 
 namespace glm {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
 #include "data/indexed_dataset.h"
 #include "data/packed_sft_dataset.h"
 #include "data/text_preprocess.h"

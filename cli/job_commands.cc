@@ -5,12 +5,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
+#include "base/file_util.h"
 #include "cli/job_staging.h"
 #include "cli/step_rate.h"
 #include "cli/text_table.h"
@@ -178,12 +177,10 @@ std::string ProgressLine(const v1::Job& job, const StepRate& rate) {
 }
 
 absl::StatusOr<v1::JobSpec> ReadSpecFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
   v1::JobSpec spec;
-  auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &spec);
+  auto parsed = google::protobuf::util::JsonStringToMessage(*text, &spec);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", std::string(parsed.message())));

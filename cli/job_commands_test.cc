@@ -59,8 +59,7 @@ TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
   ASSERT_TRUE(first.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   ASSERT_TRUE(second.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   std::string out;
-  ASSERT_EQ(Run("submit", {"-f", "coordinator/testdata/tiny_job.json"}, &out),
-            0);
+  ASSERT_EQ(Run("submit", {"-f", "jobspec/testdata/tiny_job.json"}, &out), 0);
   const std::string job = SubmittedId(out);
   EXPECT_EQ(out, "submitted " + job + " (SCHEDULED)\n");
 
@@ -102,8 +101,7 @@ TEST_F(JobCommandsTest, CheckpointsAreListed) {
   CoordinatorClient worker(server_.Connect());
   ASSERT_TRUE(worker.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   std::string out;
-  ASSERT_EQ(Run("submit", {"-f", "coordinator/testdata/tiny_job.json"}, &out),
-            0);
+  ASSERT_EQ(Run("submit", {"-f", "jobspec/testdata/tiny_job.json"}, &out), 0);
   const std::string job = SubmittedId(out);
   v1::CheckpointManifest manifest;
   manifest.set_job_id(job);

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
 #include "nlohmann/json.hpp"
 #include "parallel/layout_parser.h"
 #include "parallel/layout_planner.h"

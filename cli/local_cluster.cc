@@ -14,11 +14,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 extern char** environ;
 
 namespace glm {
 namespace {
+
+// How long the workers may take to start and register.
+constexpr absl::Duration kWorkerStartTimeout = absl::Minutes(1);
 
 std::string RandomToken() {
   std::random_device device;
@@ -90,7 +95,33 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       return spawned;
     }
   }
+  // The coordinator accepts a job only once a worker that runs it has
+  // registered.
+  if (absl::Status registered = cluster->AwaitWorkers(); !registered.ok()) {
+    return registered;
+  }
   return cluster;
+}
+
+absl::Status LocalCluster::AwaitWorkers() {
+  const absl::Time deadline = absl::Now() + kWorkerStartTimeout;
+  while (coordinator_->AliveWorkers() < options_.workers) {
+    for (size_t i = 0; i < worker_pids_.size(); ++i) {
+      if (waitpid(worker_pids_[i], nullptr, WNOHANG) == worker_pids_[i]) {
+        worker_pids_.erase(worker_pids_.begin() + i);
+        return absl::InternalError(absl::StrCat(
+            "worker ", i, " exited before it registered; see ", WorkerLog(i)));
+      }
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          coordinator_->AliveWorkers(), " of ", options_.workers,
+          " workers registered within ",
+          absl::FormatDuration(kWorkerStartTimeout), "; see ", WorkerLog(0)));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::OkStatus();
 }
 
 std::string LocalCluster::WorkerLog(int worker) const {
@@ -103,8 +134,9 @@ absl::Status LocalCluster::SpawnWorker(int index,
   std::vector<std::string> args = {
       options_.worker_binary, "--coordinator=" + connection_.target,
       "--token-file=" + token_file,
-      options_.gpus == 0 ? std::string("--device=cpu")
-                         : absl::StrCat("--device=cuda:", index % options_.gpus),
+      options_.gpus == 0
+          ? std::string("--device=cpu")
+          : absl::StrCat("--device=cuda:", index % options_.gpus),
       "--exit-with-parent"};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());

@@ -27,6 +27,7 @@ struct LocalClusterOptions {
 
 class LocalCluster {
  public:
+  // Returns once every worker has registered with the coordinator.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
       const LocalClusterOptions& options);
   // Stops the workers (SIGTERM, then waits) and the coordinator.
@@ -39,6 +40,9 @@ class LocalCluster {
  private:
   LocalCluster() = default;
   absl::Status SpawnWorker(int index, const std::string& token_file);
+  // Waits until every worker has registered; an error naming the log of a
+  // worker that exited first, or after a minute.
+  absl::Status AwaitWorkers();
 
   LocalClusterOptions options_;
   std::unique_ptr<Coordinator> coordinator_;

@@ -5,13 +5,13 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/file_util.h"
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
+#include "base/file_util.h"
 #include "cli/job_staging.h"
 #include "cli/local_cluster.h"
-#include "kernels/backend_factory.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/backend_factory.h"
 #include "proto/job_service.grpc.pb.h"
 #include "rpc/grpc_status.h"
 #include "training/log_line.h"

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
 
 namespace glm {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "data/atomic_file.h"
+#include "base/atomic_file.h"
 
 namespace glm {
 

@@ -1,6 +1,6 @@
-// What each rank of a job attempt is told: its grid coordinates, the pipeline
-// stages (virtual chunks) of its pp rank with their 1-indexed layer ranges, and
-// where to meet its peers.
+// What each rank of a job attempt is told: the spec, its rank, and where to
+// meet its peers. The rank plans its coordinates and stages from the spec
+// with the same rules (jobspec) the coordinator validated it by.
 #ifndef GLM_COORDINATOR_ASSIGNMENT_BUILDER_H_
 #define GLM_COORDINATOR_ASSIGNMENT_BUILDER_H_
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job_spec_validator.h"
+#include "jobspec/job_spec_validator.h"
 #include "proto/job_service.pb.h"
 #include "proto/worker_service.pb.h"
 

@@ -112,7 +112,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
 
   const RpcEnv env{options.auth_token, parts->metrics.get()};
   parts->job_service = std::make_unique<JobServiceImpl>(
-      env, parts->jobs.get(), parts->scheduler.get(), &parts->stopping);
+      env, parts->jobs.get(), parts->workers.get(), parts->scheduler.get(),
+      &parts->stopping);
   parts->worker_service = std::make_unique<WorkerServiceImpl>(
       env, parts->workers.get(), parts->scheduler.get(), parts->jobs.get(),
       options.heartbeat_interval_ms, &parts->stopping);
@@ -167,5 +168,7 @@ int Coordinator::port() const { return parts_->port; }
 int Coordinator::metrics_port() const {
   return parts_->metrics ? parts_->metrics->port() : 0;
 }
+
+int Coordinator::AliveWorkers() const { return parts_->workers->AliveCount(); }
 
 }  // namespace glm

@@ -49,6 +49,9 @@ class Coordinator {
   int port() const;
   // 0 when metrics are not served.
   int metrics_port() const;
+  // Registered workers not yet declared dead; a job is accepted only when one
+  // of them runs its device.
+  int AliveWorkers() const;
 
  private:
   struct Parts;

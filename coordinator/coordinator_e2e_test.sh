@@ -1,14 +1,14 @@
 #!/bin/bash
 # End to end: the real glm-coordinator on 127.0.0.1, driven by the real glmctl.
-# Submit (valid and invalid), list, get, cancel, restart the coordinator and find the
-# job with its history (and a live glm-worker registered again under a new id), refuse
-# a wrong token, stop on SIGTERM.
+# Submit (refused before a worker of the job's device registers, valid, invalid), list,
+# get, cancel, restart the coordinator and find the job with its history (and a live
+# glm-worker registered again under a new id), refuse a wrong token, stop on SIGTERM.
 set -u
 
 COORDINATOR="coordinator/glm-coordinator"
 GLMCTL="cli/glmctl"
 WORKER="worker/glm-worker"
-SPECS="coordinator/testdata"
+SPECS="jobspec/testdata"
 WORK="${TEST_TMPDIR:-$(mktemp -d)}/e2e"
 rm -rf "$WORK" && mkdir -p "$WORK"
 echo "e2e-token-$$" > "$WORK/token"
@@ -73,6 +73,24 @@ expect_in() {
 
 start_coordinator
 
+run no_worker 1 submit -f "$SPECS/tiny_job.json"
+expect_in no_worker.err "FAILED_PRECONDITION: device: no registered worker runs cpu jobs"
+
+# A live worker (one of the job's two ranks) outlives the restart: the new
+# coordinator does not know its id.
+"$WORKER" --coordinator="$GLM_COORDINATOR" --token-file="$WORK/token" \
+  2> "$WORK/worker.log" &
+WORKER_PID=$!
+wait_for_line() {
+  for _ in $(seq 150); do
+    grep -qF -- "$2" "$WORK/$1" && return
+    sleep 0.1
+  done
+  fail "'$2' not in $1 after 15 s:"
+  cat "$WORK/$1"
+}
+wait_for_line worker.log "glm-worker worker-1.1: registered"
+
 run submit 0 submit -f "$SPECS/tiny_job.json"
 # Ids are job-TAG-NNNNNN: the store's random tag, then its counter.
 JOB=$(awk '/^submitted /{print $2}' "$WORK/submit.out")
@@ -108,27 +126,11 @@ expect_in cancel_again.err "FAILED_PRECONDITION"
 run missing 1 get job-000404
 expect_in missing.err "NOT_FOUND"
 
-# A live worker outlives the restart: the new coordinator does not know its id.
-"$WORKER" --coordinator="$GLM_COORDINATOR" --token-file="$WORK/token" \
-  2> "$WORK/worker.log" &
-WORKER_PID=$!
-wait_for_line() {
-  for _ in $(seq 150); do
-    grep -qF -- "$2" "$WORK/$1" && return
-    sleep 0.1
-  done
-  fail "'$2' not in $1 after 15 s:"
-  cat "$WORK/$1"
-}
-wait_for_line worker.log "glm-worker worker-1.1: registered"
-
 stop_coordinator
 start_coordinator "$GLM_COORDINATOR"
 
 wait_for_line worker.log \
   "coordinator no longer knows worker-1.1 (NOT_FOUND: no worker 'worker-1.1'); registered again as worker-2.1"
-kill -TERM "$WORKER_PID"
-wait "$WORKER_PID" || fail "worker exited $? on SIGTERM"
 
 run get_after_restart 0 get $JOB --output=json
 expect_in get_after_restart.out '"state": "CANCELLED"'
@@ -142,6 +144,8 @@ expect_in watch_ended.out "$JOB CANCELLED: e2e says stop"
 
 run second 0 submit -f "$SPECS/tiny_job.json"
 expect_in second.out "submitted ${JOB%-000001}-000002"
+kill -TERM "$WORKER_PID"
+wait "$WORKER_PID" || fail "worker exited $? on SIGTERM"
 
 run wrong_token 1 list --token-file="$WORK/wrong_token"
 expect_in wrong_token.err "UNAUTHENTICATED"

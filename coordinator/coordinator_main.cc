@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
+#include "base/file_util.h"
 #include "coordinator/coordinator.h"
 #include "rpc/bearer_token.h"
 #include "version/version.h"
@@ -78,9 +79,9 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
   if (!token.ok()) return token.status();
   options.auth_token = *token;
   if (flags.Has("tls-cert")) {
-    absl::StatusOr<std::string> cert = ReadTextFile(flags.Get("tls-cert"));
+    absl::StatusOr<std::string> cert = ReadFile(flags.Get("tls-cert"));
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadTextFile(flags.Get("tls-key"));
+    absl::StatusOr<std::string> key = ReadFile(flags.Get("tls-key"));
     if (!key.ok()) return key.status();
     options.tls_cert_pem = *cert;
     options.tls_key_pem = *key;

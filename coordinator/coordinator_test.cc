@@ -10,14 +10,14 @@
 #include <string>
 
 #include "coordinator/test_coordinator.h"
-#include "coordinator/test_specs.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "jobspec/test_specs.h"
 #include "proto/job_service.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
 #include "rpc/bearer_token.h"
-#include "worker/coordinator_client.h"
 
 namespace glm {
 namespace {
@@ -109,7 +109,31 @@ TEST_F(CoordinatorTest, InvalidSpecIsRejectedAndNothingStored) {
   EXPECT_EQ(listed.jobs_size(), 0);
 }
 
+TEST_F(CoordinatorTest, SubmitNeedsARegisteredWorkerOfTheJobsDevice) {
+  absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job.status().message().rfind(
+                "device: no registered worker runs cpu jobs", 0),
+            0u)
+      << job.status();
+  server_.RegisterWorker(v1::CPU);
+  v1::JobSpec on_gpu = LoadTestSpec("tiny_job.json");
+  on_gpu.set_device("cuda");
+  job = Submit(on_gpu);
+  EXPECT_EQ(job.status().message().rfind(
+                "device: no registered worker runs cuda jobs (1 registered: "
+                "1 cpu, 0 cuda)",
+                0),
+            0u)
+      << job.status();
+  // A job short of workers is accepted: more may register.
+  job = Submit(LoadTestSpec("tiny_job.json"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::PENDING);
+}
+
 TEST_F(CoordinatorTest, RestartedCoordinatorHasEveryJobAndItsHistory) {
+  server_.RegisterWorker(v1::CPU);
   absl::StatusOr<v1::Job> cancelled = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   absl::StatusOr<v1::Job> waiting = Submit(LoadTestSpec("tiny_job.json"));
@@ -135,6 +159,7 @@ TEST_F(CoordinatorTest, RestartedCoordinatorHasEveryJobAndItsHistory) {
 
   ASSERT_TRUE(server_.Restart().ok());
   Reconnect();
+  server_.RegisterWorker(v1::CPU);  // the restart forgot the workers
 
   v1::GetJobRequest get;
   get.set_id(cancelled->id());
@@ -165,6 +190,7 @@ TEST_F(CoordinatorTest, RestartedCoordinatorHasEveryJobAndItsHistory) {
 }
 
 TEST_F(CoordinatorTest, WatchSendsCurrentStateThenChangesUntilTheEnd) {
+  server_.RegisterWorker(v1::CPU);
   absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(job.ok());
   v1::WatchJobRequest request;
@@ -191,16 +217,14 @@ TEST_F(CoordinatorTest, WatchSendsCurrentStateThenChangesUntilTheEnd) {
 }
 
 TEST_F(CoordinatorTest, AJobShortOfWorkersFailsAfterItsSchedulingTimeout) {
+  server_.RegisterWorker(v1::CPU);
+  server_.RegisterWorker(v1::CUDA);  // another device: not counted
   v1::JobSpec spec = LoadTestSpec("tiny_job.json");  // two ranks
   spec.set_scheduling_timeout_seconds(1);
   absl::StatusOr<v1::Job> job = Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<v1::Job> patient = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(patient.ok()) << patient.status();
-  CoordinatorClient cpu(server_.Connect());
-  ASSERT_TRUE(cpu.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
-  CoordinatorClient gpu(server_.Connect());  // another device: not counted
-  ASSERT_TRUE(gpu.Register(DescribeThisHost(v1::CUDA, "127.0.0.1:0")).ok());
 
   const absl::Time start = absl::Now();
   v1::Job failed = server_.GetJob(job->id());
@@ -249,10 +273,8 @@ class CoordinatorMetricsTest : public CoordinatorTest {
 };
 
 TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
-  CoordinatorClient first(server_.Connect());
-  CoordinatorClient second(server_.Connect());
-  ASSERT_TRUE(first.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
-  ASSERT_TRUE(second.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  const std::string first = server_.RegisterWorker(v1::CPU);
+  server_.RegisterWorker(v1::CPU);
   absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE(Submit(LoadTestSpec("tiny_job.json")).ok());  // waits: no workers
@@ -265,7 +287,16 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
   step.set_indexer_loss(0.125);
   step.add_expert_load_imbalance(1.5);
   step.add_expert_load_imbalance(2.75);
-  ASSERT_FALSE(*first.ReportMetrics(job->id(), 0, step));
+  v1::ReportMetricsRequest report;
+  report.set_worker_id(first);
+  report.set_job_id(job->id());
+  *report.mutable_metrics() = step;
+  v1::ReportMetricsResponse reported;
+  ASSERT_TRUE(
+      v1::WorkerService::NewStub(connection_->channel())
+          ->ReportMetrics(connection_->NewContext().get(), report, &reported)
+          .ok());
+  ASSERT_FALSE(reported.stop_job());
   EXPECT_FALSE(Submit(LoadTestSpec("skip_layer_job.json")).ok());
   auto refused = server_.Connect("wrong");
   auto stub = v1::JobService::NewStub(refused->channel());

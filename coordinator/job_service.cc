@@ -3,8 +3,9 @@
 #include <iostream>
 #include <vector>
 
-#include "coordinator/job_spec_validator.h"
 #include "coordinator/job_state_machine.h"
+#include "jobspec/device_rules.h"
+#include "jobspec/job_spec_validator.h"
 
 namespace glm {
 namespace {
@@ -15,9 +16,13 @@ constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
 }  // namespace
 
 JobServiceImpl::JobServiceImpl(const RpcEnv& env, JobTable* jobs,
-                               Scheduler* scheduler,
+                               WorkerRegistry* workers, Scheduler* scheduler,
                                const std::atomic<bool>* stopping)
-    : env_(env), jobs_(jobs), scheduler_(scheduler), stopping_(stopping) {}
+    : env_(env),
+      jobs_(jobs),
+      workers_(workers),
+      scheduler_(scheduler),
+      stopping_(stopping) {}
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
@@ -25,6 +30,11 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   return GuardRpc(env_, *context, "JobService/SubmitJob", [&] {
     absl::StatusOr<JobPlan> plan = ValidateJobSpec(request->spec());
     if (!plan.ok()) return ToGrpcStatus(plan.status());
+    if (absl::Status runnable =
+            CheckSomeWorkerRuns(request->spec(), workers_->AliveKinds());
+        !runnable.ok()) {
+      return ToGrpcStatus(runnable);
+    }
     absl::StatusOr<v1::Job> job = jobs_->Create(request->spec());
     if (!job.ok()) return ToGrpcStatus(job.status());
     if (absl::Status scheduled = scheduler_->ScheduleReady(); !scheduled.ok()) {

@@ -8,6 +8,7 @@
 #include "coordinator/job_table.h"
 #include "coordinator/rpc_guard.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/worker_registry.h"
 #include "proto/job_service.grpc.pb.h"
 
 namespace glm {
@@ -15,8 +16,10 @@ namespace glm {
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `stopping` ends open WatchJob streams when the coordinator shuts down.
-  JobServiceImpl(const RpcEnv& env, JobTable* jobs, Scheduler* scheduler,
-                 const std::atomic<bool>* stopping);
+  // SubmitJob refuses a spec that breaks a job-spec rule or that none of the
+  // live `workers` can run.
+  JobServiceImpl(const RpcEnv& env, JobTable* jobs, WorkerRegistry* workers,
+                 Scheduler* scheduler, const std::atomic<bool>* stopping);
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -43,6 +46,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   const RpcEnv env_;
   JobTable* const jobs_;
+  WorkerRegistry* const workers_;
   Scheduler* const scheduler_;
   const std::atomic<bool>* const stopping_;
 };

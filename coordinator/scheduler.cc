@@ -4,15 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/assignment_builder.h"
-#include "coordinator/job_spec_validator.h"
 #include "coordinator/job_state_machine.h"
+#include "jobspec/device_rules.h"
+#include "jobspec/job_spec_validator.h"
 
 namespace glm {
 namespace {
-
-v1::DeviceKind DeviceKindOf(const v1::JobSpec& spec) {
-  return spec.device() == "cuda" ? v1::CUDA : v1::CPU;
-}
 
 // Attempts are numbered by how often the job has been scheduled, so a requeued
 // job's new attempt gets a fresh rendezvous scope.

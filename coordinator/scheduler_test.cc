@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/assignment_builder.h"
-#include "coordinator/test_specs.h"
 #include "gtest/gtest.h"
+#include "jobspec/test_specs.h"
 
 namespace glm {
 namespace {

@@ -7,6 +7,7 @@
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "proto/job_service.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
 
 namespace glm {
 
@@ -68,6 +69,28 @@ v1::Job TestCoordinator::GetJob(const std::string& id) const {
       jobs->GetJob(connection->NewContext().get(), request, &job);
   EXPECT_TRUE(status.ok()) << id << ": " << status.error_message();
   return job;
+}
+
+std::string TestCoordinator::RegisterWorker(v1::DeviceKind kind) const {
+  std::shared_ptr<ClientConnection> connection = Connect();
+  auto workers = v1::WorkerService::NewStub(connection->channel());
+  v1::RegisterWorkerRequest request;
+  request.set_hostname("test");
+  request.set_device_kind(kind);
+  v1::RegisterWorkerResponse response;
+  grpc::Status status = workers->RegisterWorker(connection->NewContext().get(),
+                                                request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.worker_id();
+}
+
+void TestCoordinator::WaitForWorkers(int count, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (coordinator_->AliveWorkers() < count && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_GE(coordinator_->AliveWorkers(), count)
+      << "workers did not register within " << timeout;
 }
 
 }  // namespace glm

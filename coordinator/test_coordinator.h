@@ -8,8 +8,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "coordinator/coordinator.h"
 #include "proto/job_service.pb.h"
+#include "proto/worker_service.pb.h"
 #include "rpc/client_connection.h"
 
 namespace glm {
@@ -38,6 +40,13 @@ class TestCoordinator {
       const std::string& token = kToken) const;
   // The job as JobService/GetJob returns it (a failed call fails the test).
   v1::Job GetJob(const std::string& id) const;
+  // Registers a worker of `kind` through WorkerService and returns its id. It
+  // sends no heartbeat: it is declared dead after the heartbeat timeout.
+  std::string RegisterWorker(v1::DeviceKind kind) const;
+  // Waits until `count` workers are alive (worker processes the test
+  // started); fails the test after `timeout`.
+  void WaitForWorkers(int count,
+                      absl::Duration timeout = absl::Seconds(30)) const;
 
  private:
   CoordinatorOptions options_;

@@ -52,6 +52,15 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& worker_id) {
   return *record;
 }
 
+std::vector<v1::DeviceKind> WorkerRegistry::AliveKinds() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::DeviceKind> kinds;
+  for (const auto& [number, record] : workers_) {
+    if (record.alive) kinds.push_back(record.info.device_kind());
+  }
+  return kinds;
+}
+
 std::vector<std::string> WorkerRegistry::IdleWorkers(v1::DeviceKind kind) {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> idle;

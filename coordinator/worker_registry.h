@@ -46,6 +46,8 @@ class WorkerRegistry {
   absl::Status Heartbeat(const std::string& worker_id, int64_t now_ms);
   absl::StatusOr<WorkerRecord> Get(const std::string& worker_id);
 
+  // The kind of every alive worker, in registration order.
+  std::vector<v1::DeviceKind> AliveKinds();
   // Alive workers of `kind` holding no job, in registration order.
   std::vector<std::string> IdleWorkers(v1::DeviceKind kind);
   // Binds the worker to the assignment's job rank and queues the assignment for

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "data/atomic_file.h"
+#include "base/atomic_file.h"
 
 namespace glm {
 

@@ -59,9 +59,9 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
         absl::StrCat(device, ": ", count.status().message()));
   }
   if (*ordinal >= *count) {
-    return absl::NotFoundError(absl::StrCat(device,
-                                            " does not exist: this machine has ",
-                                            *count, " CUDA device(s)"));
+    return absl::NotFoundError(
+        absl::StrCat(device, " does not exist: this machine has ", *count,
+                     " CUDA device(s)"));
   }
   cudaDeviceProp props;
   if (cudaError_t status = cudaGetDeviceProperties(&props, *ordinal);
@@ -84,8 +84,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   if (!described.ok()) return described.status();
   CudaBackendOptions options;
   options.device = *CudaOrdinal(device);
-  options.precision = precision == "fp32" ? cuda::Precision::kFp32
-                                          : cuda::Precision::kBf16;
+  options.precision =
+      precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   return MakeCudaBackend(options);
 }
 
@@ -101,7 +101,8 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
   absl::StatusOr<int> ordinal = CudaOrdinal(device);
   if (!ordinal.ok()) return ordinal.status();
   return absl::FailedPreconditionError(absl::StrCat(
-      device, ": this binary was built without CUDA (build with --config=cuda)"));
+      device,
+      ": this binary was built without CUDA (build with --config=cuda)"));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(

@@ -96,8 +96,9 @@ class TensorStorage {
     }
     device_ = DeviceBuffer(allocator, size * sizeof(T));
     assert(fill == T{0} || fill == T(-1));
-    if (size > 0) allocator->Fill(device_.data(), fill == T{0} ? 0 : 0xff,
-                                  size * sizeof(T));
+    if (size > 0)
+      allocator->Fill(device_.data(), fill == T{0} ? 0 : 0xff,
+                      size * sizeof(T));
   }
 
   int64_t size() const { return size_; }

@@ -16,13 +16,13 @@ namespace glm {
 
 // The rows one expert processes, in row order, and what its backward needs.
 struct ExpertActivations {
-  std::vector<int32_t> tokens;  // row of the input (and output) per row
-  std::vector<int32_t> slots;   // row of its router weight per row
+  std::vector<int32_t> tokens;      // row of the input (and output) per row
+  std::vector<int32_t> slots;       // row of its router weight per row
   IndexTensor op_tokens, op_slots;  // the same where the backend reads them
-  Tensor weight;                // [rows, 1] router weight per row
-  Tensor x;                     // [rows, hidden]
-  MlpActivations mlp;           // gate_up [rows, 2I], hidden [rows, I]
-  Tensor out;                   // [rows, hidden] before weighting
+  Tensor weight;                    // [rows, 1] router weight per row
+  Tensor x;                         // [rows, hidden]
+  MlpActivations mlp;               // gate_up [rows, 2I], hidden [rows, I]
+  Tensor out;                       // [rows, hidden] before weighting
 };
 
 // Groups `rows` rows by expert[row], each expert's rows in row order (so the

@@ -89,8 +89,8 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
     backend.IndexerTopK(
         acts->q.Matrix().Rows(row * spec.heads, run.count * spec.heads),
         acts->k.Matrix(), acts->weights.Matrix().Rows(row, run.count),
-        layout.op_seq_start.data() + run.begin, run.begin, width, ScoreScale(spec),
-        topk->data() + (row - mine.begin) * width);
+        layout.op_seq_start.data() + run.begin, run.begin, width,
+        ScoreScale(spec), topk->data() + (row - mine.begin) * width);
     row += run.count;
   }
   if (parallel.tp() > 1) *topk = ShareTopK(parallel, *topk, layout.tokens);

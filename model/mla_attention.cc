@@ -269,7 +269,8 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          p.q_a_proj.grad.Matrix());
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
     IndexerBackward(backend, p.indexer, spec.indexer, xc, acts.q_resid.Matrix(),
-                    layout, rows.op_positions.data(), rows.parallel, acts.indexer);
+                    layout, rows.op_positions.data(), rows.parallel,
+                    acts.indexer);
   }
   // The chunk's input gradient is a partial sum on each tensor rank.
   if (split) {

@@ -31,8 +31,8 @@ void MoeForward(Backend& backend, const MoeParameters& p,
   // Shared experts write `out`; routed experts add their weighted rows to it.
   MlpForward(backend, p.shared_experts, x, out, /*accumulate=*/false,
              &acts->shared);
-  experts.Forward(backend, p, x, choice.data(), acts->weights.Matrix(),
-                  out, &acts->routed);
+  experts.Forward(backend, p, x, choice.data(), acts->weights.Matrix(), out,
+                  &acts->routed);
 }
 
 void MoeBackward(Backend& backend, MoeParameters& p, const RouterSpec& spec,

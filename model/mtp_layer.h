@@ -17,8 +17,8 @@ namespace glm {
 
 struct MtpActivations {
   IndexTensor next_ids;  // ids[t+1] within the sequence, 0 at its last token
-  Tensor embedded;  // [n, hidden]
-  Tensor concat;    // [n, 2 * hidden]: enorm(embedded) | hnorm(h_main)
+  Tensor embedded;       // [n, hidden]
+  Tensor concat;         // [n, 2 * hidden]: enorm(embedded) | hnorm(h_main)
   Tensor e_rstd, h_rstd;
   Tensor layer_in, layer_out;  // [n, hidden]
   DecoderLayerActivations layer;

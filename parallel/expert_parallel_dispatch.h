@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
+#include "collectives/collectives.h"
 #include "model/expert_dispatch.h"
-#include "parallel/collectives.h"
 
 namespace glm {
 

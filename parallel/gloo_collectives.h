@@ -11,9 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collectives/collectives.h"
 #include "gloo/context.h"
 #include "gloo/rendezvous/store.h"
-#include "parallel/collectives.h"
 
 namespace glm {
 

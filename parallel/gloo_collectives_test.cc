@@ -1,30 +1,26 @@
-// Gloo collectives between threads that each hold their own Gloo context and
-// their own connection to a real in-process coordinator, as worker processes
-// do.
+// Gloo collectives between threads that each hold their own Gloo context, as
+// worker processes do, meeting through one in-memory store.
 #include "parallel/gloo_collectives.h"
 
 #include <functional>
 #include <numeric>
 #include <thread>
 
-#include "coordinator/test_coordinator.h"
 #include "gtest/gtest.h"
 #include "parallel/gloo_store.h"
+#include "parallel/in_memory_store.h"
 #include "parallel/process_groups.h"
-#include "worker/rendezvous_store.h"
 
 namespace glm {
 namespace {
 
-constexpr char kScope[] = "job-000001/attempt-1";
-
-// Runs `body(rank)` on `n` threads, each with its own rendezvous connection.
-void RunRanks(TestCoordinator& server, int n,
+// Runs `body(rank)` on `n` threads, each with its own Gloo store.
+void RunRanks(int n,
               const std::function<void(int, gloo::rendezvous::Store&)>& body) {
+  InMemoryStore rendezvous;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
-      RendezvousStore rendezvous(server.Connect(), kScope);
       GlooStore store(&rendezvous, absl::Seconds(20));
       body(rank, store);
     });
@@ -41,9 +37,8 @@ std::unique_ptr<GlooCollectives> Join(gloo::rendezvous::Store& store, int rank,
 }
 
 TEST(GlooCollectivesTest, ThreeMembersAgreeOnEveryCollective) {
-  TestCoordinator server("gloo_three");
   static constexpr int kSize = 3;
-  RunRanks(server, kSize, [](int rank, gloo::rendezvous::Store& store) {
+  RunRanks(kSize, [](int rank, gloo::rendezvous::Store& store) {
     std::unique_ptr<GlooCollectives> group = Join(store, rank, kSize);
     ASSERT_NE(group, nullptr);
     EXPECT_EQ(group->rank(), rank);
@@ -117,8 +112,7 @@ TEST(GlooCollectivesTest, ThreeMembersAgreeOnEveryCollective) {
 }
 
 TEST(GlooCollectivesTest, MissingMemberIsAClearErrorNotAHang) {
-  TestCoordinator server("gloo_missing");
-  RendezvousStore rendezvous(server.Connect(), kScope);
+  InMemoryStore rendezvous;
   GlooStore store(&rendezvous, absl::Seconds(20));
   GlooOptions options;
   options.connect_timeout = absl::Milliseconds(500);
@@ -152,14 +146,13 @@ TEST(ProcessGroupsTest, MembersFollowMegatronOrder) {
 }
 
 TEST(ProcessGroupsTest, FourRanksConnectEveryGroupAndAgree) {
-  TestCoordinator server("gloo_groups");
   GridSpec spec;
   spec.world = 4;
   spec.pp = 2;
   spec.ep = 2;
   absl::StatusOr<RankGrid> grid = BuildRankGrid(spec);
   ASSERT_TRUE(grid.ok());
-  RunRanks(server, spec.world, [&](int rank, gloo::rendezvous::Store& store) {
+  RunRanks(spec.world, [&](int rank, gloo::rendezvous::Store& store) {
     auto shared = std::shared_ptr<gloo::rendezvous::Store>(
         &store, [](gloo::rendezvous::Store*) {});
     absl::StatusOr<ProcessGroups> groups =

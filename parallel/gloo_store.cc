@@ -5,7 +5,7 @@
 
 namespace glm {
 
-GlooStore::GlooStore(RendezvousStore* store, absl::Duration timeout)
+GlooStore::GlooStore(KeyValueStore* store, absl::Duration timeout)
     : store_(store), timeout_(timeout) {}
 
 void GlooStore::set(const std::string& key, const std::vector<char>& data) {

@@ -1,5 +1,6 @@
-// Gloo's rendezvous store on the coordinator's RendezvousService, so that
-// worker processes find each other's TCP addresses through the coordinator.
+// Gloo's rendezvous store on a KeyValueStore (for glm-worker, the
+// coordinator's RendezvousService), so that the members of a group find each
+// other's TCP addresses.
 #ifndef GLM_PARALLEL_GLOO_STORE_H_
 #define GLM_PARALLEL_GLOO_STORE_H_
 
@@ -9,7 +10,7 @@
 
 #include "absl/time/time.h"
 #include "gloo/rendezvous/store.h"
-#include "worker/rendezvous_store.h"
+#include "parallel/key_value_store.h"
 
 namespace glm {
 
@@ -18,7 +19,7 @@ class GlooStore : public gloo::rendezvous::Store {
   // `store` is not owned. Gets and waits without their own timeout give up
   // after `timeout`; failures throw gloo::IoException, which Gloo's connect
   // passes on to its caller.
-  GlooStore(RendezvousStore* store, absl::Duration timeout);
+  GlooStore(KeyValueStore* store, absl::Duration timeout);
 
   void set(const std::string& key, const std::vector<char>& data) override;
   // Blocks until the key is set.
@@ -31,7 +32,7 @@ class GlooStore : public gloo::rendezvous::Store {
   std::vector<std::string> WaitValues(const std::vector<std::string>& keys,
                                       absl::Duration timeout);
 
-  RendezvousStore* store_;
+  KeyValueStore* store_;
   const absl::Duration timeout_;
 };
 

@@ -37,7 +37,7 @@ ncclResult_t SettleComm(ncclComm_t comm, absl::Time deadline) {
 
 // Member 0 makes a unique id and publishes it under `id_key`; the others
 // wait for it (at most `timeout`).
-absl::StatusOr<ncclUniqueId> ShareUniqueId(RendezvousStore& store,
+absl::StatusOr<ncclUniqueId> ShareUniqueId(KeyValueStore& store,
                                            const std::string& id_key,
                                            const std::string& group, int rank,
                                            absl::Duration timeout) {
@@ -70,7 +70,7 @@ absl::StatusOr<ncclUniqueId> ShareUniqueId(RendezvousStore& store,
 
 }  // namespace
 
-CollectivesFactory NcclFactory(RendezvousStore* store, absl::Duration timeout) {
+CollectivesFactory NcclFactory(KeyValueStore* store, absl::Duration timeout) {
   return [store, timeout](
              const std::string& key, int rank,
              int size) -> absl::StatusOr<std::unique_ptr<Collectives>> {
@@ -82,7 +82,7 @@ CollectivesFactory NcclFactory(RendezvousStore* store, absl::Duration timeout) {
 }
 
 absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Connect(
-    RendezvousStore& store, const std::string& key, int rank, int size,
+    KeyValueStore& store, const std::string& key, int rank, int size,
     absl::Duration timeout) {
   // A non-blocking communicator bounds the wait for members to join, but
   // every call on one costs 50-180 us more than on a blocking one

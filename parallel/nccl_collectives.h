@@ -14,20 +14,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "parallel/collectives.h"
-#include "worker/rendezvous_store.h"
+#include "collectives/collectives.h"
+#include "parallel/key_value_store.h"
 
 namespace glm {
 
 // Groups connected through `store` (not owned; it must outlive the factory).
-CollectivesFactory NcclFactory(RendezvousStore* store, absl::Duration timeout);
+CollectivesFactory NcclFactory(KeyValueStore* store, absl::Duration timeout);
 
 class NcclCollectives : public Collectives {
  public:
   // Member 0 makes the group's NCCL unique id and publishes it in `store`
   // under `key`; the others wait for it up to `timeout`.
   static absl::StatusOr<std::unique_ptr<NcclCollectives>> Connect(
-      RendezvousStore& store, const std::string& key, int rank, int size,
+      KeyValueStore& store, const std::string& key, int rank, int size,
       absl::Duration timeout);
   ~NcclCollectives() override;
 

@@ -1,7 +1,7 @@
 // Runs every NCCL collective across the GPUs of this machine (one rank per GPU,
-// one thread each, connected through an in-process coordinator's rendezvous)
-// and compares each result with the value computed on the host. Needs at least
-// two GPUs; prints one line per collective and exits 1 on any mismatch.
+// one thread each, meeting through an in-memory store) and compares each
+// result with the value computed on the host. Needs at least two GPUs; prints
+// one line per collective and exits 1 on any mismatch.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -10,9 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/test_coordinator.h"
+#include "parallel/in_memory_store.h"
 #include "parallel/nccl_collectives.h"
-#include "worker/rendezvous_store.h"
 
 namespace glm {
 namespace {
@@ -57,9 +56,8 @@ void Expect(const std::string& op, const absl::Status& status,
   outcomes->push_back(outcome);
 }
 
-std::vector<Outcome> RunRank(TestCoordinator& server, int rank, int size) {
+std::vector<Outcome> RunRank(KeyValueStore& store, int rank, int size) {
   cudaSetDevice(rank);
-  RendezvousStore store(server.Connect(), "nccl-check");
   std::vector<Outcome> outcomes;
   auto group =
       NcclCollectives::Connect(store, "world", rank, size, absl::Seconds(60));
@@ -131,12 +129,12 @@ int Main() {
     std::fprintf(stderr, "needs at least two GPUs, found %d\n", devices);
     return 2;
   }
-  TestCoordinator server("nccl_check");
+  InMemoryStore store;
   std::vector<std::vector<Outcome>> outcomes(devices);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < devices; ++rank) {
     ranks.emplace_back(
-        [&, rank] { outcomes[rank] = RunRank(server, rank, devices); });
+        [&, rank] { outcomes[rank] = RunRank(store, rank, devices); });
   }
   for (std::thread& rank : ranks) rank.join();
   bool all_ok = true;

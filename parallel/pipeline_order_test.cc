@@ -5,6 +5,8 @@
 // groups a rank receives its neighbour's messages in the order they were
 // sent (Recv pairs with sends in order, so any other order would mix up
 // micro batches).
+#include "parallel/pipeline_order.h"
+
 #include <algorithm>
 #include <set>
 #include <tuple>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace glm {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "parallel/collectives.h"
+#include "collectives/collectives.h"
 #include "parallel/rank_grid.h"
 
 namespace glm {

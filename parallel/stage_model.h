@@ -20,6 +20,7 @@
 #include "model/decoder_layer.h"
 #include "model/glm_model.h"
 #include "model/mtp_layer.h"
+#include "model/output_head.h"
 #include "model/parameters.h"
 #include "model/token_layout.h"
 #include "model/token_parallel.h"
@@ -36,11 +37,7 @@ struct StageActivations {
   // (before the final norm on the last stage).
   std::vector<Tensor> hidden;
   std::vector<DecoderLayerActivations> layers;
-  // Last stage only.
-  Tensor final_normed, final_rstd, logits;
-  IndexTensor lm_targets, mtp_targets;
-  int64_t lm_count = 0, mtp_count = 0;
-  std::vector<MtpActivations> mtp;
+  HeadActivations head;  // last stage only
 };
 
 // What one micro batch contributes on this stage; zeros for what lives on
@@ -102,11 +99,6 @@ class StageModel {
  private:
   StageModel(ModelParameters* params, Backend* backend, LossOptions options,
              const StageSlice& stage);
-  void ForwardHead(const std::vector<float>& loss_mask, StageActivations* acts,
-                   StageLosses* losses);
-  void ForwardMtp(const std::vector<float>& loss_mask, StageActivations* acts,
-                  StageLosses* losses);
-  void BackwardHead(const StageActivations& acts, MatrixView dh);
   // OK, or the first failure of the expert or token-parallel collectives.
   absl::Status CollectivesStatus() const;
 

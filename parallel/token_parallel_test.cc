@@ -80,9 +80,8 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
   absl::StatusOr<std::vector<StageSlice>> plan =
       PlanForModel(params.config(), "", 1);
   EXPECT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<StageModel> stage =
-      StageModel::Create(mirror ? mirror.get() : &params, &backend, {},
-                         plan->at(0));
+  absl::StatusOr<StageModel> stage = StageModel::Create(
+      mirror ? mirror.get() : &params, &backend, {}, plan->at(0));
   EXPECT_TRUE(stage.ok()) << stage.status();
   stage->set_token_parallel(&parallel);
   StageActivations acts;

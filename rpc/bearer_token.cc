@@ -1,24 +1,14 @@
 #include "rpc/bearer_token.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "openssl/crypto.h"
 
 namespace glm {
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> content = ReadTextFile(path);
+  absl::StatusOr<std::string> content = ReadFile(path);
   if (!content.ok()) return content.status();
   std::string token(absl::StripAsciiWhitespace(*content));
   if (token.empty()) {

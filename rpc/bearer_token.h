@@ -16,9 +16,6 @@ inline constexpr char kAuthorizationHeader[] = "authorization";
 // error, since it would let anyone in.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
-// A whole file's content (certificates, keys).
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
-
 // "Bearer <token>".
 std::string AuthorizationValue(const std::string& token);
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "base/file_util.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -22,7 +23,7 @@ absl::StatusOr<ConnectionOptions> LoadConnectionOptions(
   if (!token.ok()) return token.status();
   options.token = *token;
   if (!tls_ca_file.empty()) {
-    absl::StatusOr<std::string> pem = ReadTextFile(tls_ca_file);
+    absl::StatusOr<std::string> pem = ReadFile(tls_ca_file);
     if (!pem.ok()) return pem.status();
     options.tls_root_pem = *pem;
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: installs what is missing, runs every CPU test with Bazel,
-# compiles the CUDA kernels when CUDA is present, checks the C++ formatting, runs the
-# deployment checks (as root), and ends with 'N passed, N failed'.
+# compiles the CUDA kernels when CUDA is present, checks the folder dependencies and
+# the C++ formatting, fuzzes the parsers for a bounded time, runs the deployment
+# checks (as root), and ends with 'N passed, N failed'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./tools/bootstrap.sh
@@ -10,6 +11,12 @@ log=$(mktemp)
 bazel test //... --keep_going --test_output=errors 2>&1 | tee "$log"
 
 checks=()
+echo "== Folder dependencies (bazel query): no cycles, libraries never on programs =="
+if python3 tools/dependency_check.py; then
+  checks+=("dependencies=pass")
+else
+  checks+=("dependencies=fail")
+fi
 echo "== C++ and CUDA sources: clang-format check =="
 if ./tools/format_check.sh; then
   checks+=("format=pass")
@@ -19,6 +26,8 @@ fi
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "== CUDA kernels (--config=cuda, sm_90a): compile check =="
   mapfile -t cuda_targets < <(bazel query 'attr(tags, "\bcuda\b", //...)' 2>/dev/null)
+  # The programs too: under --config=cuda they carry the CUDA backend.
+  cuda_targets+=(//:glm-worker //:glmctl //tests/oracle:oracle_test)
   if bazel build --config=cuda "${cuda_targets[@]}" 2>&1 | tail -3; then
     checks+=("cuda_build=pass")
   else

@@ -32,8 +32,7 @@ AdamMoments& AdamW::MomentsOf(const TrainableTensor& param) {
   AdamMoments& moments = moments_[param.name];
   if (moments.exp_avg.numel() != param.value->numel()) {
     moments.exp_avg = Tensor(param.value->shape(), param.value->allocator());
-    moments.exp_avg_sq =
-        Tensor(param.value->shape(), param.value->allocator());
+    moments.exp_avg_sq = Tensor(param.value->shape(), param.value->allocator());
   }
   return moments;
 }

@@ -99,9 +99,10 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
 // Two data-parallel ranks on threads, each with its own Gloo context; with
 // `expert_parallel` the same two ranks also split the routed experts (EP2,
 // expert-data-parallel size 1).
-std::vector<TrainingRun> TrainOnTwoRanks(
-    bool distributed_optimizer, bool expert_parallel = false,
-    const TrainerOptions& base = Options(), Allocator* memory = nullptr) {
+std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer,
+                                         bool expert_parallel = false,
+                                         const TrainerOptions& base = Options(),
+                                         Allocator* memory = nullptr) {
   gloo::rendezvous::HashStore store;
   std::vector<TrainingRun> ranks(2);
   std::vector<std::thread> threads;
@@ -119,10 +120,10 @@ std::vector<TrainingRun> TrainOnTwoRanks(
       auto expert_data = GlooCollectives::Connect(
           store, "edp" + std::to_string(rank), 0, 1, {});
       ASSERT_TRUE(experts.ok() && expert_data.ok());
-      ranks[rank] = Train(
-          group->get(), distributed_optimizer,
-          ExpertParallelRank{experts->get(), expert_data->get()}, {}, base,
-          memory);
+      ranks[rank] =
+          Train(group->get(), distributed_optimizer,
+                ExpertParallelRank{experts->get(), expert_data->get()}, {},
+                base, memory);
     });
   }
   for (std::thread& t : threads) t.join();

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/collectives.h"
 #include "kernels/tensor.h"
-#include "parallel/collectives.h"
 
 namespace glm {
 

@@ -12,8 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "collectives/collectives.h"
 #include "model/parameters.h"
-#include "parallel/collectives.h"
 #include "training/adamw.h"
 
 namespace glm {

@@ -30,9 +30,11 @@ TEST(GradClipTest, NanGradientGivesNonFiniteNorm) {
   CpuBackend backend;
   Tensor w({2}), g({2});
   g.values() = {1.f, std::numeric_limits<float>::quiet_NaN()};
-  EXPECT_FALSE(std::isfinite(GlobalNorm(GradSquaredSum(backend, {{"a", &w, &g}}))));
+  EXPECT_FALSE(
+      std::isfinite(GlobalNorm(GradSquaredSum(backend, {{"a", &w, &g}}))));
   g.values() = {1.f, std::numeric_limits<float>::infinity()};
-  EXPECT_FALSE(std::isfinite(GlobalNorm(GradSquaredSum(backend, {{"a", &w, &g}}))));
+  EXPECT_FALSE(
+      std::isfinite(GlobalNorm(GradSquaredSum(backend, {{"a", &w, &g}}))));
 }
 
 }  // namespace

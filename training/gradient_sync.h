@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "parallel/collectives.h"
+#include "collectives/collectives.h"
 #include "training/adamw.h"
 
 namespace glm {

@@ -1,6 +1,5 @@
 #include "training/lora.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <random>

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "parallel/collectives.h"
+#include "collectives/collectives.h"
 #include "parallel/stage_parameters.h"
 #include "training/adamw.h"
 

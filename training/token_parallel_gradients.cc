@@ -38,8 +38,8 @@ absl::StatusOr<double> TokenParallelGradSquaredSum(
     (Split(parallel, param.name) ? split : whole).push_back(param);
   }
   if (split.empty()) return GradSquaredSum(backend, whole);
-  absl::StatusOr<double> parts = SumInRankOrder(
-      *parallel.tensor_group(), GradSquaredSum(backend, split));
+  absl::StatusOr<double> parts =
+      SumInRankOrder(*parallel.tensor_group(), GradSquaredSum(backend, split));
   if (!parts.ok()) return parts.status();
   return GradSquaredSum(backend, whole) + *parts;
 }

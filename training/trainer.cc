@@ -399,10 +399,9 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
     split.dense = owned;
   }
   absl::StatusOr<double> dense =
-      token_parallel_
-          ? TokenParallelGradSquaredSum(optimizer_backend(), *token_parallel_,
-                                        split.dense)
-          : GradSquaredSum(optimizer_backend(), split.dense);
+      token_parallel_ ? TokenParallelGradSquaredSum(
+                            optimizer_backend(), *token_parallel_, split.dense)
+                      : GradSquaredSum(optimizer_backend(), split.dense);
   if (dense.ok() && shards_) dense = SumInRankOrder(*data_parallel_, *dense);
   if (!dense.ok()) return dense.status();
   absl::StatusOr<double> experts =

@@ -23,13 +23,13 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/training_state.h"
+#include "collectives/collectives.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/config.h"
 #include "model/glm_model.h"
 #include "model/parameters.h"
 #include "model/token_parallel.h"
-#include "collectives/collectives.h"
 #include "parallel/expert_parallel_dispatch.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/rank_tensors.h"
@@ -166,7 +166,6 @@ class Trainer {
   // host, sharded under the distributed optimizer.
   void PlaceOptimizer();
   LossOptions StepLossOptions() const;
-
 
   Trainer(const TrainerOptions& options, std::unique_ptr<TrainingData> data,
           std::unique_ptr<ModelParameters> params,

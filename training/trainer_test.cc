@@ -92,7 +92,8 @@ TEST(TrainerTest, SeparateBackendMemoryTrainsBitwiseEqual) {
             separate->params().lm_head.value.values());
   // The weights and gradients the model computes on live there.
   int64_t weights = 0;
-  for (const NamedTensor& t : host->params().Named()) weights += t.value->numel();
+  for (const NamedTensor& t : host->params().Named())
+    weights += t.value->numel();
   EXPECT_GE(memory.peak_bytes(), 2 * 4 * weights);
 }
 

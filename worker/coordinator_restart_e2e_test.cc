@@ -33,6 +33,7 @@ TEST(CoordinatorRestartTest, WorkerRegistersAgainAndTakesTheNextJob) {
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
 
   ASSERT_TRUE(server.RestartOnSamePort().ok());
+  server.WaitForWorkers(1);  // the worker registers again
   const std::string next = SubmitJob(
       server, TinyPretrainSpec(data, dir + "/next", /*world_size=*/1, 2));
   const v1::Job next_done = WatchToTheEnd(server, next, absl::Seconds(30),

@@ -9,16 +9,6 @@
 
 namespace glm {
 
-absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel) {
-  if (parallel.etp() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallel.etp: ", parallel.etp(),
-        " is not supported by this worker yet; routed experts are split by "
-        "ep only (etp 1)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
                                                const RankGrid& grid,
                                                RendezvousStore* rendezvous,

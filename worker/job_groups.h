@@ -1,6 +1,6 @@
-// A rank's process groups for a training job: which parallel layouts this
-// worker runs, connecting the groups of the rank grid through the
-// coordinator's rendezvous, and the ranks' agreement to stop together.
+// A rank's process groups for a training job: connecting the groups of the
+// rank grid through the coordinator's rendezvous, and the ranks' agreement to
+// stop together.
 #ifndef GLM_WORKER_JOB_GROUPS_H_
 #define GLM_WORKER_JOB_GROUPS_H_
 
@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "parallel/collectives.h"
+#include "collectives/collectives.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
 #include "proto/job_spec.pb.h"
@@ -16,11 +16,6 @@
 #include "worker/rendezvous_store.h"
 
 namespace glm {
-
-// UNIMPLEMENTED naming the parallel size this worker does not run: it trains
-// data-, pipeline-, expert-, tensor- and context-parallel (world_size, pp,
-// vpp, ep, tp, cp; the trainer says which combine); etp must be 1.
-absl::Status CheckSupportedParallelism(const v1::ParallelSpec& parallel);
 
 // Connects every group of the assignment's rank over Gloo/TCP, bootstrapped
 // through `rendezvous` (not owned) and bounded by the assignment's rendezvous

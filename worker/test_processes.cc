@@ -107,14 +107,15 @@ std::string SubmitJob(const TestCoordinator& server, const v1::JobSpec& spec) {
 std::string SubmitWithWorkers(const TestCoordinator& server,
                               const v1::JobSpec& spec, const std::string& dir,
                               int workers, std::vector<pid_t>* pids) {
-  const std::string id = SubmitJob(server, spec);
   const std::string token = dir + "/token";
   std::ofstream(token) << TestCoordinator::kToken;
   for (int i = 0; i < workers; ++i) {
     pids->push_back(SpawnWorker(server.target(), token,
                                 dir + "/worker" + std::to_string(i) + ".log"));
   }
-  return id;
+  // A job is accepted once a worker that runs it has registered.
+  server.WaitForWorkers(workers);
+  return SubmitJob(server, spec);
 }
 
 v1::Job WatchToTheEnd(

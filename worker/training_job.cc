@@ -10,8 +10,8 @@
 #include "checkpoint/hf_name_map.h"
 #include "checkpoint/hf_weight_loader.h"
 #include "checkpoint/native_checkpoint.h"
-#include "coordinator/job_spec_validator.h"
 #include "data/gpt_dataset.h"
+#include "jobspec/device_rules.h"
 #include "kernels/backend_factory.h"
 #include "parallel/rank_tensors.h"
 #include "training/log_line.h"
@@ -71,8 +71,8 @@ absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
 
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
     const v1::JobSpec& spec, const ModelConfig& model,
-    const std::string& device,
-    Collectives* data_parallel, std::optional<PipelineRank> pipeline,
+    const std::string& device, Collectives* data_parallel,
+    std::optional<PipelineRank> pipeline,
     std::optional<ExpertParallelRank> expert_parallel,
     std::optional<TokenParallelRank> token_parallel) {
   const TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
@@ -97,35 +97,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
   return Trainer::Create(options, std::move(*data), std::move(*params),
                          *std::move(backend), data_parallel,
                          std::move(pipeline), expert_parallel, token_parallel);
-}
-
-absl::Status CheckSupported(const v1::Assignment& assignment,
-                            const std::string& device) {
-  const v1::JobSpec& spec = assignment.spec();
-  const std::string wanted = spec.device().empty() ? "cpu" : spec.device();
-  if (wanted != (device == "cpu" ? "cpu" : "cuda")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device: the job asks for ", wanted, ", this worker runs on ", device));
-  }
-  if (!spec.training().export_hf_dir().empty() &&
-      spec.training().save_dir().empty()) {
-    return absl::InvalidArgumentError(
-        "training.export_hf_dir: exporting needs training.save_dir (the "
-        "export is made from the final checkpoint)");
-  }
-  if (absl::Status status = CheckSupportedParallelism(spec.parallel());
-      !status.ok()) {
-    return status;
-  }
-  if (spec.training().mode() == v1::LORA &&
-      !spec.training().export_hf_dir().empty() &&
-      !spec.training().lora().merge_on_export()) {
-    return absl::InvalidArgumentError(
-        "training.export_hf_dir: a LoRA job exports the merged model; set "
-        "training.lora.merge_on_export (the adapters alone are in the "
-        "checkpoints)");
-  }
-  return absl::OkStatus();
 }
 
 // The layout string of planned stages ("Ettt|tttmL").
@@ -431,10 +402,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
                             RendezvousStore* rendezvous,
                             const std::string& device,
                             const std::string& host) {
-  if (absl::Status status = CheckSupported(assignment, device); !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<JobPlan> plan = ValidateJobSpec(assignment.spec());
+  absl::StatusOr<JobPlan> plan = ValidateForWorker(assignment.spec(), device);
   if (!plan.ok()) return plan.status();
   std::optional<ProcessGroups> groups;
   if (assignment.world_size() > 1) {

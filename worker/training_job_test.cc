@@ -178,8 +178,9 @@ TEST(TrainingJobTest, UnsupportedSetupsAreClearErrors) {
   job.set_world_size(2);
   job.mutable_spec()->mutable_parallel()->set_world_size(2);
   job.mutable_spec()->mutable_parallel()->set_etp(2);
+  // The same rule the coordinator applies at submission.
   absl::Status status = RunTrainingJob(job, {});
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("parallel.etp"), std::string::npos);
 
   // More than one rank needs the coordinator's rendezvous to find its peers.

@@ -17,7 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
 #include "kernels/backend_factory.h"
 #include "rpc/client_connection.h"
 #include "version/version.h"

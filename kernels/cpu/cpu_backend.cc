@@ -44,7 +44,9 @@ void CpuBackend::LinearBackward(ConstMatrixView x, ConstMatrixView w,
   cpu::LinearBackward(x, w, dy, dx, dw);
 }
 void CpuBackend::Copy(ConstMatrixView x, MatrixView y) {
-  CheckHeld("Copy", {x.data, y.data}); cpu::Copy(x, y); }
+  CheckHeld("Copy", {x.data, y.data});
+  cpu::Copy(x, y);
+}
 void CpuBackend::Axpy(float alpha, ConstMatrixView x, MatrixView y) {
   CheckHeld("Axpy", {x.data, y.data});
   cpu::Axpy(alpha, x, y);
@@ -68,7 +70,8 @@ void CpuBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                         const int32_t* rows, const float* scale,
                                         ConstMatrixView dout, MatrixView dsrc,
                                         float* dscale) {
-  CheckHeld("ScatterAddRowsBackward", {src.data, rows, scale, dout.data, dsrc.data, dscale});
+  CheckHeld("ScatterAddRowsBackward",
+            {src.data, rows, scale, dout.data, dsrc.data, dscale});
   cpu::ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
 }
 void CpuBackend::RmsNormForward(ConstMatrixView x, const float* w, float eps,
@@ -92,7 +95,8 @@ void CpuBackend::LayerNormBackward(ConstMatrixView x, const float* w,
                                    const float* mean, const float* rstd,
                                    ConstMatrixView dy, MatrixView dx, float* dw,
                                    float* db) {
-  CheckHeld("LayerNormBackward", {x.data, w, mean, rstd, dy.data, dx.data, dw, db});
+  CheckHeld("LayerNormBackward",
+            {x.data, w, mean, rstd, dy.data, dx.data, dw, db});
   cpu::LayerNormBackward(x, w, mean, rstd, dy, dx, dw, db);
 }
 void CpuBackend::SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
@@ -103,7 +107,8 @@ void CpuBackend::SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
 void CpuBackend::SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                                 ConstMatrixView dout, MatrixView dgate,
                                 MatrixView dup) {
-  CheckHeld("SwiGluBackward", {gate.data, up.data, dout.data, dgate.data, dup.data});
+  CheckHeld("SwiGluBackward",
+            {gate.data, up.data, dout.data, dgate.data, dup.data});
   cpu::SwiGluBackward(gate, up, dout, dgate, dup);
 }
 void CpuBackend::RopeForward(ConstMatrixView x, const int32_t* positions,
@@ -121,13 +126,15 @@ void CpuBackend::RopeBackward(ConstMatrixView dy, const int32_t* positions,
 void CpuBackend::RouterForward(ConstMatrixView logits, const float* bias,
                                const RouterSpec& spec, MatrixView scores,
                                MatrixView weights, int32_t* indices) {
-  CheckHeld("RouterForward", {logits.data, bias, scores.data, weights.data, indices});
+  CheckHeld("RouterForward",
+            {logits.data, bias, scores.data, weights.data, indices});
   cpu::RouterForward(logits, bias, spec, scores, weights, indices);
 }
 void CpuBackend::RouterBackward(ConstMatrixView scores, const int32_t* indices,
                                 ConstMatrixView dweights,
                                 const RouterSpec& spec, MatrixView dlogits) {
-  CheckHeld("RouterBackward", {scores.data, indices, dweights.data, dlogits.data});
+  CheckHeld("RouterBackward",
+            {scores.data, indices, dweights.data, dlogits.data});
   cpu::RouterBackward(scores, indices, dweights, spec, dlogits);
 }
 double CpuBackend::CrossEntropyForward(ConstMatrixView logits,
@@ -146,7 +153,8 @@ void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                         int64_t topk, int64_t heads,
                                         float scale, MatrixView out,
                                         MatrixView probs) {
-  CheckHeld("SparseAttentionForward", {q.data, k.data, v.data, keys, out.data, probs.data});
+  CheckHeld("SparseAttentionForward",
+            {q.data, k.data, v.data, keys, out.data, probs.data});
   cpu::SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, probs);
 }
 void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
@@ -155,7 +163,9 @@ void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                          float scale, ConstMatrixView probs,
                                          ConstMatrixView dout, MatrixView dq,
                                          MatrixView dk, MatrixView dv) {
-  CheckHeld("SparseAttentionBackward", {q.data, k.data, v.data, keys, probs.data, dout.data, dq.data, dk.data, dv.data});
+  CheckHeld("SparseAttentionBackward",
+            {q.data, k.data, v.data, keys, probs.data, dout.data, dq.data,
+             dk.data, dv.data});
   cpu::SparseAttentionBackward(q, k, v, keys, topk, heads, scale, probs, dout,
                                dq, dk, dv);
 }
@@ -172,7 +182,8 @@ double CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                  ConstMatrixView attn_probs, int64_t attn_heads,
                                  float coeff, MatrixView diq, MatrixView dik,
                                  MatrixView dw) {
-  CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, attn_probs.data, diq.data, dik.data, dw.data});
+  CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, attn_probs.data,
+                              diq.data, dik.data, dw.data});
   return cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, attn_probs,
                             attn_heads, coeff, diq, dik, dw);
 }

@@ -1,9 +1,8 @@
-#include "kernels/cuda/cross_entropy.cuh"
-
 #include <cassert>
 #include <cmath>
 #include <cub/block/block_reduce.cuh>
 
+#include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 

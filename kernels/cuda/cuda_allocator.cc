@@ -14,8 +14,8 @@ CudaAllocator::CudaAllocator(int device, cudaStream_t stream)
   cudaMemPool_t pool;
   GLM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
   uint64_t keep_everything = UINT64_MAX;
-  GLM_CUDA_CHECK(cudaMemPoolSetAttribute(
-      pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+  GLM_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                         &keep_everything));
 }
 
 std::string CudaAllocator::Name() const {
@@ -26,11 +26,10 @@ void* CudaAllocator::Allocate(size_t bytes) {
   void* data = nullptr;
   const cudaError_t status = cudaMallocAsync(&data, bytes, stream_);
   if (status != cudaSuccess) {
-    std::fprintf(stderr,
-                 "%s: cannot allocate %zu bytes with %lld in use (%s)\n",
-                 Name().c_str(), bytes,
-                 static_cast<long long>(ledger_.in_use()),
-                 cudaGetErrorString(status));
+    std::fprintf(
+        stderr, "%s: cannot allocate %zu bytes with %lld in use (%s)\n",
+        Name().c_str(), bytes, static_cast<long long>(ledger_.in_use()),
+        cudaGetErrorString(status));
     std::abort();
   }
   ledger_.Add(data, bytes);

@@ -27,12 +27,12 @@ namespace {
 // handle, one grow-only scratch buffer.
 class CudaBackend : public Backend, public cuda::CudaContext {
  public:
-  explicit CudaBackend(const CudaBackendOptions& options)
-      : options_(options) {
+  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {
     GLM_CUDA_CHECK(cudaSetDevice(options_.device));
     GLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     GLM_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
-    allocator_ = std::make_unique<cuda::CudaAllocator>(options_.device, stream_);
+    allocator_ =
+        std::make_unique<cuda::CudaAllocator>(options_.device, stream_);
     loss_ = static_cast<double*>(allocator_->Allocate(sizeof(double)));
   }
 
@@ -46,10 +46,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
 
   std::string Name() const override {
-    return absl::StrCat("cuda:", options_.device,
-                        options_.precision == cuda::Precision::kBf16
-                            ? " bf16"
-                            : " fp32");
+    return absl::StrCat(
+        "cuda:", options_.device,
+        options_.precision == cuda::Precision::kBf16 ? " bf16" : " fp32");
   }
   Allocator* allocator() override { return allocator_.get(); }
 
@@ -225,9 +224,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
                      cudaGetErrorString(status), ")"));
   }
   if (options.device < 0 || options.device >= count) {
-    return absl::NotFoundError(absl::StrCat("cuda:", options.device,
-                                            " does not exist: this machine has ",
-                                            count, " CUDA device(s)"));
+    return absl::NotFoundError(absl::StrCat(
+        "cuda:", options.device, " does not exist: this machine has ", count,
+        " CUDA device(s)"));
   }
   return std::unique_ptr<Backend>(new CudaBackend(options));
 }

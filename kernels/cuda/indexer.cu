@@ -1,5 +1,3 @@
-#include "kernels/cuda/indexer.cuh"
-
 #include <algorithm>
 #include <cassert>
 #include <climits>
@@ -9,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/indexer.cuh"
 
 namespace glm::cuda {
 namespace {

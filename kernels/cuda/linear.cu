@@ -1,5 +1,3 @@
-#include "kernels/cuda/linear.cuh"
-
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -15,6 +13,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/linear.cuh"
 
 namespace glm::cuda {
 namespace {

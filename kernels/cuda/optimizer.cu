@@ -1,10 +1,9 @@
-#include "kernels/cuda/optimizer.cuh"
-
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/optimizer.cuh"
 
 namespace glm::cuda {
 namespace {
@@ -23,8 +22,8 @@ std::vector<Chunk> ChunksOf(const std::vector<int64_t>& sizes) {
   std::vector<Chunk> chunks;
   for (size_t t = 0; t < sizes.size(); ++t) {
     for (int64_t begin = 0; begin < sizes[t]; begin += kChunk) {
-      chunks.push_back({static_cast<int32_t>(t), begin,
-                        std::min(begin + kChunk, sizes[t])});
+      chunks.push_back(
+          {static_cast<int32_t>(t), begin, std::min(begin + kChunk, sizes[t])});
     }
   }
   return chunks;
@@ -89,8 +88,8 @@ __global__ void AdamWKernel(const AdamWTensor* tensors, const Chunk* chunks,
     const double w = t.value[i];
     const double decayed = __dsub_rn(w, __dmul_rn(decay, w));
     t.value[i] = static_cast<float>(__dsub_rn(
-        decayed, __ddiv_rn(__dmul_rn(c.step_size, static_cast<double>(m)),
-                           denom)));
+        decayed,
+        __ddiv_rn(__dmul_rn(c.step_size, static_cast<double>(m)), denom)));
   }
 }
 
@@ -127,12 +126,19 @@ void AdamWStep(CudaContext& ctx, const AdamWHyperparameters& h,
   for (const AdamWTensor& t : tensors) sizes.push_back(t.size);
   const std::vector<Chunk> chunks = ChunksOf(sizes);
   if (chunks.empty()) return;
-  const double correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
-  const double correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
-  const AdamWConstants constants = {
-      h.beta1, 1.0 - h.beta1,          h.beta2,
-      1.0 - h.beta2, h.eps,            h.grad_scale,
-      h.lr / correction1, std::sqrt(correction2), h.lr * h.weight_decay};
+  const double correction1 =
+      1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double correction2 =
+      1.0 - std::pow(h.beta2, static_cast<double>(h.step));
+  const AdamWConstants constants = {h.beta1,
+                                    1.0 - h.beta1,
+                                    h.beta2,
+                                    1.0 - h.beta2,
+                                    h.eps,
+                                    h.grad_scale,
+                                    h.lr / correction1,
+                                    std::sqrt(correction2),
+                                    h.lr * h.weight_decay};
   char* scratch = static_cast<char*>(
       ctx.Scratch(ScratchAlignUp(tensors.size() * sizeof(AdamWTensor)) +
                   ScratchAlignUp(chunks.size() * sizeof(Chunk))));

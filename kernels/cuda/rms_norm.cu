@@ -1,9 +1,8 @@
-#include "kernels/cuda/rms_norm.cuh"
-
 #include <cassert>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/rms_norm.cuh"
 
 namespace glm::cuda {
 namespace {

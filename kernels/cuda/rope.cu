@@ -1,10 +1,9 @@
-#include "kernels/cuda/rope.cuh"
-
 #include <cassert>
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/rope.cuh"
 
 namespace glm::cuda {
 namespace {

@@ -1,10 +1,9 @@
-#include "kernels/cuda/router.cuh"
-
 #include <cassert>
 #include <climits>
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/router.cuh"
 
 namespace glm::cuda {
 namespace {

@@ -1,5 +1,3 @@
-#include "kernels/cuda/rows.cuh"
-
 #include <cassert>
 #include <climits>
 #include <cstddef>
@@ -7,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/rows.cuh"
 
 namespace glm::cuda {
 namespace {

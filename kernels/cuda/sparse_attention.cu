@@ -1,5 +1,3 @@
-#include "kernels/cuda/sparse_attention.cuh"
-
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -8,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/sparse_attention.cuh"
 
 namespace glm::cuda {
 namespace {

@@ -1,9 +1,8 @@
-#include "kernels/cuda/swiglu.cuh"
-
 #include <cassert>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/swiglu.cuh"
 
 namespace glm::cuda {
 namespace {

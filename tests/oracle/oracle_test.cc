@@ -186,7 +186,8 @@ TEST_P(OracleTest, ForwardMatchesTransformers) {
 // layer's selection. The MTP layer (entry L + 1) runs its own indexer when
 // every layer computes, else it reuses the last main layer's top-k.
 TEST_P(OracleTest, TopkSetsMatchTransformers) {
-  if (kBf16) GTEST_SKIP() << "bf16 scores move near-tied keys; fp32 checks sets";
+  if (kBf16)
+    GTEST_SKIP() << "bf16 scores move near-tied keys; fp32 checks sets";
   GlmModel model(computed(), backend_.get());
   absl::StatusOr<ForwardResult> result = model.Forward(MakeBatch());
   ASSERT_TRUE(result.ok()) << result.status();

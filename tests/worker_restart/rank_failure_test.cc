@@ -61,13 +61,14 @@ TEST(RankFailureTest, KilledPeerFailsTheJobAndTheSurvivorTakesTheNextJob) {
   const std::string dir = TempDir("killed_peer");
   const std::string data = WriteDocuments(dir);
   const std::string token = WriteToken(dir);
-  const std::string id = SubmitJob(
-      server, TinyPretrainSpec(data, dir + "/save", /*world_size=*/2, 40));
   std::vector<pid_t> pids;
   for (int i = 0; i < 2; ++i) {
     pids.push_back(SpawnWorker(server.target(), token,
                                dir + "/worker" + std::to_string(i) + ".log"));
   }
+  server.WaitForWorkers(2);
+  const std::string id = SubmitJob(
+      server, TinyPretrainSpec(data, dir + "/save", /*world_size=*/2, 40));
 
   bool killed = false;
   const v1::Job ended = WatchToTheEnd(server, id, absl::Seconds(30),

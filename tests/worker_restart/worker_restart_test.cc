@@ -86,7 +86,6 @@ struct InterruptedRun {
 InterruptedRun RunWithOneKill(const TestCoordinator& server,
                               const v1::JobSpec& spec, const std::string& dir,
                               std::vector<pid_t>* pids) {
-  const std::string id = SubmitJob(server, spec);
   const std::string token = dir + "/token";
   std::ofstream(token) << TestCoordinator::kToken;
   const int world_size = spec.parallel().world_size();
@@ -94,6 +93,8 @@ InterruptedRun RunWithOneKill(const TestCoordinator& server,
     pids->push_back(SpawnWorker(server.target(), token,
                                 absl::StrCat(dir, "/worker", i, ".log")));
   }
+  server.WaitForWorkers(world_size);
+  const std::string id = SubmitJob(server, spec);
   InterruptedRun run;
   int attempt = 0;
   bool killed = false;

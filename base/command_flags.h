@@ -2,8 +2,8 @@
 // no subcommands; glmctl needs each subcommand to accept only its own flags,
 // print its own
 // --help, and exit 2 on bad usage, so each subcommand declares its flags here.
-#ifndef GLM_CLI_COMMAND_FLAGS_H_
-#define GLM_CLI_COMMAND_FLAGS_H_
+#ifndef GLM_BASE_COMMAND_FLAGS_H_
+#define GLM_BASE_COMMAND_FLAGS_H_
 
 #include <cstdint>
 #include <map>
@@ -70,4 +70,4 @@ inline constexpr int kExitUsage = 2;
 
 }  // namespace glm
 
-#endif  // GLM_CLI_COMMAND_FLAGS_H_
+#endif  // GLM_BASE_COMMAND_FLAGS_H_

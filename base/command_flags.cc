@@ -1,4 +1,4 @@
-#include "cli/command_flags.h"
+#include "base/command_flags.h"
 
 #include <utility>
 

@@ -3,8 +3,8 @@
 // Buffers are host memory for Gloo and device memory for NCCL. Each call fails
 // with a status (never hangs) when a peer does not answer within the group's
 // timeout.
-#ifndef GLM_PARALLEL_COLLECTIVES_H_
-#define GLM_PARALLEL_COLLECTIVES_H_
+#ifndef GLM_COLLECTIVES_COLLECTIVES_H_
+#define GLM_COLLECTIVES_COLLECTIVES_H_
 
 #include <cstdint>
 #include <functional>
@@ -75,4 +75,4 @@ using CollectivesFactory =
 
 }  // namespace glm
 
-#endif  // GLM_PARALLEL_COLLECTIVES_H_
+#endif  // GLM_COLLECTIVES_COLLECTIVES_H_

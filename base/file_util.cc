@@ -1,7 +1,9 @@
-#include "checkpoint/file_util.h"
+#include "base/file_util.h"
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -28,7 +30,10 @@ absl::StatusOr<int64_t> FileSize(const std::string& path) {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
   std::stringstream text;
   text << in.rdbuf();
   return text.str();

@@ -1,4 +1,4 @@
-#include "parallel/collectives.h"
+#include "collectives/collectives.h"
 
 namespace glm {
 

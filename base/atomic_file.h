@@ -1,8 +1,8 @@
 // A file that appears under its final name only once it is complete: bytes go
 // to a temporary file beside it, and Commit() renames it into place. A reader
 // never sees a half-written file; a writer that fails leaves nothing behind.
-#ifndef GLM_DATA_ATOMIC_FILE_H_
-#define GLM_DATA_ATOMIC_FILE_H_
+#ifndef GLM_BASE_ATOMIC_FILE_H_
+#define GLM_BASE_ATOMIC_FILE_H_
 
 #include <cstdio>
 #include <memory>
@@ -50,4 +50,4 @@ absl::Status WriteFileAtomically(const std::string& path,
 
 }  // namespace glm
 
-#endif  // GLM_DATA_ATOMIC_FILE_H_
+#endif  // GLM_BASE_ATOMIC_FILE_H_

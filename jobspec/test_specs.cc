@@ -1,4 +1,4 @@
-#include "coordinator/test_specs.h"
+#include "jobspec/test_specs.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 namespace glm {
 
 v1::JobSpec LoadTestSpec(const std::string& file_name) {
-  const std::string path = "coordinator/testdata/" + file_name;
+  const std::string path = "jobspec/testdata/" + file_name;
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();

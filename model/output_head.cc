@@ -1,0 +1,92 @@
+#include "model/output_head.h"
+
+#include "model/loss_targets.h"
+
+namespace glm {
+namespace {
+
+// The mean loss's part on this rank: the rows' summed loss over every counted
+// token of the micro batch.
+double MeanLoss(Backend& backend, ConstMatrixView logits,
+                const IndexTensor& targets, int64_t count) {
+  if (count == 0) return 0;
+  return backend.CrossEntropyForward(logits, targets.data()) /
+         static_cast<double>(count);
+}
+
+// dlogits of a mean loss scaled by `scale`; zeros when nothing is counted.
+Tensor MeanLossGradient(Backend& backend, ConstMatrixView logits,
+                        const IndexTensor& targets, int64_t count,
+                        float scale) {
+  Tensor dlogits({logits.rows, logits.cols});
+  if (count > 0) {
+    backend.CrossEntropyBackward(logits, targets.data(),
+                                 scale / static_cast<float>(count),
+                                 dlogits.Matrix());
+  }
+  return dlogits;
+}
+
+}  // namespace
+
+HeadLosses OutputHeadForward(Backend& backend, ModelParameters& params,
+                             const DecoderLayerSpec& spec, bool with_mtp,
+                             const std::vector<int32_t>& ids,
+                             const std::vector<float>& loss_mask,
+                             const TokenLayout& layout, const TokenRows& rows,
+                             ConstMatrixView last_hidden,
+                             const IndexTensor* last_topk,
+                             HeadActivations* acts) {
+  const ModelConfig& config = params.config();
+  const int64_t n = rows.count();
+  HeadLosses losses;
+  acts->final_normed = Tensor({n, config.hidden_size});
+  acts->final_rstd = Tensor({n});
+  backend.RmsNormForward(last_hidden, params.norm.value.data(),
+                         spec.rms_norm_eps, acts->final_normed.Matrix(),
+                         acts->final_rstd.data());
+  acts->logits = Tensor({n, config.vocab_size});
+  backend.Linear(acts->final_normed.Matrix(),
+                 params.OutputHead().value.Matrix(), acts->logits.Matrix(),
+                 false);
+  acts->lm_targets = IndexTensor::FromHost(
+      rows.Select(LossTargets(ids, loss_mask, layout, 1, &acts->lm_count)));
+  losses.lm_loss = MeanLoss(backend, acts->logits.Matrix(), acts->lm_targets,
+                            acts->lm_count);
+  acts->mtp.clear();
+  if (!with_mtp) return losses;
+  acts->mtp.assign(1, MtpActivations());
+  MtpForward(backend, params.mtp[0], params.embed_tokens, params.OutputHead(),
+             spec, ids, layout, last_hidden, last_topk, &acts->mtp[0]);
+  acts->mtp_targets = IndexTensor::FromHost(
+      rows.Select(LossTargets(ids, loss_mask, layout, 2, &acts->mtp_count)));
+  losses.mtp_loss = MeanLoss(backend, acts->mtp[0].logits.Matrix(),
+                             acts->mtp_targets, acts->mtp_count);
+  return losses;
+}
+
+void OutputHeadBackward(Backend& backend, ModelParameters& params,
+                        const DecoderLayerSpec& spec,
+                        const LossOptions& options, const TokenLayout& layout,
+                        ConstMatrixView last_hidden,
+                        const HeadActivations& acts, MatrixView dh) {
+  const ModelConfig& config = params.config();
+  const Tensor dlogits = MeanLossGradient(backend, acts.logits.Matrix(),
+                                          acts.lm_targets, acts.lm_count, 1.f);
+  Tensor dnormed({acts.final_normed.dim(0), config.hidden_size});
+  Parameter& head = params.OutputHead();
+  backend.LinearBackward(acts.final_normed.Matrix(), head.value.Matrix(),
+                         dlogits.Matrix(), dnormed.Matrix(),
+                         head.grad.Matrix());
+  backend.RmsNormBackward(last_hidden, params.norm.value.data(),
+                          acts.final_rstd.data(), dnormed.Matrix(), dh,
+                          params.norm.grad.data());
+  if (acts.mtp.empty()) return;
+  const Tensor mtp_dlogits =
+      MeanLossGradient(backend, acts.mtp[0].logits.Matrix(), acts.mtp_targets,
+                       acts.mtp_count, options.mtp_loss_scale);
+  MtpBackward(backend, params.mtp[0], params.embed_tokens, params.OutputHead(),
+              spec, layout, last_hidden, acts.mtp[0], mtp_dlogits.Matrix(), dh);
+}
+
+}  // namespace glm

@@ -1,0 +1,67 @@
+// What follows the last decoder layer, shared by the whole model (GlmModel)
+// and the last pipeline stage (StageModel): the final norm, lm_head and the LM
+// loss, then the MTP layer and its loss when the model has one, and their
+// backward into the last hidden state.
+#ifndef GLM_MODEL_OUTPUT_HEAD_H_
+#define GLM_MODEL_OUTPUT_HEAD_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/decoder_layer.h"
+#include "model/mtp_layer.h"
+#include "model/parameters.h"
+#include "model/token_layout.h"
+#include "model/token_parallel.h"
+
+namespace glm {
+
+struct LossOptions {
+  float mtp_loss_scale = 0.1f;        // Megatron's mtp_loss_scaling_factor
+  float indexer_loss_coeff = 0.001f;  // 0 turns the indexer loss off
+  // False leaves ForwardResult::logits and mtp_logits empty (training needs
+  // only the losses; [tokens, vocab] copies are large for real vocabularies).
+  bool return_logits = true;
+  // False leaves ForwardResult::layer_topk and expert_choice empty (kept for
+  // debugging and the oracle checks; a training step needs neither).
+  bool record_selections = true;
+};
+
+// What the head keeps for its backward.
+struct HeadActivations {
+  Tensor final_normed, final_rstd, logits;
+  IndexTensor lm_targets, mtp_targets;
+  int64_t lm_count = 0, mtp_count = 0;
+  std::vector<MtpActivations> mtp;  // one entry with an MTP layer
+};
+
+struct HeadLosses {
+  double lm_loss = 0, mtp_loss = 0;
+};
+
+// The head over this rank's `rows` of the micro batch's tokens (all of them
+// on one rank); `last_hidden` holds those rows. Each loss is this rank's part
+// of the mean over every counted token of the micro batch. `last_topk` is the
+// last decoder layer's selection, which an MTP layer without its own indexer
+// attends over.
+HeadLosses OutputHeadForward(Backend& backend, ModelParameters& params,
+                             const DecoderLayerSpec& spec, bool with_mtp,
+                             const std::vector<int32_t>& ids,
+                             const std::vector<float>& loss_mask,
+                             const TokenLayout& layout, const TokenRows& rows,
+                             ConstMatrixView last_hidden,
+                             const IndexTensor* last_topk,
+                             HeadActivations* acts);
+
+// dh += the gradient of lm_loss + mtp_loss_scale * mtp_loss with respect to
+// last_hidden; the head's weight gradients accumulate.
+void OutputHeadBackward(Backend& backend, ModelParameters& params,
+                        const DecoderLayerSpec& spec,
+                        const LossOptions& options, const TokenLayout& layout,
+                        ConstMatrixView last_hidden,
+                        const HeadActivations& acts, MatrixView dh);
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_OUTPUT_HEAD_H_
