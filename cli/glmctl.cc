@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "base/command_flags.h"
 #include "cli/command.h"
-#include "cli/command_flags.h"
 #include "cli/convert_command.h"
 #include "cli/data_command.h"
 #include "cli/global_flags.h"
@@ -15,6 +15,7 @@
 #include "cli/local_command.h"
 #include "cli/model_command.h"
 #include "cli/model_forward_command.h"
+#include "cli/plan_command.h"
 #include "version/version.h"
 
 namespace glm {
@@ -31,6 +32,7 @@ std::vector<Command> Commands() {
            JobCommands(),
            DataCommands(),
            LocalCommands(),
+           PlanCommands(),
        }) {
     commands.insert(commands.end(), group.begin(), group.end());
   }

@@ -1,0 +1,287 @@
+// This trainer's activations: every tensor the Activations structs of
+// model/*.h and parallel/stage_model.h keep, fp32 values and int32 indices,
+// in the shapes the forward passes allocate them (model/mla_attention.cc,
+// model/indexer.cc, model/moe.cc, model/expert_dispatch.cc,
+// model/mtp_layer.cc). Host vectors (token lists, layouts) are marked: they
+// live in host memory on every backend.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "planner/activation_memory.h"
+
+namespace glm {
+namespace {
+
+constexpr int64_t kElementBytes = 4;  // fp32 values and int32 indices
+
+class Terms {
+ public:
+  void Add(std::string name, int64_t elements) {
+    terms_.push_back({std::move(name), kElementBytes * elements, false});
+  }
+  void AddHost(std::string name, int64_t elements) {
+    terms_.push_back({std::move(name), kElementBytes * elements, true});
+  }
+  void Append(const std::vector<MemoryTerm>& more) {
+    terms_.insert(terms_.end(), more.begin(), more.end());
+  }
+  std::vector<MemoryTerm> Take() { return std::move(terms_); }
+
+ private:
+  std::vector<MemoryTerm> terms_;
+};
+
+// The model's sizes as one rank holds them.
+struct Dims {
+  int64_t hidden, q_lora, kv_lora, rope, nope, v, qk, heads;
+  int64_t index_heads, index_dim, experts, top_k, expert_inter, shared_inter;
+  int64_t dense_inter, vocab;
+  bool tp_split;
+
+  Dims(const ModelConfig& m, const Split& split)
+      : hidden(m.hidden_size),
+        q_lora(m.q_lora_rank),
+        kv_lora(m.kv_lora_rank),
+        rope(m.qk_rope_head_dim),
+        nope(m.qk_nope_head_dim),
+        v(m.v_head_dim),
+        qk(m.QkHeadDim()),
+        heads(m.num_attention_heads / split.tp),
+        index_heads(m.index_n_heads),
+        index_dim(m.index_head_dim),
+        experts(m.n_routed_experts),
+        top_k(m.num_experts_per_tok),
+        expert_inter(m.moe_intermediate_size),
+        shared_inter(m.moe_intermediate_size * m.n_shared_experts),
+        dense_inter(m.intermediate_size / split.tp),
+        vocab(m.vocab_size),
+        tp_split(split.tp > 1) {}
+};
+
+bool HasIndexer(const ModelConfig& m, int layer) {
+  if (layer > m.num_hidden_layers) return m.index_sharing.topk_freq <= 1;
+  return m.index_sharing.IsComputingLayer(layer);
+}
+
+// AttentionActivations (model/mla_attention.h, model/indexer.h).
+void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
+                  Terms* terms) {
+  const int64_t c = t.chunk, all = t.all;
+  if (d.tp_split) terms->Add("attention input gathered over tp", c * d.hidden);
+  terms->Add("q_a, its norm and q_resid", c * (2 * d.q_lora + 1));
+  terms->Add("q and RoPE'd query", 2 * c * d.heads * d.qk);
+  terms->Add("kv_a and its norm", all * (d.kv_lora + d.rope + 1));
+  terms->Add("kv latent", all * d.kv_lora);
+  terms->Add("kv (per-head keys and values)", all * d.heads * (d.nope + d.v));
+  terms->Add("RoPE'd keys", all * d.heads * d.qk);
+  terms->Add("attention output", c * d.heads * d.v);
+  terms->Add("attention probabilities over top-k", c * d.heads * t.topk);
+  if (!indexer) return;
+  const int64_t iq = c * d.index_heads * d.index_dim;
+  terms->Add("indexer queries (raw, RoPE'd, gradient)", 3 * iq);
+  terms->Add("indexer keys (raw, normed, statistics)",
+             c * (2 * d.index_dim + 2));
+  terms->Add("indexer keys (RoPE'd, gradient)", 2 * all * d.index_dim);
+  terms->Add("indexer head weights and gradient", 2 * c * d.index_heads);
+  terms->Add("top-k key indices", c * t.topk);
+}
+
+// DecoderLayerActivations' MLP part (model/dense_mlp.h, model/moe.h,
+// model/expert_dispatch.h).
+void AddMlp(const Dims& d, const TokenShare& t, bool moe, bool expert_parallel,
+            Terms* terms) {
+  const int64_t n = t.local;
+  if (!moe) {
+    // Under tensor parallelism the MLP runs on the gathered chunk.
+    if (d.tp_split)
+      terms->Add("MLP input gathered over tp", t.chunk * d.hidden);
+    terms->Add("MLP gate|up and SwiGLU", t.chunk * 3 * d.dense_inter);
+    return;
+  }
+  terms->Add("router scores, weights and choices",
+             n * (d.experts + 2 * d.top_k));
+  terms->AddHost("expert loads", 2 * d.experts);
+  terms->Add("shared expert gate|up and SwiGLU", n * 3 * d.shared_inter);
+  const int64_t rows = t.routed;
+  terms->Add("routed rows: inputs and outputs", rows * 2 * d.hidden);
+  terms->Add("routed rows: gate|up and SwiGLU", rows * 3 * d.expert_inter);
+  terms->Add("routed rows: router weights and row indices", rows * 3);
+  terms->AddHost("routed rows: token and slot lists", rows * 2);
+  if (expert_parallel) terms->AddHost("sent slots", n * d.top_k);
+}
+
+// One decoder layer without its output (the stage keeps that).
+void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
+                     Terms* terms) {
+  const ModelConfig& m = job.model;
+  const Dims d(m, split);
+  const TokenShare t = TokenShareOf(job, split);
+  terms->Add("attention norm", t.local * (d.hidden + 1));
+  AddAttention(d, t, HasIndexer(m, layer), terms);
+  terms->Add("attention residual and MLP norm", t.local * (2 * d.hidden + 1));
+  AddMlp(d, t, layer > m.num_hidden_layers || m.IsMoeLayer(layer), split.ep > 1,
+         terms);
+}
+
+// MtpActivations without its decoder layer.
+void AddMtpInputsAndHead(const Dims& d, const TokenShare& t, Terms* terms) {
+  const int64_t n = t.local;
+  terms->Add("MTP next ids, embedding, concat and norms",
+             n * (1 + d.hidden + 2 * d.hidden + 2));
+  terms->Add("MTP layer input and output", 2 * n * d.hidden);
+  terms->Add("MTP head norm", n * (d.hidden + 1));
+  terms->Add("MTP logits", n * d.vocab);
+  terms->Add("MTP targets", n);
+}
+
+std::vector<MemoryTerm> SavedTerms(const PlanJob& job, const Split& split,
+                                   const StageSlice& stage) {
+  const Dims d(job.model, split);
+  const TokenShare t = TokenShareOf(job, split);
+  Terms terms;
+  terms.AddHost("token ids and layout", 4 * t.all + t.local);
+  terms.Add("token ids and positions on the backend", 2 * t.all + t.local);
+  terms.Add("hidden states (stage input, layer outputs)",
+            (stage.num_layers() + 1) * t.local * d.hidden);
+  for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
+       ++layer) {
+    AddDecoderLayer(job, split, layer, &terms);
+  }
+  if (!stage.has_loss) return terms.Take();
+  terms.Add("final norm", t.local * (d.hidden + 1));
+  terms.Add("logits", t.local * d.vocab);
+  terms.Add("targets", t.local);
+  for (int k = 1; k <= stage.mtp_layers; ++k) {
+    AddMtpInputsAndHead(d, t, &terms);
+    AddDecoderLayer(job, split, job.model.num_hidden_layers + k, &terms);
+  }
+  return terms.Take();
+}
+
+// DecoderLayerBackward's temporaries at its largest moment: the MLP's
+// backward, or the attention's (model/mla_attention.cc, model/indexer.cc).
+std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
+                                          const Split& split, int layer) {
+  const ModelConfig& m = job.model;
+  const Dims d(m, split);
+  const TokenShare t = TokenShareOf(job, split);
+  const int64_t n = t.local, c = t.chunk, all = t.all;
+  Terms mlp;
+  mlp.Add("layer gradients (dmlp_in, dh_mid)", 2 * n * d.hidden);
+  if (layer > m.num_hidden_layers || m.IsMoeLayer(layer)) {
+    mlp.Add("router gradients", n * (d.top_k + d.experts));
+    mlp.Add("shared expert backward", n * 3 * d.shared_inter);
+    if (split.ep > 1) {
+      // parallel/expert_parallel_dispatch.cc: the sent rows' output
+      // gradients and their exchange buffers, the received ones staged for
+      // the experts, and the input and router-weight gradients going back.
+      mlp.AddHost("expert-parallel exchange buffers",
+                  t.routed * (5 * d.hidden + 1));
+    }
+  } else {
+    mlp.Add("MLP backward", c * 3 * d.dense_inter);
+    if (d.tp_split) mlp.Add("MLP chunk gradients", 2 * c * d.hidden);
+  }
+  Terms attention;
+  attention.Add("layer gradients (dmlp_in, dh_mid, dattn_in)",
+                3 * n * d.hidden);
+  attention.Add("attention output, query and key gradients",
+                c * d.heads * (d.v + d.qk) + all * d.heads * d.qk);
+  attention.Add("kv gradient", all * d.heads * (d.nope + d.v));
+  if (d.tp_split) attention.Add("attention chunk gradients", 2 * c * d.hidden);
+  // After the sparse attention's score gradients are freed: the latent and
+  // query chains (and the indexer's weight gradients).
+  Terms chains;
+  chains.Add("latent gradients", all * 2 * (d.rope + d.kv_lora));
+  chains.Add("query gradients", c * (d.heads * d.qk + 2 * d.q_lora));
+  if (HasIndexer(m, layer)) {
+    chains.Add("indexer gradients",
+               c * (d.index_heads * (1 + d.index_dim) + 2 * d.index_dim));
+  }
+  const std::vector<MemoryTerm> chain = chains.Take();
+  const int64_t scores = c * d.heads * t.topk;
+  if (TotalBytes(chain) > kElementBytes * scores) {
+    attention.Append(chain);
+  } else {
+    attention.AddHost("attention score gradients", scores);
+  }
+  std::vector<MemoryTerm> a = attention.Take(), b = mlp.Take();
+  return TotalBytes(a) >= TotalBytes(b) ? a : b;
+}
+
+// The head's backward (model/output_head.cc): the LM head's logits and
+// input gradients stay alive through the MTP layer's backward, which adds
+// its own logits gradient and layer temporaries.
+std::vector<MemoryTerm> HeadBackwardPeak(const PlanJob& job, const Split& split,
+                                         const StageSlice& stage) {
+  const Dims d(job.model, split);
+  const TokenShare t = TokenShareOf(job, split);
+  const int64_t n = t.local;
+  Terms terms;
+  terms.Add("hidden gradient", n * d.hidden);
+  const bool mtp = stage.mtp_layers > 0;
+  terms.Add("logits gradients", (mtp ? 2 : 1) * n * d.vocab);
+  terms.Add("head input gradient", n * d.hidden);
+  if (!mtp) return terms.Take();
+  terms.Add("MTP head and layer gradients", 3 * n * d.hidden);
+  terms.Append(LayerBackwardPeak(job, split, job.model.num_hidden_layers + 1));
+  return terms.Take();
+}
+
+// Forward temporaries: the indexer loss's score gradients (a host vector in
+// the CPU kernel, kernels/cpu/indexer.cc).
+std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
+                                    const StageSlice& stage) {
+  const TokenShare t = TokenShareOf(job, split);
+  bool indexer = false;
+  for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
+       ++layer) {
+    indexer |= HasIndexer(job.model, layer);
+  }
+  Terms terms;
+  if (indexer) {
+    terms.AddHost("indexer loss score gradients",
+                  t.chunk * job.model.index_n_heads * t.topk);
+  }
+  return terms.Take();
+}
+
+}  // namespace
+
+StageActivationBytes Fp32StageActivations(const PlanJob& job,
+                                          const Split& split,
+                                          const StageSlice& stage) {
+  StageActivationBytes acts;
+  acts.saved = SavedTerms(job, split, stage);
+  const Dims d(job.model, split);
+  const TokenShare t = TokenShareOf(job, split);
+  if (RunsAsOneModel(split)) acts.kept_after_backward = TotalBytes(acts.saved);
+  // Backward walks the layers with the gradient of the hidden state and of
+  // the layer's input alive.
+  std::vector<MemoryTerm> peak = ForwardPeak(job, split, stage);
+  if (!stage.has_loss) {
+    // The output gradient a stage receives is copied where its ops read it
+    // while the first copy still lives.
+    Terms received;
+    received.Add("output gradient and its copy", 2 * t.local * d.hidden);
+    std::vector<MemoryTerm> candidate = received.Take();
+    if (TotalBytes(candidate) > TotalBytes(peak)) peak = std::move(candidate);
+  }
+  for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
+       ++layer) {
+    Terms terms;
+    terms.Add("hidden gradients (dh, dh_in)", 2 * t.local * d.hidden);
+    terms.Append(LayerBackwardPeak(job, split, layer));
+    std::vector<MemoryTerm> candidate = terms.Take();
+    if (TotalBytes(candidate) > TotalBytes(peak)) peak = std::move(candidate);
+  }
+  if (stage.has_loss) {
+    std::vector<MemoryTerm> head = HeadBackwardPeak(job, split, stage);
+    if (TotalBytes(head) > TotalBytes(peak)) peak = std::move(head);
+  }
+  acts.transient = std::move(peak);
+  return acts;
+}
+
+}  // namespace glm

@@ -1,0 +1,54 @@
+#include "planner/activation_memory.h"
+
+#include <algorithm>
+
+namespace glm {
+
+TokenShare TokenShareOf(const PlanJob& job, const Split& split) {
+  const ModelConfig& m = job.model;
+  TokenShare share;
+  share.all = job.tokens_per_micro_batch();
+  share.chunk = share.all / split.cp;
+  share.local = share.chunk / split.tp;
+  share.topk = std::min(m.index_topk, job.seq_length);
+  // Each rank routes local * top_k rows. With every expert local that is
+  // its load; under expert parallelism the busiest rank receives the
+  // imbalance times the mean.
+  const double imbalance = split.ep > 1 ? job.routing_imbalance : 1.0;
+  share.routed = static_cast<int64_t>(
+      static_cast<double>(share.local * m.num_experts_per_tok) * imbalance);
+  return share;
+}
+
+int64_t TotalBytes(const std::vector<MemoryTerm>& terms) {
+  int64_t total = 0;
+  for (const MemoryTerm& term : terms) total += term.bytes;
+  return total;
+}
+
+int64_t DeviceBytes(const std::vector<MemoryTerm>& terms) {
+  int64_t total = 0;
+  for (const MemoryTerm& term : terms) {
+    if (!term.host) total += term.bytes;
+  }
+  return total;
+}
+
+bool RunsAsOneModel(const Split& split) {
+  return split.pp == 1 && split.tp == 1 && split.cp == 1;
+}
+
+absl::StatusOr<StageActivationBytes> StageActivationMemory(
+    const PlanJob& job, const Split& split, const StageSlice& stage) {
+  if (job.precision == Precision::kFp32) {
+    if (job.recompute != Recompute::kNone) {
+      return absl::InvalidArgumentError(
+          "--recompute: this trainer (--precision=fp32) keeps every "
+          "activation; recomputation is planned for --precision=bf16 only");
+    }
+    return Fp32StageActivations(job, split, stage);
+  }
+  return Bf16StageActivations(job, split, stage);
+}
+
+}  // namespace glm

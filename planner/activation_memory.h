@@ -1,0 +1,78 @@
+// Activations of one micro batch on one rank: what each pipeline stage keeps
+// from its forward to its backward, by named term, and the most its passes
+// allocate on top at once. Two stores (planner/plan_job.h):
+// - kFp32: this trainer's tensors as model/*.h and parallel/stage_model.h
+//   keep them (activation_fp32.cc);
+// - kBf16Mixed: Megatron-Core's bf16 training (activation_bf16.cc).
+// Recomputation (Megatron's) applies to kBf16Mixed only; this trainer keeps
+// every activation.
+#ifndef GLM_PLANNER_ACTIVATION_MEMORY_H_
+#define GLM_PLANNER_ACTIVATION_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "parallel/pipeline_layout.h"
+#include "planner/plan_job.h"
+#include "planner/split.h"
+
+namespace glm {
+
+// One micro batch's tokens as a rank sees them.
+struct TokenShare {
+  int64_t all = 0;    // the micro batch: keys and values span them all
+  int64_t chunk = 0;  // the rank's context-parallel chunk (its queries)
+  int64_t local = 0;  // its rows between layers (sequence parallel)
+  int64_t topk = 0;   // keys attended per query: min(index_topk, seq_length)
+  // Routed (token, expert) rows the busiest expert rank runs.
+  int64_t routed = 0;
+};
+TokenShare TokenShareOf(const PlanJob& job, const Split& split);
+
+struct MemoryTerm {
+  std::string name;
+  int64_t bytes = 0;
+  // Bookkeeping in host vectors: in a CPU rank's memory, never on a device.
+  bool host = false;
+};
+
+int64_t TotalBytes(const std::vector<MemoryTerm>& terms);
+// Bytes of the terms on the device (host false).
+int64_t DeviceBytes(const std::vector<MemoryTerm>& terms);
+
+// Kept from forward to backward for one micro batch of `stage`, and the
+// largest allocation on top of it while the stage runs that micro batch.
+struct StageActivationBytes {
+  std::vector<MemoryTerm> saved;
+  std::vector<MemoryTerm> transient;  // the peak moment's parts
+  // Still alive after the micro batch's backward: a GlmModel keeps its last
+  // forward's activations until the next forward replaces them.
+  int64_t kept_after_backward = 0;
+
+  int64_t saved_bytes() const { return TotalBytes(saved); }
+  int64_t transient_bytes() const { return TotalBytes(transient); }
+};
+
+// Whether this trainer runs `split` as one GlmModel (no pipeline, tensor or
+// context parallelism) rather than as stages: a GlmModel keeps its last
+// micro batch's activations until the next forward replaces them, through
+// the gradient exchange after the step's micro batches.
+bool RunsAsOneModel(const Split& split);
+
+// InvalidArgument naming --recompute when this store cannot recompute.
+absl::StatusOr<StageActivationBytes> StageActivationMemory(
+    const PlanJob& job, const Split& split, const StageSlice& stage);
+
+// The per-profile halves, with recomputation already checked.
+StageActivationBytes Fp32StageActivations(const PlanJob& job,
+                                          const Split& split,
+                                          const StageSlice& stage);
+StageActivationBytes Bf16StageActivations(const PlanJob& job,
+                                          const Split& split,
+                                          const StageSlice& stage);
+
+}  // namespace glm
+
+#endif  // GLM_PLANNER_ACTIVATION_MEMORY_H_

@@ -1,0 +1,259 @@
+// The fp32 activation model against what the model really allocates: the
+// CPU backend's ops run unchanged while every tensor a forward or backward
+// pass makes comes from a counting allocator, so the bytes kept after a
+// forward pass and the peak during backward are measured exactly.
+//
+// Kept activations must match to the byte; the backward peak (the
+// temporaries of the largest moment, which the planner takes from reading
+// the passes) within a few percent of the total.
+#include "planner/activation_memory.h"
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/glm_model.h"
+#include "model/token_parallel.h"
+#include "parallel/gloo_collectives.h"
+#include "parallel/rank_tensors.h"
+#include "parallel/stage_model.h"
+#include "planner/counting_allocator.h"
+
+namespace glm {
+namespace {
+
+class CountingCpuBackend : public CpuBackend {
+ public:
+  Allocator* allocator() override { return &counter_; }
+  const CountingAllocator& counter() const { return counter_; }
+
+ private:
+  CountingAllocator counter_;
+};
+
+struct Measured {
+  int64_t kept = 0;  // after forward
+  int64_t peak = 0;  // during forward and backward
+};
+
+Batch BatchOf(const PlanJob& job) {
+  std::vector<std::vector<int32_t>> rows;
+  for (int64_t r = 0; r < job.micro_batch_size; ++r) {
+    std::vector<int32_t> row;
+    for (int64_t t = 0; t < job.seq_length; ++t) {
+      row.push_back(
+          static_cast<int32_t>((r * 7919 + t * 104729) % job.model.vocab_size));
+    }
+    rows.push_back(row);
+  }
+  return Batch::FromSequences(rows);
+}
+
+// What a training step asks of the model: losses and expert loads only.
+LossOptions Losses() {
+  LossOptions options;
+  options.indexer_loss_coeff = 0.001f;
+  options.return_logits = false;
+  options.record_selections = false;
+  return options;
+}
+
+// The whole model on one rank, as the trainer runs it without pipeline,
+// tensor or context parallelism.
+Measured MeasureOneModel(const PlanJob& job) {
+  ModelParameters params(job.model);
+  params.InitRandom(3);
+  CountingCpuBackend backend;
+  GlmModel model(&params, &backend, Losses());
+  absl::StatusOr<ForwardResult> result = model.Forward(BatchOf(job));
+  EXPECT_TRUE(result.ok()) << result.status();
+  Measured measured;
+  measured.kept = backend.counter().bytes_in_use();
+  EXPECT_TRUE(model.Backward().ok());
+  measured.peak = backend.counter().peak_bytes();
+  return measured;
+}
+
+// One pipeline stage with only its tensors allocated.
+Measured MeasureStage(const PlanJob& job, const SplitPlan& plan,
+                      const StageSlice& stage) {
+  RankShare share;
+  share.plan = plan.stages;
+  share.pp_rank = stage.pp_rank;
+  ModelParameters params(job.model, HeldTensorsOf(job.model, share));
+  params.InitRandom(3);
+  CountingCpuBackend backend;
+  absl::StatusOr<StageModel> model =
+      StageModel::Create(&params, &backend, Losses(), stage);
+  EXPECT_TRUE(model.ok()) << model.status();
+  const Batch batch = BatchOf(job);
+  const int64_t tokens = static_cast<int64_t>(batch.input_ids.size());
+  Tensor input({tokens, job.model.hidden_size}, nullptr);
+  for (float& x : input.values()) x = 0.01f;
+  StageActivations acts;
+  EXPECT_TRUE(model->Forward(batch, input, &acts).ok());
+  Measured measured;
+  measured.kept = backend.counter().bytes_in_use();
+  Tensor d_output(input.shape(), nullptr), d_input;
+  for (float& x : d_output.values()) x = 1e-3f;
+  EXPECT_TRUE(model->Backward(acts, d_output, &d_input).ok());
+  measured.peak = backend.counter().peak_bytes();
+  return measured;
+}
+
+void ExpectMatches(const Measured& measured,
+                   const StageActivationBytes& predicted,
+                   const std::string& where) {
+  const int64_t saved = DeviceBytes(predicted.saved);
+  EXPECT_EQ(measured.kept, saved) << where << ": kept after forward";
+  const double peak =
+      static_cast<double>(saved + DeviceBytes(predicted.transient));
+  std::cout << where << ": kept " << measured.kept << " B (predicted " << saved
+            << "), peak " << measured.peak << " B (predicted " << peak << ")\n";
+  EXPECT_NEAR(measured.peak, peak, 0.05 * peak) << where << ": peak";
+}
+
+PlanJob Job(const std::string& preset, int64_t seq, int64_t micro_batch) {
+  PlanJob job;
+  job.model = *PresetConfig(preset);
+  job.precision = Precision::kFp32;
+  job.seq_length = seq;
+  job.micro_batch_size = micro_batch;
+  job.global_batch_size = micro_batch;
+  return job;
+}
+
+TEST(ActivationMemoryTest, OneModelMatchesWhatTheModelAllocates) {
+  for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
+    for (const PlanJob& job : {Job(preset, 64, 2), Job(preset, 8, 1)}) {
+      const Split one;
+      absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      absl::StatusOr<StageActivationBytes> predicted =
+          StageActivationMemory(job, one, plan->stages[0]);
+      ASSERT_TRUE(predicted.ok());
+      ExpectMatches(
+          MeasureOneModel(job), *predicted,
+          std::string(preset) + " seq " + std::to_string(job.seq_length));
+    }
+  }
+}
+
+TEST(ActivationMemoryTest, PipelineStagesMatchWhatTheyAllocate) {
+  const PlanJob job = Job("glm5.2-tiny", 64, 2);
+  Split split;
+  split.pp = 4;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 4, split);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const StageSlice& stage : plan->stages) {
+    absl::StatusOr<StageActivationBytes> predicted =
+        StageActivationMemory(job, split, stage);
+    ASSERT_TRUE(predicted.ok());
+    ExpectMatches(MeasureStage(job, *plan, stage), *predicted,
+                  StageName(stage.stage, split.pp));
+  }
+}
+
+// glm5.2-mini's own shapes: the middle stage of a 6-stage layout (two
+// decoder layers) with its tensors only.
+TEST(ActivationMemoryTest, MiniStageMatchesWhatItAllocates) {
+  const PlanJob job = Job("glm5.2-mini", 128, 1);
+  Split split;
+  split.pp = 6;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 6, split);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const StageSlice& stage = plan->stages[2];
+  ASSERT_GT(stage.num_layers(), 0) << plan->layout;
+  absl::StatusOr<StageActivationBytes> predicted =
+      StageActivationMemory(job, split, stage);
+  ASSERT_TRUE(predicted.ok());
+  ExpectMatches(MeasureStage(job, *plan, stage), *predicted, plan->layout);
+}
+
+// Under tensor and context parallelism every rank runs the whole model on its
+// share of the tokens (threads with Gloo groups of their own).
+Measured MeasureTokenParallelRank(const PlanJob& job, const SplitPlan& plan,
+                                  gloo::rendezvous::Store& store, int rank) {
+  const int tp = plan.split.tp, cp = plan.split.cp;
+  const int tp_rank = rank % tp, cp_rank = rank / tp;
+  auto join = [&](const std::string& key, int member,
+                  int size) -> std::unique_ptr<GlooCollectives> {
+    if (size == 1) return nullptr;
+    return *GlooCollectives::Connect(store, key, member, size, GlooOptions());
+  };
+  std::unique_ptr<GlooCollectives> tensor =
+      join(absl::StrCat("tp-", cp_rank), tp_rank, tp);
+  std::unique_ptr<GlooCollectives> context =
+      join(absl::StrCat("cp-", tp_rank), cp_rank, cp);
+  RankShare share;
+  share.tp = tp;
+  share.tp_rank = tp_rank;
+  ModelParameters params(job.model, HeldTensorsOf(job.model, share));
+  params.InitRandom(3);
+  TokenParallel parallel(tensor.get(), context.get());
+  CountingCpuBackend backend;
+  absl::StatusOr<StageModel> model =
+      StageModel::Create(&params, &backend, Losses(), plan.stages[0]);
+  EXPECT_TRUE(model.ok()) << model.status();
+  model->set_token_parallel(&parallel);
+  StageActivations acts;
+  EXPECT_TRUE(model->Forward(BatchOf(job), Tensor(), &acts).ok());
+  Measured measured;
+  measured.kept = backend.counter().bytes_in_use();
+  Tensor d_input;
+  EXPECT_TRUE(model->Backward(acts, Tensor(), &d_input).ok());
+  measured.peak = backend.counter().peak_bytes();
+  for (GlooCollectives* group : {tensor.get(), context.get()}) {
+    if (group != nullptr) EXPECT_TRUE(group->Barrier().ok());
+  }
+  return measured;
+}
+
+TEST(ActivationMemoryTest, TokenParallelRanksMatchWhatTheyAllocate) {
+  const PlanJob job = Job("glm5.2-tiny", 64, 2);
+  for (const auto& [tp, cp] : {std::pair<int, int>{2, 1}, {1, 2}, {2, 2}}) {
+    Split split;
+    split.tp = tp;
+    split.cp = cp;
+    absl::StatusOr<SplitPlan> plan = PlanSplit(job, tp * cp, split);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<StageActivationBytes> predicted =
+        StageActivationMemory(job, split, plan->stages[0]);
+    ASSERT_TRUE(predicted.ok());
+    gloo::rendezvous::HashStore store;
+    std::vector<Measured> ranks(tp * cp);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < tp * cp; ++rank) {
+      threads.emplace_back([&, rank] {
+        ranks[rank] = MeasureTokenParallelRank(job, *plan, store, rank);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int rank = 0; rank < tp * cp; ++rank) {
+      ExpectMatches(ranks[rank], *predicted,
+                    absl::StrCat(SplitName(*plan), " rank ", rank));
+    }
+  }
+}
+
+TEST(ActivationMemoryTest, RecomputationIsRefusedForThisTrainer) {
+  PlanJob job = Job("glm5.2-tiny", 64, 2);
+  job.recompute = Recompute::kFull;
+  const Split one;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
+  ASSERT_TRUE(plan.ok());
+  const absl::StatusOr<StageActivationBytes> acts =
+      StageActivationMemory(job, one, plan->stages[0]);
+  ASSERT_FALSE(acts.ok());
+  EXPECT_NE(acts.status().message().find("--recompute"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace glm

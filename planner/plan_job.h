@@ -1,0 +1,89 @@
+// What a plan is made for besides the cluster: the model, how it trains
+// (pretraining, full fine-tuning or LoRA), the batch, what is recomputed and
+// how tensors are stored.
+#ifndef GLM_PLANNER_PLAN_JOB_H_
+#define GLM_PLANNER_PLAN_JOB_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "training/lora.h"
+
+namespace glm {
+
+enum class TrainingKind { kPretrain, kSft, kLora };
+
+// What backward recomputes instead of keeping from forward.
+enum class Recompute {
+  kNone,
+  // Megatron's recompute_modules layernorm, mla_up_proj and moe_act: norm
+  // outputs, the MLA up-projections and SwiGLU outputs are recomputed (cheap
+  // to redo, large to keep).
+  kSelective,
+  // Every decoder layer keeps only its input and runs its forward again
+  // during backward (Megatron's recompute_granularity=full, method uniform,
+  // one layer per group).
+  kFull,
+};
+
+// How tensors are stored and which activations are kept.
+enum class Precision {
+  // This trainer today: every tensor fp32, activations as model/*.h keep
+  // them (attention probabilities over the top-k keys, whole logits).
+  kFp32,
+  // Megatron-Core's and DESIGN.md section 9's mixed precision: bf16 weights
+  // and activations, fp32 gradients, master weights and AdamW moments;
+  // attention keeps its log-sum-exp, not probabilities.
+  kBf16Mixed,
+};
+
+struct PlanJob {
+  ModelConfig model;
+  TrainingKind kind = TrainingKind::kPretrain;
+  // Read when kind is kLora. The default targets are the five MLA
+  // projections of every decoder layer: 395 targets (790 adapter tensors)
+  // for GLM-5.2 with its MTP layer, as the seeds' LoRA checkpoint holds.
+  LoraOptions lora = {
+      8,
+      16,
+      {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}};
+  int64_t seq_length = 4096;
+  int64_t global_batch_size = 1;
+  int64_t micro_batch_size = 1;
+  Recompute recompute = Recompute::kNone;
+  Precision precision = Precision::kBf16Mixed;
+  // ZeRO-1 over the data-parallel ranks.
+  bool distributed_optimizer = true;
+  // Tokens the busiest expert rank receives over the mean (1: balanced).
+  double routing_imbalance = 1.0;
+  // Tokens whose logits exist at once (0: the micro batch's, in one piece).
+  int64_t logits_chunk_tokens = 0;
+
+  int64_t micro_batches() const { return global_batch_size / micro_batch_size; }
+  int64_t tokens_per_micro_batch() const {
+    return seq_length * micro_batch_size;
+  }
+};
+
+// InvalidArgument naming the flag at fault.
+absl::Status ValidatePlanJob(const PlanJob& job);
+
+absl::StatusOr<TrainingKind> ParseTrainingKind(const std::string& name);
+absl::StatusOr<Recompute> ParseRecompute(const std::string& name);
+absl::StatusOr<Precision> ParsePrecision(const std::string& name);
+const char* TrainingKindName(TrainingKind kind);
+const char* RecomputeName(Recompute recompute);
+const char* PrecisionName(Precision precision);
+
+// Bytes of one stored element of a weight or activation (gradients, master
+// weights and moments are fp32 in both stores).
+inline int64_t ElementBytes(Precision precision) {
+  return precision == Precision::kFp32 ? 4 : 2;
+}
+
+}  // namespace glm
+
+#endif  // GLM_PLANNER_PLAN_JOB_H_

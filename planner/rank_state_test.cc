@@ -1,0 +1,376 @@
+// The planner's state bytes per rank equal what the trainer allocates.
+//
+// glm5.2-tiny, many splits: every rank of the split runs as a thread with
+// its own Gloo groups of the split's rank grid, builds its trainer as a
+// worker does and takes two steps; its weights and gradients are read off
+// the trainer's tensors, the optimizer's moments are what the step added
+// where the weights live (AdamW creates moments on first use, beside their
+// tensor; LoRA's: those the steps wrote), LoRA adapters are the adapter
+// tensors the trainer shows, with their gradients and the frozen copies of
+// the held targets.
+//
+// glm5.2-mini: single ranks of large splits (the others' groups stand in by
+// size only), weights and gradients after the trainer is built.
+#include "planner/rank_state.h"
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "parallel/gloo_collectives.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_tensors.h"
+#include "planner/counting_allocator.h"
+#include "training/trainer.h"
+#include "training/training_data.h"
+
+namespace glm {
+namespace {
+
+constexpr int64_t kFp32Bytes = 4;
+
+// Token windows from an integer hash: any ids in the vocabulary will do.
+class HashedTokens : public TokenSampleDataset {
+ public:
+  HashedTokens(int64_t seq_length, int64_t vocab)
+      : seq_length_(seq_length), vocab_(vocab) {}
+  int64_t size() const override { return 256; }
+  int64_t seq_length() const override { return seq_length_; }
+  std::vector<int32_t> Sample(int64_t index) const override {
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i <= seq_length_; ++i) {
+      ids.push_back(static_cast<int32_t>((index * 2654435761u + i * 40503u) %
+                                         static_cast<uint64_t>(vocab_)));
+    }
+    return ids;
+  }
+
+ private:
+  int64_t seq_length_, vocab_;
+};
+
+TrainerOptions OptionsOf(const PlanJob& job) {
+  TrainerOptions o;
+  o.model = job.model;
+  o.train_iters = 2;
+  o.global_batch_size = job.global_batch_size;
+  o.micro_batch_size = job.micro_batch_size;
+  o.seq_length = job.seq_length;
+  o.schedule = {3e-3, 3e-4, 0, 1};
+  o.seed = 7;
+  o.distributed_optimizer = job.distributed_optimizer;
+  if (job.kind == TrainingKind::kLora) o.lora = job.lora;
+  return o;
+}
+
+// The groups a rank's trainer takes, from its process groups, as
+// worker/training_job.cc hands them over.
+struct TrainerGroups {
+  Collectives* data_parallel = nullptr;
+  std::optional<PipelineRank> pipeline;
+  std::optional<ExpertParallelRank> experts;
+  std::optional<TokenParallelRank> tokens;
+};
+
+TrainerGroups GroupsOf(const SplitPlan& plan, int rank,
+                       const std::function<Collectives&(GroupKind)>& group) {
+  TrainerGroups g;
+  g.data_parallel = &group(GroupKind::kDp);
+  if (plan.split.pp > 1) {
+    PipelineRank pipeline;
+    pipeline.plan = plan.stages;
+    pipeline.forward = &group(GroupKind::kPp);
+    pipeline.backward = &group(GroupKind::kPpBackward);
+    pipeline.stages = plan.StagesOf(plan.grid.ranks[rank].pp);
+    g.pipeline = pipeline;
+  }
+  if (plan.split.ep > 1) {
+    g.experts = ExpertParallelRank{&group(GroupKind::kEp),
+                                   &group(GroupKind::kExpertDp)};
+  }
+  if (plan.split.tp > 1 || plan.split.cp > 1) {
+    g.tokens =
+        TokenParallelRank{plan.split.tp > 1 ? &group(GroupKind::kTp) : nullptr,
+                          plan.split.cp > 1 ? &group(GroupKind::kCp) : nullptr};
+  }
+  return g;
+}
+
+// `params` null: the trainer allocates and initializes the rank's share.
+absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
+    const PlanJob& job, const TrainerGroups& g,
+    std::unique_ptr<ModelParameters> params = nullptr) {
+  return Trainer::Create(
+      OptionsOf(job),
+      std::make_unique<PretrainData>(
+          std::make_unique<HashedTokens>(job.seq_length, job.model.vocab_size)),
+      std::move(params), std::make_unique<CpuBackend>(), g.data_parallel,
+      g.pipeline, g.experts, g.tokens);
+}
+
+// Weights (values, buffers included) and gradients as the trainer holds
+// them; with LoRA also its adapters (as State() shows them: whole, so
+// without tensor parallelism), their gradients (same shapes, training/
+// lora.h) and the frozen copy of each held target weight.
+StateBytes HeldBytes(Trainer& trainer, const PlanJob& job) {
+  StateBytes bytes;
+  for (const NamedTensor& named : trainer.params().Named()) {
+    bytes.weights += kFp32Bytes * named.value->numel();
+    if (named.grad != nullptr) {
+      bytes.gradients += kFp32Bytes * named.grad->numel();
+    }
+  }
+  if (job.kind != TrainingKind::kLora) return bytes;
+  for (const StateTensor& adapter : trainer.State().model) {
+    bytes.adapters += 2 * kFp32Bytes * adapter.tensor->numel();
+  }
+  for (const NamedTensor& named : trainer.params().Named()) {
+    for (const std::string& module : job.lora.target_modules) {
+      if (absl::EndsWith(named.name, absl::StrCat(".", module, ".weight"))) {
+        bytes.adapters += kFp32Bytes * named.value->numel();
+      }
+    }
+  }
+  return bytes;
+}
+
+// LoRA's AdamW moments, which live beside the adapters in host memory: the
+// ones the steps wrote (State() lists every adapter's, making the others at
+// zero). After two steps every updated adapter has a nonzero second moment
+// (at the first, B = 0 leaves A's gradient zero).
+int64_t LoraMomentBytes(Trainer& trainer) {
+  const TrainingState state = trainer.State();
+  int64_t bytes = 0;
+  for (const StateTensor& moment : state.optimizer) {
+    if (moment.name.rfind("exp_avg_sq/", 0) != 0) continue;
+    const std::vector<float>& v = moment.tensor->values();
+    if (std::any_of(v.begin(), v.end(), [](float x) { return x != 0; })) {
+      bytes += 2 * kFp32Bytes * moment.tensor->numel();
+    }
+  }
+  return bytes;
+}
+
+void ExpectSame(const StateBytes& got, const StateBytes& want,
+                const std::string& where) {
+  EXPECT_EQ(got.weights, want.weights) << where << ": weights";
+  EXPECT_EQ(got.gradients, want.gradients) << where << ": gradients";
+  EXPECT_EQ(got.master, want.master) << where << ": master weights";
+  EXPECT_EQ(got.moments, want.moments) << where << ": AdamW moments";
+  EXPECT_EQ(got.adapters, want.adapters) << where << ": LoRA adapters";
+}
+
+// Runs every rank of `split` as a thread through one step and checks each
+// against the planner. A rank's weights come from the trainer's own rule
+// (RankShareOf, HeldTensorsOf), initialized on the host and handed over on a
+// counting allocator; the trainer keeps them there, and AdamW makes each
+// tensor's moments where the tensor lives, so the allocator's growth over
+// the step is the moments the trainer made.
+void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, split);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string name = SplitName(*plan);
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<StateBytes> measured(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<ProcessGroups> groups = ProcessGroups::Create(
+          plan->grid, rank, GlooFactory(store, GlooOptions()));
+      ASSERT_TRUE(groups.ok()) << groups.status();
+      const TrainerGroups g = GroupsOf(
+          *plan, rank,
+          [&](GroupKind kind) -> Collectives& { return groups->group(kind); });
+      CountingAllocator counted;
+      ModelParameters host(
+          job.model, HeldTensorsOf(job.model, RankShareOf(g.pipeline, g.experts,
+                                                          g.tokens)));
+      host.InitRandom(7);
+      absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+          BuildTrainer(job, g, MirrorParameters(host, &counted));
+      ASSERT_TRUE(trainer.ok()) << name << ": " << trainer.status();
+      const int64_t built = counted.bytes_in_use();
+      while (!(*trainer)->Done()) {
+        absl::StatusOr<v1::StepMetrics> step = (*trainer)->Step();
+        ASSERT_TRUE(step.ok()) << name << ": " << step.status();
+        ASSERT_EQ(step->skipped_iterations(), 0) << name;
+      }
+      measured[rank] = HeldBytes(**trainer, job);
+      measured[rank].moments = job.kind == TrainingKind::kLora
+                                   ? LoraMomentBytes(**trainer)
+                                   : counted.bytes_in_use() - built;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) {
+    ExpectSame(measured[rank],
+               RankStateBytes(job, *plan, plan->grid.ranks[rank]),
+               absl::StrCat(name, " rank ", rank));
+  }
+}
+
+PlanJob TinyJob() {
+  PlanJob job;
+  job.model = *PresetConfig("glm5.2-tiny");
+  job.precision = Precision::kFp32;
+  job.seq_length = 16;
+  job.global_batch_size = 8;
+  job.micro_batch_size = 1;
+  job.distributed_optimizer = false;
+  return job;
+}
+
+PlanJob Zero1(PlanJob job) {
+  job.distributed_optimizer = true;
+  return job;
+}
+
+PlanJob Lora(PlanJob job) {
+  job.kind = TrainingKind::kLora;
+  job.lora.target_modules = {"q_a_proj", "q_b_proj", "kv_b_proj", "o_proj",
+                             "gate_proj"};
+  return job;
+}
+
+Split Of(int tp, int pp, int cp, int ep, int vpp = 1) {
+  Split split;
+  split.tp = tp;
+  split.pp = pp;
+  split.cp = cp;
+  split.ep = ep;
+  split.vpp = vpp;
+  return split;
+}
+
+TEST(RankStateTest, OneRank) { CheckEveryRank(TinyJob(), 1, Of(1, 1, 1, 1)); }
+
+TEST(RankStateTest, DataParallel) {
+  CheckEveryRank(TinyJob(), 2, Of(1, 1, 1, 1));
+  CheckEveryRank(Zero1(TinyJob()), 4, Of(1, 1, 1, 1));
+}
+
+TEST(RankStateTest, PipelineParallel) {
+  CheckEveryRank(TinyJob(), 2, Of(1, 2, 1, 1));
+  CheckEveryRank(TinyJob(), 2, Of(1, 2, 1, 1, /*vpp=*/2));
+  CheckEveryRank(Zero1(TinyJob()), 4, Of(1, 2, 1, 1));
+}
+
+TEST(RankStateTest, ExpertParallel) {
+  CheckEveryRank(TinyJob(), 2, Of(1, 1, 1, 2));
+  CheckEveryRank(Zero1(TinyJob()), 4, Of(1, 1, 1, 2));
+  CheckEveryRank(Zero1(TinyJob()), 4, Of(1, 2, 1, 2));
+}
+
+TEST(RankStateTest, TensorAndContextParallel) {
+  CheckEveryRank(TinyJob(), 2, Of(2, 1, 1, 1));
+  CheckEveryRank(TinyJob(), 2, Of(1, 1, 2, 1));
+  CheckEveryRank(TinyJob(), 4, Of(2, 1, 2, 1));
+  CheckEveryRank(Zero1(TinyJob()), 4, Of(2, 1, 1, 2));
+  CheckEveryRank(TinyJob(), 4, Of(2, 2, 1, 1));
+}
+
+TEST(RankStateTest, Lora) {
+  CheckEveryRank(Lora(TinyJob()), 1, Of(1, 1, 1, 1));
+  CheckEveryRank(Lora(TinyJob()), 2, Of(1, 2, 1, 1));
+  CheckEveryRank(Lora(TinyJob()), 2, Of(1, 1, 1, 2));
+  // With ZeRO-1 under expert parallelism (expert-data groups of 2) the
+  // trainer all-gathers an empty routed-expert shard list and gloo divides
+  // by zero; data parallelism alone is checked.
+  CheckEveryRank(Lora(Zero1(TinyJob())), 2, Of(1, 1, 1, 1));
+}
+
+// A group of a given size standing in for one whose other members do not
+// run: building a trainer only asks groups for their rank and size.
+class SizeOnlyGroup : public Collectives {
+ public:
+  SizeOnlyGroup(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status AllReduce(float*, int64_t, ReduceOp) override { return No(); }
+  absl::Status AllReduceSum(int64_t*, int64_t) override { return No(); }
+  absl::Status Broadcast(float*, int64_t, int) override { return No(); }
+  absl::Status AllGather(const float*, int64_t, float*) override {
+    return No();
+  }
+  absl::Status ReduceScatter(const float*, int64_t, float*, ReduceOp) override {
+    return No();
+  }
+  absl::Status AllToAllV(const float*, const std::vector<int64_t>&, float*,
+                         const std::vector<int64_t>&) override {
+    return No();
+  }
+  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const float*, int64_t,
+                                                         int) override {
+    return No();
+  }
+  absl::Status Recv(float*, int64_t, int) override { return No(); }
+  absl::Status Barrier() override { return No(); }
+
+ private:
+  static absl::Status No() {
+    return absl::UnimplementedError("a size-only group does not communicate");
+  }
+  int rank_, size_;
+};
+
+// Builds one rank's trainer with size-only groups and checks its weights
+// and gradients (and adapters) against the planner.
+void CheckOneRank(const PlanJob& job, int world, const Split& split, int rank) {
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, split);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::unique_ptr<SizeOnlyGroup>> groups;
+  auto group = [&](GroupKind kind) -> Collectives& {
+    const std::vector<int> members = GroupMembers(plan->grid, rank, kind);
+    const int index = static_cast<int>(
+        std::find(members.begin(), members.end(), rank) - members.begin());
+    groups.push_back(std::make_unique<SizeOnlyGroup>(
+        index, static_cast<int>(members.size())));
+    return *groups.back();
+  };
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      BuildTrainer(job, GroupsOf(*plan, rank, group));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  StateBytes want = RankStateBytes(job, *plan, plan->grid.ranks[rank]);
+  want.moments = 0;  // no step taken
+  ExpectSame(HeldBytes(**trainer, job), want,
+             absl::StrCat(SplitName(*plan), " rank ", rank));
+}
+
+PlanJob MiniJob() {
+  PlanJob job;
+  job.model = *PresetConfig("glm5.2-mini");
+  job.precision = Precision::kFp32;
+  job.seq_length = 32;
+  job.global_batch_size = 64;
+  job.micro_batch_size = 1;
+  return job;
+}
+
+// Middle pipeline ranks: a few decoder layers each, no embedding or head.
+TEST(RankStateTest, MiniPipelineAndExpertRanks) {
+  CheckOneRank(MiniJob(), 32, Of(1, 4, 1, 8), /*rank=*/8);    // pp rank 1
+  CheckOneRank(MiniJob(), 64, Of(1, 4, 1, 16), /*rank=*/37);  // pp rank 2
+  CheckOneRank(MiniJob(), 16, Of(1, 4, 1, 4, /*vpp=*/2), 5);  // pp rank 1
+}
+
+TEST(RankStateTest, MiniTensorParallelRanks) {
+  CheckOneRank(MiniJob(), 32, Of(2, 4, 1, 8), /*rank=*/9);  // tp rank 1
+  CheckOneRank(MiniJob(), 64, Of(4, 4, 2, 8), /*rank=*/22);
+}
+
+TEST(RankStateTest, MiniLoraRanks) {
+  CheckOneRank(Lora(MiniJob()), 32, Of(1, 4, 1, 8), /*rank=*/16);
+  CheckOneRank(Lora(MiniJob()), 64, Of(1, 4, 1, 16), /*rank=*/20);
+}
+
+}  // namespace
+}  // namespace glm

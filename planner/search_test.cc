@@ -1,0 +1,72 @@
+#include "planner/search.h"
+
+#include "gtest/gtest.h"
+
+namespace glm {
+namespace {
+
+PlanJob Mini() {
+  PlanJob job;
+  job.model = *PresetConfig("glm5.2-mini");
+  job.seq_length = 4096;
+  job.global_batch_size = 64;
+  return job;
+}
+
+SearchOptions Small() {
+  SearchOptions options;
+  options.max_vpp = 2;
+  options.max_etp = 2;
+  options.keep = 4;
+  return options;
+}
+
+TEST(SearchTest, ReturnsTheFastestFittingSplits) {
+  const ClusterSpec h200 = *ClusterPreset("h200");
+  absl::StatusOr<SearchResult> result =
+      SearchSplits(Mini(), 8, h200, KernelRates(), Small());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->best.size(), 4u);
+  EXPECT_GE(result->candidates,
+            static_cast<int>(result->fitting_seconds.size()));
+  for (size_t i = 0; i < result->best.size(); ++i) {
+    EXPECT_TRUE(result->best[i].Fits(h200.device));
+    EXPECT_DOUBLE_EQ(result->best[i].time.Total(), result->fitting_seconds[i]);
+  }
+  // Nothing the search saw is faster than its first.
+  EXPECT_EQ(RankAmong(*result, result->best[0].time.Total()), 1);
+  EXPECT_EQ(RankAmong(*result, result->fitting_seconds.back() + 1),
+            static_cast<int>(result->fitting_seconds.size()) + 1);
+}
+
+TEST(SearchTest, DropsWhatDoesNotFit) {
+  ClusterSpec small = *ClusterPreset("h200");
+  small.device.memory_bytes = int64_t{24} << 30;
+  absl::StatusOr<SearchResult> result =
+      SearchSplits(Mini(), 8, small, KernelRates(), Small());
+  ASSERT_TRUE(result.ok());
+  for (const Evaluation& e : result->best) {
+    EXPECT_LE(e.PeakBytes(), small.device.memory_bytes);
+  }
+  small.device.memory_bytes = int64_t{2} << 30;
+  EXPECT_TRUE(
+      SearchSplits(Mini(), 8, small, KernelRates(), Small())->best.empty());
+}
+
+TEST(SearchTest, ThisTrainerIsSearchedWithoutRecomputation) {
+  PlanJob job = Mini();
+  job.model = *PresetConfig("glm5.2-tiny");
+  job.precision = Precision::kFp32;
+  job.seq_length = 256;
+  job.global_batch_size = 8;
+  absl::StatusOr<SearchResult> result =
+      SearchSplits(job, 4, *ClusterPreset("cpu"), KernelRates(), Small());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_FALSE(result->best.empty());
+  for (const Evaluation& e : result->best) {
+    EXPECT_EQ(e.job.recompute, Recompute::kNone);
+  }
+}
+
+}  // namespace
+}  // namespace glm

@@ -1,0 +1,292 @@
+#include "planner/step_time.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "planner/activation_memory.h"
+#include "planner/collective_time.h"
+#include "planner/rank_tensor_list.h"
+#include "training/flops.h"
+
+namespace glm {
+namespace {
+
+// A rank's forward multiply-adds of one micro batch of one stage, by the
+// kernel that runs them.
+struct StageMacs {
+  double gemm = 0, experts = 0, attention = 0, indexer = 0;
+  double up_projections = 0;  // what selective recomputation redoes
+  double Total() const { return gemm + experts + attention + indexer; }
+};
+
+// Per token: the MLA down-projections (every tensor rank runs them on its
+// chunk), the up-projections, and the routed experts.
+double DownProjectionMacs(const ModelConfig& m) {
+  return static_cast<double>(m.hidden_size) *
+         (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim);
+}
+double UpProjectionMacs(const ModelConfig& m) {
+  return static_cast<double>(m.num_attention_heads) *
+         (m.q_lora_rank * m.QkHeadDim() +
+          m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim));
+}
+double RoutedMacs(const ModelConfig& m) {
+  return 3.0 * m.hidden_size * m.moe_intermediate_size * m.num_experts_per_tok;
+}
+
+bool IsMoe(const ModelConfig& m, int layer) {
+  return layer > m.num_hidden_layers || m.IsMoeLayer(layer);
+}
+
+// One decoder layer on one rank: tensor ranks split heads and the dense
+// MLP, context ranks the queries; both split the tokens of what runs
+// between layers; the down-projections and the indexer run on the whole
+// chunk of every tensor rank; the busiest expert rank runs the imbalance
+// times the mean of routed rows.
+void AddLayer(const PlanJob& job, const Split& split, int layer,
+              StageMacs* macs) {
+  const ModelConfig& m = job.model;
+  const double tokens = static_cast<double>(job.tokens_per_micro_batch());
+  const double sequences = static_cast<double>(job.micro_batch_size);
+  const ForwardMacs f = DecoderLayerForwardMacs(m, layer, job.seq_length);
+  const double tp = split.tp, cp = split.cp;
+  const double down = DownProjectionMacs(m) * tokens;
+  const double routed = IsMoe(m, layer) ? RoutedMacs(m) * tokens : 0.0;
+  const double imbalance = split.ep > 1 ? job.routing_imbalance : 1.0;
+  macs->gemm += (f.attention_projections * sequences - down) / (tp * cp) +
+                down / cp + (f.mlp * sequences - routed) / (tp * cp);
+  macs->experts += routed / (tp * cp) * imbalance;
+  macs->attention += f.attention_core * sequences / (tp * cp);
+  macs->indexer += f.indexer * sequences / cp;
+  macs->up_projections += UpProjectionMacs(m) * tokens / (tp * cp);
+}
+
+StageMacs MacsOf(const PlanJob& job, const Split& split,
+                 const StageSlice& stage) {
+  const ModelConfig& m = job.model;
+  StageMacs macs;
+  for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
+       ++layer) {
+    AddLayer(job, split, layer, &macs);
+  }
+  if (!stage.has_loss) return macs;
+  const double tokens = static_cast<double>(job.tokens_per_micro_batch());
+  const double logits = static_cast<double>(m.hidden_size) * m.vocab_size *
+                        tokens / (split.tp * split.cp);
+  macs.gemm += logits;
+  for (int k = 1; k <= stage.mtp_layers; ++k) {
+    AddLayer(job, split, m.num_hidden_layers + k, &macs);
+    // eh_proj and the MTP head's logits.
+    macs.gemm +=
+        (2.0 * m.hidden_size * m.hidden_size * tokens) / (split.tp * split.cp) +
+        logits;
+  }
+  return macs;
+}
+
+// Compute and recomputation seconds of `macs` forward and backward.
+void AddCompute(const PlanJob& job, const DeviceSpec& device,
+                const KernelRates& rates, const StageMacs& macs,
+                MicroBatchTime* time) {
+  const double peak = device.matmul_flops;
+  auto seconds = [&](double m, double rate) { return 2 * m / (peak * rate); };
+  // Backward is twice the forward's work (training/flops.h).
+  time->gemm += 3 * seconds(macs.gemm, rates.gemm);
+  time->experts += 3 * seconds(macs.experts, rates.grouped_gemm);
+  time->attention += seconds(macs.attention, rates.attention_forward) +
+                     2 * seconds(macs.attention, rates.attention_backward);
+  time->indexer += 3 * seconds(macs.indexer, rates.indexer);
+  if (job.recompute == Recompute::kFull) {
+    time->recompute += seconds(macs.gemm, rates.gemm) +
+                       seconds(macs.experts, rates.grouped_gemm) +
+                       seconds(macs.attention, rates.attention_forward) +
+                       seconds(macs.indexer, rates.indexer);
+  } else if (job.recompute == Recompute::kSelective) {
+    time->recompute += seconds(macs.up_projections, rates.gemm);
+  }
+}
+
+// The collectives inside a stage's layers for one micro batch, forward and
+// backward (and the forward again under full recomputation).
+void AddLayerCollectives(const PlanJob& job, const SplitPlan& plan,
+                         const ClusterSpec& cluster, const KernelRates& rates,
+                         int rank, const StageSlice& stage,
+                         MicroBatchTime* time) {
+  const ModelConfig& m = job.model;
+  const Split& split = plan.split;
+  const TokenShare t = TokenShareOf(job, split);
+  const double element = static_cast<double>(ElementBytes(job.precision));
+  const GroupLinks tensor(cluster, rates, plan.grid, rank, GroupKind::kTp);
+  const GroupLinks context(cluster, rates, plan.grid, rank, GroupKind::kCp);
+  const GroupLinks experts(cluster, rates, plan.grid, rank, GroupKind::kEp);
+  // Expert tensor parallelism (Megatron's): consecutive ranks of the expert
+  // grid split each expert's intermediate and share their tokens.
+  std::vector<int> etp_members;
+  for (int r = rank - rank % split.etp; r < rank - rank % split.etp + split.etp;
+       ++r) {
+    etp_members.push_back(r);
+  }
+  const GroupLinks expert_tensor(cluster, rates, rank, etp_members);
+  const int passes = job.recompute == Recompute::kFull ? 3 : 2;
+  const double chunk = static_cast<double>(t.chunk) * m.hidden_size * element;
+  auto layer = [&](int n) {
+    // Sequence parallelism gathers each block's input over the tensor
+    // ranks and reduce-scatters its output: attention, and the dense MLP.
+    const int blocks = IsMoe(m, n) ? 1 : 2;
+    time->tensor_parallel +=
+        passes * blocks * 2 * tensor.AllGatherSeconds(chunk);
+    // Context ranks gather every chunk's latent keys (and indexer keys).
+    const bool indexer = n <= m.num_hidden_layers
+                             ? m.index_sharing.IsComputingLayer(n)
+                             : m.index_sharing.topk_freq <= 1;
+    const double keys = static_cast<double>(t.all) *
+                        (m.kv_lora_rank + m.qk_rope_head_dim +
+                         (indexer ? m.index_head_dim : 0)) *
+                        element;
+    time->context_parallel += passes * context.AllGatherSeconds(keys);
+    // Dispatch and combine, forward and backward.
+    if (IsMoe(m, n)) {
+      const double rows =
+          static_cast<double>(t.routed) * m.hidden_size * element;
+      time->expert_parallel += passes * 2 * experts.AllToAllSeconds(rows);
+      // The expert-tensor ranks gather each other's rows and reduce-scatter
+      // the outputs.
+      time->expert_parallel +=
+          passes * 2 * expert_tensor.AllGatherSeconds(rows * split.etp);
+    }
+  };
+  for (int n = stage.first_layer; n > 0 && n <= stage.last_layer; ++n) {
+    layer(n);
+  }
+  for (int k = 1; k <= stage.mtp_layers; ++k) layer(m.num_hidden_layers + k);
+}
+
+// Bytes of weights and gradients a micro batch moves: every weight read in
+// forward and again in backward, every gradient read and written as it
+// accumulates (none for frozen weights). Small micro batches make layers
+// weight-bandwidth-bound.
+double WeightTraffic(const StateBytes& state) {
+  return 2.0 * static_cast<double>(state.weights) +
+         2.0 * static_cast<double>(state.gradients);
+}
+
+MicroBatchTime RankMicroBatch(const PlanJob& job, const SplitPlan& plan,
+                              const ClusterSpec& cluster,
+                              const KernelRates& rates,
+                              const RankMemory& memory, int rank) {
+  const int pp_rank = memory.pp_rank;
+  MicroBatchTime time;
+  const double bandwidth = cluster.device.memory_bandwidth * rates.memory;
+  time.memory += WeightTraffic(memory.state) / bandwidth;
+  for (const StageSlice& stage : plan.StagesOf(pp_rank)) {
+    AddCompute(job, cluster.device, rates, MacsOf(job, plan.split, stage),
+               &time);
+    AddLayerCollectives(job, plan, cluster, rates, rank, stage, &time);
+    absl::StatusOr<StageActivationBytes> acts =
+        StageActivationMemory(job, plan.split, stage);
+    // Written in forward, read and their gradients written in backward.
+    if (acts.ok()) time.memory += 3.0 * acts->saved_bytes() / bandwidth;
+    if (plan.split.pp > 1) {
+      // The output forward and its gradient back, to and from neighbours.
+      const int next = rank + plan.world / plan.split.pp;
+      const double hidden = static_cast<double>(
+          TokenShareOf(job, plan.split).local * job.model.hidden_size *
+          ElementBytes(job.precision));
+      time.pipeline_send +=
+          2 * SendSeconds(cluster, rates, rank, next % plan.world, hidden);
+    }
+  }
+  return time;
+}
+
+const RankCoordinates& FirstRankOf(const SplitPlan& plan, int pp_rank) {
+  for (const RankCoordinates& c : plan.grid.ranks) {
+    if (c.pp == pp_rank) return c;
+  }
+  return plan.grid.ranks.front();
+}
+
+// The exchanges after the micro batches, in seconds: Megatron reduce-
+// scatters bf16 gradients and all-gathers bf16 weights over data x context
+// ranks (routed experts over expert-data ranks), mostly behind compute.
+// This trainer all-reduces fp32 gradients over the context and tensor
+// groups, then over the data-parallel group (under ZeRO-1 an all-reduce of
+// the packed shards and an all-gather of the weights), routed experts over
+// the expert-data group.
+double ExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
+                       const ClusterSpec& cluster, const KernelRates& rates,
+                       const RankCoordinates& c) {
+  const std::vector<RankTensor> trainable =
+      TrainableOf(job, *RankTensorsAt(job, plan, c));
+  const OptimizerLists lists = OptimizerListsOf(job, plan, trainable);
+  const double dense = static_cast<double>(ElementsOf(lists.dense));
+  const double experts = static_cast<double>(ElementsOf(lists.experts));
+  auto links = [&](GroupKind kind) {
+    return GroupLinks(cluster, rates, plan.grid, c.rank, kind);
+  };
+  if (job.precision == Precision::kBf16Mixed) {
+    const double seconds =
+        2 * links(GroupKind::kDp)
+                .RingSeconds(dense * 2, plan.dp() * plan.split.cp) +
+        2 * links(GroupKind::kExpertDp).AllGatherSeconds(experts * 2);
+    return seconds * (1 - rates.megatron_dp_overlap);
+  }
+  double seconds = links(GroupKind::kCp).AllReduceSeconds(dense * 4);
+  double unsplit = 0;
+  for (const RankTensor& t : lists.dense) {
+    if (!t.tensor_split) unsplit += static_cast<double>(t.elements);
+  }
+  seconds += links(GroupKind::kTp).AllReduceSeconds(unsplit * 4);
+  auto data_parallel = [&](const GroupLinks& group, double elements) {
+    return group.AllReduceSeconds(elements * 4) +
+           (job.distributed_optimizer ? group.AllGatherSeconds(elements * 4)
+                                      : 0.0);
+  };
+  return seconds + data_parallel(links(GroupKind::kDp), dense) +
+         data_parallel(links(GroupKind::kExpertDp), experts);
+}
+
+// The optimizer's pass: per updated element a gradient read, the master
+// (or fp32) weight and two moments read and written, and in mixed
+// precision the bf16 weight written; then the gradients zeroed.
+double OptimizerSeconds(const PlanJob& job, const ClusterSpec& cluster,
+                        const KernelRates& rates, const StateBytes& state) {
+  const double updated = static_cast<double>(state.moments / 8);
+  const double per_element =
+      job.precision == Precision::kBf16Mixed ? 30.0 : 28.0;
+  return (updated * per_element + static_cast<double>(state.gradients)) /
+         (cluster.device.memory_bandwidth * rates.memory);
+}
+
+}  // namespace
+
+absl::StatusOr<StepTime> PredictStepTime(
+    const PlanJob& job, const SplitPlan& plan, const ClusterSpec& cluster,
+    const KernelRates& rates, const std::vector<RankMemory>& memory) {
+  StepTime step;
+  double slowest = -1;
+  for (const RankMemory& rank : memory) {
+    const MicroBatchTime time = RankMicroBatch(
+        job, plan, cluster, rates, rank, FirstRankOf(plan, rank.pp_rank).rank);
+    if (time.Total() > slowest) {
+      slowest = time.Total();
+      step.slowest = time;
+      step.slowest_pp_rank = rank.pp_rank;
+    }
+  }
+  step.micro_batches = static_cast<double>(plan.micro_batches_per_rank(job));
+  const double chunks = static_cast<double>(plan.stages.size()) / plan.split.pp;
+  step.bubble = (plan.split.pp - 1) / chunks * slowest;
+  for (const RankMemory& rank : memory) {
+    step.data_parallel = std::max(
+        step.data_parallel, ExchangeSeconds(job, plan, cluster, rates,
+                                            FirstRankOf(plan, rank.pp_rank)));
+    step.optimizer = std::max(
+        step.optimizer, OptimizerSeconds(job, cluster, rates, rank.state));
+  }
+  step.model_flops =
+      TrainingFlops(job.model, job.seq_length, job.global_batch_size);
+  return step;
+}
+
+}  // namespace glm

@@ -1,0 +1,94 @@
+#include "planner/step_time.h"
+
+#include "gtest/gtest.h"
+#include "planner/evaluation.h"
+#include "training/flops.h"
+
+namespace glm {
+namespace {
+
+PlanJob Mini(Recompute recompute = Recompute::kNone) {
+  PlanJob job;
+  job.model = *PresetConfig("glm5.2-mini");
+  job.seq_length = 4096;
+  job.global_batch_size = 64;
+  job.recompute = recompute;
+  return job;
+}
+
+StepTime TimeOf(const PlanJob& job, int world, Split split,
+                const ClusterSpec& cluster) {
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, split);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<Evaluation> e = Evaluate(job, *plan, cluster, KernelRates());
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e->time;
+}
+
+Split Of(int tp, int pp, int cp, int ep, int vpp = 1) {
+  Split split;
+  split.tp = tp;
+  split.pp = pp;
+  split.cp = cp;
+  split.ep = ep;
+  split.vpp = vpp;
+  return split;
+}
+
+TEST(StepTimeTest, CountsTheTrainersFlops) {
+  const StepTime t = TimeOf(Mini(), 8, Of(1, 2, 1, 4), *ClusterPreset("h200"));
+  EXPECT_DOUBLE_EQ(t.model_flops, TrainingFlops(Mini().model, 4096, 64));
+  EXPECT_NEAR(t.TflopsPerDevice(8), t.model_flops / t.Total() / 8 / 1e12, 1e-9);
+}
+
+TEST(StepTimeTest, ComputeScalesWithTheDevicesRate) {
+  ClusterSpec slow = *ClusterPreset("h200");
+  ClusterSpec fast = slow;
+  fast.device.matmul_flops *= 2;
+  const StepTime a = TimeOf(Mini(), 8, Of(1, 2, 1, 4), slow);
+  const StepTime b = TimeOf(Mini(), 8, Of(1, 2, 1, 4), fast);
+  EXPECT_DOUBLE_EQ(a.slowest.gemm, 2 * b.slowest.gemm);
+  EXPECT_DOUBLE_EQ(a.slowest.experts, 2 * b.slowest.experts);
+  EXPECT_DOUBLE_EQ(a.slowest.attention, 2 * b.slowest.attention);
+  EXPECT_DOUBLE_EQ(a.slowest.expert_parallel, b.slowest.expert_parallel);
+}
+
+TEST(StepTimeTest, BubbleShrinksWithVirtualStages) {
+  const ClusterSpec h200 = *ClusterPreset("h200");
+  const StepTime plain = TimeOf(Mini(), 8, Of(1, 4, 1, 2), h200);
+  EXPECT_DOUBLE_EQ(plain.bubble, 3 * plain.slowest.Total());
+  const StepTime interleaved = TimeOf(Mini(), 8, Of(1, 4, 1, 2, 2), h200);
+  EXPECT_DOUBLE_EQ(interleaved.bubble, 1.5 * interleaved.slowest.Total());
+  EXPECT_EQ(plain.micro_batches, 32);
+}
+
+TEST(StepTimeTest, CollectivesFollowTheLinksTheyCross) {
+  const ClusterSpec h100 = *ClusterPreset("h100");
+  const StepTime one = TimeOf(Mini(), 8, Of(1, 1, 1, 1), h100);
+  EXPECT_EQ(one.slowest.expert_parallel, 0);
+  EXPECT_EQ(one.slowest.tensor_parallel, 0);
+  EXPECT_EQ(one.slowest.context_parallel, 0);
+  // The same routed rows per rank: EP8 inside a node, EP16 over two.
+  const StepTime inside = TimeOf(Mini(), 16, Of(1, 1, 1, 8), h100);
+  const StepTime across = TimeOf(Mini(), 16, Of(1, 1, 1, 16), h100);
+  EXPECT_GT(across.slowest.expert_parallel, 3 * inside.slowest.expert_parallel);
+  EXPECT_GT(TimeOf(Mini(), 8, Of(2, 1, 1, 1), h100).slowest.tensor_parallel, 0);
+  EXPECT_GT(TimeOf(Mini(), 8, Of(1, 1, 2, 1), h100).slowest.context_parallel,
+            0);
+}
+
+TEST(StepTimeTest, RecomputationCostsForwardWork) {
+  const ClusterSpec h200 = *ClusterPreset("h200");
+  const StepTime none = TimeOf(Mini(), 8, Of(1, 2, 1, 4), h200);
+  const StepTime selective =
+      TimeOf(Mini(Recompute::kSelective), 8, Of(1, 2, 1, 4), h200);
+  const StepTime full = TimeOf(Mini(Recompute::kFull), 8, Of(1, 2, 1, 4), h200);
+  EXPECT_EQ(none.slowest.recompute, 0);
+  EXPECT_GT(selective.slowest.recompute, 0);
+  EXPECT_LT(selective.slowest.recompute, full.slowest.recompute);
+  // A full forward again: a third of forward + backward of the GEMMs.
+  EXPECT_GT(full.slowest.recompute, full.slowest.gemm / 3);
+}
+
+}  // namespace
+}  // namespace glm
