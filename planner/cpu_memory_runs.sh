@@ -12,8 +12,9 @@
 # activations outweigh a worker's own ~60 MiB); every run trains 3 steps of
 # 8 x 512 tokens (micro batches of 2) on the shipped corpus, without
 # checkpoints. Each rank's figure is the "peak memory (MiB)" of its last
-# log line (getrusage's ru_maxrss). The tiny run calibrates the worker's
-# own memory (see planner/NOTES.md).
+# log line (getrusage's ru_maxrss). Run it as is and with
+# MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=131072 in the
+# environment (planner/NOTES.md says why both).
 set -euo pipefail
 
 out=$1
@@ -76,7 +77,8 @@ EOF
 
 if [[ ! -s $out ]]; then
   {
-    echo "# Peak resident memory (MiB) per CPU rank, $(date -u +%Y-%m-%d), $(nproc) cores"
+    echo "# Peak resident memory (MiB) per CPU rank, $(date -u +%Y-%m-%d)," \
+      "$(nproc) cores, MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-default}"
     echo "# case world tp pp vpp cp ep zero1 model layout rank peak_mib"
   } > "$out"
 fi
