@@ -19,12 +19,12 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/separate_memory_allocator.h"
 #include "model/glm_model.h"
 #include "model/token_parallel.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/rank_tensors.h"
 #include "parallel/stage_model.h"
-#include "planner/counting_allocator.h"
 
 namespace glm {
 namespace {
@@ -32,10 +32,10 @@ namespace {
 class CountingCpuBackend : public CpuBackend {
  public:
   Allocator* allocator() override { return &counter_; }
-  const CountingAllocator& counter() const { return counter_; }
+  const SeparateMemoryAllocator& counter() const { return counter_; }
 
  private:
-  CountingAllocator counter_;
+  SeparateMemoryAllocator counter_;
 };
 
 struct Measured {

@@ -26,10 +26,10 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/separate_memory_allocator.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_tensors.h"
-#include "planner/counting_allocator.h"
 #include "training/trainer.h"
 #include "training/training_data.h"
 
@@ -190,7 +190,7 @@ void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
       const TrainerGroups g = GroupsOf(
           *plan, rank,
           [&](GroupKind kind) -> Collectives& { return groups->group(kind); });
-      CountingAllocator counted;
+      SeparateMemoryAllocator counted;
       ModelParameters host(
           job.model, HeldTensorsOf(job.model, RankShareOf(g.pipeline, g.experts,
                                                           g.tokens)));
