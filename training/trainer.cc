@@ -341,9 +341,9 @@ Trainer::Trainer(const TrainerOptions& options,
                  std::unique_ptr<ModelParameters> params,
                  std::unique_ptr<Backend> backend, Collectives* data_parallel)
     : options_(options),
+      backend_(std::move(backend)),
       data_(std::move(data)),
       params_(std::move(params)),
-      backend_(std::move(backend)),
       optimizer_(options.adamw),
       data_parallel_(data_parallel) {
   if (backend_->allocator() != nullptr) {

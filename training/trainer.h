@@ -240,6 +240,10 @@ class Trainer {
   }
 
   TrainerOptions options_;
+  // First, so they are destroyed last: every tensor below may live in the
+  // backend's allocator.
+  CpuBackend host_backend_;
+  std::unique_ptr<Backend> backend_;
   std::unique_ptr<TrainingData> data_;
   // The fp32 weights, gradients the optimizer reads, and everything the
   // checkpoints and collectives see, in host memory.
@@ -268,8 +272,6 @@ class Trainer {
   void SyncToHost();
   void SyncToDevice();
   void SyncMoments(bool to_host);
-  CpuBackend host_backend_;
-  std::unique_ptr<Backend> backend_;
   std::unique_ptr<GlmModel> model_;
   AdamW optimizer_;
   Collectives* data_parallel_;

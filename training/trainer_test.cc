@@ -97,6 +97,43 @@ TEST(TrainerTest, SeparateBackendMemoryTrainsBitwiseEqual) {
   EXPECT_GE(memory.peak_bytes(), 2 * 4 * weights);
 }
 
+// A backend that owns its memory, as the CUDA backend owns its pool: when it
+// is destroyed, no tensor may still hold memory in it.
+class BackendOwningItsMemory : public CpuBackend {
+ public:
+  explicit BackendOwningItsMemory(
+      std::unique_ptr<SeparateMemoryAllocator> memory, bool* checked)
+      : CpuBackend(memory.get()),
+        memory_(std::move(memory)),
+        checked_(checked) {}
+  ~BackendOwningItsMemory() override {
+    EXPECT_EQ(memory_->bytes_in_use(), 0)
+        << "tensors outlive the backend that allocated them";
+    *checked_ = true;
+  }
+
+ private:
+  std::unique_ptr<SeparateMemoryAllocator> memory_;
+  bool* checked_;
+};
+
+TEST(TrainerTest, EveryTensorIsFreedBeforeItsBackend) {
+  bool checked = false;
+  {
+    const TrainerOptions options = TinyOptions(2);
+    auto trainer = Trainer::Create(
+        options,
+        std::make_unique<PretrainData>(
+            std::make_unique<RepeatingTextDataset>(options.seq_length, 64)),
+        nullptr,
+        std::make_unique<BackendOwningItsMemory>(
+            std::make_unique<SeparateMemoryAllocator>(), &checked));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_EQ(Losses(trainer->get()).size(), 2u);
+  }
+  EXPECT_TRUE(checked);
+}
+
 // Copies what one trainer's checkpoint holds into another, as a save and a
 // load would.
 void TransferState(Trainer* from, Trainer* to) {

@@ -1,6 +1,8 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -40,6 +42,14 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     scratch_ = DeviceBuffer();
     allocator_->Free(loss_);
     cudaStreamSynchronize(stream_);
+    // A tensor freed after its pool would free into a destroyed pool.
+    if (allocator_->bytes_in_use() != 0) {
+      std::fprintf(stderr,
+                   "%lld bytes of device memory outlive the CUDA backend "
+                   "that allocated them\n",
+                   static_cast<long long>(allocator_->bytes_in_use()));
+      std::abort();
+    }
     allocator_.reset();
     cublasLtDestroy(cublas_lt_);
     cudaStreamDestroy(stream_);

@@ -38,7 +38,8 @@ def main():
     state, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     runs = {r: losses(state, r) for r in
             ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16", "resume_gpu",
-             "resume_cpu", "shared_gpu_dp2", "shared_gpu_pp2", "shared_gpu_ep2"]}
+             "resume_cpu", "shared_gpu_one", "shared_gpu_dp2", "shared_gpu_pp2",
+              "shared_gpu_ep2", "sft", "lora", "long_context"]}
     rows = []
 
     def check(name, ok, measured, limit):
@@ -72,12 +73,19 @@ def main():
               f"max rel {rel:.2e}", "1e-2")
     else:
         check("CPU resume of the CUDA checkpoint", False, "did not finish", "")
+    one = runs["shared_gpu_one"]
     for parallel in ["dp2", "pp2", "ep2"]:
         shared = runs[f"shared_gpu_{parallel}"]
-        ok = len(shared) == 50 and bool(fp32)
-        rel = max_rel(shared, fp32, range(1, 51)) if ok else float("nan")
+        ok = len(shared) == 50 and len(one) == 50
+        rel = max_rel(shared, one, range(1, 51)) if ok else float("nan")
         check(f"{parallel.upper()}, two workers on one GPU, vs one worker (1-50)",
               ok and rel <= 1e-3, f"max rel {rel:.2e}", "1e-3")
+    for mode, steps in [("sft", 20), ("lora", 20), ("long_context", 10)]:
+        run = runs[mode]
+        ok = len(run) == steps and run[steps] < run[1]
+        check(f"{mode} on the GPU: {steps} iterations, loss falls", ok,
+              f"{len(run)} iterations" + (f", {run[1]:.4f} -> {run[steps]:.4f}"
+                                          if ok else ""), "")
     table = ["| check | result | measured | limit |", "| --- | --- | --- | --- |"]
     table += [f"| {n} | {r} | {m} | {l} |" for n, r, m, l in rows]
     (out / "training_checks.md").write_text("\n".join(table) + "\n")

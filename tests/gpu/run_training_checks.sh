@@ -2,7 +2,9 @@
 # On the GPU machine, from the repository root, after `source .gpu/b/env.sh`:
 # glm5.2-tiny trained with `glmctl local` on the CPU, on CUDA in fp32 (twice),
 # and in bf16; a CUDA checkpoint resumed on the GPU and on the CPU; two workers
-# sharing the GPU under DP2, PP2 and EP2. Logs and a summary go to $1.
+# sharing the GPU under DP2, PP2 and EP2 beside one worker on the same 50
+# steps; SFT and LoRA from the CUDA run's HF export, and one 16k-token
+# sequence (bf16). Logs and a summary go to $1.
 set -uo pipefail
 out=${1:?output folder}
 bin=$(dirname "$(command -v glmctl)")
@@ -36,7 +38,16 @@ resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_gpu/checkpoints"
 run resume_gpu tests/gpu/jobs/tiny_cuda_fp32.json
 resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_cpu/checkpoints"
 run resume_cpu tests/gpu/jobs/tiny_cpu.json
+# The sample order depends on the number of iterations: the two-worker runs
+# are held against one worker over the same 50.
+run shared_gpu_one tests/gpu/jobs/tiny_cuda_fp32_50.json
 for parallel in dp2 pp2 ep2; do
   run "shared_gpu_$parallel" "tests/gpu/jobs/tiny_cuda_fp32_$parallel.json" --workers=2
 done
+for mode in sft lora; do
+  mkdir -p "$state/$mode"
+  cp -r "$state/cuda_fp32/hf-export" "$state/$mode/"
+  run "$mode" "tests/gpu/jobs/tiny_cuda_$mode.json"
+done
+run long_context tests/gpu/jobs/tiny_cuda_long_context.json
 python3 tests/gpu/compare_runs.py "$state" "$out"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU machine's checks in one call, each part under its own time limit so a
+# hang in one leaves the others' results: run from the repository root after
+# `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
+# parts from: ops oracle training bench. Each part's output goes to
+# OUT/PART.txt; logs of the multi-run parts are packed into OUT/PART-logs.tgz
+# (the device tool returns at most 8 files).
+set -uo pipefail
+out=${1:?output folder}
+shift
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
+  >"$out/card.txt" 2>&1
+date -u +%FT%TZ >>"$out/card.txt"
+
+part() {  # name seconds command...
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout --signal=KILL "$limit" "$@" >"$out/$name.txt" 2>&1
+  echo "$name: exit $? in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+}
+
+for name in "$@"; do
+  case $name in
+    ops) part ops "${OPS_LIMIT:-150}" backend_ops_check --precision=both ;;
+    oracle)
+      for precision in fp32 bf16; do
+        GLM_TEST_DEVICE=cuda:0 GLM_TEST_PRECISION=$precision \
+          part "oracle_$precision" "${ORACLE_LIMIT:-90}" oracle_test
+      done ;;
+    training)
+      part training "${TRAINING_LIMIT:-330}" tests/gpu/run_training_checks.sh /tmp/training
+      tar -czf "$out/training-logs.tgz" -C /tmp training ;;
+    bench)
+      part bench "${BENCH_LIMIT:-400}" bench/gpu_train_bench.sh /tmp/bench
+      tar -czf "$out/bench-logs.tgz" -C /tmp bench ;;
+    *) echo "unknown part $name" | tee -a "$out/summary.txt" ;;
+  esac
+done
