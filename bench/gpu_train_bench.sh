@@ -29,9 +29,13 @@ json.dump(job, open(f"{work}/job.json", "w"), indent=2)
 PY
 flops=$(model_flops "$work/mini_no_mtp.json" 4096)
 echo "FLOPs per token (Megatron + DSA, no MTP): $flops" | tee "$out/bench.txt"
-python3 bench/gpu_transformers_reference.py --config "$work/mini_no_mtp.json" \
-  --flops-per-token "$flops" --global-batch 8 --steps "$steps" \
-  2>&1 | tee "$out/transformers.txt"
+# OURS_ONLY=1 skips transformers (a profiling run: GLM_OP_TIMES=1 makes the
+# worker log a table of op times at its end, kernels/op_timing_backend.h).
+if [[ -z ${OURS_ONLY:-} ]]; then
+  python3 bench/gpu_transformers_reference.py --config "$work/mini_no_mtp.json" \
+    --flops-per-token "$flops" --global-batch 8 --steps "$steps" \
+    2>&1 | tee "$out/transformers.txt"
+fi
 glmctl local --job="$work/job.json" --state-dir="$work/ours" \
   --worker-binary="$bin/glm-worker" >"$out/ours.glmctl.txt" 2>&1
 cp "$work"/ours/logs/worker-0.log "$out/ours.worker.txt"

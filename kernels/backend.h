@@ -74,6 +74,9 @@ class Backend {
   virtual std::string Name() const = 0;
   // Where tensors for this backend's ops live; null: host memory.
   virtual Allocator* allocator() { return nullptr; }
+  // Returns once every op issued so far has finished. A device backend's ops
+  // may return before their work is done; the CPU backend's never do.
+  virtual void Synchronize() {}
 
   // ---- dense algebra ----
   // y = x w^T (+ y when accumulate). x [n, in], w [out, in], y [n, out].

@@ -1,9 +1,14 @@
 #include "kernels/backend_factory.h"
 
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/op_timing_backend.h"
 
 #ifdef GLM_WITH_CUDA
 #include <cuda_runtime.h>
@@ -34,6 +39,18 @@ absl::Status CheckPrecision(const std::string& precision, bool gpu) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "precision must be fp32 or bf16, got '", precision.substr(0, 32), "'"));
+}
+
+// GLM_OP_TIMES=1: the backend times each op and reports to stderr when it is
+// destroyed (kernels/op_timing_backend.h).
+absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
+    absl::StatusOr<std::unique_ptr<Backend>> backend) {
+  const char* asked = std::getenv("GLM_OP_TIMES");
+  if (!backend.ok() || asked == nullptr || std::string(asked) != "1") {
+    return backend;
+  }
+  return std::unique_ptr<Backend>(
+      new OpTimingBackend(*std::move(backend), &std::cerr));
 }
 
 }  // namespace
@@ -79,14 +96,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   if (absl::Status status = CheckPrecision(precision, gpu); !status.ok()) {
     return status;
   }
-  if (!gpu) return std::unique_ptr<Backend>(new CpuBackend());
+  if (!gpu) return TimedIfAsked(std::unique_ptr<Backend>(new CpuBackend()));
   absl::StatusOr<DeviceDescription> described = DescribeDevice(device);
   if (!described.ok()) return described.status();
   CudaBackendOptions options;
   options.device = *CudaOrdinal(device);
   options.precision =
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
-  return MakeCudaBackend(options);
+  return TimedIfAsked(MakeCudaBackend(options));
 }
 
 #else  // !GLM_WITH_CUDA
@@ -112,7 +129,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     return status;
   }
   if (device != "cpu") return DescribeDevice(device).status();
-  return std::unique_ptr<Backend>(new CpuBackend());
+  return TimedIfAsked(std::unique_ptr<Backend>(new CpuBackend()));
 }
 
 #endif  // GLM_WITH_CUDA

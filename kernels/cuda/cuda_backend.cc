@@ -55,6 +55,10 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cudaStreamDestroy(stream_);
   }
 
+  void Synchronize() override {
+    GLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
   std::string Name() const override {
     return absl::StrCat(
         "cuda:", options_.device,

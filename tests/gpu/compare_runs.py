@@ -86,6 +86,17 @@ def main():
         check(f"{mode} on the GPU: {steps} iterations, loss falls", ok,
               f"{len(run)} iterations" + (f", {run[1]:.4f} -> {run[steps]:.4f}"
                                           if ok else ""), "")
+    # How the runs drift apart: rounding-level differences that training
+    # amplifies (a router or top-k choice that flips), reported, not checked.
+    for a, b in [("cuda_fp32", "cpu"), ("shared_gpu_dp2", "shared_gpu_one"),
+                 ("shared_gpu_pp2", "shared_gpu_one"),
+                 ("shared_gpu_ep2", "shared_gpu_one")]:
+        steps = [s for s in sorted(runs[a]) if s in runs[b]]
+        firsts = [next((s for s in steps if max_rel(runs[a], runs[b], [s]) > t),
+                       None) for t in (1e-6, 1e-4, 1e-3)]
+        rows.append((f"drift of {a} from {b}", "INFO",
+                     "first iteration past 1e-6 / 1e-4 / 1e-3 relative: " +
+                     " / ".join(str(f) for f in firsts), ""))
     table = ["| check | result | measured | limit |", "| --- | --- | --- | --- |"]
     table += [f"| {n} | {r} | {m} | {l} |" for n, r, m, l in rows]
     (out / "training_checks.md").write_text("\n".join(table) + "\n")

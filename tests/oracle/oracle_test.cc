@@ -37,8 +37,11 @@ const bool kBf16 = TestEnv("GLM_TEST_PRECISION", "fp32") == "bf16";
 // scores and so swaps some queries' selected keys: one such query's logits
 // move by as much as the logits' range, so bf16 holds its logits to a
 // normalized mean squared error instead, and its losses to 1e-2 relative.
+// transformers' own bf16 forward lands at NMSE 9.3e-2 (glm52_sharing) and
+// 1.3e-2 (glm5_full) from these fp32 fixtures (bf16_reference.py, results
+// in tests/gpu/results/): bf16 is held to the larger, 1e-1.
 const double kLogitTolerance = 1e-4;
-const double kBf16LogitNmse = 1e-2;
+const double kBf16LogitNmse = 1e-1;
 const double kLossTolerance = kBf16 ? 1e-2 : 1e-5;
 const double kIndexerLossTolerance = kBf16 ? 5e-2 : 1e-4;
 constexpr double kGradientTolerance = 1e-4;

@@ -1,0 +1,287 @@
+#include "kernels/op_timing_backend.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace glm {
+namespace {
+
+std::string Shape(ConstMatrixView m) {
+  return absl::StrCat("[", m.rows, ",", m.cols, "]");
+}
+
+// 2 FLOPs per multiply-add of a [rows, inner] x [inner, out] product.
+double ProductFlops(int64_t rows, int64_t inner, int64_t out) {
+  return 2.0 * rows * inner * out;
+}
+
+}  // namespace
+
+OpTimingBackend::OpTimingBackend(std::unique_ptr<Backend> timed,
+                                 std::ostream* report)
+    : timed_(std::move(timed)), report_(report) {}
+
+OpTimingBackend::~OpTimingBackend() {
+  if (report_ != nullptr) WriteReport(*report_);
+}
+
+template <typename Op>
+auto OpTimingBackend::Timed(const std::string& name, double flops, Op op) {
+  // Work issued before this op (by whoever holds the backend) is not its.
+  timed_->Synchronize();
+  const Clock::time_point start = Clock::now();
+  if (!started_) {
+    started_ = true;
+    first_op_ = start;
+  }
+  struct Record {
+    OpTimingBackend* self;
+    const std::string& name;
+    double flops;
+    Clock::time_point start;
+    ~Record() {
+      self->timed_->Synchronize();
+      Group& group = self->groups_[name];
+      ++group.calls;
+      group.seconds +=
+          std::chrono::duration<double>(Clock::now() - start).count();
+      group.flops += flops;
+    }
+  } record{this, name, flops, start};
+  return op();
+}
+
+void OpTimingBackend::WriteReport(std::ostream& out) const {
+  if (!started_) return;
+  const double wall =
+      std::chrono::duration<double>(Clock::now() - first_op_).count();
+  std::vector<std::pair<std::string, Group>> sorted(groups_.begin(),
+                                                    groups_.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  double in_ops = 0;
+  out << "op times over " << absl::StrFormat("%.3f", wall)
+      << " s since the first op (each op synchronized)\n"
+      << "| op group | calls | total ms | ms per call | share | TFLOP/s |\n"
+      << "| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const auto& [name, group] : sorted) {
+    in_ops += group.seconds;
+    const std::string rate =
+        group.flops > 0
+            ? absl::StrFormat("%.1f", group.flops / group.seconds / 1e12)
+            : "";
+    out << absl::StrFormat("| %s | %d | %.1f | %.3f | %.1f%% | %s |\n", name,
+                           group.calls, 1e3 * group.seconds,
+                           1e3 * group.seconds / group.calls,
+                           100 * group.seconds / wall, rate);
+  }
+  out << absl::StrFormat("| outside ops | | %.1f | | %.1f%% | |\n",
+                         1e3 * (wall - in_ops), 100 * (wall - in_ops) / wall);
+  out.flush();
+}
+
+void OpTimingBackend::Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
+                             bool accumulate) {
+  Timed("Linear w" + Shape(w), ProductFlops(x.rows, w.cols, w.rows),
+        [&] { timed_->Linear(x, w, y, accumulate); });
+}
+
+void OpTimingBackend::LinearBackward(ConstMatrixView x, ConstMatrixView w,
+                                     ConstMatrixView dy, MatrixView dx,
+                                     MatrixView dw) {
+  const double one = ProductFlops(x.rows, w.cols, w.rows);
+  Timed("LinearBackward w" + Shape(w),
+        (dx.empty() ? 0 : one) + (dw.empty() ? 0 : one),
+        [&] { timed_->LinearBackward(x, w, dy, dx, dw); });
+}
+
+void OpTimingBackend::Copy(ConstMatrixView x, MatrixView y) {
+  Timed("Copy", 0, [&] { timed_->Copy(x, y); });
+}
+
+void OpTimingBackend::Axpy(float alpha, ConstMatrixView x, MatrixView y) {
+  Timed("Axpy", 0, [&] { timed_->Axpy(alpha, x, y); });
+}
+
+void OpTimingBackend::EmbeddingForward(ConstMatrixView table,
+                                       const int32_t* ids, MatrixView out) {
+  Timed("EmbeddingForward", 0,
+        [&] { timed_->EmbeddingForward(table, ids, out); });
+}
+
+void OpTimingBackend::EmbeddingBackward(ConstMatrixView dout,
+                                        const int32_t* ids, MatrixView dtable) {
+  Timed("EmbeddingBackward", 0,
+        [&] { timed_->EmbeddingBackward(dout, ids, dtable); });
+}
+
+void OpTimingBackend::ScatterAddRows(ConstMatrixView src, const int32_t* rows,
+                                     const float* scale, MatrixView out) {
+  Timed("ScatterAddRows", 0,
+        [&] { timed_->ScatterAddRows(src, rows, scale, out); });
+}
+
+void OpTimingBackend::ScatterAddRowsBackward(ConstMatrixView src,
+                                             const int32_t* rows,
+                                             const float* scale,
+                                             ConstMatrixView dout,
+                                             MatrixView dsrc, float* dscale) {
+  Timed("ScatterAddRowsBackward", 0, [&] {
+    timed_->ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
+  });
+}
+
+void OpTimingBackend::RmsNormForward(ConstMatrixView x, const float* w,
+                                     float eps, MatrixView y, float* rstd) {
+  Timed("RmsNormForward", 0,
+        [&] { timed_->RmsNormForward(x, w, eps, y, rstd); });
+}
+
+void OpTimingBackend::RmsNormBackward(ConstMatrixView x, const float* w,
+                                      const float* rstd, ConstMatrixView dy,
+                                      MatrixView dx, float* dw) {
+  Timed("RmsNormBackward", 0,
+        [&] { timed_->RmsNormBackward(x, w, rstd, dy, dx, dw); });
+}
+
+void OpTimingBackend::LayerNormForward(ConstMatrixView x, const float* w,
+                                       const float* b, float eps, MatrixView y,
+                                       float* mean, float* rstd) {
+  Timed("LayerNormForward", 0,
+        [&] { timed_->LayerNormForward(x, w, b, eps, y, mean, rstd); });
+}
+
+void OpTimingBackend::LayerNormBackward(ConstMatrixView x, const float* w,
+                                        const float* mean, const float* rstd,
+                                        ConstMatrixView dy, MatrixView dx,
+                                        float* dw, float* db) {
+  Timed("LayerNormBackward", 0,
+        [&] { timed_->LayerNormBackward(x, w, mean, rstd, dy, dx, dw, db); });
+}
+
+void OpTimingBackend::SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
+                                    MatrixView out) {
+  Timed("SwiGluForward", 0, [&] { timed_->SwiGluForward(gate, up, out); });
+}
+
+void OpTimingBackend::SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
+                                     ConstMatrixView dout, MatrixView dgate,
+                                     MatrixView dup) {
+  Timed("SwiGluBackward", 0,
+        [&] { timed_->SwiGluBackward(gate, up, dout, dgate, dup); });
+}
+
+void OpTimingBackend::RopeForward(ConstMatrixView x, const int32_t* positions,
+                                  int64_t rows_per_position, float theta,
+                                  MatrixView y) {
+  Timed("RopeForward", 0, [&] {
+    timed_->RopeForward(x, positions, rows_per_position, theta, y);
+  });
+}
+
+void OpTimingBackend::RopeBackward(ConstMatrixView dy, const int32_t* positions,
+                                   int64_t rows_per_position, float theta,
+                                   MatrixView dx) {
+  Timed("RopeBackward", 0, [&] {
+    timed_->RopeBackward(dy, positions, rows_per_position, theta, dx);
+  });
+}
+
+void OpTimingBackend::RouterForward(ConstMatrixView logits, const float* bias,
+                                    const RouterSpec& spec, MatrixView scores,
+                                    MatrixView weights, int32_t* indices) {
+  Timed("RouterForward", 0, [&] {
+    timed_->RouterForward(logits, bias, spec, scores, weights, indices);
+  });
+}
+
+void OpTimingBackend::RouterBackward(ConstMatrixView scores,
+                                     const int32_t* indices,
+                                     ConstMatrixView dweights,
+                                     const RouterSpec& spec,
+                                     MatrixView dlogits) {
+  Timed("RouterBackward", 0, [&] {
+    timed_->RouterBackward(scores, indices, dweights, spec, dlogits);
+  });
+}
+
+double OpTimingBackend::CrossEntropyForward(ConstMatrixView logits,
+                                            const int32_t* targets) {
+  return Timed("CrossEntropyForward", 0,
+               [&] { return timed_->CrossEntropyForward(logits, targets); });
+}
+
+void OpTimingBackend::CrossEntropyBackward(ConstMatrixView logits,
+                                           const int32_t* targets, float scale,
+                                           MatrixView dlogits) {
+  Timed("CrossEntropyBackward", 0,
+        [&] { timed_->CrossEntropyBackward(logits, targets, scale, dlogits); });
+}
+
+// Scores (q.k) and the weighted sum (p.v) for every query, head and slot.
+void OpTimingBackend::SparseAttentionForward(ConstMatrixView q,
+                                             ConstMatrixView k,
+                                             ConstMatrixView v,
+                                             const int32_t* keys, int64_t topk,
+                                             int64_t heads, float scale,
+                                             MatrixView out, MatrixView probs) {
+  const double flops = 2.0 * q.rows * topk * (q.cols + v.cols);
+  Timed(absl::StrCat("SparseAttentionForward topk ", topk), flops, [&] {
+    timed_->SparseAttentionForward(q, k, v, keys, topk, heads, scale, out,
+                                   probs);
+  });
+}
+
+// Twice the forward's products (dq, dk from dscores; dv, dprobs from dout).
+void OpTimingBackend::SparseAttentionBackward(
+    ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
+    const int32_t* keys, int64_t topk, int64_t heads, float scale,
+    ConstMatrixView probs, ConstMatrixView dout, MatrixView dq, MatrixView dk,
+    MatrixView dv) {
+  const double flops = 4.0 * q.rows * topk * (q.cols + v.cols);
+  Timed(absl::StrCat("SparseAttentionBackward topk ", topk), flops, [&] {
+    timed_->SparseAttentionBackward(q, k, v, keys, topk, heads, scale, probs,
+                                    dout, dq, dk, dv);
+  });
+}
+
+// Every query head against every key: an upper bound (causal keys are about
+// half of them).
+void OpTimingBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
+                                  ConstMatrixView w, const int32_t* seq_start,
+                                  int64_t query_offset, int64_t topk,
+                                  float scale, int32_t* keys) {
+  Timed("IndexerTopK (FLOPs: all keys)",
+        ProductFlops(iq.rows, iq.cols, ik.rows), [&] {
+          timed_->IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale,
+                              keys);
+        });
+}
+
+double OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                                      ConstMatrixView w, const int32_t* keys,
+                                      int64_t topk, float scale,
+                                      ConstMatrixView attn_probs,
+                                      int64_t attn_heads, float coeff,
+                                      MatrixView diq, MatrixView dik,
+                                      MatrixView dw) {
+  return Timed("IndexerKlLoss", 3 * ProductFlops(iq.rows, iq.cols, topk), [&] {
+    return timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, attn_probs,
+                                 attn_heads, coeff, diq, dik, dw);
+  });
+}
+
+double OpTimingBackend::SquaredSum(const std::vector<FlatSpan>& spans) {
+  return Timed("SquaredSum", 0, [&] { return timed_->SquaredSum(spans); });
+}
+
+void OpTimingBackend::AdamWStep(const AdamWHyperparameters& hyper,
+                                const std::vector<AdamWTensor>& tensors) {
+  Timed("AdamWStep", 0, [&] { timed_->AdamWStep(hyper, tensors); });
+}
+
+}  // namespace glm

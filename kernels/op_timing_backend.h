@@ -1,0 +1,128 @@
+// A Backend that runs another and times each op: where a step's time goes,
+// op by op, for the benchmarks (GLM_OP_TIMES=1 makes MakeBackend wrap its
+// backend in one). Each op is followed by Synchronize(), so a device op's time
+// is its own and not the launch's; that costs a few microseconds per op, so
+// use it to find where the time goes, not to measure the step.
+//
+// Ops are grouped by what they compute: matrix products by their weight's
+// shape (one group per kind of projection), attention and the indexer by
+// their sizes. The report, written when the backend is destroyed, lists each
+// group's calls, time, share of the wall time since the first op, and
+// TFLOP/s where the group has a FLOP count; the remainder is the time spent
+// outside ops (host work, copies, synchronizations).
+#ifndef GLM_KERNELS_OP_TIMING_BACKEND_H_
+#define GLM_KERNELS_OP_TIMING_BACKEND_H_
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace glm {
+
+class OpTimingBackend : public Backend {
+ public:
+  // Writes the report to `report` (not owned) when destroyed.
+  OpTimingBackend(std::unique_ptr<Backend> timed, std::ostream* report);
+  ~OpTimingBackend() override;
+
+  std::string Name() const override { return timed_->Name(); }
+  Allocator* allocator() override { return timed_->allocator(); }
+  void Synchronize() override { timed_->Synchronize(); }
+
+  void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
+              bool accumulate) override;
+  void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
+                      MatrixView dx, MatrixView dw) override;
+  void Copy(ConstMatrixView x, MatrixView y) override;
+  void Axpy(float alpha, ConstMatrixView x, MatrixView y) override;
+  void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
+                        MatrixView out) override;
+  void EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,
+                         MatrixView dtable) override;
+  void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
+                      const float* scale, MatrixView out) override;
+  void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
+                              const float* scale, ConstMatrixView dout,
+                              MatrixView dsrc, float* dscale) override;
+  void RmsNormForward(ConstMatrixView x, const float* w, float eps,
+                      MatrixView y, float* rstd) override;
+  void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
+                       ConstMatrixView dy, MatrixView dx, float* dw) override;
+  void LayerNormForward(ConstMatrixView x, const float* w, const float* b,
+                        float eps, MatrixView y, float* mean,
+                        float* rstd) override;
+  void LayerNormBackward(ConstMatrixView x, const float* w, const float* mean,
+                         const float* rstd, ConstMatrixView dy, MatrixView dx,
+                         float* dw, float* db) override;
+  void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
+                     MatrixView out) override;
+  void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
+                      ConstMatrixView dout, MatrixView dgate,
+                      MatrixView dup) override;
+  void RopeForward(ConstMatrixView x, const int32_t* positions,
+                   int64_t rows_per_position, float theta,
+                   MatrixView y) override;
+  void RopeBackward(ConstMatrixView dy, const int32_t* positions,
+                    int64_t rows_per_position, float theta,
+                    MatrixView dx) override;
+  void RouterForward(ConstMatrixView logits, const float* bias,
+                     const RouterSpec& spec, MatrixView scores,
+                     MatrixView weights, int32_t* indices) override;
+  void RouterBackward(ConstMatrixView scores, const int32_t* indices,
+                      ConstMatrixView dweights, const RouterSpec& spec,
+                      MatrixView dlogits) override;
+  double CrossEntropyForward(ConstMatrixView logits,
+                             const int32_t* targets) override;
+  void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
+                            float scale, MatrixView dlogits) override;
+  void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
+                              ConstMatrixView v, const int32_t* keys,
+                              int64_t topk, int64_t heads, float scale,
+                              MatrixView out, MatrixView probs) override;
+  void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
+                               ConstMatrixView v, const int32_t* keys,
+                               int64_t topk, int64_t heads, float scale,
+                               ConstMatrixView probs, ConstMatrixView dout,
+                               MatrixView dq, MatrixView dk,
+                               MatrixView dv) override;
+  void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
+                   const int32_t* seq_start, int64_t query_offset, int64_t topk,
+                   float scale, int32_t* keys) override;
+  double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                       ConstMatrixView w, const int32_t* keys, int64_t topk,
+                       float scale, ConstMatrixView attn_probs,
+                       int64_t attn_heads, float coeff, MatrixView diq,
+                       MatrixView dik, MatrixView dw) override;
+  double SquaredSum(const std::vector<FlatSpan>& spans) override;
+  void AdamWStep(const AdamWHyperparameters& hyper,
+                 const std::vector<AdamWTensor>& tensors) override;
+
+  // The report so far (also written when destroyed).
+  void WriteReport(std::ostream& out) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Group {
+    int64_t calls = 0;
+    double seconds = 0;
+    double flops = 0;  // 0: no FLOP count for this group
+  };
+  // Runs `op`, waits for it, and adds its time to group `name`.
+  template <typename Op>
+  auto Timed(const std::string& name, double flops, Op op);
+
+  std::unique_ptr<Backend> timed_;
+  std::ostream* report_;
+  std::map<std::string, Group> groups_;
+  bool started_ = false;
+  Clock::time_point first_op_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_OP_TIMING_BACKEND_H_

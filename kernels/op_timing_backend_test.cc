@@ -1,0 +1,55 @@
+#include "kernels/op_timing_backend.h"
+
+#include <sstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace glm {
+namespace {
+
+std::vector<float> Ramp(int64_t n, float step) {
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = step * static_cast<float>(i % 7) - 0.3f;
+  return values;
+}
+
+// The timed backend computes what the backend it wraps computes, and its
+// report names each op group with its calls and, for matrix products, a rate.
+TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
+  const std::vector<float> x = Ramp(4 * 3, 0.25f), w = Ramp(5 * 3, 0.5f);
+  const std::vector<int32_t> targets = {1, 0, -1, 4};
+  std::vector<float> plain(4 * 5), timed_out(4 * 5);
+  CpuBackend cpu;
+  cpu.Linear({x.data(), 4, 3, 3}, {w.data(), 5, 3, 3}, {plain.data(), 4, 5, 5},
+             false);
+  const double plain_loss =
+      cpu.CrossEntropyForward({plain.data(), 4, 5, 5}, targets.data());
+
+  std::ostringstream report;
+  double timed_loss = 0;
+  {
+    OpTimingBackend timed(std::make_unique<CpuBackend>(), &report);
+    EXPECT_EQ(timed.Name(), "cpu");
+    EXPECT_EQ(timed.allocator(), nullptr);
+    for (int i = 0; i < 2; ++i) {
+      timed.Linear({x.data(), 4, 3, 3}, {w.data(), 5, 3, 3},
+                   {timed_out.data(), 4, 5, 5}, false);
+    }
+    timed_loss =
+        timed.CrossEntropyForward({timed_out.data(), 4, 5, 5}, targets.data());
+    EXPECT_TRUE(report.str().empty()) << "reports only when destroyed";
+  }
+  EXPECT_EQ(plain, timed_out);
+  EXPECT_EQ(plain_loss, timed_loss);
+  const std::string text = report.str();
+  EXPECT_NE(text.find("| Linear w[5,3] | 2 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| CrossEntropyForward | 1 |"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("| outside ops |"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace glm
