@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cub/cub.cuh>
 
+#include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
@@ -247,6 +248,306 @@ __global__ void KeyGradKernel(ConstMatrixView q, ConstMatrixView probs,
   }
 }
 
+// ---- Tiled kernels (kernels/cuda/attention_tiles.cuh) ----
+
+using tiles::AccumulateTile;
+using tiles::kChunk;
+using tiles::kPitch;
+using tiles::kScorePitch;
+using tiles::kTileCols;
+using tiles::kTileRows;
+using tiles::kTileThreads;
+using tiles::NextTile;
+using tiles::RowLists;
+using tiles::ScoreTile;
+using tiles::StartWalk;
+using tiles::Walk;
+static_assert(kTileThreads == kThreads, "one block size for every kernel");
+
+// A tiled kernel's shared memory: the walk, two staging tiles, one score
+// tile, per-row statistics, then its accumulators.
+struct TileShared {
+  Walk* walk;
+  float* rows_stage;
+  float* cols_stage;
+  float* scores;
+  double* row_sums;
+  float* row_max;
+  float* acc;
+};
+
+constexpr size_t kWalkBytes = (sizeof(Walk) + 15) / 16 * 16;
+constexpr size_t kStageFloats = kTileRows * kPitch;
+constexpr size_t kTileFixedBytes = kWalkBytes +
+                                   3 * kStageFloats * sizeof(float) +
+                                   kTileRows * (sizeof(double) + sizeof(float));
+
+size_t TileSharedBytes(int64_t acc_floats) {
+  return kTileFixedBytes + acc_floats * sizeof(float);
+}
+
+__device__ TileShared CarveShared(char* base) {
+  TileShared sh;
+  sh.walk = reinterpret_cast<Walk*>(base);
+  float* stages = reinterpret_cast<float*>(base + kWalkBytes);
+  sh.rows_stage = stages;
+  sh.cols_stage = stages + kStageFloats;
+  sh.scores = stages + 2 * kStageFloats;
+  sh.row_sums = reinterpret_cast<double*>(stages + 3 * kStageFloats);
+  sh.row_max = reinterpret_cast<float*>(sh.row_sums + kTileRows);
+  sh.acc = sh.row_max + kTileRows;
+  return sh;
+}
+
+// Feature row of token `token` (head h) in a [tokens*heads, dim] matrix, or
+// nullptr past the last token.
+__device__ const float* TokenRow(const ConstMatrixView& m, int64_t token,
+                                 int64_t tokens, int heads, int h) {
+  return token < tokens ? RowOf(m, token * heads + h) : nullptr;
+}
+
+// Block (query tile, head): two walks over the selected key tiles, the first
+// for each row's maximum score, the second for the exponentials (written to
+// their probs slots), their double sums and the weighted sum of values; then
+// normalizes both. Same arithmetic as ForwardKernel up to summation order.
+__global__ void TiledForwardKernel(ConstMatrixView q, ConstMatrixView k,
+                                   ConstMatrixView v, RowLists lists,
+                                   int64_t nq, int64_t nk, int topk, int heads,
+                                   float scale, MatrixView out,
+                                   MatrixView probs) {
+  extern __shared__ __align__(16) char shared_bytes[];
+  const TileShared sh = CarveShared(shared_bytes);
+  Walk& walk = *sh.walk;
+  const int64_t first = int64_t{blockIdx.x} * kTileRows;
+  const int h = blockIdx.y;
+  uint32_t tile = 0;
+  auto query = [&](int a) { return TokenRow(q, first + a, nq, heads, h); };
+  auto key = [&](int a) { return TokenRow(k, tile + a, nk, heads, h); };
+  auto value = [&](int a) { return TokenRow(v, tile + a, nk, heads, h); };
+  for (int e = threadIdx.x; e < kTileRows * v.cols; e += kThreads) {
+    sh.acc[e] = 0.f;
+  }
+  if (threadIdx.x < kTileRows) {
+    sh.row_max[threadIdx.x] = -INFINITY;
+    sh.row_sums[threadIdx.x] = 0;
+  }
+  for (int a = 0; a < kTileRows && first + a < nq; ++a) {
+    float* p = RowOf(probs, (first + a) * heads + h);
+    for (int j = threadIdx.x; j < topk; j += kThreads) p[j] = 0.f;
+  }
+  StartWalk(lists, first, nq, walk);
+  while (NextTile(lists, walk, &tile)) {
+    ScoreTile(query, key, q.cols, sh.rows_stage, sh.cols_stage, sh.scores);
+    if (threadIdx.x < kTileRows) {
+      const int i = threadIdx.x;
+      float row_max = sh.row_max[i];
+      for (int j = 0; j < kTileCols; ++j) {
+        if (walk.map[i * kTileCols + j] >= 0) {
+          row_max = fmaxf(row_max, scale * sh.scores[i * kScorePitch + j]);
+        }
+      }
+      sh.row_max[i] = row_max;
+    }
+    __syncthreads();
+  }
+  StartWalk(lists, first, nq, walk);
+  while (NextTile(lists, walk, &tile)) {
+    ScoreTile(query, key, q.cols, sh.rows_stage, sh.cols_stage, sh.scores);
+    if (threadIdx.x < kTileRows) {
+      const int i = threadIdx.x;
+      float* p =
+          first + i < nq ? RowOf(probs, (first + i) * heads + h) : nullptr;
+      double sum = sh.row_sums[i];
+      for (int j = 0; j < kTileCols; ++j) {
+        const int32_t slot = walk.map[i * kTileCols + j];
+        float e = 0.f;
+        if (slot >= 0) {
+          e = expf(scale * sh.scores[i * kScorePitch + j] - sh.row_max[i]);
+          sum += e;
+          p[slot] = e;
+        }
+        sh.scores[i * kScorePitch + j] = e;
+      }
+      sh.row_sums[i] = sum;
+    }
+    __syncthreads();
+    AccumulateTile(sh.scores, value, v.cols, sh.cols_stage, sh.acc);
+  }
+  for (int a = 0; a < kTileRows && first + a < nq; ++a) {
+    const double total = sh.row_sums[a];
+    float* o = RowOf(out, (first + a) * heads + h);
+    float* p = RowOf(probs, (first + a) * heads + h);
+    for (int c = threadIdx.x; c < v.cols; c += kThreads) {
+      o[c] =
+          total > 0 ? static_cast<float>(sh.acc[a * v.cols + c] / total) : 0.f;
+    }
+    if (total == 0) continue;
+    for (int j = threadIdx.x; j < topk; j += kThreads) {
+      p[j] = static_cast<float>(p[j] / total);
+    }
+  }
+}
+
+// Block (query tile, head): the first walk sums p * (dout . v) per row (in
+// double, as QueryGradKernel), the second forms ds = p * (dout . v - that) *
+// scale, saves it to ds (when not null) and accumulates dq += ds k.
+__global__ void TiledQueryGradKernel(ConstMatrixView k, ConstMatrixView v,
+                                     RowLists lists, int64_t nq, int64_t nk,
+                                     int topk, int heads, float scale,
+                                     ConstMatrixView probs,
+                                     ConstMatrixView dout, MatrixView dq,
+                                     float* ds) {
+  extern __shared__ __align__(16) char shared_bytes[];
+  const TileShared sh = CarveShared(shared_bytes);
+  Walk& walk = *sh.walk;
+  const int64_t first = int64_t{blockIdx.x} * kTileRows;
+  const int h = blockIdx.y;
+  uint32_t tile = 0;
+  auto out_grad = [&](int a) {
+    return TokenRow(dout, first + a, nq, heads, h);
+  };
+  auto key = [&](int a) { return TokenRow(k, tile + a, nk, heads, h); };
+  auto value = [&](int a) { return TokenRow(v, tile + a, nk, heads, h); };
+  auto probs_row = [&](int i) {
+    return first + i < nq ? RowOf(probs, (first + i) * heads + h) : nullptr;
+  };
+  if (dq.data != nullptr) {
+    for (int e = threadIdx.x; e < kTileRows * k.cols; e += kThreads) {
+      sh.acc[e] = 0.f;
+    }
+  }
+  if (threadIdx.x < kTileRows) sh.row_sums[threadIdx.x] = 0;
+  StartWalk(lists, first, nq, walk);
+  while (NextTile(lists, walk, &tile)) {
+    ScoreTile(out_grad, value, v.cols, sh.rows_stage, sh.cols_stage, sh.scores);
+    if (threadIdx.x < kTileRows) {
+      const int i = threadIdx.x;
+      const float* p = probs_row(i);
+      double sum = sh.row_sums[i];
+      for (int j = 0; j < kTileCols; ++j) {
+        const int32_t slot = walk.map[i * kTileCols + j];
+        if (slot >= 0) sum += double{p[slot]} * sh.scores[i * kScorePitch + j];
+      }
+      sh.row_sums[i] = sum;
+    }
+    __syncthreads();
+  }
+  StartWalk(lists, first, nq, walk);
+  while (NextTile(lists, walk, &tile)) {
+    ScoreTile(out_grad, value, v.cols, sh.rows_stage, sh.cols_stage, sh.scores);
+    if (threadIdx.x < kTileRows) {
+      const int i = threadIdx.x;
+      const float* p = probs_row(i);
+      const float weighted = static_cast<float>(sh.row_sums[i]);
+      for (int j = 0; j < kTileCols; ++j) {
+        const int32_t slot = walk.map[i * kTileCols + j];
+        float grad = 0.f;
+        if (slot >= 0) {
+          grad = p[slot] * (sh.scores[i * kScorePitch + j] - weighted) * scale;
+          if (ds != nullptr) ds[((first + i) * heads + h) * topk + slot] = grad;
+        }
+        sh.scores[i * kScorePitch + j] = grad;
+      }
+    }
+    __syncthreads();
+    if (dq.data != nullptr) {
+      AccumulateTile(sh.scores, key, k.cols, sh.cols_stage, sh.acc);
+    }
+  }
+  if (dq.data == nullptr) return;
+  for (int a = 0; a < kTileRows && first + a < nq; ++a) {
+    float* g = RowOf(dq, (first + a) * heads + h);
+    for (int c = threadIdx.x; c < dq.cols; c += kThreads) {
+      g[c] += sh.acc[a * dq.cols + c];
+    }
+  }
+}
+
+// Block (key tile, head), walking the query tiles that selected its keys in
+// ascending order: dv += p dout and dk += ds q. lists: per key token, the
+// query tokens that chose it with their slots.
+__global__ void TiledKeyGradKernel(ConstMatrixView q, ConstMatrixView probs,
+                                   ConstMatrixView dout, const float* ds,
+                                   RowLists lists, int64_t nq, int64_t nk,
+                                   int topk, int heads, MatrixView dk,
+                                   MatrixView dv) {
+  extern __shared__ __align__(16) char shared_bytes[];
+  const TileShared sh = CarveShared(shared_bytes);
+  Walk& walk = *sh.walk;
+  const int64_t first = int64_t{blockIdx.x} * kTileRows;
+  const int h = blockIdx.y;
+  float* dk_acc = sh.acc;
+  float* dv_acc = sh.acc + (dk.data != nullptr ? kTileRows * dk.cols : 0);
+  const int64_t acc_floats = kTileRows * ((dk.data != nullptr ? dk.cols : 0) +
+                                          (dv.data != nullptr ? dv.cols : 0));
+  for (int64_t e = threadIdx.x; e < acc_floats; e += kThreads) sh.acc[e] = 0.f;
+  uint32_t tile = 0;
+  auto query = [&](int a) { return TokenRow(q, tile + a, nq, heads, h); };
+  auto out_grad = [&](int a) { return TokenRow(dout, tile + a, nq, heads, h); };
+  // weights[i][j] = value(query row of column j, slot) where selected, else 0.
+  auto weights_from = [&](auto value) {
+    for (int e = threadIdx.x; e < kTileRows * kTileCols; e += kThreads) {
+      const int i = e / kTileCols, j = e % kTileCols;
+      const int32_t slot = walk.map[e];
+      sh.scores[i * kScorePitch + j] =
+          slot >= 0 ? value((int64_t{tile} + j) * heads + h, slot) : 0.f;
+    }
+    __syncthreads();
+  };
+  StartWalk(lists, first, nk, walk);
+  while (NextTile(lists, walk, &tile)) {
+    if (dv.data != nullptr) {
+      weights_from(
+          [&](int64_t row, int32_t slot) { return RowOf(probs, row)[slot]; });
+      AccumulateTile(sh.scores, out_grad, dv.cols, sh.cols_stage, dv_acc);
+    }
+    if (dk.data != nullptr) {
+      weights_from(
+          [&](int64_t row, int32_t slot) { return ds[row * topk + slot]; });
+      AccumulateTile(sh.scores, query, dk.cols, sh.cols_stage, dk_acc);
+    }
+  }
+  for (int a = 0; a < kTileRows && first + a < nk; ++a) {
+    const int64_t row = (first + a) * heads + h;
+    if (dk.data != nullptr) {
+      for (int c = threadIdx.x; c < dk.cols; c += kThreads) {
+        RowOf(dk, row)[c] += dk_acc[a * dk.cols + c];
+      }
+    }
+    if (dv.data != nullptr) {
+      for (int c = threadIdx.x; c < dv.cols; c += kThreads) {
+        RowOf(dv, row)[c] += dv_acc[a * dv.cols + c];
+      }
+    }
+  }
+}
+
+// Segmented-sort inputs for the per-query lists: slot ids 0..topk-1 per
+// query and the segment offsets t*topk, t <= nq.
+__global__ void QueryListInputKernel(int64_t nq, int topk, int32_t* slots,
+                                     int32_t* offsets) {
+  const int64_t items = nq * topk;
+  const int64_t count = items > nq + 1 ? items : nq + 1;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * kThreads) {
+    if (i < items) slots[i] = static_cast<int32_t>(i % topk);
+    if (i <= nq) offsets[i] = static_cast<int32_t>(i * topk);
+  }
+}
+
+// The per-key lists from the transpose's sorted pairs t*topk + j: column t,
+// payload j.
+__global__ void KeyListKernel(const int32_t* pairs, int64_t items, int topk,
+                              uint32_t* columns, int32_t* payloads) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < items;
+       i += int64_t{gridDim.x} * kThreads) {
+    columns[i] = static_cast<uint32_t>(pairs[i] / topk);
+    payloads[i] = pairs[i] % topk;
+  }
+}
+
+// ---- Scratch and dispatch ----
+
 // Radix-sort bits that cover key tokens 0..nk (nk marks a -1 slot).
 int KeyBits(int64_t nk) {
   int bits = 1;
@@ -254,47 +555,80 @@ int KeyBits(int64_t nk) {
   return bits;
 }
 
-// Byte offsets of the backward's pieces inside its one scratch buffer.
+// What a call needs in scratch.
+struct ScratchNeeds {
+  bool ds = false;           // score gradients for the key pass
+  bool transpose = false;    // key -> (query, slot) pairs
+  bool query_lists = false;  // per-query keys sorted (tiled kernels)
+  bool key_lists = false;    // per-key queries as columns (tiled key pass)
+};
+
+// Byte offsets of a call's pieces inside its one scratch buffer.
 struct ScratchPlan {
   size_t ds = 0;
   size_t offsets = 0;
   size_t sort_keys = 0;    // two buffers of nq*topk uint32
   size_t sort_values = 0;  // two buffers of nq*topk int32
+  size_t query_columns = 0, query_slots = 0, slot_ids = 0, segments = 0;
+  size_t key_columns = 0, key_payloads = 0;
   size_t temp = 0;
   size_t temp_bytes = 0;
   size_t total = 0;
 };
 
 ScratchPlan PlanScratch(int64_t nq, int64_t nk, int64_t topk, int64_t heads,
-                        bool need_dk, bool need_dv) {
+                        const ScratchNeeds& needs) {
   ScratchPlan plan;
   auto take = [&](size_t bytes) {
     const size_t at = plan.total;
     plan.total += ScratchAlignUp(bytes);
     return at;
   };
-  if (need_dk) plan.ds = take(nq * heads * topk * sizeof(float));
-  if (!need_dk && !need_dv) return plan;
   const int64_t items = nq * topk;
-  plan.offsets = take((nk + 1) * sizeof(int32_t));
-  plan.sort_keys = take(2 * items * sizeof(uint32_t));
-  plan.sort_values = take(2 * items * sizeof(int32_t));
-  cub::DoubleBuffer<uint32_t> sort_keys(nullptr, nullptr);
-  cub::DoubleBuffer<int32_t> sort_values(nullptr, nullptr);
-  size_t sort_bytes = 0, scan_bytes = 0;
-  GLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      nullptr, sort_bytes, sort_keys, sort_values, items, 0, KeyBits(nk)));
-  GLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
-      nullptr, scan_bytes, static_cast<int32_t*>(nullptr),
-      static_cast<int32_t*>(nullptr), nk + 1));
-  plan.temp_bytes = std::max(sort_bytes, scan_bytes);
-  plan.temp = take(plan.temp_bytes);
+  if (needs.ds) plan.ds = take(nq * heads * topk * sizeof(float));
+  size_t temp_bytes = 0;
+  if (needs.transpose) {
+    plan.offsets = take((nk + 1) * sizeof(int32_t));
+    plan.sort_keys = take(2 * items * sizeof(uint32_t));
+    plan.sort_values = take(2 * items * sizeof(int32_t));
+    cub::DoubleBuffer<uint32_t> sort_keys(nullptr, nullptr);
+    cub::DoubleBuffer<int32_t> sort_values(nullptr, nullptr);
+    size_t sort_bytes = 0, scan_bytes = 0;
+    GLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        nullptr, sort_bytes, sort_keys, sort_values, items, 0, KeyBits(nk)));
+    GLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
+        nullptr, scan_bytes, static_cast<int32_t*>(nullptr),
+        static_cast<int32_t*>(nullptr), nk + 1));
+    temp_bytes = std::max({temp_bytes, sort_bytes, scan_bytes});
+  }
+  if (needs.query_lists) {
+    plan.query_columns = take(items * sizeof(uint32_t));
+    plan.query_slots = take(items * sizeof(int32_t));
+    plan.slot_ids = take(items * sizeof(int32_t));
+    plan.segments = take((nq + 1) * sizeof(int32_t));
+    size_t segmented_bytes = 0;
+    GLM_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairs(
+        nullptr, segmented_bytes, static_cast<const uint32_t*>(nullptr),
+        static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+        static_cast<int32_t*>(nullptr), static_cast<int>(items),
+        static_cast<int>(nq), static_cast<const int32_t*>(nullptr),
+        static_cast<const int32_t*>(nullptr)));
+    temp_bytes = std::max(temp_bytes, segmented_bytes);
+  }
+  if (needs.key_lists) {
+    plan.key_columns = take(items * sizeof(uint32_t));
+    plan.key_payloads = take(items * sizeof(int32_t));
+  }
+  if (temp_bytes > 0) {
+    plan.temp_bytes = temp_bytes;
+    plan.temp = take(temp_bytes);
+  }
   return plan;
 }
 
 // Builds the CSR transpose of keys [nq, topk]: the pairs t*topk + j that chose
 // key token s are pairs[offsets[s] .. offsets[s+1]), ascending (radix sort is
-// stable). Returns `pairs`.
+// stable). Returns `pairs` (all nq*topk items; -1 slots last).
 const int32_t* TransposeKeys(CudaContext& ctx, const int32_t* keys,
                              int64_t items, int64_t nk, char* scratch,
                              const ScratchPlan& plan, int32_t* offsets) {
@@ -320,6 +654,55 @@ const int32_t* TransposeKeys(CudaContext& ctx, const int32_t* keys,
   return sorted_values.Current();
 }
 
+// Each query's keys ascending (a -1 slot, read as 0xffffffff, sorts last),
+// with the slots they came from: the tiled kernels' row lists.
+RowLists SortQueryLists(CudaContext& ctx, const int32_t* keys, int64_t nq,
+                        int64_t topk, char* scratch, const ScratchPlan& plan) {
+  cudaStream_t stream = ctx.stream();
+  const int64_t items = nq * topk;
+  auto* columns = reinterpret_cast<uint32_t*>(scratch + plan.query_columns);
+  auto* slots = reinterpret_cast<int32_t*>(scratch + plan.query_slots);
+  auto* slot_ids = reinterpret_cast<int32_t*>(scratch + plan.slot_ids);
+  auto* segments = reinterpret_cast<int32_t*>(scratch + plan.segments);
+  QueryListInputKernel<<<GridStrideBlocks(std::max(items, nq + 1)), kThreads, 0,
+                         stream>>>(nq, static_cast<int>(topk), slot_ids,
+                                   segments);
+  GLM_CUDA_CHECK_LAUNCH();
+  size_t temp_bytes = plan.temp_bytes;
+  GLM_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairs(
+      scratch + plan.temp, temp_bytes, reinterpret_cast<const uint32_t*>(keys),
+      columns, slot_ids, slots, static_cast<int>(items), static_cast<int>(nq),
+      segments, segments + 1, 0, 32, stream));
+  RowLists lists;
+  lists.columns = columns;
+  lists.payloads = slots;
+  lists.width = topk;
+  return lists;
+}
+
+// The tiled kernels pay for every key of a tile a selected key falls in, so
+// they run when the selection is dense: at least one key in 8 of nk selected
+// per query (DSA at 4k-16k tokens with top-2048), and the accumulators fit in
+// shared memory. Sparser selections (long sequences) gather rows per query.
+constexpr size_t kMaxTileSharedBytes = 200 * 1024;
+
+bool UseTiles(int64_t nk, int64_t topk, size_t shared_bytes) {
+  return 8 * topk >= nk && nk < (int64_t{1} << 31) &&
+         shared_bytes <= kMaxTileSharedBytes;
+}
+
+template <typename Kernel>
+void AllowShared(Kernel kernel, size_t bytes) {
+  GLM_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)));
+}
+
+dim3 TileGrid(int64_t rows, int64_t heads) {
+  return dim3(static_cast<unsigned int>((rows + kTileRows - 1) / kTileRows),
+              static_cast<unsigned int>(heads));
+}
+
 }  // namespace
 
 void SparseAttentionForward(CudaContext& ctx, ConstMatrixView q,
@@ -329,19 +712,30 @@ void SparseAttentionForward(CudaContext& ctx, ConstMatrixView q,
   assert(q.cols == k.cols && k.rows == v.rows && k.rows % heads == 0);
   assert(out.rows == q.rows && out.cols == v.cols && probs.cols == topk);
   assert(q.rows % heads == 0 && probs.rows == q.rows && topk > 0);
+  if (q.rows == 0) return;
+  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  assert(nq * topk <= INT32_MAX);
+  const size_t tile_shared = TileSharedBytes(kTileRows * v.cols);
+  if (UseTiles(nk, topk, tile_shared)) {
+    ScratchNeeds needs;
+    needs.query_lists = true;
+    const ScratchPlan plan = PlanScratch(nq, nk, topk, heads, needs);
+    char* scratch = static_cast<char*>(ctx.Scratch(plan.total));
+    const RowLists lists = SortQueryLists(ctx, keys, nq, topk, scratch, plan);
+    AllowShared(TiledForwardKernel, tile_shared);
+    TiledForwardKernel<<<TileGrid(nq, heads), kThreads, tile_shared,
+                         ctx.stream()>>>(
+        q, k, v, lists, nq, nk, static_cast<int>(topk), static_cast<int>(heads),
+        scale, out, probs);
+    GLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const size_t shared = (2 * topk + q.cols) * sizeof(float);
   assert(shared <= kMaxSharedBytes);
-  if (q.rows == 0) return;
   ForwardKernel<<<q.rows, kThreads, shared, ctx.stream()>>>(
       q, k, v, keys, static_cast<int>(topk), static_cast<int>(heads), scale,
       out, probs);
   GLM_CUDA_CHECK_LAUNCH();
-}
-
-size_t SparseAttentionBackwardScratchBytes(int64_t nq, int64_t nk, int64_t topk,
-                                           int64_t heads, bool need_dk,
-                                           bool need_dv) {
-  return PlanScratch(nq, nk, topk, heads, need_dk, need_dv).total;
 }
 
 void SparseAttentionBackward(CudaContext& ctx, ConstMatrixView q,
@@ -359,29 +753,64 @@ void SparseAttentionBackward(CudaContext& ctx, ConstMatrixView q,
   assert(dv.empty() || (dv.rows == v.rows && dv.cols == v.cols));
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
   assert(nq * topk <= INT32_MAX);
-  const size_t shared = (2 * topk + v.cols) * sizeof(float);
-  assert(shared <= kMaxSharedBytes);
   if (q.rows == 0) return;
-  const ScratchPlan plan =
-      PlanScratch(nq, nk, topk, heads, !dk.empty(), !dv.empty());
+  const bool key_pass = (!dk.empty() || !dv.empty()) && k.rows > 0;
+  const size_t query_shared =
+      TileSharedBytes(dq.empty() ? 0 : kTileRows * q.cols);
+  const size_t key_shared = TileSharedBytes(
+      kTileRows * ((dk.empty() ? 0 : k.cols) + (dv.empty() ? 0 : v.cols)));
+  const bool tiled = UseTiles(nk, topk, std::max(query_shared, key_shared));
+  ScratchNeeds needs;
+  needs.ds = !dk.empty();
+  needs.transpose = key_pass;
+  needs.query_lists = tiled;
+  needs.key_lists = tiled && key_pass;
+  const ScratchPlan plan = PlanScratch(nq, nk, topk, heads, needs);
   char* scratch =
       plan.total > 0 ? static_cast<char*>(ctx.Scratch(plan.total)) : nullptr;
   float* ds =
       dk.empty() ? nullptr : reinterpret_cast<float*>(scratch + plan.ds);
   cudaStream_t stream = ctx.stream();
   if (!dq.empty() || !dk.empty()) {
-    QueryGradKernel<<<q.rows, kThreads, shared, stream>>>(
-        k, v, keys, static_cast<int>(topk), static_cast<int>(heads), scale,
-        probs, dout, dq, ds);
+    if (tiled) {
+      const RowLists lists = SortQueryLists(ctx, keys, nq, topk, scratch, plan);
+      AllowShared(TiledQueryGradKernel, query_shared);
+      TiledQueryGradKernel<<<TileGrid(nq, heads), kThreads, query_shared,
+                             stream>>>(
+          k, v, lists, nq, nk, static_cast<int>(topk), static_cast<int>(heads),
+          scale, probs, dout, dq, ds);
+    } else {
+      const size_t shared = (2 * topk + v.cols) * sizeof(float);
+      assert(shared <= kMaxSharedBytes);
+      QueryGradKernel<<<q.rows, kThreads, shared, stream>>>(
+          k, v, keys, static_cast<int>(topk), static_cast<int>(heads), scale,
+          probs, dout, dq, ds);
+    }
     GLM_CUDA_CHECK_LAUNCH();
   }
-  if ((dk.empty() && dv.empty()) || k.rows == 0) return;
+  if (!key_pass) return;
   int32_t* offsets = reinterpret_cast<int32_t*>(scratch + plan.offsets);
   const int32_t* pairs =
       TransposeKeys(ctx, keys, nq * topk, nk, scratch, plan, offsets);
-  KeyGradKernel<<<k.rows, kThreads, 0, stream>>>(
-      q, probs, dout, ds, offsets, pairs, static_cast<int>(topk),
-      static_cast<int>(heads), dk, dv);
+  if (tiled) {
+    RowLists lists;
+    lists.columns = reinterpret_cast<uint32_t*>(scratch + plan.key_columns);
+    lists.payloads = reinterpret_cast<int32_t*>(scratch + plan.key_payloads);
+    lists.offsets = offsets;
+    KeyListKernel<<<GridStrideBlocks(nq * topk), kThreads, 0, stream>>>(
+        pairs, nq * topk, static_cast<int>(topk),
+        const_cast<uint32_t*>(lists.columns),
+        const_cast<int32_t*>(lists.payloads));
+    GLM_CUDA_CHECK_LAUNCH();
+    AllowShared(TiledKeyGradKernel, key_shared);
+    TiledKeyGradKernel<<<TileGrid(nk, heads), kThreads, key_shared, stream>>>(
+        q, probs, dout, ds, lists, nq, nk, static_cast<int>(topk),
+        static_cast<int>(heads), dk, dv);
+  } else {
+    KeyGradKernel<<<k.rows, kThreads, 0, stream>>>(
+        q, probs, dout, ds, offsets, pairs, static_cast<int>(topk),
+        static_cast<int>(heads), dk, dv);
+  }
   GLM_CUDA_CHECK_LAUNCH();
 }
 

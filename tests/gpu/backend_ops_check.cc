@@ -2012,6 +2012,12 @@ void AddAttentionCases(Factories& f) {
   }
   // 128 queries with 1..128 keys, 128 with top-k of 3968..4095 candidates.
   const Queries mini_q = ShortAndLong(128, 128, tokens);
+  // Top-16 of up to 2048 keys: too sparse for the CUDA backend's tiles, so
+  // its per-query gather runs.
+  const AttentionShape sparse{2, 40, 24, 24, 0, 2048, 16, 0.2f};
+  const Queries sparse_q = ShortAndLong(8, 56, 2048);
+  AddAttention(f, "sparse", sparse, sparse_q, true);
+  AddAttentionBackward(f, "sparse", sparse, sparse_q, true, true, true);
   AddAttention(f, "tiny", tiny, TinyQueries(), false);
   AddAttention(f, "small", small, small_q, true);
   AddAttention(f, "glm5.2-mini", mini, mini_q, false);
