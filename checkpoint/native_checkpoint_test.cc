@@ -1,9 +1,15 @@
 #include "checkpoint/native_checkpoint.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <random>
 #include <sstream>
 
@@ -380,6 +386,49 @@ TEST_F(CorruptionTest, CrashMidSaveKeepsThePreviousCheckpoint) {
           .status();
   EXPECT_EQ(finalize.code(), absl::StatusCode::kDataLoss) << finalize;
   EXPECT_EQ(*ReadLatestIteration(dir_), 7);
+}
+
+// A disk that fills mid-save (here a file-size limit: writes past it fail
+// with EFBIG, as they fail with ENOSPC on a full disk): the save fails naming
+// the file, the previous checkpoint and `latest` stay as they were, and once
+// there is room again the same iteration saves.
+TEST_F(CorruptionTest, DiskFullDuringSaveKeepsThePreviousCheckpoint) {
+  RankState next(map_, 0, 1, false);
+  next.state().iteration = 8;
+  const std::string message_file = dir_ + "/save_error.txt";
+  const rlim_t limit = static_cast<rlim_t>(fs::file_size(shard_) / 2);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit small{limit, limit};
+    setrlimit(RLIMIT_FSIZE, &small);
+    const absl::Status saved =
+        SaveCheckpoint(dir_, map_, PipelineExpertLayout(1, 1), next.state())
+            .status();
+    std::ofstream(message_file) << saved.ToString();
+    _exit(saved.ok() ? 0 : 1);
+  }
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(child, &wait_status, 0), child);
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 1) << "the save must fail";
+  std::stringstream message;
+  message << std::ifstream(message_file).rdbuf();
+  std::cout << "the save failed: " << message.str() << "\n";
+  EXPECT_TRUE(absl::StrContains(message.str(), "rank_00000.safetensors"))
+      << message.str();
+  EXPECT_FALSE(fs::exists(IterationDirectory(dir_, 8) + "/manifest.json"));
+  EXPECT_EQ(*ReadLatestIteration(dir_), 7);
+  RankState loaded(map_, 0, 1, true);
+  ASSERT_TRUE(LoadCheckpoint(dir_, map_, 0, &loaded.state()).ok());
+  EXPECT_EQ(loaded.state().iteration, 7);
+  ExpectSameTensors(saved_, loaded);
+  // Room again: the same iteration saves over what the failed save left.
+  ASSERT_TRUE(
+      SaveCheckpoint(dir_, map_, PipelineExpertLayout(1, 1), next.state())
+          .ok());
+  EXPECT_EQ(*ReadLatestIteration(dir_), 8);
 }
 
 TEST(NativeCheckpointTest, LoraHoldsOnlyAdapters) {
