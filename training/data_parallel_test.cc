@@ -301,6 +301,39 @@ TEST(DataParallelTest, LoraUnderExpertParallelTakesTheStepsOfOneProcess) {
   }
 }
 
+// LoRA under EP2 x DP4 with the distributed optimizer: the expert-data
+// groups have two ranks, but LoRA trains no routed expert, so no rank has an
+// expert shard to gather (this once divided by zero inside gloo).
+TEST(DataParallelTest, LoraUnderExpertParallelWithReplicatedExperts) {
+  TrainerOptions options = Options();
+  options.lora = LoraOptions{4, 8, {"q_a_proj", "o_proj", "gate_proj"}};
+  const TrainingRun single = Train(nullptr, false, {}, {}, options);
+  gloo::rendezvous::HashStore store;
+  std::vector<TrainingRun> ranks(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      // Experts split over ranks {0, 1} and {2, 3}; rank r's experts are
+      // replicated on rank r +- 2.
+      auto dp = GlooCollectives::Connect(store, "dp", rank, 4, {});
+      auto experts = GlooCollectives::Connect(
+          store, "ep" + std::to_string(rank / 2), rank % 2, 2, {});
+      auto expert_data = GlooCollectives::Connect(
+          store, "edp" + std::to_string(rank % 2), rank / 2, 2, {});
+      ASSERT_TRUE(dp.ok() && experts.ok() && expert_data.ok());
+      ranks[rank] = Train(
+          dp->get(), /*distributed_optimizer=*/true,
+          ExpertParallelRank{experts->get(), expert_data->get()}, {}, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_FALSE(single.state.empty());
+  for (const TrainingRun& rank : ranks) {
+    ExpectSameSteps(rank, single);
+    ExpectSameState(rank, single);
+  }
+}
+
 TEST(DataParallelTest, ExpertParallelNeedsDataParallel) {
   gloo::rendezvous::HashStore store;
   auto dp = GlooCollectives::Connect(store, "dp", 0, 1, {});

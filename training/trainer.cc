@@ -322,8 +322,11 @@ void Trainer::PlaceOptimizer() {
   }
   const ExpertSplit split = SplitRoutedExperts(*params_, Trainable());
   shards_.emplace(SizesOf(split.dense), data_parallel_->size());
+  // Routed experts replicated over an expert-data group are sharded over it,
+  // when this rank trains any (LoRA trains none).
   Collectives* expert_data = expert_parallel_->expert_data;
-  if (expert_data != nullptr && expert_data->size() > 1) {
+  if (expert_data != nullptr && expert_data->size() > 1 &&
+      !split.experts.empty()) {
     expert_shards_.emplace(SizesOf(split.experts), expert_data->size());
   }
 }
