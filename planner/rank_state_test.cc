@@ -208,6 +208,12 @@ void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
       measured[rank].moments = job.kind == TrainingKind::kLora
                                    ? LoraMomentBytes(**trainer)
                                    : counted.bytes_in_use() - built;
+      // A checkpoint gathers every rank's moments; releasing it afterwards
+      // returns the rank to its share (the distributed optimizer's saving).
+      const int64_t before_checkpoint = counted.bytes_in_use();
+      ASSERT_TRUE((*trainer)->GatherCheckpointState().ok()) << name;
+      (*trainer)->ReleaseCheckpointState();
+      EXPECT_EQ(counted.bytes_in_use(), before_checkpoint) << name;
     });
   }
   for (std::thread& t : threads) t.join();

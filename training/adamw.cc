@@ -37,4 +37,10 @@ AdamMoments& AdamW::MomentsOf(const TrainableTensor& param) {
   return moments;
 }
 
+void AdamW::ReleaseMomentsExcept(const std::set<std::string>& kept) {
+  for (auto it = moments_.begin(); it != moments_.end();) {
+    it = kept.count(it->first) > 0 ? std::next(it) : moments_.erase(it);
+  }
+}
+
 }  // namespace glm

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ class AdamW {
   // and distributed-optimizer gathers.
   AdamMoments& MomentsOf(const TrainableTensor& param);
   void set_steps(int64_t steps) { steps_ = steps; }
+  // Frees the moments of every tensor not named in `kept` (another rank's
+  // share under the distributed optimizer, gathered for a checkpoint).
+  void ReleaseMomentsExcept(const std::set<std::string>& kept);
 
  private:
   AdamWOptions options_;

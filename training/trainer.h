@@ -134,6 +134,10 @@ class Trainer {
   // AdamW moments from all data-parallel ranks, and under tensor parallelism
   // the whole split tensors and their moments. A no-op otherwise.
   absl::Status GatherCheckpointState();
+  // Frees what a checkpoint's save or load brought beyond this rank's share:
+  // the AdamW moments another data-parallel rank updates (ZeRO-1) and the
+  // whole tensor-parallel tensors. Call on every rank after a save or load.
+  void ReleaseCheckpointState();
   // The model's weights with the LoRA adapters merged, as the HF export needs
   // them: the tensors this rank holds, split ones whole (gathered from the
   // tensor ranks, so every rank calls it). The tensors stay owned by the

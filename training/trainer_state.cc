@@ -45,6 +45,16 @@ absl::Status Trainer::GatherCheckpointState() {
   return GatherWholeTensors();
 }
 
+void Trainer::ReleaseCheckpointState() {
+  whole_tensors_.clear();
+  if (!shards_) return;
+  std::set<std::string> kept;
+  for (const TrainableTensor& param : UpdatedHere(Trainable())) {
+    kept.insert(param.name);
+  }
+  optimizer_.ReleaseMomentsExcept(kept);
+}
+
 absl::Status Trainer::GatherLoraAdapters() {
   if (!lora_ || !pipeline_) return absl::OkStatus();
   // Each adapter (and its moments) is current on the pp rank that trains it;

@@ -432,6 +432,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   if (!checkpoints.ok()) return checkpoints.status();
   absl::StatusOr<int64_t> resumed = checkpoints->Resume(trainer->get());
   if (!resumed.ok()) return resumed.status();
+  (*trainer)->ReleaseCheckpointState();
   if (*resumed > 0) {
     hooks.log(absl::StrCat("resumed from iteration ", *resumed));
   }
@@ -459,6 +460,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
         hooks.log("saved checkpoint " + saved->directory());
         hooks.on_checkpoint(*saved);
       }
+      (*trainer)->ReleaseCheckpointState();
     }
     absl::StatusOr<bool> stop = AnyRankStops(hooks.on_step(*metrics), world);
     if (!stop.ok()) return stop.status();
