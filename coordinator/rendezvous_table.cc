@@ -27,10 +27,13 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Wait(
     absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto missing = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Looked up, not inserted: a wait that times out leaves no empty scope.
+    auto values = scopes_.find(scope);
     std::vector<std::string> absent;
-    const std::map<std::string, std::string>& values = scopes_[scope];
     for (const std::string& key : keys) {
-      if (!values.count(key)) absent.push_back(key);
+      if (values == scopes_.end() || !values->second.count(key)) {
+        absent.push_back(key);
+      }
     }
     return absent;
   };
@@ -57,9 +60,14 @@ absl::StatusOr<int64_t> RendezvousTable::Add(const std::string& scope,
     return absl::FailedPreconditionError(absl::StrCat(
         "rendezvous ", scope, ": key ", key, " is not an integer"));
   }
-  current += delta;
-  value = absl::StrCat(current);
-  return current;
+  int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("rendezvous ", scope, ": key ", key, " holds ", current,
+                     "; adding ", delta, " leaves 64-bit integers"));
+  }
+  value = absl::StrCat(sum);
+  return sum;
 }
 
 void RendezvousTable::DropScope(const std::string& scope) {

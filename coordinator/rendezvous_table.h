@@ -30,7 +30,7 @@ class RendezvousTable {
       absl::Duration timeout);
   // Adds `delta` to the key's integer value (absent counts as 0) and returns
   // the sum; FAILED_PRECONDITION when the key holds something that is not an
-  // integer.
+  // integer, OUT_OF_RANGE (the key unchanged) when the sum is not an int64.
   absl::StatusOr<int64_t> Add(const std::string& scope, const std::string& key,
                               int64_t delta);
   // Forgets every key of a finished attempt.

@@ -1,7 +1,10 @@
 #include "coordinator/rendezvous_table.h"
 
+#include <cstdint>
+#include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace glm {
@@ -48,6 +51,21 @@ TEST(RendezvousTableTest, AddCountsAndRefusesNonIntegers) {
   table.Set("s", "text", "abc");
   EXPECT_EQ(table.Add("s", "text", 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RendezvousTableTest, AddRefusesASumPastInt64AndKeepsTheValue) {
+  RendezvousTable table;
+  table.Set("s", "n", "5");
+  absl::StatusOr<int64_t> sum =
+      table.Add("s", "n", std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(sum.status().message().find("key n holds 5"), std::string::npos)
+      << sum.status();
+  EXPECT_EQ(*table.Get("s", "n"), "5");
+  table.Set("s", "low", absl::StrCat(std::numeric_limits<int64_t>::min()));
+  EXPECT_EQ(table.Add("s", "low", -1).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(*table.Add("s", "low", 1), std::numeric_limits<int64_t>::min() + 1);
 }
 
 }  // namespace

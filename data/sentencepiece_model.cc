@@ -17,8 +17,27 @@
 // points used (constructor, Status destructor and ToString) are looked up
 // by their mangled names.
 
+// AddressSanitizer refuses dlopen with RTLD_DEEPBIND
+// (https://github.com/google/sanitizers/issues/611), and without it the
+// library's protobuf copy clashes with the system's as described above; so an
+// ASan build (gcc defines __SANITIZE_ADDRESS__, clang has the feature) does
+// not try.
+#if defined(__SANITIZE_ADDRESS__)
+#define GLM_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GLM_ADDRESS_SANITIZER 1
+#endif
+#endif
+
 namespace glm {
 namespace {
+
+#ifdef GLM_ADDRESS_SANITIZER
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 using sentencepiece::SentencePieceProcessor;
 using sentencepiece::util::Status;
@@ -33,6 +52,13 @@ struct Library {
 const Library& OpenLibrary() {
   static const Library* library = [] {
     auto* opened = new Library();
+    if (kAddressSanitizer) {
+      opened->error =
+          "libsentencepiece.so.0 cannot be loaded in an AddressSanitizer "
+          "build (ASan refuses the RTLD_DEEPBIND that keeps its protobuf copy "
+          "apart)";
+      return opened;
+    }
     void* handle =
         dlopen("libsentencepiece.so.0", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (handle == nullptr) {
@@ -80,6 +106,8 @@ class LibraryStatus {
 };
 
 }  // namespace
+
+bool SentencePieceModel::Loadable() { return !kAddressSanitizer; }
 
 SentencePieceModel::SentencePieceModel() = default;
 

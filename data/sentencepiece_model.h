@@ -18,6 +18,10 @@ namespace glm {
 
 class SentencePieceModel {
  public:
+  // False in an AddressSanitizer build, which cannot load libsentencepiece
+  // (see the .cc file); Load then fails saying so.
+  static bool Loadable();
+
   SentencePieceModel();
   ~SentencePieceModel();
   SentencePieceModel(const SentencePieceModel&) = delete;

@@ -20,7 +20,8 @@ shift $(($# > 0 ? 1 : 0))
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(layout_parser_fuzzer job_spec_fuzzer hf_config_fuzzer
-    safetensors_fuzzer indexed_dataset_fuzzer chat_jsonl_fuzzer)
+    safetensors_fuzzer indexed_dataset_fuzzer chat_jsonl_fuzzer
+    coordinator_rpc_fuzzer)
 fi
 output_base=${GLM_FUZZ_OUTPUT_BASE:-$(bazel info output_base)-fuzz}
 fuzz_bazel=(bazel "--output_base=$output_base")

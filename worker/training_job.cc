@@ -143,7 +143,9 @@ class JobCheckpoints {
                                training.save_dir(), load_dir,
                                training.save_interval(), assignment.rank() == 0,
                                training.mode() == v1::LORA);
-    checkpoints.rank_ = assignment.rank();
+    // Unsharded, the map is of one replica, which every data-parallel rank
+    // holds whole: each reads it as that replica's only rank does.
+    checkpoints.rank_ = sharded ? assignment.rank() : 0;
     checkpoints.sharded_ = sharded;
     return checkpoints;
   }
@@ -262,7 +264,7 @@ class JobCheckpoints {
   int64_t save_interval_ = 0;
   bool writes_ = false;
   bool lora_ = false;
-  int rank_ = 0;
+  int rank_ = 0;          // in the map's grid
   bool sharded_ = false;  // pipeline-parallel: every rank writes a shard
 };
 
