@@ -72,7 +72,10 @@ PipelineTensors PipelineTensorsOf(ModelParameters& params,
     const auto found = readers.find(tensor.name);
     if (found == readers.end()) continue;
     const std::vector<int>& ranks = found->second;
-    if (ranks.size() > 1) tensors.shared.push_back(tensor.name);
+    if (ranks.size() > 1) {
+      tensors.shared.push_back(tensor.name);
+      tensors.readers[tensor.name] = ranks;
+    }
     if (std::find(ranks.begin(), ranks.end(), pp_rank) == ranks.end()) {
       continue;
     }

@@ -12,6 +12,7 @@
 #ifndef GLM_PARALLEL_STAGE_PARAMETERS_H_
 #define GLM_PARALLEL_STAGE_PARAMETERS_H_
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,9 +31,11 @@ struct PipelineTensors {
   std::set<std::string> used;   // read by this rank's stages
   std::set<std::string> owned;  // used here and by no lower pp rank
   // Read on more than one pp rank (here or not), in Named() order: the same
-  // list on every rank of the pipeline group, which sums their gradients
-  // (ranks that do not read one add zeros).
+  // list on every rank of the pipeline group. The ranks that read one sum
+  // their gradients of it.
   std::vector<std::string> shared;
+  // The pp ranks reading each shared tensor, lowest first.
+  std::map<std::string, std::vector<int>> readers;
 };
 
 // This pp rank's view, from every stage of the plan.

@@ -1,5 +1,11 @@
 #include "training/pipeline_gradients.h"
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "training/gradient_sync.h"
 
 namespace glm {
@@ -14,14 +20,63 @@ std::vector<TrainableTensor> SelectTrainable(
   return selected;
 }
 
+namespace {
+
+// Sums one tensor's gradient over the pp ranks that read it: the lowest
+// receives the others' in rank order, adds them, and sends the sum back.
+// Ranks that do not read it take no part, so they need not hold it.
+absl::Status SumOverReaders(Collectives& pipeline,
+                            const std::vector<int>& readers, Tensor& grad) {
+  const int64_t count = grad.numel();
+  const int first = readers.front();
+  if (pipeline.rank() != first) {
+    absl::StatusOr<std::unique_ptr<PendingSend>> sent =
+        pipeline.StartSend(grad.data(), count, first);
+    if (!sent.ok()) return sent.status();
+    if (absl::Status status = (*sent)->Wait(); !status.ok()) return status;
+    return pipeline.Recv(grad.data(), count, first);
+  }
+  std::vector<float> other(count);
+  for (size_t i = 1; i < readers.size(); ++i) {
+    if (absl::Status status = pipeline.Recv(other.data(), count, readers[i]);
+        !status.ok()) {
+      return status;
+    }
+    float* sum = grad.data();
+    for (int64_t e = 0; e < count; ++e) sum[e] += other[e];
+  }
+  for (size_t i = 1; i < readers.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<PendingSend>> sent =
+        pipeline.StartSend(grad.data(), count, readers[i]);
+    if (!sent.ok()) return sent.status();
+    if (absl::Status status = (*sent)->Wait(); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status SumSharedGradients(Collectives& pipeline,
                                 const PipelineTensors& tensors,
                                 const std::vector<TrainableTensor>& trainable) {
-  const std::vector<TrainableTensor> shared = SelectTrainable(
-      trainable,
-      std::set<std::string>(tensors.shared.begin(), tensors.shared.end()));
-  if (shared.empty()) return absl::OkStatus();
-  return AllReduceGradients(pipeline, shared);
+  std::map<std::string, Tensor*> grads;
+  for (const TrainableTensor& tensor : trainable) {
+    grads[tensor.name] = tensor.grad;
+  }
+  for (const std::string& name : tensors.shared) {
+    const std::vector<int>& readers = tensors.readers.at(name);
+    if (std::find(readers.begin(), readers.end(), pipeline.rank()) ==
+        readers.end()) {
+      continue;
+    }
+    const auto grad = grads.find(name);
+    if (grad == grads.end()) continue;  // not trained (LoRA trains adapters)
+    if (absl::Status status = SumOverReaders(pipeline, readers, *grad->second);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace glm

@@ -23,9 +23,10 @@ std::vector<TrainableTensor> SelectTrainable(
     const std::vector<TrainableTensor>& trainable,
     const std::set<std::string>& names);
 
-// In place: the gradients of `tensors.shared` become their sums over
-// `pipeline` (one packed all-reduce). Every rank's gradients of the tensors
-// it uses are then the whole model's.
+// In place: the gradients of `tensors.shared` become their sums over the pp
+// ranks that read each (point to point within `pipeline`, summed in rank
+// order); a rank takes part only for the tensors it reads. Every rank's
+// gradients of the tensors it uses are then the whole model's.
 absl::Status SumSharedGradients(Collectives& pipeline,
                                 const PipelineTensors& tensors,
                                 const std::vector<TrainableTensor>& trainable);

@@ -1,7 +1,7 @@
-// Two pp ranks (threads with their own weights and Gloo contexts) run their
-// stages on the pipeline schedule, then sum only the shared gradients: each
-// rank's gradients of the tensors it uses, and the pipeline's global norm,
-// equal the whole model's.
+// Two to four pp ranks (threads with their own weights and Gloo contexts) run
+// their stages on the pipeline schedule, then sum only the shared gradients of
+// the tensors they use, as the trainer does: each rank's gradients of those,
+// and the pipeline's global norm, equal the whole model's.
 #include "training/pipeline_gradients.h"
 
 #include <cmath>
@@ -55,26 +55,27 @@ Gradients WholeModel() {
   return gradients;
 }
 
-void ExpectRanksMatchTheWholeModel(const std::string& layout) {
+void ExpectRanksMatchTheWholeModel(const std::string& layout, int pp = 2) {
   SCOPED_TRACE(layout);
   const Gradients expected = WholeModel();
   const absl::StatusOr<std::vector<StageSlice>> plan =
-      PlanForModel(*PresetConfig("glm5.2-tiny"), layout, 2);
+      PlanForModel(*PresetConfig("glm5.2-tiny"), layout, pp);
   ASSERT_TRUE(plan.ok()) << plan.status();
 
   gloo::rendezvous::HashStore store;
   std::mutex mu;
   std::vector<double> squared_norms;
   std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
+  for (int rank = 0; rank < pp; ++rank) {
     threads.emplace_back([&, rank] {
       ModelParameters params = TinyPipelineParameters();
       absl::StatusOr<PipelineRankRun> run = RunPipelineRank(
-          store, *plan, rank, 2, params, kMicroBatches, PipelineTestBatch);
+          store, *plan, rank, pp, params, kMicroBatches, PipelineTestBatch);
       ASSERT_TRUE(run.ok()) << run.status();
 
       const PipelineTensors tensors = PipelineTensorsOf(params, *plan, rank);
-      const std::vector<TrainableTensor> trainable = TrainableOf(params);
+      const std::vector<TrainableTensor> trainable =
+          SelectTrainable(TrainableOf(params), tensors.used);
       CpuBackend backend;
       ASSERT_TRUE(SumSharedGradients(*run->forward, tensors, trainable).ok());
       // Each tensor counts once, on its owning rank.
@@ -99,7 +100,7 @@ void ExpectRanksMatchTheWholeModel(const std::string& layout) {
     });
   }
   for (std::thread& t : threads) t.join();
-  ASSERT_EQ(squared_norms.size(), 2u);
+  ASSERT_EQ(squared_norms.size(), static_cast<size_t>(pp));
   for (double squared_norm : squared_norms) {
     EXPECT_NEAR(std::sqrt(squared_norm), std::sqrt(expected.squared_norm),
                 1e-5 * std::sqrt(expected.squared_norm));
@@ -112,6 +113,12 @@ TEST(PipelineGradientsTest, TwoStagesSumOnlyTheEmbedding) {
 
 TEST(PipelineGradientsTest, InterleavedStagesSumOnlyTheEmbedding) {
   ExpectRanksMatchTheWholeModel("Et|t|tttt|ttmL");
+}
+
+// The embedding is read on the first and last of four ranks; the middle ones
+// hold no copy and take no part in its sum.
+TEST(PipelineGradientsTest, FourStagesSumTheEmbeddingOnItsReadersOnly) {
+  ExpectRanksMatchTheWholeModel("Et|t|tttt|ttmL", 4);
 }
 
 }  // namespace
