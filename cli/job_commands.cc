@@ -51,7 +51,8 @@ CommandFlags NewFlags(const std::string& usage) {
   CommandFlags flags(usage);
   flags.Add("coordinator", "host:port of glm-coordinator (env GLM_COORDINATOR)",
             EnvOr("GLM_COORDINATOR", "localhost:7070"));
-  flags.Add("token-file", "file holding the bearer token (env GLM_TOKEN_FILE)",
+  flags.Add("token-file",
+            "file holding the operator token (env GLM_TOKEN_FILE)",
             EnvOr("GLM_TOKEN_FILE", ""));
   flags.Add("tls-ca",
             "PEM CA certificate of the coordinator: connect with TLS (env "

@@ -27,7 +27,7 @@ class JobCommandsTest : public ::testing::Test {
  protected:
   JobCommandsTest() : server_("job_commands") {
     token_file_ = std::string(std::getenv("TEST_TMPDIR")) + "/token";
-    std::ofstream(token_file_) << TestCoordinator::kToken << "\n";
+    std::ofstream(token_file_) << TestCoordinator::kOperatorToken << "\n";
   }
 
   // Runs `glmctl WORDS ARGS... --coordinator=... --token-file=...`, capturing
@@ -54,8 +54,8 @@ class JobCommandsTest : public ::testing::Test {
 };
 
 TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
-  CoordinatorClient first(server_.Connect());
-  CoordinatorClient second(server_.Connect());
+  CoordinatorClient first(server_.ConnectAsWorker());
+  CoordinatorClient second(server_.ConnectAsWorker());
   ASSERT_TRUE(first.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   ASSERT_TRUE(second.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   std::string out;
@@ -73,8 +73,8 @@ TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
   step.set_lm_loss(3.5);
   step.set_tokens_per_sec_per_device(1234);
   step.set_step_time_ms(1000);
-  ASSERT_FALSE(*first.ReportMetrics(job, 0, step));
-  ASSERT_FALSE(*second.ReportMetrics(job, 1, step));
+  ASSERT_FALSE(*first.ReportMetrics(job, 1, 0, step));
+  ASSERT_FALSE(*second.ReportMetrics(job, 1, 1, step));
   ASSERT_TRUE(first.ReportJobResult(job, 0, 1, true, "").ok());
   ASSERT_TRUE(second.ReportJobResult(job, 1, 1, true, "").ok());
   watcher.join();
@@ -98,8 +98,11 @@ TEST_F(JobCommandsTest, WatchFollowsAJobToSuccess) {
 }
 
 TEST_F(JobCommandsTest, CheckpointsAreListed) {
-  CoordinatorClient worker(server_.Connect());
+  // The two ranks of the job; the first (rank 0) reports its checkpoint.
+  CoordinatorClient worker(server_.ConnectAsWorker());
+  CoordinatorClient other(server_.ConnectAsWorker());
   ASSERT_TRUE(worker.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
+  ASSERT_TRUE(other.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   std::string out;
   ASSERT_EQ(Run("submit", {"-f", "jobspec/testdata/tiny_job.json"}, &out), 0);
   const std::string job = SubmittedId(out);
@@ -109,7 +112,7 @@ TEST_F(JobCommandsTest, CheckpointsAreListed) {
   manifest.set_consumed_samples(40);
   manifest.set_kind("full");
   manifest.set_directory("/ckpt/iter_0000010");
-  ASSERT_TRUE(worker.ReportCheckpoint(manifest).ok());
+  ASSERT_TRUE(worker.ReportCheckpoint(1, 0, manifest).ok());
   ASSERT_EQ(Run("checkpoints", {job}, &out), 0);
   EXPECT_NE(out.find("10         full  40"), std::string::npos) << out;
   EXPECT_NE(out.find("/ckpt/iter_0000010"), std::string::npos) << out;

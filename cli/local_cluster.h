@@ -1,6 +1,7 @@
 // A one-machine cluster for `glmctl local`: an embedded coordinator on a
-// loopback port with a fresh token, and N glm-worker processes registered with
-// it. Everything lives under one state folder (job store, token, worker logs).
+// loopback port with fresh operator and worker tokens, and N glm-worker
+// processes registered with it. Everything lives under one state folder (job
+// store, worker token, worker logs); the operator token stays in memory.
 #ifndef GLM_CLI_LOCAL_CLUSTER_H_
 #define GLM_CLI_LOCAL_CLUSTER_H_
 

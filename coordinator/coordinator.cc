@@ -78,8 +78,14 @@ struct Coordinator::Parts {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     const CoordinatorOptions& options) {
-  if (options.auth_token.empty()) {
-    return absl::InvalidArgumentError("an auth token is required");
+  if (options.operator_token.empty() || options.worker_token.empty()) {
+    return absl::InvalidArgumentError(
+        "both an operator token and a worker token are required");
+  }
+  if (options.operator_token == options.worker_token) {
+    return absl::InvalidArgumentError(
+        "the operator and worker tokens must differ: a worker's token would "
+        "otherwise submit and cancel jobs");
   }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key");
@@ -97,10 +103,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (!store.ok()) return store.status();
   parts->store = *std::move(store);
   parts->jobs = std::make_unique<JobTable>(parts->store.get());
-  absl::StatusOr<int64_t> start = parts->store->CountCoordinatorStart();
-  if (!start.ok()) return start.status();
   parts->workers =
-      std::make_unique<WorkerRegistry>(options.heartbeat_timeout_ms, *start);
+      std::make_unique<WorkerRegistry>(options.heartbeat_timeout_ms);
   parts->rendezvous = std::make_unique<RendezvousTable>();
   parts->scheduler = std::make_unique<Scheduler>(
       parts->jobs.get(), parts->workers.get(), parts->rendezvous.get(),
@@ -110,7 +114,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     return recovered;
   }
 
-  const RpcEnv env{options.auth_token, parts->metrics.get()};
+  const RpcEnv env{options.operator_token, options.worker_token,
+                   parts->workers.get(), parts->metrics.get()};
   parts->job_service = std::make_unique<JobServiceImpl>(
       env, parts->jobs.get(), parts->workers.get(), parts->scheduler.get(),
       &parts->stopping);

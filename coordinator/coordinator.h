@@ -23,8 +23,11 @@ struct CoordinatorOptions {
   // How long a finished job's series stay on /metrics after its last step
   // (long enough for a few scrapes to see its final values).
   int64_t metrics_retention_ms = 600000;
-  // Every RPC must carry `authorization: Bearer <auth_token>`.
-  std::string auth_token;
+  // Every RPC carries `authorization: Bearer <token>`: JobService calls the
+  // operator token, WorkerService and RendezvousService calls the worker
+  // token. Both are required and must differ (rpc_guard.h).
+  std::string operator_token;
+  std::string worker_token;
   // PEM certificate chain and private key; both empty: plaintext.
   std::string tls_cert_pem;
   std::string tls_key_pem;

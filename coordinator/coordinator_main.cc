@@ -19,7 +19,8 @@ namespace {
 CommandFlags DeclareFlags() {
   CommandFlags flags(
       "glm-coordinator --listen=ADDR --state-dir=DIR "
-      "--metrics-listen=ADDR --auth-token-file=FILE [flags]");
+      "--metrics-listen=ADDR --operator-token-file=FILE "
+      "--worker-token-file=FILE [flags]");
   flags.Add("listen", "host:port to serve gRPC on", "127.0.0.1:7070");
   flags.Add("state-dir", "directory of the RocksDB job store");
   flags.Add("metrics-listen", "host:port to serve Prometheus /metrics on",
@@ -28,8 +29,15 @@ CommandFlags DeclareFlags() {
             "how long a finished job's series stay on /metrics after its "
             "last step",
             "600");
+  flags.Add("operator-token-file",
+            "file holding the operator token: submit, cancel, list, get, "
+            "watch jobs (glmctl)");
+  flags.Add("worker-token-file",
+            "file holding the worker token: register, heartbeat, report, "
+            "rendezvous (glm-worker); must differ from the operator token");
   flags.Add("auth-token-file",
-            "file holding the bearer token every RPC must carry");
+            "no longer accepted: the single token was split into "
+            "--operator-token-file and --worker-token-file");
   flags.Add("tls-cert",
             "PEM certificate chain (TLS when given with --tls-key)");
   flags.Add("tls-key", "PEM private key of --tls-cert");
@@ -42,7 +50,14 @@ CommandFlags DeclareFlags() {
 }
 
 absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
-  for (const char* required : {"state-dir", "auth-token-file"}) {
+  if (flags.Has("auth-token-file")) {
+    return absl::InvalidArgumentError(
+        "--auth-token-file was split in two: give --operator-token-file "
+        "(glmctl's token) and --worker-token-file (glm-worker's token), two "
+        "different tokens; see docs/security.md");
+  }
+  for (const char* required :
+       {"state-dir", "operator-token-file", "worker-token-file"}) {
     if (absl::Status given = flags.Require(required); !given.ok()) return given;
   }
   if (flags.Has("tls-cert") != flags.Has("tls-key")) {
@@ -74,10 +89,14 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
         "--metrics-retention-s must not be negative");
   }
   options.metrics_retention_ms = retention_s * 1000;
-  absl::StatusOr<std::string> token =
-      ReadTokenFile(flags.Get("auth-token-file"));
-  if (!token.ok()) return token.status();
-  options.auth_token = *token;
+  for (const auto& [flag, out] :
+       {std::pair<const char*, std::string*>{"operator-token-file",
+                                             &options.operator_token},
+        {"worker-token-file", &options.worker_token}}) {
+    absl::StatusOr<std::string> token = ReadTokenFile(flags.Get(flag));
+    if (!token.ok()) return token.status();
+    *out = *std::move(token);
+  }
   if (flags.Has("tls-cert")) {
     absl::StatusOr<std::string> cert = ReadFile(flags.Get("tls-cert"));
     if (!cert.ok()) return cert.status();

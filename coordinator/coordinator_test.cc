@@ -31,7 +31,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   void Reconnect() {
-    connection_ = server_.Connect();
+    connection_ = server_.ConnectAsOperator();
     jobs_ = v1::JobService::NewStub(connection_->channel());
   }
 
@@ -72,13 +72,13 @@ TEST_F(CoordinatorTest, RefusesCallsWithoutTheRightToken) {
   EXPECT_EQ(status.error_message(), "wrong bearer token");
 
   grpc::ClientContext not_bearer;
-  not_bearer.AddMetadata(kAuthorizationHeader, TestCoordinator::kToken);
+  not_bearer.AddMetadata(kAuthorizationHeader, TestCoordinator::kOperatorToken);
   status = stub->ListJobs(&not_bearer, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
 
   grpc::ClientContext right;
   right.AddMetadata(kAuthorizationHeader,
-                    AuthorizationValue(TestCoordinator::kToken));
+                    AuthorizationValue(TestCoordinator::kOperatorToken));
   status = stub->ListJobs(&right, request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
 
@@ -273,7 +273,8 @@ class CoordinatorMetricsTest : public CoordinatorTest {
 };
 
 TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
-  const std::string first = server_.RegisterWorker(v1::CPU);
+  std::shared_ptr<ClientConnection> worker = server_.ConnectAsWorker();
+  const std::string first = server_.RegisterWorker(v1::CPU, worker);
   server_.RegisterWorker(v1::CPU);
   absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(job.ok());
@@ -290,12 +291,12 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
   v1::ReportMetricsRequest report;
   report.set_worker_id(first);
   report.set_job_id(job->id());
+  report.set_attempt(1);
   *report.mutable_metrics() = step;
   v1::ReportMetricsResponse reported;
-  ASSERT_TRUE(
-      v1::WorkerService::NewStub(connection_->channel())
-          ->ReportMetrics(connection_->NewContext().get(), report, &reported)
-          .ok());
+  ASSERT_TRUE(v1::WorkerService::NewStub(worker->channel())
+                  ->ReportMetrics(worker->NewContext().get(), report, &reported)
+                  .ok());
   ASSERT_FALSE(reported.stop_job());
   EXPECT_FALSE(Submit(LoadTestSpec("skip_layer_job.json")).ok());
   auto refused = server_.Connect("wrong");
@@ -361,7 +362,8 @@ TEST(CoordinatorTlsTest, ServesTlsAndStillRequiresTheToken) {
   CoordinatorOptions options;
   options.listen = "127.0.0.1:0";
   options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/tls";
-  options.auth_token = TestCoordinator::kToken;
+  options.operator_token = TestCoordinator::kOperatorToken;
+  options.worker_token = TestCoordinator::kWorkerToken;
   options.tls_cert_pem = ReadTestFile("tls/loopback.crt");
   options.tls_key_pem = ReadTestFile("tls/loopback.key");
   ASSERT_FALSE(options.tls_cert_pem.empty());
@@ -370,7 +372,7 @@ TEST(CoordinatorTlsTest, ServesTlsAndStillRequiresTheToken) {
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   ConnectionOptions client;
   client.target = "127.0.0.1:" + std::to_string((*coordinator)->port());
-  client.token = TestCoordinator::kToken;
+  client.token = TestCoordinator::kOperatorToken;
   client.tls_root_pem = options.tls_cert_pem;
   auto call = [](const ConnectionOptions& options) {
     ClientConnection connection(options);

@@ -27,76 +27,85 @@ JobServiceImpl::JobServiceImpl(const RpcEnv& env, JobTable* jobs,
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
-  return GuardRpc(env_, *context, "JobService/SubmitJob", [&] {
-    absl::StatusOr<JobPlan> plan = ValidateJobSpec(request->spec());
-    if (!plan.ok()) return ToGrpcStatus(plan.status());
-    if (absl::Status runnable =
-            CheckSomeWorkerRuns(request->spec(), workers_->AliveKinds());
-        !runnable.ok()) {
-      return ToGrpcStatus(runnable);
-    }
-    absl::StatusOr<v1::Job> job = jobs_->Create(request->spec());
-    if (!job.ok()) return ToGrpcStatus(job.status());
-    if (absl::Status scheduled = scheduler_->ScheduleReady(); !scheduled.ok()) {
-      std::cerr << "glm-coordinator: scheduling: " << scheduled << "\n";
-    }
-    absl::StatusOr<v1::Job> now = jobs_->Get(job->id());
-    *response->mutable_job() = now.ok() ? *now : *job;
-    return grpc::Status::OK;
-  });
+  return GuardRpc(
+      env_, *context, "JobService/SubmitJob", Access::kOperator,
+      [&](const Caller&) {
+        absl::StatusOr<JobPlan> plan = ValidateJobSpec(request->spec());
+        if (!plan.ok()) return ToGrpcStatus(plan.status());
+        if (absl::Status runnable =
+                CheckSomeWorkerRuns(request->spec(), workers_->AliveKinds());
+            !runnable.ok()) {
+          return ToGrpcStatus(runnable);
+        }
+        absl::StatusOr<v1::Job> job = jobs_->Create(request->spec());
+        if (!job.ok()) return ToGrpcStatus(job.status());
+        if (absl::Status scheduled = scheduler_->ScheduleReady();
+            !scheduled.ok()) {
+          std::cerr << "glm-coordinator: scheduling: " << scheduled << "\n";
+        }
+        absl::StatusOr<v1::Job> now = jobs_->Get(job->id());
+        *response->mutable_job() = now.ok() ? *now : *job;
+        return grpc::Status::OK;
+      });
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
                                     const v1::GetJobRequest* request,
                                     v1::Job* response) {
-  return GuardRpc(env_, *context, "JobService/GetJob", [&] {
-    absl::StatusOr<v1::Job> job = jobs_->Get(request->id());
-    if (!job.ok()) return ToGrpcStatus(job.status());
-    *response = *std::move(job);
-    return grpc::Status::OK;
-  });
+  return GuardRpc(env_, *context, "JobService/GetJob", Access::kOperator,
+                  [&](const Caller&) {
+                    absl::StatusOr<v1::Job> job = jobs_->Get(request->id());
+                    if (!job.ok()) return ToGrpcStatus(job.status());
+                    *response = *std::move(job);
+                    return grpc::Status::OK;
+                  });
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                                       const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
-  return GuardRpc(env_, *context, "JobService/ListJobs", [&] {
-    std::vector<v1::JobState> states;
-    for (int state : request->states()) {
-      states.push_back(static_cast<v1::JobState>(state));
-    }
-    absl::StatusOr<std::vector<v1::Job>> jobs = jobs_->List(states);
-    if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-    for (v1::Job& job : *jobs) {
-      if (!request->full_manifests()) {
-        for (v1::CheckpointManifest& manifest : *job.mutable_checkpoints()) {
-          manifest.clear_tensors();
-          manifest.clear_shards();
-        }
-      }
-      *response->add_jobs() = std::move(job);
-    }
-    return grpc::Status::OK;
-  });
+  return GuardRpc(env_, *context, "JobService/ListJobs", Access::kOperator,
+                  [&](const Caller&) {
+                    std::vector<v1::JobState> states;
+                    for (int state : request->states()) {
+                      states.push_back(static_cast<v1::JobState>(state));
+                    }
+                    absl::StatusOr<std::vector<v1::Job>> jobs =
+                        jobs_->List(states);
+                    if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+                    for (v1::Job& job : *jobs) {
+                      if (!request->full_manifests()) {
+                        for (v1::CheckpointManifest& manifest :
+                             *job.mutable_checkpoints()) {
+                          manifest.clear_tensors();
+                          manifest.clear_shards();
+                        }
+                      }
+                      *response->add_jobs() = std::move(job);
+                    }
+                    return grpc::Status::OK;
+                  });
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request,
                                        v1::Job* response) {
-  return GuardRpc(env_, *context, "JobService/CancelJob", [&] {
-    absl::StatusOr<v1::Job> job =
-        scheduler_->Cancel(request->id(), request->reason());
-    if (!job.ok()) return ToGrpcStatus(job.status());
-    *response = *std::move(job);
-    return grpc::Status::OK;
-  });
+  return GuardRpc(env_, *context, "JobService/CancelJob", Access::kOperator,
+                  [&](const Caller&) {
+                    absl::StatusOr<v1::Job> job =
+                        scheduler_->Cancel(request->id(), request->reason());
+                    if (!job.ok()) return ToGrpcStatus(job.status());
+                    *response = *std::move(job);
+                    return grpc::Status::OK;
+                  });
 }
 
 grpc::Status JobServiceImpl::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {
-  return GuardStream(env_, *context, "JobService/WatchJob",
-                     [&] { return StreamJob(context, request->id(), writer); });
+  return GuardStream(
+      env_, *context, "JobService/WatchJob", Access::kOperator,
+      [&](const Caller&) { return StreamJob(context, request->id(), writer); });
 }
 
 grpc::Status JobServiceImpl::StreamJob(
@@ -128,12 +137,13 @@ grpc::Status JobServiceImpl::StreamJob(
 grpc::Status JobServiceImpl::ListCheckpoints(
     grpc::ServerContext* context, const v1::ListCheckpointsRequest* request,
     v1::ListCheckpointsResponse* response) {
-  return GuardRpc(env_, *context, "JobService/ListCheckpoints", [&] {
-    absl::StatusOr<v1::Job> job = jobs_->Get(request->job_id());
-    if (!job.ok()) return ToGrpcStatus(job.status());
-    *response->mutable_checkpoints() = job->checkpoints();
-    return grpc::Status::OK;
-  });
+  return GuardRpc(env_, *context, "JobService/ListCheckpoints",
+                  Access::kOperator, [&](const Caller&) {
+                    absl::StatusOr<v1::Job> job = jobs_->Get(request->job_id());
+                    if (!job.ok()) return ToGrpcStatus(job.status());
+                    *response->mutable_checkpoints() = job->checkpoints();
+                    return grpc::Status::OK;
+                  });
 }
 
 }  // namespace glm

@@ -14,7 +14,6 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kNextIdKey[] = "meta/next_job_number";
-constexpr char kNextStartKey[] = "meta/next_coordinator_start";
 constexpr char kTagKey[] = "meta/store_tag";
 
 absl::Status FromRocks(const rocksdb::Status& status, const std::string& what) {
@@ -88,10 +87,6 @@ absl::StatusOr<std::string> JobStore::AllocateJobId() {
   absl::StatusOr<int64_t> number = NextNumber(kNextIdKey, "job counter");
   if (!number.ok()) return number.status();
   return absl::StrFormat("job-%s-%06d", tag_, *number);
-}
-
-absl::StatusOr<int64_t> JobStore::CountCoordinatorStart() {
-  return NextNumber(kNextStartKey, "coordinator start counter");
 }
 
 absl::Status JobStore::Put(const v1::Job& job, Durability durability) {

@@ -1,6 +1,6 @@
 // Durable job storage on RocksDB: every glm.v1.Job (spec, state, history,
-// checkpoints) keyed by its id, plus the counters that make new job ids and
-// number the coordinator's starts, and the store's random tag. A coordinator
+// checkpoints) keyed by its id, plus the counter that makes new job ids and
+// the store's random tag. A coordinator
 // reopening the same directory has every job back.
 #ifndef GLM_COORDINATOR_JOB_STORE_H_
 #define GLM_COORDINATOR_JOB_STORE_H_
@@ -38,10 +38,6 @@ class JobStore {
   absl::StatusOr<std::string> AllocateJobId();
   // Six hex digits drawn when the store was created, kept across reopens.
   const std::string& tag() const { return tag_; }
-  // The number of this coordinator start on the store (1, 2, ...), counted the
-  // same way: worker ids include it, so that an id a worker kept from an
-  // earlier coordinator never names a worker of this one.
-  absl::StatusOr<int64_t> CountCoordinatorStart();
 
   // kSync: the write survives a machine crash once Put returns (state changes,
   // checkpoints). kBuffered: survives a process crash only; for the frequent,

@@ -66,23 +66,6 @@ TEST(JobStoreTest, EachNewStoreDrawsItsOwnTagAndKeepsIt) {
   EXPECT_EQ((*reopened)->tag(), tag);
 }
 
-TEST(JobStoreTest, CoordinatorStartsAreCountedAcrossReopens) {
-  const std::string dir = FreshDir("starts");
-  for (int64_t expected = 1; expected <= 3; ++expected) {
-    auto store = JobStore::Open(dir);
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto start = (*store)->CountCoordinatorStart();
-    ASSERT_TRUE(start.ok()) << start.status();
-    EXPECT_EQ(*start, expected);
-  }
-  // The job ids count on their own.
-  auto store = JobStore::Open(dir);
-  ASSERT_TRUE(store.ok());
-  auto id = (*store)->AllocateJobId();
-  ASSERT_TRUE(id.ok());
-  EXPECT_EQ(*id, "job-" + (*store)->tag() + "-000001");
-}
-
 TEST(JobStoreTest, ListIsInIdOrderAndGetMissingIsNotFound) {
   auto store = JobStore::Open(FreshDir("list"));
   ASSERT_TRUE(store.ok());

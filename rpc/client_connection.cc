@@ -47,11 +47,23 @@ std::unique_ptr<grpc::ClientContext> ClientConnection::NewContext(
     absl::Duration timeout) const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->AddMetadata(kAuthorizationHeader, AuthorizationValue(token_));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!identity_.id.empty()) {
+      context->AddMetadata(kWorkerIdHeader, identity_.id);
+      context->AddMetadata(kWorkerSecretHeader, identity_.secret);
+    }
+  }
   if (timeout != absl::InfiniteDuration()) {
     context->set_deadline(std::chrono::system_clock::now() +
                           absl::ToChronoMilliseconds(timeout));
   }
   return context;
+}
+
+void ClientConnection::SetWorkerIdentity(const WorkerIdentity& identity) {
+  absl::MutexLock lock(&mu_);
+  identity_ = identity;
 }
 
 }  // namespace glm

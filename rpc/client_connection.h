@@ -1,5 +1,6 @@
 // A client's connection to the coordinator: the channel (TLS when a CA is
-// given) and contexts that carry the bearer token.
+// given) and contexts that carry the bearer token and, once a worker has
+// registered over it, the worker's identity.
 #ifndef GLM_RPC_CLIENT_CONNECTION_H_
 #define GLM_RPC_CLIENT_CONNECTION_H_
 
@@ -7,7 +8,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rpc/worker_identity.h"
 
 namespace grpc {
 class Channel;
@@ -35,15 +38,21 @@ class ClientConnection {
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   const std::string& target() const { return target_; }
 
-  // A context with the bearer token, and a deadline unless `timeout` is
-  // infinite.
+  // A context with the bearer token (and the worker identity, when set), and
+  // a deadline unless `timeout` is infinite.
   std::unique_ptr<grpc::ClientContext> NewContext(
       absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // Later contexts carry `identity` (a worker's registration; replaced when
+  // it registers again).
+  void SetWorkerIdentity(const WorkerIdentity& identity);
 
  private:
   std::string target_;
   std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
+  mutable absl::Mutex mu_;
+  WorkerIdentity identity_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace glm

@@ -90,14 +90,15 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
         log_("logging the step failed: " + written.ToString());
       }
     }
-    absl::StatusOr<bool> stop =
-        client_->ReportMetrics(job, assignment.rank(), metrics);
+    absl::StatusOr<bool> stop = client_->ReportMetrics(
+        job, assignment.attempt(), assignment.rank(), metrics);
     if (!stop.ok())
       log_("reporting metrics failed: " + stop.status().ToString());
     return stop_job_.load() || (stop.ok() && *stop);
   };
   hooks.on_checkpoint = [&](const v1::CheckpointManifest& manifest) {
-    absl::Status reported = client_->ReportCheckpoint(manifest);
+    absl::Status reported = client_->ReportCheckpoint(
+        assignment.attempt(), assignment.rank(), manifest);
     if (!reported.ok())
       log_("reporting checkpoint failed: " + reported.ToString());
   };

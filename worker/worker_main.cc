@@ -37,7 +37,9 @@ CommandFlags DeclareFlags() {
   CommandFlags flags(
       "glm-worker --coordinator=ADDR --token-file=FILE --device=cpu|cuda:N");
   flags.Add("coordinator", "host:port of glm-coordinator", "127.0.0.1:7070");
-  flags.Add("token-file", "file holding the bearer token");
+  flags.Add("token-file",
+            "file holding the worker token (the coordinator's "
+            "--worker-token-file)");
   flags.Add("tls-ca", "PEM of the CA that signed the coordinator (TLS)");
   flags.Add("device", "cpu, or cuda:N for GPU N", "cpu");
   flags.Add("advertise-address",

@@ -22,7 +22,7 @@ constexpr int64_t kHeartbeatTimeoutMs = 1500;
 
 std::string WriteToken(const std::string& dir) {
   const std::string token = dir + "/token";
-  std::ofstream(token) << TestCoordinator::kToken;
+  std::ofstream(token) << TestCoordinator::kWorkerToken;
   return token;
 }
 
@@ -33,7 +33,7 @@ TEST(RankFailureTest, PeerThatNeverJoinsFailsTheJobAtTheRendezvousTimeout) {
   const std::string dir = TempDir("never_joins");
   const std::string data = WriteDocuments(dir);
   // A worker that registers, so it is given rank 0, and then never runs it.
-  CoordinatorClient absent(server.Connect());
+  CoordinatorClient absent(server.ConnectAsWorker());
   ASSERT_TRUE(absent.Register(DescribeThisHost(v1::CPU, "")).ok());
   const std::string id = SubmitJob(
       server, TinyPretrainSpec(data, dir + "/save", /*world_size=*/2, 4));
