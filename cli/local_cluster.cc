@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   // token, and the workers get only the worker token.
   coordinator.operator_token = RandomToken();
   coordinator.worker_token = RandomToken();
+  coordinator.path_roots = options.path_roots;
   absl::StatusOr<std::unique_ptr<Coordinator>> started =
       Coordinator::Start(coordinator);
   if (!started.ok()) return started.status();
@@ -135,8 +136,10 @@ absl::Status LocalCluster::SpawnWorker(int index,
                                        const std::string& token_file) {
   const std::string log = WorkerLog(index);
   std::vector<std::string> args = {
-      options_.worker_binary, "--coordinator=" + connection_.target,
+      options_.worker_binary,
+      "--coordinator=" + connection_.target,
       "--token-file=" + token_file,
+      "--path-roots=" + FormatPathRoots(options_.path_roots),
       options_.gpus == 0
           ? std::string("--device=cpu")
           : absl::StrCat("--device=cuda:", index % options_.gpus),

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/coordinator.h"
+#include "jobspec/path_roots.h"
 #include "rpc/client_connection.h"
 
 namespace glm {
@@ -24,6 +25,9 @@ struct LocalClusterOptions {
   // 0: CPU workers. Otherwise worker i runs on GPU i % gpus (more workers
   // than GPUs share them).
   int gpus = 0;
+  // Where jobs may read and write (the coordinator's and the workers'
+  // --path-roots).
+  PathRoots path_roots;
 };
 
 class LocalCluster {

@@ -2,13 +2,16 @@
 // token on JobService, the operator token on WorkerService), a worker acting
 // as another, and reports from workers not assigned the job rank they name
 // are refused, and leave the store as it was.
-#include <set>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <string>
 
 #include "coordinator/test_coordinator.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "jobspec/path_roots.h"
 #include "jobspec/test_specs.h"
 #include "proto/job_service.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
@@ -287,6 +290,55 @@ TEST_F(AccessTest, ReportsFromWorkersNotAssignedTheJobRankAreRefused) {
   EXPECT_EQ(reported.state(), v1::RUNNING);
   EXPECT_EQ(reported.checkpoints_size(), 1);
   EXPECT_EQ(reported.latest_metrics().iteration(), 3);
+}
+
+TEST(PathRootsTest, SubmitRefusesPathsOutsideTheRootsAndStoresNothing) {
+  const std::filesystem::path root =
+      std::filesystem::path(std::getenv("TEST_TMPDIR")) / "roots";
+  std::filesystem::create_directories(root);
+  CoordinatorOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = root / "state";
+  options.operator_token = TestCoordinator::kOperatorToken;
+  options.worker_token = TestCoordinator::kWorkerToken;
+  options.path_roots = *ParsePathRoots(root.string());
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  auto connect = [&](const char* token) {
+    return std::make_shared<ClientConnection>(ConnectionOptions{
+        "127.0.0.1:" + std::to_string((*coordinator)->port()), token, ""});
+  };
+  std::shared_ptr<ClientConnection> worker =
+      connect(TestCoordinator::kWorkerToken);
+  RegisterTestWorker(v1::CPU, *worker);
+  std::shared_ptr<ClientConnection> operator_ =
+      connect(TestCoordinator::kOperatorToken);
+  auto jobs = v1::JobService::NewStub(operator_->channel());
+  auto submit = [&](const std::string& save_dir) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = LoadTestSpec("tiny_job.json");
+    request.mutable_spec()->mutable_data()->mutable_sources(0)->set_path(
+        (root / "data" / "tiny").string());
+    request.mutable_spec()->mutable_training()->set_save_dir(save_dir);
+    v1::SubmitJobResponse response;
+    return jobs->SubmitJob(operator_->NewContext().get(), request, &response);
+  };
+
+  grpc::Status outside = submit("/etc/glm-checkpoints");
+  EXPECT_EQ(outside.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(outside.error_message().rfind("training.save_dir: ", 0), 0u)
+      << outside.error_message();
+  EXPECT_EQ(submit((root / ".." / "escaped").string()).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(jobs->ListJobs(operator_->NewContext().get(),
+                             v1::ListJobsRequest(), &listed)
+                  .ok());
+  EXPECT_EQ(listed.jobs_size(), 0);
+
+  grpc::Status inside = submit((root / "checkpoints").string());
+  EXPECT_TRUE(inside.ok()) << inside.error_message();
 }
 
 }  // namespace

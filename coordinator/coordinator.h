@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "jobspec/path_roots.h"
 
 namespace glm {
 
@@ -31,6 +32,9 @@ struct CoordinatorOptions {
   // PEM certificate chain and private key; both empty: plaintext.
   std::string tls_cert_pem;
   std::string tls_key_pem;
+  // Every path a job spec names must lie under one of these
+  // (jobspec/path_roots.h); empty: anywhere.
+  PathRoots path_roots;
   int64_t heartbeat_interval_ms = 1000;
   // A worker silent this long is dead.
   int64_t heartbeat_timeout_ms = 10000;

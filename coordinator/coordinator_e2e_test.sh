@@ -9,9 +9,13 @@ set -u
 COORDINATOR="coordinator/glm-coordinator"
 GLMCTL="cli/glmctl"
 WORKER="worker/glm-worker"
-SPECS="jobspec/testdata"
 WORK="${TEST_TMPDIR:-$(mktemp -d)}/e2e"
-rm -rf "$WORK" && mkdir -p "$WORK"
+rm -rf "$WORK" && mkdir -p "$WORK/specs"
+# The test specs with their data under $WORK, the coordinator's path root.
+SPECS="$WORK/specs"
+for spec in tiny_job skip_layer_job; do
+  sed "s|\"data/|\"$WORK/data/|" "jobspec/testdata/$spec.json" > "$SPECS/$spec.json"
+done
 echo "e2e-operator-token-$$" > "$WORK/token"
 echo "e2e-worker-token-$$" > "$WORK/worker_token"
 echo "not-the-token" > "$WORK/wrong_token"
@@ -29,7 +33,7 @@ fail() {
 start_coordinator() {
   "$COORDINATOR" --listen="${1:-127.0.0.1:0}" --metrics-listen=127.0.0.1:0 \
     --state-dir="$WORK/state" --operator-token-file="$WORK/token" \
-    --worker-token-file="$WORK/worker_token" \
+    --worker-token-file="$WORK/worker_token" --path-roots="$WORK" \
     2> "$WORK/coordinator.log" &
   COORDINATOR_PID=$!
   local port=""
@@ -82,6 +86,7 @@ expect_in no_worker.err "FAILED_PRECONDITION: device: no registered worker runs 
 # A live worker (one of the job's two ranks) outlives the restart: the new
 # coordinator does not know its id.
 "$WORKER" --coordinator="$GLM_COORDINATOR" --token-file="$WORK/worker_token" \
+  --path-roots="$WORK" \
   2> "$WORK/worker.log" &
 WORKER_PID=$!
 wait_for_line() {
@@ -106,6 +111,13 @@ expect_in submit.out "submitted $JOB (PENDING)"
 run invalid 1 submit -f "$SPECS/skip_layer_job.json"
 expect_in invalid.err "INVALID_ARGUMENT: parallel.layout:"
 expect_in invalid.err "starts at layer 4"
+
+# Paths outside the coordinator's --path-roots, or relative, are refused.
+sed 's|"tokenizer": "byte"|"tokenizer": "/etc/passwd"|' "$SPECS/tiny_job.json" > "$WORK/outside.json"
+run outside 1 submit -f "$WORK/outside.json"
+expect_in outside.err 'INVALID_ARGUMENT: data.tokenizer: "/etc/passwd" is outside the path roots'
+run relative 1 submit -f jobspec/testdata/tiny_job.json
+expect_in relative.err 'data.sources[0].path: "data/tiny_text_document" is relative'
 
 echo '{"name": "typo", "trainig": {}}' > "$WORK/typo.json"
 run typo 1 submit -f "$WORK/typo.json"

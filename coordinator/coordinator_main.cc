@@ -20,7 +20,7 @@ CommandFlags DeclareFlags() {
   CommandFlags flags(
       "glm-coordinator --listen=ADDR --state-dir=DIR "
       "--metrics-listen=ADDR --operator-token-file=FILE "
-      "--worker-token-file=FILE [flags]");
+      "--worker-token-file=FILE --path-roots=DIR[,DIR...] [flags]");
   flags.Add("listen", "host:port to serve gRPC on", "127.0.0.1:7070");
   flags.Add("state-dir", "directory of the RocksDB job store");
   flags.Add("metrics-listen", "host:port to serve Prometheus /metrics on",
@@ -38,6 +38,10 @@ CommandFlags DeclareFlags() {
   flags.Add("auth-token-file",
             "no longer accepted: the single token was split into "
             "--operator-token-file and --worker-token-file");
+  flags.Add("path-roots",
+            "comma-separated folders every path of a job spec must lie "
+            "under (data, tokenizer, checkpoints, exports, HF folders); "
+            "'/' allows any path");
   flags.Add("tls-cert",
             "PEM certificate chain (TLS when given with --tls-key)");
   flags.Add("tls-key", "PEM private key of --tls-cert");
@@ -56,8 +60,8 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
         "(glmctl's token) and --worker-token-file (glm-worker's token), two "
         "different tokens; see docs/security.md");
   }
-  for (const char* required :
-       {"state-dir", "operator-token-file", "worker-token-file"}) {
+  for (const char* required : {"state-dir", "operator-token-file",
+                               "worker-token-file", "path-roots"}) {
     if (absl::Status given = flags.Require(required); !given.ok()) return given;
   }
   if (flags.Has("tls-cert") != flags.Has("tls-key")) {
@@ -89,6 +93,9 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
         "--metrics-retention-s must not be negative");
   }
   options.metrics_retention_ms = retention_s * 1000;
+  absl::StatusOr<PathRoots> roots = ParsePathRoots(flags.Get("path-roots"));
+  if (!roots.ok()) return roots.status();
+  options.path_roots = *std::move(roots);
   for (const auto& [flag, out] :
        {std::pair<const char*, std::string*>{"operator-token-file",
                                              &options.operator_token},

@@ -1,6 +1,7 @@
 #include "coordinator/job_service.h"
 
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "coordinator/job_state_machine.h"
@@ -15,10 +16,12 @@ constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
 
 }  // namespace
 
-JobServiceImpl::JobServiceImpl(const RpcEnv& env, JobTable* jobs,
-                               WorkerRegistry* workers, Scheduler* scheduler,
+JobServiceImpl::JobServiceImpl(const RpcEnv& env, JobServiceOptions options,
+                               JobTable* jobs, WorkerRegistry* workers,
+                               Scheduler* scheduler,
                                const std::atomic<bool>* stopping)
     : env_(env),
+      options_(std::move(options)),
       jobs_(jobs),
       workers_(workers),
       scheduler_(scheduler),
@@ -32,6 +35,11 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
       [&](const Caller&) {
         absl::StatusOr<JobPlan> plan = ValidateJobSpec(request->spec());
         if (!plan.ok()) return ToGrpcStatus(plan.status());
+        if (absl::Status inside =
+                CheckSpecPaths(request->spec(), options_.path_roots);
+            !inside.ok()) {
+          return ToGrpcStatus(inside);
+        }
         if (absl::Status runnable =
                 CheckSomeWorkerRuns(request->spec(), workers_->AliveKinds());
             !runnable.ok()) {

@@ -79,9 +79,12 @@ pid_t SpawnWorker(const std::string& target, const std::string& token_file,
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> args = {"worker/glm-worker",
-                                   "--coordinator=" + target,
-                                   "--token-file=" + token_file};
+  // The tests' files are wherever Bazel puts them (runfiles are symlinks
+  // into the source tree): path roots are tested in jobspec/ and
+  // coordinator/.
+  std::vector<std::string> args = {
+      "worker/glm-worker", "--coordinator=" + target,
+      "--token-file=" + token_file, "--path-roots=/"};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

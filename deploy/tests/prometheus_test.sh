@@ -34,11 +34,12 @@ done
 "$bin/glm-coordinator" --listen="127.0.0.1:$grpc_port" --state-dir="$dir/coordinator" \
   --metrics-listen="127.0.0.1:$metrics_port" --metrics-retention-s=$retention_s \
   --operator-token-file="$dir/operator-token" \
-  --worker-token-file="$dir/worker-token" 2> "$dir/coordinator.log" &
+  --worker-token-file="$dir/worker-token" --path-roots="$dir" \
+  2> "$dir/coordinator.log" &
 pids+=($!)
 for rank in 0 1; do
   "$bin/glm-worker" --coordinator="127.0.0.1:$grpc_port" --token-file="$dir/worker-token" \
-    --device=cpu 2> "$dir/worker-$rank.log" &
+    --path-roots="$dir" --device=cpu 2> "$dir/worker-$rank.log" &
   pids+=($!)
 done
 

@@ -51,12 +51,14 @@ deploy/tls/make_certs.sh "$dir/tls" glm-coordinator
 ip netns exec "$a" "$bin/glm-coordinator" --listen="$addr_a:7070" \
   --state-dir="$dir/coordinator" --metrics-listen="$addr_a:9464" \
   --operator-token-file="$dir/operator-token" \
-  --worker-token-file="$dir/worker-token" --tls-cert="$dir/tls/tls.crt" \
+  --worker-token-file="$dir/worker-token" --path-roots="$dir" \
+  --tls-cert="$dir/tls/tls.crt" \
   --tls-key="$dir/tls/tls.key" 2> "$dir/coordinator.log" &
 pids+=($!)
 for ns in "$a" "$b"; do
   ip netns exec "$ns" "$bin/glm-worker" --coordinator=glm-coordinator:7070 \
-    --token-file="$dir/worker-token" --tls-ca="$dir/tls/ca.crt" --device=cpu \
+    --token-file="$dir/worker-token" --path-roots="$dir" \
+    --tls-ca="$dir/tls/ca.crt" --device=cpu \
     2> "$dir/worker-$ns.log" &
   pids+=($!)
 done
