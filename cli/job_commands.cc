@@ -234,6 +234,23 @@ int Submit(const std::vector<std::string>& args) {
   });
 }
 
+// Every job `request` selects into `all`: the pages the coordinator returns,
+// followed to the last.
+grpc::Status ListAllJobs(const JobCall& call, v1::ListJobsRequest request,
+                         v1::ListJobsResponse* all) {
+  do {
+    v1::ListJobsResponse page;
+    grpc::Status status = call.stub.ListJobs(
+        call.connection.NewContext(absl::Seconds(30)).get(), request, &page);
+    if (!status.ok()) return status;
+    for (v1::Job& job : *page.mutable_jobs()) {
+      *all->add_jobs() = std::move(job);
+    }
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  return grpc::Status::OK;
+}
+
 int List(const std::vector<std::string>& args) {
   CommandFlags flags = NewFlags("glmctl list [--state=S1,S2] [flags]");
   flags.Add("state",
@@ -254,9 +271,7 @@ int List(const std::vector<std::string>& args) {
       }
     }
     v1::ListJobsResponse response;
-    grpc::Status status =
-        call.stub.ListJobs(call.connection.NewContext(absl::Seconds(30)).get(),
-                           request, &response);
+    grpc::Status status = ListAllJobs(call, request, &response);
     if (!status.ok()) return RpcError(status);
     if (call.json) {
       std::cout << ToJson(response, true);

@@ -121,5 +121,25 @@ TEST_F(JobCommandsTest, CheckpointsAreListed) {
   EXPECT_EQ(Run("checkpoints", {}, &out), 2);  // the job id is required
 }
 
+TEST_F(JobCommandsTest, ListFollowsEveryPage) {
+  server_.RegisterWorker(v1::CPU);  // the jobs wait for a second worker
+  std::string out;
+  // More jobs than one page holds (100 by default).
+  constexpr int kJobs = 103;
+  std::string last;
+  for (int i = 0; i < kJobs; ++i) {
+    ASSERT_EQ(Run("submit", {"-f", "jobspec/testdata/tiny_job.json"}, &out), 0);
+    last = SubmittedId(out);
+  }
+  ASSERT_EQ(Run("list", {}, &out), 0);
+  int rows = 0;
+  for (size_t at = out.find("tiny-pretrain"); at != std::string::npos;
+       at = out.find("tiny-pretrain", at + 1)) {
+    ++rows;
+  }
+  EXPECT_EQ(rows, kJobs);
+  EXPECT_NE(out.find(last), std::string::npos);
+}
+
 }  // namespace
 }  // namespace glm

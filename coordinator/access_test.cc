@@ -4,9 +4,12 @@
 // are refused, and leave the store as it was.
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "coordinator/test_coordinator.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -292,28 +295,49 @@ TEST_F(AccessTest, ReportsFromWorkersNotAssignedTheJobRankAreRefused) {
   EXPECT_EQ(reported.latest_metrics().iteration(), 3);
 }
 
+// A coordinator of its own (not TestCoordinator's options) with a fresh store
+// under TEST_TMPDIR/`name`, and connections to it.
+class OwnCoordinator {
+ public:
+  OwnCoordinator(const std::string& name,
+                 const std::function<void(CoordinatorOptions*)>& configure)
+      : dir_(std::filesystem::path(std::getenv("TEST_TMPDIR")) / name) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    CoordinatorOptions options;
+    options.listen = "127.0.0.1:0";
+    options.state_dir = dir_ / "state";
+    options.operator_token = TestCoordinator::kOperatorToken;
+    options.worker_token = TestCoordinator::kWorkerToken;
+    configure(&options);
+    absl::StatusOr<std::unique_ptr<Coordinator>> started =
+        Coordinator::Start(options);
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (started.ok()) coordinator_ = *std::move(started);
+  }
+
+  const std::filesystem::path& dir() const { return dir_; }
+  std::shared_ptr<ClientConnection> Connect(const char* token) const {
+    return std::make_shared<ClientConnection>(ConnectionOptions{
+        "127.0.0.1:" + std::to_string(coordinator_->port()), token, ""});
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
 TEST(PathRootsTest, SubmitRefusesPathsOutsideTheRootsAndStoresNothing) {
   const std::filesystem::path root =
       std::filesystem::path(std::getenv("TEST_TMPDIR")) / "roots";
-  std::filesystem::create_directories(root);
-  CoordinatorOptions options;
-  options.listen = "127.0.0.1:0";
-  options.state_dir = root / "state";
-  options.operator_token = TestCoordinator::kOperatorToken;
-  options.worker_token = TestCoordinator::kWorkerToken;
-  options.path_roots = *ParsePathRoots(root.string());
-  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-      Coordinator::Start(options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  auto connect = [&](const char* token) {
-    return std::make_shared<ClientConnection>(ConnectionOptions{
-        "127.0.0.1:" + std::to_string((*coordinator)->port()), token, ""});
-  };
+  OwnCoordinator server("roots", [&](CoordinatorOptions* options) {
+    options->path_roots = *ParsePathRoots(root.string());
+  });
   std::shared_ptr<ClientConnection> worker =
-      connect(TestCoordinator::kWorkerToken);
+      server.Connect(TestCoordinator::kWorkerToken);
   RegisterTestWorker(v1::CPU, *worker);
   std::shared_ptr<ClientConnection> operator_ =
-      connect(TestCoordinator::kOperatorToken);
+      server.Connect(TestCoordinator::kOperatorToken);
   auto jobs = v1::JobService::NewStub(operator_->channel());
   auto submit = [&](const std::string& save_dir) {
     v1::SubmitJobRequest request;
@@ -339,6 +363,62 @@ TEST(PathRootsTest, SubmitRefusesPathsOutsideTheRootsAndStoresNothing) {
 
   grpc::Status inside = submit((root / "checkpoints").string());
   EXPECT_TRUE(inside.ok()) << inside.error_message();
+}
+
+TEST(WatchQuotaTest, AClientHoldsAtMostItsWatchStreams) {
+  OwnCoordinator server("watch_quota", [](CoordinatorOptions* options) {
+    options->max_watches_per_client = 2;
+  });
+  std::shared_ptr<ClientConnection> worker =
+      server.Connect(TestCoordinator::kWorkerToken);
+  RegisterTestWorker(v1::CPU, *worker);
+  std::shared_ptr<ClientConnection> operator_ =
+      server.Connect(TestCoordinator::kOperatorToken);
+  auto jobs = v1::JobService::NewStub(operator_->channel());
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = LoadTestSpec("tiny_job.json");
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(
+      jobs->SubmitJob(operator_->NewContext().get(), submit, &submitted).ok());
+  v1::WatchJobRequest watch;
+  watch.set_id(submitted.job().id());
+
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader;
+  };
+  auto open = [&] {
+    Watch opened{operator_->NewContext(), nullptr};
+    opened.reader = jobs->WatchJob(opened.context.get(), watch);
+    return opened;
+  };
+  std::vector<Watch> watches;
+  for (int i = 0; i < 2; ++i) {
+    watches.push_back(open());
+    v1::JobEvent first;
+    ASSERT_TRUE(watches.back().reader->Read(&first));  // the job as it stands
+  }
+  Watch third = open();
+  v1::JobEvent event;
+  EXPECT_FALSE(third.reader->Read(&event));
+  grpc::Status refused = third.reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(Mentions(refused, "--max-watches-per-client"))
+      << refused.error_message();
+
+  // A closed watch frees its slot (the server notices within its poll).
+  watches[0].context->TryCancel();
+  watches[0].reader->Finish();
+  bool reopened = false;
+  for (int i = 0; i < 50 && !reopened; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    Watch again = open();
+    reopened = again.reader->Read(&event);
+    again.context->TryCancel();
+    again.reader->Finish();
+  }
+  EXPECT_TRUE(reopened);
+  for (Watch& open_watch : watches) open_watch.context->TryCancel();
 }
 
 }  // namespace

@@ -117,8 +117,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   const RpcEnv env{options.operator_token, options.worker_token,
                    parts->workers.get(), parts->metrics.get()};
   parts->job_service = std::make_unique<JobServiceImpl>(
-      env, JobServiceOptions{options.path_roots}, parts->jobs.get(),
-      parts->workers.get(), parts->scheduler.get(), &parts->stopping);
+      env,
+      JobServiceOptions{options.path_roots, options.max_watches_per_client},
+      parts->jobs.get(), parts->workers.get(), parts->scheduler.get(),
+      &parts->stopping);
   parts->worker_service = std::make_unique<WorkerServiceImpl>(
       env, parts->workers.get(), parts->scheduler.get(), parts->jobs.get(),
       options.heartbeat_interval_ms, &parts->stopping);

@@ -35,6 +35,8 @@ struct CoordinatorOptions {
   // Every path a job spec names must lie under one of these
   // (jobspec/path_roots.h); empty: anywhere.
   PathRoots path_roots;
+  // Open WatchJob streams one client host may hold.
+  int max_watches_per_client = 64;
   int64_t heartbeat_interval_ms = 1000;
   // A worker silent this long is dead.
   int64_t heartbeat_timeout_ms = 10000;

@@ -42,6 +42,8 @@ CommandFlags DeclareFlags() {
             "comma-separated folders every path of a job spec must lie "
             "under (data, tokenizer, checkpoints, exports, HF folders); "
             "'/' allows any path");
+  flags.Add("max-watches-per-client",
+            "open `glmctl watch` streams one client host may hold", "64");
   flags.Add("tls-cert",
             "PEM certificate chain (TLS when given with --tls-key)");
   flags.Add("tls-key", "PEM private key of --tls-cert");
@@ -93,6 +95,17 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
         "--metrics-retention-s must not be negative");
   }
   options.metrics_retention_ms = retention_s * 1000;
+  int64_t max_watches = 0;
+  if (absl::Status parsed =
+          flags.GetInt("max-watches-per-client", &max_watches);
+      !parsed.ok()) {
+    return parsed;
+  }
+  if (max_watches <= 0 || max_watches > 100000) {
+    return absl::InvalidArgumentError(
+        "--max-watches-per-client must be between 1 and 100000");
+  }
+  options.max_watches_per_client = static_cast<int>(max_watches);
   absl::StatusOr<PathRoots> roots = ParsePathRoots(flags.Get("path-roots"));
   if (!roots.ok()) return roots.status();
   options.path_roots = *std::move(roots);

@@ -109,6 +109,47 @@ TEST_F(CoordinatorTest, InvalidSpecIsRejectedAndNothingStored) {
   EXPECT_EQ(listed.jobs_size(), 0);
 }
 
+TEST_F(CoordinatorTest, ListJobsComesInPagesInIdOrder) {
+  server_.RegisterWorker(v1::CPU);  // the jobs wait for a second worker
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(job->id());
+  }
+  v1::ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> listed;
+  int pages = 0;
+  do {
+    v1::ListJobsResponse page;
+    ASSERT_TRUE(
+        jobs_->ListJobs(connection_->NewContext().get(), request, &page).ok());
+    EXPECT_LE(page.jobs_size(), 2);
+    for (const v1::Job& job : page.jobs()) listed.push_back(job.id());
+    request.set_page_token(page.next_page_token());
+    ++pages;
+  } while (!request.page_token().empty() && pages < 10);
+  EXPECT_EQ(listed, ids);
+  EXPECT_EQ(pages, 3);
+
+  // A state filter pages over the matching jobs only.
+  request.Clear();
+  request.add_states(v1::CANCELLED);
+  v1::ListJobsResponse none;
+  ASSERT_TRUE(
+      jobs_->ListJobs(connection_->NewContext().get(), request, &none).ok());
+  EXPECT_EQ(none.jobs_size(), 0);
+  EXPECT_TRUE(none.next_page_token().empty());
+
+  request.Clear();
+  request.set_page_size(-1);
+  grpc::Status negative =
+      jobs_->ListJobs(connection_->NewContext().get(), request, &none);
+  EXPECT_EQ(negative.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(negative.error_message().rfind("page_size: ", 0), 0u);
+}
+
 TEST_F(CoordinatorTest, SubmitNeedsARegisteredWorkerOfTheJobsDevice) {
   absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
   EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition);

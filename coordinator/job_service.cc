@@ -1,9 +1,11 @@
 #include "coordinator/job_service.h"
 
+#include <algorithm>
 #include <iostream>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/job_state_machine.h"
 #include "jobspec/device_rules.h"
 #include "jobspec/job_spec_validator.h"
@@ -14,6 +16,27 @@ namespace {
 // How often a watch stream looks at whether its client or the server went away.
 constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
 
+// A page of jobs stays well under gRPC's 4 MiB message limit (without full
+// manifests) and cheap to read from the store.
+constexpr int kDefaultListPageSize = 100;
+constexpr int kMaxListPageSize = 1000;
+// Job ids are short; a longer page token was not one of ours.
+constexpr size_t kMaxPageTokenBytes = 256;
+
+absl::StatusOr<int> ListPageSize(const v1::ListJobsRequest& request) {
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size: must not be negative, got ", request.page_size()));
+  }
+  if (request.page_token().size() > kMaxPageTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token: ", request.page_token().size(),
+                     " bytes; pass a response's next_page_token"));
+  }
+  if (request.page_size() == 0) return kDefaultListPageSize;
+  return std::min(request.page_size(), kMaxListPageSize);
+}
+
 }  // namespace
 
 JobServiceImpl::JobServiceImpl(const RpcEnv& env, JobServiceOptions options,
@@ -22,6 +45,8 @@ JobServiceImpl::JobServiceImpl(const RpcEnv& env, JobServiceOptions options,
                                const std::atomic<bool>* stopping)
     : env_(env),
       options_(std::move(options)),
+      watches_(options_.max_watches_per_client, "WatchJob streams",
+               "--max-watches-per-client"),
       jobs_(jobs),
       workers_(workers),
       scheduler_(scheduler),
@@ -74,14 +99,17 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                                       v1::ListJobsResponse* response) {
   return GuardRpc(env_, *context, "JobService/ListJobs", Access::kOperator,
                   [&](const Caller&) {
+                    absl::StatusOr<int> page_size = ListPageSize(*request);
+                    if (!page_size.ok())
+                      return ToGrpcStatus(page_size.status());
                     std::vector<v1::JobState> states;
                     for (int state : request->states()) {
                       states.push_back(static_cast<v1::JobState>(state));
                     }
-                    absl::StatusOr<std::vector<v1::Job>> jobs =
-                        jobs_->List(states);
-                    if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-                    for (v1::Job& job : *jobs) {
+                    absl::StatusOr<JobStore::Page> page = jobs_->ListPage(
+                        states, request->page_token(), *page_size);
+                    if (!page.ok()) return ToGrpcStatus(page.status());
+                    for (v1::Job& job : page->jobs) {
                       if (!request->full_manifests()) {
                         for (v1::CheckpointManifest& manifest :
                              *job.mutable_checkpoints()) {
@@ -91,6 +119,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                       }
                       *response->add_jobs() = std::move(job);
                     }
+                    response->set_next_page_token(page->next_after);
                     return grpc::Status::OK;
                   });
 }
@@ -111,9 +140,13 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {
-  return GuardStream(
-      env_, *context, "JobService/WatchJob", Access::kOperator,
-      [&](const Caller&) { return StreamJob(context, request->id(), writer); });
+  return GuardStream(env_, *context, "JobService/WatchJob", Access::kOperator,
+                     [&](const Caller&) {
+                       absl::StatusOr<ClientQuota::Slot> slot =
+                           watches_.Acquire(ClientHost(context->peer()));
+                       if (!slot.ok()) return ToGrpcStatus(slot.status());
+                       return StreamJob(context, request->id(), writer);
+                     });
 }
 
 grpc::Status JobServiceImpl::StreamJob(

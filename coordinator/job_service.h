@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "coordinator/client_quota.h"
 #include "coordinator/job_table.h"
 #include "coordinator/rpc_guard.h"
 #include "coordinator/scheduler.h"
@@ -19,6 +20,9 @@ struct JobServiceOptions {
   // Every path a spec names lies under one of these (jobspec/path_roots.h);
   // empty: anywhere.
   PathRoots path_roots;
+  // Open WatchJob streams one client host may hold (each holds a server
+  // thread for as long as its job runs).
+  int max_watches_per_client = 64;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {
@@ -55,6 +59,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   const RpcEnv env_;
   const JobServiceOptions options_;
+  ClientQuota watches_;
   JobTable* const jobs_;
   WorkerRegistry* const workers_;
   Scheduler* const scheduler_;

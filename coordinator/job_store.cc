@@ -1,5 +1,6 @@
 #include "coordinator/job_store.h"
 
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -113,21 +114,37 @@ absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) const {
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::List() const {
-  std::vector<v1::Job> jobs;
+  absl::StatusOr<Page> all =
+      ListPage("", std::numeric_limits<size_t>::max(), nullptr);
+  if (!all.ok()) return all.status();
+  return std::move(all->jobs);
+}
+
+absl::StatusOr<JobStore::Page> JobStore::ListPage(
+    const std::string& after_id, size_t limit,
+    const std::function<bool(const v1::Job&)>& keep) const {
+  Page page;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(kJobPrefix); it->Valid() && it->key().starts_with(kJobPrefix);
-       it->Next()) {
+  const std::string after_key = absl::StrCat(kJobPrefix, after_id);
+  it->Seek(after_key);
+  if (!after_id.empty() && it->Valid() && it->key() == after_key) it->Next();
+  for (; it->Valid() && it->key().starts_with(kJobPrefix); it->Next()) {
     v1::Job job;
     if (!job.ParseFromArray(it->value().data(),
                             static_cast<int>(it->value().size()))) {
       return absl::DataLossError(
           absl::StrCat("stored job ", it->key().ToString(), " is corrupt"));
     }
-    jobs.push_back(std::move(job));
+    if (keep && !keep(job)) continue;
+    if (page.jobs.size() == limit) {
+      page.next_after = page.jobs.back().id();
+      break;
+    }
+    page.jobs.push_back(std::move(job));
   }
   if (!it->status().ok()) return FromRocks(it->status(), "listing jobs");
-  return jobs;
+  return page;
 }
 
 }  // namespace glm

@@ -6,6 +6,7 @@
 #define GLM_COORDINATOR_JOB_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,19 @@ class JobStore {
   absl::StatusOr<v1::Job> Get(const std::string& id) const;
   // Every job, in id order.
   absl::StatusOr<std::vector<v1::Job>> List() const;
+
+  struct Page {
+    std::vector<v1::Job> jobs;
+    // The last job's id when more jobs `keep` accepts follow; empty
+    // otherwise.
+    std::string next_after;
+  };
+  // The first `limit` jobs after `after_id` (from the first when empty), in
+  // id order, that `keep` accepts (all when null). Reads only as far as it
+  // needs to.
+  absl::StatusOr<Page> ListPage(
+      const std::string& after_id, size_t limit,
+      const std::function<bool(const v1::Job&)>& keep) const;
 
  private:
   JobStore(std::unique_ptr<rocksdb::DB> db, std::string tag);
