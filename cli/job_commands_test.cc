@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "coordinator/test_coordinator.h"
 #include "gtest/gtest.h"
 #include "worker/coordinator_client.h"
@@ -21,6 +22,24 @@ std::string SubmittedId(const std::string& out) {
   if (out.rfind(prefix, 0) != 0) return "";
   return out.substr(prefix.size(),
                     out.find(' ', prefix.size()) - prefix.size());
+}
+
+// Whether a line of `table` holds `cells` in this order.
+bool HasRow(const std::string& table, const std::vector<std::string>& cells) {
+  for (absl::string_view line : absl::StrSplit(table, '\n')) {
+    size_t at = 0;
+    bool all = true;
+    for (const std::string& cell : cells) {
+      at = line.find(cell, at);
+      if (at == absl::string_view::npos) {
+        all = false;
+        break;
+      }
+      at += cell.size();
+    }
+    if (all) return true;
+  }
+  return false;
 }
 
 class JobCommandsTest : public ::testing::Test {
@@ -139,6 +158,32 @@ TEST_F(JobCommandsTest, ListFollowsEveryPage) {
   }
   EXPECT_EQ(rows, kJobs);
   EXPECT_NE(out.find(last), std::string::npos);
+}
+
+TEST_F(JobCommandsTest, AuditListsStateChangesForOperatorsOnly) {
+  const std::string worker = server_.RegisterWorker(v1::CPU);
+  std::string out;
+  ASSERT_EQ(Run("submit", {"-f", "jobspec/testdata/tiny_job.json"}, &out), 0);
+  const std::string job = SubmittedId(out);
+  ASSERT_EQ(Run("cancel", {job}, &out), 0);
+  ASSERT_EQ(Run("audit", {}, &out), 0);
+  EXPECT_TRUE(HasRow(
+      out, {"1", "worker", "WorkerService/RegisterWorker", worker, "OK"}))
+      << out;
+  EXPECT_TRUE(HasRow(out, {"2", "operator", "ipv4:127.0.0.1",
+                           "JobService/SubmitJob", job, "OK"}))
+      << out;
+  EXPECT_TRUE(HasRow(out, {"3", "operator", "JobService/CancelJob", job, "OK"}))
+      << out;
+  ASSERT_EQ(Run("audit", {"--after=2"}, &out), 0);
+  EXPECT_EQ(out.find("SubmitJob"), std::string::npos) << out;
+  EXPECT_NE(out.find("CancelJob"), std::string::npos) << out;
+
+  const std::string worker_token =
+      std::string(std::getenv("TEST_TMPDIR")) + "/worker_token";
+  std::ofstream(worker_token) << TestCoordinator::kWorkerToken << "\n";
+  token_file_ = worker_token;
+  EXPECT_EQ(Run("audit", {}, &out), 1);
 }
 
 }  // namespace

@@ -176,6 +176,77 @@ TEST_F(AccessTest, TheWorkerTokenCannotSubmitCancelListGetOrWatch) {
   EXPECT_EQ(jobs[0].history_size(), before.history_size());
 }
 
+TEST_F(AccessTest, TheAuditLogRecordsStateChangesAndRefusals) {
+  Worker rank0 = AddWorker();
+  Worker rank1 = AddWorker();
+  const std::string id = SubmitTinyJob();
+  // Refused: the worker token cancelling; allowed: the operator cancelling.
+  std::shared_ptr<ClientConnection> worker = server_.ConnectAsWorker();
+  v1::CancelJobRequest cancel;
+  cancel.set_id(id);
+  v1::Job cancelled;
+  EXPECT_FALSE(v1::JobService::NewStub(worker->channel())
+                   ->CancelJob(worker->NewContext().get(), cancel, &cancelled)
+                   .ok());
+  ASSERT_TRUE(
+      jobs_->CancelJob(operator_->NewContext().get(), cancel, &cancelled).ok());
+  // Not recorded: a read and an accepted heartbeat.
+  ASSERT_FALSE(ListAll().empty());
+  ASSERT_TRUE(HeartbeatNaming(rank0, "").ok());
+
+  v1::ListAuditRequest request;
+  request.set_page_size(3);
+  std::vector<v1::AuditEntry> entries;
+  int pages = 0;
+  do {
+    v1::ListAuditResponse page;
+    grpc::Status status =
+        jobs_->ListAudit(operator_->NewContext().get(), request, &page);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    entries.insert(entries.end(), page.entries().begin(), page.entries().end());
+    request.set_after_sequence(page.next_after_sequence());
+    ++pages;
+  } while (request.after_sequence() != 0 && pages < 10);
+  ASSERT_EQ(entries.size(), 5u);
+  EXPECT_EQ(pages, 2);
+  auto expect = [&](int i, const std::string& method, const std::string& role,
+                    const std::string& subject, const std::string& outcome) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(entries[i].sequence(), i + 1);
+    EXPECT_EQ(entries[i].method(), method);
+    EXPECT_EQ(entries[i].role(), role);
+    EXPECT_EQ(entries[i].subject(), subject);
+    EXPECT_EQ(entries[i].outcome(), outcome);
+    EXPECT_EQ(entries[i].client(), "ipv4:127.0.0.1");
+    EXPECT_GT(entries[i].unix_ms(), 0);
+  };
+  expect(0, "WorkerService/RegisterWorker", "worker", rank0.id, "OK");
+  expect(1, "WorkerService/RegisterWorker", "worker", rank1.id, "OK");
+  expect(2, "JobService/SubmitJob", "operator", id, "OK");
+  expect(3, "JobService/CancelJob", "worker", id, "PERMISSION_DENIED");
+  EXPECT_NE(entries[3].message().find("needs the operator token"),
+            std::string::npos);
+  expect(4, "JobService/CancelJob", "operator", id, "OK");
+
+  // A refused report names the worker that made it.
+  EXPECT_FALSE(ReportFailure(rank1, "job-elsewhere", 1, 0).ok());
+  v1::ListAuditResponse latest;
+  request.set_after_sequence(5);
+  ASSERT_TRUE(
+      jobs_->ListAudit(operator_->NewContext().get(), request, &latest).ok());
+  ASSERT_EQ(latest.entries_size(), 1);
+  EXPECT_EQ(latest.entries(0).worker_id(), rank1.id);
+  EXPECT_EQ(latest.entries(0).subject(), "job-elsewhere");
+  EXPECT_EQ(latest.entries(0).outcome(), "PERMISSION_DENIED");
+
+  // Workers cannot read it.
+  v1::ListAuditResponse refused;
+  EXPECT_EQ(v1::JobService::NewStub(worker->channel())
+                ->ListAudit(worker->NewContext().get(), request, &refused)
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
 TEST_F(AccessTest, TheOperatorTokenCannotRegisterOrReportAsAWorker) {
   auto stub = v1::WorkerService::NewStub(operator_->channel());
   v1::RegisterWorkerRequest request;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_state_machine.h"
@@ -30,6 +31,7 @@ struct Coordinator::Parts {
   std::unique_ptr<CoordinatorMetrics> metrics;
   std::unique_ptr<JobStore> store;
   std::unique_ptr<JobTable> jobs;
+  std::unique_ptr<AuditLog> audit;
   std::unique_ptr<WorkerRegistry> workers;
   std::unique_ptr<RendezvousTable> rendezvous;
   std::unique_ptr<Scheduler> scheduler;
@@ -103,6 +105,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (!store.ok()) return store.status();
   parts->store = *std::move(store);
   parts->jobs = std::make_unique<JobTable>(parts->store.get());
+  absl::StatusOr<std::unique_ptr<AuditLog>> audit =
+      AuditLog::Open(parts->store.get(), options.audit_max_entries);
+  if (!audit.ok()) return audit.status();
+  parts->audit = *std::move(audit);
   parts->workers =
       std::make_unique<WorkerRegistry>(options.heartbeat_timeout_ms);
   parts->rendezvous = std::make_unique<RendezvousTable>();
@@ -115,7 +121,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   }
 
   const RpcEnv env{options.operator_token, options.worker_token,
-                   parts->workers.get(), parts->metrics.get()};
+                   parts->workers.get(), parts->audit.get(),
+                   parts->metrics.get()};
   parts->job_service = std::make_unique<JobServiceImpl>(
       env,
       JobServiceOptions{options.path_roots, options.max_watches_per_client},
@@ -167,6 +174,7 @@ void Coordinator::Shutdown() {
   parts_->server.reset();
   parts_->scheduler.reset();
   parts_->jobs.reset();
+  parts_->audit.reset();
   parts_->store.reset();
 }
 

@@ -37,6 +37,8 @@ struct CoordinatorOptions {
   PathRoots path_roots;
   // Open WatchJob streams one client host may hold.
   int max_watches_per_client = 64;
+  // The audit log keeps this many newest entries.
+  int64_t audit_max_entries = 100000;
   int64_t heartbeat_interval_ms = 1000;
   // A worker silent this long is dead.
   int64_t heartbeat_timeout_ms = 10000;

@@ -44,6 +44,9 @@ CommandFlags DeclareFlags() {
             "'/' allows any path");
   flags.Add("max-watches-per-client",
             "open `glmctl watch` streams one client host may hold", "64");
+  flags.Add("audit-max-entries",
+            "how many of the newest audit log entries the store keeps",
+            "100000");
   flags.Add("tls-cert",
             "PEM certificate chain (TLS when given with --tls-key)");
   flags.Add("tls-key", "PEM private key of --tls-cert");
@@ -106,6 +109,14 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
         "--max-watches-per-client must be between 1 and 100000");
   }
   options.max_watches_per_client = static_cast<int>(max_watches);
+  if (absl::Status parsed =
+          flags.GetInt("audit-max-entries", &options.audit_max_entries);
+      !parsed.ok()) {
+    return parsed;
+  }
+  if (options.audit_max_entries <= 0) {
+    return absl::InvalidArgumentError("--audit-max-entries must be positive");
+  }
   absl::StatusOr<PathRoots> roots = ParsePathRoots(flags.Get("path-roots"));
   if (!roots.ok()) return roots.status();
   options.path_roots = *std::move(roots);

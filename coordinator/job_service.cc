@@ -23,18 +23,23 @@ constexpr int kMaxListPageSize = 1000;
 // Job ids are short; a longer page token was not one of ours.
 constexpr size_t kMaxPageTokenBytes = 256;
 
-absl::StatusOr<int> ListPageSize(const v1::ListJobsRequest& request) {
-  if (request.page_size() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "page_size: must not be negative, got ", request.page_size()));
+// A request's page_size as the page's length.
+absl::StatusOr<int> PageSize(int32_t requested) {
+  if (requested < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must not be negative, got ", requested));
   }
+  if (requested == 0) return kDefaultListPageSize;
+  return std::min(requested, kMaxListPageSize);
+}
+
+absl::StatusOr<int> ListJobsPageSize(const v1::ListJobsRequest& request) {
   if (request.page_token().size() > kMaxPageTokenBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_token: ", request.page_token().size(),
                      " bytes; pass a response's next_page_token"));
   }
-  if (request.page_size() == 0) return kDefaultListPageSize;
-  return std::min(request.page_size(), kMaxListPageSize);
+  return PageSize(request.page_size());
 }
 
 }  // namespace
@@ -56,7 +61,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
   return GuardRpc(
-      env_, *context, "JobService/SubmitJob", Access::kOperator,
+      env_, *context,
+      {"JobService/SubmitJob", Access::kOperator,
+       [&] { return response->job().id(); }},
       [&](const Caller&) {
         absl::StatusOr<JobPlan> plan = ValidateJobSpec(request->spec());
         if (!plan.ok()) return ToGrpcStatus(plan.status());
@@ -85,7 +92,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
                                     const v1::GetJobRequest* request,
                                     v1::Job* response) {
-  return GuardRpc(env_, *context, "JobService/GetJob", Access::kOperator,
+  return GuardRpc(env_, *context, {"JobService/GetJob", Access::kOperator},
                   [&](const Caller&) {
                     absl::StatusOr<v1::Job> job = jobs_->Get(request->id());
                     if (!job.ok()) return ToGrpcStatus(job.status());
@@ -97,9 +104,9 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                                       const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
-  return GuardRpc(env_, *context, "JobService/ListJobs", Access::kOperator,
+  return GuardRpc(env_, *context, {"JobService/ListJobs", Access::kOperator},
                   [&](const Caller&) {
-                    absl::StatusOr<int> page_size = ListPageSize(*request);
+                    absl::StatusOr<int> page_size = ListJobsPageSize(*request);
                     if (!page_size.ok())
                       return ToGrpcStatus(page_size.status());
                     std::vector<v1::JobState> states;
@@ -127,7 +134,9 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request,
                                        v1::Job* response) {
-  return GuardRpc(env_, *context, "JobService/CancelJob", Access::kOperator,
+  return GuardRpc(env_, *context,
+                  {"JobService/CancelJob", Access::kOperator,
+                   [&] { return request->id(); }},
                   [&](const Caller&) {
                     absl::StatusOr<v1::Job> job =
                         scheduler_->Cancel(request->id(), request->reason());
@@ -140,7 +149,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {
-  return GuardStream(env_, *context, "JobService/WatchJob", Access::kOperator,
+  return GuardStream(env_, *context, {"JobService/WatchJob", Access::kOperator},
                      [&](const Caller&) {
                        absl::StatusOr<ClientQuota::Slot> slot =
                            watches_.Acquire(ClientHost(context->peer()));
@@ -178,13 +187,39 @@ grpc::Status JobServiceImpl::StreamJob(
 grpc::Status JobServiceImpl::ListCheckpoints(
     grpc::ServerContext* context, const v1::ListCheckpointsRequest* request,
     v1::ListCheckpointsResponse* response) {
-  return GuardRpc(env_, *context, "JobService/ListCheckpoints",
-                  Access::kOperator, [&](const Caller&) {
+  return GuardRpc(env_, *context,
+                  {"JobService/ListCheckpoints", Access::kOperator},
+                  [&](const Caller&) {
                     absl::StatusOr<v1::Job> job = jobs_->Get(request->job_id());
                     if (!job.ok()) return ToGrpcStatus(job.status());
                     *response->mutable_checkpoints() = job->checkpoints();
                     return grpc::Status::OK;
                   });
+}
+
+grpc::Status JobServiceImpl::ListAudit(grpc::ServerContext* context,
+                                       const v1::ListAuditRequest* request,
+                                       v1::ListAuditResponse* response) {
+  return GuardRpc(
+      env_, *context, {"JobService/ListAudit", Access::kOperator},
+      [&](const Caller&) {
+        absl::StatusOr<int> page_size = PageSize(request->page_size());
+        if (!page_size.ok()) return ToGrpcStatus(page_size.status());
+        // One more than the page tells whether another page follows.
+        absl::StatusOr<std::vector<v1::AuditEntry>> entries =
+            env_.audit->List(request->after_sequence(), *page_size + 1);
+        if (!entries.ok()) return ToGrpcStatus(entries.status());
+        const bool more = static_cast<int>(entries->size()) > *page_size;
+        if (more) entries->pop_back();
+        for (v1::AuditEntry& entry : *entries) {
+          *response->add_entries() = std::move(entry);
+        }
+        if (more) {
+          response->set_next_after_sequence(
+              response->entries(response->entries_size() - 1).sequence());
+        }
+        return grpc::Status::OK;
+      });
 }
 
 }  // namespace glm

@@ -52,6 +52,9 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status ListCheckpoints(grpc::ServerContext* context,
                                const v1::ListCheckpointsRequest* request,
                                v1::ListCheckpointsResponse* response) override;
+  grpc::Status ListAudit(grpc::ServerContext* context,
+                         const v1::ListAuditRequest* request,
+                         v1::ListAuditResponse* response) override;
 
  private:
   grpc::Status StreamJob(grpc::ServerContext* context, const std::string& id,

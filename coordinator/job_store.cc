@@ -1,5 +1,6 @@
 #include "coordinator/job_store.h"
 
+#include <algorithm>
 #include <limits>
 #include <random>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
 
 namespace glm {
 namespace {
@@ -16,6 +18,7 @@ namespace {
 constexpr char kJobPrefix[] = "job/";
 constexpr char kNextIdKey[] = "meta/next_job_number";
 constexpr char kTagKey[] = "meta/store_tag";
+constexpr char kAuditPrefix[] = "audit/";
 
 absl::Status FromRocks(const rocksdb::Status& status, const std::string& what) {
   if (status.ok()) return absl::OkStatus();
@@ -42,10 +45,36 @@ absl::StatusOr<std::string> ReadOrDrawTag(rocksdb::DB& db) {
   return tag;
 }
 
+// Zero-padded, so that key order is sequence order.
+std::string AuditKey(int64_t sequence) {
+  return absl::StrFormat("%s%020d", kAuditPrefix, sequence);
+}
+
+// The newest entry's sequence number; 0 when the log is empty.
+absl::StatusOr<int64_t> ReadLastAuditSequence(rocksdb::DB& db) {
+  std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev(AuditKey(std::numeric_limits<int64_t>::max()));
+  if (!it->status().ok())
+    return FromRocks(it->status(), "reading the audit log");
+  if (!it->Valid() || !it->key().starts_with(kAuditPrefix)) return 0;
+  int64_t sequence = 0;
+  const rocksdb::Slice key = it->key();
+  if (!absl::SimpleAtoi(absl::string_view(key.data(), key.size())
+                            .substr(sizeof(kAuditPrefix) - 1),
+                        &sequence)) {
+    return absl::DataLossError(
+        absl::StrCat("audit log key ", key.ToString(), " is corrupt"));
+  }
+  return sequence;
+}
+
 }  // namespace
 
-JobStore::JobStore(std::unique_ptr<rocksdb::DB> db, std::string tag)
-    : db_(std::move(db)), tag_(std::move(tag)) {}
+JobStore::JobStore(std::unique_ptr<rocksdb::DB> db, std::string tag,
+                   int64_t last_audit_sequence)
+    : db_(std::move(db)),
+      tag_(std::move(tag)),
+      last_audit_sequence_(last_audit_sequence) {}
 JobStore::~JobStore() = default;
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
@@ -61,7 +90,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
   std::unique_ptr<rocksdb::DB> db(raw);
   absl::StatusOr<std::string> tag = ReadOrDrawTag(*db);
   if (!tag.ok()) return tag.status();
-  return std::unique_ptr<JobStore>(new JobStore(std::move(db), *tag));
+  absl::StatusOr<int64_t> last_audit = ReadLastAuditSequence(*db);
+  if (!last_audit.ok()) return last_audit.status();
+  return std::unique_ptr<JobStore>(
+      new JobStore(std::move(db), *tag, *last_audit));
 }
 
 absl::StatusOr<int64_t> JobStore::NextNumber(const std::string& key,
@@ -145,6 +177,56 @@ absl::StatusOr<JobStore::Page> JobStore::ListPage(
   }
   if (!it->status().ok()) return FromRocks(it->status(), "listing jobs");
   return page;
+}
+
+absl::Status JobStore::AppendAudit(v1::AuditEntry& entry, int64_t max_entries,
+                                   Durability durability) {
+  absl::MutexLock lock(&audit_mu_);
+  const int64_t sequence = last_audit_sequence_ + 1;
+  entry.set_sequence(sequence);
+  rocksdb::WriteBatch batch;
+  batch.Put(AuditKey(sequence), entry.SerializeAsString());
+  // The entry and the oldest one's removal land together: the log never
+  // holds more than max_entries, whenever the process stops.
+  if (sequence > max_entries) batch.Delete(AuditKey(sequence - max_entries));
+  rocksdb::WriteOptions options;
+  options.sync = durability == Durability::kSync;
+  absl::Status written =
+      FromRocks(db_->Write(options, &batch), "writing the audit log");
+  if (written.ok()) last_audit_sequence_ = sequence;
+  return written;
+}
+
+absl::StatusOr<std::vector<v1::AuditEntry>> JobStore::ListAudit(
+    int64_t after_sequence, size_t limit) const {
+  std::vector<v1::AuditEntry> entries;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(AuditKey(std::max<int64_t>(after_sequence, 0) + 1));
+       it->Valid() && it->key().starts_with(kAuditPrefix) &&
+       entries.size() < limit;
+       it->Next()) {
+    v1::AuditEntry entry;
+    if (!entry.ParseFromArray(it->value().data(),
+                              static_cast<int>(it->value().size()))) {
+      return absl::DataLossError(absl::StrCat(
+          "audit log entry ", it->key().ToString(), " is corrupt"));
+    }
+    entries.push_back(std::move(entry));
+  }
+  if (!it->status().ok()) {
+    return FromRocks(it->status(), "reading the audit log");
+  }
+  return entries;
+}
+
+absl::Status JobStore::TrimAudit(int64_t max_entries) {
+  absl::MutexLock lock(&audit_mu_);
+  const int64_t keep_from = last_audit_sequence_ - max_entries + 1;
+  if (keep_from <= 1) return absl::OkStatus();
+  return FromRocks(db_->DeleteRange(SyncWrite(), db_->DefaultColumnFamily(),
+                                    AuditKey(0), AuditKey(keep_from)),
+                   "trimming the audit log");
 }
 
 }  // namespace glm

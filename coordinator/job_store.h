@@ -1,7 +1,7 @@
 // Durable job storage on RocksDB: every glm.v1.Job (spec, state, history,
-// checkpoints) keyed by its id, plus the counter that makes new job ids and
-// the store's random tag. A coordinator
-// reopening the same directory has every job back.
+// checkpoints) keyed by its id, plus the counter that makes new job ids, the
+// store's random tag, and the audit log (the newest entries, up to a bound). A
+// coordinator reopening the same directory has every job back.
 #ifndef GLM_COORDINATOR_JOB_STORE_H_
 #define GLM_COORDINATOR_JOB_STORE_H_
 
@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/job_service.pb.h"
 
 namespace rocksdb {
@@ -66,14 +67,28 @@ class JobStore {
       const std::string& after_id, size_t limit,
       const std::function<bool(const v1::Job&)>& keep) const;
 
+  // Stores `entry` under the next sequence number (set in it), dropping the
+  // entry `max_entries` older, so that at most that many stay.
+  absl::Status AppendAudit(v1::AuditEntry& entry, int64_t max_entries,
+                           Durability durability);
+  // Up to `limit` entries after `after_sequence`, oldest first.
+  absl::StatusOr<std::vector<v1::AuditEntry>> ListAudit(int64_t after_sequence,
+                                                        size_t limit) const;
+  // Drops every entry but the newest `max_entries` (a smaller bound than a
+  // previous start's).
+  absl::Status TrimAudit(int64_t max_entries);
+
  private:
-  JobStore(std::unique_ptr<rocksdb::DB> db, std::string tag);
+  JobStore(std::unique_ptr<rocksdb::DB> db, std::string tag,
+           int64_t last_audit_sequence);
   // Returns the counter under `key` (1 when absent) after storing its
   // successor, synced.
   absl::StatusOr<int64_t> NextNumber(const std::string& key,
                                      const std::string& what);
   std::unique_ptr<rocksdb::DB> db_;
   const std::string tag_;
+  absl::Mutex audit_mu_;
+  int64_t last_audit_sequence_ ABSL_GUARDED_BY(audit_mu_);
 };
 
 }  // namespace glm

@@ -1,8 +1,10 @@
 #include "coordinator/rpc_guard.h"
 
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/client_quota.h"
 #include "rpc/bearer_token.h"
 #include "rpc/worker_identity.h"
 
@@ -83,6 +85,32 @@ absl::StatusOr<Caller> Authenticate(const RpcEnv& env,
     caller.worker_id = *std::move(worker);
   }
   return caller;
+}
+
+void AuditCall(const RpcEnv& env, const grpc::ServerContext& context,
+               const RpcCall& call, const absl::StatusOr<Caller>& caller,
+               const grpc::Status& status) {
+  const bool refused =
+      status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
+  if (!call.audit_subject && !refused) return;
+  v1::AuditEntry entry;
+  if (caller.ok()) {
+    entry.set_role(caller->is_operator ? "operator" : "worker");
+    entry.set_worker_id(caller->worker_id);
+  } else {
+    absl::StatusOr<bool> is_operator = IsOperatorToken(env, context);
+    entry.set_role(!is_operator.ok() ? "none"
+                   : *is_operator    ? "operator"
+                                     : "worker");
+  }
+  entry.set_client(ClientHost(context.peer()));
+  entry.set_method(call.method);
+  if (call.audit_subject) entry.set_subject(call.audit_subject());
+  entry.set_outcome(StatusCodeName(status.error_code()));
+  if (!status.ok()) entry.set_message(status.error_message());
+  env.audit->Record(std::move(entry),
+                    /*changed_state=*/call.audit_subject && status.ok());
 }
 
 grpc::Status CheckCallerIs(const Caller& caller, const std::string& worker_id) {

@@ -1,6 +1,7 @@
 // What every coordinator RPC handler does around its work: authenticate the
-// caller and check that its credential may make the call, then count the call
-// and its latency by method and status code. Long-lived streams (a WatchJob
+// caller and check that its credential may make the call, then record it in
+// the audit log (state-changing and refused calls) and count the call and its
+// latency by method and status code. Long-lived streams (a WatchJob
 // lasts as long as its job) are counted without a latency, which would only
 // measure how long the caller listened.
 //
@@ -12,10 +13,12 @@
 #ifndef GLM_COORDINATOR_RPC_GUARD_H_
 #define GLM_COORDINATOR_RPC_GUARD_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/worker_registry.h"
 #include "grpcpp/server_context.h"
@@ -36,8 +39,21 @@ struct RpcEnv {
   std::string operator_token;
   std::string worker_token;
   WorkerRegistry* workers = nullptr;
+  AuditLog* audit = nullptr;
   // Null when metrics are not served.
   CoordinatorMetrics* metrics = nullptr;
+};
+
+// One RPC method as the guard sees it.
+struct RpcCall {
+  const char* method;
+  Access access;
+  // Set for state-changing calls, which the audit log records whatever their
+  // outcome: what the call acted on (a job or worker id), read once the
+  // handler has run (so a new job's id). Calls without it are recorded only
+  // when refused (UNAUTHENTICATED, PERMISSION_DENIED): heartbeats, metrics
+  // and rendezvous come too often to record each.
+  std::function<std::string()> audit_subject;
 };
 
 // Who an authenticated call comes from.
@@ -56,17 +72,24 @@ absl::StatusOr<Caller> Authenticate(const RpcEnv& env,
 // PERMISSION_DENIED unless `worker_id`, named by a request, is the caller.
 grpc::Status CheckCallerIs(const Caller& caller, const std::string& worker_id);
 
-// Runs `handler` (taking the Caller, returning grpc::Status) for a caller of
-// `method` with `access`.
+// Records the call in env.audit when RpcCall says so.
+void AuditCall(const RpcEnv& env, const grpc::ServerContext& context,
+               const RpcCall& call, const absl::StatusOr<Caller>& caller,
+               const grpc::Status& status);
+
+// Runs `handler` (taking the Caller, returning grpc::Status) for a caller
+// `call` allows.
 template <typename Handler>
 grpc::Status GuardRpc(const RpcEnv& env, const grpc::ServerContext& context,
-                      const char* method, Access access, Handler&& handler) {
+                      const RpcCall& call, Handler&& handler) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<Caller> caller = Authenticate(env, context, method, access);
+  absl::StatusOr<Caller> caller =
+      Authenticate(env, context, call.method, call.access);
   grpc::Status status =
       caller.ok() ? handler(*caller) : ToGrpcStatus(caller.status());
+  AuditCall(env, context, call, caller, status);
   if (env.metrics) {
-    env.metrics->RecordRpc(method, StatusCodeName(status.error_code()),
+    env.metrics->RecordRpc(call.method, StatusCodeName(status.error_code()),
                            absl::ToDoubleSeconds(absl::Now() - start));
   }
   return status;
@@ -76,12 +99,14 @@ grpc::Status GuardRpc(const RpcEnv& env, const grpc::ServerContext& context,
 // but kept out of the latency histogram.
 template <typename Handler>
 grpc::Status GuardStream(const RpcEnv& env, const grpc::ServerContext& context,
-                         const char* method, Access access, Handler&& handler) {
-  absl::StatusOr<Caller> caller = Authenticate(env, context, method, access);
+                         const RpcCall& call, Handler&& handler) {
+  absl::StatusOr<Caller> caller =
+      Authenticate(env, context, call.method, call.access);
   grpc::Status status =
       caller.ok() ? handler(*caller) : ToGrpcStatus(caller.status());
+  AuditCall(env, context, call, caller, status);
   if (env.metrics) {
-    env.metrics->CountRpc(method, StatusCodeName(status.error_code()));
+    env.metrics->CountRpc(call.method, StatusCodeName(status.error_code()));
   }
   return status;
 }

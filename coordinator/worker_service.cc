@@ -32,7 +32,9 @@ grpc::Status WorkerServiceImpl::RegisterWorker(
     grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
   return GuardRpc(
-      env_, *context, "WorkerService/RegisterWorker", Access::kWorkerToken,
+      env_, *context,
+      {"WorkerService/RegisterWorker", Access::kWorkerToken,
+       [&] { return response->worker_id(); }},
       [&](const Caller&) {
         if (request->device_kind() == v1::DEVICE_KIND_UNSPECIFIED) {
           return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -51,29 +53,30 @@ grpc::Status WorkerServiceImpl::RegisterWorker(
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
                                           const v1::HeartbeatRequest* request,
                                           v1::HeartbeatResponse* response) {
-  return GuardRpc(env_, *context, "WorkerService/Heartbeat",
-                  Access::kRegisteredWorker, [&](const Caller& caller) {
-                    grpc::Status allowed =
-                        CheckCallerIs(caller, request->worker_id());
-                    if (allowed.ok() && !request->job_id().empty()) {
-                      allowed = ToGrpcStatus(workers_->CheckAssignedJob(
-                          request->worker_id(), request->job_id()));
-                    }
-                    if (!allowed.ok()) return allowed;
-                    absl::StatusOr<v1::HeartbeatResponse> answer =
-                        scheduler_->OnHeartbeat(*request, UnixMillisNow());
-                    if (!answer.ok()) return ToGrpcStatus(answer.status());
-                    *response = *std::move(answer);
-                    return grpc::Status::OK;
-                  });
+  return GuardRpc(
+      env_, *context, {"WorkerService/Heartbeat", Access::kRegisteredWorker},
+      [&](const Caller& caller) {
+        grpc::Status allowed = CheckCallerIs(caller, request->worker_id());
+        if (allowed.ok() && !request->job_id().empty()) {
+          allowed = ToGrpcStatus(workers_->CheckAssignedJob(
+              request->worker_id(), request->job_id()));
+        }
+        if (!allowed.ok()) return allowed;
+        absl::StatusOr<v1::HeartbeatResponse> answer =
+            scheduler_->OnHeartbeat(*request, UnixMillisNow());
+        if (!answer.ok()) return ToGrpcStatus(answer.status());
+        *response = *std::move(answer);
+        return grpc::Status::OK;
+      });
 }
 
 grpc::Status WorkerServiceImpl::WatchAssignments(
     grpc::ServerContext* context, const v1::WatchAssignmentsRequest* request,
     grpc::ServerWriter<v1::Assignment>* writer) {
   return GuardStream(
-      env_, *context, "WorkerService/WatchAssignments",
-      Access::kRegisteredWorker, [&](const Caller& caller) {
+      env_, *context,
+      {"WorkerService/WatchAssignments", Access::kRegisteredWorker},
+      [&](const Caller& caller) {
         grpc::Status allowed = CheckCallerIs(caller, request->worker_id());
         if (!allowed.ok()) return allowed;
         return StreamAssignments(context, request->worker_id(), writer);
@@ -114,7 +117,8 @@ grpc::Status WorkerServiceImpl::ReportMetrics(
     grpc::ServerContext* context, const v1::ReportMetricsRequest* request,
     v1::ReportMetricsResponse* response) {
   return GuardRpc(
-      env_, *context, "WorkerService/ReportMetrics", Access::kRegisteredWorker,
+      env_, *context,
+      {"WorkerService/ReportMetrics", Access::kRegisteredWorker},
       [&](const Caller& caller) {
         grpc::Status allowed =
             CheckReporter(caller, request->worker_id(), request->job_id(),
@@ -134,8 +138,10 @@ grpc::Status WorkerServiceImpl::ReportCheckpoint(
     grpc::ServerContext* context, const v1::ReportCheckpointRequest* request,
     v1::ReportCheckpointResponse* response) {
   return GuardRpc(
-      env_, *context, "WorkerService/ReportCheckpoint",
-      Access::kRegisteredWorker, [&](const Caller& caller) {
+      env_, *context,
+      {"WorkerService/ReportCheckpoint", Access::kRegisteredWorker,
+       [&] { return request->manifest().job_id(); }},
+      [&](const Caller& caller) {
         const v1::CheckpointManifest& manifest = request->manifest();
         grpc::Status allowed =
             CheckReporter(caller, request->worker_id(), manifest.job_id(),
@@ -149,8 +155,10 @@ grpc::Status WorkerServiceImpl::ReportCheckpoint(
 grpc::Status WorkerServiceImpl::ReportJobResult(
     grpc::ServerContext* context, const v1::ReportJobResultRequest* request,
     v1::ReportJobResultResponse* response) {
-  return GuardRpc(env_, *context, "WorkerService/ReportJobResult",
-                  Access::kRegisteredWorker, [&](const Caller& caller) {
+  return GuardRpc(env_, *context,
+                  {"WorkerService/ReportJobResult", Access::kRegisteredWorker,
+                   [&] { return request->job_id(); }},
+                  [&](const Caller& caller) {
                     grpc::Status allowed = CheckReporter(
                         caller, request->worker_id(), request->job_id(),
                         request->attempt(), request->rank());
@@ -166,8 +174,10 @@ grpc::Status WorkerServiceImpl::DeregisterWorker(
     grpc::ServerContext* context, const v1::DeregisterWorkerRequest* request,
     v1::DeregisterWorkerResponse* response) {
   return GuardRpc(
-      env_, *context, "WorkerService/DeregisterWorker",
-      Access::kRegisteredWorker, [&](const Caller& caller) {
+      env_, *context,
+      {"WorkerService/DeregisterWorker", Access::kRegisteredWorker,
+       [&] { return request->worker_id(); }},
+      [&](const Caller& caller) {
         grpc::Status allowed = CheckCallerIs(caller, request->worker_id());
         if (!allowed.ok()) return allowed;
         absl::Status removed = scheduler_->OnDeregister(request->worker_id());
