@@ -96,7 +96,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   parts->options = options;
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
-        CoordinatorMetrics::Serve(options.metrics_listen);
+        CoordinatorMetrics::Serve(options.metrics_listen,
+                                  options.metrics_token);
     if (!metrics.ok()) return metrics.status();
     parts->metrics = *std::move(metrics);
   }

@@ -21,6 +21,8 @@ struct CoordinatorOptions {
   std::string state_dir;
   // host:port for /metrics; empty serves no metrics.
   std::string metrics_listen;
+  // Non-empty: /metrics asks for it as an HTTP Basic password.
+  std::string metrics_token;
   // How long a finished job's series stay on /metrics after its last step
   // (long enough for a few scrapes to see its final values).
   int64_t metrics_retention_ms = 600000;

@@ -25,6 +25,11 @@ CommandFlags DeclareFlags() {
   flags.Add("state-dir", "directory of the RocksDB job store");
   flags.Add("metrics-listen", "host:port to serve Prometheus /metrics on",
             "127.0.0.1:9464");
+  flags.Add("metrics-token-file",
+            "file holding a token /metrics then requires as the password of "
+            "HTTP Basic authentication (Prometheus's basic_auth."
+            "password_file); without it /metrics is open to whoever reaches "
+            "--metrics-listen, so keep that on 127.0.0.1 or a private network");
   flags.Add("metrics-retention-s",
             "how long a finished job's series stay on /metrics after its "
             "last step",
@@ -116,6 +121,12 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
   }
   if (options.audit_max_entries <= 0) {
     return absl::InvalidArgumentError("--audit-max-entries must be positive");
+  }
+  if (flags.Has("metrics-token-file")) {
+    absl::StatusOr<std::string> token =
+        ReadTokenFile(flags.Get("metrics-token-file"));
+    if (!token.ok()) return token.status();
+    options.metrics_token = *std::move(token);
   }
   absl::StatusOr<PathRoots> roots = ParsePathRoots(flags.Get("path-roots"));
   if (!roots.ok()) return roots.status();

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "coordinator/test_coordinator.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -285,7 +286,9 @@ TEST_F(CoordinatorTest, AJobShortOfWorkersFailsAfterItsSchedulingTimeout) {
 }
 
 // GET /metrics over a plain socket: the real HTTP endpoint, no client library.
-std::string HttpGet(int port, const std::string& path) {
+// `headers`: more header lines, each ending in \r\n.
+std::string HttpGet(int port, const std::string& path,
+                    const std::string& headers = "") {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -297,7 +300,7 @@ std::string HttpGet(int port, const std::string& path) {
     return "";
   }
   const std::string request =
-      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + headers + "\r\n";
   send(fd, request.data(), request.size(), 0);
   std::string reply;
   char buffer[4096];
@@ -390,6 +393,37 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
   EXPECT_NE(body.find("glm_rpc_latency_seconds_count{method=\"JobService/"
                       "SubmitJob\"} 3"),
             std::string::npos);
+}
+
+TEST(CoordinatorMetricsTokenTest, MetricsNeedTheTokenWhenOneIsSet) {
+  CoordinatorOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir =
+      std::string(std::getenv("TEST_TMPDIR")) + "/metrics_token";
+  options.operator_token = TestCoordinator::kOperatorToken;
+  options.worker_token = TestCoordinator::kWorkerToken;
+  options.metrics_listen = "127.0.0.1:0";
+  options.metrics_token = "metrics-token-81c2";
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const int port = (*coordinator)->metrics_port();
+  auto basic = [](const std::string& password) {
+    return "Authorization: Basic " +
+           absl::Base64Escape("prometheus:" + password) + "\r\n";
+  };
+  EXPECT_NE(HttpGet(port, "/metrics").find("401"), std::string::npos);
+  EXPECT_NE(HttpGet(port, "/metrics", basic("guess")).find("401"),
+            std::string::npos);
+  std::string scraped;
+  // Gauges appear with the coordinator's first tick.
+  for (int i = 0; i < 50; ++i) {
+    scraped = HttpGet(port, "/metrics", basic("metrics-token-81c2"));
+    if (scraped.find("glm_workers") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_NE(scraped.find("200 OK"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("glm_workers"), std::string::npos) << scraped;
 }
 
 std::string ReadTestFile(const std::string& path) {
