@@ -92,6 +92,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key");
   }
+  if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "client certificates (mTLS) need TLS: a certificate and a key");
+  }
   auto parts = std::make_unique<Parts>();
   parts->options = options;
   if (!options.metrics_listen.empty()) {
@@ -121,8 +125,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     return recovered;
   }
 
-  const RpcEnv env{options.operator_token, options.worker_token,
-                   parts->workers.get(), parts->audit.get(),
+  const RpcEnv env{options.operator_token,
+                   options.worker_token,
+                   !options.tls_client_ca_pem.empty(),
+                   parts->workers.get(),
+                   parts->audit.get(),
                    parts->metrics.get()};
   parts->job_service = std::make_unique<JobServiceImpl>(
       env,
@@ -139,7 +146,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.tls_cert_pem.empty()) {
     credentials = grpc::InsecureServerCredentials();
   } else {
-    grpc::SslServerCredentialsOptions ssl;
+    // A client certificate is verified when one is presented, and required
+    // per call (workers) by the RPC guard: operators connect without one.
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca_pem;
     ssl.pem_key_cert_pairs.push_back(
         {options.tls_key_pem, options.tls_cert_pem});
     credentials = grpc::SslServerCredentials(ssl);

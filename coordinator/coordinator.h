@@ -34,6 +34,11 @@ struct CoordinatorOptions {
   // PEM certificate chain and private key; both empty: plaintext.
   std::string tls_cert_pem;
   std::string tls_key_pem;
+  // PEM of the CA that signs workers' client certificates (mTLS; needs TLS).
+  // When set, WorkerService and RendezvousService calls must also come over
+  // a connection with a client certificate it signed: a stolen worker token
+  // alone no longer makes a worker. Operators need no certificate.
+  std::string tls_client_ca_pem;
   // Every path a job spec names must lie under one of these
   // (jobspec/path_roots.h); empty: anywhere.
   PathRoots path_roots;

@@ -55,6 +55,9 @@ CommandFlags DeclareFlags() {
   flags.Add("tls-cert",
             "PEM certificate chain (TLS when given with --tls-key)");
   flags.Add("tls-key", "PEM private key of --tls-cert");
+  flags.Add("tls-client-ca",
+            "PEM of the CA that signs workers' client certificates: worker "
+            "calls then need one (mTLS) as well as the worker token");
   flags.Add("heartbeat-interval-ms", "how often workers are told to heartbeat",
             "1000");
   flags.Add("heartbeat-timeout-ms",
@@ -146,6 +149,15 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
     if (!key.ok()) return key.status();
     options.tls_cert_pem = *cert;
     options.tls_key_pem = *key;
+  }
+  if (flags.Has("tls-client-ca")) {
+    if (!flags.Has("tls-cert")) {
+      return absl::InvalidArgumentError(
+          "--tls-client-ca needs TLS: give --tls-cert and --tls-key");
+    }
+    absl::StatusOr<std::string> ca = ReadFile(flags.Get("tls-client-ca"));
+    if (!ca.ok()) return ca.status();
+    options.tls_client_ca_pem = *std::move(ca);
   }
   return options;
 }

@@ -468,5 +468,64 @@ TEST(CoordinatorTlsTest, ServesTlsAndStillRequiresTheToken) {
   EXPECT_EQ(call(plaintext).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+TEST(CoordinatorTlsTest, WorkerCallsNeedAClientCertificateUnderMutualTls) {
+  CoordinatorOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/mtls";
+  options.operator_token = TestCoordinator::kOperatorToken;
+  options.worker_token = TestCoordinator::kWorkerToken;
+  options.tls_cert_pem = ReadTestFile("tls/loopback.crt");
+  options.tls_key_pem = ReadTestFile("tls/loopback.key");
+  options.tls_client_ca_pem = ReadTestFile("tls/worker_ca.crt");
+  ASSERT_FALSE(options.tls_client_ca_pem.empty());
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ConnectionOptions worker;
+  worker.target = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  worker.token = TestCoordinator::kWorkerToken;
+  worker.tls_root_pem = options.tls_cert_pem;
+  auto register_worker = [](const ConnectionOptions& options) {
+    ClientConnection connection(options);
+    v1::RegisterWorkerRequest request;
+    request.set_device_kind(v1::CPU);
+    v1::RegisterWorkerResponse response;
+    return v1::WorkerService::NewStub(connection.channel())
+        ->RegisterWorker(connection.NewContext(absl::Seconds(5)).get(), request,
+                         &response);
+  };
+
+  grpc::Status without = register_worker(worker);
+  EXPECT_EQ(without.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(without.error_message().find("needs a client certificate"),
+            std::string::npos)
+      << without.error_message();
+  EXPECT_EQ((*coordinator)->AliveWorkers(), 0);
+
+  ConnectionOptions with_certificate = worker;
+  with_certificate.tls_cert_pem = ReadTestFile("tls/worker.crt");
+  with_certificate.tls_key_pem = ReadTestFile("tls/worker.key");
+  grpc::Status with = register_worker(with_certificate);
+  EXPECT_TRUE(with.ok()) << with.error_message();
+  EXPECT_EQ((*coordinator)->AliveWorkers(), 1);
+
+  // A certificate the CA did not sign fails the handshake.
+  ConnectionOptions self_signed = worker;
+  self_signed.tls_cert_pem = options.tls_cert_pem;
+  self_signed.tls_key_pem = options.tls_key_pem;
+  EXPECT_FALSE(register_worker(self_signed).ok());
+
+  // Operators connect without a certificate.
+  ConnectionOptions operator_ = worker;
+  operator_.token = TestCoordinator::kOperatorToken;
+  ClientConnection connection(operator_);
+  v1::ListJobsResponse listed;
+  grpc::Status listed_status =
+      v1::JobService::NewStub(connection.channel())
+          ->ListJobs(connection.NewContext(absl::Seconds(5)).get(),
+                     v1::ListJobsRequest(), &listed);
+  EXPECT_TRUE(listed_status.ok()) << listed_status.error_message();
+}
+
 }  // namespace
 }  // namespace glm

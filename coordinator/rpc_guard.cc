@@ -77,6 +77,13 @@ absl::StatusOr<Caller> Authenticate(const RpcEnv& env,
         " is for glm-worker processes and needs the worker token; this call "
         "carries the operator token"));
   }
+  if (access != Access::kOperator && env.worker_certificates &&
+      !context.auth_context()->IsPeerAuthenticated()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        method,
+        " needs a client certificate signed by the coordinator's "
+        "--tls-client-ca (mTLS for workers); this connection has none"));
+  }
   Caller caller;
   caller.is_operator = *is_operator;
   if (access == Access::kRegisteredWorker) {

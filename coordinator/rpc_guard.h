@@ -38,6 +38,8 @@ enum class Access {
 struct RpcEnv {
   std::string operator_token;
   std::string worker_token;
+  // Worker calls must come with a verified client certificate (mTLS).
+  bool worker_certificates = false;
   WorkerRegistry* workers = nullptr;
   AuditLog* audit = nullptr;
   // Null when metrics are not served.

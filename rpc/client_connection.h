@@ -24,12 +24,22 @@ struct ConnectionOptions {
   std::string token;
   // PEM of the CA that signed the coordinator's certificate; empty: plaintext.
   std::string tls_root_pem;
+  // A client certificate chain and its key, both PEM (mTLS: workers of a
+  // coordinator with --tls-client-ca); empty: none.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
 };
 
 // Reads the token file and (when given) the CA file into options for `target`.
 absl::StatusOr<ConnectionOptions> LoadConnectionOptions(
     const std::string& target, const std::string& token_file,
     const std::string& tls_ca_file);
+
+// Reads a client certificate and its key into `options` (both files or
+// neither; TLS, a CA file, must be on).
+absl::Status LoadClientCertificate(const std::string& cert_file,
+                                   const std::string& key_file,
+                                   ConnectionOptions* options);
 
 class ClientConnection {
  public:

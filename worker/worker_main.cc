@@ -47,6 +47,10 @@ CommandFlags DeclareFlags() {
             "must lie under before this worker opens it (the coordinator's "
             "--path-roots); '/' allows any path");
   flags.Add("tls-ca", "PEM of the CA that signed the coordinator (TLS)");
+  flags.Add("tls-cert",
+            "PEM client certificate chain, for a coordinator that requires "
+            "one (its --tls-client-ca)");
+  flags.Add("tls-key", "PEM private key of --tls-cert");
   flags.Add("device", "cpu, or cuda:N for GPU N", "cpu");
   flags.Add("advertise-address",
             "IP address or host name peers reach this worker at for the "
@@ -162,6 +166,13 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<ConnectionOptions> options = LoadConnectionOptions(
       flags.Get("coordinator"), flags.Get("token-file"), flags.Get("tls-ca"));
+  if (options.ok()) {
+    if (absl::Status loaded = LoadClientCertificate(
+            flags.Get("tls-cert"), flags.Get("tls-key"), &*options);
+        !loaded.ok()) {
+      options = loaded;
+    }
+  }
   if (!options.ok()) {
     std::cerr << "glm-worker: " << options.status().message() << "\n";
     return kExitFailure;

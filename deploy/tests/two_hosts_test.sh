@@ -3,7 +3,8 @@
 # joined by a veth pair, 198.18.0.1 and 198.18.0.2 (RFC 2544's range for
 # network tests; each namespace's loopback up, no other route), where the name
 # glm-coordinator means host A (ip netns exec reads /etc/netns/NAME/hosts).
-# Host A runs glm-coordinator with TLS (deploy/tls/make_certs.sh); each host
+# Host A runs glm-coordinator with TLS and worker client certificates (mTLS,
+# deploy/tls/make_certs.sh) and split operator and worker tokens; each host
 # runs one glm-worker with the default advertised address (its address on the
 # route to the coordinator). A two-rank job must train across them to
 # SUCCEEDED, each worker having registered with its own host's address.
@@ -52,13 +53,14 @@ ip netns exec "$a" "$bin/glm-coordinator" --listen="$addr_a:7070" \
   --state-dir="$dir/coordinator" --metrics-listen="$addr_a:9464" \
   --operator-token-file="$dir/operator-token" \
   --worker-token-file="$dir/worker-token" --path-roots="$dir" \
-  --tls-cert="$dir/tls/tls.crt" \
+  --tls-cert="$dir/tls/tls.crt" --tls-client-ca="$dir/tls/ca.crt" \
   --tls-key="$dir/tls/tls.key" 2> "$dir/coordinator.log" &
 pids+=($!)
 for ns in "$a" "$b"; do
   ip netns exec "$ns" "$bin/glm-worker" --coordinator=glm-coordinator:7070 \
     --token-file="$dir/worker-token" --path-roots="$dir" \
-    --tls-ca="$dir/tls/ca.crt" --device=cpu \
+    --tls-ca="$dir/tls/ca.crt" --tls-cert="$dir/tls/worker.crt" \
+    --tls-key="$dir/tls/worker.key" --device=cpu \
     2> "$dir/worker-$ns.log" &
   pids+=($!)
 done
