@@ -72,13 +72,20 @@ fs::path ResolveInput(const std::string& path) {
 // spec names, which the user chose on their own machine (a path's own folder
 // when it is one, else the folder holding it: a tokenizer model, a dataset
 // prefix, an output folder not made yet).
-PathRoots LocalPathRoots(const fs::path& state_dir, const v1::JobSpec& spec) {
-  fs::create_directories(state_dir);
-  PathRoots roots = {fs::canonical(state_dir)};
+absl::StatusOr<PathRoots> LocalPathRoots(const fs::path& state_dir,
+                                         const v1::JobSpec& spec) {
+  std::error_code error;
+  fs::create_directories(state_dir, error);
+  PathRoots roots = {fs::canonical(state_dir, error)};
+  if (error) {
+    return absl::InternalError(absl::StrCat(
+        "cannot create ", state_dir.string(), ": ", error.message()));
+  }
   for (const auto& [field, value] : SpecPaths(spec)) {
-    const fs::path path = fs::weakly_canonical(value);
-    const fs::path folder = fs::is_directory(path) ? path : path.parent_path();
-    std::error_code error;
+    const fs::path path = fs::weakly_canonical(value, error);
+    if (error) continue;  // the coordinator refuses it, naming the field
+    const fs::path folder =
+        fs::is_directory(path, error) ? path : path.parent_path();
     fs::create_directories(folder, error);
     fs::path root = fs::canonical(folder, error);
     if (!error) roots.push_back(std::move(root));
@@ -234,9 +241,14 @@ int RunLocal(const std::vector<std::string>& args) {
     std::cerr << "glmctl local: " << worker_binary.status().message() << "\n";
     return kExitFailure;
   }
+  absl::StatusOr<PathRoots> path_roots = LocalPathRoots(state_dir, *spec);
+  if (!path_roots.ok()) {
+    std::cerr << "glmctl local: " << path_roots.status().message() << "\n";
+    return kExitFailure;
+  }
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start({state_dir.string(), workers, *worker_binary, gpus,
-                           LocalPathRoots(state_dir, *spec)});
+                           *std::move(path_roots)});
   if (!cluster.ok()) {
     std::cerr << "glmctl local: " << cluster.status().message() << "\n";
     return kExitFailure;

@@ -200,6 +200,7 @@ absl::Status JobStore::AppendAudit(v1::AuditEntry& entry, int64_t max_entries,
 absl::StatusOr<std::vector<v1::AuditEntry>> JobStore::ListAudit(
     int64_t after_sequence, size_t limit) const {
   std::vector<v1::AuditEntry> entries;
+  if (after_sequence == std::numeric_limits<int64_t>::max()) return entries;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(AuditKey(std::max<int64_t>(after_sequence, 0) + 1));

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "coordinator/client_quota.h"
 #include "rpc/bearer_token.h"
 #include "rpc/worker_identity.h"
@@ -123,8 +124,8 @@ void AuditCall(const RpcEnv& env, const grpc::ServerContext& context,
 grpc::Status CheckCallerIs(const Caller& caller, const std::string& worker_id) {
   if (worker_id == caller.worker_id) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat("worker_id: '", worker_id.substr(0, 64),
-                                   "' is not the worker making this call (",
+                      absl::StrCat("worker_id: ", Excerpt(worker_id),
+                                   " is not the worker making this call (",
                                    caller.worker_id, ")"));
 }
 

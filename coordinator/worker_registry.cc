@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "openssl/crypto.h"
 #include "openssl/rand.h"
 
@@ -56,7 +57,7 @@ absl::Status WorkerRegistry::Authenticate(const std::string& worker_id,
   const WorkerRecord* record = Find(worker_id);
   if (!record) {
     return absl::NotFoundError(absl::StrCat(
-        "no worker '", worker_id.substr(0, 64),
+        "no worker '", Excerpt(worker_id),
         "' (the coordinator may have restarted since it registered); "
         "register again"));
   }
@@ -89,7 +90,7 @@ absl::Status WorkerRegistry::CheckAssigned(const std::string& worker_id,
   }
   return absl::PermissionDeniedError(absl::StrCat(
       worker_id, " was not assigned ",
-      DescribeAssignment(job_id, attempt, rank),
+      DescribeAssignment(Excerpt(job_id), attempt, rank),
       held.empty() ? " (it holds no rank of that job)"
                    : absl::StrCat(" (it was assigned ", held, ")")));
 }
@@ -104,8 +105,8 @@ absl::Status WorkerRegistry::CheckAssignedJob(const std::string& worker_id,
   for (const RankAssignment& given : record->assignments) {
     if (given.job_id == job_id) return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(
-      absl::StrCat(worker_id, " was never assigned a rank of ", job_id));
+  return absl::PermissionDeniedError(absl::StrCat(
+      worker_id, " was never assigned a rank of ", Excerpt(job_id)));
 }
 
 WorkerRecord* WorkerRegistry::Find(const std::string& worker_id) {

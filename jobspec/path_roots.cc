@@ -14,6 +14,14 @@ namespace fs = std::filesystem;
 namespace glm {
 namespace {
 
+// Paths are quoted whole (up to a bound): a shortened path would not say
+// which one was meant.
+constexpr size_t kQuotedPathBytes = 1024;
+
+std::string QuotePath(absl::string_view path) {
+  return Quote(path, kQuotedPathBytes);
+}
+
 bool HasDotDot(const fs::path& path) {
   for (const fs::path& part : path) {
     if (part == "..") return true;
@@ -34,7 +42,7 @@ absl::Status CheckPath(const std::string& field, const std::string& value,
   if (path.is_relative()) {
     if (base.empty()) {
       return FieldError(
-          field, absl::StrCat(Quote(value),
+          field, absl::StrCat(QuotePath(value),
                               " is relative; give an absolute path under the "
                               "coordinator's path roots (",
                               FormatPathRoots(roots), ")"));
@@ -42,25 +50,26 @@ absl::Status CheckPath(const std::string& field, const std::string& value,
     path = base / path;
   }
   if (HasDotDot(path)) {
-    return FieldError(field, absl::StrCat(Quote(value),
+    return FieldError(field, absl::StrCat(QuotePath(value),
                                           " has a '..' component; name the "
                                           "folder directly"));
   }
   std::error_code error;
   const fs::path resolved = fs::weakly_canonical(path, error);
   if (error) {
-    return FieldError(field, absl::StrCat("cannot resolve ", Quote(value), ": ",
-                                          error.message()));
+    return FieldError(field, absl::StrCat("cannot resolve ", QuotePath(value),
+                                          ": ", error.message()));
   }
   for (const fs::path& root : roots) {
     if (IsUnder(resolved, root)) return absl::OkStatus();
   }
   const std::string where =
-      resolved == path ? " is"
-                       : absl::StrCat(" resolves to ", Quote(resolved.string()),
-                                      ", which is");
+      resolved == path
+          ? " is"
+          : absl::StrCat(" resolves to ", QuotePath(resolved.string()),
+                         ", which is");
   return FieldError(
-      field, absl::StrCat(Quote(value), where, " outside the path roots (",
+      field, absl::StrCat(QuotePath(value), where, " outside the path roots (",
                           FormatPathRoots(roots), ")"));
 }
 
@@ -72,13 +81,13 @@ absl::StatusOr<PathRoots> ParsePathRoots(const std::string& list) {
     const fs::path root{std::string(part)};
     if (!root.is_absolute()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--path-roots: ", Quote(part), " is not an absolute path"));
+          "--path-roots: ", QuotePath(part), " is not an absolute path"));
     }
     std::error_code error;
     fs::path resolved = fs::canonical(root, error);
-    if (error || !fs::is_directory(resolved)) {
+    if (error || !fs::is_directory(resolved, error)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--path-roots: ", Quote(part), " is not an existing folder"));
+          "--path-roots: ", QuotePath(part), " is not an existing folder"));
     }
     roots.push_back(std::move(resolved));
   }

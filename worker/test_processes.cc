@@ -74,17 +74,14 @@ v1::JobSpec TinyPretrainSpec(const std::string& data,
 }
 
 pid_t SpawnWorker(const std::string& target, const std::string& token_file,
-                  const std::string& log) {
+                  const std::string& log, const std::string& path_roots) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  // The tests' files are wherever Bazel puts them (runfiles are symlinks
-  // into the source tree): path roots are tested in jobspec/ and
-  // coordinator/.
   std::vector<std::string> args = {
       "worker/glm-worker", "--coordinator=" + target,
-      "--token-file=" + token_file, "--path-roots=/"};
+      "--token-file=" + token_file, "--path-roots=" + path_roots};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
