@@ -17,6 +17,7 @@
 #include "jobspec/path_roots.h"
 #include "jobspec/test_specs.h"
 #include "proto/job_service.grpc.pb.h"
+#include "proto/rendezvous_service.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "rpc/bearer_token.h"
 #include "rpc/worker_identity.h"
@@ -42,10 +43,10 @@ class AccessTest : public ::testing::Test {
     std::shared_ptr<ClientConnection> connection;
     std::unique_ptr<v1::WorkerService::Stub> stub;
   };
-  Worker AddWorker() {
+  Worker AddWorker(v1::DeviceKind kind = v1::CPU) {
     Worker worker;
     worker.connection = server_.ConnectAsWorker();
-    worker.id = server_.RegisterWorker(v1::CPU, worker.connection);
+    worker.id = server_.RegisterWorker(kind, worker.connection);
     worker.stub = v1::WorkerService::NewStub(worker.connection->channel());
     return worker;
   }
@@ -174,6 +175,52 @@ TEST_F(AccessTest, TheWorkerTokenCannotSubmitCancelListGetOrWatch) {
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].state(), before.state());
   EXPECT_EQ(jobs[0].history_size(), before.history_size());
+}
+
+grpc::Status RendezvousSet(const ClientConnection& connection,
+                           const std::string& scope, const std::string& value) {
+  v1::RendezvousSetRequest request;
+  request.set_scope(scope);
+  request.set_key("rank0_address");
+  request.set_value(value);
+  v1::RendezvousSetResponse response;
+  return v1::RendezvousService::NewStub(connection.channel())
+      ->Set(connection.NewContext().get(), request, &response);
+}
+
+// The value under rank0_address in `scope`; empty when unset.
+std::string RendezvousGet(const ClientConnection& connection,
+                          const std::string& scope) {
+  v1::RendezvousGetRequest request;
+  request.set_scope(scope);
+  request.set_key("rank0_address");
+  v1::RendezvousGetResponse response;
+  grpc::Status status =
+      v1::RendezvousService::NewStub(connection.channel())
+          ->Get(connection.NewContext().get(), request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.value();
+}
+
+TEST_F(AccessTest, AnAttemptsRendezvousIsForItsRanksOnly) {
+  Worker rank0 = AddWorker();
+  // A GPU worker is never given this CPU job's ranks.
+  Worker outsider = AddWorker(v1::CUDA);
+  const std::string id = SubmitTinyJob();  // waits for a second CPU worker
+  const std::string scope = id + "/attempt-1";
+  // Written before the attempt exists: dropped when it is scheduled.
+  ASSERT_TRUE(RendezvousSet(*outsider.connection, scope, "10.6.6.6").ok());
+  Worker rank1 = AddWorker();
+  ASSERT_EQ(server_.GetJob(id).state(), v1::SCHEDULED);
+  EXPECT_EQ(RendezvousGet(*rank0.connection, scope), "");
+
+  grpc::Status refused = RendezvousSet(*outsider.connection, scope, "10.6.6.6");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(
+      Mentions(refused, outsider.id + " holds no rank of " + id + " attempt 1"))
+      << refused.error_message();
+  ASSERT_TRUE(RendezvousSet(*rank1.connection, scope, "10.0.0.1").ok());
+  EXPECT_EQ(RendezvousGet(*rank0.connection, scope), "10.0.0.1");
 }
 
 TEST_F(AccessTest, TheAuditLogRecordsStateChangesAndRefusals) {

@@ -139,8 +139,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   parts->worker_service = std::make_unique<WorkerServiceImpl>(
       env, parts->workers.get(), parts->scheduler.get(), parts->jobs.get(),
       options.heartbeat_interval_ms, &parts->stopping);
-  parts->rendezvous_service =
-      std::make_unique<RendezvousServiceImpl>(env, parts->rendezvous.get());
+  parts->rendezvous_service = std::make_unique<RendezvousServiceImpl>(
+      env, parts->rendezvous.get(), parts->scheduler.get());
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (options.tls_cert_pem.empty()) {

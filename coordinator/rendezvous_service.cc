@@ -4,29 +4,29 @@
 #include <vector>
 
 namespace glm {
-namespace {
 
-grpc::Status CheckScope(const std::string& scope) {
+RendezvousServiceImpl::RendezvousServiceImpl(const RpcEnv& env,
+                                             RendezvousTable* table,
+                                             Scheduler* scheduler)
+    : env_(env), table_(table), scheduler_(scheduler) {}
+
+grpc::Status RendezvousServiceImpl::CheckScope(const Caller& caller,
+                                               const std::string& scope) {
   if (scope.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "scope: must name the job attempt");
   }
-  return grpc::Status::OK;
+  return ToGrpcStatus(
+      scheduler_->CheckRendezvousMember(caller.worker_id, scope));
 }
-
-}  // namespace
-
-RendezvousServiceImpl::RendezvousServiceImpl(const RpcEnv& env,
-                                             RendezvousTable* table)
-    : env_(env), table_(table) {}
 
 grpc::Status RendezvousServiceImpl::Set(grpc::ServerContext* context,
                                         const v1::RendezvousSetRequest* request,
                                         v1::RendezvousSetResponse* response) {
   return GuardRpc(
       env_, *context, {"RendezvousService/Set", Access::kRegisteredWorker},
-      [&](const Caller&) {
-        grpc::Status scope = CheckScope(request->scope());
+      [&](const Caller& caller) {
+        grpc::Status scope = CheckScope(caller, request->scope());
         if (scope.ok())
           table_->Set(request->scope(), request->key(), request->value());
         return scope;
@@ -38,8 +38,8 @@ grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* context,
                                         v1::RendezvousGetResponse* response) {
   return GuardRpc(env_, *context,
                   {"RendezvousService/Get", Access::kRegisteredWorker},
-                  [&](const Caller&) {
-                    grpc::Status scope = CheckScope(request->scope());
+                  [&](const Caller& caller) {
+                    grpc::Status scope = CheckScope(caller, request->scope());
                     if (!scope.ok()) return scope;
                     std::optional<std::string> value =
                         table_->Get(request->scope(), request->key());
@@ -54,8 +54,8 @@ grpc::Status RendezvousServiceImpl::Wait(
     v1::RendezvousWaitResponse* response) {
   return GuardRpc(
       env_, *context, {"RendezvousService/Wait", Access::kRegisteredWorker},
-      [&](const Caller&) {
-        grpc::Status scope = CheckScope(request->scope());
+      [&](const Caller& caller) {
+        grpc::Status scope = CheckScope(caller, request->scope());
         if (!scope.ok()) return scope;
         if (request->timeout_ms() <= 0) {
           return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -77,8 +77,8 @@ grpc::Status RendezvousServiceImpl::Add(grpc::ServerContext* context,
                                         v1::RendezvousAddResponse* response) {
   return GuardRpc(
       env_, *context, {"RendezvousService/Add", Access::kRegisteredWorker},
-      [&](const Caller&) {
-        grpc::Status scope = CheckScope(request->scope());
+      [&](const Caller& caller) {
+        grpc::Status scope = CheckScope(caller, request->scope());
         if (!scope.ok()) return scope;
         absl::StatusOr<int64_t> sum =
             table_->Add(request->scope(), request->key(), request->delta());
