@@ -65,8 +65,10 @@ struct Caller {
   std::string worker_id;
 };
 
-// UNAUTHENTICATED without a valid token (or, for kRegisteredWorker, a valid
-// registration); PERMISSION_DENIED when the token is the other role's.
+// UNAUTHENTICATED without a valid token (or, for kRegisteredWorker, without
+// the registration's secret or, under mTLS, a client certificate); NOT_FOUND
+// for a worker id this coordinator does not know (it registers again);
+// PERMISSION_DENIED when the token is the other role's.
 absl::StatusOr<Caller> Authenticate(const RpcEnv& env,
                                     const grpc::ServerContext& context,
                                     const char* method, Access access);
