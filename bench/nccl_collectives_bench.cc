@@ -116,9 +116,10 @@ bool AllTimed(const std::vector<Timing>& timings) {
 int RankProcess(int rank, int size, const std::string& target) {
   ConnectionOptions options;
   options.target = target;
-  options.token = TestCoordinator::kToken;
-  const std::vector<Timing> timings =
-      RunRank(std::make_shared<ClientConnection>(options), rank, size);
+  options.token = TestCoordinator::kWorkerToken;
+  auto connection = std::make_shared<ClientConnection>(options);
+  RegisterTestWorker(v1::CUDA, *connection);
+  const std::vector<Timing> timings = RunRank(connection, rank, size);
   if (!AllTimed(timings)) return 1;
   if (rank == 0) Print(timings, size);
   return 0;
@@ -151,8 +152,9 @@ int Main(int argc, char** argv) {
     std::vector<std::vector<Timing>> timings(devices);
     std::vector<std::thread> ranks;
     for (int r = 0; r < devices; ++r) {
-      ranks.emplace_back(
-          [&, r] { timings[r] = RunRank(server.Connect(), r, devices); });
+      ranks.emplace_back([&, r] {
+        timings[r] = RunRank(server.ConnectAsRegisteredWorker(), r, devices);
+      });
     }
     for (std::thread& r : ranks) r.join();
     if (!AllTimed(timings[0])) return 1;

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "base/command_flags.h"
 #include "base/file_util.h"
+#include "base/quote.h"
 #include "cli/job_staging.h"
 #include "cli/step_rate.h"
 #include "cli/text_table.h"
@@ -51,7 +52,8 @@ CommandFlags NewFlags(const std::string& usage) {
   CommandFlags flags(usage);
   flags.Add("coordinator", "host:port of glm-coordinator (env GLM_COORDINATOR)",
             EnvOr("GLM_COORDINATOR", "localhost:7070"));
-  flags.Add("token-file", "file holding the bearer token (env GLM_TOKEN_FILE)",
+  flags.Add("token-file",
+            "file holding the operator token (env GLM_TOKEN_FILE)",
             EnvOr("GLM_TOKEN_FILE", ""));
   flags.Add("tls-ca",
             "PEM CA certificate of the coordinator: connect with TLS (env "
@@ -233,6 +235,23 @@ int Submit(const std::vector<std::string>& args) {
   });
 }
 
+// Every job `request` selects into `all`: the pages the coordinator returns,
+// followed to the last.
+grpc::Status ListAllJobs(const JobCall& call, v1::ListJobsRequest request,
+                         v1::ListJobsResponse* all) {
+  do {
+    v1::ListJobsResponse page;
+    grpc::Status status = call.stub.ListJobs(
+        call.connection.NewContext(absl::Seconds(30)).get(), request, &page);
+    if (!status.ok()) return status;
+    for (v1::Job& job : *page.mutable_jobs()) {
+      *all->add_jobs() = std::move(job);
+    }
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  return grpc::Status::OK;
+}
+
 int List(const std::vector<std::string>& args) {
   CommandFlags flags = NewFlags("glmctl list [--state=S1,S2] [flags]");
   flags.Add("state",
@@ -253,9 +272,7 @@ int List(const std::vector<std::string>& args) {
       }
     }
     v1::ListJobsResponse response;
-    grpc::Status status =
-        call.stub.ListJobs(call.connection.NewContext(absl::Seconds(30)).get(),
-                           request, &response);
+    grpc::Status status = ListAllJobs(call, request, &response);
     if (!status.ok()) return RpcError(status);
     if (call.json) {
       std::cout << ToJson(response, true);
@@ -427,6 +444,56 @@ int Checkpoints(const std::vector<std::string>& args) {
   });
 }
 
+// The audit entries after `after`, every page followed, into `all`.
+grpc::Status ListAllAuditEntries(const JobCall& call, int64_t after,
+                                 v1::ListAuditResponse* all) {
+  v1::ListAuditRequest request;
+  request.set_after_sequence(after);
+  do {
+    v1::ListAuditResponse page;
+    grpc::Status status = call.stub.ListAudit(
+        call.connection.NewContext(absl::Seconds(30)).get(), request, &page);
+    if (!status.ok()) return status;
+    for (v1::AuditEntry& entry : *page.mutable_entries()) {
+      *all->add_entries() = std::move(entry);
+    }
+    request.set_after_sequence(page.next_after_sequence());
+  } while (request.after_sequence() != 0);
+  return grpc::Status::OK;
+}
+
+int Audit(const std::vector<std::string>& args) {
+  CommandFlags flags = NewFlags("glmctl audit [--after=SEQ] [flags]");
+  flags.Add("after", "only entries after this sequence number", "0");
+  return RunJobCommand("audit", flags, args, 0, [](const JobCall& call) {
+    int64_t after = 0;
+    if (absl::Status parsed = call.flags.GetInt("after", &after);
+        !parsed.ok()) {
+      std::cerr << "glmctl audit: " << parsed.message() << "\n";
+      return kExitUsage;
+    }
+    v1::ListAuditResponse response;
+    grpc::Status status = ListAllAuditEntries(call, after, &response);
+    if (!status.ok()) return RpcError(status);
+    if (call.json) {
+      std::cout << ToJson(response, true);
+      return kExitOk;
+    }
+    TextTable table({"SEQ", "TIME", "ROLE", "WORKER", "CLIENT", "METHOD",
+                     "SUBJECT", "OUTCOME", "MESSAGE"});
+    // Subjects and messages carry what callers sent: quoted unless plain.
+    for (const v1::AuditEntry& entry : response.entries()) {
+      table.AddRow({absl::StrCat(entry.sequence()),
+                    FormatUnixMs(entry.unix_ms()), entry.role(),
+                    entry.worker_id().empty() ? "-" : entry.worker_id(),
+                    entry.client(), entry.method(), Excerpt(entry.subject()),
+                    entry.outcome(), Excerpt(entry.message())});
+    }
+    std::cout << table.ToString();
+    return kExitOk;
+  });
+}
+
 }  // namespace
 
 std::vector<Command> JobCommands() {
@@ -437,6 +504,8 @@ std::vector<Command> JobCommands() {
       {"watch", "follow a job's state and steps until it ends", Watch},
       {"cancel", "cancel a job", Cancel},
       {"checkpoints", "list a job's checkpoints", Checkpoints},
+      {"audit", "list the coordinator's audit log (state changes, refusals)",
+       Audit},
   };
 }
 

@@ -36,18 +36,18 @@ absl::StatusOr<std::string> PackChat(const fs::path& input,
   return prefix;
 }
 
-// JSONL sources become datasets under the stage folder; dataset prefixes are
-// made absolute.
+// JSONL sources become datasets under the stage folder; dataset prefixes and a
+// tokenizer model's path are made absolute.
 absl::Status PrepareData(
     const fs::path& state_dir,
     const std::function<fs::path(const std::string&)>& resolve_input,
     v1::JobSpec* spec, std::ostream& out) {
   v1::DataSpec& data = *spec->mutable_data();
-  const std::string tokenizer_spec =
-      data.tokenizer().empty() ? "byte" : data.tokenizer();
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(
-      tokenizer_spec == "byte" ? tokenizer_spec
-                               : resolve_input(tokenizer_spec).string());
+  if (!data.tokenizer().empty() && data.tokenizer() != "byte") {
+    data.set_tokenizer(resolve_input(data.tokenizer()).string());
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      LoadTokenizer(data.tokenizer().empty() ? "byte" : data.tokenizer());
   if (!tokenizer.ok()) return tokenizer.status();
   for (v1::DatasetSource& source : *data.mutable_sources()) {
     const fs::path input = resolve_input(source.path());

@@ -2,7 +2,8 @@
 // folder: raw JSONL sources become datasets under STAGE/data (text tokenized
 // for pretraining as `glmctl data preprocess` does, chats packed for SFT and
 // LoRA as `glmctl data pack` does), and relative output folders (save, load,
-// export) and a relative starting checkpoint are placed under STAGE. What
+// export) and a relative starting checkpoint are placed under STAGE; other
+// input paths are made absolute. What
 // `glmctl local` and `glmctl submit --stage-dir` do before submitting.
 #ifndef GLM_CLI_JOB_STAGING_H_
 #define GLM_CLI_JOB_STAGING_H_

@@ -74,18 +74,22 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   CoordinatorOptions coordinator;
   coordinator.listen = "127.0.0.1:0";
   coordinator.state_dir = options.state_dir + "/coordinator";
-  coordinator.auth_token = RandomToken();
+  // Two tokens, as on any cluster: glmctl's calls here carry the operator
+  // token, and the workers get only the worker token.
+  coordinator.operator_token = RandomToken();
+  coordinator.worker_token = RandomToken();
+  coordinator.path_roots = options.path_roots;
   absl::StatusOr<std::unique_ptr<Coordinator>> started =
       Coordinator::Start(coordinator);
   if (!started.ok()) return started.status();
   cluster->coordinator_ = std::move(*started);
   cluster->connection_.target =
       absl::StrCat("127.0.0.1:", cluster->coordinator_->port());
-  cluster->connection_.token = coordinator.auth_token;
+  cluster->connection_.token = coordinator.operator_token;
 
-  const std::string token_file = options.state_dir + "/token";
+  const std::string token_file = options.state_dir + "/worker-token";
   if (absl::Status written =
-          WritePrivateFile(token_file, coordinator.auth_token);
+          WritePrivateFile(token_file, coordinator.worker_token);
       !written.ok()) {
     return written;
   }
@@ -132,8 +136,10 @@ absl::Status LocalCluster::SpawnWorker(int index,
                                        const std::string& token_file) {
   const std::string log = WorkerLog(index);
   std::vector<std::string> args = {
-      options_.worker_binary, "--coordinator=" + connection_.target,
+      options_.worker_binary,
+      "--coordinator=" + connection_.target,
       "--token-file=" + token_file,
+      "--path-roots=" + FormatPathRoots(options_.path_roots),
       options_.gpus == 0
           ? std::string("--device=cpu")
           : absl::StrCat("--device=cuda:", index % options_.gpus),

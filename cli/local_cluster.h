@@ -1,6 +1,7 @@
 // A one-machine cluster for `glmctl local`: an embedded coordinator on a
-// loopback port with a fresh token, and N glm-worker processes registered with
-// it. Everything lives under one state folder (job store, token, worker logs).
+// loopback port with fresh operator and worker tokens, and N glm-worker
+// processes registered with it. Everything lives under one state folder (job
+// store, worker token, worker logs); the operator token stays in memory.
 #ifndef GLM_CLI_LOCAL_CLUSTER_H_
 #define GLM_CLI_LOCAL_CLUSTER_H_
 
@@ -12,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/coordinator.h"
+#include "jobspec/path_roots.h"
 #include "rpc/client_connection.h"
 
 namespace glm {
@@ -23,6 +25,9 @@ struct LocalClusterOptions {
   // 0: CPU workers. Otherwise worker i runs on GPU i % gpus (more workers
   // than GPUs share them).
   int gpus = 0;
+  // Where jobs may read and write (the coordinator's and the workers'
+  // --path-roots).
+  PathRoots path_roots;
 };
 
 class LocalCluster {

@@ -11,6 +11,7 @@
 #include "cli/local_cluster.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "jobspec/path_roots.h"
 #include "kernels/backend_factory.h"
 #include "proto/job_service.grpc.pb.h"
 #include "rpc/grpc_status.h"
@@ -64,6 +65,32 @@ fs::path ResolveInput(const std::string& path) {
     if (fs::exists(root / path)) return root / path;
   }
   return UserDirectory() / path;
+}
+
+// Where the local cluster's job may read and write: the state folder (staged
+// data, outputs named relatively) and the folder of each other path the staged
+// spec names, which the user chose on their own machine (a path's own folder
+// when it is one, else the folder holding it: a tokenizer model, a dataset
+// prefix, an output folder not made yet).
+absl::StatusOr<PathRoots> LocalPathRoots(const fs::path& state_dir,
+                                         const v1::JobSpec& spec) {
+  std::error_code error;
+  fs::create_directories(state_dir, error);
+  PathRoots roots = {fs::canonical(state_dir, error)};
+  if (error) {
+    return absl::InternalError(absl::StrCat(
+        "cannot create ", state_dir.string(), ": ", error.message()));
+  }
+  for (const auto& [field, value] : SpecPaths(spec)) {
+    const fs::path path = fs::weakly_canonical(value, error);
+    if (error) continue;  // the coordinator refuses it, naming the field
+    const fs::path folder =
+        fs::is_directory(path, error) ? path : path.parent_path();
+    fs::create_directories(folder, error);
+    fs::path root = fs::canonical(folder, error);
+    if (!error) roots.push_back(std::move(root));
+  }
+  return roots;
 }
 
 absl::StatusOr<v1::JobSpec> LoadSpec(const CommandFlags& flags) {
@@ -214,8 +241,14 @@ int RunLocal(const std::vector<std::string>& args) {
     std::cerr << "glmctl local: " << worker_binary.status().message() << "\n";
     return kExitFailure;
   }
+  absl::StatusOr<PathRoots> path_roots = LocalPathRoots(state_dir, *spec);
+  if (!path_roots.ok()) {
+    std::cerr << "glmctl local: " << path_roots.status().message() << "\n";
+    return kExitFailure;
+  }
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start({state_dir.string(), workers, *worker_binary, gpus});
+      LocalCluster::Start({state_dir.string(), workers, *worker_binary, gpus,
+                           *std::move(path_roots)});
   if (!cluster.ok()) {
     std::cerr << "glmctl local: " << cluster.status().message() << "\n";
     return kExitFailure;

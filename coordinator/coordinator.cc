@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_state_machine.h"
@@ -30,6 +31,7 @@ struct Coordinator::Parts {
   std::unique_ptr<CoordinatorMetrics> metrics;
   std::unique_ptr<JobStore> store;
   std::unique_ptr<JobTable> jobs;
+  std::unique_ptr<AuditLog> audit;
   std::unique_ptr<WorkerRegistry> workers;
   std::unique_ptr<RendezvousTable> rendezvous;
   std::unique_ptr<Scheduler> scheduler;
@@ -78,17 +80,28 @@ struct Coordinator::Parts {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     const CoordinatorOptions& options) {
-  if (options.auth_token.empty()) {
-    return absl::InvalidArgumentError("an auth token is required");
+  if (options.operator_token.empty() || options.worker_token.empty()) {
+    return absl::InvalidArgumentError(
+        "both an operator token and a worker token are required");
+  }
+  if (options.operator_token == options.worker_token) {
+    return absl::InvalidArgumentError(
+        "the operator and worker tokens must differ: a worker's token would "
+        "otherwise submit and cancel jobs");
   }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key");
+  }
+  if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "client certificates (mTLS) need TLS: a certificate and a key");
   }
   auto parts = std::make_unique<Parts>();
   parts->options = options;
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
-        CoordinatorMetrics::Serve(options.metrics_listen);
+        CoordinatorMetrics::Serve(options.metrics_listen,
+                                  options.metrics_token);
     if (!metrics.ok()) return metrics.status();
     parts->metrics = *std::move(metrics);
   }
@@ -97,10 +110,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (!store.ok()) return store.status();
   parts->store = *std::move(store);
   parts->jobs = std::make_unique<JobTable>(parts->store.get());
-  absl::StatusOr<int64_t> start = parts->store->CountCoordinatorStart();
-  if (!start.ok()) return start.status();
+  absl::StatusOr<std::unique_ptr<AuditLog>> audit =
+      AuditLog::Open(parts->store.get(), options.audit_max_entries);
+  if (!audit.ok()) return audit.status();
+  parts->audit = *std::move(audit);
   parts->workers =
-      std::make_unique<WorkerRegistry>(options.heartbeat_timeout_ms, *start);
+      std::make_unique<WorkerRegistry>(options.heartbeat_timeout_ms);
   parts->rendezvous = std::make_unique<RendezvousTable>();
   parts->scheduler = std::make_unique<Scheduler>(
       parts->jobs.get(), parts->workers.get(), parts->rendezvous.get(),
@@ -110,21 +125,34 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     return recovered;
   }
 
-  const RpcEnv env{options.auth_token, parts->metrics.get()};
+  const RpcEnv env{options.operator_token,
+                   options.worker_token,
+                   !options.tls_client_ca_pem.empty(),
+                   parts->workers.get(),
+                   parts->audit.get(),
+                   parts->metrics.get()};
   parts->job_service = std::make_unique<JobServiceImpl>(
-      env, parts->jobs.get(), parts->workers.get(), parts->scheduler.get(),
+      env,
+      JobServiceOptions{options.path_roots, options.max_watches_per_client},
+      parts->jobs.get(), parts->workers.get(), parts->scheduler.get(),
       &parts->stopping);
   parts->worker_service = std::make_unique<WorkerServiceImpl>(
       env, parts->workers.get(), parts->scheduler.get(), parts->jobs.get(),
       options.heartbeat_interval_ms, &parts->stopping);
-  parts->rendezvous_service =
-      std::make_unique<RendezvousServiceImpl>(env, parts->rendezvous.get());
+  parts->rendezvous_service = std::make_unique<RendezvousServiceImpl>(
+      env, parts->rendezvous.get(), parts->scheduler.get());
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (options.tls_cert_pem.empty()) {
     credentials = grpc::InsecureServerCredentials();
   } else {
-    grpc::SslServerCredentialsOptions ssl;
+    // A client certificate is verified when one is presented, and required
+    // per call (workers) by the RPC guard: operators connect without one.
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca_pem;
     ssl.pem_key_cert_pairs.push_back(
         {options.tls_key_pem, options.tls_cert_pem});
     credentials = grpc::SslServerCredentials(ssl);
@@ -160,6 +188,7 @@ void Coordinator::Shutdown() {
   parts_->server.reset();
   parts_->scheduler.reset();
   parts_->jobs.reset();
+  parts_->audit.reset();
   parts_->store.reset();
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "jobspec/path_roots.h"
 
 namespace glm {
 
@@ -20,14 +21,31 @@ struct CoordinatorOptions {
   std::string state_dir;
   // host:port for /metrics; empty serves no metrics.
   std::string metrics_listen;
+  // Non-empty: /metrics asks for it as an HTTP Basic password.
+  std::string metrics_token;
   // How long a finished job's series stay on /metrics after its last step
   // (long enough for a few scrapes to see its final values).
   int64_t metrics_retention_ms = 600000;
-  // Every RPC must carry `authorization: Bearer <auth_token>`.
-  std::string auth_token;
+  // Every RPC carries `authorization: Bearer <token>`: JobService calls the
+  // operator token, WorkerService and RendezvousService calls the worker
+  // token. Both are required and must differ (rpc_guard.h).
+  std::string operator_token;
+  std::string worker_token;
   // PEM certificate chain and private key; both empty: plaintext.
   std::string tls_cert_pem;
   std::string tls_key_pem;
+  // PEM of the CA that signs workers' client certificates (mTLS; needs TLS).
+  // When set, WorkerService and RendezvousService calls must also come over
+  // a connection with a client certificate it signed: a stolen worker token
+  // alone no longer makes a worker. Operators need no certificate.
+  std::string tls_client_ca_pem;
+  // Every path a job spec names must lie under one of these
+  // (jobspec/path_roots.h); empty: anywhere.
+  PathRoots path_roots;
+  // Open WatchJob streams one client host may hold.
+  int max_watches_per_client = 64;
+  // The audit log keeps this many newest entries.
+  int64_t audit_max_entries = 100000;
   int64_t heartbeat_interval_ms = 1000;
   // A worker silent this long is dead.
   int64_t heartbeat_timeout_ms = 10000;

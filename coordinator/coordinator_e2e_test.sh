@@ -2,16 +2,22 @@
 # End to end: the real glm-coordinator on 127.0.0.1, driven by the real glmctl.
 # Submit (refused before a worker of the job's device registers, valid, invalid), list,
 # get, cancel, restart the coordinator and find the job with its history (and a live
-# glm-worker registered again under a new id), refuse a wrong token, stop on SIGTERM.
+# glm-worker registered again under a new id), refuse a wrong token and the worker
+# token, stop on SIGTERM.
 set -u
 
 COORDINATOR="coordinator/glm-coordinator"
 GLMCTL="cli/glmctl"
 WORKER="worker/glm-worker"
-SPECS="jobspec/testdata"
 WORK="${TEST_TMPDIR:-$(mktemp -d)}/e2e"
-rm -rf "$WORK" && mkdir -p "$WORK"
-echo "e2e-token-$$" > "$WORK/token"
+rm -rf "$WORK" && mkdir -p "$WORK/specs"
+# The test specs with their data under $WORK, the coordinator's path root.
+SPECS="$WORK/specs"
+for spec in tiny_job skip_layer_job; do
+  sed "s|\"data/|\"$WORK/data/|" "jobspec/testdata/$spec.json" > "$SPECS/$spec.json"
+done
+echo "e2e-operator-token-$$" > "$WORK/token"
+echo "e2e-worker-token-$$" > "$WORK/worker_token"
 echo "not-the-token" > "$WORK/wrong_token"
 export GLM_TOKEN_FILE="$WORK/token"
 unset GLM_COORDINATOR
@@ -26,7 +32,8 @@ fail() {
 # COORDINATOR_PID and GLM_COORDINATOR.
 start_coordinator() {
   "$COORDINATOR" --listen="${1:-127.0.0.1:0}" --metrics-listen=127.0.0.1:0 \
-    --state-dir="$WORK/state" --auth-token-file="$WORK/token" \
+    --state-dir="$WORK/state" --operator-token-file="$WORK/token" \
+    --worker-token-file="$WORK/worker_token" --path-roots="$WORK" \
     2> "$WORK/coordinator.log" &
   COORDINATOR_PID=$!
   local port=""
@@ -78,7 +85,8 @@ expect_in no_worker.err "FAILED_PRECONDITION: device: no registered worker runs 
 
 # A live worker (one of the job's two ranks) outlives the restart: the new
 # coordinator does not know its id.
-"$WORKER" --coordinator="$GLM_COORDINATOR" --token-file="$WORK/token" \
+"$WORKER" --coordinator="$GLM_COORDINATOR" --token-file="$WORK/worker_token" \
+  --path-roots="$WORK" \
   2> "$WORK/worker.log" &
 WORKER_PID=$!
 wait_for_line() {
@@ -89,7 +97,10 @@ wait_for_line() {
   fail "'$2' not in $1 after 15 s:"
   cat "$WORK/$1"
 }
-wait_for_line worker.log "glm-worker worker-1.1: registered"
+wait_for_line worker.log ": registered with"
+# Worker ids are "worker-" and 128 random bits.
+FIRST_ID=$(sed -n 's/^glm-worker \(worker-[0-9a-f]*\): registered.*/\1/p' "$WORK/worker.log")
+[[ $FIRST_ID =~ ^worker-[0-9a-f]{32}$ ]] || fail "worker id '$FIRST_ID'"
 
 run submit 0 submit -f "$SPECS/tiny_job.json"
 # Ids are job-TAG-NNNNNN: the store's random tag, then its counter.
@@ -100,6 +111,13 @@ expect_in submit.out "submitted $JOB (PENDING)"
 run invalid 1 submit -f "$SPECS/skip_layer_job.json"
 expect_in invalid.err "INVALID_ARGUMENT: parallel.layout:"
 expect_in invalid.err "starts at layer 4"
+
+# Paths outside the coordinator's --path-roots, or relative, are refused.
+sed 's|"tokenizer": "byte"|"tokenizer": "/etc/passwd"|' "$SPECS/tiny_job.json" > "$WORK/outside.json"
+run outside 1 submit -f "$WORK/outside.json"
+expect_in outside.err 'INVALID_ARGUMENT: data.tokenizer: "/etc/passwd" is outside the path roots'
+run relative 1 submit -f jobspec/testdata/tiny_job.json
+expect_in relative.err 'data.sources[0].path: "data/tiny_text_document" is relative'
 
 echo '{"name": "typo", "trainig": {}}' > "$WORK/typo.json"
 run typo 1 submit -f "$WORK/typo.json"
@@ -130,7 +148,8 @@ stop_coordinator
 start_coordinator "$GLM_COORDINATOR"
 
 wait_for_line worker.log \
-  "coordinator no longer knows worker-1.1 (NOT_FOUND: no worker 'worker-1.1'); registered again as worker-2.1"
+  "coordinator no longer knows $FIRST_ID (NOT_FOUND: no worker '$FIRST_ID'"
+wait_for_line worker.log "registered again as worker-"
 
 run get_after_restart 0 get $JOB --output=json
 expect_in get_after_restart.out '"state": "CANCELLED"'
@@ -149,12 +168,21 @@ wait "$WORKER_PID" || fail "worker exited $? on SIGTERM"
 
 run wrong_token 1 list --token-file="$WORK/wrong_token"
 expect_in wrong_token.err "UNAUTHENTICATED"
+run worker_token 1 cancel "${JOB%-000001}-000002" --token-file="$WORK/worker_token"
+expect_in worker_token.err "PERMISSION_DENIED: JobService/CancelJob needs the operator token"
+run not_cancelled 0 get "${JOB%-000001}-000002"
+grep -q CANCELLED "$WORK/not_cancelled.out" && fail "the worker token cancelled a job"
 run no_token 2 list --token-file=
 expect_in no_token.err "token"
 run help 0 submit --help
 expect_in help.out "usage: glmctl submit"
 
 stop_coordinator
+
+# The single token of earlier releases is refused with what to do instead.
+"$COORDINATOR" --state-dir="$WORK/old" --auth-token-file="$WORK/token" \
+  2> "$WORK/old_flag.err" && fail "--auth-token-file was accepted"
+expect_in old_flag.err "--auth-token-file was split in two"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"

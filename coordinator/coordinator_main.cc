@@ -19,20 +19,45 @@ namespace {
 CommandFlags DeclareFlags() {
   CommandFlags flags(
       "glm-coordinator --listen=ADDR --state-dir=DIR "
-      "--metrics-listen=ADDR --auth-token-file=FILE [flags]");
+      "--metrics-listen=ADDR --operator-token-file=FILE "
+      "--worker-token-file=FILE --path-roots=DIR[,DIR...] [flags]");
   flags.Add("listen", "host:port to serve gRPC on", "127.0.0.1:7070");
   flags.Add("state-dir", "directory of the RocksDB job store");
   flags.Add("metrics-listen", "host:port to serve Prometheus /metrics on",
             "127.0.0.1:9464");
+  flags.Add("metrics-token-file",
+            "file holding a token /metrics then requires as the password of "
+            "HTTP Basic authentication (Prometheus's basic_auth."
+            "password_file); without it /metrics is open to whoever reaches "
+            "--metrics-listen, so keep that on 127.0.0.1 or a private network");
   flags.Add("metrics-retention-s",
             "how long a finished job's series stay on /metrics after its "
             "last step",
             "600");
+  flags.Add("operator-token-file",
+            "file holding the operator token: submit, cancel, list, get, "
+            "watch jobs (glmctl)");
+  flags.Add("worker-token-file",
+            "file holding the worker token: register, heartbeat, report, "
+            "rendezvous (glm-worker); must differ from the operator token");
   flags.Add("auth-token-file",
-            "file holding the bearer token every RPC must carry");
+            "no longer accepted: the single token was split into "
+            "--operator-token-file and --worker-token-file");
+  flags.Add("path-roots",
+            "comma-separated folders every path of a job spec must lie "
+            "under (data, tokenizer, checkpoints, exports, HF folders); "
+            "'/' allows any path");
+  flags.Add("max-watches-per-client",
+            "open `glmctl watch` streams one client host may hold", "64");
+  flags.Add("audit-max-entries",
+            "how many of the newest audit log entries the store keeps",
+            "100000");
   flags.Add("tls-cert",
             "PEM certificate chain (TLS when given with --tls-key)");
   flags.Add("tls-key", "PEM private key of --tls-cert");
+  flags.Add("tls-client-ca",
+            "PEM of the CA that signs workers' client certificates: worker "
+            "calls then need one (mTLS) as well as the worker token");
   flags.Add("heartbeat-interval-ms", "how often workers are told to heartbeat",
             "1000");
   flags.Add("heartbeat-timeout-ms",
@@ -42,7 +67,14 @@ CommandFlags DeclareFlags() {
 }
 
 absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
-  for (const char* required : {"state-dir", "auth-token-file"}) {
+  if (flags.Has("auth-token-file")) {
+    return absl::InvalidArgumentError(
+        "--auth-token-file was split in two: give --operator-token-file "
+        "(glmctl's token) and --worker-token-file (glm-worker's token), two "
+        "different tokens; see docs/security.md");
+  }
+  for (const char* required : {"state-dir", "operator-token-file",
+                               "worker-token-file", "path-roots"}) {
     if (absl::Status given = flags.Require(required); !given.ok()) return given;
   }
   if (flags.Has("tls-cert") != flags.Has("tls-key")) {
@@ -74,10 +106,42 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
         "--metrics-retention-s must not be negative");
   }
   options.metrics_retention_ms = retention_s * 1000;
-  absl::StatusOr<std::string> token =
-      ReadTokenFile(flags.Get("auth-token-file"));
-  if (!token.ok()) return token.status();
-  options.auth_token = *token;
+  int64_t max_watches = 0;
+  if (absl::Status parsed =
+          flags.GetInt("max-watches-per-client", &max_watches);
+      !parsed.ok()) {
+    return parsed;
+  }
+  if (max_watches <= 0 || max_watches > 100000) {
+    return absl::InvalidArgumentError(
+        "--max-watches-per-client must be between 1 and 100000");
+  }
+  options.max_watches_per_client = static_cast<int>(max_watches);
+  if (absl::Status parsed =
+          flags.GetInt("audit-max-entries", &options.audit_max_entries);
+      !parsed.ok()) {
+    return parsed;
+  }
+  if (options.audit_max_entries <= 0) {
+    return absl::InvalidArgumentError("--audit-max-entries must be positive");
+  }
+  if (flags.Has("metrics-token-file")) {
+    absl::StatusOr<std::string> token =
+        ReadTokenFile(flags.Get("metrics-token-file"));
+    if (!token.ok()) return token.status();
+    options.metrics_token = *std::move(token);
+  }
+  absl::StatusOr<PathRoots> roots = ParsePathRoots(flags.Get("path-roots"));
+  if (!roots.ok()) return roots.status();
+  options.path_roots = *std::move(roots);
+  for (const auto& [flag, out] :
+       {std::pair<const char*, std::string*>{"operator-token-file",
+                                             &options.operator_token},
+        {"worker-token-file", &options.worker_token}}) {
+    absl::StatusOr<std::string> token = ReadTokenFile(flags.Get(flag));
+    if (!token.ok()) return token.status();
+    *out = *std::move(token);
+  }
   if (flags.Has("tls-cert")) {
     absl::StatusOr<std::string> cert = ReadFile(flags.Get("tls-cert"));
     if (!cert.ok()) return cert.status();
@@ -85,6 +149,15 @@ absl::StatusOr<CoordinatorOptions> OptionsFrom(const CommandFlags& flags) {
     if (!key.ok()) return key.status();
     options.tls_cert_pem = *cert;
     options.tls_key_pem = *key;
+  }
+  if (flags.Has("tls-client-ca")) {
+    if (!flags.Has("tls-cert")) {
+      return absl::InvalidArgumentError(
+          "--tls-client-ca needs TLS: give --tls-cert and --tls-key");
+    }
+    absl::StatusOr<std::string> ca = ReadFile(flags.Get("tls-client-ca"));
+    if (!ca.ok()) return ca.status();
+    options.tls_client_ca_pem = *std::move(ca);
   }
   return options;
 }

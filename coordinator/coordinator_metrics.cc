@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "openssl/crypto.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -79,13 +80,24 @@ CoordinatorMetrics::CoordinatorMetrics()
 CoordinatorMetrics::~CoordinatorMetrics() = default;
 
 absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
-    const std::string& listen) {
+    const std::string& listen, const std::string& token) {
   std::unique_ptr<CoordinatorMetrics> metrics(new CoordinatorMetrics());
   try {
     metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+  }
+  if (!token.empty()) {
+    metrics->exposer_->RegisterAuth(
+        [token](const std::string& /*user*/, const std::string& password) {
+          // Constant time, so the answer's timing does not tell how much of
+          // a guess was right.
+          return password.size() == token.size() &&
+                 CRYPTO_memcmp(password.data(), token.data(), token.size()) ==
+                     0;
+        },
+        "glm-coordinator");
   }
   metrics->exposer_->RegisterCollectable(metrics->registry_);
   return metrics;

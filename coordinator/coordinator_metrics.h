@@ -33,8 +33,11 @@ namespace glm {
 class CoordinatorMetrics {
  public:
   // Serves /metrics on `listen` ("127.0.0.1:9464"; port 0 picks a free one).
+  // A non-empty `token` must come as the password of HTTP Basic
+  // authentication (any user name; Prometheus's basic_auth.password_file):
+  // job names, ids and losses are then only for those who hold it.
   static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Serve(
-      const std::string& listen);
+      const std::string& listen, const std::string& token = "");
   ~CoordinatorMetrics();
 
   // The port /metrics is served on.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "coordinator/test_coordinator.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -31,7 +32,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   void Reconnect() {
-    connection_ = server_.Connect();
+    connection_ = server_.ConnectAsOperator();
     jobs_ = v1::JobService::NewStub(connection_->channel());
   }
 
@@ -72,13 +73,13 @@ TEST_F(CoordinatorTest, RefusesCallsWithoutTheRightToken) {
   EXPECT_EQ(status.error_message(), "wrong bearer token");
 
   grpc::ClientContext not_bearer;
-  not_bearer.AddMetadata(kAuthorizationHeader, TestCoordinator::kToken);
+  not_bearer.AddMetadata(kAuthorizationHeader, TestCoordinator::kOperatorToken);
   status = stub->ListJobs(&not_bearer, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
 
   grpc::ClientContext right;
   right.AddMetadata(kAuthorizationHeader,
-                    AuthorizationValue(TestCoordinator::kToken));
+                    AuthorizationValue(TestCoordinator::kOperatorToken));
   status = stub->ListJobs(&right, request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
 
@@ -107,6 +108,47 @@ TEST_F(CoordinatorTest, InvalidSpecIsRejectedAndNothingStored) {
                              v1::ListJobsRequest(), &listed)
                   .ok());
   EXPECT_EQ(listed.jobs_size(), 0);
+}
+
+TEST_F(CoordinatorTest, ListJobsComesInPagesInIdOrder) {
+  server_.RegisterWorker(v1::CPU);  // the jobs wait for a second worker
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(job->id());
+  }
+  v1::ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> listed;
+  int pages = 0;
+  do {
+    v1::ListJobsResponse page;
+    ASSERT_TRUE(
+        jobs_->ListJobs(connection_->NewContext().get(), request, &page).ok());
+    EXPECT_LE(page.jobs_size(), 2);
+    for (const v1::Job& job : page.jobs()) listed.push_back(job.id());
+    request.set_page_token(page.next_page_token());
+    ++pages;
+  } while (!request.page_token().empty() && pages < 10);
+  EXPECT_EQ(listed, ids);
+  EXPECT_EQ(pages, 3);
+
+  // A state filter pages over the matching jobs only.
+  request.Clear();
+  request.add_states(v1::CANCELLED);
+  v1::ListJobsResponse none;
+  ASSERT_TRUE(
+      jobs_->ListJobs(connection_->NewContext().get(), request, &none).ok());
+  EXPECT_EQ(none.jobs_size(), 0);
+  EXPECT_TRUE(none.next_page_token().empty());
+
+  request.Clear();
+  request.set_page_size(-1);
+  grpc::Status negative =
+      jobs_->ListJobs(connection_->NewContext().get(), request, &none);
+  EXPECT_EQ(negative.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(negative.error_message().rfind("page_size: ", 0), 0u);
 }
 
 TEST_F(CoordinatorTest, SubmitNeedsARegisteredWorkerOfTheJobsDevice) {
@@ -244,7 +286,9 @@ TEST_F(CoordinatorTest, AJobShortOfWorkersFailsAfterItsSchedulingTimeout) {
 }
 
 // GET /metrics over a plain socket: the real HTTP endpoint, no client library.
-std::string HttpGet(int port, const std::string& path) {
+// `headers`: more header lines, each ending in \r\n.
+std::string HttpGet(int port, const std::string& path,
+                    const std::string& headers = "") {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -256,7 +300,7 @@ std::string HttpGet(int port, const std::string& path) {
     return "";
   }
   const std::string request =
-      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + headers + "\r\n";
   send(fd, request.data(), request.size(), 0);
   std::string reply;
   char buffer[4096];
@@ -273,7 +317,8 @@ class CoordinatorMetricsTest : public CoordinatorTest {
 };
 
 TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
-  const std::string first = server_.RegisterWorker(v1::CPU);
+  std::shared_ptr<ClientConnection> worker = server_.ConnectAsWorker();
+  const std::string first = server_.RegisterWorker(v1::CPU, worker);
   server_.RegisterWorker(v1::CPU);
   absl::StatusOr<v1::Job> job = Submit(LoadTestSpec("tiny_job.json"));
   ASSERT_TRUE(job.ok());
@@ -290,12 +335,12 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
   v1::ReportMetricsRequest report;
   report.set_worker_id(first);
   report.set_job_id(job->id());
+  report.set_attempt(1);
   *report.mutable_metrics() = step;
   v1::ReportMetricsResponse reported;
-  ASSERT_TRUE(
-      v1::WorkerService::NewStub(connection_->channel())
-          ->ReportMetrics(connection_->NewContext().get(), report, &reported)
-          .ok());
+  ASSERT_TRUE(v1::WorkerService::NewStub(worker->channel())
+                  ->ReportMetrics(worker->NewContext().get(), report, &reported)
+                  .ok());
   ASSERT_FALSE(reported.stop_job());
   EXPECT_FALSE(Submit(LoadTestSpec("skip_layer_job.json")).ok());
   auto refused = server_.Connect("wrong");
@@ -350,6 +395,37 @@ TEST_F(CoordinatorMetricsTest, MetricsAreScrapedOverHttp) {
             std::string::npos);
 }
 
+TEST(CoordinatorMetricsTokenTest, MetricsNeedTheTokenWhenOneIsSet) {
+  CoordinatorOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir =
+      std::string(std::getenv("TEST_TMPDIR")) + "/metrics_token";
+  options.operator_token = TestCoordinator::kOperatorToken;
+  options.worker_token = TestCoordinator::kWorkerToken;
+  options.metrics_listen = "127.0.0.1:0";
+  options.metrics_token = "metrics-token-81c2";
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const int port = (*coordinator)->metrics_port();
+  auto basic = [](const std::string& password) {
+    return "Authorization: Basic " +
+           absl::Base64Escape("prometheus:" + password) + "\r\n";
+  };
+  EXPECT_NE(HttpGet(port, "/metrics").find("401"), std::string::npos);
+  EXPECT_NE(HttpGet(port, "/metrics", basic("guess")).find("401"),
+            std::string::npos);
+  std::string scraped;
+  // Gauges appear with the coordinator's first tick.
+  for (int i = 0; i < 50; ++i) {
+    scraped = HttpGet(port, "/metrics", basic("metrics-token-81c2"));
+    if (scraped.find("glm_workers") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_NE(scraped.find("200 OK"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("glm_workers"), std::string::npos) << scraped;
+}
+
 std::string ReadTestFile(const std::string& path) {
   std::ifstream in("coordinator/testdata/" + path);
   std::stringstream content;
@@ -361,7 +437,8 @@ TEST(CoordinatorTlsTest, ServesTlsAndStillRequiresTheToken) {
   CoordinatorOptions options;
   options.listen = "127.0.0.1:0";
   options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/tls";
-  options.auth_token = TestCoordinator::kToken;
+  options.operator_token = TestCoordinator::kOperatorToken;
+  options.worker_token = TestCoordinator::kWorkerToken;
   options.tls_cert_pem = ReadTestFile("tls/loopback.crt");
   options.tls_key_pem = ReadTestFile("tls/loopback.key");
   ASSERT_FALSE(options.tls_cert_pem.empty());
@@ -370,7 +447,7 @@ TEST(CoordinatorTlsTest, ServesTlsAndStillRequiresTheToken) {
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   ConnectionOptions client;
   client.target = "127.0.0.1:" + std::to_string((*coordinator)->port());
-  client.token = TestCoordinator::kToken;
+  client.token = TestCoordinator::kOperatorToken;
   client.tls_root_pem = options.tls_cert_pem;
   auto call = [](const ConnectionOptions& options) {
     ClientConnection connection(options);
@@ -389,6 +466,65 @@ TEST(CoordinatorTlsTest, ServesTlsAndStillRequiresTheToken) {
   ConnectionOptions plaintext = client;
   plaintext.tls_root_pem.clear();
   EXPECT_EQ(call(plaintext).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(CoordinatorTlsTest, WorkerCallsNeedAClientCertificateUnderMutualTls) {
+  CoordinatorOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/mtls";
+  options.operator_token = TestCoordinator::kOperatorToken;
+  options.worker_token = TestCoordinator::kWorkerToken;
+  options.tls_cert_pem = ReadTestFile("tls/loopback.crt");
+  options.tls_key_pem = ReadTestFile("tls/loopback.key");
+  options.tls_client_ca_pem = ReadTestFile("tls/worker_ca.crt");
+  ASSERT_FALSE(options.tls_client_ca_pem.empty());
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ConnectionOptions worker;
+  worker.target = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  worker.token = TestCoordinator::kWorkerToken;
+  worker.tls_root_pem = options.tls_cert_pem;
+  auto register_worker = [](const ConnectionOptions& options) {
+    ClientConnection connection(options);
+    v1::RegisterWorkerRequest request;
+    request.set_device_kind(v1::CPU);
+    v1::RegisterWorkerResponse response;
+    return v1::WorkerService::NewStub(connection.channel())
+        ->RegisterWorker(connection.NewContext(absl::Seconds(5)).get(), request,
+                         &response);
+  };
+
+  grpc::Status without = register_worker(worker);
+  EXPECT_EQ(without.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(without.error_message().find("needs a client certificate"),
+            std::string::npos)
+      << without.error_message();
+  EXPECT_EQ((*coordinator)->AliveWorkers(), 0);
+
+  ConnectionOptions with_certificate = worker;
+  with_certificate.tls_cert_pem = ReadTestFile("tls/worker.crt");
+  with_certificate.tls_key_pem = ReadTestFile("tls/worker.key");
+  grpc::Status with = register_worker(with_certificate);
+  EXPECT_TRUE(with.ok()) << with.error_message();
+  EXPECT_EQ((*coordinator)->AliveWorkers(), 1);
+
+  // A certificate the CA did not sign fails the handshake.
+  ConnectionOptions self_signed = worker;
+  self_signed.tls_cert_pem = options.tls_cert_pem;
+  self_signed.tls_key_pem = options.tls_key_pem;
+  EXPECT_FALSE(register_worker(self_signed).ok());
+
+  // Operators connect without a certificate.
+  ConnectionOptions operator_ = worker;
+  operator_.token = TestCoordinator::kOperatorToken;
+  ClientConnection connection(operator_);
+  v1::ListJobsResponse listed;
+  grpc::Status listed_status =
+      v1::JobService::NewStub(connection.channel())
+          ->ListJobs(connection.NewContext(absl::Seconds(5)).get(),
+                     v1::ListJobsRequest(), &listed);
+  EXPECT_TRUE(listed_status.ok()) << listed_status.error_message();
 }
 
 }  // namespace

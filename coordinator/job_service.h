@@ -5,21 +5,34 @@
 
 #include <atomic>
 
+#include "coordinator/client_quota.h"
 #include "coordinator/job_table.h"
 #include "coordinator/rpc_guard.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
+#include "jobspec/path_roots.h"
 #include "proto/job_service.grpc.pb.h"
 
 namespace glm {
 
+// What the operator configured about the jobs it accepts.
+struct JobServiceOptions {
+  // Every path a spec names lies under one of these (jobspec/path_roots.h);
+  // empty: anywhere.
+  PathRoots path_roots;
+  // Open WatchJob streams one client host may hold (each holds a server
+  // thread for as long as its job runs).
+  int max_watches_per_client = 64;
+};
+
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `stopping` ends open WatchJob streams when the coordinator shuts down.
-  // SubmitJob refuses a spec that breaks a job-spec rule or that none of the
-  // live `workers` can run.
-  JobServiceImpl(const RpcEnv& env, JobTable* jobs, WorkerRegistry* workers,
-                 Scheduler* scheduler, const std::atomic<bool>* stopping);
+  // SubmitJob refuses a spec that breaks a job-spec rule, names a path
+  // outside the path roots, or that none of the live `workers` can run.
+  JobServiceImpl(const RpcEnv& env, JobServiceOptions options, JobTable* jobs,
+                 WorkerRegistry* workers, Scheduler* scheduler,
+                 const std::atomic<bool>* stopping);
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -39,12 +52,17 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status ListCheckpoints(grpc::ServerContext* context,
                                const v1::ListCheckpointsRequest* request,
                                v1::ListCheckpointsResponse* response) override;
+  grpc::Status ListAudit(grpc::ServerContext* context,
+                         const v1::ListAuditRequest* request,
+                         v1::ListAuditResponse* response) override;
 
  private:
   grpc::Status StreamJob(grpc::ServerContext* context, const std::string& id,
                          grpc::ServerWriter<v1::JobEvent>* writer);
 
   const RpcEnv env_;
+  const JobServiceOptions options_;
+  ClientQuota watches_;
   JobTable* const jobs_;
   WorkerRegistry* const workers_;
   Scheduler* const scheduler_;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -66,23 +67,6 @@ TEST(JobStoreTest, EachNewStoreDrawsItsOwnTagAndKeepsIt) {
   EXPECT_EQ((*reopened)->tag(), tag);
 }
 
-TEST(JobStoreTest, CoordinatorStartsAreCountedAcrossReopens) {
-  const std::string dir = FreshDir("starts");
-  for (int64_t expected = 1; expected <= 3; ++expected) {
-    auto store = JobStore::Open(dir);
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto start = (*store)->CountCoordinatorStart();
-    ASSERT_TRUE(start.ok()) << start.status();
-    EXPECT_EQ(*start, expected);
-  }
-  // The job ids count on their own.
-  auto store = JobStore::Open(dir);
-  ASSERT_TRUE(store.ok());
-  auto id = (*store)->AllocateJobId();
-  ASSERT_TRUE(id.ok());
-  EXPECT_EQ(*id, "job-" + (*store)->tag() + "-000001");
-}
-
 TEST(JobStoreTest, ListIsInIdOrderAndGetMissingIsNotFound) {
   auto store = JobStore::Open(FreshDir("list"));
   ASSERT_TRUE(store.ok());
@@ -108,6 +92,46 @@ TEST(JobStoreTest, OpenOnAFileIsAnError) {
   auto store = JobStore::Open(path);
   EXPECT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find(path), std::string::npos);
+}
+
+// The sequence numbers of the stored audit entries, oldest first.
+std::vector<int64_t> AuditSequences(const JobStore& store) {
+  std::vector<int64_t> sequences;
+  for (const v1::AuditEntry& entry : *store.ListAudit(0, 1000)) {
+    sequences.push_back(entry.sequence());
+  }
+  return sequences;
+}
+
+TEST(JobStoreTest, AuditLogKeepsTheNewestEntriesAcrossReopens) {
+  const std::string dir = FreshDir("audit");
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok());
+    for (int i = 0; i < 5; ++i) {
+      v1::AuditEntry entry;
+      entry.set_method(i % 2 ? "JobService/CancelJob" : "JobService/SubmitJob");
+      ASSERT_TRUE(
+          (*store)->AppendAudit(entry, 3, JobStore::Durability::kSync).ok());
+      EXPECT_EQ(entry.sequence(), i + 1);
+    }
+    EXPECT_EQ(AuditSequences(**store), (std::vector<int64_t>{3, 4, 5}));
+    auto after = (*store)->ListAudit(3, 1);
+    ASSERT_TRUE(after.ok());
+    ASSERT_EQ(after->size(), 1u);
+    EXPECT_EQ((*after)[0].sequence(), 4);
+    EXPECT_EQ((*after)[0].method(), "JobService/CancelJob");
+  }
+  auto reopened = JobStore::Open(dir);
+  ASSERT_TRUE(reopened.ok());
+  v1::AuditEntry next;
+  ASSERT_TRUE(
+      (*reopened)->AppendAudit(next, 3, JobStore::Durability::kBuffered).ok());
+  EXPECT_EQ(next.sequence(), 6);  // numbering continues
+  EXPECT_EQ(AuditSequences(**reopened), (std::vector<int64_t>{4, 5, 6}));
+  // A smaller bound drops the older entries at once.
+  ASSERT_TRUE((*reopened)->TrimAudit(1).ok());
+  EXPECT_EQ(AuditSequences(**reopened), (std::vector<int64_t>{6}));
 }
 
 }  // namespace

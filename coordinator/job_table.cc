@@ -1,6 +1,7 @@
 #include "coordinator/job_table.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,19 +46,23 @@ absl::StatusOr<v1::Job> JobTable::Get(const std::string& id) {
 
 absl::StatusOr<std::vector<v1::Job>> JobTable::List(
     const std::vector<v1::JobState>& states) {
-  absl::StatusOr<std::vector<v1::Job>> jobs;
-  {
-    absl::MutexLock lock(&mu_);
-    jobs = store_->List();
-  }
-  if (!jobs.ok() || states.empty()) return jobs;
-  std::vector<v1::Job> kept;
-  for (v1::Job& job : *jobs) {
-    if (std::find(states.begin(), states.end(), job.state()) != states.end()) {
-      kept.push_back(std::move(job));
-    }
-  }
-  return kept;
+  absl::StatusOr<JobStore::Page> all =
+      ListPage(states, "", std::numeric_limits<size_t>::max());
+  if (!all.ok()) return all.status();
+  return std::move(all->jobs);
+}
+
+absl::StatusOr<JobStore::Page> JobTable::ListPage(
+    const std::vector<v1::JobState>& states, const std::string& after_id,
+    size_t limit) {
+  auto in_states = [&states](const v1::Job& job) {
+    return std::find(states.begin(), states.end(), job.state()) != states.end();
+  };
+  absl::MutexLock lock(&mu_);
+  return store_->ListPage(after_id, limit,
+                          states.empty()
+                              ? std::function<bool(const v1::Job&)>()
+                              : std::function<bool(const v1::Job&)>(in_states));
 }
 
 absl::StatusOr<v1::Job> JobTable::Transition(

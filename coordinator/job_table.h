@@ -30,6 +30,10 @@ class JobTable {
   // Jobs in id order; `states` empty means every state.
   absl::StatusOr<std::vector<v1::Job>> List(
       const std::vector<v1::JobState>& states);
+  // At most `limit` of them, after the job `after_id` (JobStore::ListPage).
+  absl::StatusOr<JobStore::Page> ListPage(
+      const std::vector<v1::JobState>& states, const std::string& after_id,
+      size_t limit);
 
   // Moves the job to `to` (FAILED_PRECONDITION when illegal). `also` edits the
   // job in the same atomic step (e.g. records the workers it was scheduled on).

@@ -1,5 +1,6 @@
 #include "coordinator/scheduler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -89,6 +90,9 @@ absl::Status Scheduler::ScheduleJob(const v1::Job& job) {
   std::vector<v1::Assignment> assignments =
       BuildAssignments(job, *plan, attempt.number, rendezvous_timeout_ms_);
   attempt.workers.assign(idle.begin(), idle.begin() + assignments.size());
+  // Whatever was written to the scope before the attempt existed is not its
+  // ranks'.
+  rendezvous_->DropScope(RendezvousScope(job.id(), attempt.number));
   absl::StatusOr<v1::Job> scheduled =
       jobs_->Transition(job.id(), v1::SCHEDULED,
                         absl::StrCat("attempt ", attempt.number, ": ",
@@ -310,6 +314,22 @@ absl::Status Scheduler::OnDeregister(const std::string& worker_id) {
   if (!gone->job_id.empty() && attempts_.count(gone->job_id)) {
     RestartOrFail(gone->job_id, absl::StrCat(worker_id, " (rank ", gone->rank,
                                              ") stopped and deregistered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CheckRendezvousMember(const std::string& worker_id,
+                                              const std::string& scope) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [job_id, attempt] : attempts_) {
+    if (RendezvousScope(job_id, attempt.number) != scope) continue;
+    if (std::find(attempt.workers.begin(), attempt.workers.end(), worker_id) !=
+        attempt.workers.end()) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(
+        absl::StrCat(worker_id, " holds no rank of ", job_id, " attempt ",
+                     attempt.number, ", whose rendezvous scope this is"));
   }
   return absl::OkStatus();
 }

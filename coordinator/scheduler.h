@@ -59,6 +59,12 @@ class Scheduler {
   // A worker that stopped: forgotten, so it gets no further assignment; a job
   // rank it still held restarts or fails its job at once.
   absl::Status OnDeregister(const std::string& worker_id);
+  // PERMISSION_DENIED when `scope` is the rendezvous scope of an attempt in
+  // flight that `worker_id` holds no rank of: only its ranks meet there.
+  // Other scopes are no job's (an attempt's scope is emptied when it is
+  // scheduled, so nothing written there earlier reaches its ranks).
+  absl::Status CheckRendezvousMember(const std::string& worker_id,
+                                     const std::string& scope);
   // Declares silent workers dead and restarts or fails the jobs they held.
   void ExpireSilentWorkers(int64_t now_ms);
   // Fails the PENDING jobs that have waited for workers longer than their

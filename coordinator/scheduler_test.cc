@@ -33,7 +33,7 @@ class SchedulerTest : public ::testing::Test {
   std::string AddWorker(int64_t now_ms = 0) {
     v1::RegisterWorkerRequest request;
     request.set_device_kind(v1::CPU);
-    return workers_.Register(request, now_ms);
+    return workers_.Register(request, now_ms).id;
   }
 
   // Submits the two-rank test job and schedules it on two new workers, whose

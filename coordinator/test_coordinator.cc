@@ -20,7 +20,8 @@ TestCoordinator::TestCoordinator(const std::string& name,
   std::system(absl::StrCat("rm -rf '", options_.state_dir, "'").c_str());
   options_.listen = "127.0.0.1:0";
   if (serve_metrics) options_.metrics_listen = "127.0.0.1:0";
-  options_.auth_token = kToken;
+  options_.operator_token = kOperatorToken;
+  options_.worker_token = kWorkerToken;
   options_.heartbeat_interval_ms = heartbeat_timeout_ms / 5;
   options_.heartbeat_timeout_ms = heartbeat_timeout_ms;
   options_.rendezvous_timeout_ms = rendezvous_timeout_ms;
@@ -59,8 +60,15 @@ std::shared_ptr<ClientConnection> TestCoordinator::Connect(
   return std::make_shared<ClientConnection>(options);
 }
 
+std::shared_ptr<ClientConnection> TestCoordinator::ConnectAsRegisteredWorker()
+    const {
+  std::shared_ptr<ClientConnection> connection = ConnectAsWorker();
+  RegisterWorker(v1::CPU, connection);
+  return connection;
+}
+
 v1::Job TestCoordinator::GetJob(const std::string& id) const {
-  std::shared_ptr<ClientConnection> connection = Connect();
+  std::shared_ptr<ClientConnection> connection = ConnectAsOperator();
   auto jobs = v1::JobService::NewStub(connection->channel());
   v1::GetJobRequest request;
   request.set_id(id);
@@ -71,16 +79,25 @@ v1::Job TestCoordinator::GetJob(const std::string& id) const {
   return job;
 }
 
-std::string TestCoordinator::RegisterWorker(v1::DeviceKind kind) const {
-  std::shared_ptr<ClientConnection> connection = Connect();
-  auto workers = v1::WorkerService::NewStub(connection->channel());
+std::string TestCoordinator::RegisterWorker(
+    v1::DeviceKind kind, const std::shared_ptr<ClientConnection>& over) const {
+  std::shared_ptr<ClientConnection> connection =
+      over ? over : ConnectAsWorker();
+  return RegisterTestWorker(kind, *connection);
+}
+
+std::string RegisterTestWorker(v1::DeviceKind kind,
+                               ClientConnection& connection) {
+  auto workers = v1::WorkerService::NewStub(connection.channel());
   v1::RegisterWorkerRequest request;
   request.set_hostname("test");
   request.set_device_kind(kind);
   v1::RegisterWorkerResponse response;
-  grpc::Status status = workers->RegisterWorker(connection->NewContext().get(),
+  grpc::Status status = workers->RegisterWorker(connection.NewContext().get(),
                                                 request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
+  connection.SetWorkerIdentity(
+      {response.worker_id(), response.worker_secret()});
   return response.worker_id();
 }
 

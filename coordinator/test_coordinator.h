@@ -1,6 +1,6 @@
 // Tests' coordinator: a real Coordinator serving on 127.0.0.1 (free ports) with
-// its store under TEST_TMPDIR, and connections to it with the right token, a
-// wrong one or none.
+// its store under TEST_TMPDIR, and connections to it with the operator token,
+// the worker token (registered as a worker or not), or any other.
 #ifndef GLM_COORDINATOR_TEST_COORDINATOR_H_
 #define GLM_COORDINATOR_TEST_COORDINATOR_H_
 
@@ -18,7 +18,8 @@ namespace glm {
 
 class TestCoordinator {
  public:
-  static constexpr char kToken[] = "test-token-3f9a";
+  static constexpr char kOperatorToken[] = "test-operator-token-3f9a";
+  static constexpr char kWorkerToken[] = "test-worker-token-c27e";
 
   // Starts with a fresh state directory named `name`. Metrics are served only
   // when asked: stopping prometheus-cpp's HTTP server takes up to 2 s.
@@ -36,13 +37,26 @@ class TestCoordinator {
   const CoordinatorOptions& options() const { return options_; }
   std::string target() const;
 
-  std::shared_ptr<ClientConnection> Connect(
-      const std::string& token = kToken) const;
+  std::shared_ptr<ClientConnection> Connect(const std::string& token) const;
+  std::shared_ptr<ClientConnection> ConnectAsOperator() const {
+    return Connect(kOperatorToken);
+  }
+  // With the worker token, not yet registered (CoordinatorClient registers).
+  std::shared_ptr<ClientConnection> ConnectAsWorker() const {
+    return Connect(kWorkerToken);
+  }
+  // With the worker token and the identity of a CPU worker registered for it
+  // (RegisterWorker's), for calls such as rendezvous.
+  std::shared_ptr<ClientConnection> ConnectAsRegisteredWorker() const;
   // The job as JobService/GetJob returns it (a failed call fails the test).
   v1::Job GetJob(const std::string& id) const;
-  // Registers a worker of `kind` through WorkerService and returns its id. It
-  // sends no heartbeat: it is declared dead after the heartbeat timeout.
-  std::string RegisterWorker(v1::DeviceKind kind) const;
+  // Registers a worker of `kind` through WorkerService (over `connection`,
+  // which then carries its identity; a new worker connection when null) and
+  // returns its id. It sends no heartbeat: it is declared dead after the
+  // heartbeat timeout.
+  std::string RegisterWorker(
+      v1::DeviceKind kind,
+      const std::shared_ptr<ClientConnection>& connection = nullptr) const;
   // Waits until `count` workers are alive (worker processes the test
   // started); fails the test after `timeout`.
   void WaitForWorkers(int count,
@@ -52,6 +66,11 @@ class TestCoordinator {
   CoordinatorOptions options_;
   std::unique_ptr<Coordinator> coordinator_;
 };
+
+// Registers a worker of `kind` over `connection` (which must carry the worker
+// token; it then carries the worker's identity) and returns its id.
+std::string RegisterTestWorker(v1::DeviceKind kind,
+                               ClientConnection& connection);
 
 }  // namespace glm
 

@@ -1,24 +1,112 @@
 #include "coordinator/worker_registry.h"
 
+#include <cstdlib>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
+#include "openssl/crypto.h"
+#include "openssl/rand.h"
 
 namespace glm {
+namespace {
 
-WorkerRegistry::WorkerRegistry(int64_t heartbeat_timeout_ms,
-                               int64_t coordinator_start)
-    : heartbeat_timeout_ms_(heartbeat_timeout_ms),
-      coordinator_start_(coordinator_start) {}
+// `bytes` random bytes from OpenSSL's CSPRNG, in hex.
+std::string RandomHex(int bytes) {
+  std::string raw(bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), bytes) != 1) {
+    // Without randomness ids and secrets could be guessed: no registration is
+    // safer than a predictable one.
+    std::abort();
+  }
+  return absl::BytesToHexString(raw);
+}
 
-std::string WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
-                                     int64_t now_ms) {
+// A worker holds one rank at a time; late reports come only from its most
+// recent ranks, so older ones need not be remembered.
+constexpr size_t kRememberedAssignments = 8;
+
+std::string DescribeAssignment(const std::string& job_id, int attempt,
+                               int rank) {
+  return absl::StrCat("rank ", rank, " of ", job_id, " attempt ", attempt);
+}
+
+}  // namespace
+
+WorkerRegistry::WorkerRegistry(int64_t heartbeat_timeout_ms)
+    : heartbeat_timeout_ms_(heartbeat_timeout_ms) {}
+
+WorkerIdentity WorkerRegistry::Register(
+    const v1::RegisterWorkerRequest& request, int64_t now_ms) {
+  WorkerIdentity identity{absl::StrCat("worker-", RandomHex(16)),
+                          RandomHex(32)};
   absl::MutexLock lock(&mu_);
   const int64_t number = next_number_++;
   WorkerRecord& record = workers_[number];
-  record.id = absl::StrCat("worker-", coordinator_start_, ".", number);
+  record.id = identity.id;
+  record.secret = identity.secret;
   record.info = request;
   record.last_heartbeat_ms = now_ms;
   numbers_[record.id] = number;
-  return record.id;
+  return identity;
+}
+
+absl::Status WorkerRegistry::Authenticate(const std::string& worker_id,
+                                          const std::string& secret) {
+  absl::MutexLock lock(&mu_);
+  const WorkerRecord* record = Find(worker_id);
+  if (!record) {
+    return absl::NotFoundError(absl::StrCat(
+        "no worker '", Excerpt(worker_id),
+        "' (the coordinator may have restarted since it registered); "
+        "register again"));
+  }
+  if (record->secret.size() != secret.size() ||
+      CRYPTO_memcmp(record->secret.data(), secret.data(), secret.size()) != 0) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "wrong glm-worker-secret for ", worker_id,
+        ": a worker's calls carry the secret its registration returned"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::CheckAssigned(const std::string& worker_id,
+                                           const std::string& job_id,
+                                           int attempt, int rank) {
+  absl::MutexLock lock(&mu_);
+  const WorkerRecord* record = Find(worker_id);
+  if (!record) {
+    return absl::NotFoundError(absl::StrCat("no worker '", worker_id, "'"));
+  }
+  std::string held;
+  for (const RankAssignment& given : record->assignments) {
+    if (given.job_id != job_id) continue;
+    if (given.attempt == attempt && given.rank == rank) {
+      return absl::OkStatus();
+    }
+    absl::StrAppend(
+        &held, held.empty() ? "" : ", ",
+        DescribeAssignment(given.job_id, given.attempt, given.rank));
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      worker_id, " was not assigned ",
+      DescribeAssignment(Excerpt(job_id), attempt, rank),
+      held.empty() ? " (it holds no rank of that job)"
+                   : absl::StrCat(" (it was assigned ", held, ")")));
+}
+
+absl::Status WorkerRegistry::CheckAssignedJob(const std::string& worker_id,
+                                              const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  const WorkerRecord* record = Find(worker_id);
+  if (!record) {
+    return absl::NotFoundError(absl::StrCat("no worker '", worker_id, "'"));
+  }
+  for (const RankAssignment& given : record->assignments) {
+    if (given.job_id == job_id) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      worker_id, " was never assigned a rank of ", Excerpt(job_id)));
 }
 
 WorkerRecord* WorkerRegistry::Find(const std::string& worker_id) {
@@ -80,6 +168,11 @@ void WorkerRegistry::Assign(const std::string& worker_id,
   if (!record) return;
   record->job_id = assignment.job_id();
   record->rank = assignment.rank();
+  record->assignments.push_back(
+      {assignment.job_id(), assignment.attempt(), assignment.rank()});
+  if (record->assignments.size() > kRememberedAssignments) {
+    record->assignments.erase(record->assignments.begin());
+  }
   queued_[worker_id].push_back(assignment);
 }
 

@@ -15,32 +15,56 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/worker_service.pb.h"
+#include "rpc/worker_identity.h"
 
 namespace glm {
 
+// A job rank the scheduler gave a worker.
+struct RankAssignment {
+  std::string job_id;
+  int attempt = 0;
+  int rank = -1;
+};
+
 struct WorkerRecord {
   std::string id;
+  // Presented with every call after registration (rpc/worker_identity.h).
+  std::string secret;
   v1::RegisterWorkerRequest info;
   int64_t last_heartbeat_ms = 0;
   bool alive = true;
   // The job rank this worker holds; empty when idle.
   std::string job_id;
   int rank = -1;
+  // Every rank assigned to this registration, including ended ones (a rank
+  // of an ended attempt may still report until it has stopped).
+  std::vector<RankAssignment> assignments;
 };
 
 class WorkerRegistry {
  public:
-  // `coordinator_start` numbers this coordinator's start on its store (see
-  // JobStore::CountCoordinatorStart); worker ids include it.
-  WorkerRegistry(int64_t heartbeat_timeout_ms, int64_t coordinator_start = 1);
+  explicit WorkerRegistry(int64_t heartbeat_timeout_ms);
 
   int64_t heartbeat_timeout_ms() const { return heartbeat_timeout_ms_; }
 
-  // A new id ("worker-<coordinator start>.<n>": "worker-1.1", ...), never
-  // given by an earlier start, for a worker that is alive and idle as of
-  // `now_ms`.
-  std::string Register(const v1::RegisterWorkerRequest& request,
-                       int64_t now_ms);
+  // A new worker, alive and idle as of `now_ms`, with a random id
+  // ("worker-" and 32 hex digits) and secret drawn from a CSPRNG, so that
+  // neither can be guessed from others (nor repeat across coordinator
+  // starts).
+  WorkerIdentity Register(const v1::RegisterWorkerRequest& request,
+                          int64_t now_ms);
+  // OK when `secret` is the one given to `worker_id` at registration;
+  // NOT_FOUND for an unknown id (a worker forgotten by a coordinator restart
+  // registers again on it), UNAUTHENTICATED for a wrong secret.
+  absl::Status Authenticate(const std::string& worker_id,
+                            const std::string& secret);
+  // OK when `worker_id` was assigned `rank` of `job_id`'s `attempt`;
+  // PERMISSION_DENIED naming what it holds otherwise.
+  absl::Status CheckAssigned(const std::string& worker_id,
+                             const std::string& job_id, int attempt, int rank);
+  // As CheckAssigned, for any rank of any attempt of `job_id`.
+  absl::Status CheckAssignedJob(const std::string& worker_id,
+                                const std::string& job_id);
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION for a worker already
   // declared dead (it must register again).
   absl::Status Heartbeat(const std::string& worker_id, int64_t now_ms);
@@ -75,7 +99,6 @@ class WorkerRegistry {
 
  private:
   const int64_t heartbeat_timeout_ms_;
-  const int64_t coordinator_start_;
   absl::Mutex mu_;
   int64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
   // Keyed by registration number, so iteration is in registration order.

@@ -1,5 +1,7 @@
-// WorkerService: what glm-worker processes call. Thin: each handler asks the
-// worker registry, the scheduler or the job table.
+// WorkerService: what glm-worker processes call. Thin: each handler checks
+// that the caller is the registered worker its request names (and, for a
+// report, that the worker was assigned the job rank it reports on), then asks
+// the worker registry, the scheduler or the job table.
 #ifndef GLM_COORDINATOR_WORKER_SERVICE_H_
 #define GLM_COORDINATOR_WORKER_SERVICE_H_
 
@@ -49,6 +51,10 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   grpc::Status StreamAssignments(grpc::ServerContext* context,
                                  const std::string& worker_id,
                                  grpc::ServerWriter<v1::Assignment>* writer);
+  // PERMISSION_DENIED unless the caller is `worker_id` and holds `rank` of
+  // `job_id`'s `attempt` (or held it, in an attempt that since ended).
+  grpc::Status CheckReporter(const Caller& caller, const std::string& worker_id,
+                             const std::string& job_id, int attempt, int rank);
   void ScheduleReady();
 
   const RpcEnv env_;

@@ -12,7 +12,11 @@
 // back), so every input meets the same state and a finding replays on its own.
 //
 // Job ids carry a tag drawn by each new store; a job id in an input written
-// with the tag 000000 ("job-000000-000001") names the fixture's job.
+// with the tag 000000 ("job-000000-000001") names the fixture's job. Worker
+// ids are random: "worker-1.1" and "worker-1.2" in an input name the
+// fixture's two workers. JobService calls come with the operator token,
+// the others with the worker token and the identity of the worker the
+// request names (the first worker when it names none).
 // WatchJob and WatchAssignments are streams, which need a live call; their
 // requests are a bare id, looked up as GetJob and Heartbeat look theirs up.
 #include <atomic>
@@ -23,11 +27,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_store.h"
 #include "coordinator/job_table.h"
@@ -39,11 +45,15 @@
 #include "grpcpp/test/server_context_test_spouse.h"
 #include "jobspec/test_specs.h"
 #include "rpc/bearer_token.h"
+#include "rpc/worker_identity.h"
 
 namespace glm {
 namespace {
 
-constexpr char kToken[] = "fuzz-token";
+constexpr char kOperatorToken[] = "fuzz-operator-token";
+constexpr char kWorkerToken[] = "fuzz-worker-token";
+// How inputs name the fixture's workers.
+constexpr const char* kSeedWorkerIds[] = {"worker-1.1", "worker-1.2"};
 constexpr char kSeedTagPrefix[] = "job-000000-";
 // The rendezvous scope and keys the fixture sets, for inputs to find.
 constexpr char kScope[] = "fuzz-scope";
@@ -78,18 +88,29 @@ class FuzzCoordinator {
     rendezvous_ = std::make_unique<RendezvousTable>();
     scheduler_ = std::make_unique<Scheduler>(jobs_.get(), workers_.get(),
                                              rendezvous_.get(), 300000);
-    const RpcEnv env{kToken, nullptr};
+    absl::StatusOr<std::unique_ptr<AuditLog>> audit =
+        AuditLog::Open(store_.get(), 1000);
+    CheckOk(audit.status(), "opening the audit log");
+    audit_ = *std::move(audit);
+    RpcEnv env;
+    env.operator_token = kOperatorToken;
+    env.worker_token = kWorkerToken;
+    env.workers = workers_.get();
+    env.audit = audit_.get();
     job_service = std::make_unique<JobServiceImpl>(
-        env, jobs_.get(), workers_.get(), scheduler_.get(), &stopping_);
+        env, JobServiceOptions(), jobs_.get(), workers_.get(), scheduler_.get(),
+        &stopping_);
     worker_service = std::make_unique<WorkerServiceImpl>(
         env, workers_.get(), scheduler_.get(), jobs_.get(), 1000, &stopping_);
-    rendezvous_service =
-        std::make_unique<RendezvousServiceImpl>(env, rendezvous_.get());
+    rendezvous_service = std::make_unique<RendezvousServiceImpl>(
+        env, rendezvous_.get(), scheduler_.get());
 
     v1::RegisterWorkerRequest worker;
     worker.set_hostname("fuzz");
     worker.set_device_kind(v1::CPU);
-    for (int i = 0; i < 2; ++i) workers_->Register(worker, UnixMillisNow());
+    for (int i = 0; i < 2; ++i) {
+      identities_.push_back(workers_->Register(worker, UnixMillisNow()));
+    }
     absl::StatusOr<v1::Job> job = jobs_->Create(LoadTestSpec("tiny_job.json"));
     CheckOk(job.status(), "submitting the fixture's job");
     CheckOk(scheduler_->ScheduleReady(), "scheduling the fixture's job");
@@ -113,6 +134,21 @@ class FuzzCoordinator {
     if (absl::StartsWith(*id, kSeedTagPrefix)) {
       id->replace(0, job_id_prefix_.size(), job_id_prefix_);
     }
+  }
+
+  // Rewrites a worker id an input gives as "worker-1.N" to the fixture's.
+  void ResolveWorkerId(std::string* id) const {
+    for (size_t i = 0; i < identities_.size(); ++i) {
+      if (*id == kSeedWorkerIds[i]) *id = identities_[i].id;
+    }
+  }
+
+  // The identity a call naming `worker_id` comes with.
+  const WorkerIdentity& IdentityFor(const std::string& worker_id) const {
+    for (const WorkerIdentity& identity : identities_) {
+      if (identity.id == worker_id) return identity;
+    }
+    return identities_.front();
   }
 
   // Every stored job, serialized, in id order.
@@ -155,6 +191,8 @@ class FuzzCoordinator {
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<RendezvousTable> rendezvous_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<AuditLog> audit_;
+  std::vector<WorkerIdentity> identities_;
   std::atomic<bool> stopping_{false};
   std::string job_id_prefix_;
   std::vector<std::string> initial_jobs_;
@@ -177,40 +215,80 @@ std::string ScopeOf(absl::string_view bytes) {
   return request.scope();
 }
 
-// Fixes up what an input names before the call: job ids to this store's tag,
-// and rendezvous waits to a millisecond (the fuzzer must not sit out a
-// timeout; how long is the caller's choice once it is positive).
+// Fixes up what an input names before the call: job and worker ids to this
+// coordinator's, and rendezvous waits to a millisecond (the fuzzer must not
+// sit out a timeout; how long is the caller's choice once it is positive).
+// Returns the worker id the request names ("" for none).
 template <typename Request>
-void Prepare(const FuzzCoordinator&, Request*) {}
-void Prepare(const FuzzCoordinator& coordinator, v1::GetJobRequest* request) {
+std::string Prepare(const FuzzCoordinator&, Request*) {
+  return "";
+}
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::GetJobRequest* request) {
   coordinator.ResolveJobId(request->mutable_id());
+  return "";
 }
-void Prepare(const FuzzCoordinator& coordinator,
-             v1::CancelJobRequest* request) {
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::CancelJobRequest* request) {
   coordinator.ResolveJobId(request->mutable_id());
+  return "";
 }
-void Prepare(const FuzzCoordinator& coordinator,
-             v1::ListCheckpointsRequest* request) {
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::ListCheckpointsRequest* request) {
   coordinator.ResolveJobId(request->mutable_job_id());
+  return "";
 }
-void Prepare(const FuzzCoordinator& coordinator,
-             v1::HeartbeatRequest* request) {
-  coordinator.ResolveJobId(request->mutable_job_id());
+// A worker's request: its job and worker ids.
+template <typename Request>
+std::string PrepareWorkerCall(const FuzzCoordinator& coordinator,
+                              std::string* job_id, Request* request) {
+  if (job_id != nullptr) coordinator.ResolveJobId(job_id);
+  coordinator.ResolveWorkerId(request->mutable_worker_id());
+  return request->worker_id();
 }
-void Prepare(const FuzzCoordinator& coordinator,
-             v1::ReportMetricsRequest* request) {
-  coordinator.ResolveJobId(request->mutable_job_id());
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::HeartbeatRequest* request) {
+  return PrepareWorkerCall(coordinator, request->mutable_job_id(), request);
 }
-void Prepare(const FuzzCoordinator& coordinator,
-             v1::ReportCheckpointRequest* request) {
-  coordinator.ResolveJobId(request->mutable_manifest()->mutable_job_id());
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::ReportMetricsRequest* request) {
+  return PrepareWorkerCall(coordinator, request->mutable_job_id(), request);
 }
-void Prepare(const FuzzCoordinator& coordinator,
-             v1::ReportJobResultRequest* request) {
-  coordinator.ResolveJobId(request->mutable_job_id());
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::ReportCheckpointRequest* request) {
+  return PrepareWorkerCall(
+      coordinator, request->mutable_manifest()->mutable_job_id(), request);
 }
-void Prepare(const FuzzCoordinator&, v1::RendezvousWaitRequest* request) {
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::ReportJobResultRequest* request) {
+  return PrepareWorkerCall(coordinator, request->mutable_job_id(), request);
+}
+std::string Prepare(const FuzzCoordinator& coordinator,
+                    v1::DeregisterWorkerRequest* request) {
+  return PrepareWorkerCall(coordinator, nullptr, request);
+}
+std::string Prepare(const FuzzCoordinator&,
+                    v1::RendezvousWaitRequest* request) {
   if (request->timeout_ms() > 1) request->set_timeout_ms(1);
+  return "";
+}
+
+// Authenticates a call as the operator (JobService) or as the worker named
+// `worker_id` (WorkerService, RendezvousService).
+template <typename Service>
+void Authenticate(const FuzzCoordinator& coordinator,
+                  const std::string& worker_id,
+                  grpc::testing::ServerContextTestSpouse* spouse) {
+  if constexpr (std::is_same_v<Service, JobServiceImpl>) {
+    spouse->AddClientMetadata(kAuthorizationHeader,
+                              AuthorizationValue(kOperatorToken));
+  } else {
+    spouse->AddClientMetadata(kAuthorizationHeader,
+                              AuthorizationValue(kWorkerToken));
+    const WorkerIdentity& identity = coordinator.IdentityFor(worker_id);
+    spouse->AddClientMetadata(kWorkerIdHeader, identity.id);
+    spouse->AddClientMetadata(kWorkerSecretHeader, identity.secret);
+  }
 }
 
 // Parses `bytes` as the request of `method` of the service `service` points
@@ -227,10 +305,10 @@ std::optional<grpc::Status> Call(
   if (!request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return std::nullopt;
   }
-  Prepare(coordinator, &request);
+  const std::string worker_id = Prepare(coordinator, &request);
   grpc::ServerContext context;
   grpc::testing::ServerContextTestSpouse spouse(&context);
-  spouse.AddClientMetadata(kAuthorizationHeader, AuthorizationValue(kToken));
+  Authenticate<Service>(coordinator, worker_id, &spouse);
   Response response;
   return ((coordinator.*service).get()->*method)(&context, &request, &response);
 }
@@ -246,7 +324,7 @@ std::optional<grpc::Status> CallRendezvousAdd(FuzzCoordinator& coordinator,
       coordinator.RendezvousValue(request.scope(), request.key());
   grpc::ServerContext context;
   grpc::testing::ServerContextTestSpouse spouse(&context);
-  spouse.AddClientMetadata(kAuthorizationHeader, AuthorizationValue(kToken));
+  Authenticate<RendezvousServiceImpl>(coordinator, "", &spouse);
   v1::RendezvousAddResponse response;
   const grpc::Status status =
       coordinator.rendezvous_service->Add(&context, &request, &response);

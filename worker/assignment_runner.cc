@@ -1,6 +1,7 @@
 #include "worker/assignment_runner.h"
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -14,11 +15,13 @@ namespace glm {
 
 AssignmentRunner::AssignmentRunner(CoordinatorClient* client,
                                    std::function<void(const std::string&)> log,
-                                   std::string device, std::string host)
+                                   std::string device, std::string host,
+                                   PathRoots path_roots)
     : client_(client),
       log_(std::move(log)),
       device_(std::move(device)),
-      host_(std::move(host)) {}
+      host_(std::move(host)),
+      path_roots_(std::move(path_roots)) {}
 
 void AssignmentRunner::Serve() {
   client_->StartHeartbeats(
@@ -68,6 +71,22 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
                     assignment.rank(), " of ", assignment.world_size()));
   stop_job_ = false;
   client_->SetCurrentJob(job, 0);
+  // The coordinator checked the paths at submission; the files may have
+  // changed since (a folder replaced by a symlink), so check before opening.
+  absl::Status result = CheckSpecPaths(assignment.spec(), path_roots_,
+                                       std::filesystem::current_path());
+  if (result.ok()) result = Train(assignment);
+  log_(absl::StrCat("job ", job, " finished: ", result.ToString()));
+  absl::Status reported =
+      client_->ReportJobResult(job, assignment.rank(), assignment.attempt(),
+                               result.ok(), std::string(result.message()));
+  if (!reported.ok())
+    log_("reporting the result failed: " + reported.ToString());
+  client_->SetCurrentJob("", 0);
+}
+
+absl::Status AssignmentRunner::Train(const v1::Assignment& assignment) {
+  const std::string& job = assignment.job_id();
   std::unique_ptr<StepMetricsLog> step_log;
   const std::string& save_dir = assignment.spec().training().save_dir();
   if (assignment.rank() == 0 && !save_dir.empty()) {
@@ -90,28 +109,21 @@ void AssignmentRunner::Run(const v1::Assignment& assignment) {
         log_("logging the step failed: " + written.ToString());
       }
     }
-    absl::StatusOr<bool> stop =
-        client_->ReportMetrics(job, assignment.rank(), metrics);
+    absl::StatusOr<bool> stop = client_->ReportMetrics(
+        job, assignment.attempt(), assignment.rank(), metrics);
     if (!stop.ok())
       log_("reporting metrics failed: " + stop.status().ToString());
     return stop_job_.load() || (stop.ok() && *stop);
   };
   hooks.on_checkpoint = [&](const v1::CheckpointManifest& manifest) {
-    absl::Status reported = client_->ReportCheckpoint(manifest);
+    absl::Status reported = client_->ReportCheckpoint(
+        assignment.attempt(), assignment.rank(), manifest);
     if (!reported.ok())
       log_("reporting checkpoint failed: " + reported.ToString());
   };
   RendezvousStore rendezvous(client_->connection(),
                              assignment.rendezvous().scope());
-  const absl::Status result =
-      RunTrainingJob(assignment, hooks, &rendezvous, device_, host_);
-  log_(absl::StrCat("job ", job, " finished: ", result.ToString()));
-  absl::Status reported =
-      client_->ReportJobResult(job, assignment.rank(), assignment.attempt(),
-                               result.ok(), std::string(result.message()));
-  if (!reported.ok())
-    log_("reporting the result failed: " + reported.ToString());
-  client_->SetCurrentJob("", 0);
+  return RunTrainingJob(assignment, hooks, &rendezvous, device_, host_);
 }
 
 }  // namespace glm

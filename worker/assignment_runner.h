@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "jobspec/path_roots.h"
 #include "proto/worker_service.pb.h"
 #include "worker/coordinator_client.h"
 
@@ -21,10 +22,13 @@ class AssignmentRunner {
  public:
   // `log` receives progress lines. Neither pointer is owned.
   // `device` is the worker's ("cpu" or "cuda:N"); `host` the address its
-  // peers dial.
+  // peers dial. An assignment whose spec names a path outside `path_roots`
+  // (relative paths resolve against the working folder) fails before the
+  // worker opens anything (jobspec/path_roots.h; empty: anywhere).
   AssignmentRunner(CoordinatorClient* client,
                    std::function<void(const std::string&)> log,
-                   std::string device = "cpu", std::string host = "127.0.0.1");
+                   std::string device = "cpu", std::string host = "127.0.0.1",
+                   PathRoots path_roots = {});
 
   // Heartbeats, then serves assignments until Shutdown (or the stream fails,
   // after which it reconnects with backoff). A coordinator that no longer
@@ -37,6 +41,8 @@ class AssignmentRunner {
 
  private:
   void Run(const v1::Assignment& assignment);
+  // Trains the assignment's rank; its result.
+  absl::Status Train(const v1::Assignment& assignment);
   // Registers again after `forgotten` (the watch's status) and logs it; false
   // when that failed (the coordinator is unreachable).
   bool RegisterAgain(const absl::Status& forgotten);
@@ -45,6 +51,7 @@ class AssignmentRunner {
   std::function<void(const std::string&)> log_;
   std::string device_;
   std::string host_;
+  const PathRoots path_roots_;
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> stop_job_{false};
 };

@@ -33,6 +33,10 @@ bool CoordinatorForgotWorker(const absl::Status& status) {
          status.code() == absl::StatusCode::kFailedPrecondition;
 }
 
+bool CoordinatorRefusedJob(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kPermissionDenied;
+}
+
 CoordinatorClient::CoordinatorClient(
     std::shared_ptr<ClientConnection> connection)
     : connection_(std::move(connection)),
@@ -49,6 +53,8 @@ absl::Status CoordinatorClient::Register(
   grpc::Status status = stub_->RegisterWorker(
       connection_->NewContext(kCallTimeout).get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
+  connection_->SetWorkerIdentity(
+      {response.worker_id(), response.worker_secret()});
   absl::MutexLock lock(&mu_);
   registration_ = request;
   worker_id_ = response.worker_id();
@@ -113,7 +119,9 @@ void CoordinatorClient::HeartbeatLoop(
     std::function<void(const absl::Status&)> on_error) {
   do {
     absl::StatusOr<v1::HeartbeatResponse> response = Heartbeat();
-    if (!response.ok()) {
+    if (CoordinatorRefusedJob(response.status())) {
+      if (on_stop_job) on_stop_job(std::string(response.status().message()));
+    } else if (!response.ok()) {
       if (on_error) on_error(response.status());
     } else if (response->stop_job() && on_stop_job) {
       on_stop_job(response->reason());
@@ -155,23 +163,28 @@ void CoordinatorClient::CancelWatch() {
 }
 
 absl::StatusOr<bool> CoordinatorClient::ReportMetrics(
-    const std::string& job_id, int rank, const v1::StepMetrics& metrics) {
+    const std::string& job_id, int attempt, int rank,
+    const v1::StepMetrics& metrics) {
   v1::ReportMetricsRequest request;
   request.set_worker_id(worker_id());
   request.set_job_id(job_id);
+  request.set_attempt(attempt);
   request.set_rank(rank);
   *request.mutable_metrics() = metrics;
   v1::ReportMetricsResponse response;
-  grpc::Status status = stub_->ReportMetrics(
-      connection_->NewContext(kCallTimeout).get(), request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  absl::Status status = FromGrpcStatus(stub_->ReportMetrics(
+      connection_->NewContext(kCallTimeout).get(), request, &response));
+  if (CoordinatorRefusedJob(status)) return true;
+  if (!status.ok()) return status;
   return response.stop_job();
 }
 
 absl::Status CoordinatorClient::ReportCheckpoint(
-    const v1::CheckpointManifest& manifest) {
+    int attempt, int rank, const v1::CheckpointManifest& manifest) {
   v1::ReportCheckpointRequest request;
   request.set_worker_id(worker_id());
+  request.set_attempt(attempt);
+  request.set_rank(rank);
   *request.mutable_manifest() = manifest;
   v1::ReportCheckpointResponse response;
   return FromGrpcStatus(stub_->ReportCheckpoint(

@@ -1,6 +1,7 @@
 // A worker's side of WorkerService: register, heartbeat (on a thread of its
 // own), receive assignments, report metrics, checkpoints and results. Every
-// call carries the bearer token of the connection.
+// call carries the worker token of the connection and, after registration,
+// the worker's id and secret.
 #ifndef GLM_WORKER_COORDINATOR_CLIENT_H_
 #define GLM_WORKER_COORDINATOR_CLIENT_H_
 
@@ -27,6 +28,11 @@ v1::RegisterWorkerRequest DescribeThisHost(v1::DeviceKind kind,
 // declared it dead (FAILED_PRECONDITION). It must register again.
 bool CoordinatorForgotWorker(const absl::Status& status);
 
+// True when the coordinator refused a heartbeat or report because this worker
+// (as registered now) holds no such job rank: it registered again after a
+// coordinator restart while an old rank still ran. That rank must stop.
+bool CoordinatorRefusedJob(const absl::Status& status);
+
 class CoordinatorClient {
  public:
   explicit CoordinatorClient(std::shared_ptr<ClientConnection> connection);
@@ -52,8 +58,8 @@ class CoordinatorClient {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat();
   // Heartbeats every interval on a thread until StopHeartbeats. `on_stop_job`
   // runs (on that thread) with the reason when the coordinator says the current
-  // job ended; `on_error` when a heartbeat fails (e.g. the worker was declared
-  // dead).
+  // job ended or refuses it (CoordinatorRefusedJob); `on_error` when a
+  // heartbeat fails otherwise (e.g. the worker was declared dead).
   void StartHeartbeats(std::function<void(const std::string&)> on_stop_job,
                        std::function<void(const absl::Status&)> on_error);
   void StopHeartbeats();
@@ -65,10 +71,12 @@ class CoordinatorClient {
       const std::function<void(const v1::Assignment&)>& on_assignment);
   void CancelWatch();
 
-  // True when the coordinator says the job has ended and the rank should stop.
-  absl::StatusOr<bool> ReportMetrics(const std::string& job_id, int rank,
-                                     const v1::StepMetrics& metrics);
-  absl::Status ReportCheckpoint(const v1::CheckpointManifest& manifest);
+  // True when the coordinator says the job has ended, or refuses the report
+  // (CoordinatorRefusedJob), and the rank should stop.
+  absl::StatusOr<bool> ReportMetrics(const std::string& job_id, int attempt,
+                                     int rank, const v1::StepMetrics& metrics);
+  absl::Status ReportCheckpoint(int attempt, int rank,
+                                const v1::CheckpointManifest& manifest);
   absl::Status ReportJobResult(const std::string& job_id, int rank, int attempt,
                                bool ok, const std::string& message);
   // Leaves the coordinator for good (the worker is stopping).

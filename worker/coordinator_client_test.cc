@@ -3,10 +3,13 @@
 // end, and fails jobs whose workers fail or go silent.
 #include "worker/coordinator_client.h"
 
+#include <algorithm>
 #include <map>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
 #include "coordinator/test_coordinator.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -17,12 +20,19 @@
 namespace glm {
 namespace {
 
+// "worker-" and 128 random bits in hex.
+bool IsRandomWorkerId(const std::string& id) {
+  const absl::string_view hex = absl::StripPrefix(id, "worker-");
+  return hex.size() == 32 && hex.size() + 7 == id.size() &&
+         std::all_of(hex.begin(), hex.end(), absl::ascii_isxdigit);
+}
+
 // A registered worker whose assignments are collected by a thread watching the
 // stream. It runs no training: the test plays the rank's part.
 class WatchingWorker {
  public:
   WatchingWorker(const TestCoordinator& server, v1::DeviceKind kind)
-      : client_(server.Connect()) {
+      : client_(server.ConnectAsWorker()) {
     absl::Status registered =
         client_.Register(DescribeThisHost(kind, "127.0.0.1:0"));
     EXPECT_TRUE(registered.ok()) << registered;
@@ -65,7 +75,7 @@ class CoordinatorClientTest : public ::testing::Test {
   explicit CoordinatorClientTest(int64_t heartbeat_timeout_ms = 10000)
       : server_(::testing::UnitTest::GetInstance()->current_test_info()->name(),
                 heartbeat_timeout_ms),
-        connection_(server_.Connect()),
+        connection_(server_.ConnectAsOperator()),
         jobs_(v1::JobService::NewStub(connection_->channel())) {}
 
   // The tiny job allows a restart; these tests follow a job to its failure
@@ -138,7 +148,7 @@ TEST_F(CoordinatorClientTest, RanksAreAssignedAndTheJobRunsToSuccess) {
   step.set_iteration(1);
   step.set_train_iters(20);
   step.set_lm_loss(6.25);
-  absl::StatusOr<bool> stop = first.client().ReportMetrics(id, 0, step);
+  absl::StatusOr<bool> stop = first.client().ReportMetrics(id, 1, 0, step);
   ASSERT_TRUE(stop.ok()) << stop.status();
   EXPECT_FALSE(*stop);
   EXPECT_EQ(Get(id).state(), v1::SCHEDULED);
@@ -154,7 +164,7 @@ TEST_F(CoordinatorClientTest, RanksAreAssignedAndTheJobRunsToSuccess) {
   manifest.set_directory("/ckpt/iter_0000010");
   manifest.add_tensors()->set_name("model.norm.weight");
   manifest.add_shards()->set_path("rank_00000.safetensors");
-  ASSERT_TRUE(first.client().ReportCheckpoint(manifest).ok());
+  ASSERT_TRUE(first.client().ReportCheckpoint(1, 0, manifest).ok());
   v1::ListCheckpointsRequest list;
   list.set_job_id(id);
   v1::ListCheckpointsResponse checkpoints;
@@ -204,7 +214,8 @@ TEST_F(CoordinatorClientTest, ARankFailureFailsTheJobAndStopsTheOthers) {
   const std::string id = Submit(WithoutRestarts(LoadTestSpec("tiny_job.json")));
   std::optional<v1::Assignment> assignment = second.Await();
   ASSERT_TRUE(assignment.has_value());
-  ASSERT_TRUE(first.Await().has_value());
+  std::optional<v1::Assignment> first_assignment = first.Await();
+  ASSERT_TRUE(first_assignment.has_value());
   ASSERT_TRUE(
       second.client()
           .ReportJobResult(id, assignment->rank(), 1, false, "out of memory")
@@ -221,7 +232,8 @@ TEST_F(CoordinatorClientTest, ARankFailureFailsTheJobAndStopsTheOthers) {
   EXPECT_TRUE(beat->stop_job());
   EXPECT_NE(beat->reason().find("out of memory"), std::string::npos);
   v1::StepMetrics step;
-  EXPECT_TRUE(*first.client().ReportMetrics(id, 0, step));
+  EXPECT_TRUE(
+      *first.client().ReportMetrics(id, 1, first_assignment->rank(), step));
 }
 
 TEST_F(CoordinatorClientTest,
@@ -243,7 +255,7 @@ TEST_F(CoordinatorClientTest,
   ASSERT_EQ(Get(scheduled).state(), v1::SCHEDULED);
 
   ASSERT_TRUE(server_.Restart().ok());
-  connection_ = server_.Connect();
+  connection_ = server_.ConnectAsOperator();
   jobs_ = v1::JobService::NewStub(connection_->channel());
 
   v1::Job failed = Get(running);
@@ -254,10 +266,10 @@ TEST_F(CoordinatorClientTest,
   ASSERT_EQ(requeued.history_size(), 3);
   EXPECT_EQ(requeued.history(2).from(), v1::SCHEDULED);
   // Workers of the old coordinator are unknown to the new one: they register
-  // again, under ids the old one never gave.
-  CoordinatorClient stale(server_.Connect());
+  // again, under new random ids.
+  CoordinatorClient stale(server_.ConnectAsWorker());
   ASSERT_TRUE(stale.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
-  EXPECT_EQ(stale.worker_id(), "worker-2.1");
+  EXPECT_TRUE(IsRandomWorkerId(stale.worker_id())) << stale.worker_id();
   for (WatchingWorker* old : {&first, &second, &third, &fourth}) {
     EXPECT_NE(old->client().worker_id(), stale.worker_id());
   }
@@ -270,14 +282,14 @@ TEST_F(CoordinatorClientTest,
 }
 
 TEST_F(CoordinatorClientTest, AWorkerForgottenByARestartRegistersAgain) {
-  CoordinatorClient client(server_.Connect());
+  CoordinatorClient client(server_.ConnectAsWorker());
   ASSERT_TRUE(client.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   const std::string before = client.worker_id();
   ASSERT_TRUE(client.Heartbeat().ok());
 
   ASSERT_TRUE(server_.RestartOnSamePort().ok());
   // The first worker of the new coordinator does not get the stale id.
-  CoordinatorClient newcomer(server_.Connect());
+  CoordinatorClient newcomer(server_.ConnectAsWorker());
   ASSERT_TRUE(newcomer.Register(DescribeThisHost(v1::CPU, "127.0.0.1:0")).ok());
   EXPECT_NE(newcomer.worker_id(), before);
   // The old client reaches the new coordinator on its old connection, which

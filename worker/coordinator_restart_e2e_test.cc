@@ -41,13 +41,20 @@ TEST(CoordinatorRestartTest, WorkerRegistersAgainAndTakesTheNextJob) {
   StopWorkers(pids);
   EXPECT_EQ(next_done.state(), v1::SUCCEEDED) << next_done.DebugString();
   const std::string log = ReadLog(dir + "/worker0.log");
-  EXPECT_NE(log.find("glm-worker worker-1.1: registered"), std::string::npos)
+  // "glm-worker worker-<32 hex digits>: registered with ..."
+  const size_t at = log.find("glm-worker worker-");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string first_id =
+      log.substr(at + std::string("glm-worker ").size(),
+                 std::string("worker-").size() + 32);
+  EXPECT_NE(
+      log.find("coordinator no longer knows " + first_id + " (NOT_FOUND: "),
+      std::string::npos)
       << log;
-  EXPECT_NE(log.find("coordinator no longer knows worker-1.1 (NOT_FOUND: "),
-            std::string::npos)
-      << log;
-  EXPECT_NE(log.find("registered again as worker-2.1"), std::string::npos)
-      << log;
+  const size_t again = log.find("registered again as worker-");
+  ASSERT_NE(again, std::string::npos) << log;
+  EXPECT_EQ(log.find(first_id, again), std::string::npos)
+      << "registered again under its old id: " << log;
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ TEST(JobGroupsTest, PeerThatStopsCallingCollectivesFailsAfterSpecTimeout) {
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
-      RendezvousStore rendezvous(server.Connect(), "job-000001/attempt-1");
+      RendezvousStore rendezvous(server.ConnectAsRegisteredWorker(),
+                                 "job-000001/attempt-1");
       absl::StatusOr<ProcessGroups> groups = ConnectJobGroups(
           AssignmentOf(rank, 2, 1), *grid, &rendezvous, "127.0.0.1");
       ASSERT_TRUE(groups.ok()) << groups.status();

@@ -446,7 +446,8 @@ TEST(DataParallelFailureTest, APeerThatNeverComesIsAClearErrorNotAHang) {
       DataParallelSpec(WriteDocuments(dir), dir + "/save", 2);
   lonely.mutable_rendezvous()->set_scope("lonely/attempt-1");
   lonely.mutable_rendezvous()->set_timeout_ms(500);
-  RendezvousStore rendezvous(server.Connect(), "lonely/attempt-1");
+  RendezvousStore rendezvous(server.ConnectAsRegisteredWorker(),
+                             "lonely/attempt-1");
   TrainingJobHooks hooks;
   hooks.log = [](const std::string&) {};
   const absl::Time start = absl::Now();

@@ -11,9 +11,12 @@ namespace {
 
 TEST(RendezvousStoreTest, RanksMeetThroughTheCoordinator) {
   TestCoordinator server("rendezvous_meet");
-  RendezvousStore rank0(server.Connect(), "job-000001/attempt-1");
-  RendezvousStore rank1(server.Connect(), "job-000001/attempt-1");
-  RendezvousStore other_attempt(server.Connect(), "job-000001/attempt-2");
+  RendezvousStore rank0(server.ConnectAsRegisteredWorker(),
+                        "job-000001/attempt-1");
+  RendezvousStore rank1(server.ConnectAsRegisteredWorker(),
+                        "job-000001/attempt-1");
+  RendezvousStore other_attempt(server.ConnectAsRegisteredWorker(),
+                                "job-000001/attempt-2");
 
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(100));
@@ -36,7 +39,8 @@ TEST(RendezvousStoreTest, RanksMeetThroughTheCoordinator) {
 
 TEST(RendezvousStoreTest, WaitTimesOutWithDeadlineExceeded) {
   TestCoordinator server("rendezvous_timeout");
-  RendezvousStore store(server.Connect(), "job-000001/attempt-1");
+  RendezvousStore store(server.ConnectAsRegisteredWorker(),
+                        "job-000001/attempt-1");
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<std::string>> values =
       store.Wait({"never"}, absl::Milliseconds(200));
@@ -45,10 +49,24 @@ TEST(RendezvousStoreTest, WaitTimesOutWithDeadlineExceeded) {
   EXPECT_NE(values.status().message().find("never"), std::string::npos);
 }
 
-TEST(RendezvousStoreTest, WrongTokenIsRefused) {
+TEST(RendezvousStoreTest, OnlyRegisteredWorkersMeet) {
   TestCoordinator server("rendezvous_auth");
-  RendezvousStore store(server.Connect("not-the-token"), "s");
-  EXPECT_EQ(store.Set("k", "v").code(), absl::StatusCode::kUnauthenticated);
+  RendezvousStore wrong_token(server.Connect("not-the-token"), "s");
+  EXPECT_EQ(wrong_token.Set("k", "v").code(),
+            absl::StatusCode::kUnauthenticated);
+  RendezvousStore operator_token(server.ConnectAsOperator(), "s");
+  absl::Status refused = operator_token.Set("k", "v");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.message().find("needs the worker token"), std::string::npos)
+      << refused;
+  // The worker token alone only registers.
+  RendezvousStore unregistered(server.ConnectAsWorker(), "s");
+  refused = unregistered.Set("k", "v");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(refused.message().find("glm-worker-secret"), std::string::npos)
+      << refused;
+  RendezvousStore registered(server.ConnectAsRegisteredWorker(), "s");
+  EXPECT_FALSE(registered.Get("k")->has_value());
 }
 
 }  // namespace

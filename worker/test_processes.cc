@@ -74,14 +74,14 @@ v1::JobSpec TinyPretrainSpec(const std::string& data,
 }
 
 pid_t SpawnWorker(const std::string& target, const std::string& token_file,
-                  const std::string& log) {
+                  const std::string& log, const std::string& path_roots) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, log.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> args = {"worker/glm-worker",
-                                   "--coordinator=" + target,
-                                   "--token-file=" + token_file};
+  std::vector<std::string> args = {
+      "worker/glm-worker", "--coordinator=" + target,
+      "--token-file=" + token_file, "--path-roots=" + path_roots};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -93,7 +93,7 @@ pid_t SpawnWorker(const std::string& target, const std::string& token_file,
 }
 
 std::string SubmitJob(const TestCoordinator& server, const v1::JobSpec& spec) {
-  std::shared_ptr<ClientConnection> connection = server.Connect();
+  std::shared_ptr<ClientConnection> connection = server.ConnectAsOperator();
   auto stub = v1::JobService::NewStub(connection->channel());
   v1::SubmitJobRequest submit;
   *submit.mutable_spec() = spec;
@@ -108,7 +108,7 @@ std::string SubmitWithWorkers(const TestCoordinator& server,
                               const v1::JobSpec& spec, const std::string& dir,
                               int workers, std::vector<pid_t>* pids) {
   const std::string token = dir + "/token";
-  std::ofstream(token) << TestCoordinator::kToken;
+  std::ofstream(token) << TestCoordinator::kWorkerToken;
   for (int i = 0; i < workers; ++i) {
     pids->push_back(SpawnWorker(server.target(), token,
                                 dir + "/worker" + std::to_string(i) + ".log"));
@@ -122,7 +122,7 @@ v1::Job WatchToTheEnd(
     const TestCoordinator& server, const std::string& id,
     absl::Duration deadline,
     const std::function<void(const v1::JobEvent&)>& on_event) {
-  std::shared_ptr<ClientConnection> connection = server.Connect();
+  std::shared_ptr<ClientConnection> connection = server.ConnectAsOperator();
   auto stub = v1::JobService::NewStub(connection->channel());
   std::unique_ptr<grpc::ClientContext> context =
       connection->NewContext(deadline);

@@ -34,9 +34,11 @@ v1::JobSpec TinyPretrainSpec(const std::string& data,
                              int train_iters);
 
 // Starts a glm-worker process for the coordinator at `target`, its stderr in
-// `log`, with the token in `token_file`.
+// `log`, with the token in `token_file` and its --path-roots (by default any
+// path: the tests' files are wherever Bazel puts them, and runfiles are
+// symlinks into the source tree).
 pid_t SpawnWorker(const std::string& target, const std::string& token_file,
-                  const std::string& log);
+                  const std::string& log, const std::string& path_roots = "/");
 
 // Submits `spec`; returns the job id.
 std::string SubmitJob(const TestCoordinator& server, const v1::JobSpec& spec);

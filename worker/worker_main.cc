@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/command_flags.h"
+#include "jobspec/path_roots.h"
 #include "kernels/backend_factory.h"
 #include "rpc/client_connection.h"
 #include "version/version.h"
@@ -35,10 +36,21 @@ std::string EnvOr(const char* name) {
 
 CommandFlags DeclareFlags() {
   CommandFlags flags(
-      "glm-worker --coordinator=ADDR --token-file=FILE --device=cpu|cuda:N");
+      "glm-worker --coordinator=ADDR --token-file=FILE "
+      "--path-roots=DIR[,DIR...] --device=cpu|cuda:N");
   flags.Add("coordinator", "host:port of glm-coordinator", "127.0.0.1:7070");
-  flags.Add("token-file", "file holding the bearer token");
+  flags.Add("token-file",
+            "file holding the worker token (the coordinator's "
+            "--worker-token-file)");
+  flags.Add("path-roots",
+            "comma-separated folders every path of an assignment's spec "
+            "must lie under before this worker opens it (the coordinator's "
+            "--path-roots); '/' allows any path");
   flags.Add("tls-ca", "PEM of the CA that signed the coordinator (TLS)");
+  flags.Add("tls-cert",
+            "PEM client certificate chain, for a coordinator that requires "
+            "one (its --tls-client-ca)");
+  flags.Add("tls-key", "PEM private key of --tls-cert");
   flags.Add("device", "cpu, or cuda:N for GPU N", "cpu");
   flags.Add("advertise-address",
             "IP address or host name peers reach this worker at for the "
@@ -142,6 +154,10 @@ int Main(int argc, char** argv) {
   int64_t register_timeout_s = 0;
   absl::Status usage = kind.status();
   if (usage.ok()) usage = flags.Require("token-file");
+  if (usage.ok()) usage = flags.Require("path-roots");
+  absl::StatusOr<PathRoots> path_roots =
+      ParsePathRoots(flags.Get("path-roots"));
+  if (usage.ok()) usage = path_roots.status();
   if (usage.ok())
     usage = flags.GetInt("register-timeout-s", &register_timeout_s);
   if (!usage.ok()) {
@@ -150,6 +166,13 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<ConnectionOptions> options = LoadConnectionOptions(
       flags.Get("coordinator"), flags.Get("token-file"), flags.Get("tls-ca"));
+  if (options.ok()) {
+    if (absl::Status loaded = LoadClientCertificate(
+            flags.Get("tls-cert"), flags.Get("tls-key"), &*options);
+        !loaded.ok()) {
+      options = loaded;
+    }
+  }
   if (!options.ok()) {
     std::cerr << "glm-worker: " << options.status().message() << "\n";
     return kExitFailure;
@@ -200,7 +223,8 @@ int Main(int argc, char** argv) {
   Log(absl::StrCat("glm-worker ", client.worker_id(), ": registered with ",
                    flags.Get("coordinator"), " (", flags.Get("device"),
                    ", peers reach it at ", *address, ")"));
-  AssignmentRunner runner(&client, Log, flags.Get("device"), *address);
+  AssignmentRunner runner(&client, Log, flags.Get("device"), *address,
+                          *std::move(path_roots));
   std::thread signals([&] {
     const int signal = AwaitStopSignal();
     Log(absl::StrCat(

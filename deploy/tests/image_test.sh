@@ -53,16 +53,20 @@ done
 
 mkdir -p "$root/tmp/state"
 chown 10001:10001 "$root/tmp/state"
-(umask 077 && openssl rand -hex 32 > "$root/tmp/token")
-chown 10001:10001 "$root/tmp/token"
+for token in operator-token worker-token; do
+  (umask 077 && openssl rand -hex 32 > "$root/tmp/$token")
+  chown 10001:10001 "$root/tmp/$token"
+done
 port=$(free_port) metrics_port=$(free_port)
 metrics=http://127.0.0.1:$metrics_port/metrics
 "${in_image[@]}" glm-coordinator --listen="127.0.0.1:$port" \
   --state-dir=/tmp/state/coordinator --metrics-listen="127.0.0.1:$metrics_port" \
-  --auth-token-file=/tmp/token 2> "$root/tmp/coordinator.log" &
+  --operator-token-file=/tmp/operator-token --worker-token-file=/tmp/worker-token \
+  --path-roots=/tmp/state \
+  2> "$root/tmp/coordinator.log" &
 pids+=($!)
 "${in_image[@]}" GLM_DEVICE=cpu GLM_WORKERS=2 glm-workers \
-  --coordinator="127.0.0.1:$port" --token-file=/tmp/token 2> "$root/tmp/workers.log" &
+  --coordinator="127.0.0.1:$port" --token-file=/tmp/worker-token --path-roots=/tmp/state 2> "$root/tmp/workers.log" &
 launcher=$!
 pids+=($launcher)
 wait_for "two workers registered in the image" 60 bash -c \

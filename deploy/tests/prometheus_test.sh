@@ -28,14 +28,18 @@ promtool check config deploy/prometheus/prometheus.yml
 grpc_port=$(free_port) metrics_port=$(free_port) prometheus_port=$(free_port)
 retention_s=10
 
-(umask 077 && openssl rand -hex 32 > "$dir/token")
+for token in operator-token worker-token; do
+  (umask 077 && openssl rand -hex 32 > "$dir/$token")
+done
 "$bin/glm-coordinator" --listen="127.0.0.1:$grpc_port" --state-dir="$dir/coordinator" \
   --metrics-listen="127.0.0.1:$metrics_port" --metrics-retention-s=$retention_s \
-  --auth-token-file="$dir/token" 2> "$dir/coordinator.log" &
+  --operator-token-file="$dir/operator-token" \
+  --worker-token-file="$dir/worker-token" --path-roots="$dir" \
+  2> "$dir/coordinator.log" &
 pids+=($!)
 for rank in 0 1; do
-  "$bin/glm-worker" --coordinator="127.0.0.1:$grpc_port" --token-file="$dir/token" \
-    --device=cpu 2> "$dir/worker-$rank.log" &
+  "$bin/glm-worker" --coordinator="127.0.0.1:$grpc_port" --token-file="$dir/worker-token" \
+    --path-roots="$dir" --device=cpu 2> "$dir/worker-$rank.log" &
   pids+=($!)
 done
 
@@ -51,7 +55,7 @@ wait_for "Prometheus to scrape the coordinator" 60 bash -c \
 wait_for "both workers registered" 60 bash -c \
   "curl -sf http://127.0.0.1:$metrics_port/metrics | grep -q '^glm_workers{status=\"alive\"} 2'"
 
-export GLM_COORDINATOR=127.0.0.1:$grpc_port GLM_TOKEN_FILE=$dir/token
+export GLM_COORDINATOR=127.0.0.1:$grpc_port GLM_TOKEN_FILE=$dir/operator-token
 job=$("$bin/glmctl" submit -f deploy/tests/two_rank_job.json --stage-dir="$dir/job" |
   awk '/^submitted /{print $2}')
 "$bin/glmctl" watch "$job" > "$dir/watch.log" || fail "$job did not succeed"

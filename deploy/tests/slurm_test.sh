@@ -99,9 +99,11 @@ tools_python metrics_log/read_step_metrics.py "$state/checkpoints/metrics" 6
 
 # A rank that cannot open its dataset fails the job: slurm must say FAILED,
 # and the script must stop the coordinator and the workers on its way out.
-sed 's|"path": "data/corpus/english_text.jsonl"|"path": "/nonexistent/dataset"|' \
-  deploy/tests/two_rank_job.json > "$dir/failing_job.json"
+# (The missing dataset lies under the path roots, GLM_STATE_DIR, so that the
+# coordinator takes the job and the ranks fail opening it.)
 state=$dir/bad
+sed "s|\"path\": \"data/corpus/english_text.jsonl\"|\"path\": \"$state/nonexistent/dataset\"|" \
+  deploy/tests/two_rank_job.json > "$dir/failing_job.json"
 state_of=$(run_sbatch "$dir/failing_job.json" "$state")
 cat "$state.out"
 expect_equal "slurm's state of the failing job" FAILED "$state_of"

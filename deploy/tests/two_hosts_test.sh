@@ -3,7 +3,8 @@
 # joined by a veth pair, 198.18.0.1 and 198.18.0.2 (RFC 2544's range for
 # network tests; each namespace's loopback up, no other route), where the name
 # glm-coordinator means host A (ip netns exec reads /etc/netns/NAME/hosts).
-# Host A runs glm-coordinator with TLS (deploy/tls/make_certs.sh); each host
+# Host A runs glm-coordinator with TLS and worker client certificates (mTLS,
+# deploy/tls/make_certs.sh) and split operator and worker tokens; each host
 # runs one glm-worker with the default advertised address (its address on the
 # route to the coordinator). A two-rank job must train across them to
 # SUCCEEDED, each worker having registered with its own host's address.
@@ -44,16 +45,22 @@ ip -n "$b" link set "veth-$$-b" up
 ip -n "$a" link set lo up
 ip -n "$b" link set lo up
 
-(umask 077 && openssl rand -hex 32 > "$dir/token")
+for token in operator-token worker-token; do
+  (umask 077 && openssl rand -hex 32 > "$dir/$token")
+done
 deploy/tls/make_certs.sh "$dir/tls" glm-coordinator
 ip netns exec "$a" "$bin/glm-coordinator" --listen="$addr_a:7070" \
   --state-dir="$dir/coordinator" --metrics-listen="$addr_a:9464" \
-  --auth-token-file="$dir/token" --tls-cert="$dir/tls/tls.crt" \
+  --operator-token-file="$dir/operator-token" \
+  --worker-token-file="$dir/worker-token" --path-roots="$dir" \
+  --tls-cert="$dir/tls/tls.crt" --tls-client-ca="$dir/tls/ca.crt" \
   --tls-key="$dir/tls/tls.key" 2> "$dir/coordinator.log" &
 pids+=($!)
 for ns in "$a" "$b"; do
   ip netns exec "$ns" "$bin/glm-worker" --coordinator=glm-coordinator:7070 \
-    --token-file="$dir/token" --tls-ca="$dir/tls/ca.crt" --device=cpu \
+    --token-file="$dir/worker-token" --path-roots="$dir" \
+    --tls-ca="$dir/tls/ca.crt" --tls-cert="$dir/tls/worker.crt" \
+    --tls-key="$dir/tls/worker.key" --device=cpu \
     2> "$dir/worker-$ns.log" &
   pids+=($!)
 done
@@ -63,7 +70,7 @@ wait_for "both workers registered" 60 bash -c \
 
 # glmctl runs on host b: it reaches the coordinator over the veth pair too.
 # The job's outputs go to a folder both "hosts" see (one machine's disk).
-export GLM_COORDINATOR=glm-coordinator:7070 GLM_TOKEN_FILE=$dir/token \
+export GLM_COORDINATOR=glm-coordinator:7070 GLM_TOKEN_FILE=$dir/operator-token \
   GLM_TLS_CA=$dir/tls/ca.crt
 ip netns exec "$b" "$bin/glmctl" submit -f deploy/tests/two_rank_job.json \
   --stage-dir="$dir/job" > "$dir/submit.log"

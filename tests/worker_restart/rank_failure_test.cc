@@ -5,6 +5,7 @@
 // (in-process, on loopback) and real glm-worker processes.
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -22,7 +23,7 @@ constexpr int64_t kHeartbeatTimeoutMs = 1500;
 
 std::string WriteToken(const std::string& dir) {
   const std::string token = dir + "/token";
-  std::ofstream(token) << TestCoordinator::kToken;
+  std::ofstream(token) << TestCoordinator::kWorkerToken;
   return token;
 }
 
@@ -33,7 +34,7 @@ TEST(RankFailureTest, PeerThatNeverJoinsFailsTheJobAtTheRendezvousTimeout) {
   const std::string dir = TempDir("never_joins");
   const std::string data = WriteDocuments(dir);
   // A worker that registers, so it is given rank 0, and then never runs it.
-  CoordinatorClient absent(server.Connect());
+  CoordinatorClient absent(server.ConnectAsWorker());
   ASSERT_TRUE(absent.Register(DescribeThisHost(v1::CPU, "")).ok());
   const std::string id = SubmitJob(
       server, TinyPretrainSpec(data, dir + "/save", /*world_size=*/2, 4));
@@ -47,13 +48,42 @@ TEST(RankFailureTest, PeerThatNeverJoinsFailsTheJobAtTheRendezvousTimeout) {
   StopWorkers(pids);
 
   ASSERT_EQ(ended.state(), v1::FAILED) << ended.DebugString();
-  EXPECT_EQ(
-      ended.message().rfind("rank 1 (worker-1.2) failed: rank 1 could not "
-                            "reach its peers: ",
-                            0),
-      0u)
+  // The spawned worker (rank 1; the absent one holds rank 0) names itself.
+  EXPECT_EQ(ended.message().rfind("rank 1 (worker-", 0), 0u) << ended.message();
+  EXPECT_NE(
+      ended.message().find(") failed: rank 1 could not reach its peers: "),
+      std::string::npos)
+      << ended.message();
+  EXPECT_EQ(ended.message().find(absent.worker_id()), std::string::npos)
       << ended.message();
   EXPECT_LT(took, absl::Seconds(15));
+}
+
+TEST(RankFailureTest, AWorkerRefusesPathsOutsideItsRootsBeforeOpeningThem) {
+  // The coordinator here checks no roots: the worker's own check fails the
+  // rank (as when a folder was replaced by a symlink after submission).
+  TestCoordinator server("worker_roots", kHeartbeatTimeoutMs);
+  const std::string dir = TempDir("worker_roots");
+  const std::string data = WriteDocuments(dir);
+  const std::string roots = dir + "/roots";
+  std::filesystem::create_directories(roots);
+  std::vector<pid_t> pids = {SpawnWorker(server.target(), WriteToken(dir),
+                                         dir + "/worker.log", roots)};
+  server.WaitForWorkers(1);
+  v1::JobSpec spec = TinyPretrainSpec(data, roots + "/save", 1, 4);
+  spec.mutable_training()->set_max_restarts(0);
+  const std::string id = SubmitJob(server, spec);
+  const v1::Job ended =
+      WatchToTheEnd(server, id, absl::Seconds(30), [](const v1::JobEvent&) {});
+  StopWorkers(pids);
+
+  ASSERT_EQ(ended.state(), v1::FAILED) << ended.DebugString();
+  EXPECT_NE(
+      ended.message().find("data.sources[0].path: \"" + data +
+                           "\" is outside the path roots (" + roots + ")"),
+      std::string::npos)
+      << ended.message();
+  EXPECT_FALSE(std::filesystem::exists(roots + "/save"));
 }
 
 TEST(RankFailureTest, KilledPeerFailsTheJobAndTheSurvivorTakesTheNextJob) {

@@ -87,7 +87,7 @@ InterruptedRun RunWithOneKill(const TestCoordinator& server,
                               const v1::JobSpec& spec, const std::string& dir,
                               std::vector<pid_t>* pids) {
   const std::string token = dir + "/token";
-  std::ofstream(token) << TestCoordinator::kToken;
+  std::ofstream(token) << TestCoordinator::kWorkerToken;
   const int world_size = spec.parallel().world_size();
   for (int i = 0; i < world_size; ++i) {
     pids->push_back(SpawnWorker(server.target(), token,
