@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -87,15 +88,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       absl::StrCat("127.0.0.1:", cluster->coordinator_->port());
   cluster->connection_.token = coordinator.operator_token;
 
-  const std::string token_file = options.state_dir + "/worker-token";
-  if (absl::Status written =
-          WritePrivateFile(token_file, coordinator.worker_token);
+  cluster->worker_token_file_ = options.state_dir + "/worker-token";
+  if (absl::Status written = WritePrivateFile(cluster->worker_token_file_,
+                                              coordinator.worker_token);
       !written.ok()) {
     return written;
   }
   for (int i = 0; i < options.workers; ++i) {
-    if (absl::Status spawned = cluster->SpawnWorker(i, token_file);
-        !spawned.ok()) {
+    if (absl::Status spawned = cluster->SpawnWorker(i, false); !spawned.ok()) {
       return spawned;
     }
   }
@@ -104,12 +104,45 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (absl::Status registered = cluster->AwaitWorkers(); !registered.ok()) {
     return registered;
   }
+  LocalCluster* supervised = cluster.get();
+  cluster->supervisor_ =
+      std::thread([supervised] { supervised->SuperviseWorkers(); });
   return cluster;
+}
+
+void LocalCluster::SuperviseWorkers() {
+  while (!stopping_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    for (int i = 0; i < options_.workers; ++i) {
+      pid_t pid = 0;
+      {
+        absl::MutexLock lock(&mutex_);
+        pid = worker_pids_[i];
+      }
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) != pid) continue;
+      const std::string how =
+          WIFSIGNALED(status)
+              ? absl::StrCat("killed by signal ", WTERMSIG(status))
+              : absl::StrCat("exit status ", WEXITSTATUS(status));
+      std::cout << "worker " << i << " (pid " << pid << ") ended (" << how
+                << "); starting a new one, log " << WorkerLog(i) << std::endl;
+      if (absl::Status spawned = SpawnWorker(i, true); !spawned.ok()) {
+        std::cout << "worker " << i << " not replaced: " << spawned.message()
+                  << std::endl;
+      }
+    }
+  }
+}
+
+std::vector<pid_t> LocalCluster::worker_pids() const {
+  absl::MutexLock lock(&mutex_);
+  return worker_pids_;
 }
 
 absl::Status LocalCluster::AwaitWorkers() {
   const absl::Time deadline = absl::Now() + kWorkerStartTimeout;
   while (coordinator_->AliveWorkers() < options_.workers) {
+    absl::MutexLock lock(&mutex_);
     for (size_t i = 0; i < worker_pids_.size(); ++i) {
       if (waitpid(worker_pids_[i], nullptr, WNOHANG) == worker_pids_[i]) {
         worker_pids_.erase(worker_pids_.begin() + i);
@@ -132,13 +165,12 @@ std::string LocalCluster::WorkerLog(int worker) const {
   return absl::StrCat(options_.state_dir, "/logs/worker-", worker, ".log");
 }
 
-absl::Status LocalCluster::SpawnWorker(int index,
-                                       const std::string& token_file) {
+absl::Status LocalCluster::SpawnWorker(int index, bool replacement) {
   const std::string log = WorkerLog(index);
   std::vector<std::string> args = {
       options_.worker_binary,
       "--coordinator=" + connection_.target,
-      "--token-file=" + token_file,
+      "--token-file=" + worker_token_file_,
       "--path-roots=" + FormatPathRoots(options_.path_roots),
       options_.gpus == 0
           ? std::string("--device=cpu")
@@ -152,8 +184,9 @@ absl::Status LocalCluster::SpawnWorker(int index,
   if (options_.gpus > 0) setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(
+      &actions, STDOUT_FILENO, log.c_str(),
+      O_WRONLY | O_CREAT | (replacement ? O_APPEND : O_TRUNC), 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = 0;
   const int error = posix_spawn(&pid, options_.worker_binary.c_str(), &actions,
@@ -163,13 +196,21 @@ absl::Status LocalCluster::SpawnWorker(int index,
     return absl::InternalError(absl::StrCat(
         "cannot start ", options_.worker_binary, ": ", strerror(error)));
   }
-  worker_pids_.push_back(pid);
+  absl::MutexLock lock(&mutex_);
+  if (replacement) {
+    worker_pids_[index] = pid;
+  } else {
+    worker_pids_.push_back(pid);
+  }
   return absl::OkStatus();
 }
 
 LocalCluster::~LocalCluster() {
-  for (pid_t pid : worker_pids_) kill(pid, SIGTERM);
-  for (pid_t pid : worker_pids_) waitpid(pid, nullptr, 0);
+  stopping_.Notify();
+  if (supervisor_.joinable()) supervisor_.join();
+  const std::vector<pid_t> pids = worker_pids();
+  for (pid_t pid : pids) kill(pid, SIGTERM);
+  for (pid_t pid : pids) waitpid(pid, nullptr, 0);
   if (coordinator_) coordinator_->Shutdown();
 }
 
