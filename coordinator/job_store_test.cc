@@ -97,7 +97,13 @@ TEST(JobStoreTest, OpenOnAFileIsAnError) {
 // The sequence numbers of the stored audit entries, oldest first.
 std::vector<int64_t> AuditSequences(const JobStore& store) {
   std::vector<int64_t> sequences;
-  for (const v1::AuditEntry& entry : *store.ListAudit(0, 1000)) {
+  // Held in a local: a range-for over *store.ListAudit(...) would read a
+  // destroyed temporary.
+  const absl::StatusOr<std::vector<v1::AuditEntry>> entries =
+      store.ListAudit(0, 1000);
+  EXPECT_TRUE(entries.ok()) << entries.status();
+  if (!entries.ok()) return sequences;
+  for (const v1::AuditEntry& entry : *entries) {
     sequences.push_back(entry.sequence());
   }
   return sequences;
