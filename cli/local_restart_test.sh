@@ -30,7 +30,7 @@ fi
 kill -9 "$worker"
 wait "$glmctl_pid"
 status=$?
-cat "$WORK/glmctl.log" | grep -v "^ iteration"
+grep -v "^ iteration" "$WORK/glmctl.log"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 [[ $status == 0 ]] || fail "glmctl local exited $status"

@@ -2,11 +2,8 @@
 
 #include <algorithm>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
-
-#include "training/gradient_sync.h"
 
 namespace glm {
 
@@ -30,10 +27,10 @@ absl::Status SumOverReaders(Collectives& pipeline,
   const int64_t count = grad.numel();
   const int first = readers.front();
   if (pipeline.rank() != first) {
-    absl::StatusOr<std::unique_ptr<PendingSend>> sent =
-        pipeline.StartSend(grad.data(), count, first);
-    if (!sent.ok()) return sent.status();
-    if (absl::Status status = (*sent)->Wait(); !status.ok()) return status;
+    if (absl::Status sent = pipeline.Send(grad.data(), count, first);
+        !sent.ok()) {
+      return sent;
+    }
     return pipeline.Recv(grad.data(), count, first);
   }
   std::vector<float> other(count);
@@ -46,10 +43,10 @@ absl::Status SumOverReaders(Collectives& pipeline,
     for (int64_t e = 0; e < count; ++e) sum[e] += other[e];
   }
   for (size_t i = 1; i < readers.size(); ++i) {
-    absl::StatusOr<std::unique_ptr<PendingSend>> sent =
-        pipeline.StartSend(grad.data(), count, readers[i]);
-    if (!sent.ok()) return sent.status();
-    if (absl::Status status = (*sent)->Wait(); !status.ok()) return status;
+    if (absl::Status sent = pipeline.Send(grad.data(), count, readers[i]);
+        !sent.ok()) {
+      return sent;
+    }
   }
   return absl::OkStatus();
 }
