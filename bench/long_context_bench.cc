@@ -57,7 +57,7 @@ double AttentionSeconds(CpuBackend& backend, int64_t seq, int64_t topk,
          k = Random({seq * kHeads, kQk}, rng),
          v = Random({seq * kHeads, kV}, rng),
          dout = Random({seq * kHeads, kV}, rng);
-  Tensor out({seq * kHeads, kV}), probs({seq * kHeads, topk});
+  Tensor out({seq * kHeads, kV}), lse({seq * kHeads});
   Tensor dq({seq * kHeads, kQk}), dk({seq * kHeads, kQk}),
       dv({seq * kHeads, kV});
   const std::vector<int32_t> keys = CausalKeys(seq, topk);
@@ -65,10 +65,11 @@ double AttentionSeconds(CpuBackend& backend, int64_t seq, int64_t topk,
   return Seconds([&] {
     backend.SparseAttentionForward(q.Matrix(), k.Matrix(), v.Matrix(),
                                    keys.data(), topk, kHeads, scale,
-                                   out.Matrix(), probs.Matrix());
-    backend.SparseAttentionBackward(
-        q.Matrix(), k.Matrix(), v.Matrix(), keys.data(), topk, kHeads, scale,
-        probs.Matrix(), dout.Matrix(), dq.Matrix(), dk.Matrix(), dv.Matrix());
+                                   out.Matrix(), lse.data());
+    backend.SparseAttentionBackward(q.Matrix(), k.Matrix(), v.Matrix(),
+                                    keys.data(), topk, kHeads, scale,
+                                    out.Matrix(), lse.data(), dout.Matrix(),
+                                    dq.Matrix(), dk.Matrix(), dv.Matrix());
   });
 }
 

@@ -168,18 +168,29 @@ class Backend {
   // Rows are token-major, head-minor: q [nq*heads, dqk] for nq queries, k
   // [nk*heads, dqk] and v [nk*heads, dv] for nk key tokens (the same tokens,
   // or under context parallelism every rank's). keys [nq, topk]: key token
-  // indices each query attends, -1 = none. out [nq*heads, dv]; probs
-  // [nq*heads, topk] saved (0 on -1 slots).
+  // indices each query attends, -1 = none. out [nq*heads, dv]; lse
+  // [nq*heads]: the log-sum-exp of each row's scaled scores over its selected
+  // keys, which is all the backward keeps (probabilities are recomputed from
+  // it, never saved). A query with no key gets zeros and lse -inf.
   virtual void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                       ConstMatrixView v, const int32_t* keys,
                                       int64_t topk, int64_t heads, float scale,
-                                      MatrixView out, MatrixView probs) = 0;
+                                      MatrixView out, float* lse) = 0;
+  // out and lse as the forward wrote them.
   virtual void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                        ConstMatrixView v, const int32_t* keys,
                                        int64_t topk, int64_t heads, float scale,
-                                       ConstMatrixView probs,
+                                       ConstMatrixView out, const float* lse,
                                        ConstMatrixView dout, MatrixView dq,
                                        MatrixView dk, MatrixView dv) = 0;
+  // The attention each selected key receives, summed over heads (the
+  // indexer's KL target): weights[t, j] = sum_h exp(scale q[t*heads+h] .
+  // k[keys[t,j]*heads+h] - lse[t*heads+h]), 0 on -1 slots. weights [nq, topk].
+  virtual void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
+                                         const int32_t* keys, int64_t topk,
+                                         int64_t heads, float scale,
+                                         const float* lse,
+                                         MatrixView weights) = 0;
 
   // ---- DSA indexer ----
   // iq [nq*heads, d], ik [nk, d], w [nq, heads]; query t is key token
@@ -194,14 +205,14 @@ class Backend {
                            int32_t* keys) = 0;
   // KL(target || softmax(index scores over the selected keys)), averaged over
   // the nq queries (w's rows) and times coeff; keys index ik's nk rows.
-  // target[t] = sum over attention heads of probs [n*attn_heads, topk],
-  // L1-normalized. Returns the loss; accumulates coeff-scaled gradients into
-  // diq, dik, dw.
+  // target [nq, topk]: the attention each selected key receives
+  // (SparseAttentionKeyWeights), L1-normalized here. Returns the loss;
+  // accumulates coeff-scaled gradients into diq, dik, dw.
   virtual double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                ConstMatrixView w, const int32_t* keys,
                                int64_t topk, float scale,
-                               ConstMatrixView attn_probs, int64_t attn_heads,
-                               float coeff, MatrixView diq, MatrixView dik,
+                               ConstMatrixView target, float coeff,
+                               MatrixView diq, MatrixView dik,
                                MatrixView dw) = 0;
 
   // ---- optimizer ----

@@ -501,24 +501,24 @@ OpCase SparseAttentionCase(std::mt19937& rng) {
                Random({kTokens * kHeads, dqk}, rng),
                Random({kTokens * kHeads, dv}, rng)};
   op.forward = [=](Backend& b, const Tensors& in) {
-    Tensor out({kTokens * kHeads, dv}), probs({kTokens * kHeads, kTopK});
+    Tensor out({kTokens * kHeads, dv}), lse({kTokens * kHeads});
     b.SparseAttentionForward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
                              kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
-                             probs.Matrix());
+                             lse.data());
     return Tensors{out};
   };
   op.reference = [=](const Tensors& in) {
     return NaiveAttention(in, dqk, dv, scale);
   };
   op.backward = [=](Backend& b, const Tensors& in, const Tensors& d) {
-    Tensor out({kTokens * kHeads, dv}), probs({kTokens * kHeads, kTopK});
+    Tensor out({kTokens * kHeads, dv}), lse({kTokens * kHeads});
     b.SparseAttentionForward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
                              kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
-                             probs.Matrix());
+                             lse.data());
     Tensor dq = ZerosLike(in[0]), dk = ZerosLike(in[1]), dv_ = ZerosLike(in[2]);
     b.SparseAttentionBackward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                              kKeys.data(), kTopK, kHeads, scale,
-                              probs.Matrix(), d[0].Matrix(), dq.Matrix(),
+                              kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
+                              lse.data(), d[0].Matrix(), dq.Matrix(),
                               dk.Matrix(), dv_.Matrix());
     return Tensors{dq, dk, dv_};
   };
@@ -538,54 +538,48 @@ double NaiveIndexScore(const Tensors& in, int64_t t, int64_t s, int64_t heads,
   return total;
 }
 
-// Indexer loss: fixed attention probabilities (3 attention heads), random
-// indexer inputs.
+// Indexer loss: a fixed positive target over the selected keys (not
+// normalized, as SparseAttentionKeyWeights gives it), random indexer inputs.
 OpCase IndexerKlCase(std::mt19937& rng) {
   OpCase op;
   op.name = "indexer_kl_loss";
-  const int64_t dim = 4, attn_heads = 3;
+  const int64_t dim = 4;
   const float scale = 0.5f, coeff = 0.7f;
-  Tensor probs({kTokens * attn_heads, kTopK});
-  std::uniform_real_distribution<float> uniform(0.1f, 1.f);
-  for (int64_t t = 0; t < kTokens; ++t) {
-    for (int64_t h = 0; h < attn_heads; ++h) {
-      float* p = probs.data() + (t * attn_heads + h) * kTopK;
-      float sum = 0;
-      for (int64_t j = 0; j < kTopK; ++j)
-        sum += (p[j] = kKeys[t * kTopK + j] < 0 ? 0.f : uniform(rng));
-      for (int64_t j = 0; j < kTopK; ++j) p[j] /= sum;
-    }
-  }
   op.inputs = {Random({kTokens * kHeads, dim}, rng),
                Random({kTokens, dim}, rng), Random({kTokens, kHeads}, rng)};
+  Tensor target({kTokens, kTopK});
+  std::uniform_real_distribution<float> uniform(0.1f, 3.f);
+  for (int64_t i = 0; i < target.numel(); ++i)
+    target.data()[i] = kKeys[i] < 0 ? 0.f : uniform(rng);
   op.forward = [=](Backend& b, const Tensors& in) {
     Tensor loss({1});
     Tensor diq = ZerosLike(in[0]), dik = ZerosLike(in[1]),
            dw = ZerosLike(in[2]);
     loss.data()[0] = static_cast<float>(
         b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                        kKeys.data(), kTopK, scale, probs.Matrix(), attn_heads,
-                        coeff, diq.Matrix(), dik.Matrix(), dw.Matrix()));
+                        kKeys.data(), kTopK, scale, target.Matrix(), coeff,
+                        diq.Matrix(), dik.Matrix(), dw.Matrix()));
     return Tensors{loss};
   };
   op.reference = [=](const Tensors& in) {
     double total = 0;
     for (int64_t t = 0; t < kTokens; ++t) {
       std::vector<double> z, q;
+      double mass = 0;
       for (int64_t j = 0; j < kTopK; ++j) {
         const int32_t key = kKeys[t * kTopK + j];
         if (key < 0) continue;
         z.push_back(NaiveIndexScore(in, t, key, kHeads, dim, scale));
-        double mass = 0;
-        for (int64_t h = 0; h < attn_heads; ++h)
-          mass += probs.data()[(t * attn_heads + h) * kTopK + j];
-        q.push_back(mass / attn_heads);
+        q.push_back(target.data()[t * kTopK + j]);
+        mass += q.back();
       }
       double lse = 0;
       for (double v : z) lse += std::exp(v);
       lse = std::log(lse);
-      for (size_t j = 0; j < z.size(); ++j)
-        total += q[j] * (std::log(q[j]) - (z[j] - lse));
+      for (size_t j = 0; j < z.size(); ++j) {
+        const double p = q[j] / mass;
+        total += p * (std::log(p) - (z[j] - lse));
+      }
     }
     return Reference{{coeff * total / kTokens}};
   };
@@ -593,8 +587,8 @@ OpCase IndexerKlCase(std::mt19937& rng) {
     Tensor diq = ZerosLike(in[0]), dik = ZerosLike(in[1]),
            dw = ZerosLike(in[2]);
     b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                    kKeys.data(), kTopK, scale, probs.Matrix(), attn_heads,
-                    coeff, diq.Matrix(), dik.Matrix(), dw.Matrix());
+                    kKeys.data(), kTopK, scale, target.Matrix(), coeff,
+                    diq.Matrix(), dik.Matrix(), dw.Matrix());
     for (Tensor* g : {&diq, &dik, &dw})
       for (float& v : g->values()) v *= d[0].data()[0];
     return Tensors{diq, dik, dw};
@@ -658,6 +652,48 @@ TEST(BackendOps, IndexerTopKMatchesNaiveRanking) {
   }
 }
 
+// The forward's log-sum-exp and the head-summed key weights recomputed from
+// it against softmax in double.
+TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
+  std::mt19937 rng(11);
+  const int64_t dqk = 6, dv = 4;
+  const float scale = 0.4f;
+  const Tensor q = Random({kTokens * kHeads, dqk}, rng),
+               k = Random({kTokens * kHeads, dqk}, rng),
+               v = Random({kTokens * kHeads, dv}, rng);
+  std::vector<double> lse(kTokens * kHeads), weights(kTokens * kTopK, 0.0);
+  for (int64_t row = 0; row < kTokens * kHeads; ++row) {
+    const int64_t t = row / kHeads, h = row % kHeads;
+    std::vector<double> s(kTopK, -INFINITY);
+    double sum = 0;
+    for (int64_t j = 0; j < kTopK; ++j) {
+      const int32_t key = kKeys[t * kTopK + j];
+      if (key < 0) continue;
+      double dot = 0;
+      for (int64_t c = 0; c < dqk; ++c)
+        dot += double{q.data()[row * dqk + c]} *
+               k.data()[(key * kHeads + h) * dqk + c];
+      sum += std::exp(s[j] = dot * scale);
+    }
+    lse[row] = std::log(sum);
+    for (int64_t j = 0; j < kTopK; ++j)
+      weights[t * kTopK + j] += std::exp(s[j] - lse[row]);
+  }
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    Tensor out({kTokens * kHeads, dv}), got_lse({kTokens * kHeads}),
+        got_weights({kTokens, kTopK});
+    backend->SparseAttentionForward(q.Matrix(), k.Matrix(), v.Matrix(),
+                                    kKeys.data(), kTopK, kHeads, scale,
+                                    out.Matrix(), got_lse.data());
+    backend->SparseAttentionKeyWeights(q.Matrix(), k.Matrix(), kKeys.data(),
+                                       kTopK, kHeads, scale, got_lse.data(),
+                                       got_weights.Matrix());
+    EXPECT_LE(Nmse(lse, AsDouble(got_lse)), 1e-12);
+    EXPECT_LE(Nmse(weights, AsDouble(got_weights)), 1e-12);
+  }
+}
+
 // Context parallelism runs each rank's queries against every rank's keys:
 // calls on query halves (with their offsets) must give the rows of the whole
 // call, and their key gradients must add up to the whole call's.
@@ -678,16 +714,20 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
   // Queries [begin, begin + count) against all keys; returns every output.
   auto run = [&](Backend& b, int64_t begin, int64_t count) {
     const int32_t* keys = kKeys.data() + begin * kTopK;
-    Tensor out({count * kHeads, dv}), probs({count * kHeads, kTopK});
+    Tensor out({count * kHeads, dv}), lse({count * kHeads}),
+        weights({count, kTopK});
     ConstMatrixView q = attn[0].Matrix().Rows(begin * kHeads, count * kHeads);
     b.SparseAttentionForward(q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK,
-                             kHeads, scale, out.Matrix(), probs.Matrix());
+                             kHeads, scale, out.Matrix(), lse.data());
+    b.SparseAttentionKeyWeights(q, attn[1].Matrix(), keys, kTopK, kHeads, scale,
+                                lse.data(), weights.Matrix());
     Tensor dq({count * kHeads, dqk}), dk = ZerosLike(attn[1]),
                                       dvv = ZerosLike(attn[2]);
     b.SparseAttentionBackward(
         q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK, kHeads, scale,
-        probs.Matrix(), attn[3].Matrix().Rows(begin * kHeads, count * kHeads),
-        dq.Matrix(), dk.Matrix(), dvv.Matrix());
+        out.Matrix(), lse.data(),
+        attn[3].Matrix().Rows(begin * kHeads, count * kHeads), dq.Matrix(),
+        dk.Matrix(), dvv.Matrix());
     Tensor selected({count, kTopK});
     std::vector<int32_t> chosen(count * kTopK);
     b.IndexerTopK(idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
@@ -701,12 +741,12 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
     loss.data()[0] = static_cast<float>(b.IndexerKlLoss(
         idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
         idx[1].Matrix(), idx[2].Matrix().Rows(begin, count), keys, kTopK, 0.5f,
-        target.Matrix().Rows(begin, count), 1,
-        static_cast<float>(count) / kTokens, diq.Matrix(), dik.Matrix(),
-        dw.Matrix()));
-    return Tensors{out, probs, dq, selected, diq, dw, dk, dvv, dik, loss};
+        target.Matrix().Rows(begin, count), static_cast<float>(count) / kTokens,
+        diq.Matrix(), dik.Matrix(), dw.Matrix()));
+    return Tensors{out, lse, weights, dq,  selected, diq,
+                   dw,  dk,  dvv,     dik, loss};
   };
-  constexpr int kPerQuery = 6;  // outputs with one row block per query
+  constexpr int kPerQuery = 7;  // outputs with one row block per query
   for (auto& backend : Backends()) {
     const Tensors whole = run(*backend, 0, kTokens);
     Tensors parts = run(*backend, 0, split);

@@ -228,24 +228,34 @@ void OpTimingBackend::SparseAttentionForward(ConstMatrixView q,
                                              ConstMatrixView v,
                                              const int32_t* keys, int64_t topk,
                                              int64_t heads, float scale,
-                                             MatrixView out, MatrixView probs) {
+                                             MatrixView out, float* lse) {
   const double flops = 2.0 * q.rows * topk * (q.cols + v.cols);
   Timed(absl::StrCat("SparseAttentionForward topk ", topk), flops, [&] {
-    timed_->SparseAttentionForward(q, k, v, keys, topk, heads, scale, out,
-                                   probs);
+    timed_->SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, lse);
   });
 }
 
-// Twice the forward's products (dq, dk from dscores; dv, dprobs from dout).
+// Twice the forward's products (dq, dk from dscores; dv, dprobs from dout)
+// and the recomputed scores.
 void OpTimingBackend::SparseAttentionBackward(
     ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
     const int32_t* keys, int64_t topk, int64_t heads, float scale,
-    ConstMatrixView probs, ConstMatrixView dout, MatrixView dq, MatrixView dk,
-    MatrixView dv) {
-  const double flops = 4.0 * q.rows * topk * (q.cols + v.cols);
+    ConstMatrixView out, const float* lse, ConstMatrixView dout, MatrixView dq,
+    MatrixView dk, MatrixView dv) {
+  const double flops = 2.0 * q.rows * topk * (3 * q.cols + 2 * v.cols);
   Timed(absl::StrCat("SparseAttentionBackward topk ", topk), flops, [&] {
-    timed_->SparseAttentionBackward(q, k, v, keys, topk, heads, scale, probs,
+    timed_->SparseAttentionBackward(q, k, v, keys, topk, heads, scale, out, lse,
                                     dout, dq, dk, dv);
+  });
+}
+
+// The selected scores of every head.
+void OpTimingBackend::SparseAttentionKeyWeights(
+    ConstMatrixView q, ConstMatrixView k, const int32_t* keys, int64_t topk,
+    int64_t heads, float scale, const float* lse, MatrixView weights) {
+  Timed("SparseAttentionKeyWeights", 2.0 * q.rows * topk * q.cols, [&] {
+    timed_->SparseAttentionKeyWeights(q, k, keys, topk, heads, scale, lse,
+                                      weights);
   });
 }
 
@@ -265,13 +275,12 @@ void OpTimingBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
 double OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                       ConstMatrixView w, const int32_t* keys,
                                       int64_t topk, float scale,
-                                      ConstMatrixView attn_probs,
-                                      int64_t attn_heads, float coeff,
+                                      ConstMatrixView target, float coeff,
                                       MatrixView diq, MatrixView dik,
                                       MatrixView dw) {
   return Timed("IndexerKlLoss", 3 * ProductFlops(iq.rows, iq.cols, topk), [&] {
-    return timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, attn_probs,
-                                 attn_heads, coeff, diq, dik, dw);
+    return timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff,
+                                 diq, dik, dw);
   });
 }
 

@@ -83,21 +83,24 @@ class OpTimingBackend : public Backend {
   void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                               ConstMatrixView v, const int32_t* keys,
                               int64_t topk, int64_t heads, float scale,
-                              MatrixView out, MatrixView probs) override;
+                              MatrixView out, float* lse) override;
   void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                ConstMatrixView v, const int32_t* keys,
                                int64_t topk, int64_t heads, float scale,
-                               ConstMatrixView probs, ConstMatrixView dout,
-                               MatrixView dq, MatrixView dk,
-                               MatrixView dv) override;
+                               ConstMatrixView out, const float* lse,
+                               ConstMatrixView dout, MatrixView dq,
+                               MatrixView dk, MatrixView dv) override;
+  void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
+                                 const int32_t* keys, int64_t topk,
+                                 int64_t heads, float scale, const float* lse,
+                                 MatrixView weights) override;
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
                    float scale, int32_t* keys) override;
   double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                        ConstMatrixView w, const int32_t* keys, int64_t topk,
-                       float scale, ConstMatrixView attn_probs,
-                       int64_t attn_heads, float coeff, MatrixView diq,
-                       MatrixView dik, MatrixView dw) override;
+                       float scale, ConstMatrixView target, float coeff,
+                       MatrixView diq, MatrixView dik, MatrixView dw) override;
   double SquaredSum(const std::vector<FlatSpan>& spans) override;
   void AdamWStep(const AdamWHyperparameters& hyper,
                  const std::vector<AdamWTensor>& tensors) override;

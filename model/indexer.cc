@@ -97,9 +97,9 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
 }
 
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
-                          const IndexTensor& topk, ConstMatrixView attn_probs,
-                          int64_t attn_heads, float coeff, TokenRange rows,
-                          int64_t all_tokens, IndexerActivations* acts) {
+                          const IndexTensor& topk, ConstMatrixView target,
+                          float coeff, TokenRange rows, int64_t all_tokens,
+                          IndexerActivations* acts) {
   acts->dq = Tensor(acts->q.shape());
   acts->dk = Tensor(acts->k.shape());
   acts->dweights = Tensor(acts->weights.shape());
@@ -110,8 +110,8 @@ double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
   return backend.IndexerKlLoss(
       acts->q.Matrix().Rows(rows.begin * heads, rows.count * heads),
       acts->k.Matrix(), acts->weights.Matrix().Rows(rows.begin, rows.count),
-      topk.data() + rows.begin * width, width, ScoreScale(spec), attn_probs,
-      attn_heads, coeff * share,
+      topk.data() + rows.begin * width, width, ScoreScale(spec), target,
+      coeff * share,
       acts->dq.Matrix().Rows(rows.begin * heads, rows.count * heads),
       acts->dk.Matrix(), acts->dweights.Matrix().Rows(rows.begin, rows.count));
 }

@@ -44,14 +44,15 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const TokenRows& chunk, const int32_t* positions,
                     TokenParallel& parallel, IndexerActivations* acts,
                     IndexTensor* topk);
-// The KL loss of the chunk's queries `rows` (chunk-relative) against the main
-// attention's probabilities for them [rows.count * attn_heads, topk]; keeps
+// The KL loss of the chunk's queries `rows` (chunk-relative) against the
+// attention each of their selected keys receives, summed over the main
+// attention's heads [rows.count, topk]; keeps
 // its gradients in `acts` for IndexerBackward. Returns coeff * the rows' part
 // of the mean KL over all tokens of the layout.
 double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
-                          const IndexTensor& topk, ConstMatrixView attn_probs,
-                          int64_t attn_heads, float coeff, TokenRange rows,
-                          int64_t all_tokens, IndexerActivations* acts);
+                          const IndexTensor& topk, ConstMatrixView target,
+                          float coeff, TokenRange rows, int64_t all_tokens,
+                          IndexerActivations* acts);
 // Propagates the loss gradients into the indexer weights only.
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,

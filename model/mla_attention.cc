@@ -98,31 +98,27 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
   }
 }
 
-// The indexer loss of this rank's own queries. Under tensor parallelism the
-// target (attention probabilities summed over heads) needs every rank's heads.
+// The indexer loss of this rank's own queries against the attention their
+// keys receive summed over heads; under tensor parallelism over every rank's
+// heads.
 void IndexerLoss(Backend& backend, const AttentionSpec& spec,
                  const TokenLayout& layout, AttentionRows& rows,
                  AttentionActivations* acts) {
+  const int64_t topk = acts->own_topk.dim(1), n = rows.chunk.count();
+  Tensor head_sum({n, topk});
+  backend.SparseAttentionKeyWeights(
+      acts->query.Matrix(), acts->key.Matrix(), acts->own_topk.data(), topk,
+      spec.heads, Scale(spec), acts->lse.data(), head_sum.Matrix());
   if (rows.parallel.tp() == 1) {
     acts->indexer_loss = IndexerLossForward(
-        backend, spec.indexer, acts->own_topk, acts->probs.Matrix(), spec.heads,
-        spec.indexer_loss_coeff, {0, rows.chunk.count()}, layout.tokens,
-        &acts->indexer);
+        backend, spec.indexer, acts->own_topk, head_sum.Matrix(),
+        spec.indexer_loss_coeff, {0, n}, layout.tokens, &acts->indexer);
     return;
-  }
-  const int64_t topk = acts->probs.dim(1), n = rows.chunk.count();
-  Tensor head_sum({n, topk});
-  ConstMatrixView probs = acts->probs.Matrix();
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < spec.heads; ++h) {
-      backend.Axpy(1.f, probs.Rows(t * spec.heads + h, 1),
-                   head_sum.Matrix().Rows(t, 1));
-    }
   }
   const Tensor target =
       rows.parallel.ReduceScatterChunk(head_sum.Matrix(), layout.tokens);
   acts->indexer_loss = IndexerLossForward(
-      backend, spec.indexer, acts->own_topk, target.Matrix(), 1,
+      backend, spec.indexer, acts->own_topk, target.Matrix(),
       spec.indexer_loss_coeff, rows.local, layout.tokens, &acts->indexer);
 }
 
@@ -171,12 +167,12 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   }
   const int64_t topk = acts->topk->dim(1);
   acts->attn = Tensor({n, heads * vdim});
-  acts->probs = Tensor({n * heads, topk});
+  acts->lse = Tensor({n * heads});
   backend.SparseAttentionForward(
       acts->query.Matrix(), acts->key.Matrix(),
       acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
       acts->topk->data(), topk, heads, Scale(spec),
-      acts->attn.Matrix().SplitRows(heads), acts->probs.Matrix());
+      acts->attn.Matrix().SplitRows(heads), acts->lse.data());
   if (rows.parallel.tp() > 1) {
     // Row-parallel o_proj: each rank holds a part of every output.
     Tensor partial({n, out.cols});
@@ -223,9 +219,9 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   backend.SparseAttentionBackward(
       acts.query.Matrix(), acts.key.Matrix(),
       acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim), acts.topk->data(),
-      topk, heads, Scale(spec), acts.probs.Matrix(),
-      dattn.Matrix().SplitRows(heads), dquery.Matrix(), dkey.Matrix(),
-      dkv_rows.Columns(nope, vdim));
+      topk, heads, Scale(spec), acts.attn.Matrix().SplitRows(heads),
+      acts.lse.data(), dattn.Matrix().SplitRows(heads), dquery.Matrix(),
+      dkey.Matrix(), dkv_rows.Columns(nope, vdim));
   // Keys: nope part to kv_b_proj's output, rope part summed over heads.
   backend.Axpy(1.f, dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
   Tensor dk_rope({all, rope});

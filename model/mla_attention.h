@@ -48,9 +48,9 @@ struct AttentionActivations {
   Tensor kv_a, kv_a_rstd;  // [N, kv_lora_rank + rope]
   Tensor latent;           // RMSNorm(kv_a latent part) [N, kv_lora_rank]
   Tensor kv;               // [N, heads * (nope + v)]
-  Tensor key;    // [N * heads, qk]: k_nope | RoPE(k_rope) shared by heads
-  Tensor attn;   // [n, heads * v]
-  Tensor probs;  // [n * heads, topk]
+  Tensor key;   // [N * heads, qk]: k_nope | RoPE(k_rope) shared by heads
+  Tensor attn;  // [n, heads * v]
+  Tensor lse;   // [n * heads]: log-sum-exp of each row's scores
   IndexerActivations indexer;
   IndexTensor own_topk;  // computing layers: the keys this layer chose
   const IndexTensor* topk = nullptr;  // the keys attended (own or the source's)

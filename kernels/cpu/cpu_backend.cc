@@ -152,22 +152,32 @@ void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                         ConstMatrixView v, const int32_t* keys,
                                         int64_t topk, int64_t heads,
                                         float scale, MatrixView out,
-                                        MatrixView probs) {
+                                        float* lse) {
   CheckHeld("SparseAttentionForward",
-            {q.data, k.data, v.data, keys, out.data, probs.data});
-  cpu::SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, probs);
+            {q.data, k.data, v.data, keys, out.data, lse});
+  cpu::SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, lse);
 }
 void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                          ConstMatrixView v, const int32_t* keys,
                                          int64_t topk, int64_t heads,
-                                         float scale, ConstMatrixView probs,
-                                         ConstMatrixView dout, MatrixView dq,
-                                         MatrixView dk, MatrixView dv) {
+                                         float scale, ConstMatrixView out,
+                                         const float* lse, ConstMatrixView dout,
+                                         MatrixView dq, MatrixView dk,
+                                         MatrixView dv) {
   CheckHeld("SparseAttentionBackward",
-            {q.data, k.data, v.data, keys, probs.data, dout.data, dq.data,
+            {q.data, k.data, v.data, keys, out.data, lse, dout.data, dq.data,
              dk.data, dv.data});
-  cpu::SparseAttentionBackward(q, k, v, keys, topk, heads, scale, probs, dout,
-                               dq, dk, dv);
+  cpu::SparseAttentionBackward(q, k, v, keys, topk, heads, scale, out, lse,
+                               dout, dq, dk, dv);
+}
+void CpuBackend::SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
+                                           const int32_t* keys, int64_t topk,
+                                           int64_t heads, float scale,
+                                           const float* lse,
+                                           MatrixView weights) {
+  CheckHeld("SparseAttentionKeyWeights",
+            {q.data, k.data, keys, lse, weights.data});
+  cpu::SparseAttentionKeyWeights(q, k, keys, topk, heads, scale, lse, weights);
 }
 void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* seq_start,
@@ -179,13 +189,13 @@ void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
 double CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                  ConstMatrixView w, const int32_t* keys,
                                  int64_t topk, float scale,
-                                 ConstMatrixView attn_probs, int64_t attn_heads,
-                                 float coeff, MatrixView diq, MatrixView dik,
+                                 ConstMatrixView target, float coeff,
+                                 MatrixView diq, MatrixView dik,
                                  MatrixView dw) {
-  CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, attn_probs.data,
+  CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, target.data,
                               diq.data, dik.data, dw.data});
-  return cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, attn_probs,
-                            attn_heads, coeff, diq, dik, dw);
+  return cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, diq,
+                            dik, dw);
 }
 
 double CpuBackend::SquaredSum(const std::vector<FlatSpan>& spans) {

@@ -81,9 +81,8 @@ void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
 
 double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      const int32_t* keys, int64_t topk, float scale,
-                     ConstMatrixView attn_probs, int64_t attn_heads,
-                     float coeff, MatrixView diq, MatrixView dik,
-                     MatrixView dw) {
+                     ConstMatrixView target_weights, float coeff,
+                     MatrixView diq, MatrixView dik, MatrixView dw) {
   // n queries (w's rows); keys index ik's rows.
   const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
   const float grad_scale = coeff / static_cast<float>(n);
@@ -99,8 +98,7 @@ double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
         if (selected[j] < 0) continue;
         z[j] = IndexScore(iq, ik, w, t, selected[j], scale);
         max = std::max(max, z[j]);
-        for (int64_t h = 0; h < attn_heads; ++h)
-          target[j] += attn_probs.Row(t * attn_heads + h)[j];
+        target[j] = target_weights.Row(t)[j];
         mass += target[j];
       }
       double sum = 0;

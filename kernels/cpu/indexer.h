@@ -15,9 +15,8 @@ void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                  float scale, int32_t* keys);
 double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      const int32_t* keys, int64_t topk, float scale,
-                     ConstMatrixView attn_probs, int64_t attn_heads,
-                     float coeff, MatrixView diq, MatrixView dik,
-                     MatrixView dw);
+                     ConstMatrixView target, float coeff, MatrixView diq,
+                     MatrixView dik, MatrixView dw);
 
 }  // namespace glm::cpu
 

@@ -16,20 +16,36 @@ float Dot(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
+// Probabilities of one query row (token t, head h) recomputed from its lse:
+// p[j] = exp(scale q . k_j - lse), 0 on -1 slots.
+void RowProbs(ConstMatrixView q, ConstMatrixView k, const int32_t* keys,
+              int64_t topk, int64_t heads, float scale, const float* lse,
+              int64_t row, float* p) {
+  const int32_t* selected = keys + row / heads * topk;
+  const int64_t h = row % heads;
+  for (int64_t j = 0; j < topk; ++j) {
+    p[j] = selected[j] < 0
+               ? 0.f
+               : std::exp(scale * Dot(q.Row(row),
+                                      k.Row(selected[j] * heads + h), q.cols) -
+                          lse[row]);
+  }
+}
+
 }  // namespace
 
 void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                             ConstMatrixView v, const int32_t* keys,
                             int64_t topk, int64_t heads, float scale,
-                            MatrixView out, MatrixView probs) {
+                            MatrixView out, float* lse) {
   assert(q.cols == k.cols && k.rows == v.rows && k.rows % heads == 0);
-  assert(out.rows == q.rows && out.cols == v.cols && probs.cols == topk);
+  assert(out.rows == q.rows && out.cols == v.cols);
   ParallelFor(q.rows, q.rows * topk * (q.cols + v.cols),
               [&](int64_t begin, int64_t end) {
+                std::vector<float> p(topk);
                 for (int64_t row = begin; row < end; ++row) {
                   const int64_t t = row / heads, h = row % heads;
                   const int32_t* selected = keys + t * topk;
-                  float* p = probs.Row(row);
                   float max = -INFINITY;
                   for (int64_t j = 0; j < topk; ++j) {
                     if (selected[j] < 0) continue;
@@ -39,21 +55,41 @@ void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                   }
                   double sum = 0;
                   for (int64_t j = 0; j < topk; ++j) {
-                    if (selected[j] < 0) {
-                      p[j] = 0.f;
-                      continue;
-                    }
+                    if (selected[j] < 0) continue;
                     p[j] = std::exp(p[j] - max);
                     sum += p[j];
                   }
+                  lse[row] = sum > 0 ? max + static_cast<float>(std::log(sum))
+                                     : -INFINITY;
                   float* o = out.Row(row);
                   std::fill(o, o + v.cols, 0.f);
                   for (int64_t j = 0; j < topk; ++j) {
                     if (selected[j] < 0) continue;
-                    p[j] = static_cast<float>(p[j] / sum);
+                    const float weight = static_cast<float>(p[j] / sum);
                     const float* value = v.Row(selected[j] * heads + h);
                     for (int64_t c = 0; c < v.cols; ++c)
-                      o[c] += p[j] * value[c];
+                      o[c] += weight * value[c];
+                  }
+                }
+              });
+}
+
+void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
+                               const int32_t* keys, int64_t topk, int64_t heads,
+                               float scale, const float* lse,
+                               MatrixView weights) {
+  assert(q.cols == k.cols && q.rows % heads == 0 && k.rows % heads == 0);
+  assert(weights.rows == q.rows / heads && weights.cols == topk);
+  ParallelFor(weights.rows, q.rows * topk * q.cols,
+              [&](int64_t begin, int64_t end) {
+                std::vector<float> p(topk);
+                for (int64_t t = begin; t < end; ++t) {
+                  float* w = weights.Row(t);
+                  std::fill(w, w + topk, 0.f);
+                  for (int64_t h = 0; h < heads; ++h) {
+                    RowProbs(q, k, keys, topk, heads, scale, lse, t * heads + h,
+                             p.data());
+                    for (int64_t j = 0; j < topk; ++j) w[j] += p[j];
                   }
                 }
               });
@@ -62,27 +98,29 @@ void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
 void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                              ConstMatrixView v, const int32_t* keys,
                              int64_t topk, int64_t heads, float scale,
-                             ConstMatrixView probs, ConstMatrixView dout,
-                             MatrixView dq, MatrixView dk, MatrixView dv) {
-  // Pass 1, per query row: score gradients and dq.
-  std::vector<float> dscore(q.rows * topk, 0.f);
+                             ConstMatrixView out, const float* lse,
+                             ConstMatrixView dout, MatrixView dq, MatrixView dk,
+                             MatrixView dv) {
+  // Pass 1, per query row: probabilities from lse, score gradients
+  // ds = p (dout . v - dout . out) scale, and dq.
+  std::vector<float> probs(q.rows * topk), dscore(q.rows * topk, 0.f);
   ParallelFor(
       q.rows, q.rows * topk * (q.cols + v.cols),
       [&](int64_t begin, int64_t end) {
         for (int64_t row = begin; row < end; ++row) {
-          const int64_t t = row / heads, h = row % heads;
-          const int32_t* selected = keys + t * topk;
-          const float* p = probs.Row(row);
+          const int64_t h = row % heads;
+          const int32_t* selected = keys + row / heads * topk;
+          float* p = probs.data() + row * topk;
+          RowProbs(q, k, keys, topk, heads, scale, lse, row, p);
+          const float weighted = Dot(dout.Row(row), out.Row(row), v.cols);
           float* ds = dscore.data() + row * topk;
-          double weighted = 0;
           for (int64_t j = 0; j < topk; ++j) {
             if (selected[j] < 0) continue;
-            ds[j] = Dot(dout.Row(row), v.Row(selected[j] * heads + h), v.cols);
-            weighted += double{p[j]} * ds[j];
-          }
-          for (int64_t j = 0; j < topk; ++j) {
-            if (selected[j] < 0) continue;
-            ds[j] = p[j] * (ds[j] - static_cast<float>(weighted)) * scale;
+            ds[j] =
+                p[j] *
+                (Dot(dout.Row(row), v.Row(selected[j] * heads + h), v.cols) -
+                 weighted) *
+                scale;
             if (dq.empty()) continue;
             const float* key = k.Row(selected[j] * heads + h);
             float* g = dq.Row(row);
@@ -109,7 +147,7 @@ void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                           g[c] += ds * query[c];
                       }
                       if (!dv.empty()) {
-                        const float p = probs.Row(row)[j];
+                        const float p = probs[row * topk + j];
                         const float* d = dout.Row(row);
                         float* g = dv.Row(key_row);
                         for (int64_t c = 0; c < v.cols; ++c) g[c] += p * d[c];

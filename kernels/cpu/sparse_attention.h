@@ -9,15 +9,21 @@
 
 namespace glm::cpu {
 
+// Semantics in kernels/backend.h.
 void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                             ConstMatrixView v, const int32_t* keys,
                             int64_t topk, int64_t heads, float scale,
-                            MatrixView out, MatrixView probs);
+                            MatrixView out, float* lse);
 void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                              ConstMatrixView v, const int32_t* keys,
                              int64_t topk, int64_t heads, float scale,
-                             ConstMatrixView probs, ConstMatrixView dout,
-                             MatrixView dq, MatrixView dk, MatrixView dv);
+                             ConstMatrixView out, const float* lse,
+                             ConstMatrixView dout, MatrixView dq, MatrixView dk,
+                             MatrixView dv);
+void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
+                               const int32_t* keys, int64_t topk, int64_t heads,
+                               float scale, const float* lse,
+                               MatrixView weights);
 
 }  // namespace glm::cpu
 

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/layer_norm.cuh"
@@ -26,7 +27,7 @@ namespace glm {
 namespace {
 
 // The backend is also the context its ops run with: one stream, one cuBLASLt
-// handle, one grow-only scratch buffer.
+// handle, two grow-only scratch buffers; cuDNN attention in the bf16 mode.
 class CudaBackend : public Backend, public cuda::CudaContext {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {
@@ -35,11 +36,16 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     GLM_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
     allocator_ =
         std::make_unique<cuda::CudaAllocator>(options_.device, stream_);
+    if (options_.precision == cuda::Precision::kBf16) {
+      cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(stream_);
+    }
     loss_ = static_cast<double*>(allocator_->Allocate(sizeof(double)));
   }
 
   ~CudaBackend() override {
-    scratch_ = DeviceBuffer();
+    scratch_ = Grown();
+    composite_scratch_ = Grown();
+    cudnn_attention_.reset();
     allocator_->Free(loss_);
     cudaStreamSynchronize(stream_);
     // A tensor freed after its pool would free into a destroyed pool.
@@ -70,15 +76,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   cudaStream_t stream() const override { return stream_; }
   cublasLtHandle_t cublas_lt() const override { return cublas_lt_; }
   cuda::Precision precision() const override { return options_.precision; }
-  void* Scratch(size_t bytes) override {
-    if (bytes > scratch_.bytes()) {
-      // Grows geometrically so that a few calls settle on the largest size.
-      scratch_ = DeviceBuffer();
-      scratch_ = DeviceBuffer(allocator_.get(),
-                              std::max(bytes, scratch_bytes_ * 3 / 2));
-      scratch_bytes_ = scratch_.bytes();
-    }
-    return scratch_.data();
+  void* Scratch(size_t bytes) override { return Grow(&scratch_, bytes); }
+  void* CompositeScratch(size_t bytes) override {
+    return Grow(&composite_scratch_, bytes);
   }
 
   // ---- Backend ----
@@ -172,18 +172,35 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                               ConstMatrixView v, const int32_t* keys,
                               int64_t topk, int64_t heads, float scale,
-                              MatrixView out, MatrixView probs) override {
+                              MatrixView out, float* lse) override {
+    if (UseCudnn(q, k, v, topk, heads, scale, false)) {
+      cudnn_attention_->Forward(*this, q, k, v, keys, topk, heads, scale, out,
+                                lse);
+      return;
+    }
     cuda::SparseAttentionForward(*this, q, k, v, keys, topk, heads, scale, out,
-                                 probs);
+                                 lse);
   }
   void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                ConstMatrixView v, const int32_t* keys,
                                int64_t topk, int64_t heads, float scale,
-                               ConstMatrixView probs, ConstMatrixView dout,
-                               MatrixView dq, MatrixView dk,
-                               MatrixView dv) override {
+                               ConstMatrixView out, const float* lse,
+                               ConstMatrixView dout, MatrixView dq,
+                               MatrixView dk, MatrixView dv) override {
+    if (UseCudnn(q, k, v, topk, heads, scale, true)) {
+      cudnn_attention_->Backward(*this, q, k, v, keys, topk, heads, scale, out,
+                                 lse, dout, dq, dk, dv);
+      return;
+    }
     cuda::SparseAttentionBackward(*this, q, k, v, keys, topk, heads, scale,
-                                  probs, dout, dq, dk, dv);
+                                  dout, dq, dk, dv);
+  }
+  void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
+                                 const int32_t* keys, int64_t topk,
+                                 int64_t heads, float scale, const float* lse,
+                                 MatrixView weights) override {
+    cuda::SparseAttentionKeyWeights(*this, q, k, keys, topk, heads, scale, lse,
+                                    weights);
   }
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
@@ -193,11 +210,10 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                        ConstMatrixView w, const int32_t* keys, int64_t topk,
-                       float scale, ConstMatrixView attn_probs,
-                       int64_t attn_heads, float coeff, MatrixView diq,
-                       MatrixView dik, MatrixView dw) override {
-    cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, attn_probs,
-                        attn_heads, coeff, diq, dik, dw, loss_);
+                       float scale, ConstMatrixView target, float coeff,
+                       MatrixView diq, MatrixView dik, MatrixView dw) override {
+    cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, target, coeff, diq,
+                        dik, dw, loss_);
     return ReadLoss();
   }
   double SquaredSum(const std::vector<FlatSpan>& spans) override {
@@ -210,6 +226,30 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
 
  private:
+  // A grow-only buffer: grows geometrically so that a few calls settle on
+  // the largest size.
+  struct Grown {
+    DeviceBuffer buffer;
+    size_t bytes = 0;
+  };
+  void* Grow(Grown* grown, size_t bytes) {
+    if (bytes > grown->buffer.bytes()) {
+      grown->buffer = DeviceBuffer();
+      grown->buffer =
+          DeviceBuffer(allocator_.get(), std::max(bytes, grown->bytes * 3 / 2));
+      grown->bytes = grown->buffer.bytes();
+    }
+    return grown->buffer.data();
+  }
+
+  // The bf16 mode's attention goes to cuDNN where it has a plan.
+  bool UseCudnn(ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
+                int64_t topk, int64_t heads, float scale, bool backward) {
+    return cudnn_attention_ != nullptr && q.rows > 0 &&
+           cudnn_attention_->Supports(q.rows / heads, k.rows / heads, topk,
+                                      heads, q.cols, v.cols, scale, backward);
+  }
+
   // Reads the double an op left in loss_ (waits for the stream).
   double ReadLoss() {
     double loss = 0;
@@ -221,8 +261,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;
   std::unique_ptr<cuda::CudaAllocator> allocator_;
-  DeviceBuffer scratch_;
-  size_t scratch_bytes_ = 0;
+  Grown scratch_, composite_scratch_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   double* loss_ = nullptr;
 };
 

@@ -28,6 +28,9 @@ class CudaContext {
   // A device buffer of at least `bytes` bytes, valid until the next call on
   // this stream (ops use it for their own temporaries only).
   virtual void* Scratch(size_t bytes) = 0;
+  // A second such buffer for ops built from other ops: what they keep across
+  // the inner ops' calls lives here, since those take Scratch for themselves.
+  virtual void* CompositeScratch(size_t bytes) = 0;
 };
 
 }  // namespace glm::cuda

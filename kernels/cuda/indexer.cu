@@ -321,9 +321,9 @@ constexpr int kKlThreads = 256;
 // Inputs shared by the loss kernels. The per-chunk score gradients live in
 // dot_grad [chunk, heads, topk] (first the dots, then d loss / d dot).
 struct KlProblem {
-  ConstMatrixView iq, ik, w, attn_probs;
-  const int32_t* keys;  // [n, topk]
-  int topk, heads, attn_heads;
+  ConstMatrixView iq, ik, w, target;  // target [n, topk]
+  const int32_t* keys;                // [n, topk]
+  int topk, heads;
   float scale, grad_scale;
 };
 
@@ -421,10 +421,7 @@ __global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
           MulAdd(weights[h], fmaxf(p.scale * dots[h * p.topk + j], 0.f), score);
     }
     z[j] = score;
-    target[j] = 0;
-    for (int h = 0; h < p.attn_heads; ++h) {
-      target[j] += RowOf(p.attn_probs, t * p.attn_heads + h)[j];
-    }
+    target[j] = RowOf(p.target, t)[j];
     max = fmax(max, static_cast<double>(score));
     mass += target[j];
   }
@@ -760,13 +757,13 @@ size_t IndexerKlLossScratchBytes(int64_t n, int64_t nk, int64_t dim,
 
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
-                   float scale, ConstMatrixView attn_probs, int64_t attn_heads,
-                   float coeff, MatrixView diq, MatrixView dik, MatrixView dw,
+                   float scale, ConstMatrixView target, float coeff,
+                   MatrixView diq, MatrixView dik, MatrixView dw,
                    double* loss) {
   const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
   assert(iq.rows == n * heads && iq.cols == dim);
   assert(heads > 0 && heads <= kMaxHeads && topk > 0 && topk <= kMaxTopK);
-  assert(attn_probs.rows == n * attn_heads && attn_probs.cols == topk);
+  assert(target.rows == n && target.cols == topk);
   assert(diq.empty() || (diq.rows == iq.rows && diq.cols == dim));
   assert(dik.empty() || (dik.rows == ik.rows && dik.cols == dim));
   assert(dw.empty() || (dw.rows == n && dw.cols == heads));
@@ -779,11 +776,10 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   const KlProblem p{iq,
                     ik,
                     w,
-                    attn_probs,
+                    target,
                     keys,
                     static_cast<int>(topk),
                     static_cast<int>(heads),
-                    static_cast<int>(attn_heads),
                     scale,
                     coeff / static_cast<float>(n)};
   const size_t row_shared = topk * (sizeof(double) + sizeof(float));

@@ -31,8 +31,8 @@ size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset);
 
 // KL(target || softmax(index scores over the selected keys)), averaged over
 // the n queries (w's rows) and times coeff, written to *loss. keys [n, topk]
-// (contiguous) index ik's rows, -1 = none; target[t] = sum over attention
-// heads of attn_probs [n*attn_heads, topk], L1-normalized. heads <= 32.
+// (contiguous) index ik's rows, -1 = none; target [n, topk] (the attention
+// each selected key receives), L1-normalized here. heads <= 32.
 // Accumulates (+=) the coeff-scaled gradients into diq [n*heads, d], dik
 // [nk, d] and dw [n, heads]; an empty view is not computed. The scores are
 // bitwise the CPU's; diq and dw sum over slots in order, as the CPU does; a
@@ -41,9 +41,8 @@ size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset);
 // IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
-                   float scale, ConstMatrixView attn_probs, int64_t attn_heads,
-                   float coeff, MatrixView diq, MatrixView dik, MatrixView dw,
-                   double* loss);
+                   float scale, ConstMatrixView target, float coeff,
+                   MatrixView diq, MatrixView dik, MatrixView dw, double* loss);
 
 // n per-query losses in double, plus per chunk of queries their score
 // gradients per (head, slot) and, when need_dik, each slot's contribution to

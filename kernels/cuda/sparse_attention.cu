@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
 
 namespace glm::cuda {
@@ -100,12 +101,18 @@ __device__ void LoadShared(const T* from, int64_t n, T* to) {
   for (int64_t i = threadIdx.x; i < n; i += kThreads) to[i] = from[i];
 }
 
+// log(sum of exp(score - max)) + max; -inf for a row without keys.
+__device__ float RowLse(float row_max, double total) {
+  return total > 0 ? row_max + static_cast<float>(log(total)) : -INFINITY;
+}
+
 // One block per query row (token t, head h). Shared: score[topk], query[dqk],
 // selected[topk]. Softmax as the CPU: fp32 exponentials, double normalizer.
+// Writes whichever of out, probs and lse it is given (empty / null: skipped).
 __global__ void ForwardKernel(ConstMatrixView q, ConstMatrixView k,
                               ConstMatrixView v, const int32_t* keys, int topk,
                               int heads, float scale, MatrixView out,
-                              MatrixView probs) {
+                              MatrixView probs, float* lse) {
   extern __shared__ float shared[];
   float* score = shared;
   float* query = score + topk;
@@ -133,13 +140,14 @@ __global__ void ForwardKernel(ConstMatrixView q, ConstMatrixView k,
     local_sum += score[j];
   }
   const double total = BlockSum(local_sum);
-  float* p = RowOf(probs, row);
+  if (lse != nullptr && threadIdx.x == 0) lse[row] = RowLse(row_max, total);
   for (int j = threadIdx.x; j < topk; j += kThreads) {
     score[j] = selected[j] < 0 ? 0.f : static_cast<float>(score[j] / total);
-    p[j] = score[j];
+    if (probs.data != nullptr) RowOf(probs, row)[j] = score[j];
   }
   __syncthreads();
 
+  if (out.data == nullptr) return;
   float* o = RowOf(out, row);
   GatherWeightedSum(
       topk, v.cols,
@@ -309,12 +317,13 @@ __device__ const float* TokenRow(const ConstMatrixView& m, int64_t token,
 // Block (query tile, head): two walks over the selected key tiles, the first
 // for each row's maximum score, the second for the exponentials (written to
 // their probs slots), their double sums and the weighted sum of values; then
-// normalizes both. Same arithmetic as ForwardKernel up to summation order.
+// normalizes both. Same arithmetic as ForwardKernel up to summation order,
+// and like it writes whichever of out, probs and lse it is given.
 __global__ void TiledForwardKernel(ConstMatrixView q, ConstMatrixView k,
                                    ConstMatrixView v, RowLists lists,
                                    int64_t nq, int64_t nk, int topk, int heads,
                                    float scale, MatrixView out,
-                                   MatrixView probs) {
+                                   MatrixView probs, float* lse) {
   extern __shared__ __align__(16) char shared_bytes[];
   const TileShared sh = CarveShared(shared_bytes);
   Walk& walk = *sh.walk;
@@ -331,7 +340,8 @@ __global__ void TiledForwardKernel(ConstMatrixView q, ConstMatrixView k,
     sh.row_max[threadIdx.x] = -INFINITY;
     sh.row_sums[threadIdx.x] = 0;
   }
-  for (int a = 0; a < kTileRows && first + a < nq; ++a) {
+  const bool keep_probs = probs.data != nullptr;
+  for (int a = 0; keep_probs && a < kTileRows && first + a < nq; ++a) {
     float* p = RowOf(probs, (first + a) * heads + h);
     for (int j = threadIdx.x; j < topk; j += kThreads) p[j] = 0.f;
   }
@@ -355,8 +365,9 @@ __global__ void TiledForwardKernel(ConstMatrixView q, ConstMatrixView k,
     ScoreTile(query, key, q.cols, sh.rows_stage, sh.cols_stage, sh.scores);
     if (threadIdx.x < kTileRows) {
       const int i = threadIdx.x;
-      float* p =
-          first + i < nq ? RowOf(probs, (first + i) * heads + h) : nullptr;
+      float* p = keep_probs && first + i < nq
+                     ? RowOf(probs, (first + i) * heads + h)
+                     : nullptr;
       double sum = sh.row_sums[i];
       for (int j = 0; j < kTileCols; ++j) {
         const int32_t slot = walk.map[i * kTileCols + j];
@@ -364,7 +375,7 @@ __global__ void TiledForwardKernel(ConstMatrixView q, ConstMatrixView k,
         if (slot >= 0) {
           e = expf(scale * sh.scores[i * kScorePitch + j] - sh.row_max[i]);
           sum += e;
-          p[slot] = e;
+          if (p != nullptr) p[slot] = e;
         }
         sh.scores[i * kScorePitch + j] = e;
       }
@@ -375,17 +386,48 @@ __global__ void TiledForwardKernel(ConstMatrixView q, ConstMatrixView k,
   }
   for (int a = 0; a < kTileRows && first + a < nq; ++a) {
     const double total = sh.row_sums[a];
-    float* o = RowOf(out, (first + a) * heads + h);
-    float* p = RowOf(probs, (first + a) * heads + h);
-    for (int c = threadIdx.x; c < v.cols; c += kThreads) {
-      o[c] =
-          total > 0 ? static_cast<float>(sh.acc[a * v.cols + c] / total) : 0.f;
+    const int64_t row = (first + a) * heads + h;
+    if (lse != nullptr && threadIdx.x == 0) {
+      lse[row] = RowLse(sh.row_max[a], total);
     }
-    if (total == 0) continue;
+    if (out.data != nullptr) {
+      float* o = RowOf(out, row);
+      for (int c = threadIdx.x; c < v.cols; c += kThreads) {
+        o[c] = total > 0 ? static_cast<float>(sh.acc[a * v.cols + c] / total)
+                         : 0.f;
+      }
+    }
+    if (total == 0 || !keep_probs) continue;
+    float* p = RowOf(probs, row);
     for (int j = threadIdx.x; j < topk; j += kThreads) {
       p[j] = static_cast<float>(p[j] / total);
     }
   }
+}
+
+// weights[t, j] = sum over heads h (in order) of probs[t*heads + h, j].
+__global__ void HeadSumKernel(ConstMatrixView probs, int heads,
+                              MatrixView weights) {
+  ForEachElement(weights.rows, weights.cols, [&](int64_t t, int64_t j) {
+    float sum = 0.f;
+    for (int h = 0; h < heads; ++h) sum += At(probs, t * heads + h, j);
+    At(weights, t, j) = sum;
+  });
+}
+
+// weights[t, j] (+)= exp(scale * scores[t, keys[t, j]] - lse[t*heads + h]) for
+// one head's scores [nq, nk]; the first head writes, the others add.
+__global__ void AddHeadWeightsKernel(ConstMatrixView scores,
+                                     const int32_t* keys, const float* lse,
+                                     int heads, int h, float scale,
+                                     MatrixView weights) {
+  ForEachElement(weights.rows, weights.cols, [&](int64_t t, int64_t j) {
+    const int32_t key = keys[t * weights.cols + j];
+    const float p =
+        key < 0 ? 0.f : expf(scale * At(scores, t, key) - lse[t * heads + h]);
+    float& w = At(weights, t, j);
+    w = h == 0 ? p : w + p;
+  });
 }
 
 // Block (query tile, head): the first walk sums p * (dout . v) per row (in
@@ -557,6 +599,7 @@ int KeyBits(int64_t nk) {
 
 // What a call needs in scratch.
 struct ScratchNeeds {
+  bool probs = false;        // probabilities recomputed for the backward
   bool ds = false;           // score gradients for the key pass
   bool transpose = false;    // key -> (query, slot) pairs
   bool query_lists = false;  // per-query keys sorted (tiled kernels)
@@ -565,6 +608,7 @@ struct ScratchNeeds {
 
 // Byte offsets of a call's pieces inside its one scratch buffer.
 struct ScratchPlan {
+  size_t probs = 0;
   size_t ds = 0;
   size_t offsets = 0;
   size_t sort_keys = 0;    // two buffers of nq*topk uint32
@@ -585,6 +629,7 @@ ScratchPlan PlanScratch(int64_t nq, int64_t nk, int64_t topk, int64_t heads,
     return at;
   };
   const int64_t items = nq * topk;
+  if (needs.probs) plan.probs = take(nq * heads * topk * sizeof(float));
   if (needs.ds) plan.ds = take(nq * heads * topk * sizeof(float));
   size_t temp_bytes = 0;
   if (needs.transpose) {
@@ -703,50 +748,119 @@ dim3 TileGrid(int64_t rows, int64_t heads) {
               static_cast<unsigned int>(heads));
 }
 
+// The forward kernels for a call (tiled when `lists` is given), writing
+// whichever of out, probs and lse are given.
+void RunForward(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
+                ConstMatrixView v, const int32_t* keys, const RowLists* lists,
+                int64_t topk, int64_t heads, float scale, MatrixView out,
+                MatrixView probs, float* lse) {
+  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  if (lists != nullptr) {
+    const size_t shared = TileSharedBytes(kTileRows * v.cols);
+    AllowShared(TiledForwardKernel, shared);
+    TiledForwardKernel<<<TileGrid(nq, heads), kThreads, shared, ctx.stream()>>>(
+        q, k, v, *lists, nq, nk, static_cast<int>(topk),
+        static_cast<int>(heads), scale, out, probs, lse);
+  } else {
+    const size_t shared = (2 * topk + q.cols) * sizeof(float);
+    assert(shared <= kMaxSharedBytes);
+    ForwardKernel<<<q.rows, kThreads, shared, ctx.stream()>>>(
+        q, k, v, keys, static_cast<int>(topk), static_cast<int>(heads), scale,
+        out, probs, lse);
+  }
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+// Whether the tiled kernels run for these shapes (see UseTiles).
+bool TiledForward(int64_t nk, int64_t topk, int64_t dv) {
+  return UseTiles(nk, topk, TileSharedBytes(kTileRows * dv));
+}
+
 }  // namespace
 
 void SparseAttentionForward(CudaContext& ctx, ConstMatrixView q,
                             ConstMatrixView k, ConstMatrixView v,
                             const int32_t* keys, int64_t topk, int64_t heads,
-                            float scale, MatrixView out, MatrixView probs) {
+                            float scale, MatrixView out, float* lse) {
   assert(q.cols == k.cols && k.rows == v.rows && k.rows % heads == 0);
-  assert(out.rows == q.rows && out.cols == v.cols && probs.cols == topk);
-  assert(q.rows % heads == 0 && probs.rows == q.rows && topk > 0);
+  assert(out.rows == q.rows && out.cols == v.cols && lse != nullptr);
+  assert(q.rows % heads == 0 && topk > 0);
   if (q.rows == 0) return;
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
   assert(nq * topk <= INT32_MAX);
-  const size_t tile_shared = TileSharedBytes(kTileRows * v.cols);
-  if (UseTiles(nk, topk, tile_shared)) {
+  if (!TiledForward(nk, topk, v.cols)) {
+    RunForward(ctx, q, k, v, keys, nullptr, topk, heads, scale, out, {}, lse);
+    return;
+  }
+  ScratchNeeds needs;
+  needs.query_lists = true;
+  const ScratchPlan plan = PlanScratch(nq, nk, topk, heads, needs);
+  char* scratch = static_cast<char*>(ctx.Scratch(plan.total));
+  const RowLists lists = SortQueryLists(ctx, keys, nq, topk, scratch, plan);
+  RunForward(ctx, q, k, v, keys, &lists, topk, heads, scale, out, {}, lse);
+}
+
+void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
+                               ConstMatrixView k, const int32_t* keys,
+                               int64_t topk, int64_t heads, float scale,
+                               const float* lse, MatrixView weights) {
+  assert(q.cols == k.cols && q.rows % heads == 0 && k.rows % heads == 0);
+  assert(weights.rows == q.rows / heads && weights.cols == topk);
+  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  if (nq == 0) return;
+  cudaStream_t stream = ctx.stream();
+  if (!UseTiles(nk, topk, 0)) {
+    // Sparse selections: each row's probabilities by the forward's gather
+    // kernel (normalized by its own sums, equal to exp(score - lse) up to
+    // rounding; it reads no values when it writes no output: k stands in).
     ScratchNeeds needs;
-    needs.query_lists = true;
+    needs.probs = true;
     const ScratchPlan plan = PlanScratch(nq, nk, topk, heads, needs);
     char* scratch = static_cast<char*>(ctx.Scratch(plan.total));
-    const RowLists lists = SortQueryLists(ctx, keys, nq, topk, scratch, plan);
-    AllowShared(TiledForwardKernel, tile_shared);
-    TiledForwardKernel<<<TileGrid(nq, heads), kThreads, tile_shared,
-                         ctx.stream()>>>(
-        q, k, v, lists, nq, nk, static_cast<int>(topk), static_cast<int>(heads),
-        scale, out, probs);
+    MatrixView probs{reinterpret_cast<float*>(scratch + plan.probs), q.rows,
+                     topk, topk};
+    RunForward(ctx, q, k, k, keys, nullptr, topk, heads, scale, {}, probs,
+               nullptr);
+    HeadSumKernel<<<GridStrideBlocks(nq * topk), kBlockThreads, 0, stream>>>(
+        probs, static_cast<int>(heads), weights);
     GLM_CUDA_CHECK_LAUNCH();
     return;
   }
-  const size_t shared = (2 * topk + q.cols) * sizeof(float);
-  assert(shared <= kMaxSharedBytes);
-  ForwardKernel<<<q.rows, kThreads, shared, ctx.stream()>>>(
-      q, k, v, keys, static_cast<int>(topk), static_cast<int>(heads), scale,
-      out, probs);
-  GLM_CUDA_CHECK_LAUNCH();
+  // Dense selections: the scores of one head for a block of queries by one
+  // GEMM (Linear takes the plain scratch for itself, so the scores live in
+  // the composite scratch, at most kScoreBlockBytes), then the selected ones,
+  // head by head in order.
+  constexpr int64_t kScoreBlockBytes = int64_t{256} << 20;
+  const int64_t block_rows =
+      std::max<int64_t>(1, kScoreBlockBytes / (nk * int64_t{sizeof(float)}));
+  float* scores_data = static_cast<float*>(
+      ctx.CompositeScratch(std::min(nq, block_rows) * nk * sizeof(float)));
+  for (int64_t first = 0; first < nq; first += block_rows) {
+    const int64_t rows = std::min(block_rows, nq - first);
+    const MatrixView scores{scores_data, rows, nk, nk};
+    for (int64_t h = 0; h < heads; ++h) {
+      const ConstMatrixView q_head{q.data + (first * heads + h) * q.stride,
+                                   rows, q.cols, heads * q.stride};
+      const ConstMatrixView k_head{k.data + h * k.stride, nk, k.cols,
+                                   heads * k.stride};
+      Linear(ctx, q_head, k_head, scores, false);
+      AddHeadWeightsKernel<<<GridStrideBlocks(rows * topk), kBlockThreads, 0,
+                             stream>>>(
+          scores, keys + first * topk, lse + first * heads,
+          static_cast<int>(heads), static_cast<int>(h), scale,
+          weights.Rows(first, rows));
+      GLM_CUDA_CHECK_LAUNCH();
+    }
+  }
 }
 
 void SparseAttentionBackward(CudaContext& ctx, ConstMatrixView q,
                              ConstMatrixView k, ConstMatrixView v,
                              const int32_t* keys, int64_t topk, int64_t heads,
-                             float scale, ConstMatrixView probs,
-                             ConstMatrixView dout, MatrixView dq, MatrixView dk,
-                             MatrixView dv) {
+                             float scale, ConstMatrixView dout, MatrixView dq,
+                             MatrixView dk, MatrixView dv) {
   assert(q.cols == k.cols && k.rows == v.rows && k.rows % heads == 0);
   assert(q.rows % heads == 0 && topk > 0);
-  assert(probs.rows == q.rows && probs.cols == topk);
   assert(dout.rows == q.rows && dout.cols == v.cols);
   assert(dq.empty() || (dq.rows == q.rows && dq.cols == q.cols));
   assert(dk.empty() || (dk.rows == k.rows && dk.cols == k.cols));
@@ -759,21 +873,29 @@ void SparseAttentionBackward(CudaContext& ctx, ConstMatrixView q,
       TileSharedBytes(dq.empty() ? 0 : kTileRows * q.cols);
   const size_t key_shared = TileSharedBytes(
       kTileRows * ((dk.empty() ? 0 : k.cols) + (dv.empty() ? 0 : v.cols)));
-  const bool tiled = UseTiles(nk, topk, std::max(query_shared, key_shared));
+  const bool tiled = UseTiles(nk, topk, std::max(query_shared, key_shared)) &&
+                     TiledForward(nk, topk, v.cols);
   ScratchNeeds needs;
+  needs.probs = true;
   needs.ds = !dk.empty();
   needs.transpose = key_pass;
   needs.query_lists = tiled;
   needs.key_lists = tiled && key_pass;
   const ScratchPlan plan = PlanScratch(nq, nk, topk, heads, needs);
-  char* scratch =
-      plan.total > 0 ? static_cast<char*>(ctx.Scratch(plan.total)) : nullptr;
+  char* scratch = static_cast<char*>(ctx.Scratch(plan.total));
+  // The probabilities again, from the forward's own kernels: the same values
+  // the forward normalized its output with.
+  const MatrixView probs{reinterpret_cast<float*>(scratch + plan.probs), q.rows,
+                         topk, topk};
+  RowLists lists;
+  if (tiled) lists = SortQueryLists(ctx, keys, nq, topk, scratch, plan);
+  RunForward(ctx, q, k, v, keys, tiled ? &lists : nullptr, topk, heads, scale,
+             {}, probs, nullptr);
   float* ds =
       dk.empty() ? nullptr : reinterpret_cast<float*>(scratch + plan.ds);
   cudaStream_t stream = ctx.stream();
   if (!dq.empty() || !dk.empty()) {
     if (tiled) {
-      const RowLists lists = SortQueryLists(ctx, keys, nq, topk, scratch, plan);
       AllowShared(TiledQueryGradKernel, query_shared);
       TiledQueryGradKernel<<<TileGrid(nq, heads), kThreads, query_shared,
                              stream>>>(
@@ -793,18 +915,19 @@ void SparseAttentionBackward(CudaContext& ctx, ConstMatrixView q,
   const int32_t* pairs =
       TransposeKeys(ctx, keys, nq * topk, nk, scratch, plan, offsets);
   if (tiled) {
-    RowLists lists;
-    lists.columns = reinterpret_cast<uint32_t*>(scratch + plan.key_columns);
-    lists.payloads = reinterpret_cast<int32_t*>(scratch + plan.key_payloads);
-    lists.offsets = offsets;
+    RowLists key_lists;
+    key_lists.columns = reinterpret_cast<uint32_t*>(scratch + plan.key_columns);
+    key_lists.payloads =
+        reinterpret_cast<int32_t*>(scratch + plan.key_payloads);
+    key_lists.offsets = offsets;
     KeyListKernel<<<GridStrideBlocks(nq * topk), kThreads, 0, stream>>>(
         pairs, nq * topk, static_cast<int>(topk),
-        const_cast<uint32_t*>(lists.columns),
-        const_cast<int32_t*>(lists.payloads));
+        const_cast<uint32_t*>(key_lists.columns),
+        const_cast<int32_t*>(key_lists.payloads));
     GLM_CUDA_CHECK_LAUNCH();
     AllowShared(TiledKeyGradKernel, key_shared);
     TiledKeyGradKernel<<<TileGrid(nk, heads), kThreads, key_shared, stream>>>(
-        q, probs, dout, ds, lists, nq, nk, static_cast<int>(topk),
+        q, probs, dout, ds, key_lists, nq, nk, static_cast<int>(topk),
         static_cast<int>(heads), dk, dv);
   } else {
     KeyGradKernel<<<k.rows, kThreads, 0, stream>>>(

@@ -124,8 +124,12 @@ constexpr OpLimits kLimits[] = {
     {"RouterBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"CrossEntropyForward", {0, 0}, {kExactLoss, kExactLoss}, {0, 0}},
     {"CrossEntropyBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    // bf16: cuDNN's fused attention where it has a plan (glm5.2-mini's dims:
+    // bf16 operands and probabilities; measured 9.8e-6 forward, 1.1e-5
+    // backward), else the fp32 kernels; key weights by bf16 GEMMs (6.9e-6).
     {"SparseAttentionForward", {kExact, 4e-5}, {0, 0}, {0, 0}},
     {"SparseAttentionBackward", {kExact, 4e-5}, {0, 0}, {0, 0}},
+    {"SparseAttentionKeyWeights", {kExact, 4e-5}, {0, 0}, {0, 0}},
     {"IndexerTopK", {0, 0}, {0, 0}, {kExactTie, 1e-3}},
     {"IndexerKlLoss", {kExact, 4e-5}, {kExactLoss, 5e-4}, {0, 0}},
 };
@@ -1826,17 +1830,53 @@ void AddAttention(Factories& f, const std::string& tag, AttentionShape s,
          CaseBuilder b("SparseAttentionForward", label);
          const AttentionIds in = AttentionInputs(b, s, q, gaps);
          const int io = b.Written("out", Dense(q.size() * s.heads, s.dv)),
-                   ip = b.Written("probs", Dense(q.size() * s.heads, s.topk));
+                   il = b.Written("lse", Dense(q.size() * s.heads, 1));
          return b.Build([=](Backend& be, const Bound& p) {
            be.SparseAttentionForward(p.View(in.q), p.View(in.k), p.View(in.v),
                                      p.Ints(in.keys), s.topk, s.heads, s.scale,
-                                     p.View(io), p.View(ip));
+                                     p.View(io), p.View(il).data);
            return 0.0;
          });
        }});
 }
 
-// probs from the CPU's forward.
+// The CPU forward's out and lse for a case's inputs.
+struct ForwardResult {
+  std::vector<float> out, lse;
+};
+
+ForwardResult CpuForward(CaseBuilder& b, const AttentionShape& s,
+                         const AttentionIds& in, int64_t rows) {
+  ForwardResult r{std::vector<float>(rows * s.dv + 1),
+                  std::vector<float>(rows + 1)};
+  CpuReference().SparseAttentionForward(
+      b.HostView(in.q), b.HostView(in.k), b.HostView(in.v),
+      b.HostInts(in.keys).data(), s.topk, s.heads, s.scale,
+      {r.out.data(), rows, s.dv, s.dv}, r.lse.data());
+  return r;
+}
+
+// lse from the CPU's forward.
+void AddKeyWeights(Factories& f, const std::string& tag, AttentionShape s,
+                   Queries q, bool gaps) {
+  const std::string label = AttentionLabel(tag, s, q, gaps);
+  f.push_back({"SparseAttentionKeyWeights", label, [=] {
+                 CaseBuilder b("SparseAttentionKeyWeights", label);
+                 const AttentionIds in = AttentionInputs(b, s, q, gaps);
+                 const int64_t rows = q.size() * s.heads;
+                 const ForwardResult fwd = CpuForward(b, s, in, rows);
+                 const int il = b.Values("lse", Dense(rows, 1), fwd.lse),
+                           iw = b.Written("weights", Dense(q.size(), s.topk));
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.SparseAttentionKeyWeights(
+                       p.View(in.q), p.View(in.k), p.Ints(in.keys), s.topk,
+                       s.heads, s.scale, p.View(il).data, p.View(iw));
+                   return 0.0;
+                 });
+               }});
+}
+
+// out and lse from the CPU's forward.
 void AddAttentionBackward(Factories& f, const std::string& tag,
                           AttentionShape s, Queries q, bool gaps, bool want_dq,
                           bool want_dkv) {
@@ -1848,13 +1888,9 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
          CaseBuilder b("SparseAttentionBackward", label);
          const AttentionIds in = AttentionInputs(b, s, q, gaps);
          const int64_t rows = q.size() * s.heads;
-         std::vector<float> out(rows * s.dv + 1), probs(rows * s.topk + 1);
-         CpuReference().SparseAttentionForward(
-             b.HostView(in.q), b.HostView(in.k), b.HostView(in.v),
-             b.HostInts(in.keys).data(), s.topk, s.heads, s.scale,
-             {out.data(), rows, s.dv, s.dv},
-             {probs.data(), rows, s.topk, s.topk});
-         const int ip = b.Values("probs", Dense(rows, s.topk), probs),
+         const ForwardResult fwd = CpuForward(b, s, in, rows);
+         const int io = b.Values("out", Dense(rows, s.dv), fwd.out),
+                   il = b.Values("lse", Dense(rows, 1), fwd.lse),
                    id = b.Input("dout", Dense(rows, s.dv)),
                    idq = want_dq ? b.Accumulated("dq", Dense(rows, s.dqk)) : -1,
                    idk = want_dkv
@@ -1869,7 +1905,7 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
          return b.Build([=](Backend& be, const Bound& p) {
            be.SparseAttentionBackward(p.View(in.q), p.View(in.k), p.View(in.v),
                                       p.Ints(in.keys), s.topk, s.heads, s.scale,
-                                      p.View(ip), p.View(id),
+                                      p.View(io), p.View(il).data, p.View(id),
                                       idq >= 0 ? p.View(idq) : MatrixView{},
                                       idk >= 0 ? p.View(idk) : MatrixView{},
                                       idv >= 0 ? p.View(idv) : MatrixView{});
@@ -1928,24 +1964,16 @@ std::vector<float> SignedRows(const Layout& l, std::mt19937_64& rng) {
   return v;
 }
 
-// `attn_heads` rows per query of positive probabilities over its selected
-// slots (0 on -1 slots), each row summing to one.
-std::vector<float> AttentionProbs(const std::vector<int32_t>& keys, int64_t nq,
-                                  int64_t attn_heads, int64_t topk,
-                                  std::mt19937_64& rng) {
+// A positive target per selected slot (0 on -1 slots), unnormalized as
+// SparseAttentionKeyWeights gives it: `heads` probabilities summed.
+std::vector<float> KeyTargets(const std::vector<int32_t>& keys, int64_t nq,
+                              int64_t topk, float heads, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(0.1f, 1.f);
-  std::vector<float> probs(nq * attn_heads * topk + 1, 0.f);
-  for (int64_t t = 0; t < nq; ++t) {
-    for (int64_t h = 0; h < attn_heads; ++h) {
-      float* p = probs.data() + (t * attn_heads + h) * topk;
-      double sum = 0;
-      for (int64_t j = 0; j < topk; ++j) {
-        if (keys[t * topk + j] >= 0) sum += (p[j] = u(rng));
-      }
-      for (int64_t j = 0; j < topk; ++j) p[j] = static_cast<float>(p[j] / sum);
-    }
+  std::vector<float> target(nq * topk + 1, 0.f);
+  for (int64_t i = 0; i < nq * topk; ++i) {
+    if (keys[i] >= 0) target[i] = heads * u(rng) / static_cast<float>(topk);
   }
-  return probs;
+  return target;
 }
 
 void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
@@ -1976,8 +2004,9 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
              RandomKeys(q, s.topk, false, b.rng());
          const int ikeys = b.Ints("keys", keys),
                    ip = b.Values(
-                       "attn_probs", Dense(nq * attn_heads, s.topk),
-                       AttentionProbs(keys, nq, attn_heads, s.topk, b.rng())),
+                       "target", Dense(nq, s.topk),
+                       KeyTargets(keys, nq, s.topk,
+                                  static_cast<float>(attn_heads), b.rng())),
                    idq = b.Accumulated("diq", iq),
                    idk = want_dik ? b.Accumulated("dik", ik) : -1,
                    idw = b.Accumulated("dw", Dense(nq, s.heads));
@@ -1985,7 +2014,7 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
              [=](Backend& be, const Bound& p) {
                return be.IndexerKlLoss(
                    p.View(iiq), p.View(iik), p.View(iw), p.Ints(ikeys), s.topk,
-                   s.scale, p.View(ip), attn_heads, coeff, p.View(idq),
+                   s.scale, p.View(ip), coeff, p.View(idq),
                    idk >= 0 ? p.View(idk) : MatrixView{}, p.View(idw));
              },
              /*returns_loss=*/true);
@@ -2026,6 +2055,9 @@ void AddAttentionCases(Factories& f) {
   AddAttentionBackward(f, "small", small, small_q, true, false, true);
   AddAttentionBackward(f, "small", small, small_q, true, true, false);
   AddAttentionBackward(f, "glm5.2-mini", mini, mini_q, false, true, true);
+  AddKeyWeights(f, "sparse", sparse, sparse_q, true);
+  AddKeyWeights(f, "small", small, small_q, true);
+  AddKeyWeights(f, "glm5.2-mini", mini, mini_q, false);
 
   const IndexerShape index_tiny{2, 4, 5, 2, 0.5f};
   const IndexerShape index_mini{m.index_n_heads, m.index_head_dim, tokens, topk,

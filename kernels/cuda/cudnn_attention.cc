@@ -1,0 +1,296 @@
+#include "kernels/cuda/cudnn_attention.h"
+
+#include <cuda_bf16.h>
+#include <cudnn_frontend.h>
+
+#include <cassert>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cuda/attention_mask.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+namespace glm::cuda {
+namespace fe = cudnn_frontend;
+
+namespace {
+
+#define GLM_CUDNN_CHECK(expr)                                            \
+  do {                                                                   \
+    const cudnnStatus_t glm_cudnn_status = (expr);                       \
+    if (glm_cudnn_status != CUDNN_STATUS_SUCCESS) {                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
+                   cudnnGetErrorString(glm_cudnn_status));               \
+      std::abort();                                                      \
+    }                                                                    \
+  } while (0)
+
+// The graphs' tensors, by the uids their variant packs name.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kDO, kDQ, kDK, kDV };
+
+// Token-major, head-minor rows [tokens*heads, dim] as cuDNN's [b=1, heads,
+// tokens, dim] (the BSHD layout).
+fe::graph::Tensor_attributes Rows(const char* name, Uid uid, int64_t tokens,
+                                  int64_t heads, int64_t dim) {
+  return fe::graph::Tensor_attributes()
+      .set_name(name)
+      .set_uid(uid)
+      .set_dim({1, heads, tokens, dim})
+      .set_stride({tokens * heads * dim, dim, heads * dim, 1});
+}
+
+void SetRows(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid,
+             int64_t tokens, int64_t heads, int64_t dim) {
+  t->set_output(true)
+      .set_uid(uid)
+      .set_dim({1, heads, tokens, dim})
+      .set_stride({tokens * heads * dim, dim, heads * dim, 1});
+}
+
+fe::graph::Tensor_attributes Stats(int64_t nq, int64_t heads) {
+  return fe::graph::Tensor_attributes()
+      .set_name("stats")
+      .set_uid(kStats)
+      .set_dim({1, heads, nq, 1})
+      .set_stride({heads * nq, nq, 1, 1})
+      .set_data_type(fe::DataType_t::FLOAT);
+}
+
+fe::graph::Tensor_attributes Bias(int64_t nq, int64_t nk) {
+  return fe::graph::Tensor_attributes()
+      .set_name("bias")
+      .set_uid(kBias)
+      .set_dim({1, 1, nq, nk})
+      .set_stride({nq * nk, nq * nk, nk, 1});
+}
+
+std::shared_ptr<fe::graph::Graph> NewGraph() {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return graph;
+}
+
+std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
+                                               int64_t heads, int64_t dqk,
+                                               int64_t dv, float scale) {
+  auto graph = NewGraph();
+  auto q = graph->tensor(Rows("q", kQ, nq, heads, dqk));
+  auto k = graph->tensor(Rows("k", kK, nk, heads, dqk));
+  auto v = graph->tensor(Rows("v", kV, nk, heads, dv));
+  auto bias = graph->tensor(Bias(nq, nk));
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("sparse_attention")
+                     .set_generate_stats(true)
+                     .set_attn_scale(scale)
+                     .set_bias(bias);
+  auto [o, stats] = graph->sdpa(q, k, v, options);
+  SetRows(o, kO, nq, heads, dv);
+  stats->set_output(true)
+      .set_uid(kStats)
+      .set_dim({1, heads, nq, 1})
+      .set_stride({heads * nq, nq, 1, 1})
+      .set_data_type(fe::DataType_t::FLOAT);
+  return graph;
+}
+
+// Deterministic: dK and dV summed without atomics, so two runs are bitwise
+// equal.
+std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
+                                                int64_t heads, int64_t dqk,
+                                                int64_t dv, float scale) {
+  auto graph = NewGraph();
+  auto q = graph->tensor(Rows("q", kQ, nq, heads, dqk));
+  auto k = graph->tensor(Rows("k", kK, nk, heads, dqk));
+  auto v = graph->tensor(Rows("v", kV, nk, heads, dv));
+  auto o = graph->tensor(Rows("o", kO, nq, heads, dv));
+  auto dout = graph->tensor(Rows("dout", kDO, nq, heads, dv));
+  auto stats = graph->tensor(Stats(nq, heads));
+  auto bias = graph->tensor(Bias(nq, nk));
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("sparse_attention_backward")
+                     .set_attn_scale(scale)
+                     .set_bias(bias)
+                     .set_deterministic_algorithm(true);
+  auto [dq, dk, dv_] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
+  SetRows(dq, kDQ, nq, heads, dqk);
+  SetRows(dk, kDK, nk, heads, dqk);
+  SetRows(dv_, kDV, nk, heads, dv);
+  return graph;
+}
+
+// Carves a call's pieces out of one scratch buffer, each at 256 bytes. Run
+// once without a base to size the buffer, then on it.
+class Carver {
+ public:
+  explicit Carver(char* base = nullptr) : base_(base) {}
+  template <typename T>
+  T* Take(int64_t count) {
+    T* at = reinterpret_cast<T*>(base_ + used_);
+    used_ += (count * sizeof(T) + 255) / 256 * 256;
+    return at;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+// A call's bf16 operands, statistics, mask and workspace.
+struct Buffers {
+  __nv_bfloat16 *q, *k, *v, *o, *dout, *dq, *dk, *dv, *bias;
+  float* stats;
+  int32_t* has_key;
+  void* workspace;
+};
+
+Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
+              ConstMatrixView v, int64_t heads, int64_t workspace_bytes,
+              bool backward) {
+  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  const int64_t gradients = backward ? 1 : 0;
+  Buffers b{};
+  b.q = carve.Take<__nv_bfloat16>(q.rows * q.cols);
+  b.k = carve.Take<__nv_bfloat16>(k.rows * k.cols);
+  b.v = carve.Take<__nv_bfloat16>(v.rows * v.cols);
+  b.o = carve.Take<__nv_bfloat16>(q.rows * v.cols);
+  b.dout = carve.Take<__nv_bfloat16>(gradients * q.rows * v.cols);
+  b.dq = carve.Take<__nv_bfloat16>(gradients * q.rows * q.cols);
+  b.dk = carve.Take<__nv_bfloat16>(gradients * k.rows * k.cols);
+  b.dv = carve.Take<__nv_bfloat16>(gradients * v.rows * v.cols);
+  b.bias = carve.Take<__nv_bfloat16>(nq * nk);
+  b.stats = carve.Take<float>(nq * heads);
+  b.has_key = carve.Take<int32_t>(nq);
+  b.workspace = carve.Take<char>(workspace_bytes);
+  return b;
+}
+
+Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
+                     ConstMatrixView v, int64_t heads, int64_t workspace_bytes,
+                     bool backward) {
+  Carver sizer;
+  Carve(sizer, q, k, v, heads, workspace_bytes, backward);
+  Carver carver(static_cast<char*>(ctx.Scratch(sizer.used())));
+  return Carve(carver, q, k, v, heads, workspace_bytes, backward);
+}
+
+void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
+             std::unordered_map<int64_t, void*>& pack, void* workspace,
+             const char* what) {
+  fe::error_t status = graph.execute(handle, pack, workspace);
+  if (status.is_bad()) {
+    std::fprintf(stderr, "cuDNN attention %s: %s\n", what,
+                 status.get_message().c_str());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+struct CudnnAttention::Plan {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace_bytes = 0;
+};
+
+CudnnAttention::CudnnAttention(cudaStream_t stream) {
+  GLM_CUDNN_CHECK(cudnnCreate(&handle_));
+  GLM_CUDNN_CHECK(cudnnSetStream(handle_, stream));
+}
+
+CudnnAttention::~CudnnAttention() {
+  plans_.clear();
+  cudnnDestroy(handle_);
+}
+
+CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
+  auto found = plans_.find(shape);
+  if (found != plans_.end()) return found->second.get();
+  const auto [nq, nk, heads, dqk, dv, scale, backward] = shape;
+  auto graph = backward ? BackwardGraph(nq, nk, heads, dqk, dv, scale)
+                        : ForwardGraph(nq, nk, heads, dqk, dv, scale);
+  std::unique_ptr<Plan> plan;
+  const fe::error_t status =
+      graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+  if (status.is_good()) {
+    plan = std::make_unique<Plan>();
+    plan->graph = graph;
+    if (graph->get_workspace_size(plan->workspace_bytes).is_bad()) plan.reset();
+  } else {
+    // Said once per shape: the call falls back to the gather kernels.
+    fe::error_t copy = status;
+    std::fprintf(stderr,
+                 "cuDNN attention: no plan for %s q%lld k%lld h%lld dqk%lld "
+                 "dv%lld (%s); using the sparse kernels\n",
+                 backward ? "backward" : "forward", static_cast<long long>(nq),
+                 static_cast<long long>(nk), static_cast<long long>(heads),
+                 static_cast<long long>(dqk), static_cast<long long>(dv),
+                 copy.get_message().c_str());
+  }
+  return plans_.emplace(shape, std::move(plan)).first->second.get();
+}
+
+bool CudnnAttention::Supports(int64_t nq, int64_t nk, int64_t topk,
+                              int64_t heads, int64_t dqk, int64_t dv,
+                              float scale, bool backward) {
+  const bool dense = 8 * topk >= nk;
+  const bool dims = dqk % 16 == 0 && dv % 16 == 0 && dqk <= 256 && dv <= 256;
+  if (!dense || !dims || nq == 0 || nk == 0) return false;
+  return PlanFor({nq, nk, heads, dqk, dv, scale, backward}) != nullptr;
+}
+
+void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
+                             ConstMatrixView k, ConstMatrixView v,
+                             const int32_t* keys, int64_t topk, int64_t heads,
+                             float scale, MatrixView out, float* lse) {
+  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  Plan* plan = PlanFor({nq, nk, heads, q.cols, v.cols, scale, false});
+  assert(plan != nullptr);
+  const Buffers b =
+      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, false);
+  SelectionBias(ctx, keys, nq, topk, nk, b.bias, b.has_key);
+  PackBf16(ctx, q, nullptr, 1, b.q);
+  PackBf16(ctx, k, nullptr, 1, b.k);
+  PackBf16(ctx, v, nullptr, 1, b.v);
+  std::unordered_map<int64_t, void*> pack = {{kQ, b.q}, {kK, b.k},
+                                             {kV, b.v}, {kBias, b.bias},
+                                             {kO, b.o}, {kStats, b.stats}};
+  Execute(handle_, *plan->graph, pack, b.workspace, "forward");
+  UnpackBf16(ctx, b.o, b.has_key, heads, false, out);
+  StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
+}
+
+void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
+                              ConstMatrixView k, ConstMatrixView v,
+                              const int32_t* keys, int64_t topk, int64_t heads,
+                              float scale, ConstMatrixView out,
+                              const float* lse, ConstMatrixView dout,
+                              MatrixView dq, MatrixView dk, MatrixView dv) {
+  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  Plan* plan = PlanFor({nq, nk, heads, q.cols, v.cols, scale, true});
+  assert(plan != nullptr);
+  const Buffers b =
+      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, true);
+  SelectionBias(ctx, keys, nq, topk, nk, b.bias, b.has_key);
+  PackBf16(ctx, q, nullptr, 1, b.q);
+  PackBf16(ctx, k, nullptr, 1, b.k);
+  PackBf16(ctx, v, nullptr, 1, b.v);
+  PackBf16(ctx, out, nullptr, 1, b.o);
+  // A query without keys contributes nothing: its output gradient is zeroed.
+  PackBf16(ctx, dout, b.has_key, heads, b.dout);
+  LseToStats(ctx, lse, nq, heads, b.stats);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, b.q},     {kK, b.k},         {kV, b.v},       {kO, b.o},
+      {kDO, b.dout}, {kStats, b.stats}, {kBias, b.bias}, {kDQ, b.dq},
+      {kDK, b.dk},   {kDV, b.dv}};
+  Execute(handle_, *plan->graph, pack, b.workspace, "backward");
+  if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, true, dq);
+  if (!dk.empty()) UnpackBf16(ctx, b.dk, nullptr, 1, true, dk);
+  if (!dv.empty()) UnpackBf16(ctx, b.dv, nullptr, 1, true, dv);
+}
+
+}  // namespace glm::cuda
