@@ -154,6 +154,28 @@ class Backend {
                               ConstMatrixView dweights, const RouterSpec& spec,
                               MatrixView dlogits) = 0;
 
+  // ---- routed experts, rows grouped by expert ----
+  // A stable counting sort of `count` choices by expert: choice i (expert[i],
+  // in [0, experts)) lands at position p of its expert's range, positions in
+  // ascending i within an expert; slots[p] = i, tokens[p] = i / per_token;
+  // offsets [experts + 1]: expert e owns positions [offsets[e],
+  // offsets[e+1]). Every array is in the backend's memory.
+  virtual void GroupByExpert(const int32_t* expert, int64_t count,
+                             int64_t per_token, int64_t experts, int32_t* slots,
+                             int32_t* tokens, int32_t* offsets) = 0;
+  // y[p] = x[p] w_e^T for every row p of expert e (offsets as above, rows =
+  // offsets[experts]); w [experts * out, in]: expert e's weight is rows
+  // [e*out, (e+1)*out). y [rows, out] is overwritten.
+  virtual void GroupedLinear(ConstMatrixView x, ConstMatrixView w,
+                             const int32_t* offsets, int64_t experts,
+                             MatrixView y) = 0;
+  // dx[p] += dy[p] w_e; dw_e += dy_e^T x_e (an expert without rows adds
+  // nothing).
+  virtual void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
+                                     const int32_t* offsets, int64_t experts,
+                                     ConstMatrixView dy, MatrixView dx,
+                                     MatrixView dw) = 0;
+
   // ---- loss ----
   // Sum over rows with targets[r] >= 0 of -log softmax(logits[r])[targets[r]].
   virtual double CrossEntropyForward(ConstMatrixView logits,

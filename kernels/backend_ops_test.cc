@@ -131,6 +131,39 @@ OpCase LinearCase(std::mt19937& rng) {
   return op;
 }
 
+// Three experts of 4 outputs over 7 rows: expert 1 has none.
+const std::vector<int32_t> kExpertOffsets = {0, 2, 2, 7};
+
+OpCase GroupedLinearCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "grouped_linear";
+  op.inputs = {Random({7, 5}, rng), Random({12, 5}, rng)};
+  op.forward = [](Backend& b, const Tensors& in) {
+    Tensor y({7, 4});
+    b.GroupedLinear(in[0].Matrix(), in[1].Matrix(), kExpertOffsets.data(), 3,
+                    y.Matrix());
+    return Tensors{y};
+  };
+  op.reference = [](const Tensors& in) {
+    std::vector<double> y(28, 0.0);
+    for (int e = 0; e < 3; ++e)
+      for (int r = kExpertOffsets[e]; r < kExpertOffsets[e + 1]; ++r)
+        for (int o = 0; o < 4; ++o)
+          for (int c = 0; c < 5; ++c)
+            y[r * 4 + o] += double{in[0].data()[r * 5 + c]} *
+                            in[1].data()[(e * 4 + o) * 5 + c];
+    return Reference{y};
+  };
+  op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
+    Tensor dx = ZerosLike(in[0]), dw = ZerosLike(in[1]);
+    b.GroupedLinearBackward(in[0].Matrix(), in[1].Matrix(),
+                            kExpertOffsets.data(), 3, d[0].Matrix(),
+                            dx.Matrix(), dw.Matrix());
+    return Tensors{dx, dw};
+  };
+  return op;
+}
+
 // A strided column view in and out: Linear on columns [2, 9) of a [4, 12]
 // input.
 OpCase StridedLinearCase(std::mt19937& rng) {
@@ -600,6 +633,7 @@ std::vector<OpCase> AllCases() {
   std::mt19937 rng(2026);
   return {LinearCase(rng),
           StridedLinearCase(rng),
+          GroupedLinearCase(rng),
           EmbeddingCase(rng),
           ScatterAddCase(rng),
           RmsNormCase(rng),
@@ -649,6 +683,21 @@ TEST(BackendOps, IndexerTopKMatchesNaiveRanking) {
             << "query " << t << " slot " << j;
       }
     }
+  }
+}
+
+// Choices of three tokens (two each) among four experts: grouped by expert,
+// each expert's choices in order; expert 2 has none.
+TEST(BackendOps, GroupByExpertIsAStableCountingSort) {
+  const std::vector<int32_t> expert = {3, 0, 1, 3, 0, 1};
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    std::vector<int32_t> slots(6, -7), tokens(6, -7), offsets(5, -7);
+    backend->GroupByExpert(expert.data(), 6, 2, 4, slots.data(), tokens.data(),
+                           offsets.data());
+    EXPECT_EQ(slots, (std::vector<int32_t>{1, 4, 2, 5, 0, 3}));
+    EXPECT_EQ(tokens, (std::vector<int32_t>{0, 2, 1, 2, 0, 1}));
+    EXPECT_EQ(offsets, (std::vector<int32_t>{0, 2, 4, 4, 6}));
   }
 }
 

@@ -209,6 +209,36 @@ void OpTimingBackend::RouterBackward(ConstMatrixView scores,
   });
 }
 
+void OpTimingBackend::GroupByExpert(const int32_t* expert, int64_t count,
+                                    int64_t per_token, int64_t experts,
+                                    int32_t* slots, int32_t* tokens,
+                                    int32_t* offsets) {
+  Timed("GroupByExpert", 0, [&] {
+    timed_->GroupByExpert(expert, count, per_token, experts, slots, tokens,
+                          offsets);
+  });
+}
+
+void OpTimingBackend::GroupedLinear(ConstMatrixView x, ConstMatrixView w,
+                                    const int32_t* offsets, int64_t experts,
+                                    MatrixView y) {
+  Timed(absl::StrCat("GroupedLinear w[", w.rows, ",", w.cols, "]"),
+        ProductFlops(x.rows, x.cols, w.rows / experts),
+        [&] { timed_->GroupedLinear(x, w, offsets, experts, y); });
+}
+
+void OpTimingBackend::GroupedLinearBackward(ConstMatrixView x,
+                                            ConstMatrixView w,
+                                            const int32_t* offsets,
+                                            int64_t experts, ConstMatrixView dy,
+                                            MatrixView dx, MatrixView dw) {
+  const double products = (dx.empty() ? 0 : 1) + (dw.empty() ? 0 : 1);
+  Timed(absl::StrCat("GroupedLinearBackward w[", w.rows, ",", w.cols, "]"),
+        products * ProductFlops(x.rows, x.cols, w.rows / experts), [&] {
+          timed_->GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
+        });
+}
+
 double OpTimingBackend::CrossEntropyForward(ConstMatrixView logits,
                                             const int32_t* targets) {
   return Timed("CrossEntropyForward", 0,

@@ -76,6 +76,16 @@ class OpTimingBackend : public Backend {
   void RouterBackward(ConstMatrixView scores, const int32_t* indices,
                       ConstMatrixView dweights, const RouterSpec& spec,
                       MatrixView dlogits) override;
+  void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
+                     int64_t experts, int32_t* slots, int32_t* tokens,
+                     int32_t* offsets) override;
+  void GroupedLinear(ConstMatrixView x, ConstMatrixView w,
+                     const int32_t* offsets, int64_t experts,
+                     MatrixView y) override;
+  void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
+                             const int32_t* offsets, int64_t experts,
+                             ConstMatrixView dy, MatrixView dx,
+                             MatrixView dw) override;
   double CrossEntropyForward(ConstMatrixView logits,
                              const int32_t* targets) override;
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,

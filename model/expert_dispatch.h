@@ -14,34 +14,40 @@
 
 namespace glm {
 
-// The rows one expert processes, in row order, and what its backward needs.
-struct ExpertActivations {
-  std::vector<int32_t> tokens;      // row of the input (and output) per row
-  std::vector<int32_t> slots;       // row of its router weight per row
-  IndexTensor op_tokens, op_slots;  // the same where the backend reads them
-  Tensor weight;                    // [rows, 1] router weight per row
-  Tensor x;                         // [rows, hidden]
-  MlpActivations mlp;               // gate_up [rows, 2I], hidden [rows, I]
-  Tensor out;                       // [rows, hidden] before weighting
+// Rows grouped by expert in the backend's memory (Backend::GroupByExpert):
+// position p reads input row tokens[p] and router weight slots[p]; expert e
+// owns positions [offsets[e], offsets[e+1]), each expert's rows in row order
+// (so every sum over them is deterministic).
+struct ExpertGrouping {
+  IndexTensor slots, tokens, offsets;
+  int64_t rows() const { return slots.numel(); }
 };
 
-// Groups `rows` rows by expert[row], each expert's rows in row order (so the
-// result is deterministic): row r reads input row r / rows_per_token and
-// router weight r.
-std::vector<ExpertActivations> GroupRowsByExpert(const int32_t* expert,
-                                                 int64_t rows,
-                                                 int64_t rows_per_token,
-                                                 int64_t num_experts);
+// Groups `rows` rows by expert[row] (backend memory): row r reads input row
+// r / rows_per_token and router weight r.
+ExpertGrouping GroupRowsByExpert(Backend& backend, const int32_t* expert,
+                                 int64_t rows, int64_t rows_per_token,
+                                 int64_t num_experts);
 
-// For every expert with rows, in expert order:
-// out[tokens] += weight * SwiGLU_expert(x[tokens]).
+// A block of grouped rows run through the experts together, and what its
+// backward needs.
+struct ExpertRows {
+  ExpertGrouping grouping;
+  Tensor weight;       // [rows, 1] router weight per row
+  Tensor x;            // [rows, hidden]
+  MlpActivations mlp;  // gate_up [rows, 2I], hidden [rows, I]
+  Tensor out;          // [rows, hidden] before weighting
+};
+
+// out[tokens] += weight * SwiGLU_expert(x[tokens]) for every grouped row:
+// one gather, two grouped products, one SwiGLU and one weighted scatter, the
+// experts' sizes never leaving the device.
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
-                    ConstMatrixView weight_rows,
-                    std::vector<ExpertActivations>* experts, MatrixView out);
+                    ConstMatrixView weight_rows, ExpertRows* rows,
+                    MatrixView out);
 // Backward of ExpertsForward: dx[tokens] and dweight_rows[slots] accumulate,
-// and so do the weight gradients of the experts that had rows.
-void ExpertsBackward(Backend& backend, MoeParameters& p,
-                     const std::vector<ExpertActivations>& experts,
+// and so do the experts' weight gradients.
+void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& rows,
                      ConstMatrixView dout, MatrixView dx,
                      MatrixView dweight_rows);
 
@@ -49,7 +55,7 @@ void ExpertsBackward(Backend& backend, MoeParameters& p,
 struct RoutedActivations {
   // The experts that ran here, per block of rows run together: one block in
   // process; under expert parallelism one per member the rows came from.
-  std::vector<std::vector<ExpertActivations>> experts;
+  std::vector<ExpertRows> experts;
   // Expert parallelism: this rank's (token, k) slots in the order they were
   // sent, and the rows sent to / received from each peer.
   std::vector<int32_t> sent_slots;
@@ -63,11 +69,12 @@ class ExpertDispatcher {
  public:
   virtual ~ExpertDispatcher() = default;
   // out[t] += sum_k weights[t, k] * expert_{choice[t * top_k + k]}(x[t]),
-  // top_k = weights.cols.
+  // top_k = weights.cols; choice [n, top_k] in the backend's memory and
+  // `grouping` its rows grouped by expert (the dispatcher may keep it).
   virtual void Forward(Backend& backend, const MoeParameters& p,
-                       ConstMatrixView x, const int32_t* choice,
-                       ConstMatrixView weights, MatrixView out,
-                       RoutedActivations* acts) = 0;
+                       ConstMatrixView x, const IndexTensor& choice,
+                       ExpertGrouping grouping, ConstMatrixView weights,
+                       MatrixView out, RoutedActivations* acts) = 0;
   // dx and dweights ([n, top_k]) accumulate; so do the weight gradients of
   // the experts that ran in this process.
   virtual void Backward(Backend& backend, MoeParameters& p,
@@ -81,7 +88,8 @@ class ExpertDispatcher {
 class LocalExpertDispatcher : public ExpertDispatcher {
  public:
   void Forward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
-               const int32_t* choice, ConstMatrixView weights, MatrixView out,
+               const IndexTensor& choice, ExpertGrouping grouping,
+               ConstMatrixView weights, MatrixView out,
                RoutedActivations* acts) override;
   void Backward(Backend& backend, MoeParameters& p,
                 const RoutedActivations& acts, ConstMatrixView dout,

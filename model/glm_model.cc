@@ -113,7 +113,7 @@ void GlmModel::Record(const DecoderLayerActivations& layer,
     result->layer_topk.push_back(*layer.attn.topk);
     result->expert_choice.push_back(layer.moe.choice);
   }
-  result->expert_load.push_back(layer.moe.load);
+  result->expert_load.push_back(ExpertLoad(layer.moe));
   result->indexer_loss += layer.attn.indexer_loss;
 }
 

@@ -115,7 +115,7 @@ TEST_F(LayersTest, MoeGradientsThroughRouterExpertsAndSharedExpert) {
   };
   run(&acts);
   int64_t routed = 0;
-  for (int64_t load : acts.load) routed += load;
+  for (int64_t load : ExpertLoad(acts)) routed += load;
   EXPECT_EQ(routed, kTokens * config_.num_experts_per_tok);
   // n_group 2, topk_group 1: both choices of a token come from one group.
   for (int64_t t = 0; t < kTokens; ++t) {

@@ -1,5 +1,7 @@
 #include "model/moe.h"
 
+#include <utility>
+
 namespace glm {
 
 RouterSpec MakeRouterSpec(const ModelConfig& config) {
@@ -24,15 +26,24 @@ void MoeForward(Backend& backend, const MoeParameters& p,
   backend.RouterForward(logits.Matrix(), p.e_score_correction_bias.data(), spec,
                         acts->scores.Matrix(), acts->weights.Matrix(),
                         acts->choice.data());
-  // The experts' token lists are built on the host (one copy per layer).
-  const std::vector<int32_t> choice = acts->choice.HostValues();
-  acts->load.assign(num_experts, 0);
-  for (const int32_t expert : choice) ++acts->load[expert];
+  // The choices grouped by expert on the backend; the sizes stay there.
+  ExpertGrouping grouping = GroupRowsByExpert(
+      backend, acts->choice.data(), n * spec.top_k, spec.top_k, num_experts);
+  acts->expert_offsets = grouping.offsets;
   // Shared experts write `out`; routed experts add their weighted rows to it.
   MlpForward(backend, p.shared_experts, x, out, /*accumulate=*/false,
              &acts->shared);
-  experts.Forward(backend, p, x, choice.data(), acts->weights.Matrix(), out,
-                  &acts->routed);
+  experts.Forward(backend, p, x, acts->choice, std::move(grouping),
+                  acts->weights.Matrix(), out, &acts->routed);
+}
+
+std::vector<int64_t> ExpertLoad(const MoeActivations& acts) {
+  if (acts.expert_offsets.numel() == 0) return {};
+  const std::vector<int32_t> offsets = acts.expert_offsets.HostValues();
+  std::vector<int64_t> load(offsets.size() - 1);
+  for (size_t e = 0; e < load.size(); ++e)
+    load[e] = offsets[e + 1] - offsets[e];
+  return load;
 }
 
 void MoeBackward(Backend& backend, MoeParameters& p, const RouterSpec& spec,

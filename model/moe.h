@@ -21,8 +21,11 @@ struct MoeActivations {
   IndexTensor choice;        // [n, top_k] expert per slot
   RoutedActivations routed;  // the routed experts
   MlpActivations shared;
-  std::vector<int64_t> load;  // tokens per expert
+  IndexTensor expert_offsets;  // [E + 1]: the choices grouped by expert
 };
+
+// Tokens per expert of a forward (read from the backend's memory).
+std::vector<int64_t> ExpertLoad(const MoeActivations& acts);
 
 RouterSpec MakeRouterSpec(const ModelConfig& config);
 

@@ -64,8 +64,11 @@ ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank) {
 
 absl::Status ExpertParallelDispatcher::TryForward(
     Backend& backend, const MoeParameters& p, ConstMatrixView x,
-    const int32_t* choice, ConstMatrixView weights, MatrixView out,
+    const IndexTensor& choice_tensor, ConstMatrixView weights, MatrixView out,
     RoutedActivations* acts) {
+  // The per-peer counts are read on the host (one copy per layer).
+  const std::vector<int32_t> host_choice = choice_tensor.HostValues();
+  const int32_t* choice = host_choice.data();
   const int size = group_->size();
   const int64_t num_experts = p.gate.value.dim(0), top_k = weights.cols;
   const int64_t hidden = x.cols, slots = x.rows * top_k;
@@ -144,8 +147,9 @@ absl::Status ExpertParallelDispatcher::TryForward(
       expert[i] = static_cast<int32_t>(host_rows.Row(first + i)[hidden + 1] -
                                        held.first);
     }
-    acts->experts[source] =
-        GroupRowsByExpert(expert.data(), count, 1, held.count);
+    const IndexTensor op_expert = IndexTensor::FromHost(expert);
+    acts->experts[source].grouping =
+        GroupRowsByExpert(backend, op_expert.data(), count, 1, held.count);
     ExpertsForward(backend, p, block.Columns(0, hidden),
                    block.Columns(hidden, 1), &acts->experts[source],
                    combined_rows.Rows(first, count));
@@ -225,8 +229,12 @@ absl::Status ExpertParallelDispatcher::TryBackward(
   return absl::OkStatus();
 }
 
+// The grouping of this rank's own choices is not used: the rows an expert
+// runs come from every member.
 void ExpertParallelDispatcher::Forward(Backend& backend, const MoeParameters& p,
-                                       ConstMatrixView x, const int32_t* choice,
+                                       ConstMatrixView x,
+                                       const IndexTensor& choice,
+                                       ExpertGrouping /*grouping*/,
                                        ConstMatrixView weights, MatrixView out,
                                        RoutedActivations* acts) {
   if (status_.ok()) {

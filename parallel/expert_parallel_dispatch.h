@@ -31,7 +31,8 @@ class ExpertParallelDispatcher : public ExpertDispatcher {
   explicit ExpertParallelDispatcher(Collectives* group) : group_(group) {}
 
   void Forward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
-               const int32_t* choice, ConstMatrixView weights, MatrixView out,
+               const IndexTensor& choice, ExpertGrouping grouping,
+               ConstMatrixView weights, MatrixView out,
                RoutedActivations* acts) override;
   void Backward(Backend& backend, MoeParameters& p,
                 const RoutedActivations& acts, ConstMatrixView dout,
@@ -40,7 +41,7 @@ class ExpertParallelDispatcher : public ExpertDispatcher {
 
  private:
   absl::Status TryForward(Backend& backend, const MoeParameters& p,
-                          ConstMatrixView x, const int32_t* choice,
+                          ConstMatrixView x, const IndexTensor& choice,
                           ConstMatrixView weights, MatrixView out,
                           RoutedActivations* acts);
   absl::Status TryBackward(Backend& backend, MoeParameters& p,

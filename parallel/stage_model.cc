@@ -9,7 +9,7 @@ namespace {
 
 void AddLayer(int index, const DecoderLayerActivations& layer,
               StageLosses* losses) {
-  losses->expert_load[index] = layer.moe.load;
+  losses->expert_load[index] = ExpertLoad(layer.moe);
   losses->indexer_loss += layer.attn.indexer_loss;
 }
 

@@ -76,7 +76,7 @@ void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
   terms->Add("kv (per-head keys and values)", all * d.heads * (d.nope + d.v));
   terms->Add("RoPE'd keys", all * d.heads * d.qk);
   terms->Add("attention output", c * d.heads * d.v);
-  terms->Add("attention probabilities over top-k", c * d.heads * t.topk);
+  terms->Add("attention log-sum-exp", c * d.heads);
   if (!indexer) return;
   const int64_t iq = c * d.index_heads * d.index_dim;
   terms->Add("indexer queries (raw, RoPE'd, gradient)", 3 * iq);
@@ -89,8 +89,9 @@ void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
 
 // DecoderLayerActivations' MLP part (model/dense_mlp.h, model/moe.h,
 // model/expert_dispatch.h).
-void AddMlp(const Dims& d, const TokenShare& t, bool moe, bool expert_parallel,
+void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
             Terms* terms) {
+  const bool expert_parallel = ep > 1;
   const int64_t n = t.local;
   if (!moe) {
     // Under tensor parallelism the MLP runs on the gathered chunk.
@@ -101,14 +102,20 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, bool expert_parallel,
   }
   terms->Add("router scores, weights and choices",
              n * (d.experts + 2 * d.top_k));
-  terms->AddHost("expert loads", 2 * d.experts);
+  terms->Add("expert offsets of the layer's choices", d.experts + 1);
   terms->Add("shared expert gate|up and SwiGLU", n * 3 * d.shared_inter);
   const int64_t rows = t.routed;
   terms->Add("routed rows: inputs and outputs", rows * 2 * d.hidden);
   terms->Add("routed rows: gate|up and SwiGLU", rows * 3 * d.expert_inter);
   terms->Add("routed rows: router weights and row indices", rows * 3);
-  terms->AddHost("routed rows: token and slot lists", rows * 2);
-  if (expert_parallel) terms->AddHost("sent slots", n * d.top_k);
+  if (expert_parallel) {
+    // One grouped block per member the rows came from, over the held experts.
+    terms->Add("routed rows: expert offsets per block",
+               ep * (d.experts / ep + 1));
+    terms->AddHost("sent slots", n * d.top_k);
+  } else {
+    terms->Add("routed rows: expert offsets", d.experts + 1);
+  }
 }
 
 // One decoder layer without its output (the stage keeps that).
@@ -120,7 +127,7 @@ void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
   terms->Add("attention norm", t.local * (d.hidden + 1));
   AddAttention(d, t, HasIndexer(m, layer), terms);
   terms->Add("attention residual and MLP norm", t.local * (2 * d.hidden + 1));
-  AddMlp(d, t, layer > m.num_hidden_layers || m.IsMoeLayer(layer), split.ep > 1,
+  AddMlp(d, t, layer > m.num_hidden_layers || m.IsMoeLayer(layer), split.ep,
          terms);
 }
 
@@ -201,10 +208,11 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   }
   const std::vector<MemoryTerm> chain = chains.Take();
   const int64_t scores = c * d.heads * t.topk;
-  if (TotalBytes(chain) > kElementBytes * scores) {
+  if (TotalBytes(chain) > kElementBytes * 2 * scores) {
     attention.Append(chain);
   } else {
-    attention.AddHost("attention score gradients", scores);
+    attention.AddHost("attention probabilities and score gradients",
+                      2 * scores);
   }
   std::vector<MemoryTerm> a = attention.Take(), b = mlp.Take();
   return TotalBytes(a) >= TotalBytes(b) ? a : b;
@@ -229,8 +237,9 @@ std::vector<MemoryTerm> HeadBackwardPeak(const PlanJob& job, const Split& split,
   return terms.Take();
 }
 
-// Forward temporaries: the indexer loss's score gradients (a host vector in
-// the CPU kernel, kernels/cpu/indexer.cc).
+// Forward temporaries: the indexer loss's target (the attention each
+// selected key receives) and score gradients (a host vector in the CPU
+// kernel, kernels/cpu/indexer.cc).
 std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
                                     const StageSlice& stage) {
   const TokenShare t = TokenShareOf(job, split);
@@ -241,6 +250,7 @@ std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
   }
   Terms terms;
   if (indexer) {
+    terms.Add("indexer loss target", t.chunk * t.topk);
     terms.AddHost("indexer loss score gradients",
                   t.chunk * job.model.index_n_heads * t.topk);
   }

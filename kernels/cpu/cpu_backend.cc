@@ -137,6 +137,27 @@ void CpuBackend::RouterBackward(ConstMatrixView scores, const int32_t* indices,
             {scores.data, indices, dweights.data, dlogits.data});
   cpu::RouterBackward(scores, indices, dweights, spec, dlogits);
 }
+void CpuBackend::GroupByExpert(const int32_t* expert, int64_t count,
+                               int64_t per_token, int64_t experts,
+                               int32_t* slots, int32_t* tokens,
+                               int32_t* offsets) {
+  CheckHeld("GroupByExpert", {expert, slots, tokens, offsets});
+  cpu::GroupByExpert(expert, count, per_token, experts, slots, tokens, offsets);
+}
+void CpuBackend::GroupedLinear(ConstMatrixView x, ConstMatrixView w,
+                               const int32_t* offsets, int64_t experts,
+                               MatrixView y) {
+  CheckHeld("GroupedLinear", {x.data, w.data, offsets, y.data});
+  cpu::GroupedLinearForward(x, w, offsets, experts, y);
+}
+void CpuBackend::GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
+                                       const int32_t* offsets, int64_t experts,
+                                       ConstMatrixView dy, MatrixView dx,
+                                       MatrixView dw) {
+  CheckHeld("GroupedLinearBackward",
+            {x.data, w.data, offsets, dy.data, dx.data, dw.data});
+  cpu::GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
+}
 double CpuBackend::CrossEntropyForward(ConstMatrixView logits,
                                        const int32_t* targets) {
   CheckHeld("CrossEntropyForward", {logits.data, targets});

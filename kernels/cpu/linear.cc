@@ -40,4 +40,45 @@ void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
   }
 }
 
+namespace {
+
+// Rows of expert e's weight in a stacked [experts * out, in] matrix.
+ConstMatrixView ExpertWeight(ConstMatrixView w, int64_t experts, int64_t e) {
+  const int64_t out = w.rows / experts;
+  return w.Rows(e * out, out);
+}
+
+MatrixView ExpertWeight(MatrixView w, int64_t experts, int64_t e) {
+  const int64_t out = w.rows / experts;
+  return w.Rows(e * out, out);
+}
+
+}  // namespace
+
+void GroupedLinearForward(ConstMatrixView x, ConstMatrixView w,
+                          const int32_t* offsets, int64_t experts,
+                          MatrixView y) {
+  assert(w.rows % experts == 0 && y.rows == offsets[experts]);
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = offsets[e], rows = offsets[e + 1] - first;
+    if (rows == 0) continue;
+    LinearForward(x.Rows(first, rows), ExpertWeight(w, experts, e),
+                  y.Rows(first, rows), false);
+  }
+}
+
+void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
+                           const int32_t* offsets, int64_t experts,
+                           ConstMatrixView dy, MatrixView dx, MatrixView dw) {
+  assert(w.rows % experts == 0 && dy.rows == offsets[experts]);
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = offsets[e], rows = offsets[e + 1] - first;
+    if (rows == 0) continue;
+    LinearBackward(x.Rows(first, rows), ExpertWeight(w, experts, e),
+                   dy.Rows(first, rows),
+                   dx.empty() ? MatrixView{} : dx.Rows(first, rows),
+                   dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
+  }
+}
+
 }  // namespace glm::cpu

@@ -3,6 +3,8 @@
 #ifndef GLM_KERNELS_CPU_LINEAR_H_
 #define GLM_KERNELS_CPU_LINEAR_H_
 
+#include <cstdint>
+
 #include "kernels/tensor.h"
 
 namespace glm::cpu {
@@ -12,6 +14,15 @@ void LinearForward(ConstMatrixView x, ConstMatrixView w, MatrixView y,
 // dx += dy w; dw += dy^T x (each skipped when empty).
 void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                     MatrixView dx, MatrixView dw);
+
+// Per expert e, rows [offsets[e], offsets[e+1]) against w's rows [e*out,
+// (e+1)*out) (Backend::GroupedLinear / GroupedLinearBackward).
+void GroupedLinearForward(ConstMatrixView x, ConstMatrixView w,
+                          const int32_t* offsets, int64_t experts,
+                          MatrixView y);
+void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
+                           const int32_t* offsets, int64_t experts,
+                           ConstMatrixView dy, MatrixView dx, MatrixView dw);
 
 }  // namespace glm::cpu
 

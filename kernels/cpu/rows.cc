@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <vector>
 
 #include "kernels/cpu/parallel.h"
 
@@ -49,6 +50,23 @@ void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
       }
     }
   });
+}
+
+void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
+                   int64_t experts, int32_t* slots, int32_t* tokens,
+                   int32_t* offsets) {
+  std::fill(offsets, offsets + experts + 1, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    assert(expert[i] >= 0 && expert[i] < experts);
+    ++offsets[expert[i] + 1];
+  }
+  for (int64_t e = 0; e < experts; ++e) offsets[e + 1] += offsets[e];
+  std::vector<int32_t> next(offsets, offsets + experts);
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t p = next[expert[i]]++;
+    slots[p] = static_cast<int32_t>(i);
+    tokens[p] = static_cast<int32_t>(i / per_token);
+  }
 }
 
 }  // namespace glm::cpu

@@ -18,6 +18,10 @@ void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
 void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                             const float* scale, ConstMatrixView dout,
                             MatrixView dsrc, float* dscale);
+// Backend::GroupByExpert: a counting sort, stable by choice index.
+void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
+                   int64_t experts, int32_t* slots, int32_t* tokens,
+                   int32_t* offsets);
 
 }  // namespace glm::cpu
 

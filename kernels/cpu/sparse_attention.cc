@@ -102,7 +102,8 @@ void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                              ConstMatrixView dout, MatrixView dq, MatrixView dk,
                              MatrixView dv) {
   // Pass 1, per query row: probabilities from lse, score gradients
-  // ds = p (dout . v - dout . out) scale, and dq.
+  // ds = p (dout . v - sum_i p_i dout . v_i) scale (the sum in double, so it
+  // does not need the forward's rounded output), and dq.
   std::vector<float> probs(q.rows * topk), dscore(q.rows * topk, 0.f);
   ParallelFor(
       q.rows, q.rows * topk * (q.cols + v.cols),
@@ -112,15 +113,16 @@ void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
           const int32_t* selected = keys + row / heads * topk;
           float* p = probs.data() + row * topk;
           RowProbs(q, k, keys, topk, heads, scale, lse, row, p);
-          const float weighted = Dot(dout.Row(row), out.Row(row), v.cols);
           float* ds = dscore.data() + row * topk;
+          double weighted = 0;
           for (int64_t j = 0; j < topk; ++j) {
             if (selected[j] < 0) continue;
-            ds[j] =
-                p[j] *
-                (Dot(dout.Row(row), v.Row(selected[j] * heads + h), v.cols) -
-                 weighted) *
-                scale;
+            ds[j] = Dot(dout.Row(row), v.Row(selected[j] * heads + h), v.cols);
+            weighted += double{p[j]} * ds[j];
+          }
+          for (int64_t j = 0; j < topk; ++j) {
+            if (selected[j] < 0) continue;
+            ds[j] = p[j] * (ds[j] - static_cast<float>(weighted)) * scale;
             if (dq.empty()) continue;
             const float* key = k.Row(selected[j] * heads + h);
             float* g = dq.Row(row);

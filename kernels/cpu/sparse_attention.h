@@ -9,7 +9,8 @@
 
 namespace glm::cpu {
 
-// Semantics in kernels/backend.h.
+// Semantics in kernels/backend.h. The backward does not read `out`: it sums
+// p * (dout . v) over the keys instead, in double.
 void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                             ConstMatrixView v, const int32_t* keys,
                             int64_t topk, int64_t heads, float scale,

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/grouped_linear.h"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/layer_norm.cuh"
 #include "kernels/cuda/linear.cuh"
@@ -159,6 +160,23 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                       ConstMatrixView dweights, const RouterSpec& spec,
                       MatrixView dlogits) override {
     cuda::RouterBackward(*this, scores, indices, dweights, spec, dlogits);
+  }
+  void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
+                     int64_t experts, int32_t* slots, int32_t* tokens,
+                     int32_t* offsets) override {
+    cuda::GroupByExpert(*this, expert, count, per_token, experts, slots, tokens,
+                        offsets);
+  }
+  void GroupedLinear(ConstMatrixView x, ConstMatrixView w,
+                     const int32_t* offsets, int64_t experts,
+                     MatrixView y) override {
+    cuda::GroupedLinear(*this, x, w, offsets, experts, y);
+  }
+  void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
+                             const int32_t* offsets, int64_t experts,
+                             ConstMatrixView dy, MatrixView dx,
+                             MatrixView dw) override {
+    cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx, dw);
   }
   double CrossEntropyForward(ConstMatrixView logits,
                              const int32_t* targets) override {

@@ -113,6 +113,36 @@ InverseIndex SortRowIds(CudaContext& ctx, const int32_t* rows, int64_t n,
   return {sorted_rows, order};
 }
 
+// The grouped positions' slots and tokens from the stable sort's order.
+__global__ void GroupedRowsKernel(const int32_t* __restrict__ order, int64_t n,
+                                  int64_t per_token,
+                                  int32_t* __restrict__ slots,
+                                  int32_t* __restrict__ tokens) {
+  const int64_t p = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x;
+  if (p >= n) return;
+  slots[p] = order[p];
+  tokens[p] = static_cast<int32_t>(order[p] / per_token);
+}
+
+// offsets[e] = the first sorted position whose expert is >= e (a binary
+// search per expert, e <= experts).
+__global__ void ExpertOffsetsKernel(const int32_t* __restrict__ sorted,
+                                    int64_t n, int64_t experts,
+                                    int32_t* __restrict__ offsets) {
+  const int64_t e = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x;
+  if (e > experts) return;
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (sorted[mid] < e) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  offsets[e] = static_cast<int32_t>(lo);
+}
+
 }  // namespace
 
 void EmbeddingForward(CudaContext& ctx, ConstMatrixView table,
@@ -150,6 +180,26 @@ void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
   ScatterAddRowsBackwardKernel<<<src.rows, kBlockThreads, 0, ctx.stream()>>>(
       src.data, src.stride, rows, scale, dout.data, dout.stride, dsrc.data,
       dsrc.stride, dscale, src.cols);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,
+                   int64_t per_token, int64_t experts, int32_t* slots,
+                   int32_t* tokens, int32_t* offsets) {
+  assert(experts > 0 && per_token > 0);
+  const int64_t offset_blocks = (experts + kBlockThreads) / kBlockThreads;
+  if (count == 0) {
+    GLM_CUDA_CHECK(cudaMemsetAsync(offsets, 0, (experts + 1) * sizeof(int32_t),
+                                   ctx.stream()));
+    return;
+  }
+  const InverseIndex inverse = SortRowIds(ctx, expert, count, experts);
+  GroupedRowsKernel<<<(count + kBlockThreads - 1) / kBlockThreads,
+                      kBlockThreads, 0, ctx.stream()>>>(
+      inverse.order, count, per_token, slots, tokens);
+  GLM_CUDA_CHECK_LAUNCH();
+  ExpertOffsetsKernel<<<offset_blocks, kBlockThreads, 0, ctx.stream()>>>(
+      inverse.sorted_rows, count, experts, offsets);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -35,6 +35,12 @@ void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
                             ConstMatrixView dout, MatrixView dsrc,
                             float* dscale);
 
+// Backend::GroupByExpert: the stable radix sort of the choices by expert
+// (the scatters' sort), then each expert's first position by binary search.
+void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,
+                   int64_t per_token, int64_t experts, int32_t* slots,
+                   int32_t* tokens, int32_t* offsets);
+
 }  // namespace glm::cuda
 
 #endif  // GLM_KERNELS_CUDA_ROWS_CUH_

@@ -1,0 +1,24 @@
+// Backend::GroupedLinear / GroupedLinearBackward on the GPU: each expert's
+// rows against its slab of a stacked [experts * out, in] weight.
+#ifndef GLM_KERNELS_CUDA_GROUPED_LINEAR_H_
+#define GLM_KERNELS_CUDA_GROUPED_LINEAR_H_
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
+
+namespace glm::cuda {
+
+// Per expert through cuBLASLt (kernels/cuda/linear.cuh) after reading the
+// offsets to the host: one stream synchronization per call.
+void GroupedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+                   const int32_t* offsets, int64_t experts, MatrixView y);
+void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
+                           ConstMatrixView w, const int32_t* offsets,
+                           int64_t experts, ConstMatrixView dy, MatrixView dx,
+                           MatrixView dw);
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_GROUPED_LINEAR_H_
