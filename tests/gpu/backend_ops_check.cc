@@ -106,6 +106,9 @@ constexpr OpLimits kLimits[] = {
     // op                    nmse fp32, bf16   loss fp32, bf16   tie fp32, bf16
     {"Linear", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"LinearBackward", {kExact, 2e-5}, {0, 0}, {0, 0}},
+    {"GroupByExpert", {0, 0}, {0, 0}, {0, 0}},
+    {"GroupedLinear", {kExact, 2e-5}, {0, 0}, {0, 0}},
+    {"GroupedLinearBackward", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"Copy", {kExact, kExact}, {0, 0}, {0, 0}},
     {"Axpy", {kExact, kExact}, {0, 0}, {0, 0}},
     {"EmbeddingForward", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -1011,6 +1014,134 @@ void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                    return 0.0;
                  });
                }});
+}
+
+// ---- routed experts, grouped ----
+
+// Integer outputs that must equal the CPU's exactly.
+SpecialCheck ExactInts(std::vector<int> ids) {
+  return [ids](const Case& c, const RunOutput& cpu, const RunOutput& gpu, int) {
+    std::vector<Outcome> outcomes;
+    for (int id : ids) {
+      Outcome o(c.operands[id].name, "mismatch");
+      const std::vector<int32_t>& want = cpu.ints[id];
+      const std::vector<int32_t>& got = gpu.ints[id];
+      for (size_t i = 0; i < want.size(); ++i) o.value += want[i] != got[i];
+      o.pass = o.value == 0;
+      outcomes.push_back(o);
+    }
+    return outcomes;
+  };
+}
+
+// Expert loads for `rows` rows over `experts`: ragged (about a fifth of the
+// experts get most rows, expert 1 none), or every row on expert `all_on`.
+std::vector<int64_t> ExpertLoads(int64_t rows, int64_t experts, int all_on,
+                                 std::mt19937_64& rng) {
+  std::vector<int64_t> loads(experts, 0);
+  if (all_on >= 0) {
+    loads[all_on] = rows;
+    return loads;
+  }
+  std::vector<double> weight(experts);
+  std::uniform_real_distribution<double> u(0.05, 1.0);
+  for (int64_t e = 0; e < experts; ++e)
+    weight[e] = (e % 5 == 0 ? 8 : 1) * u(rng);
+  weight[1] = 0;
+  double total = 0;
+  for (double w : weight) total += w;
+  int64_t given = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    loads[e] = static_cast<int64_t>(rows * weight[e] / total);
+    given += loads[e];
+  }
+  loads[0] += rows - given;
+  return loads;
+}
+
+std::vector<int32_t> OffsetsOf(const std::vector<int64_t>& loads) {
+  std::vector<int32_t> offsets{0};
+  for (int64_t load : loads) offsets.push_back(offsets.back() + load);
+  return offsets;
+}
+
+void AddGroupByExpert(Factories& f, const std::string& tag, int64_t tokens,
+                      int64_t top_k, int64_t experts) {
+  const std::string label =
+      absl::StrCat(tag, " tokens", tokens, " top", top_k, " experts", experts);
+  f.push_back({"GroupByExpert", label, [=] {
+                 CaseBuilder b("GroupByExpert", label);
+                 const int64_t count = tokens * top_k;
+                 std::vector<int32_t> expert(count);
+                 for (int32_t& e : expert) {
+                   // Skewed toward low ids; the last expert gets none.
+                   const int64_t x = b.rng()() % (experts - 1);
+                   e = static_cast<int32_t>(x * x / (experts - 1));
+                 }
+                 const int ie = b.Ints("expert", expert),
+                           is = b.WrittenInts("slots", count),
+                           it = b.WrittenInts("tokens", count),
+                           io = b.WrittenInts("offsets", experts + 1);
+                 b.Special(ExactInts({is, it, io}), {is, it, io});
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.GroupByExpert(p.Ints(ie), count, top_k, experts,
+                                    p.Ints(is), p.Ints(it), p.Ints(io));
+                   return 0.0;
+                 });
+               }});
+}
+
+// Expert products over `rows` rows grouped by expert (ragged loads, or all on
+// expert `all_on`): in -> out per expert, the weights stacked [experts * out,
+// in].
+void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
+                      int64_t experts, int64_t in, int64_t out, int all_on) {
+  const std::string label =
+      absl::StrCat(tag, " rows", rows, " experts", experts, " ", in, "->", out);
+  auto offsets_of = [=](CaseBuilder& b) {
+    return OffsetsOf(ExpertLoads(rows, experts, all_on, b.rng()));
+  };
+  f.push_back({"GroupedLinear", label, [=] {
+                 CaseBuilder b("GroupedLinear", label);
+                 const int io = b.Ints("offsets", offsets_of(b)),
+                           ix = b.Input("x", Dense(rows, in)),
+                           iw = b.Input("w", Dense(experts * out, in)),
+                           iy = b.Written("y", Dense(rows, out));
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.GroupedLinear(p.View(ix), p.View(iw), p.Ints(io), experts,
+                                    p.View(iy));
+                   return 0.0;
+                 });
+               }});
+  f.push_back({"GroupedLinearBackward", label, [=] {
+                 CaseBuilder b("GroupedLinearBackward", label);
+                 const int io = b.Ints("offsets", offsets_of(b)),
+                           ix = b.Input("x", Dense(rows, in)),
+                           iw = b.Input("w", Dense(experts * out, in)),
+                           idy = b.Input("dy", Dense(rows, out)),
+                           idx = b.Accumulated("dx", Dense(rows, in)),
+                           idw = b.Accumulated("dw", Dense(experts * out, in));
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.GroupedLinearBackward(p.View(ix), p.View(iw), p.Ints(io),
+                                            experts, p.View(idy), p.View(idx),
+                                            p.View(idw));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddGroupedCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const int64_t hidden = m.hidden_size, moe = m.moe_intermediate_size,
+                experts = m.n_routed_experts, top_k = m.num_experts_per_tok;
+  AddGroupByExpert(f, "tiny", 5, 2, 4);
+  AddGroupByExpert(f, "glm5.2-mini", 4096, top_k, experts);
+  AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1);
+  AddGroupedLinear(f, "one expert", 64, 4, 24, 16, 2);
+  AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,
+                   2 * moe, -1);
+  AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
+                   -1);
 }
 
 void AddLinearCases(Factories& f) {
@@ -2086,6 +2217,7 @@ void AddAttentionCases(Factories& f) {
 Factories AllCases() {
   Factories f;
   AddLinearCases(f);
+  AddGroupedCases(f);
   AddElementwiseCases(f);
   AddRowsCases(f);
   AddNormCases(f);
