@@ -47,12 +47,26 @@ struct BenchOptions {
   int submitters = 0;
 };
 
-// Calls' latencies in milliseconds by call name, and the errors.
+// Calls' latencies in milliseconds by call name (overall and by window of
+// the run, to show a trend), and the errors.
 class Tally {
  public:
-  void Add(const std::string& call, double ms) {
-    absl::MutexLock lock(&mu_);
-    latencies_[call].push_back(ms);
+  // The run in `windows` windows of `window`; calls that start after the run
+  // (a submitter finishing its loop) count in the last.
+  Tally(absl::Duration window, int windows)
+      : window_(window), windows_(windows) {}
+
+  // Times `call` (a gRPC call returning its status) under `name`.
+  template <typename Call>
+  grpc::Status Time(const std::string& name, Call call) {
+    const absl::Time start = absl::Now();
+    grpc::Status status = call();
+    if (!status.ok()) {
+      AddError(name, status);
+    } else {
+      Add(name, start, absl::ToDoubleMilliseconds(absl::Now() - start));
+    }
+    return status;
   }
   void AddError(const std::string& call, const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
@@ -62,31 +76,19 @@ class Tally {
     }
     ++error_count_;
   }
-  // Times `call` (a gRPC call returning its status) under `name`.
-  template <typename Call>
-  grpc::Status Time(const std::string& name, Call call) {
-    const absl::Time start = absl::Now();
-    grpc::Status status = call();
-    if (!status.ok()) {
-      AddError(name, status);
-    } else {
-      Add(name, absl::ToDoubleMilliseconds(absl::Now() - start));
-    }
-    return status;
-  }
   void Print(absl::Duration duration) {
     absl::MutexLock lock(&mu_);
     std::cout << absl::StrFormat("%-10s %9s %9s %9s %9s %9s\n", "call", "calls",
                                  "per s", "p50 ms", "p99 ms", "max ms");
     for (const char* call : kCalls) {
-      std::vector<double>& ms = latencies_[call];
-      std::sort(ms.begin(), ms.end());
+      std::vector<double> ms = Merged(call);
       if (ms.empty()) continue;
       std::cout << absl::StrFormat(
           "%-10s %9d %9.1f %9.2f %9.2f %9.2f\n", call, ms.size(),
           ms.size() / absl::ToDoubleSeconds(duration), Percentile(ms, 0.50),
           Percentile(ms, 0.99), ms.back());
     }
+    PrintWindows();
     std::cout << "errors: " << error_count_ << "\n";
     for (const std::string& error : errors_) std::cout << "  " << error << "\n";
   }
@@ -96,13 +98,53 @@ class Tally {
   }
 
  private:
+  void Add(const std::string& call, absl::Time start, double ms) {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::vector<double>>& windows = latencies_[call];
+    windows.resize(windows_);
+    const int64_t window = (start - start_) / window_;
+    windows[std::min<int64_t>(window, windows_ - 1)].push_back(ms);
+  }
+
+  // Every latency of `call`, sorted.
+  std::vector<double> Merged(const std::string& call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<double> all;
+    for (const std::vector<double>& ms : latencies_[call]) {
+      all.insert(all.end(), ms.begin(), ms.end());
+    }
+    std::sort(all.begin(), all.end());
+    return all;
+  }
+
+  // p50/p99 of each call by window.
+  void PrintWindows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::cout << "p50/p99 ms by " << absl::FormatDuration(window_)
+              << " of the run:\n";
+    for (const char* call : kCalls) {
+      std::cout << absl::StrFormat("%-10s", call);
+      for (std::vector<double> ms : latencies_[call]) {
+        std::sort(ms.begin(), ms.end());
+        if (ms.empty()) continue;
+        std::cout << absl::StrFormat(" %.0f/%.0f", Percentile(ms, 0.50),
+                                     Percentile(ms, 0.99));
+      }
+      std::cout << "\n";
+    }
+  }
+
   static double Percentile(const std::vector<double>& sorted, double q) {
     const size_t at = static_cast<size_t>(q * sorted.size());
     return sorted[std::min(at, sorted.size() - 1)];
   }
 
+  const absl::Time start_ = absl::Now();
+  const absl::Duration window_;
+  const int windows_;
   absl::Mutex mu_;
-  std::map<std::string, std::vector<double>> latencies_ ABSL_GUARDED_BY(mu_);
+  // By call, then by window: latencies in milliseconds.
+  std::map<std::string, std::vector<std::vector<double>>> latencies_
+      ABSL_GUARDED_BY(mu_);
   std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
   int64_t error_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -277,7 +319,8 @@ int64_t RunLoad(const CoordinatorProcess& coordinator, const std::string& root,
     std::cerr << "cannot register a worker: " << s << "\n";
     return 1;
   }
-  Tally tally;
+  // Six windows of the run (10 s of a minute).
+  Tally tally(options.duration / 6, 6);
   NewestJob newest;
   std::atomic<int64_t> events{0};
   std::atomic<bool> stop{false};
