@@ -44,8 +44,13 @@ absl::Status MakeDirectories(const std::string& path) {
     if (i < path.size() && path[i] != '/') continue;
     const std::string prefix = path.substr(0, i);
     if (FileExists(prefix)) continue;
-    if (mkdir(prefix.c_str(), 0755) != 0 && !FileExists(prefix)) {
-      return absl::InternalError(absl::StrCat("cannot create ", prefix));
+    if (mkdir(prefix.c_str(), 0755) != 0) {
+      // The reason (EACCES, ENOSPC, ...) is read before FileExists can
+      // overwrite errno; a directory another process made meanwhile is fine.
+      const int reason = errno;
+      if (FileExists(prefix)) continue;
+      return absl::InternalError(
+          absl::StrCat("cannot create ", prefix, ": ", std::strerror(reason)));
     }
   }
   return absl::OkStatus();

@@ -388,47 +388,102 @@ TEST_F(CorruptionTest, CrashMidSaveKeepsThePreviousCheckpoint) {
   EXPECT_EQ(*ReadLatestIteration(dir_), 7);
 }
 
+// Saves iteration 8 in a forked child that `restrict_child` first narrows
+// (a file-size limit, fewer privileges) so that the failure stays in the
+// child; checks the save failed and returns its error text, which comes back
+// through a pipe (a child that gave up its privileges may not write files).
+std::string FailedSaveInChild(const std::string& save_dir, const HfNameMap& map,
+                              const std::function<void()>& restrict_child) {
+  int message_pipe[2];
+  EXPECT_EQ(pipe(message_pipe), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(message_pipe[0]);
+    restrict_child();
+    RankState next(map, 0, 1, false);
+    next.state().iteration = 8;
+    const absl::Status saved =
+        SaveCheckpoint(save_dir, map, PipelineExpertLayout(1, 1), next.state())
+            .status();
+    const std::string text = saved.ToString();
+    const bool sent = write(message_pipe[1], text.data(), text.size()) ==
+                      static_cast<ssize_t>(text.size());
+    _exit(saved.ok() || !sent ? 0 : 1);
+  }
+  close(message_pipe[1]);
+  std::string message;
+  char buffer[4096];
+  for (ssize_t n; (n = read(message_pipe[0], buffer, sizeof buffer)) > 0;) {
+    message.append(buffer, n);
+  }
+  close(message_pipe[0]);
+  int wait_status = 0;
+  EXPECT_EQ(waitpid(child, &wait_status, 0), child);
+  EXPECT_TRUE(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 1)
+      << "the save must fail (wait status " << wait_status << ")";
+  std::cout << "the save failed: " << message << "\n";
+  return message;
+}
+
+// After a failed save of iteration 8: iteration 7 is still `latest` and loads
+// as saved, and once the cause is gone the same iteration saves over what the
+// failed save left.
+void ExpectPreviousCheckpointThenSaveAgain(const std::string& save_dir,
+                                           const HfNameMap& map,
+                                           RankState& saved) {
+  EXPECT_FALSE(fs::exists(IterationDirectory(save_dir, 8) + "/manifest.json"));
+  EXPECT_EQ(*ReadLatestIteration(save_dir), 7);
+  RankState loaded(map, 0, 1, true);
+  ASSERT_TRUE(LoadCheckpoint(save_dir, map, 0, &loaded.state()).ok());
+  EXPECT_EQ(loaded.state().iteration, 7);
+  ExpectSameTensors(saved, loaded);
+  RankState next(map, 0, 1, false);
+  next.state().iteration = 8;
+  ASSERT_TRUE(
+      SaveCheckpoint(save_dir, map, PipelineExpertLayout(1, 1), next.state())
+          .ok());
+  EXPECT_EQ(*ReadLatestIteration(save_dir), 8);
+}
+
 // A disk that fills mid-save (here a file-size limit: writes past it fail
 // with EFBIG, as they fail with ENOSPC on a full disk): the save fails naming
 // the file, the previous checkpoint and `latest` stay as they were, and once
 // there is room again the same iteration saves.
 TEST_F(CorruptionTest, DiskFullDuringSaveKeepsThePreviousCheckpoint) {
-  RankState next(map_, 0, 1, false);
-  next.state().iteration = 8;
-  const std::string message_file = dir_ + "/save_error.txt";
   const rlim_t limit = static_cast<rlim_t>(fs::file_size(shard_) / 2);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const std::string message = FailedSaveInChild(dir_, map_, [limit] {
     std::signal(SIGXFSZ, SIG_IGN);
     const rlimit small{limit, limit};
     setrlimit(RLIMIT_FSIZE, &small);
-    const absl::Status saved =
-        SaveCheckpoint(dir_, map_, PipelineExpertLayout(1, 1), next.state())
-            .status();
-    std::ofstream(message_file) << saved.ToString();
-    _exit(saved.ok() ? 0 : 1);
-  }
-  int wait_status = 0;
-  ASSERT_EQ(waitpid(child, &wait_status, 0), child);
-  ASSERT_TRUE(WIFEXITED(wait_status));
-  EXPECT_EQ(WEXITSTATUS(wait_status), 1) << "the save must fail";
-  std::stringstream message;
-  message << std::ifstream(message_file).rdbuf();
-  std::cout << "the save failed: " << message.str() << "\n";
-  EXPECT_TRUE(absl::StrContains(message.str(), "rank_00000.safetensors"))
-      << message.str();
-  EXPECT_FALSE(fs::exists(IterationDirectory(dir_, 8) + "/manifest.json"));
-  EXPECT_EQ(*ReadLatestIteration(dir_), 7);
-  RankState loaded(map_, 0, 1, true);
-  ASSERT_TRUE(LoadCheckpoint(dir_, map_, 0, &loaded.state()).ok());
-  EXPECT_EQ(loaded.state().iteration, 7);
-  ExpectSameTensors(saved_, loaded);
-  // Room again: the same iteration saves over what the failed save left.
-  ASSERT_TRUE(
-      SaveCheckpoint(dir_, map_, PipelineExpertLayout(1, 1), next.state())
-          .ok());
-  EXPECT_EQ(*ReadLatestIteration(dir_), 8);
+  });
+  EXPECT_TRUE(absl::StrContains(message, "rank_00000.safetensors")) << message;
+  ExpectPreviousCheckpointThenSaveAgain(dir_, map_, saved_);
+}
+
+// A save directory the trainer may no longer write (EACCES): the save fails
+// naming the directory it could not create and why, and the previous
+// checkpoint and `latest` stay as they were. Root ignores directory modes, so
+// as root the child becomes "nobody", to whom the save directory is readable
+// but not writable. Its working directory is the save directory, entered
+// before dropping privileges, because the test's temporary directory may lie
+// under one only root can search (/root).
+TEST_F(CorruptionTest, PermissionDeniedDuringSaveKeepsThePreviousCheckpoint) {
+  constexpr uid_t kNobody = 65534;
+  const bool as_root = geteuid() == 0;
+  const fs::perms writable_by_the_child =
+      as_root ? fs::perms::others_write : fs::perms::owner_write;
+  fs::permissions(dir_, fs::perms::others_read | fs::perms::others_exec,
+                  fs::perm_options::add);
+  fs::permissions(dir_, writable_by_the_child, fs::perm_options::remove);
+  const std::string message = FailedSaveInChild(".", map_, [this, as_root] {
+    if (chdir(dir_.c_str()) != 0) _exit(2);
+    if (as_root && (setgid(kNobody) != 0 || setuid(kNobody) != 0)) _exit(3);
+  });
+  fs::permissions(dir_, fs::perms::owner_write, fs::perm_options::add);
+  EXPECT_TRUE(absl::StrContains(
+      message, "cannot create ./iter_0000008: Permission denied"))
+      << message;
+  ExpectPreviousCheckpointThenSaveAgain(dir_, map_, saved_);
 }
 
 TEST(NativeCheckpointTest, LoraHoldsOnlyAdapters) {
