@@ -18,9 +18,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -204,65 +205,91 @@ Reference InitialReference(const OutputBuffer& out, bool accumulates) {
   return ref;
 }
 
-// The expert of each row.
-std::vector<int64_t> ExpertOfRow(const Shape& s) {
-  std::vector<int64_t> expert;
+// The references work on blocks of up to kRefBlock rows of one expert (or
+// kRefBlock dw rows), so each weight or x row read from memory serves the
+// whole block: at the mini shapes a row-at-a-time loop would stream every
+// expert's weight once per row.
+constexpr int64_t kRefBlock = 16;
+
+struct RowBlock {
+  int64_t expert;
+  int64_t first;
+  int64_t count;
+};
+
+std::vector<RowBlock> RowBlocks(const Shape& s,
+                                const std::vector<int32_t>& offsets) {
+  std::vector<RowBlock> blocks;
   for (int64_t e = 0; e < s.experts; ++e) {
-    expert.insert(expert.end(), s.counts[e], e);
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; r += kRefBlock) {
+      blocks.push_back({e, r, std::min(kRefBlock, offsets[e + 1] - r)});
+    }
   }
-  return expert;
+  return blocks;
 }
 
 // y[r] = x[r] w_e^T.
 void ForwardReference(const Shape& s, const std::vector<float>& x,
-                      const std::vector<float>& w, Reference& y) {
-  const std::vector<int64_t> expert = ExpertOfRow(s);
-  cpu::ParallelFor(s.rows(), s.rows() * s.in * s.out,
-                   [&](int64_t b, int64_t e) {
-                     for (int64_t r = b; r < e; ++r) {
-                       const float* xr = &x[r * s.in];
-                       for (int64_t o = 0; o < s.out; ++o) {
-                         const float* wo = &w[(expert[r] * s.out + o) * s.in];
-                         double sum = 0.0;
-                         for (int64_t i = 0; i < s.in; ++i)
-                           sum += double{xr[i]} * wo[i];
-                         y[r * s.out + o] += sum;
-                       }
-                     }
-                   });
+                      const std::vector<float>& w,
+                      const std::vector<int32_t>& offsets, Reference& y) {
+  const std::vector<RowBlock> blocks = RowBlocks(s, offsets);
+  cpu::ParallelFor(
+      blocks.size(), s.rows() * s.in * s.out, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const RowBlock& block = blocks[b];
+          for (int64_t o = 0; o < s.out; ++o) {
+            const float* wo = &w[(block.expert * s.out + o) * s.in];
+            for (int64_t r = block.first; r < block.first + block.count; ++r) {
+              const float* xr = &x[r * s.in];
+              double sum = 0.0;
+              for (int64_t i = 0; i < s.in; ++i) sum += double{xr[i]} * wo[i];
+              y[r * s.out + o] += sum;
+            }
+          }
+        }
+      });
 }
 
 // dx[r] += dy[r] w_e.
 void DataGradReference(const Shape& s, const std::vector<float>& dy,
-                       const std::vector<float>& w, Reference& dx) {
-  const std::vector<int64_t> expert = ExpertOfRow(s);
-  cpu::ParallelFor(s.rows(), s.rows() * s.in * s.out,
-                   [&](int64_t b, int64_t e) {
-                     for (int64_t r = b; r < e; ++r) {
-                       double* dxr = &dx[r * s.in];
-                       for (int64_t o = 0; o < s.out; ++o) {
-                         const double g = dy[r * s.out + o];
-                         const float* wo = &w[(expert[r] * s.out + o) * s.in];
-                         for (int64_t i = 0; i < s.in; ++i) dxr[i] += g * wo[i];
-                       }
-                     }
-                   });
+                       const std::vector<float>& w,
+                       const std::vector<int32_t>& offsets, Reference& dx) {
+  const std::vector<RowBlock> blocks = RowBlocks(s, offsets);
+  cpu::ParallelFor(
+      blocks.size(), s.rows() * s.in * s.out, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const RowBlock& block = blocks[b];
+          for (int64_t o = 0; o < s.out; ++o) {
+            const float* wo = &w[(block.expert * s.out + o) * s.in];
+            for (int64_t r = block.first; r < block.first + block.count; ++r) {
+              const double g = dy[r * s.out + o];
+              double* dxr = &dx[r * s.in];
+              for (int64_t i = 0; i < s.in; ++i) dxr[i] += g * wo[i];
+            }
+          }
+        }
+      });
 }
 
-// dw_e += dy_e^T x_e, one dw row (expert, o) at a time.
+// dw_e += dy_e^T x_e, kRefBlock dw rows of one expert at a time.
 void WeightGradReference(const Shape& s, const std::vector<float>& dy,
                          const std::vector<float>& x,
                          const std::vector<int32_t>& offsets, Reference& dw) {
+  const int64_t blocks_per_expert = (s.out + kRefBlock - 1) / kRefBlock;
   cpu::ParallelFor(
-      s.experts * s.out, s.rows() * s.in * s.out, [&](int64_t b, int64_t e) {
-        for (int64_t row = b; row < e; ++row) {
-          const int64_t expert = row / s.out;
-          const int64_t o = row % s.out;
-          double* dwr = &dw[row * s.in];
+      s.experts * blocks_per_expert, s.rows() * s.in * s.out,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t expert = b / blocks_per_expert;
+          const int64_t first_o = b % blocks_per_expert * kRefBlock;
+          const int64_t end_o = std::min(first_o + kRefBlock, s.out);
           for (int64_t r = offsets[expert]; r < offsets[expert + 1]; ++r) {
-            const double g = dy[r * s.out + o];
             const float* xr = &x[r * s.in];
-            for (int64_t i = 0; i < s.in; ++i) dwr[i] += g * xr[i];
+            for (int64_t o = first_o; o < end_o; ++o) {
+              const double g = dy[r * s.out + o];
+              double* dwr = &dw[(expert * s.out + o) * s.in];
+              for (int64_t i = 0; i < s.in; ++i) dwr[i] += g * xr[i];
+            }
           }
         }
       });
@@ -350,7 +377,7 @@ bool RunCase(CheckContext& ctx, const std::string& name, const Shape& s,
                       rows, s.in, s.out, v);
   });
   Reference y_ref = InitialReference(y, /*accumulates=*/false);
-  ForwardReference(s, x.values, w.values, y_ref);
+  ForwardReference(s, x.values, w.values, offsets, y_ref);
   ok &= CheckOutput("GroupedGemm y", y, y_got, y_ref, {});
 
   OutputBuffer dx(rows, s.in);
@@ -360,7 +387,7 @@ bool RunCase(CheckContext& ctx, const std::string& name, const Shape& s,
                               s.experts, rows, s.in, s.out, v);
   });
   Reference dx_ref = InitialReference(dx, /*accumulates=*/true);
-  DataGradReference(s, dy.values, w.values, dx_ref);
+  DataGradReference(s, dy.values, w.values, offsets, dx_ref);
   ok &= CheckOutput("GroupedGemmDataGrad dx", dx, dx_got, dx_ref, {});
 
   OutputBuffer dw(s.experts * s.out, s.in);
