@@ -399,8 +399,9 @@ bool RunCase(CheckContext& ctx, const std::string& name, const Shape& s,
   Reference dw_ref = InitialReference(dw, /*accumulates=*/true);
   WeightGradReference(s, dy.values, x.values, offsets, dw_ref);
   std::vector<bool> empty_rows(dw.rows, false);
-  for (int64_t r = 0; r < dw.rows; ++r)
+  for (int64_t r = 0; r < dw.rows; ++r) {
     empty_rows[r] = s.counts[r / s.out] == 0;
+  }
   ok &= CheckOutput("GroupedGemmWeightGrad dw", dw, dw_got, dw_ref, empty_rows);
   return ok;
 }
