@@ -5,11 +5,12 @@
 #   tar -xJf .gpu/b.tar.xz -C .gpu && source .gpu/b/env.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-targets=(//tests/gpu:backend_ops_check //tests/oracle:oracle_test //:glmctl
-         //:glm-worker //bench:model_flops)
+targets=(//tests/gpu:backend_ops_check //tests/gpu:grouped_gemm_check
+         //tests/oracle:oracle_test //:glmctl //:glm-worker //bench:model_flops)
 bazel build --config=cuda "${targets[@]}"
 rm -rf .gpu/b .gpu/b.tar.xz
 ../shared/tools/device-bundle .gpu/b bazel-bin/tests/gpu/backend_ops_check \
+  bazel-bin/tests/gpu/grouped_gemm_check \
   bazel-bin/tests/oracle/oracle_test bazel-bin/cli/glmctl \
   bazel-bin/worker/glm-worker bazel-bin/bench/model_flops
 tar -C .gpu -cf - b | xz -T2 -6 >.gpu/b.tar.xz

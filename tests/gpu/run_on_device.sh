@@ -2,7 +2,7 @@
 # The GPU machine's checks in one call, each part under its own time limit so a
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
-# parts from: ops oracle training bench. Each part's output goes to
+# parts from: ops gemm oracle training bench. Each part's output goes to
 # OUT/PART.txt; logs of the multi-run parts are packed into OUT/PART-logs.tgz
 # (the device tool returns at most 8 files).
 set -uo pipefail
@@ -24,6 +24,7 @@ part() {  # name seconds command...
 for name in "$@"; do
   case $name in
     ops) part ops "${OPS_LIMIT:-150}" backend_ops_check --precision=both ;;
+    gemm) part gemm "${GEMM_LIMIT:-240}" grouped_gemm_check ;;
     oracle)
       for precision in fp32 bf16; do
         GLM_TEST_DEVICE=cuda:0 GLM_TEST_PRECISION=$precision \

@@ -15,7 +15,7 @@ NVCC_FLAGS = [
     "-I/usr/local/cuda/include",
 ]
 
-def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = []):
+def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], copts = []):
     """Compiles .cu files with nvcc (sm_90a) into a cc_library.
 
     Args:
@@ -24,6 +24,8 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = []):
       hdrs: headers other targets include.
       deps: cc_library dependencies of the C++ side.
       cuda_hdrs: extra headers the .cu files include (from other packages).
+      copts: nvcc flags for this target only, after NVCC_FLAGS (for example
+        the include folder of an external header library in cuda_hdrs).
     """
     objs = []
     for src in srcs:
@@ -32,7 +34,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = []):
             name = src.replace("/", "_") + "_nvcc",
             srcs = [src] + hdrs + cuda_hdrs,
             outs = [obj],
-            cmd = "/usr/local/cuda/bin/nvcc %s -c $(location %s) -o $@" % (" ".join(NVCC_FLAGS), src),
+            cmd = "/usr/local/cuda/bin/nvcc %s -c $(location %s) -o $@" % (" ".join(NVCC_FLAGS + copts), src),
             tags = CUDA_TAGS,
         )
         objs.append(obj)
