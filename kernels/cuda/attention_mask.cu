@@ -27,31 +27,6 @@ __global__ void SelectionBiasKernel(const int32_t* keys, int64_t topk,
   if (threadIdx.x == 0) has_key[t] = any;
 }
 
-__device__ bool RowKept(const int32_t* has_key, int64_t row,
-                        int64_t rows_per_token) {
-  return has_key == nullptr || has_key[row / rows_per_token] != 0;
-}
-
-__global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* has_key,
-                               int64_t rows_per_token, __nv_bfloat16* out) {
-  ForEachElement(x.rows, x.cols, [&](int64_t r, int64_t c) {
-    const float value = RowKept(has_key, r, rows_per_token) ? At(x, r, c) : 0.f;
-    out[r * x.cols + c] = __float2bfloat16(value);
-  });
-}
-
-__global__ void UnpackBf16Kernel(const __nv_bfloat16* x, const int32_t* has_key,
-                                 int64_t rows_per_token, bool accumulate,
-                                 MatrixView y) {
-  ForEachElement(y.rows, y.cols, [&](int64_t r, int64_t c) {
-    const float value = RowKept(has_key, r, rows_per_token)
-                            ? __bfloat162float(x[r * y.cols + c])
-                            : 0.f;
-    float& out = At(y, r, c);
-    out = accumulate ? out + value : value;
-  });
-}
-
 __global__ void StatsToLseKernel(const float* stats, const int32_t* has_key,
                                  int64_t nq, int64_t heads, float* lse) {
   ForEachElement(nq, heads, [&](int64_t t, int64_t h) {
@@ -75,21 +50,6 @@ void SelectionBias(CudaContext& ctx, const int32_t* keys, int64_t nq,
   if (nq == 0) return;
   SelectionBiasKernel<<<nq, kBlockThreads, 0, ctx.stream()>>>(keys, topk, nk,
                                                               bias, has_key);
-  GLM_CUDA_CHECK_LAUNCH();
-}
-
-void PackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* has_key,
-              int64_t rows_per_token, __nv_bfloat16* out) {
-  PackBf16Kernel<<<GridStrideBlocks(x.rows * x.cols), kBlockThreads, 0,
-                   ctx.stream()>>>(x, has_key, rows_per_token, out);
-  GLM_CUDA_CHECK_LAUNCH();
-}
-
-void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x,
-                const int32_t* has_key, int64_t rows_per_token, bool accumulate,
-                MatrixView y) {
-  UnpackBf16Kernel<<<GridStrideBlocks(y.rows * y.cols), kBlockThreads, 0,
-                     ctx.stream()>>>(x, has_key, rows_per_token, accumulate, y);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,6 @@
 // The pieces around cuDNN's fused attention (kernels/cuda/cudnn_attention.h):
-// the top-k selection as an additive mask, bf16 operand copies, and the
-// statistics in cuDNN's head-major layout. Every pointer is a device pointer.
+// the top-k selection as an additive mask and the statistics in cuDNN's
+// head-major layout. Every pointer is a device pointer.
 #ifndef GLM_KERNELS_CUDA_ATTENTION_MASK_CUH_
 #define GLM_KERNELS_CUDA_ATTENTION_MASK_CUH_
 
@@ -23,17 +23,6 @@ constexpr float kMaskedScore = -1e30f;
 void SelectionBias(CudaContext& ctx, const int32_t* keys, int64_t nq,
                    int64_t topk, int64_t nk, __nv_bfloat16* bias,
                    int32_t* has_key);
-
-// out [rows, cols] contiguous = bf16(x); rows of tokens without keys
-// (has_key[r / rows_per_token] == 0) are zeroed when has_key is given.
-void PackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* has_key,
-              int64_t rows_per_token, __nv_bfloat16* out);
-
-// y = x or y += x (accumulate) for x [y.rows, y.cols] contiguous bf16; rows
-// of tokens without keys get 0 (+= 0) when has_key is given.
-void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x,
-                const int32_t* has_key, int64_t rows_per_token, bool accumulate,
-                MatrixView y);
 
 // lse [nq*heads] from cuDNN's stats [heads, nq]; -inf for tokens without keys.
 void StatsToLse(CudaContext& ctx, const float* stats, const int32_t* has_key,

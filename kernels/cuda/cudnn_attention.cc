@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_mask.cuh"
+#include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 namespace glm::cuda {

@@ -1,9 +1,15 @@
 #include "kernels/cuda/grouped_linear.h"
 
+#include <cuda_bf16.h>
+
 #include <cassert>
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
+#include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grouped_gemm.cuh"
 #include "kernels/cuda/linear.cuh"
 
 namespace glm::cuda {
@@ -25,11 +31,61 @@ View ExpertWeight(View w, int64_t experts, int64_t e) {
   return w.Rows(e * out, out);
 }
 
+bool OutputFits(MatrixView v) {
+  return v.empty() || (v.stride % kGroupedGemmOutputAlign == 0 &&
+                       reinterpret_cast<uintptr_t>(v.data) % 16 == 0);
+}
+
+// Whether the grouped GEMM takes these products: bf16 mode, widths in
+// 16-byte units, outputs it can store with TMA.
+bool UseGroupedGemm(CudaContext& ctx, int64_t in, int64_t out,
+                    std::initializer_list<MatrixView> outputs) {
+  if (ctx.precision() != Precision::kBf16 || in % kGroupedGemmAlign != 0 ||
+      out % kGroupedGemmAlign != 0) {
+    return false;
+  }
+  for (MatrixView v : outputs) {
+    if (!OutputFits(v)) return false;
+  }
+  return true;
+}
+
+// bf16 copies of views, carved from the composite scratch (the grouped GEMM
+// takes the plain scratch for its own arguments).
+class Bf16Operands {
+ public:
+  Bf16Operands(CudaContext& ctx, std::initializer_list<ConstMatrixView> views) {
+    size_t bytes = 0;
+    for (ConstMatrixView v : views) bytes += Bytes(v);
+    char* next = static_cast<char*>(ctx.CompositeScratch(bytes));
+    for (ConstMatrixView v : views) {
+      auto* copy = reinterpret_cast<__nv_bfloat16*>(next);
+      if (!v.empty()) PackBf16(ctx, v, nullptr, 1, copy);
+      copies_.push_back(copy);
+      next += Bytes(v);
+    }
+  }
+  const __nv_bfloat16* operator[](size_t i) const { return copies_[i]; }
+
+ private:
+  static size_t Bytes(ConstMatrixView v) {
+    return (v.rows * v.cols * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+  }
+  std::vector<const __nv_bfloat16*> copies_;
+};
+
 }  // namespace
 
 void GroupedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                    const int32_t* offsets, int64_t experts, MatrixView y) {
   assert(w.rows % experts == 0 && x.cols == w.cols && y.rows == x.rows);
+  const int64_t in = w.cols, out = w.rows / experts;
+  if (x.rows == 0) return;
+  if (UseGroupedGemm(ctx, in, out, {y})) {
+    const Bf16Operands bf16(ctx, {x, w});
+    GroupedGemm(ctx, bf16[0], bf16[1], offsets, experts, x.rows, in, out, y);
+    return;
+  }
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   assert(first[experts] == x.rows);
   for (int64_t e = 0; e < experts; ++e) {
@@ -45,6 +101,20 @@ void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
                            int64_t experts, ConstMatrixView dy, MatrixView dx,
                            MatrixView dw) {
   assert(w.rows % experts == 0 && dy.rows == x.rows);
+  const int64_t in = w.cols, out = w.rows / experts;
+  if (x.rows == 0) return;
+  if (UseGroupedGemm(ctx, in, out, {dx, dw})) {
+    const Bf16Operands bf16(ctx, {x, w, dy});
+    if (!dx.empty()) {
+      GroupedGemmDataGrad(ctx, bf16[2], bf16[1], offsets, experts, x.rows, in,
+                          out, dx);
+    }
+    if (!dw.empty()) {
+      GroupedGemmWeightGrad(ctx, bf16[2], bf16[0], offsets, experts, x.rows, in,
+                            out, dw);
+    }
+    return;
+  }
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t rows = first[e + 1] - first[e];

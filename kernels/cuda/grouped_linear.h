@@ -10,8 +10,11 @@
 
 namespace glm::cuda {
 
-// Per expert through cuBLASLt (kernels/cuda/linear.cuh) after reading the
-// offsets to the host: one stream synchronization per call.
+// bf16 mode: one CUTLASS grouped GEMM per product (kernels/cuda/
+// grouped_gemm.cuh) on bf16 copies of the operands; the expert sizes never
+// leave the device. fp32 mode (and shapes the grouped GEMM does not take):
+// per expert through cuBLASLt (kernels/cuda/linear.cuh) after reading the
+// offsets to the host, one stream synchronization per call.
 void GroupedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                    const int32_t* offsets, int64_t experts, MatrixView y);
 void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,

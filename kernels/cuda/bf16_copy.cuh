@@ -1,0 +1,28 @@
+// bf16 copies of fp32 views for the library kernels that take bf16 operands
+// (cuDNN's attention, the CUTLASS grouped GEMM), and their fp32 results back.
+// Every pointer is a device pointer.
+#ifndef GLM_KERNELS_CUDA_BF16_COPY_CUH_
+#define GLM_KERNELS_CUDA_BF16_COPY_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
+
+namespace glm::cuda {
+
+// out [rows, cols] contiguous = bf16(x); when `keep` is given, rows r with
+// keep[r / rows_per_token] == 0 are zeroed (attention: tokens without keys).
+void PackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* keep,
+              int64_t rows_per_token, __nv_bfloat16* out);
+
+// y = x or y += x (accumulate) for x [y.rows, y.cols] contiguous bf16; rows
+// that `keep` drops (as PackBf16) get 0 (+= 0).
+void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x, const int32_t* keep,
+                int64_t rows_per_token, bool accumulate, MatrixView y);
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_BF16_COPY_CUH_
