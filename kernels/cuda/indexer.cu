@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/indexer.cuh"
+#include "kernels/cuda/linear.cuh"
 
 namespace glm::cuda {
 namespace {
@@ -628,6 +629,111 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
   if (threadIdx.x == 0) *loss = coeff * total / static_cast<double>(n);
 }
 
+// Allows KlRowKernel `bytes` of dynamic shared memory: at topk 4096 that is
+// more than the default 48 KiB less the kernel's static shared memory.
+void ReserveKlShared(size_t bytes) {
+  GLM_CUDA_CHECK(cudaFuncSetAttribute(
+      KlRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(bytes)));
+}
+
+// dots[(t*heads + h)*topk + j] = scores[t, keys[t*topk + j]] for one head
+// h's scores [count, nk] (-1 slots: 0).
+__global__ void GatherDotsKernel(ConstMatrixView scores, const int32_t* keys,
+                                 int topk, int heads, int h, float* dots) {
+  ForEachElement(scores.rows, topk, [&](int64_t t, int64_t j) {
+    const int32_t key = keys[t * topk + j];
+    dots[(t * heads + h) * topk + j] = key < 0 ? 0.f : At(scores, t, key);
+  });
+}
+
+// grads[t, keys[t*topk + j]] = dot_grad[(t*heads + h)*topk + j] into zeroed
+// grads [count, nk] (a query's keys are distinct).
+__global__ void ScatterDotGradsKernel(const float* dot_grad,
+                                      const int32_t* keys, int topk, int heads,
+                                      int h, MatrixView grads) {
+  ForEachElement(grads.rows, topk, [&](int64_t t, int64_t j) {
+    const int32_t key = keys[t * topk + j];
+    if (key >= 0) At(grads, t, key) = dot_grad[(t * heads + h) * topk + j];
+  });
+}
+
+// The context with fp32 products whatever its precision.
+class Fp32Products : public CudaContext {
+ public:
+  explicit Fp32Products(CudaContext& inner) : inner_(inner) {}
+  cudaStream_t stream() const override { return inner_.stream(); }
+  cublasLtHandle_t cublas_lt() const override { return inner_.cublas_lt(); }
+  Precision precision() const override { return Precision::kFp32; }
+  void* Scratch(size_t bytes) override { return inner_.Scratch(bytes); }
+  void* CompositeScratch(size_t bytes) override {
+    return inner_.CompositeScratch(bytes);
+  }
+
+ private:
+  CudaContext& inner_;
+};
+
+// The bf16 mode's loss where the selection is dense (each query selects at
+// least one in 8 of the keys): per head, the dots of a block of queries with
+// every key by one GEMM, the selected ones gathered for the row kernel, then
+// the gradients through one more product of the scattered dot gradients.
+// The products stay fp32 (the ReLU's kink sees the fp32 path's values up to
+// summation order); sums over heads run in head order, so the result is
+// deterministic.
+void DenseKlLoss(CudaContext& ctx, const KlProblem& p, int64_t n,
+                 MatrixView diq, MatrixView dik, MatrixView dw, float coeff,
+                 double* loss) {
+  cudaStream_t stream = ctx.stream();
+  const int64_t nk = p.ik.rows, heads = p.heads, topk = p.topk, dim = p.ik.cols;
+  const int64_t chunk =
+      ChunkQueries(n, (heads * topk + nk) * int64_t{sizeof(float)});
+  const size_t loss_bytes = ScratchAlignUp(n * sizeof(double)),
+               dot_bytes = ScratchAlignUp(chunk * heads * topk * sizeof(float));
+  // Linear takes the plain scratch: these live in the composite one.
+  char* buffer = static_cast<char*>(ctx.CompositeScratch(
+      loss_bytes + dot_bytes + chunk * nk * sizeof(float)));
+  auto* row_loss = reinterpret_cast<double*>(buffer);
+  auto* dot_grad = reinterpret_cast<float*>(buffer + loss_bytes);
+  auto* scores = reinterpret_cast<float*>(buffer + loss_bytes + dot_bytes);
+  Fp32Products fp32(ctx);
+  const size_t row_shared = topk * (sizeof(double) + sizeof(float));
+  ReserveKlShared(row_shared);
+  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+    const int64_t count = std::min(chunk, n - t0);
+    const int32_t* keys = p.keys + t0 * topk;
+    const MatrixView all{scores, count, nk, nk};
+    auto query_head = [&](auto view, int64_t h) {
+      return decltype(view){view.data + (t0 * heads + h) * view.stride, count,
+                            dim, heads * view.stride};
+    };
+    const unsigned blocks = GridStrideBlocks(count * topk);
+    for (int64_t h = 0; h < heads; ++h) {
+      Linear(fp32, query_head(p.iq, h), p.ik, all, false);
+      GatherDotsKernel<<<blocks, kBlockThreads, 0, stream>>>(
+          all, keys, static_cast<int>(topk), static_cast<int>(heads),
+          static_cast<int>(h), dot_grad);
+      GLM_CUDA_CHECK_LAUNCH();
+    }
+    KlRowKernel<<<count, kKlThreads, row_shared, stream>>>(p, t0, dot_grad,
+                                                           row_loss, dw);
+    GLM_CUDA_CHECK_LAUNCH();
+    if (diq.empty() && dik.empty()) continue;
+    for (int64_t h = 0; h < heads; ++h) {
+      GLM_CUDA_CHECK(
+          cudaMemsetAsync(scores, 0, count * nk * sizeof(float), stream));
+      ScatterDotGradsKernel<<<blocks, kBlockThreads, 0, stream>>>(
+          dot_grad, keys, static_cast<int>(topk), static_cast<int>(heads),
+          static_cast<int>(h), all);
+      GLM_CUDA_CHECK_LAUNCH();
+      LinearBackward(fp32, query_head(p.iq, h), p.ik, all,
+                     diq.empty() ? MatrixView{} : query_head(diq, h), dik);
+    }
+  }
+  LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
 // Byte offsets of the loss's pieces inside its one scratch buffer.
 struct KlPlan {
   int64_t chunk = 0;  // queries per pass
@@ -705,14 +811,6 @@ void AccumulateKeyGrads(CudaContext& ctx, const KlProblem& p, int64_t t0,
   GLM_CUDA_CHECK_LAUNCH();
 }
 
-// Allows KlRowKernel `bytes` of dynamic shared memory: at topk 4096 that is
-// more than the default 48 KiB less the kernel's static shared memory.
-void ReserveKlShared(size_t bytes) {
-  GLM_CUDA_CHECK(cudaFuncSetAttribute(
-      KlRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(bytes)));
-}
-
 }  // namespace
 
 size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset) {
@@ -768,11 +866,6 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   assert(dik.empty() || (dik.rows == ik.rows && dik.cols == dim));
   assert(dw.empty() || (dw.rows == n && dw.cols == heads));
   assert(ik.rows < INT_MAX);
-  cudaStream_t stream = ctx.stream();
-  const KlPlan plan = PlanKl(n, ik.rows, dim, topk, heads, !dik.empty());
-  auto* scratch = static_cast<char*>(ctx.Scratch(plan.total));
-  auto* row_loss = reinterpret_cast<double*>(scratch + plan.row_loss);
-  auto* dot_grad = reinterpret_cast<float*>(scratch + plan.dot_grad);
   const KlProblem p{iq,
                     ik,
                     w,
@@ -782,6 +875,15 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                     static_cast<int>(heads),
                     scale,
                     coeff / static_cast<float>(n)};
+  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows) {
+    DenseKlLoss(ctx, p, n, diq, dik, dw, coeff, loss);
+    return;
+  }
+  cudaStream_t stream = ctx.stream();
+  const KlPlan plan = PlanKl(n, ik.rows, dim, topk, heads, !dik.empty());
+  auto* scratch = static_cast<char*>(ctx.Scratch(plan.total));
+  auto* row_loss = reinterpret_cast<double*>(scratch + plan.row_loss);
+  auto* dot_grad = reinterpret_cast<float*>(scratch + plan.dot_grad);
   const size_t row_shared = topk * (sizeof(double) + sizeof(float));
   ReserveKlShared(row_shared);
   const int64_t col_tiles = (dim + kProductCols - 1) / kProductCols;

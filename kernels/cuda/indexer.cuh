@@ -37,7 +37,9 @@ size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset);
 // [nk, d] and dw [n, heads]; an empty view is not computed. The scores are
 // bitwise the CPU's; diq and dw sum over slots in order, as the CPU does; a
 // key's dik row sums, in ascending (query, slot) order, each slot's heads
-// (no atomics: bitwise repeatable). topk <= 4096. Takes
+// (no atomics: bitwise repeatable). In the bf16 mode, when each query selects
+// at least one in 8 of the keys, the dots and gradients go through fp32 GEMMs
+// per head instead (scores equal up to summation order). topk <= 4096. Takes
 // IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
