@@ -76,20 +76,30 @@ std::shared_ptr<fe::graph::Graph> NewGraph() {
   return graph;
 }
 
+// The operands both graphs read: queries, keys, values and the mask.
+struct Inputs {
+  std::shared_ptr<fe::graph::Tensor_attributes> q, k, v, bias;
+};
+
+Inputs AddInputs(fe::graph::Graph& graph, int64_t nq, int64_t nk, int64_t heads,
+                 int64_t dqk, int64_t dv) {
+  return {graph.tensor(Rows("q", kQ, nq, heads, dqk)),
+          graph.tensor(Rows("k", kK, nk, heads, dqk)),
+          graph.tensor(Rows("v", kV, nk, heads, dv)),
+          graph.tensor(Bias(nq, nk))};
+}
+
 std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
                                                int64_t heads, int64_t dqk,
                                                int64_t dv, float scale) {
   auto graph = NewGraph();
-  auto q = graph->tensor(Rows("q", kQ, nq, heads, dqk));
-  auto k = graph->tensor(Rows("k", kK, nk, heads, dqk));
-  auto v = graph->tensor(Rows("v", kV, nk, heads, dv));
-  auto bias = graph->tensor(Bias(nq, nk));
+  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sparse_attention")
                      .set_generate_stats(true)
                      .set_attn_scale(scale)
-                     .set_bias(bias);
-  auto [o, stats] = graph->sdpa(q, k, v, options);
+                     .set_bias(in.bias);
+  auto [o, stats] = graph->sdpa(in.q, in.k, in.v, options);
   SetRows(o, kO, nq, heads, dv);
   stats->set_output(true)
       .set_uid(kStats)
@@ -105,19 +115,17 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
                                                 int64_t heads, int64_t dqk,
                                                 int64_t dv, float scale) {
   auto graph = NewGraph();
-  auto q = graph->tensor(Rows("q", kQ, nq, heads, dqk));
-  auto k = graph->tensor(Rows("k", kK, nk, heads, dqk));
-  auto v = graph->tensor(Rows("v", kV, nk, heads, dv));
+  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv);
   auto o = graph->tensor(Rows("o", kO, nq, heads, dv));
   auto dout = graph->tensor(Rows("dout", kDO, nq, heads, dv));
   auto stats = graph->tensor(Stats(nq, heads));
-  auto bias = graph->tensor(Bias(nq, nk));
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("sparse_attention_backward")
                      .set_attn_scale(scale)
-                     .set_bias(bias)
+                     .set_bias(in.bias)
                      .set_deterministic_algorithm(true);
-  auto [dq, dk, dv_] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
+  auto [dq, dk, dv_] =
+      graph->sdpa_backward(in.q, in.k, in.v, o, dout, stats, options);
   SetRows(dq, kDQ, nq, heads, dqk);
   SetRows(dk, kDK, nk, heads, dqk);
   SetRows(dv_, kDV, nk, heads, dv);
