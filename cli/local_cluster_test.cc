@@ -25,6 +25,17 @@ int CountRegistrations(const std::string& log) {
   return count;
 }
 
+// Waits up to a minute for `count` registrations in the log: Start returns
+// once the coordinator has counted the workers, which may be before a worker
+// has written its own line.
+int WaitForRegistrations(const std::string& log, int count) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (CountRegistrations(log) < count && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return CountRegistrations(log);
+}
+
 // A worker killed outright is replaced: a new process starts in its place,
 // registers, and its output follows the dead one's in the same log.
 TEST(LocalClusterTest, ReplacesAWorkerThatDies) {
@@ -39,15 +50,9 @@ TEST(LocalClusterTest, ReplacesAWorkerThatDies) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const pid_t untouched = (*cluster)->worker_pids()[0];
   const pid_t killed = (*cluster)->worker_pids()[1];
-  ASSERT_EQ(CountRegistrations((*cluster)->WorkerLog(1)), 1);
+  ASSERT_EQ(WaitForRegistrations((*cluster)->WorkerLog(1), 1), 1);
   ASSERT_EQ(kill(killed, SIGKILL), 0);
-
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (CountRegistrations((*cluster)->WorkerLog(1)) < 2 &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  EXPECT_EQ(CountRegistrations((*cluster)->WorkerLog(1)), 2);
+  EXPECT_EQ(WaitForRegistrations((*cluster)->WorkerLog(1), 2), 2);
   const pid_t replacement = (*cluster)->worker_pids()[1];
   EXPECT_NE(replacement, killed);
   EXPECT_EQ(kill(replacement, 0), 0) << "the replacement runs";
