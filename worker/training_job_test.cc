@@ -109,6 +109,26 @@ TEST(TrainingJobTest, ResumeReproducesAnUninterruptedRunBitwise) {
   EXPECT_EQ(*ReadLatestIteration(job.spec().training().save_dir()), 6);
 }
 
+// A save that fails (here: a file stands where iteration 6's folder goes)
+// stops the job with an error naming the checkpoint, and leaves the previous
+// checkpoint and `latest` as they were.
+TEST(TrainingJobTest, AFailedSaveStopsTheJobAndKeepsThePreviousCheckpoint) {
+  const v1::Assignment job = TinyJob(TempDir("failed_save"), 6);
+  const std::string save_dir = job.spec().training().save_dir();
+  ASSERT_EQ(RunJob(job, /*stop_after=*/3).checkpoints.size(), 1u);
+  std::ofstream(save_dir + "/iter_0000006") << "in the way";
+
+  const RunRecord resumed = RunJob(job);
+  EXPECT_FALSE(resumed.status.ok());
+  EXPECT_NE(resumed.status.message().find("iter_0000006"), std::string::npos)
+      << resumed.status;
+  // Iterations 4 and 5 reported; 6 ran, and its save failed before its report.
+  EXPECT_EQ(resumed.losses.size(), 2u);
+  EXPECT_TRUE(resumed.checkpoints.empty());
+  EXPECT_EQ(*ReadLatestIteration(save_dir), 3);
+  EXPECT_TRUE(std::filesystem::exists(save_dir + "/iter_0000003"));
+}
+
 TEST(TrainingJobTest, ExportsTheFinalCheckpointAsHfSafetensors) {
   const std::string dir = TempDir("export");
   v1::Assignment job = TinyJob(dir, 2);
