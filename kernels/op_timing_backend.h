@@ -123,7 +123,8 @@ class OpTimingBackend : public Backend {
   struct Group {
     int64_t calls = 0;
     double seconds = 0;
-    double flops = 0;  // 0: no FLOP count for this group
+    double first_seconds = 0;  // the first call (plans, caches, workspaces)
+    double flops = 0;          // 0: no FLOP count for this group
   };
   // Runs `op`, waits for it, and adds its time to group `name`.
   template <typename Op>

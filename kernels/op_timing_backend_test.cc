@@ -17,7 +17,8 @@ std::vector<float> Ramp(int64_t n, float step) {
 }
 
 // The timed backend computes what the backend it wraps computes, and its
-// report names each op group with its calls and, for matrix products, a rate.
+// report names each op group with its calls, its first call apart from the
+// later ones and, for matrix products, a rate.
 TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
   const std::vector<float> x = Ramp(4 * 3, 0.25f), w = Ramp(5 * 3, 0.5f);
   const std::vector<int32_t> targets = {1, 0, -1, 4};
@@ -49,6 +50,10 @@ TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
   EXPECT_NE(text.find("| CrossEntropyForward | 1 |"), std::string::npos)
       << text;
   EXPECT_NE(text.find("| outside ops |"), std::string::npos) << text;
+  // The first call is shown apart from the later ones' mean.
+  EXPECT_NE(text.find("| first call ms | ms per later call |"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace
