@@ -43,12 +43,8 @@ void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
 namespace {
 
 // Rows of expert e's weight in a stacked [experts * out, in] matrix.
-ConstMatrixView ExpertWeight(ConstMatrixView w, int64_t experts, int64_t e) {
-  const int64_t out = w.rows / experts;
-  return w.Rows(e * out, out);
-}
-
-MatrixView ExpertWeight(MatrixView w, int64_t experts, int64_t e) {
+template <typename View>
+View ExpertWeight(View w, int64_t experts, int64_t e) {
   const int64_t out = w.rows / experts;
   return w.Rows(e * out, out);
 }

@@ -14,6 +14,13 @@
 
 namespace glm::cuda {
 
+// Bytes at which pieces carved out of a scratch buffer start.
+constexpr size_t kScratchAlign = 256;
+
+inline size_t ScratchAlignUp(size_t bytes) {
+  return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
 // How matrix products round their inputs. kFp32: fp32 inputs and FMA (no
 // TF32), the mode the tight equivalence tests use. kBf16: inputs rounded to
 // bf16, fp32 accumulation and fp32 outputs.

@@ -132,15 +132,15 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
   return graph;
 }
 
-// Carves a call's pieces out of one scratch buffer, each at 256 bytes. Run
-// once without a base to size the buffer, then on it.
+// Carves a call's pieces out of one scratch buffer, each at kScratchAlign.
+// Run once without a base to size the buffer, then on it.
 class Carver {
  public:
   explicit Carver(char* base = nullptr) : base_(base) {}
   template <typename T>
   T* Take(int64_t count) {
     T* at = reinterpret_cast<T*>(base_ + used_);
-    used_ += (count * sizeof(T) + 255) / 256 * 256;
+    used_ += ScratchAlignUp(count * sizeof(T));
     return at;
   }
   size_t used() const { return used_; }
@@ -186,6 +186,17 @@ Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
   Carve(sizer, q, k, v, heads, workspace_bytes, backward);
   Carver carver(static_cast<char*>(ctx.Scratch(sizer.used())));
   return Carve(carver, q, k, v, heads, workspace_bytes, backward);
+}
+
+// The mask and the bf16 queries, keys and values both passes read.
+void PackInputs(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
+                ConstMatrixView v, const int32_t* keys, int64_t topk,
+                int64_t heads, const Buffers& b) {
+  SelectionBias(ctx, keys, q.rows / heads, topk, k.rows / heads, b.bias,
+                b.has_key);
+  PackBf16(ctx, q, nullptr, 1, b.q);
+  PackBf16(ctx, k, nullptr, 1, b.k);
+  PackBf16(ctx, v, nullptr, 1, b.v);
 }
 
 void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
@@ -261,10 +272,7 @@ void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
   assert(plan != nullptr);
   const Buffers b =
       CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, false);
-  SelectionBias(ctx, keys, nq, topk, nk, b.bias, b.has_key);
-  PackBf16(ctx, q, nullptr, 1, b.q);
-  PackBf16(ctx, k, nullptr, 1, b.k);
-  PackBf16(ctx, v, nullptr, 1, b.v);
+  PackInputs(ctx, q, k, v, keys, topk, heads, b);
   std::unordered_map<int64_t, void*> pack = {{kQ, b.q}, {kK, b.k},
                                              {kV, b.v}, {kBias, b.bias},
                                              {kO, b.o}, {kStats, b.stats}};
@@ -284,10 +292,7 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
   assert(plan != nullptr);
   const Buffers b =
       CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, true);
-  SelectionBias(ctx, keys, nq, topk, nk, b.bias, b.has_key);
-  PackBf16(ctx, q, nullptr, 1, b.q);
-  PackBf16(ctx, k, nullptr, 1, b.k);
-  PackBf16(ctx, v, nullptr, 1, b.v);
+  PackInputs(ctx, q, k, v, keys, topk, heads, b);
   PackBf16(ctx, out, nullptr, 1, b.o);
   // A query without keys contributes nothing: its output gradient is zeroed.
   PackBf16(ctx, dout, b.has_key, heads, b.dout);

@@ -12,18 +12,12 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
 
 namespace glm::cuda {
 
 // Threads per block of the element-wise and column kernels.
 constexpr int kBlockThreads = 256;
-
-// Bytes at which pieces carved out of the scratch buffer start.
-constexpr size_t kScratchAlign = 256;
-
-inline size_t ScratchAlignUp(size_t bytes) {
-  return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
-}
 
 // Blocks for a grid-stride loop over `count` items: enough to fill an H200
 // several times over, capped so that large counts loop instead.

@@ -69,7 +69,7 @@ class Bf16Operands {
 
  private:
   static size_t Bytes(ConstMatrixView v) {
-    return (v.rows * v.cols * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+    return ScratchAlignUp(v.rows * v.cols * sizeof(__nv_bfloat16));
   }
   std::vector<const __nv_bfloat16*> copies_;
 };
