@@ -30,14 +30,19 @@ PY
 flops=$(model_flops "$work/mini_no_mtp.json" 4096)
 echo "FLOPs per token (Megatron + DSA, no MTP): $flops" | tee "$out/bench.txt"
 # OURS_ONLY=1 skips transformers (a profiling run: GLM_OP_TIMES=1 makes the
-# worker log a table of op times at its end, kernels/op_timing_backend.h).
+# worker log a table of op times at its end, kernels/op_timing_backend.h);
+# PROFILE=1 adds a torch.profiler table of one transformers step.
 if [[ -z ${OURS_ONLY:-} ]]; then
+  profile=()
+  [[ -n ${PROFILE:-} ]] && profile=(--profile "$out/transformers_profile.txt")
   python3 bench/gpu_transformers_reference.py --config "$work/mini_no_mtp.json" \
-    --flops-per-token "$flops" --global-batch 8 --steps "$steps" \
+    --flops-per-token "$flops" --global-batch 8 --steps "$steps" "${profile[@]}" \
     2>&1 | tee "$out/transformers.txt"
 fi
+# WORKER_BINARY replaces the worker (bench/nsys_worker.sh runs it under a
+# kernel trace).
 glmctl local --job="$work/job.json" --state-dir="$work/ours" \
-  --worker-binary="$bin/glm-worker" >"$out/ours.glmctl.txt" 2>&1
+  --worker-binary="${WORKER_BINARY:-$bin/glm-worker}" >"$out/ours.glmctl.txt" 2>&1
 cp "$work"/ours/logs/worker-0.log "$out/ours.worker.txt"
 python3 - "$out" "$flops" <<'PY'
 import re, sys

@@ -6,10 +6,13 @@ of our trainer will print beside it.
 
   gpu_transformers_reference.py --config CONFIG.json --flops-per-token F
     [--seq 4096] [--global-batch 8] [--steps 5] [--peak-tflops 989]
+    [--profile TABLE.txt]
 
 CONFIG.json is `glmctl model config --preset=glm5.2-mini`; F is
 `bazel-bin/bench/model_flops glm5.2-mini 4096` (our Megatron-style count with the
-DSA term, so both sides divide by the same work).
+DSA term, so both sides divide by the same work). --profile records one more
+optimizer step under torch.profiler after the timed ones and writes its kernels,
+by total GPU time, to TABLE.txt: where transformers' time goes.
 """
 import argparse
 import json
@@ -29,6 +32,7 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--peak-tflops", type=float, default=989.0,
                         help="dense bf16 peak of the GPU (H100/H200 SXM: 989)")
+    parser.add_argument("--profile", help="write a torch.profiler kernel table here")
     args = parser.parse_args()
     torch.manual_seed(1)
     config = GlmMoeDsaConfig(**json.load(open(args.config)))
@@ -37,16 +41,20 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     ids = torch.randint(0, config.vocab_size, (args.global_batch, args.seq),
                         device="cuda")
-    times = []
-    for step in range(args.steps + 2):  # two warm-up steps
-        torch.cuda.synchronize()
-        start = time.perf_counter()
+
+    def train_step():
         for micro in range(args.global_batch):
             row = ids[micro:micro + 1]
             loss = model(input_ids=row, labels=row).loss / args.global_batch
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+    times = []
+    for step in range(args.steps + 2):  # two warm-up steps
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        train_step()
         torch.cuda.synchronize()
         if step >= 2:
             times.append(time.perf_counter() - start)
@@ -62,6 +70,21 @@ def main():
     print(f"| transformers (sdpa, bf16, AdamW) | {1e3 * step_s:.1f} | "
           f"{tokens_per_s:.0f} | {tflops:.1f} | {100 * tflops / args.peak_tflops:.1f}% | "
           f"{peak_gib:.1f} |")
+    if args.profile:
+        write_profile(train_step, args.profile)
+
+
+def write_profile(train_step, path):
+    """One optimizer step under torch.profiler; kernels by total CUDA time."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        train_step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    with open(path, "w") as f:
+        f.write("one optimizer step (8 micro batches), operators by CUDA time\n")
+        f.write(events.table(sort_by="device_time_total", row_limit=60,
+                             max_name_column_width=70))
 
 
 if __name__ == "__main__":

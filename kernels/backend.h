@@ -193,7 +193,9 @@ class Backend {
   // indices each query attends, -1 = none. out [nq*heads, dv]; lse
   // [nq*heads]: the log-sum-exp of each row's scaled scores over its selected
   // keys, which is all the backward keeps (probabilities are recomputed from
-  // it, never saved). A query with no key gets zeros and lse -inf.
+  // it, never saved). A query with no key gets zeros and lse -inf. When nq ==
+  // nk, query t is key token t and selects keys <= t (the indexer's causal
+  // order): backends may skip the pairs after the diagonal.
   virtual void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                       ConstMatrixView v, const int32_t* keys,
                                       int64_t topk, int64_t heads, float scale,

@@ -23,8 +23,12 @@ inline size_t ScratchAlignUp(size_t bytes) {
 
 // How matrix products round their inputs. kFp32: fp32 inputs and FMA (no
 // TF32), the mode the tight equivalence tests use. kBf16: inputs rounded to
-// bf16, fp32 accumulation and fp32 outputs.
-enum class Precision { kFp32, kBf16 };
+// bf16, fp32 accumulation and fp32 outputs. kTf32: fp32 operands read as TF32
+// by the tensor cores, fp32 accumulation; never a backend's mode, only what
+// the bf16 mode's ops choose for products that bf16 inputs would blur (the
+// indexer's scores, whose ReLU kinks decide gradients) without a conversion
+// pass over their operands.
+enum class Precision { kFp32, kBf16, kTf32 };
 
 class CudaContext {
  public:
@@ -38,6 +42,25 @@ class CudaContext {
   // A second such buffer for ops built from other ops: what they keep across
   // the inner ops' calls lives here, since those take Scratch for themselves.
   virtual void* CompositeScratch(size_t bytes) = 0;
+};
+
+// A context whose matrix products run at another precision; all else is the
+// inner context's.
+class WithPrecision : public CudaContext {
+ public:
+  WithPrecision(CudaContext& inner, Precision precision)
+      : inner_(inner), precision_(precision) {}
+  cudaStream_t stream() const override { return inner_.stream(); }
+  cublasLtHandle_t cublas_lt() const override { return inner_.cublas_lt(); }
+  Precision precision() const override { return precision_; }
+  void* Scratch(size_t bytes) override { return inner_.Scratch(bytes); }
+  void* CompositeScratch(size_t bytes) override {
+    return inner_.CompositeScratch(bytes);
+  }
+
+ private:
+  CudaContext& inner_;
+  Precision precision_;
 };
 
 }  // namespace glm::cuda

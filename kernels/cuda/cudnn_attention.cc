@@ -91,14 +91,16 @@ Inputs AddInputs(fe::graph::Graph& graph, int64_t nq, int64_t nk, int64_t heads,
 
 std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
                                                int64_t heads, int64_t dqk,
-                                               int64_t dv, float scale) {
+                                               int64_t dv, float scale,
+                                               bool causal) {
   auto graph = NewGraph();
   const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sparse_attention")
                      .set_generate_stats(true)
                      .set_attn_scale(scale)
-                     .set_bias(in.bias);
+                     .set_bias(in.bias)
+                     .set_causal_mask(causal);
   auto [o, stats] = graph->sdpa(in.q, in.k, in.v, options);
   SetRows(o, kO, nq, heads, dv);
   stats->set_output(true)
@@ -113,7 +115,8 @@ std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
 // equal.
 std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
                                                 int64_t heads, int64_t dqk,
-                                                int64_t dv, float scale) {
+                                                int64_t dv, float scale,
+                                                bool causal) {
   auto graph = NewGraph();
   const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv);
   auto o = graph->tensor(Rows("o", kO, nq, heads, dv));
@@ -123,6 +126,7 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
                      .set_name("sparse_attention_backward")
                      .set_attn_scale(scale)
                      .set_bias(in.bias)
+                     .set_causal_mask(causal)
                      .set_deterministic_algorithm(true);
   auto [dq, dk, dv_] =
       graph->sdpa_backward(in.q, in.k, in.v, o, dout, stats, options);
@@ -227,15 +231,25 @@ CudnnAttention::~CudnnAttention() {
   cudnnDestroy(handle_);
 }
 
+// Self-attention (nq == nk: query t is key token t, its keys <= t) also
+// masks the pairs after the diagonal, which lets cuDNN skip the tiles there,
+// half of the work; the bias masks them too, so a graph without the causal
+// mask computes the same where cuDNN has no plan with it.
 CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
   auto found = plans_.find(shape);
   if (found != plans_.end()) return found->second.get();
   const auto [nq, nk, heads, dqk, dv, scale, backward] = shape;
-  auto graph = backward ? BackwardGraph(nq, nk, heads, dqk, dv, scale)
-                        : ForwardGraph(nq, nk, heads, dqk, dv, scale);
+  std::shared_ptr<fe::graph::Graph> graph;
+  fe::error_t status;
+  for (const bool causal : {true, false}) {
+    if (causal && nq != nk) continue;
+    graph = backward ? BackwardGraph(nq, nk, heads, dqk, dv, scale, causal)
+                     : ForwardGraph(nq, nk, heads, dqk, dv, scale, causal);
+    status =
+        graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (status.is_good()) break;
+  }
   std::unique_ptr<Plan> plan;
-  const fe::error_t status =
-      graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
   if (status.is_good()) {
     plan = std::make_unique<Plan>();
     plan->graph = graph;

@@ -54,6 +54,46 @@ __device__ __forceinline__ void ForEachElement(int64_t rows, int64_t cols,
   }
 }
 
+// ---- One row in shared memory ----
+//
+// Gathers and scatters at a query's key indices, which come in any order: a
+// block moves the whole row between global memory (coalesced) and shared
+// memory, where the random accesses stay on chip.
+
+// shared[0, cols) = row[0, cols), then a barrier.
+__device__ __forceinline__ void LoadRow(const float* row, int64_t cols,
+                                        float* shared) {
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) shared[i] = row[i];
+  __syncthreads();
+}
+
+// A barrier, then row[0, cols) = shared[0, cols).
+__device__ __forceinline__ void StoreRow(const float* shared, int64_t cols,
+                                         float* row) {
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) row[i] = shared[i];
+}
+
+// Whether a row of `cols` floats fits a block's shared memory (Hopper: 227
+// KiB).
+inline bool RowFitsShared(int64_t cols) {
+  return cols * sizeof(float) <= size_t{227} << 10;
+}
+
+// Dynamic shared memory for a row of `cols` floats (RowFitsShared), allowed
+// to `kernel` beyond the default 48 KiB when the row needs it.
+template <typename Kernel>
+size_t RowSharedBytes(Kernel* kernel, int64_t cols) {
+  assert(RowFitsShared(cols));
+  const size_t bytes = cols * sizeof(float);
+  if (bytes > size_t{48} << 10) {
+    GLM_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(bytes)));
+  }
+  return bytes;
+}
+
 template <typename T>
 __device__ __forceinline__ T WarpSum(T value) {
   for (int offset = 16; offset > 0; offset /= 2) {

@@ -170,6 +170,40 @@ __global__ void ScoreKernel(ConstMatrixView iq, ConstMatrixView ik,
   });
 }
 
+// The bf16 mode's scores of queries [t0, t1) against the keys they can see,
+// [0, key_end): every (query, head) row's dots by one TF32 GEMM into dots
+// [(t1 - t0) * heads, key_end], then each score's heads summed in head order.
+__global__ void SumHeadsKernel(const float* dots, ConstMatrixView w, int64_t t0,
+                               int64_t count, int64_t key_end, float scale,
+                               float* scores, int64_t ld) {
+  const int64_t heads = w.cols;
+  ForEachElement(count, key_end, [&](int64_t r, int64_t s) {
+    const float* weights = RowOf(w, t0 + r);
+    const float* dot = dots + r * heads * key_end + s;
+    float score = 0.f;
+    for (int64_t h = 0; h < heads; ++h) {
+      score = MulAdd(weights[h], fmaxf(scale * dot[h * key_end], 0.f), score);
+    }
+    scores[r * ld + s] = score;
+  });
+}
+
+void HeadScores(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
+                ConstMatrixView w, int64_t query_offset, int64_t t0, int64_t t1,
+                float scale, float* dots, float* scores, int64_t ld) {
+  const int64_t heads = w.cols, count = t1 - t0, key_end = query_offset + t1;
+  WithPrecision tf32(ctx, Precision::kTf32);
+  Linear(tf32,
+         ConstMatrixView{iq.data + t0 * heads * iq.stride, count * heads,
+                         iq.cols, iq.stride},
+         ConstMatrixView{ik.data, key_end, ik.cols, ik.stride},
+         MatrixView{dots, count * heads, key_end, key_end}, false);
+  SumHeadsKernel<<<GridStrideBlocks(count * key_end), kBlockThreads, 0,
+                   ctx.stream()>>>(dots, w, t0, count, key_end, scale, scores,
+                                   ld);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
 // ---- Top-k: selection per query ----
 
 constexpr int kSelectThreads = 512;
@@ -637,98 +671,86 @@ void ReserveKlShared(size_t bytes) {
       static_cast<int>(bytes)));
 }
 
-// dots[(t*heads + h)*topk + j] = scores[t, keys[t*topk + j]] for one head
-// h's scores [count, nk] (-1 slots: 0).
+// Block (t, h): dots[(t*heads + h)*topk + j] = scores[t*heads + h,
+// keys[t*topk + j]] (-1 slots: 0), through the score row in shared memory.
 __global__ void GatherDotsKernel(ConstMatrixView scores, const int32_t* keys,
-                                 int topk, int heads, int h, float* dots) {
-  ForEachElement(scores.rows, topk, [&](int64_t t, int64_t j) {
-    const int32_t key = keys[t * topk + j];
-    dots[(t * heads + h) * topk + j] = key < 0 ? 0.f : At(scores, t, key);
-  });
+                                 int topk, int heads, float* dots) {
+  extern __shared__ float row[];
+  const int64_t r = int64_t{blockIdx.x} * heads + blockIdx.y;
+  LoadRow(RowOf(scores, r), scores.cols, row);
+  const int32_t* selected = keys + int64_t{blockIdx.x} * topk;
+  for (int j = threadIdx.x; j < topk; j += blockDim.x) {
+    const int32_t key = selected[j];
+    dots[r * topk + j] = key < 0 ? 0.f : row[key];
+  }
 }
 
-// grads[t, keys[t*topk + j]] = dot_grad[(t*heads + h)*topk + j] into zeroed
-// grads [count, nk] (a query's keys are distinct).
+// Block (t, h): row t*heads + h of grads is dot_grad[(t*heads + h)*topk + j]
+// at keys[t*topk + j] and 0 elsewhere (a query's keys are distinct).
 __global__ void ScatterDotGradsKernel(const float* dot_grad,
                                       const int32_t* keys, int topk, int heads,
-                                      int h, MatrixView grads) {
-  ForEachElement(grads.rows, topk, [&](int64_t t, int64_t j) {
-    const int32_t key = keys[t * topk + j];
-    if (key >= 0) At(grads, t, key) = dot_grad[(t * heads + h) * topk + j];
-  });
+                                      MatrixView grads) {
+  extern __shared__ float row[];
+  const int64_t r = int64_t{blockIdx.x} * heads + blockIdx.y;
+  for (int64_t i = threadIdx.x; i < grads.cols; i += blockDim.x) row[i] = 0.f;
+  __syncthreads();
+  const int32_t* selected = keys + int64_t{blockIdx.x} * topk;
+  for (int j = threadIdx.x; j < topk; j += blockDim.x) {
+    const int32_t key = selected[j];
+    if (key >= 0) row[key] = dot_grad[r * topk + j];
+  }
+  StoreRow(row, grads.cols, RowOf(grads, r));
 }
 
-// The context with fp32 products whatever its precision.
-class Fp32Products : public CudaContext {
- public:
-  explicit Fp32Products(CudaContext& inner) : inner_(inner) {}
-  cudaStream_t stream() const override { return inner_.stream(); }
-  cublasLtHandle_t cublas_lt() const override { return inner_.cublas_lt(); }
-  Precision precision() const override { return Precision::kFp32; }
-  void* Scratch(size_t bytes) override { return inner_.Scratch(bytes); }
-  void* CompositeScratch(size_t bytes) override {
-    return inner_.CompositeScratch(bytes);
-  }
-
- private:
-  CudaContext& inner_;
-};
-
 // The bf16 mode's loss where the selection is dense (each query selects at
-// least one in 8 of the keys): per head, the dots of a block of queries with
-// every key by one GEMM, the selected ones gathered for the row kernel, then
-// the gradients through one more product of the scattered dot gradients.
-// The products stay fp32 (the ReLU's kink sees the fp32 path's values up to
-// summation order); sums over heads run in head order, so the result is
-// deterministic.
+// least one in 8 of the keys): the dots of a block of queries' heads with
+// every key by one TF32 GEMM, the selected ones gathered for the row kernel,
+// then the gradients through the products of the scattered dot gradients.
+// TF32, not bf16: the ReLU's kink sees the fp32 path's values to about 1e-3
+// relative, and the fp32 operands need no conversion pass. Sums over heads
+// and keys run in a fixed order, so the result is deterministic.
 void DenseKlLoss(CudaContext& ctx, const KlProblem& p, int64_t n,
                  MatrixView diq, MatrixView dik, MatrixView dw, float coeff,
                  double* loss) {
   cudaStream_t stream = ctx.stream();
   const int64_t nk = p.ik.rows, heads = p.heads, topk = p.topk, dim = p.ik.cols;
   const int64_t chunk =
-      ChunkQueries(n, (heads * topk + nk) * int64_t{sizeof(float)});
+      ChunkQueries(n, heads * (topk + nk) * int64_t{sizeof(float)});
   const size_t loss_bytes = ScratchAlignUp(n * sizeof(double)),
                dot_bytes = ScratchAlignUp(chunk * heads * topk * sizeof(float));
   // Linear takes the plain scratch: these live in the composite one.
   char* buffer = static_cast<char*>(ctx.CompositeScratch(
-      loss_bytes + dot_bytes + chunk * nk * sizeof(float)));
+      loss_bytes + dot_bytes + chunk * heads * nk * sizeof(float)));
   auto* row_loss = reinterpret_cast<double*>(buffer);
   auto* dot_grad = reinterpret_cast<float*>(buffer + loss_bytes);
   auto* scores = reinterpret_cast<float*>(buffer + loss_bytes + dot_bytes);
-  Fp32Products fp32(ctx);
+  WithPrecision tf32(ctx, Precision::kTf32);
   const size_t row_shared = topk * (sizeof(double) + sizeof(float));
   ReserveKlShared(row_shared);
+  const size_t gather_shared = RowSharedBytes(GatherDotsKernel, nk),
+               scatter_shared = RowSharedBytes(ScatterDotGradsKernel, nk);
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t count = std::min(chunk, n - t0);
     const int32_t* keys = p.keys + t0 * topk;
-    const MatrixView all{scores, count, nk, nk};
-    auto query_head = [&](auto view, int64_t h) {
-      return decltype(view){view.data + (t0 * heads + h) * view.stride, count,
-                            dim, heads * view.stride};
+    const MatrixView all{scores, count * heads, nk, nk};
+    auto chunk_rows = [&](auto view) {
+      return decltype(view){view.data + t0 * heads * view.stride, count * heads,
+                            dim, view.stride};
     };
-    const unsigned blocks = GridStrideBlocks(count * topk);
-    for (int64_t h = 0; h < heads; ++h) {
-      Linear(fp32, query_head(p.iq, h), p.ik, all, false);
-      GatherDotsKernel<<<blocks, kBlockThreads, 0, stream>>>(
-          all, keys, static_cast<int>(topk), static_cast<int>(heads),
-          static_cast<int>(h), dot_grad);
-      GLM_CUDA_CHECK_LAUNCH();
-    }
+    const dim3 rows(count, heads);
+    Linear(tf32, chunk_rows(p.iq), p.ik, all, false);
+    GatherDotsKernel<<<rows, kBlockThreads, gather_shared, stream>>>(
+        all, keys, static_cast<int>(topk), static_cast<int>(heads), dot_grad);
+    GLM_CUDA_CHECK_LAUNCH();
     KlRowKernel<<<count, kKlThreads, row_shared, stream>>>(p, t0, dot_grad,
                                                            row_loss, dw);
     GLM_CUDA_CHECK_LAUNCH();
     if (diq.empty() && dik.empty()) continue;
-    for (int64_t h = 0; h < heads; ++h) {
-      GLM_CUDA_CHECK(
-          cudaMemsetAsync(scores, 0, count * nk * sizeof(float), stream));
-      ScatterDotGradsKernel<<<blocks, kBlockThreads, 0, stream>>>(
-          dot_grad, keys, static_cast<int>(topk), static_cast<int>(heads),
-          static_cast<int>(h), all);
-      GLM_CUDA_CHECK_LAUNCH();
-      LinearBackward(fp32, query_head(p.iq, h), p.ik, all,
-                     diq.empty() ? MatrixView{} : query_head(diq, h), dik);
-    }
+    ScatterDotGradsKernel<<<rows, kBlockThreads, scatter_shared, stream>>>(
+        dot_grad, keys, static_cast<int>(topk), static_cast<int>(heads), all);
+    GLM_CUDA_CHECK_LAUNCH();
+    LinearBackward(tf32, chunk_rows(p.iq), p.ik, all,
+                   diq.empty() ? MatrixView{} : chunk_rows(diq), dik);
   }
   LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
   GLM_CUDA_CHECK_LAUNCH();
@@ -813,11 +835,6 @@ void AccumulateKeyGrads(CudaContext& ctx, const KlProblem& p, int64_t t0,
 
 }  // namespace
 
-size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset) {
-  const int64_t ld = query_offset + nq;
-  return ChunkQueries(nq, ld * sizeof(float)) * ld * sizeof(float);
-}
-
 void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                  ConstMatrixView w, const int32_t* seq_start,
                  int64_t query_offset, int64_t topk, float scale,
@@ -827,20 +844,33 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   assert(query_offset >= 0 && query_offset + nq <= nk && nk <= INT_MAX);
   assert(topk > 0 && topk <= kMaxTopK);
   if (nq == 0) return;
-  // Scores span the keys any of these queries can see.
+  const bool gemm = ctx.precision() == Precision::kBf16;
+  // Scores span the keys any of these queries can see; the bf16 mode's
+  // products keep each head's dots of a chunk beside them.
   const int64_t ld = query_offset + nq;
-  const int64_t chunk = ChunkQueries(nq, ld * sizeof(float));
+  const int64_t chunk =
+      ChunkQueries(nq, (gemm ? heads + 1 : 1) * ld * sizeof(float));
+  const size_t score_bytes = ScratchAlignUp(chunk * ld * sizeof(float));
+  // Linear takes the plain scratch: the GEMM path's buffers live in the
+  // composite one.
   auto* scores = static_cast<float*>(
-      ctx.Scratch(IndexerTopKScratchBytes(nq, query_offset)));
+      gemm ? ctx.CompositeScratch(score_bytes +
+                                  chunk * heads * ld * sizeof(float))
+           : ctx.Scratch(score_bytes));
+  float* dots = scores + score_bytes / sizeof(float);
   const int sort_size = PowerOfTwoAtLeast(topk);
   cudaStream_t stream = ctx.stream();
   for (int64_t t0 = 0; t0 < nq; t0 += chunk) {
     const int64_t t1 = std::min(nq, t0 + chunk);
-    const dim3 grid((query_offset + t1 + kTileB - 1) / kTileB,
-                    (t1 - t0 + kTileA - 1) / kTileA);
-    ScoreKernel<<<grid, kTileThreads, 0, stream>>>(
-        iq, ik, w, seq_start, query_offset, t0, t1, scale, scores, ld);
-    GLM_CUDA_CHECK_LAUNCH();
+    if (gemm) {
+      HeadScores(ctx, iq, ik, w, query_offset, t0, t1, scale, dots, scores, ld);
+    } else {
+      const dim3 grid((query_offset + t1 + kTileB - 1) / kTileB,
+                      (t1 - t0 + kTileA - 1) / kTileA);
+      ScoreKernel<<<grid, kTileThreads, 0, stream>>>(
+          iq, ik, w, seq_start, query_offset, t0, t1, scale, scores, ld);
+      GLM_CUDA_CHECK_LAUNCH();
+    }
     SelectKernel<<<t1 - t0, kSelectThreads, sort_size * sizeof(uint64_t),
                    stream>>>(scores, ld, seq_start, query_offset, t0,
                              static_cast<int>(topk), sort_size, keys);
@@ -875,7 +905,8 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                     static_cast<int>(heads),
                     scale,
                     coeff / static_cast<float>(n)};
-  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows) {
+  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows &&
+      RowFitsShared(ik.rows)) {
     DenseKlLoss(ctx, p, n, diq, dik, dw, coeff, loss);
     return;
   }

@@ -17,17 +17,17 @@ namespace glm::cuda {
 // token g = query_offset + t. score[t, s] = sum_h w[t,h] * relu(scale *
 // iq[t,h] . ik[s]) over keys s in [seq_start[t], g], in fp32 with each dot
 // summed over d in order and no fused multiply-add: bitwise the CPU's scores,
-// so both backends select the same keys. Writes keys [nq, topk]
-// (contiguous): the min(topk, g - seq_start[t] + 1) best keys, best first
-// (ties: lower index first), -1 after them. topk <= 4096. Takes
-// IndexerTopKScratchBytes(nq, query_offset) bytes from ctx.Scratch.
+// so both backends select the same keys. The bf16 mode computes the dots by
+// TF32 GEMMs instead (its selections differ from the CPU's only between keys
+// whose scores are within about 1e-3 of the scores' scale). Writes keys [nq,
+// topk] (contiguous): the min(topk, g - seq_start[t] + 1) best keys, best
+// first (ties: lower index first), -1 after them. topk <= 4096. Uses
+// ctx.Scratch for a chunk of queries' scores (and, in the bf16 mode,
+// ctx.CompositeScratch for their dots as well).
 void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                  ConstMatrixView w, const int32_t* seq_start,
                  int64_t query_offset, int64_t topk, float scale,
                  int32_t* keys);
-
-// The fp32 scores of a chunk of queries against keys [0, query_offset + nq).
-size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset);
 
 // KL(target || softmax(index scores over the selected keys)), averaged over
 // the n queries (w's rows) and times coeff, written to *loss. keys [n, topk]
@@ -38,9 +38,10 @@ size_t IndexerTopKScratchBytes(int64_t nq, int64_t query_offset);
 // bitwise the CPU's; diq and dw sum over slots in order, as the CPU does; a
 // key's dik row sums, in ascending (query, slot) order, each slot's heads
 // (no atomics: bitwise repeatable). In the bf16 mode, when each query selects
-// at least one in 8 of the keys, the dots and gradients go through fp32 GEMMs
-// per head instead (scores equal up to summation order). topk <= 4096. Takes
-// IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
+// at least one in 8 of the keys, the dots and gradients go through TF32 GEMMs
+// over every head at once instead (ctx.CompositeScratch holds a chunk's dots
+// with every key). topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes
+// from ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,

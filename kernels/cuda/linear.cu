@@ -63,8 +63,8 @@ __global__ void ToBf16Kernel(ConstMatrixView x, __nv_bfloat16* out,
   });
 }
 
-// Turns views into operands: the views themselves in fp32 mode; in bf16 mode
-// bf16 copies, each carved out of the scratch after the workspace.
+// Turns views into operands: the views themselves in fp32 and tf32 modes; in
+// bf16 mode bf16 copies, each carved out of the scratch after the workspace.
 class OperandMaker {
  public:
   OperandMaker(CudaContext& ctx, void* scratch)
@@ -73,7 +73,7 @@ class OperandMaker {
         next_(static_cast<char*>(scratch) + kWorkspaceBytes) {}
 
   Operand Make(ConstMatrixView v) {
-    if (precision_ == Precision::kFp32) {
+    if (precision_ != Precision::kBf16) {
       return {v.data, v.rows, v.cols, LeadingDim(v), CUDA_R_32F};
     }
     auto* out = reinterpret_cast<__nv_bfloat16*>(next_);
@@ -104,6 +104,7 @@ uint32_t Alignment(const void* p) {
 struct PlanKey {
   cublasLtHandle_t handle;
   cudaDataType_t input_type;
+  bool tf32;
   bool trans_a;
   bool trans_b;
   int64_t m;
@@ -118,8 +119,8 @@ struct PlanKey {
   bool accumulate;
 
   auto Tie() const {
-    return std::tie(handle, input_type, trans_a, trans_b, m, n, k, lda, ldb,
-                    ldc, align_a, align_b, align_c, accumulate);
+    return std::tie(handle, input_type, tf32, trans_a, trans_b, m, n, k, lda,
+                    ldb, ldc, align_a, align_b, align_c, accumulate);
   }
   bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
@@ -191,12 +192,14 @@ cublasLtMatmulAlgo_t ChooseAlgorithm(const PlanKey& key, const Plan& plan) {
   return result.algo;
 }
 
-// fp32 compute and scale types in both precisions: CUBLAS_COMPUTE_32F never
-// uses TF32, and bf16 inputs accumulate in fp32 into fp32 outputs.
+// fp32 accumulation and scale type in every precision: CUBLAS_COMPUTE_32F
+// never uses TF32 (unless asked with the FAST_TF32 compute type), and bf16
+// inputs accumulate in fp32 into fp32 outputs.
 Plan MakePlan(const PlanKey& key) {
   Plan plan;
-  GLM_CUBLAS_CHECK(
-      cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  GLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+      &plan.desc, key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      CUDA_R_32F));
   SetDescAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
                    key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   SetDescAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
@@ -234,6 +237,7 @@ void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
   assert(a.type == b.type);
   const PlanKey key{ctx.cublas_lt(),
                     a.type,
+                    ctx.precision() == Precision::kTf32,
                     trans_b,
                     trans_a,
                     c.cols,

@@ -1,6 +1,7 @@
 // Linear layer without bias through cuBLASLt: y = x w^T, x [n, in], w [out,
 // in], all device views. The context's precision picks fp32 products (no
-// TF32) or bf16 inputs with fp32 accumulation and fp32 outputs.
+// TF32), TF32 products, or bf16 inputs; all accumulate in fp32 into fp32
+// outputs.
 #ifndef GLM_KERNELS_CUDA_LINEAR_CUH_
 #define GLM_KERNELS_CUDA_LINEAR_CUH_
 

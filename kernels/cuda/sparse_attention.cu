@@ -415,19 +415,23 @@ __global__ void HeadSumKernel(ConstMatrixView probs, int heads,
   });
 }
 
-// weights[t, j] (+)= exp(scale * scores[t, keys[t, j]] - lse[t*heads + h]) for
-// one head's scores [nq, nk]; the first head writes, the others add.
+// Block t: weights[t, j] (+)= exp(scale * scores[t, keys[t, j]] -
+// lse[t*heads + h]) for one head's scores [nq, nk], read through the score
+// row in shared memory; the first head writes, the others add.
 __global__ void AddHeadWeightsKernel(ConstMatrixView scores,
                                      const int32_t* keys, const float* lse,
                                      int heads, int h, float scale,
                                      MatrixView weights) {
-  ForEachElement(weights.rows, weights.cols, [&](int64_t t, int64_t j) {
+  extern __shared__ float row[];
+  const int64_t t = blockIdx.x;
+  LoadRow(&At(scores, t, 0), scores.cols, row);
+  const float row_lse = lse[t * heads + h];
+  for (int64_t j = threadIdx.x; j < weights.cols; j += blockDim.x) {
     const int32_t key = keys[t * weights.cols + j];
-    const float p =
-        key < 0 ? 0.f : expf(scale * At(scores, t, key) - lse[t * heads + h]);
+    const float p = key < 0 ? 0.f : expf(scale * row[key] - row_lse);
     float& w = At(weights, t, j);
     w = h == 0 ? p : w + p;
-  });
+  }
 }
 
 // Block (query tile, head): the first walk sums p * (dout . v) per row (in
@@ -809,7 +813,7 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
   if (nq == 0) return;
   cudaStream_t stream = ctx.stream();
-  if (!UseTiles(nk, topk, 0)) {
+  if (!UseTiles(nk, topk, 0) || !RowFitsShared(nk)) {
     // Sparse selections: each row's probabilities by the forward's gather
     // kernel (normalized by its own sums, equal to exp(score - lse) up to
     // rounding; it reads no values when it writes no output: k stands in).
@@ -835,6 +839,7 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
       std::max<int64_t>(1, kScoreBlockBytes / (nk * int64_t{sizeof(float)}));
   float* scores_data = static_cast<float*>(
       ctx.CompositeScratch(std::min(nq, block_rows) * nk * sizeof(float)));
+  const size_t row_shared = RowSharedBytes(AddHeadWeightsKernel, nk);
   for (int64_t first = 0; first < nq; first += block_rows) {
     const int64_t rows = std::min(block_rows, nq - first);
     const MatrixView scores{scores_data, rows, nk, nk};
@@ -844,8 +849,7 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
       const ConstMatrixView k_head{k.data + h * k.stride, nk, k.cols,
                                    heads * k.stride};
       Linear(ctx, q_head, k_head, scores, false);
-      AddHeadWeightsKernel<<<GridStrideBlocks(rows * topk), kBlockThreads, 0,
-                             stream>>>(
+      AddHeadWeightsKernel<<<rows, kBlockThreads, row_shared, stream>>>(
           scores, keys + first * topk, lse + first * heads,
           static_cast<int>(heads), static_cast<int>(h), scale,
           weights.Rows(first, rows));

@@ -2181,6 +2181,14 @@ void AddAttentionCases(Factories& f) {
   AddAttention(f, "tiny", tiny, TinyQueries(), false);
   AddAttention(f, "small", small, small_q, true);
   AddAttention(f, "glm5.2-mini", mini, mini_q, false);
+  // Self-attention (nq == nk) at glm5.2-mini's head dims, top-512 of 1024
+  // tokens: the bf16 mode's causal cuDNN graphs.
+  AttentionShape self = mini;
+  self.key_tokens = 1024;
+  self.topk = 512;
+  const Queries self_q = ShortAndLong(1024, 0, 1024);
+  AddAttention(f, "mini self", self, self_q, false);
+  AddAttentionBackward(f, "mini self", self, self_q, false, true, true);
   AddAttentionBackward(f, "tiny", tiny, TinyQueries(), false, true, true);
   AddAttentionBackward(f, "small", small, small_q, true, true, true);
   AddAttentionBackward(f, "small", small, small_q, true, false, true);
