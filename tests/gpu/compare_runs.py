@@ -39,7 +39,8 @@ def main():
     runs = {r: losses(state, r) for r in
             ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16", "resume_gpu",
              "resume_cpu", "shared_gpu_one", "shared_gpu_dp2", "shared_gpu_pp2",
-              "shared_gpu_ep2", "sft", "lora", "long_context"]}
+              "shared_gpu_ep2", "sft", "lora", "long_context", "cpu_50",
+              "cpu_50_dp2"]}
     rows = []
 
     def check(name, ok, measured, limit):
@@ -87,8 +88,15 @@ def main():
               f"{len(run)} iterations" + (f", {run[1]:.4f} -> {run[steps]:.4f}"
                                           if ok else ""), "")
     # How the runs drift apart: rounding-level differences that training
-    # amplifies (a router or top-k choice that flips), reported, not checked.
-    for a, b in [("cuda_fp32", "cpu"), ("shared_gpu_dp2", "shared_gpu_one"),
+    # amplifies (a router or top-k choice that flips), reported, not checked;
+    # cpu_50_dp2 vs cpu_50 is the CPU reference against itself.
+    ref = [s for s in range(1, 51) if s in runs["cpu_50"] and s in runs["cpu_50_dp2"]]
+    if ref:
+        rows.append(("reference drift: CPU DP2 vs one CPU worker (1-50)", "INFO",
+                     f"max rel {max_rel(runs['cpu_50_dp2'], runs['cpu_50'], ref):.2e}",
+                     ""))
+    for a, b in [("cuda_fp32", "cpu"), ("cpu_50_dp2", "cpu_50"),
+                 ("shared_gpu_dp2", "shared_gpu_one"),
                  ("shared_gpu_pp2", "shared_gpu_one"),
                  ("shared_gpu_ep2", "shared_gpu_one")]:
         steps = [s for s in sorted(runs[a]) if s in runs[b]]

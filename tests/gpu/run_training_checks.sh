@@ -44,6 +44,11 @@ run shared_gpu_one tests/gpu/jobs/tiny_cuda_fp32_50.json
 for parallel in dp2 pp2 ep2; do
   run "shared_gpu_$parallel" "tests/gpu/jobs/tiny_cuda_fp32_$parallel.json" --workers=2
 done
+# The reference against itself: the CPU backend under DP2 (the same math, the
+# gradient summed in another order) beside one CPU worker, so the drift above
+# can be read against how far rounding order alone carries this training.
+run cpu_50 tests/gpu/jobs/tiny_cpu_50.json
+run cpu_50_dp2 tests/gpu/jobs/tiny_cpu_50_dp2.json --workers=2
 for mode in sft lora; do
   mkdir -p "$state/$mode"
   cp -r "$state/cuda_fp32/hf-export" "$state/$mode/"
