@@ -415,22 +415,29 @@ __global__ void HeadSumKernel(ConstMatrixView probs, int heads,
   });
 }
 
-// Block t: weights[t, j] (+)= exp(scale * scores[t, keys[t, j]] -
-// lse[t*heads + h]) for one head's scores [nq, nk], read through the score
-// row in shared memory; the first head writes, the others add.
-__global__ void AddHeadWeightsKernel(ConstMatrixView scores,
-                                     const int32_t* keys, const float* lse,
-                                     int heads, int h, float scale,
-                                     MatrixView weights) {
+// Block t: weights[t, j] = sum over heads h, in order, of exp(scale *
+// scores_h[t, keys[t, j]] - lse[t*heads + h]), each head's score row read
+// through shared memory. scores holds the heads' [rows, nk] blocks one
+// after another.
+__global__ void HeadWeightsKernel(const float* scores, int64_t rows, int64_t nk,
+                                  const int32_t* keys, const float* lse,
+                                  int heads, float scale, MatrixView weights) {
   extern __shared__ float row[];
-  const int64_t t = blockIdx.x;
-  LoadRow(&At(scores, t, 0), scores.cols, row);
-  const float row_lse = lse[t * heads + h];
-  for (int64_t j = threadIdx.x; j < weights.cols; j += blockDim.x) {
-    const int32_t key = keys[t * weights.cols + j];
-    const float p = key < 0 ? 0.f : expf(scale * row[key] - row_lse);
-    float& w = At(weights, t, j);
-    w = h == 0 ? p : w + p;
+  float* sum = row + nk;  // [topk]: each thread keeps its own slots
+  const int64_t t = blockIdx.x, topk = weights.cols;
+  const int32_t* selected = keys + t * topk;
+  for (int h = 0; h < heads; ++h) {
+    LoadRow(scores + (h * rows + t) * nk, nk, row);
+    const float row_lse = lse[t * heads + h];
+    for (int64_t j = threadIdx.x; j < topk; j += blockDim.x) {
+      const int32_t key = selected[j];
+      const float p = key < 0 ? 0.f : expf(scale * row[key] - row_lse);
+      sum[j] = h == 0 ? p : sum[j] + p;
+    }
+    __syncthreads();  // the next head's row overwrites this one
+  }
+  for (int64_t j = threadIdx.x; j < topk; j += blockDim.x) {
+    At(weights, t, j) = sum[j];
   }
 }
 
@@ -813,7 +820,7 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
   if (nq == 0) return;
   cudaStream_t stream = ctx.stream();
-  if (!UseTiles(nk, topk, 0) || !RowFitsShared(nk)) {
+  if (!UseTiles(nk, topk, 0) || !RowFitsShared(nk + topk)) {
     // Sparse selections: each row's probabilities by the forward's gather
     // kernel (normalized by its own sums, equal to exp(score - lse) up to
     // rounding; it reads no values when it writes no output: k stands in).
@@ -830,31 +837,30 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
     GLM_CUDA_CHECK_LAUNCH();
     return;
   }
-  // Dense selections: the scores of one head for a block of queries by one
-  // GEMM (Linear takes the plain scratch for itself, so the scores live in
-  // the composite scratch, at most kScoreBlockBytes), then the selected ones,
-  // head by head in order.
-  constexpr int64_t kScoreBlockBytes = int64_t{256} << 20;
-  const int64_t block_rows =
-      std::max<int64_t>(1, kScoreBlockBytes / (nk * int64_t{sizeof(float)}));
-  float* scores_data = static_cast<float*>(
-      ctx.CompositeScratch(std::min(nq, block_rows) * nk * sizeof(float)));
-  const size_t row_shared = RowSharedBytes(AddHeadWeightsKernel, nk);
+  // Dense selections: each head's scores for a block of queries by one GEMM
+  // (Linear takes the plain scratch for itself, so the scores live in the
+  // composite scratch, at most kScoreBlockBytes for all heads), then the
+  // selected ones summed over heads in order.
+  constexpr int64_t kScoreBlockBytes = int64_t{512} << 20;
+  const int64_t block_rows = std::max<int64_t>(
+      1, kScoreBlockBytes / (heads * nk * int64_t{sizeof(float)}));
+  float* scores = static_cast<float*>(ctx.CompositeScratch(
+      heads * std::min(nq, block_rows) * nk * sizeof(float)));
+  const size_t row_shared = RowSharedBytes(HeadWeightsKernel, nk + topk);
   for (int64_t first = 0; first < nq; first += block_rows) {
     const int64_t rows = std::min(block_rows, nq - first);
-    const MatrixView scores{scores_data, rows, nk, nk};
     for (int64_t h = 0; h < heads; ++h) {
       const ConstMatrixView q_head{q.data + (first * heads + h) * q.stride,
                                    rows, q.cols, heads * q.stride};
       const ConstMatrixView k_head{k.data + h * k.stride, nk, k.cols,
                                    heads * k.stride};
-      Linear(ctx, q_head, k_head, scores, false);
-      AddHeadWeightsKernel<<<rows, kBlockThreads, row_shared, stream>>>(
-          scores, keys + first * topk, lse + first * heads,
-          static_cast<int>(heads), static_cast<int>(h), scale,
-          weights.Rows(first, rows));
-      GLM_CUDA_CHECK_LAUNCH();
+      Linear(ctx, q_head, k_head,
+             MatrixView{scores + h * rows * nk, rows, nk, nk}, false);
     }
+    HeadWeightsKernel<<<rows, kBlockThreads, row_shared, stream>>>(
+        scores, rows, nk, keys + first * topk, lse + first * heads,
+        static_cast<int>(heads), scale, weights.Rows(first, rows));
+    GLM_CUDA_CHECK_LAUNCH();
   }
 }
 
