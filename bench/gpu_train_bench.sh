@@ -39,8 +39,8 @@ if [[ -z ${OURS_ONLY:-} ]]; then
     --flops-per-token "$flops" --global-batch 8 --steps "$steps" "${profile[@]}" \
     2>&1 | tee "$out/transformers.txt"
 fi
-# WORKER_BINARY replaces the worker (bench/nsys_worker.sh runs it under a
-# kernel trace).
+# WORKER_BINARY replaces the worker (bench/ncu_worker.sh times its kernels
+# one by one).
 glmctl local --job="$work/job.json" --state-dir="$work/ours" \
   --worker-binary="${WORKER_BINARY:-$bin/glm-worker}" >"$out/ours.glmctl.txt" 2>&1
 cp "$work"/ours/logs/worker-0.log "$out/ours.worker.txt"
