@@ -26,6 +26,8 @@ job["training"].update(trainIters=steps, globalBatchSize=8, microBatchSize=1,
 for key in ["saveDir", "exportHfDir"]:
     job["training"].pop(key, None)
 json.dump(job, open(f"{work}/job.json", "w"), indent=2)
+job["model"] = {"hfConfigJson": json.dumps(json.load(open(f"{work}/mini.json")))}
+json.dump(job, open(f"{work}/job_mtp.json", "w"), indent=2)
 PY
 flops=$(model_flops "$work/mini_no_mtp.json" 4096)
 echo "FLOPs per token (Megatron + DSA, no MTP): $flops" | tee "$out/bench.txt"
@@ -41,24 +43,39 @@ if [[ -z ${OURS_ONLY:-} ]]; then
 fi
 # WORKER_BINARY replaces the worker (bench/ncu_worker.sh times its kernels
 # one by one).
-glmctl local --job="$work/job.json" --state-dir="$work/ours" \
-  --worker-binary="${WORKER_BINARY:-$bin/glm-worker}" >"$out/ours.glmctl.txt" 2>&1
-cp "$work"/ours/logs/worker-0.log "$out/ours.worker.txt"
-python3 - "$out" "$flops" <<'PY'
+gemm=$(sed -n 's/^bf16 GEMM rate.*: \([0-9.]*\) TFLOP\/s$/\1/p' \
+  "$out/transformers.txt" 2>/dev/null)
+# Our run: its rows join the table (MFU of the GEMM rate when transformers'
+# run measured one in this call).
+ours() {  # name job flops-per-token label
+  glmctl local --job="$2" --state-dir="$work/$1" \
+    --worker-binary="${WORKER_BINARY:-$bin/glm-worker}" >"$out/$1.glmctl.txt" 2>&1
+  cp "$work/$1/logs/worker-0.log" "$out/$1.worker.txt"
+  python3 - "$out" "$1" "$3" "$4" "${gemm:-0}" <<'PY'
 import re, sys
-out, flops = sys.argv[1], float(sys.argv[2])
+out, name, flops, label, gemm = sys.argv[1], sys.argv[2], float(sys.argv[3]), \
+    sys.argv[4], float(sys.argv[5])
 lines = re.findall(r"iteration\s+(\d+)/.*?\(ms\): (\S+) \|.*?peak memory \(MiB\): (\S+)",
-                   open(f"{out}/ours.worker.txt").read())
+                   open(f"{out}/{name}.worker.txt").read())
 timed = [float(ms) for it, ms, _ in lines if int(it) > 1]
 if not timed:
-    print("ours: no timed step (see ours.glmctl.txt)")
+    print(f"{name}: no timed step (see {name}.glmctl.txt)")
     sys.exit(0)
 step_s = sum(timed) / len(timed) / 1e3
 tokens = 8 * 4096 / step_s
 tflops = tokens * flops / 1e12
 peak = float(lines[-1][2]) / 1024
-row = (f"| ours (CUDA backend, bf16, fp32 AdamW) | {1e3 * step_s:.1f} | {tokens:.0f} | "
-       f"{tflops:.1f} | {100 * tflops / 989:.1f}% | {peak:.1f} |")
+of_gemm = f"{100 * tflops / gemm:.1f}%" if gemm > 0 else "-"
+row = (f"| {label} | {1e3 * step_s:.1f} | {tokens:.0f} | {tflops:.1f} | "
+       f"{100 * tflops / 989:.1f}% | {of_gemm} | {peak:.1f} |")
 print(row)
 open(f"{out}/bench.txt", "a").write(row + "\n")
 PY
+}
+ours ours "$work/job.json" "$flops" "ours (CUDA backend, bf16, fp32 AdamW)"
+# MTP=1 adds our run with glm5.2-mini's MTP layer on (transformers has none),
+# counted with the MTP layer's FLOPs.
+if [[ -n ${MTP:-} ]]; then
+  mtp_flops=$(model_flops "$work/mini.json" 4096)
+  ours ours_mtp "$work/job_mtp.json" "$mtp_flops" "ours, MTP layer on"
+fi
