@@ -12,10 +12,62 @@ namespace glm {
 
 int64_t UnixMillisNow() { return absl::ToUnixMillis(absl::Now()); }
 
+namespace {
+
+bool IsLive(v1::JobState state) {
+  return state == v1::PENDING || state == v1::SCHEDULED || state == v1::RUNNING;
+}
+
+}  // namespace
+
 JobTable::JobTable(JobStore* store) : store_(store) {}
+
+absl::Status JobTable::EnsureIndex() {
+  if (indexed_) return absl::OkStatus();
+  absl::StatusOr<std::vector<v1::Job>> jobs = store_->List();
+  if (!jobs.ok()) return jobs.status();
+  for (const v1::Job& job : *jobs) {
+    Reindex(job.id(), v1::JOB_STATE_UNSPECIFIED, job.state());
+  }
+  indexed_ = true;
+  return absl::OkStatus();
+}
+
+void JobTable::Reindex(const std::string& id, v1::JobState from,
+                       v1::JobState to) {
+  if (from == to) return;
+  if (from != v1::JOB_STATE_UNSPECIFIED) {
+    --counts_[from];
+    if (IsLive(from)) live_ids_[from].erase(id);
+  }
+  ++counts_[to];
+  if (IsLive(to)) live_ids_[to].insert(id);
+}
+
+absl::StatusOr<JobStore::Page> JobTable::LivePage(
+    const std::vector<v1::JobState>& states, const std::string& after_id,
+    size_t limit) {
+  std::set<std::string> ids;
+  for (v1::JobState state : states) {
+    const std::set<std::string>& live = live_ids_[state];
+    ids.insert(live.upper_bound(after_id), live.end());
+  }
+  JobStore::Page page;
+  for (const std::string& id : ids) {
+    if (page.jobs.size() == limit) {
+      page.next_after = page.jobs.back().id();
+      break;
+    }
+    absl::StatusOr<v1::Job> job = store_->Get(id);
+    if (!job.ok()) return job.status();
+    page.jobs.push_back(*std::move(job));
+  }
+  return page;
+}
 
 absl::StatusOr<v1::Job> JobTable::Create(const v1::JobSpec& spec) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status indexed = EnsureIndex(); !indexed.ok()) return indexed;
   absl::StatusOr<std::string> id = store_->AllocateJobId();
   if (!id.ok()) return id.status();
   const int64_t now = UnixMillisNow();
@@ -36,6 +88,7 @@ absl::StatusOr<v1::Job> JobTable::Create(const v1::JobSpec& spec) {
   if (absl::Status put = PutAndPublish(job, std::move(event)); !put.ok()) {
     return put;
   }
+  Reindex(job.id(), v1::JOB_STATE_UNSPECIFIED, job.state());
   return job;
 }
 
@@ -59,6 +112,10 @@ absl::StatusOr<JobStore::Page> JobTable::ListPage(
     return std::find(states.begin(), states.end(), job.state()) != states.end();
   };
   absl::MutexLock lock(&mu_);
+  if (!states.empty() && std::all_of(states.begin(), states.end(), IsLive)) {
+    if (absl::Status indexed = EnsureIndex(); !indexed.ok()) return indexed;
+    return LivePage(states, after_id, limit);
+  }
   return store_->ListPage(after_id, limit,
                           states.empty()
                               ? std::function<bool(const v1::Job&)>()
@@ -69,8 +126,10 @@ absl::StatusOr<v1::Job> JobTable::Transition(
     const std::string& id, v1::JobState to, const std::string& reason,
     const std::function<void(v1::Job*)>& also) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status indexed = EnsureIndex(); !indexed.ok()) return indexed;
   absl::StatusOr<v1::Job> job = store_->Get(id);
   if (!job.ok()) return job.status();
+  const v1::JobState from = job->state();
   if (absl::Status moved = ApplyTransition(to, reason, UnixMillisNow(), &*job);
       !moved.ok()) {
     return absl::Status(moved.code(), absl::StrCat(id, ": ", moved.message()));
@@ -81,6 +140,7 @@ absl::StatusOr<v1::Job> JobTable::Transition(
   if (absl::Status put = PutAndPublish(*job, std::move(event)); !put.ok()) {
     return put;
   }
+  Reindex(id, from, job->state());
   return job;
 }
 
@@ -122,10 +182,12 @@ absl::StatusOr<std::shared_ptr<JobSubscription>> JobTable::Watch(
 }
 
 absl::StatusOr<std::map<v1::JobState, int>> JobTable::CountByState() {
-  absl::StatusOr<std::vector<v1::Job>> jobs = List({});
-  if (!jobs.ok()) return jobs.status();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status indexed = EnsureIndex(); !indexed.ok()) return indexed;
   std::map<v1::JobState, int> counts;
-  for (const v1::Job& job : *jobs) ++counts[job.state()];
+  for (const auto& [state, count] : counts_) {
+    if (count > 0) counts[state] = count;
+  }
   return counts;
 }
 

@@ -1,7 +1,10 @@
 #include "coordinator/job_table.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -57,6 +60,85 @@ TEST_F(JobTableTest, CreateTransitionAndList) {
   auto counts = table_->CountByState();
   ASSERT_TRUE(counts.ok());
   EXPECT_EQ((*counts)[v1::SCHEDULED], 1);
+}
+
+// The ids of the jobs in `jobs`, in order.
+std::vector<std::string> Ids(const std::vector<v1::Job>& jobs) {
+  std::vector<std::string> ids;
+  for (const v1::Job& job : jobs) ids.push_back(job.id());
+  return ids;
+}
+
+// What a scan of the store says about the jobs in `states`.
+std::vector<std::string> ScannedIds(const JobStore& store,
+                                    const std::vector<v1::JobState>& states) {
+  std::vector<std::string> ids;
+  const absl::StatusOr<std::vector<v1::Job>> jobs = store.List();
+  for (const v1::Job& job : *jobs) {
+    if (std::find(states.begin(), states.end(), job.state()) != states.end()) {
+      ids.push_back(job.id());
+    }
+  }
+  return ids;
+}
+
+TEST_F(JobTableTest, LiveListsFollowEveryChangeAndSurviveAReopen) {
+  // 30 jobs left in a mix of states, terminal ones among them.
+  std::vector<std::string> created;
+  for (int i = 0; i < 30; ++i) {
+    v1::JobSpec spec;
+    spec.set_name("job-" + std::to_string(i));
+    created.push_back(table_->Create(spec)->id());
+    if (i % 3 == 0) continue;  // PENDING
+    ASSERT_TRUE(table_->Transition(created.back(), v1::SCHEDULED, "").ok());
+    if (i % 3 == 1) continue;  // SCHEDULED
+    ASSERT_TRUE(table_->Transition(created.back(), v1::RUNNING, "").ok());
+    if (i % 5 == 0) {
+      ASSERT_TRUE(table_->Transition(created.back(), v1::FAILED, "").ok());
+    }
+  }
+  ASSERT_TRUE(table_->Transition(created[3], v1::CANCELLED, "").ok());
+  const std::vector<std::vector<v1::JobState>> queries = {
+      {v1::PENDING},
+      {v1::SCHEDULED, v1::RUNNING},
+      {v1::RUNNING, v1::PENDING, v1::RUNNING},
+      {v1::FAILED},
+      {}};
+  // A second table over the same store rebuilds its index from it.
+  JobTable reopened(store_.get());
+  for (JobTable* table : {table_.get(), &reopened}) {
+    for (const std::vector<v1::JobState>& states : queries) {
+      absl::StatusOr<std::vector<v1::Job>> listed = table->List(states);
+      ASSERT_TRUE(listed.ok()) << listed.status();
+      std::vector<std::string> expected = ScannedIds(*store_, states);
+      if (states.empty()) expected = Ids(*store_->List());
+      EXPECT_EQ(Ids(*listed), expected);
+    }
+    // Pages of 4 after a given id, as the store's ListPage pages.
+    std::vector<std::string> paged;
+    std::string after;
+    do {
+      absl::StatusOr<JobStore::Page> page =
+          table->ListPage({v1::SCHEDULED, v1::RUNNING}, after, 4);
+      ASSERT_TRUE(page.ok()) << page.status();
+      ASSERT_LE(page->jobs.size(), 4u);
+      for (const v1::Job& job : page->jobs) paged.push_back(job.id());
+      after = page->next_after;
+    } while (!after.empty());
+    EXPECT_EQ(paged, ScannedIds(*store_, {v1::SCHEDULED, v1::RUNNING}));
+    absl::StatusOr<std::map<v1::JobState, int>> counts = table->CountByState();
+    ASSERT_TRUE(counts.ok());
+    for (v1::JobState state :
+         {v1::PENDING, v1::SCHEDULED, v1::RUNNING, v1::FAILED, v1::CANCELLED}) {
+      EXPECT_EQ((*counts)[state],
+                static_cast<int>(ScannedIds(*store_, {state}).size()))
+          << v1::JobState_Name(state);
+    }
+  }
+  // A change through one table is seen by its own lists at once.
+  ASSERT_TRUE(table_->Transition(created[0], v1::CANCELLED, "").ok());
+  EXPECT_EQ(Ids(*table_->List({v1::PENDING})),
+            ScannedIds(*store_, {v1::PENDING}));
 }
 
 TEST_F(JobTableTest, ConcurrentClientsMakeExactlyOneTerminalChange) {
