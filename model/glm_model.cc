@@ -61,7 +61,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   op_ids_ = IndexTensor::FromHost(ids_);
 
   ForwardResult result;
-  ForwardLayers(&result);
+  ForwardLayers();
   const bool with_mtp = !params_->mtp.empty();
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
@@ -71,6 +71,9 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
       layers_.empty() ? nullptr : layers_.back().attn.topk, &head_);
   result.lm_loss = losses.lm_loss;
   result.mtp_loss = losses.mtp_loss;
+  // Recorded after the whole forward is queued: the expert loads are read
+  // from the device together, not with a wait after every MoE layer.
+  for (const DecoderLayerActivations& layer : layers_) Record(layer, &result);
   if (options_.return_logits) result.logits = head_.logits;
   if (with_mtp) {
     Record(head_.mtp[0].layer, &result);
@@ -86,7 +89,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   return result;
 }
 
-void GlmModel::ForwardLayers(ForwardResult* result) {
+void GlmModel::ForwardLayers() {
   const ModelConfig& config = params_->config();
   const int64_t n = layout_.tokens, hidden = config.hidden_size;
   const int layers = config.num_hidden_layers;
@@ -103,7 +106,6 @@ void GlmModel::ForwardLayers(ForwardResult* result) {
     DecoderLayerForward(*backend_, params_->layers[i], spec_,
                         hidden_[i].Matrix(), layout_, shared,
                         hidden_[i + 1].Matrix(), &layers_[i]);
-    Record(layers_[i], result);
   }
 }
 

@@ -72,8 +72,8 @@ class GlmModel {
   absl::Status Backward();
 
  private:
-  // The decoder layers, appending to `result`.
-  void ForwardLayers(ForwardResult* result);
+  // The decoder layers, into layers_ and hidden_.
+  void ForwardLayers();
   // Adds one decoder layer's top-k, routing and indexer loss to `result`.
   void Record(const DecoderLayerActivations& layer,
               ForwardResult* result) const;

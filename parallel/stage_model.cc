@@ -120,6 +120,10 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
                         acts->hidden[i - first_].Matrix(), acts->layout, shared,
                         acts->hidden.back().Matrix(),
                         &acts->layers[i - first_]);
+  }
+  // Read after the stage's layers are queued: the expert loads come from the
+  // device together, not with a wait after every MoE layer.
+  for (int i = first_; i < end_; ++i) {
     AddLayer(i, acts->layers[i - first_], &losses);
   }
   if (last()) {
