@@ -97,17 +97,22 @@ inline bool RowFitsShared(int64_t cols) {
   return cols * sizeof(float) <= size_t{227} << 10;
 }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory, beyond the
+// default 48 KiB.
+template <typename Kernel>
+void AllowShared(Kernel* kernel, size_t bytes) {
+  GLM_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)));
+}
+
 // Dynamic shared memory for a row of `cols` floats (RowFitsShared), allowed
-// to `kernel` beyond the default 48 KiB when the row needs it.
+// to `kernel`.
 template <typename Kernel>
 size_t RowSharedBytes(Kernel* kernel, int64_t cols) {
   assert(RowFitsShared(cols));
   const size_t bytes = cols * sizeof(float);
-  if (bytes > size_t{48} << 10) {
-    GLM_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(bytes)));
-  }
+  AllowShared(kernel, bytes);
   return bytes;
 }
 

@@ -423,8 +423,6 @@ __device__ void AccumulateWeightGrad(const KlProblem& p,
   dw_row[h] = acc;
 }
 
-// Replaces each dot by d loss / d dot: dz * w[h] * scale where the ReLU is
-// active, 0 elsewhere and on -1 slots.
 // As AccumulateWeightGrad, each head's sum over slots by one warp: lanes
 // stride over the slots in double, then a fixed shuffle tree.
 __device__ void AccumulateWeightGradTree(const KlProblem& p,
@@ -443,6 +441,8 @@ __device__ void AccumulateWeightGradTree(const KlProblem& p,
   }
 }
 
+// Replaces each dot by d loss / d dot: dz * w[h] * scale where the ReLU is
+// active, 0 elsewhere and on -1 slots.
 __device__ void DotGrads(const KlProblem& p, const int32_t* selected,
                          const float* dz, const float* weights, float* dots) {
   for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
@@ -686,14 +686,6 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
   if (threadIdx.x == 0) *loss = coeff * total / static_cast<double>(n);
 }
 
-// Allows KlRowKernel `bytes` of dynamic shared memory: at topk 4096 that is
-// more than the default 48 KiB less the kernel's static shared memory.
-void ReserveKlShared(size_t bytes) {
-  GLM_CUDA_CHECK(cudaFuncSetAttribute(
-      KlRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(bytes)));
-}
-
 // Block (t, h): dots[(t*heads + h)*topk + j] = scores[t*heads + h,
 // keys[t*topk + j]] (-1 slots: 0), through the score row in shared memory.
 __global__ void GatherDotsKernel(ConstMatrixView scores, const int32_t* keys,
@@ -750,7 +742,7 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   auto* scores = reinterpret_cast<float*>(buffer + loss_bytes + dot_bytes);
   WithPrecision tf32(ctx, Precision::kTf32);
   const size_t row_shared = topk * (sizeof(double) + sizeof(float));
-  ReserveKlShared(row_shared);
+  AllowShared(KlRowKernel, row_shared);
   const size_t gather_shared = RowSharedBytes(GatherDotsKernel, nk),
                scatter_shared = RowSharedBytes(ScatterDotGradsKernel, nk);
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
@@ -940,7 +932,7 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   auto* row_loss = reinterpret_cast<double*>(scratch + plan.row_loss);
   auto* dot_grad = reinterpret_cast<float*>(scratch + plan.dot_grad);
   const size_t row_shared = topk * (sizeof(double) + sizeof(float));
-  ReserveKlShared(row_shared);
+  AllowShared(KlRowKernel, row_shared);
   const int64_t col_tiles = (dim + kProductCols - 1) / kProductCols;
   for (int64_t t0 = 0; t0 < n; t0 += plan.chunk) {
     const int64_t count = std::min(plan.chunk, n - t0);

@@ -747,13 +747,6 @@ bool UseTiles(int64_t nk, int64_t topk, size_t shared_bytes) {
          shared_bytes <= kMaxTileSharedBytes;
 }
 
-template <typename Kernel>
-void AllowShared(Kernel kernel, size_t bytes) {
-  GLM_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes)));
-}
-
 dim3 TileGrid(int64_t rows, int64_t heads) {
   return dim3(static_cast<unsigned int>((rows + kTileRows - 1) / kTileRows),
               static_cast<unsigned int>(heads));
