@@ -51,7 +51,14 @@ struct AttentionRows {
   TokenRows chunk;   // the queries: this rank's context chunk
   TokenRange local;  // x's rows: its tensor-parallel part of the chunk's rows
   std::vector<int32_t> positions;  // of the chunk's tokens
-  IndexTensor op_positions;        // the same where the ops read them
+  // The positions where the ops read them: the layout's own when the chunk
+  // is every token (one rank: no upload per layer), else the chunk's.
+  const IndexTensor* layout_positions;
+  IndexTensor chunk_positions;
+  const int32_t* op_positions() const {
+    return chunk_positions.empty() ? layout_positions->data()
+                                   : chunk_positions.data();
+  }
 };
 
 AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
@@ -59,9 +66,15 @@ AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
   TokenParallel& parallel = spec.parallel ? *spec.parallel : one_rank;
   TokenRows chunk = parallel.ChunkRows(layout.tokens);
   std::vector<int32_t> positions = chunk.Select(layout.positions);
-  IndexTensor op_positions = IndexTensor::FromHost(positions);
-  return {parallel, std::move(chunk), parallel.LocalInChunk(layout.tokens),
-          std::move(positions), std::move(op_positions)};
+  const bool whole = positions == layout.positions;
+  IndexTensor chunk_positions =
+      whole ? IndexTensor() : IndexTensor::FromHost(positions);
+  return {parallel,
+          std::move(chunk),
+          parallel.LocalInChunk(layout.tokens),
+          std::move(positions),
+          &layout.op_positions,
+          std::move(chunk_positions)};
 }
 
 // Keys and values of all tokens from the chunk's compressed latents.
@@ -136,7 +149,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   ConstMatrixView xc = rows.parallel.tp() > 1 ? acts->x_chunk.Matrix() : x;
   const int64_t n = xc.rows, heads = spec.heads, nope = spec.nope_dim,
                 rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
-  const int32_t* pos = rows.op_positions.data();
+  const int32_t* pos = rows.op_positions();
   // Queries.
   acts->q_a = Tensor({n, spec.q_lora_rank});
   acts->q_a_rstd = Tensor({n});
@@ -158,7 +171,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   // Key selection.
   if (p.has_indexer) {
     IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
-                   layout, rows.chunk, rows.op_positions.data(), rows.parallel,
+                   layout, rows.chunk, rows.op_positions(), rows.parallel,
                    &acts->indexer, &acts->own_topk);
     acts->topk = &acts->own_topk;
   } else {
@@ -208,7 +221,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   const int64_t n = xc.rows, all = layout.tokens, heads = spec.heads,
                 nope = spec.nope_dim, rope = spec.rope_dim, qk = spec.qk_dim(),
                 vdim = spec.v_dim;
-  const int32_t* pos = rows.op_positions.data();
+  const int32_t* pos = rows.op_positions();
   Tensor dattn({n, heads * vdim});
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
@@ -265,8 +278,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          p.q_a_proj.grad.Matrix());
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
     IndexerBackward(backend, p.indexer, spec.indexer, xc, acts.q_resid.Matrix(),
-                    layout, rows.op_positions.data(), rows.parallel,
-                    acts.indexer);
+                    layout, rows.op_positions(), rows.parallel, acts.indexer);
   }
   // The chunk's input gradient is a partial sum on each tensor rank.
   if (split) {
