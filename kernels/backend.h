@@ -177,9 +177,15 @@ class Backend {
                                      MatrixView dw) = 0;
 
   // ---- loss ----
-  // Sum over rows with targets[r] >= 0 of -log softmax(logits[r])[targets[r]].
-  virtual double CrossEntropyForward(ConstMatrixView logits,
-                                     const int32_t* targets) = 0;
+  // The loss ops add their value to a double in the backend's memory (*sum,
+  // device memory on a device backend) and read nothing back: the caller
+  // reads its sums once the whole forward is queued, not after every op.
+  //
+  // *sum += (sum over rows with targets[r] >= 0 of -log
+  // softmax(logits[r])[targets[r]]) / divisor.
+  virtual void CrossEntropyForward(ConstMatrixView logits,
+                                   const int32_t* targets, double divisor,
+                                   double* sum) = 0;
   // dlogits += scale * (softmax(logits[r]) - onehot(targets[r])) on counted
   // rows.
   virtual void CrossEntropyBackward(ConstMatrixView logits,
@@ -230,14 +236,14 @@ class Backend {
   // KL(target || softmax(index scores over the selected keys)), averaged over
   // the nq queries (w's rows) and times coeff; keys index ik's nk rows.
   // target [nq, topk]: the attention each selected key receives
-  // (SparseAttentionKeyWeights), L1-normalized here. Returns the loss;
-  // accumulates coeff-scaled gradients into diq, dik, dw.
-  virtual double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
-                               ConstMatrixView w, const int32_t* keys,
-                               int64_t topk, float scale,
-                               ConstMatrixView target, float coeff,
-                               MatrixView diq, MatrixView dik,
-                               MatrixView dw) = 0;
+  // (SparseAttentionKeyWeights), L1-normalized here. Adds the loss to *sum
+  // (as CrossEntropyForward); accumulates coeff-scaled gradients into diq,
+  // dik, dw.
+  virtual void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                             ConstMatrixView w, const int32_t* keys,
+                             int64_t topk, float scale, ConstMatrixView target,
+                             float coeff, MatrixView diq, MatrixView dik,
+                             MatrixView dw, double* sum) = 0;
 
   // ---- optimizer ----
   // Sum of x^2 over every element of the spans, in double, in a fixed order

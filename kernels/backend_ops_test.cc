@@ -49,6 +49,17 @@ Tensor Random(std::vector<int64_t> shape, std::mt19937& rng,
 
 Tensor ZerosLike(const Tensor& t) { return Tensor(t.shape()); }
 
+// A loss op's value: `op` adds it to a sum in the backend's memory that
+// starts at 0.
+template <typename Op>
+float LossOf(Backend& b, Op op) {
+  TensorStorage<double> sum(1, 0.0, b.allocator());
+  op(sum.data());
+  TensorStorage<double> host(1, 0.0, nullptr);
+  host.CopyFrom(sum);
+  return static_cast<float>(host.data()[0]);
+}
+
 double Nmse(const std::vector<double>& expected,
             const std::vector<double>& actual) {
   double err = 0, norm = 0;
@@ -465,8 +476,9 @@ OpCase CrossEntropyCase(std::mt19937& rng) {
   op.inputs = {Random({5, 7}, rng, 2.f)};
   op.forward = [](Backend& b, const Tensors& in) {
     Tensor loss({1});
-    loss.data()[0] = static_cast<float>(
-        b.CrossEntropyForward(in[0].Matrix(), kTargets.data()));
+    loss.data()[0] = LossOf(b, [&](double* sum) {
+      b.CrossEntropyForward(in[0].Matrix(), kTargets.data(), 1.0, sum);
+    });
     return Tensors{loss};
   };
   op.reference = [](const Tensors& in) {
@@ -588,10 +600,11 @@ OpCase IndexerKlCase(std::mt19937& rng) {
     Tensor loss({1});
     Tensor diq = ZerosLike(in[0]), dik = ZerosLike(in[1]),
            dw = ZerosLike(in[2]);
-    loss.data()[0] = static_cast<float>(
-        b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                        kKeys.data(), kTopK, scale, target.Matrix(), coeff,
-                        diq.Matrix(), dik.Matrix(), dw.Matrix()));
+    loss.data()[0] = LossOf(b, [&](double* sum) {
+      b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                      kKeys.data(), kTopK, scale, target.Matrix(), coeff,
+                      diq.Matrix(), dik.Matrix(), dw.Matrix(), sum);
+    });
     return Tensors{loss};
   };
   op.reference = [=](const Tensors& in) {
@@ -619,9 +632,11 @@ OpCase IndexerKlCase(std::mt19937& rng) {
   op.backward = [=](Backend& b, const Tensors& in, const Tensors& d) {
     Tensor diq = ZerosLike(in[0]), dik = ZerosLike(in[1]),
            dw = ZerosLike(in[2]);
-    b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                    kKeys.data(), kTopK, scale, target.Matrix(), coeff,
-                    diq.Matrix(), dik.Matrix(), dw.Matrix());
+    LossOf(b, [&](double* sum) {
+      b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
+                      kKeys.data(), kTopK, scale, target.Matrix(), coeff,
+                      diq.Matrix(), dik.Matrix(), dw.Matrix(), sum);
+    });
     for (Tensor* g : {&diq, &dik, &dw})
       for (float& v : g->values()) v *= d[0].data()[0];
     return Tensors{diq, dik, dw};
@@ -787,11 +802,14 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
     Tensor loss({1}), diq({count * idx_heads, idx_dim}),
         dik = ZerosLike(idx[1]), dw({count, idx_heads});
     // Each part is weighted by its share of the queries, as a rank does.
-    loss.data()[0] = static_cast<float>(b.IndexerKlLoss(
-        idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
-        idx[1].Matrix(), idx[2].Matrix().Rows(begin, count), keys, kTopK, 0.5f,
-        target.Matrix().Rows(begin, count), static_cast<float>(count) / kTokens,
-        diq.Matrix(), dik.Matrix(), dw.Matrix()));
+    loss.data()[0] = LossOf(b, [&](double* sum) {
+      b.IndexerKlLoss(
+          idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
+          idx[1].Matrix(), idx[2].Matrix().Rows(begin, count), keys, kTopK,
+          0.5f, target.Matrix().Rows(begin, count),
+          static_cast<float>(count) / kTokens, diq.Matrix(), dik.Matrix(),
+          dw.Matrix(), sum);
+    });
     return Tensors{out, lse, weights, dq,  selected, diq,
                    dw,  dk,  dvv,     dik, loss};
   };

@@ -252,10 +252,11 @@ void OpTimingBackend::GroupedLinearBackward(ConstMatrixView x,
         });
 }
 
-double OpTimingBackend::CrossEntropyForward(ConstMatrixView logits,
-                                            const int32_t* targets) {
-  return Timed("CrossEntropyForward", 0,
-               [&] { return timed_->CrossEntropyForward(logits, targets); });
+void OpTimingBackend::CrossEntropyForward(ConstMatrixView logits,
+                                          const int32_t* targets,
+                                          double divisor, double* sum) {
+  Timed("CrossEntropyForward", 0,
+        [&] { timed_->CrossEntropyForward(logits, targets, divisor, sum); });
 }
 
 void OpTimingBackend::CrossEntropyBackward(ConstMatrixView logits,
@@ -315,15 +316,15 @@ void OpTimingBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
         });
 }
 
-double OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
-                                      ConstMatrixView w, const int32_t* keys,
-                                      int64_t topk, float scale,
-                                      ConstMatrixView target, float coeff,
-                                      MatrixView diq, MatrixView dik,
-                                      MatrixView dw) {
-  return Timed("IndexerKlLoss", 3 * ProductFlops(iq.rows, iq.cols, topk), [&] {
-    return timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff,
-                                 diq, dik, dw);
+void OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                                    ConstMatrixView w, const int32_t* keys,
+                                    int64_t topk, float scale,
+                                    ConstMatrixView target, float coeff,
+                                    MatrixView diq, MatrixView dik,
+                                    MatrixView dw, double* sum) {
+  Timed("IndexerKlLoss", 3 * ProductFlops(iq.rows, iq.cols, topk), [&] {
+    timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, diq, dik,
+                          dw, sum);
   });
 }
 

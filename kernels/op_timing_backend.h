@@ -86,8 +86,8 @@ class OpTimingBackend : public Backend {
                              const int32_t* offsets, int64_t experts,
                              ConstMatrixView dy, MatrixView dx,
                              MatrixView dw) override;
-  double CrossEntropyForward(ConstMatrixView logits,
-                             const int32_t* targets) override;
+  void CrossEntropyForward(ConstMatrixView logits, const int32_t* targets,
+                           double divisor, double* sum) override;
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
                             float scale, MatrixView dlogits) override;
   void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
@@ -107,10 +107,10 @@ class OpTimingBackend : public Backend {
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
                    float scale, int32_t* keys) override;
-  double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
-                       ConstMatrixView w, const int32_t* keys, int64_t topk,
-                       float scale, ConstMatrixView target, float coeff,
-                       MatrixView diq, MatrixView dik, MatrixView dw) override;
+  void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
+                     const int32_t* keys, int64_t topk, float scale,
+                     ConstMatrixView target, float coeff, MatrixView diq,
+                     MatrixView dik, MatrixView dw, double* sum) override;
   double SquaredSum(const std::vector<FlatSpan>& spans) override;
   void AdamWStep(const AdamWHyperparameters& hyper,
                  const std::vector<AdamWTensor>& tensors) override;

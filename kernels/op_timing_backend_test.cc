@@ -26,11 +26,12 @@ TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
   CpuBackend cpu;
   cpu.Linear({x.data(), 4, 3, 3}, {w.data(), 5, 3, 3}, {plain.data(), 4, 5, 5},
              false);
-  const double plain_loss =
-      cpu.CrossEntropyForward({plain.data(), 4, 5, 5}, targets.data());
+  // Both sums start from the same value: the ops add to them.
+  double plain_loss = 0.5, timed_loss = 0.5;
+  cpu.CrossEntropyForward({plain.data(), 4, 5, 5}, targets.data(), 3.0,
+                          &plain_loss);
 
   std::ostringstream report;
-  double timed_loss = 0;
   {
     OpTimingBackend timed(std::make_unique<CpuBackend>(), &report);
     EXPECT_EQ(timed.Name(), "cpu");
@@ -39,12 +40,13 @@ TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
       timed.Linear({x.data(), 4, 3, 3}, {w.data(), 5, 3, 3},
                    {timed_out.data(), 4, 5, 5}, false);
     }
-    timed_loss =
-        timed.CrossEntropyForward({timed_out.data(), 4, 5, 5}, targets.data());
+    timed.CrossEntropyForward({timed_out.data(), 4, 5, 5}, targets.data(), 3.0,
+                              &timed_loss);
     EXPECT_TRUE(report.str().empty()) << "reports only when destroyed";
   }
   EXPECT_EQ(plain, timed_out);
   EXPECT_EQ(plain_loss, timed_loss);
+  EXPECT_GT(plain_loss, 0.5);
   const std::string text = report.str();
   EXPECT_NE(text.find("| Linear w[5,3] | 2 |"), std::string::npos) << text;
   EXPECT_NE(text.find("| CrossEntropyForward | 1 |"), std::string::npos)

@@ -1,6 +1,9 @@
 #include "model/glm_model.h"
 
+#include <array>
+
 #include "absl/strings/str_cat.h"
+#include "model/loss_sums.h"
 
 namespace glm {
 
@@ -61,18 +64,23 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   op_ids_ = IndexTensor::FromHost(ids_);
 
   ForwardResult result;
+  LossSums sums(backend_->allocator());
+  spec_.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
   ForwardLayers();
   const bool with_mtp = !params_->mtp.empty();
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
-  const HeadLosses losses = OutputHeadForward(
+  OutputHeadForward(
       *backend_, *params_, spec_, with_mtp, ids_, batch.loss_mask, layout_,
       LocalRowsOf(nullptr, layout_.tokens), hidden_.back().Matrix(),
-      layers_.empty() ? nullptr : layers_.back().attn.topk, &head_);
-  result.lm_loss = losses.lm_loss;
-  result.mtp_loss = losses.mtp_loss;
-  // Recorded after the whole forward is queued: the expert loads are read
-  // from the device together, not with a wait after every MoE layer.
+      layers_.empty() ? nullptr : layers_.back().attn.topk, &sums, &head_);
+  spec_.attention.indexer_loss_sum = nullptr;
+  // Read once the whole forward is queued: the losses and expert loads come
+  // from the device together, not with a wait after every op that makes one.
+  const std::array<double, LossSums::kSlots> losses = sums.Read();
+  result.lm_loss = losses[LossSums::kLm];
+  result.mtp_loss = losses[LossSums::kMtp];
+  result.indexer_loss = losses[LossSums::kIndexer];
   for (const DecoderLayerActivations& layer : layers_) Record(layer, &result);
   if (options_.return_logits) result.logits = head_.logits;
   if (with_mtp) {
@@ -116,7 +124,6 @@ void GlmModel::Record(const DecoderLayerActivations& layer,
     result->expert_choice.push_back(layer.moe.choice);
   }
   result->expert_load.push_back(ExpertLoad(layer.moe));
-  result->indexer_loss += layer.attn.indexer_loss;
 }
 
 absl::Status GlmModel::Backward() {

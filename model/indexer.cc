@@ -96,10 +96,11 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
   if (parallel.tp() > 1) *topk = ShareTopK(parallel, *topk, layout.tokens);
 }
 
-double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
-                          const IndexTensor& topk, ConstMatrixView target,
-                          float coeff, TokenRange rows, int64_t all_tokens,
-                          IndexerActivations* acts) {
+void IndexerLossForward(Backend& backend, const IndexerSpec& spec,
+                        const IndexTensor& topk, ConstMatrixView target,
+                        float coeff, TokenRange rows, int64_t all_tokens,
+                        IndexerActivations* acts, double* sum) {
+  assert(sum != nullptr);
   acts->dq = Tensor(acts->q.shape());
   acts->dk = Tensor(acts->k.shape());
   acts->dweights = Tensor(acts->weights.shape());
@@ -107,13 +108,14 @@ double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
   // The kernel averages over its rows; the loss is a mean over all tokens.
   const float share =
       static_cast<float>(rows.count) / static_cast<float>(all_tokens);
-  return backend.IndexerKlLoss(
+  backend.IndexerKlLoss(
       acts->q.Matrix().Rows(rows.begin * heads, rows.count * heads),
       acts->k.Matrix(), acts->weights.Matrix().Rows(rows.begin, rows.count),
       topk.data() + rows.begin * width, width, ScoreScale(spec), target,
       coeff * share,
       acts->dq.Matrix().Rows(rows.begin * heads, rows.count * heads),
-      acts->dk.Matrix(), acts->dweights.Matrix().Rows(rows.begin, rows.count));
+      acts->dk.Matrix(), acts->dweights.Matrix().Rows(rows.begin, rows.count),
+      sum);
 }
 
 void IndexerBackward(Backend& backend, IndexerParameters& p,

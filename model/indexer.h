@@ -47,12 +47,13 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
 // The KL loss of the chunk's queries `rows` (chunk-relative) against the
 // attention each of their selected keys receives, summed over the main
 // attention's heads [rows.count, topk]; keeps
-// its gradients in `acts` for IndexerBackward. Returns coeff * the rows' part
-// of the mean KL over all tokens of the layout.
-double IndexerLossForward(Backend& backend, const IndexerSpec& spec,
-                          const IndexTensor& topk, ConstMatrixView target,
-                          float coeff, TokenRange rows, int64_t all_tokens,
-                          IndexerActivations* acts);
+// its gradients in `acts` for IndexerBackward. Adds coeff * the rows' part
+// of the mean KL over all tokens of the layout to *sum (in the backend's
+// memory).
+void IndexerLossForward(Backend& backend, const IndexerSpec& spec,
+                        const IndexTensor& topk, ConstMatrixView target,
+                        float coeff, TokenRange rows, int64_t all_tokens,
+                        IndexerActivations* acts, double* sum);
 // Propagates the loss gradients into the indexer weights only.
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,

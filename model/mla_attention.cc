@@ -123,16 +123,16 @@ void IndexerLoss(Backend& backend, const AttentionSpec& spec,
       acts->query.Matrix(), acts->key.Matrix(), acts->own_topk.data(), topk,
       spec.heads, Scale(spec), acts->lse.data(), head_sum.Matrix());
   if (rows.parallel.tp() == 1) {
-    acts->indexer_loss = IndexerLossForward(
-        backend, spec.indexer, acts->own_topk, head_sum.Matrix(),
-        spec.indexer_loss_coeff, {0, n}, layout.tokens, &acts->indexer);
+    IndexerLossForward(backend, spec.indexer, acts->own_topk, head_sum.Matrix(),
+                       spec.indexer_loss_coeff, {0, n}, layout.tokens,
+                       &acts->indexer, spec.indexer_loss_sum);
     return;
   }
   const Tensor target =
       rows.parallel.ReduceScatterChunk(head_sum.Matrix(), layout.tokens);
-  acts->indexer_loss = IndexerLossForward(
-      backend, spec.indexer, acts->own_topk, target.Matrix(),
-      spec.indexer_loss_coeff, rows.local, layout.tokens, &acts->indexer);
+  IndexerLossForward(backend, spec.indexer, acts->own_topk, target.Matrix(),
+                     spec.indexer_loss_coeff, rows.local, layout.tokens,
+                     &acts->indexer, spec.indexer_loss_sum);
 }
 
 }  // namespace
@@ -198,7 +198,6 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   } else {
     backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
   }
-  acts->indexer_loss = 0;
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
     IndexerLoss(backend, spec, layout, rows, acts);
   }

@@ -29,6 +29,9 @@ struct AttentionSpec {
   // Tensor and context parallelism (model/token_parallel.h); null: one rank.
   // Under tensor parallelism `heads` is this rank's share. Not owned.
   TokenParallel* parallel = nullptr;
+  // Where the indexer KL loss is added (a LossSums slot, model/loss_sums.h),
+  // set by the model for each forward; needed when indexer_loss_coeff != 0.
+  double* indexer_loss_sum = nullptr;
 
   int64_t qk_dim() const { return nope_dim + rope_dim; }
 };
@@ -54,7 +57,6 @@ struct AttentionActivations {
   IndexerActivations indexer;
   IndexTensor own_topk;  // computing layers: the keys this layer chose
   const IndexTensor* topk = nullptr;  // the keys attended (own or the source's)
-  double indexer_loss = 0;
 };
 
 // out = attention(x) for this rank's rows of the layout's tokens (all of them

@@ -5,13 +5,13 @@
 namespace glm {
 namespace {
 
-// The mean loss's part on this rank: the rows' summed loss over every counted
-// token of the micro batch.
-double MeanLoss(Backend& backend, ConstMatrixView logits,
-                const IndexTensor& targets, int64_t count) {
-  if (count == 0) return 0;
-  return backend.CrossEntropyForward(logits, targets.data()) /
-         static_cast<double>(count);
+// Adds to *sum the mean loss's part on this rank: the rows' summed loss over
+// every counted token of the micro batch.
+void MeanLoss(Backend& backend, ConstMatrixView logits,
+              const IndexTensor& targets, int64_t count, double* sum) {
+  if (count == 0) return;
+  backend.CrossEntropyForward(logits, targets.data(),
+                              static_cast<double>(count), sum);
 }
 
 // dlogits of a mean loss scaled by `scale`; zeros when nothing is counted.
@@ -29,17 +29,16 @@ Tensor MeanLossGradient(Backend& backend, ConstMatrixView logits,
 
 }  // namespace
 
-HeadLosses OutputHeadForward(Backend& backend, ModelParameters& params,
-                             const DecoderLayerSpec& spec, bool with_mtp,
-                             const std::vector<int32_t>& ids,
-                             const std::vector<float>& loss_mask,
-                             const TokenLayout& layout, const TokenRows& rows,
-                             ConstMatrixView last_hidden,
-                             const IndexTensor* last_topk,
-                             HeadActivations* acts) {
+void OutputHeadForward(Backend& backend, ModelParameters& params,
+                       const DecoderLayerSpec& spec, bool with_mtp,
+                       const std::vector<int32_t>& ids,
+                       const std::vector<float>& loss_mask,
+                       const TokenLayout& layout, const TokenRows& rows,
+                       ConstMatrixView last_hidden,
+                       const IndexTensor* last_topk, LossSums* sums,
+                       HeadActivations* acts) {
   const ModelConfig& config = params.config();
   const int64_t n = rows.count();
-  HeadLosses losses;
   acts->final_normed = Tensor({n, config.hidden_size});
   acts->final_rstd = Tensor({n});
   backend.RmsNormForward(last_hidden, params.norm.value.data(),
@@ -51,18 +50,17 @@ HeadLosses OutputHeadForward(Backend& backend, ModelParameters& params,
                  false);
   acts->lm_targets = IndexTensor::FromHost(
       rows.Select(LossTargets(ids, loss_mask, layout, 1, &acts->lm_count)));
-  losses.lm_loss = MeanLoss(backend, acts->logits.Matrix(), acts->lm_targets,
-                            acts->lm_count);
+  MeanLoss(backend, acts->logits.Matrix(), acts->lm_targets, acts->lm_count,
+           sums->at(LossSums::kLm));
   acts->mtp.clear();
-  if (!with_mtp) return losses;
+  if (!with_mtp) return;
   acts->mtp.assign(1, MtpActivations());
   MtpForward(backend, params.mtp[0], params.embed_tokens, params.OutputHead(),
              spec, ids, layout, last_hidden, last_topk, &acts->mtp[0]);
   acts->mtp_targets = IndexTensor::FromHost(
       rows.Select(LossTargets(ids, loss_mask, layout, 2, &acts->mtp_count)));
-  losses.mtp_loss = MeanLoss(backend, acts->mtp[0].logits.Matrix(),
-                             acts->mtp_targets, acts->mtp_count);
-  return losses;
+  MeanLoss(backend, acts->mtp[0].logits.Matrix(), acts->mtp_targets,
+           acts->mtp_count, sums->at(LossSums::kMtp));
 }
 
 void OutputHeadBackward(Backend& backend, ModelParameters& params,

@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "model/decoder_layer.h"
+#include "model/loss_sums.h"
 #include "model/mtp_layer.h"
 #include "model/parameters.h"
 #include "model/token_layout.h"
@@ -36,23 +37,20 @@ struct HeadActivations {
   std::vector<MtpActivations> mtp;  // one entry with an MTP layer
 };
 
-struct HeadLosses {
-  double lm_loss = 0, mtp_loss = 0;
-};
-
 // The head over this rank's `rows` of the micro batch's tokens (all of them
-// on one rank); `last_hidden` holds those rows. Each loss is this rank's part
-// of the mean over every counted token of the micro batch. `last_topk` is the
-// last decoder layer's selection, which an MTP layer without its own indexer
-// attends over.
-HeadLosses OutputHeadForward(Backend& backend, ModelParameters& params,
-                             const DecoderLayerSpec& spec, bool with_mtp,
-                             const std::vector<int32_t>& ids,
-                             const std::vector<float>& loss_mask,
-                             const TokenLayout& layout, const TokenRows& rows,
-                             ConstMatrixView last_hidden,
-                             const IndexTensor* last_topk,
-                             HeadActivations* acts);
+// on one rank); `last_hidden` holds those rows. Adds to `sums`' lm and mtp
+// slots this rank's part of each loss's mean over every counted token of the
+// micro batch (the MTP layer's indexer loss goes where spec says). `last_topk`
+// is the last decoder layer's selection, which an MTP layer without its own
+// indexer attends over.
+void OutputHeadForward(Backend& backend, ModelParameters& params,
+                       const DecoderLayerSpec& spec, bool with_mtp,
+                       const std::vector<int32_t>& ids,
+                       const std::vector<float>& loss_mask,
+                       const TokenLayout& layout, const TokenRows& rows,
+                       ConstMatrixView last_hidden,
+                       const IndexTensor* last_topk, LossSums* sums,
+                       HeadActivations* acts);
 
 // dh += the gradient of lm_loss + mtp_loss_scale * mtp_loss with respect to
 // last_hidden; the head's weight gradients accumulate.

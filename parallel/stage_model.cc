@@ -1,8 +1,10 @@
 #include "parallel/stage_model.h"
 
+#include <array>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/loss_sums.h"
 
 namespace glm {
 namespace {
@@ -10,7 +12,6 @@ namespace {
 void AddLayer(int index, const DecoderLayerActivations& layer,
               StageLosses* losses) {
   losses->expert_load[index] = ExpertLoad(layer.moe);
-  losses->indexer_loss += layer.attn.indexer_loss;
 }
 
 }  // namespace
@@ -109,6 +110,8 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
             : params_->mtp[i - config.num_hidden_layers].layer;
     if (layer.is_moe) losses.expert_load[i].assign(config.n_routed_experts, 0);
   }
+  LossSums sums(backend_->allocator());
+  spec_.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
   acts->layers.assign(end_ - first_, DecoderLayerActivations());
   for (int i = first_; i < end_; ++i) {
     // Index sharing stays inside a stage (the layout validator checks it).
@@ -121,23 +124,26 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
                         acts->hidden.back().Matrix(),
                         &acts->layers[i - first_]);
   }
-  // Read after the stage's layers are queued: the expert loads come from the
-  // device together, not with a wait after every MoE layer.
+  const bool with_mtp = last() && stage_.mtp_layers == 1;
+  if (last()) {
+    OutputHeadForward(
+        *backend_, *params_, spec_, with_mtp, acts->ids, batch.loss_mask,
+        acts->layout, Rows(acts->layout.tokens), acts->hidden.back().Matrix(),
+        acts->layers.empty() ? nullptr : acts->layers.back().attn.topk, &sums,
+        &acts->head);
+  }
+  spec_.attention.indexer_loss_sum = nullptr;
+  // Read once the stage's forward is queued: the losses and expert loads come
+  // from the device together, not with a wait after every op that makes one.
+  const std::array<double, LossSums::kSlots> sum = sums.Read();
+  losses.lm_loss = sum[LossSums::kLm];
+  losses.mtp_loss = sum[LossSums::kMtp];
+  losses.indexer_loss = sum[LossSums::kIndexer];
   for (int i = first_; i < end_; ++i) {
     AddLayer(i, acts->layers[i - first_], &losses);
   }
-  if (last()) {
-    const bool with_mtp = stage_.mtp_layers == 1;
-    const HeadLosses head = OutputHeadForward(
-        *backend_, *params_, spec_, with_mtp, acts->ids, batch.loss_mask,
-        acts->layout, Rows(acts->layout.tokens), acts->hidden.back().Matrix(),
-        acts->layers.empty() ? nullptr : acts->layers.back().attn.topk,
-        &acts->head);
-    losses.lm_loss = head.lm_loss;
-    losses.mtp_loss = head.mtp_loss;
-    if (with_mtp) {
-      AddLayer(config.num_hidden_layers, acts->head.mtp[0].layer, &losses);
-    }
+  if (with_mtp) {
+    AddLayer(config.num_hidden_layers, acts->head.mtp[0].layer, &losses);
   }
   if (absl::Status status = CollectivesStatus(); !status.ok()) return status;
   return losses;

@@ -158,10 +158,11 @@ void CpuBackend::GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
             {x.data, w.data, offsets, dy.data, dx.data, dw.data});
   cpu::GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
 }
-double CpuBackend::CrossEntropyForward(ConstMatrixView logits,
-                                       const int32_t* targets) {
-  CheckHeld("CrossEntropyForward", {logits.data, targets});
-  return cpu::CrossEntropyForward(logits, targets);
+void CpuBackend::CrossEntropyForward(ConstMatrixView logits,
+                                     const int32_t* targets, double divisor,
+                                     double* sum) {
+  CheckHeld("CrossEntropyForward", {logits.data, targets, sum});
+  *sum += cpu::CrossEntropyForward(logits, targets) / divisor;
 }
 void CpuBackend::CrossEntropyBackward(ConstMatrixView logits,
                                       const int32_t* targets, float scale,
@@ -207,16 +208,16 @@ void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
   CheckHeld("IndexerTopK", {iq.data, ik.data, w.data, seq_start, keys});
   cpu::IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale, keys);
 }
-double CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
-                                 ConstMatrixView w, const int32_t* keys,
-                                 int64_t topk, float scale,
-                                 ConstMatrixView target, float coeff,
-                                 MatrixView diq, MatrixView dik,
-                                 MatrixView dw) {
+void CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
+                               ConstMatrixView w, const int32_t* keys,
+                               int64_t topk, float scale,
+                               ConstMatrixView target, float coeff,
+                               MatrixView diq, MatrixView dik, MatrixView dw,
+                               double* sum) {
   CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, target.data,
-                              diq.data, dik.data, dw.data});
-  return cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, diq,
-                            dik, dw);
+                              diq.data, dik.data, dw.data, sum});
+  *sum += cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, diq,
+                             dik, dw);
 }
 
 double CpuBackend::SquaredSum(const std::vector<FlatSpan>& spans) {

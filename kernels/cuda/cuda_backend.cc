@@ -178,10 +178,10 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                              MatrixView dw) override {
     cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx, dw);
   }
-  double CrossEntropyForward(ConstMatrixView logits,
-                             const int32_t* targets) override {
+  void CrossEntropyForward(ConstMatrixView logits, const int32_t* targets,
+                           double divisor, double* sum) override {
     cuda::CrossEntropyForward(*this, logits, targets, loss_);
-    return ReadLoss();
+    cuda::AddQuotient(*this, loss_, divisor, sum);
   }
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
                             float scale, MatrixView dlogits) override {
@@ -226,13 +226,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cuda::IndexerTopK(*this, iq, ik, w, seq_start, query_offset, topk, scale,
                       keys);
   }
-  double IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
-                       ConstMatrixView w, const int32_t* keys, int64_t topk,
-                       float scale, ConstMatrixView target, float coeff,
-                       MatrixView diq, MatrixView dik, MatrixView dw) override {
+  void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
+                     const int32_t* keys, int64_t topk, float scale,
+                     ConstMatrixView target, float coeff, MatrixView diq,
+                     MatrixView dik, MatrixView dw, double* sum) override {
     cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, target, coeff, diq,
                         dik, dw, loss_);
-    return ReadLoss();
+    cuda::AddQuotient(*this, loss_, 1.0, sum);
   }
   double SquaredSum(const std::vector<FlatSpan>& spans) override {
     cuda::SquaredSum(*this, spans, loss_);

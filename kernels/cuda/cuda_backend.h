@@ -1,8 +1,8 @@
 // The CUDA backend: every Backend op on one GPU, on one stream.
 //
-// Views, index arrays and scales passed to it are device pointers. Ops are
-// ordered on the backend's stream; the ops that return a loss to the host
-// (CrossEntropyForward, IndexerKlLoss) wait for it.
+// Views, index arrays, scales and loss sums passed to it are device pointers.
+// Ops are ordered on the backend's stream; only SquaredSum, which returns its
+// value to the host, waits for it.
 #ifndef GLM_KERNELS_CUDA_CUDA_BACKEND_H_
 #define GLM_KERNELS_CUDA_CUDA_BACKEND_H_
 

@@ -18,6 +18,11 @@ __global__ void AxpyKernel(float alpha, ConstMatrixView x, MatrixView y) {
   });
 }
 
+__global__ void AddQuotientKernel(const double* value, double divisor,
+                                  double* sum) {
+  *sum += *value / divisor;
+}
+
 }  // namespace
 
 void Copy(CudaContext& ctx, ConstMatrixView x, MatrixView y) {
@@ -33,6 +38,12 @@ void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y) {
   if (x.rows == 0 || x.cols == 0) return;
   AxpyKernel<<<GridStrideBlocks(x.rows * x.cols), kBlockThreads, 0,
                ctx.stream()>>>(alpha, x, y);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void AddQuotient(CudaContext& ctx, const double* value, double divisor,
+                 double* sum) {
+  AddQuotientKernel<<<1, 1, 0, ctx.stream()>>>(value, divisor, sum);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

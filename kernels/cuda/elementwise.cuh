@@ -1,4 +1,5 @@
-// Element-wise ops on strided device views: copy and axpy.
+// Element-wise ops on strided device views (copy, axpy) and on a device
+// scalar (a loss into its sum).
 #ifndef GLM_KERNELS_CUDA_ELEMENTWISE_CUH_
 #define GLM_KERNELS_CUDA_ELEMENTWISE_CUH_
 
@@ -11,6 +12,10 @@ namespace glm::cuda {
 void Copy(CudaContext& ctx, ConstMatrixView x, MatrixView y);
 // y += alpha * x.
 void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y);
+// *sum += *value / divisor, for one device double each (a loss op's value
+// into its caller's sum).
+void AddQuotient(CudaContext& ctx, const double* value, double divisor,
+                 double* sum);
 
 }  // namespace glm::cuda
 

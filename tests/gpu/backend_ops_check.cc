@@ -1841,20 +1841,38 @@ std::vector<int32_t> Targets(int64_t n, int64_t vocab, std::mt19937_64& rng) {
   return out;
 }
 
+// A loss op's value: `op` adds it to a sum in the backend's memory that starts
+// at kStart on both backends (so a write instead of an add shows), read back
+// less that start.
+template <typename Op>
+double LossOf(Backend& be, Op op) {
+  constexpr double kStart = 0.375;
+  TensorStorage<double> start(1, 0.0, nullptr);
+  start.data()[0] = kStart;
+  TensorStorage<double> sum(1, 0.0, be.allocator());
+  sum.CopyFrom(start);
+  op(sum.data());
+  TensorStorage<double> host(1, 0.0, nullptr);
+  host.CopyFrom(sum);
+  return host.data()[0] - kStart;
+}
+
 void AddCrossEntropy(Factories& f, const std::string& tag, Layout logits) {
   const std::string label = absl::StrCat(tag, " logits", Dims(logits));
-  f.push_back({"CrossEntropyForward", label, [=] {
-                 CaseBuilder b("CrossEntropyForward", label);
-                 const int il = b.Input("logits", logits, 2.f),
-                           it = b.Ints(
-                               "targets",
+  f.push_back(
+      {"CrossEntropyForward", label, [=] {
+         CaseBuilder b("CrossEntropyForward", label);
+         const int il = b.Input("logits", logits, 2.f),
+                   it = b.Ints("targets",
                                Targets(logits.rows, logits.cols, b.rng()));
-                 return b.Build(
-                     [=](Backend& be, const Bound& p) {
-                       return be.CrossEntropyForward(p.View(il), p.Ints(it));
-                     },
-                     /*returns_loss=*/true);
-               }});
+         return b.Build(
+             [=](Backend& be, const Bound& p) {
+               return LossOf(be, [&](double* sum) {
+                 be.CrossEntropyForward(p.View(il), p.Ints(it), 1.0, sum);
+               });
+             },
+             /*returns_loss=*/true);
+       }});
 }
 
 void AddCrossEntropyBackward(Factories& f, const std::string& tag,
@@ -2143,10 +2161,12 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
                    idw = b.Accumulated("dw", Dense(nq, s.heads));
          return b.Build(
              [=](Backend& be, const Bound& p) {
-               return be.IndexerKlLoss(
-                   p.View(iiq), p.View(iik), p.View(iw), p.Ints(ikeys), s.topk,
-                   s.scale, p.View(ip), coeff, p.View(idq),
-                   idk >= 0 ? p.View(idk) : MatrixView{}, p.View(idw));
+               return LossOf(be, [&](double* sum) {
+                 be.IndexerKlLoss(
+                     p.View(iiq), p.View(iik), p.View(iw), p.Ints(ikeys),
+                     s.topk, s.scale, p.View(ip), coeff, p.View(idq),
+                     idk >= 0 ? p.View(idk) : MatrixView{}, p.View(idw), sum);
+               });
              },
              /*returns_loss=*/true);
        }});

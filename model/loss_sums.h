@@ -1,0 +1,38 @@
+// A forward's losses where the backend's loss ops add them (a device's memory
+// on a device backend): read back together once the whole forward is queued,
+// instead of the host waiting for the device after every op that makes one.
+#ifndef GLM_MODEL_LOSS_SUMS_H_
+#define GLM_MODEL_LOSS_SUMS_H_
+
+#include <array>
+
+#include "kernels/device_memory.h"
+#include "kernels/tensor.h"
+
+namespace glm {
+
+class LossSums {
+ public:
+  enum Slot { kLm, kMtp, kIndexer, kSlots };
+
+  // Zeroed sums in `allocator`'s memory (null: host memory).
+  explicit LossSums(Allocator* allocator) : sums_(kSlots, 0.0, allocator) {}
+
+  double* at(Slot slot) { return sums_.data() + slot; }
+
+  // The sums on the host (waits for the ops that add to them).
+  std::array<double, kSlots> Read() const {
+    TensorStorage<double> host(kSlots, 0.0, nullptr);
+    host.CopyFrom(sums_);
+    std::array<double, kSlots> values;
+    for (int i = 0; i < kSlots; ++i) values[i] = host.data()[i];
+    return values;
+  }
+
+ private:
+  TensorStorage<double> sums_;
+};
+
+}  // namespace glm
+
+#endif  // GLM_MODEL_LOSS_SUMS_H_
