@@ -166,14 +166,6 @@ class NewestJob {
   std::string id_ ABSL_GUARDED_BY(mu_);
 };
 
-std::shared_ptr<ClientConnection> Connect(const std::string& target,
-                                          const std::string& token) {
-  ConnectionOptions options;
-  options.target = target;
-  options.token = token;
-  return std::make_shared<ClientConnection>(options);
-}
-
 // A small CPU job (never run: the bench's worker only holds it).
 v1::JobSpec Spec(const std::string& root, const std::string& name) {
   v1::JobSpec spec;
@@ -202,7 +194,7 @@ v1::JobSpec Spec(const std::string& root, const std::string& name) {
 void Submitter(const std::string& target, const std::string& root, int index,
                const std::atomic<bool>& stop, NewestJob* newest, Tally* tally) {
   std::shared_ptr<ClientConnection> connection =
-      Connect(target, kOperatorToken);
+      PlaintextConnection(target, kOperatorToken);
   auto stub = v1::JobService::NewStub(connection->channel());
   for (int i = 0; !stop; ++i) {
     v1::SubmitJobRequest submit;
@@ -246,7 +238,7 @@ void Submitter(const std::string& target, const std::string& root, int index,
 void Watcher(const std::string& target, const std::atomic<bool>& stop,
              NewestJob* newest, std::atomic<int64_t>* events, Tally* tally) {
   std::shared_ptr<ClientConnection> connection =
-      Connect(target, kOperatorToken);
+      PlaintextConnection(target, kOperatorToken);
   auto stub = v1::JobService::NewStub(connection->channel());
   std::string last;
   while (!stop) {
@@ -314,7 +306,8 @@ absl::Status RegisterHoldingWorker(CoordinatorClient* worker) {
 // Runs the load against `coordinator`; returns the number of errors.
 int64_t RunLoad(const CoordinatorProcess& coordinator, const std::string& root,
                 const BenchOptions& options) {
-  CoordinatorClient worker(Connect(coordinator.target(), kWorkerToken));
+  CoordinatorClient worker(
+      PlaintextConnection(coordinator.target(), kWorkerToken));
   if (absl::Status s = RegisterHoldingWorker(&worker); !s.ok()) {
     std::cerr << "cannot register a worker: " << s << "\n";
     return 1;

@@ -114,10 +114,7 @@ bool AllTimed(const std::vector<Timing>& timings) {
 
 // One rank of a process run: argv = self --rank=R --size=N --target=T.
 int RankProcess(int rank, int size, const std::string& target) {
-  ConnectionOptions options;
-  options.target = target;
-  options.token = TestCoordinator::kWorkerToken;
-  auto connection = std::make_shared<ClientConnection>(options);
+  auto connection = PlaintextConnection(target, TestCoordinator::kWorkerToken);
   RegisterTestWorker(v1::CUDA, *connection);
   const std::vector<Timing> timings = RunRank(connection, rank, size);
   if (!AllTimed(timings)) return 1;

@@ -54,10 +54,7 @@ std::string TestCoordinator::target() const {
 
 std::shared_ptr<ClientConnection> TestCoordinator::Connect(
     const std::string& token) const {
-  ConnectionOptions options;
-  options.target = target();
-  options.token = token;
-  return std::make_shared<ClientConnection>(options);
+  return PlaintextConnection(target(), token);
 }
 
 std::shared_ptr<ClientConnection> TestCoordinator::ConnectAsRegisteredWorker()

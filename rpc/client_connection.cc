@@ -89,4 +89,12 @@ void ClientConnection::SetWorkerIdentity(const WorkerIdentity& identity) {
   identity_ = identity;
 }
 
+std::shared_ptr<ClientConnection> PlaintextConnection(
+    const std::string& target, const std::string& token) {
+  ConnectionOptions options;
+  options.target = target;
+  options.token = token;
+  return std::make_shared<ClientConnection>(options);
+}
+
 }  // namespace glm

@@ -65,6 +65,11 @@ class ClientConnection {
   WorkerIdentity identity_ ABSL_GUARDED_BY(mu_);
 };
 
+// A plaintext connection to `target` with a bearer token (tests, benchmarks
+// and local clusters on one host).
+std::shared_ptr<ClientConnection> PlaintextConnection(const std::string& target,
+                                                      const std::string& token);
+
 }  // namespace glm
 
 #endif  // GLM_RPC_CLIENT_CONNECTION_H_

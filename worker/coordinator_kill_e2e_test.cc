@@ -65,20 +65,12 @@ struct Ledger {
   std::map<std::string, int> assigned_attempt ABSL_GUARDED_BY(mu);
 };
 
-std::shared_ptr<ClientConnection> Connect(const std::string& target,
-                                          const std::string& token) {
-  ConnectionOptions options;
-  options.target = target;
-  options.token = token;
-  return std::make_shared<ClientConnection>(options);
-}
-
 // A worker that takes each assignment and reports it through to success
 // without training, registering again whenever the coordinator forgot it.
 class ReportingWorker {
  public:
   ReportingWorker(const std::string& target, Ledger* ledger)
-      : client_(Connect(target, kWorkerToken)), ledger_(ledger) {
+      : client_(PlaintextConnection(target, kWorkerToken)), ledger_(ledger) {
     thread_ = std::thread([this] { Run(); });
   }
   ~ReportingWorker() {
@@ -204,7 +196,7 @@ class ReportingWorker {
 class Operator {
  public:
   explicit Operator(const std::string& target)
-      : connection_(Connect(target, kOperatorToken)),
+      : connection_(PlaintextConnection(target, kOperatorToken)),
         stub_(v1::JobService::NewStub(connection_->channel())) {}
 
   grpc::Status Submit(const v1::JobSpec& spec, v1::Job* job) {
