@@ -31,6 +31,7 @@
 #include "proto/job_service.grpc.pb.h"
 #include "rpc/client_connection.h"
 #include "worker/coordinator_client.h"
+#include "worker/tiny_pretrain_spec.h"
 
 namespace glm {
 namespace {
@@ -168,25 +169,9 @@ class NewestJob {
 
 // A small CPU job (never run: the bench's worker only holds it).
 v1::JobSpec Spec(const std::string& root, const std::string& name) {
-  v1::JobSpec spec;
+  v1::JobSpec spec = TinyPretrainSpec(root + "/documents",
+                                      root + "/checkpoints/" + name, 1, 10);
   spec.set_name(name);
-  spec.set_device("cpu");
-  spec.mutable_model()->set_preset("glm5.2-tiny");
-  spec.mutable_parallel()->set_world_size(1);
-  v1::TrainingSpec& training = *spec.mutable_training();
-  training.set_mode(v1::PRETRAIN);
-  training.set_train_iters(10);
-  training.set_lr(3e-3);
-  training.set_min_lr(3e-4);
-  training.set_warmup_iters(2);
-  training.set_global_batch_size(4);
-  training.set_micro_batch_size(2);
-  training.set_seq_length(32);
-  training.set_save_dir(root + "/checkpoints/" + name);
-  v1::DatasetSource& source = *spec.mutable_data()->add_sources();
-  source.set_path(root + "/documents");
-  source.set_weight(1.0);
-  spec.mutable_data()->set_tokenizer("byte");
   return spec;
 }
 

@@ -1,5 +1,6 @@
 // What the tests that run real glm-worker processes share: a scratch
-// directory, a small byte-token dataset, a tiny pretraining spec, worker
+// directory, a small byte-token dataset, a tiny pretraining spec
+// (worker/tiny_pretrain_spec.h), worker
 // processes started against a coordinator, and following a job to its end.
 #ifndef GLM_WORKER_TEST_PROCESSES_H_
 #define GLM_WORKER_TEST_PROCESSES_H_
@@ -13,6 +14,7 @@
 #include "coordinator/test_coordinator.h"
 #include "proto/job_service.pb.h"
 #include "proto/job_spec.pb.h"
+#include "worker/tiny_pretrain_spec.h"
 
 namespace glm {
 
@@ -26,12 +28,6 @@ std::string WriteDocuments(const std::string& dir);
 // Short chats packed into rows of 64 tokens under `dir` (byte tokenizer);
 // returns the packed dataset prefix (for SFT and LoRA jobs).
 std::string WritePackedChats(const std::string& dir);
-
-// A CPU pretraining job of the tiny preset over `data` on `world_size`
-// data-parallel ranks, saving under `save_dir`.
-v1::JobSpec TinyPretrainSpec(const std::string& data,
-                             const std::string& save_dir, int world_size,
-                             int train_iters);
 
 // Starts a glm-worker process for the coordinator at `target`, its stderr in
 // `log`, with the token in `token_file` and its --path-roots (by default any

@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "gtest/gtest.h"
 #include "worker/test_processes.h"
+#include "worker/tiny_pretrain_spec.h"
 
 namespace glm {
 namespace {
@@ -41,26 +42,13 @@ v1::Assignment TinyJob(const std::string& dir, int64_t iters) {
   assignment.set_job_id("job-test");
   assignment.set_world_size(1);
   v1::JobSpec& spec = *assignment.mutable_spec();
-  spec.set_device("cpu");
-  spec.mutable_model()->set_preset("glm5.2-tiny");
-  spec.mutable_parallel()->set_world_size(1);
+  spec = TinyPretrainSpec(WriteCorpus(dir), dir + "/checkpoints", 1,
+                          static_cast<int>(iters));
+  spec.clear_name();
   v1::TrainingSpec& t = *spec.mutable_training();
-  t.set_mode(v1::PRETRAIN);
-  t.set_train_iters(iters);
-  t.set_lr(3e-3);
-  t.set_min_lr(3e-4);
-  t.set_warmup_iters(2);
-  t.set_global_batch_size(4);
-  t.set_micro_batch_size(2);
-  t.set_seq_length(32);
   t.set_seed(7);
   t.set_deterministic(true);
-  t.set_save_dir(dir + "/checkpoints");
   t.set_save_interval(3);
-  v1::DatasetSource& source = *spec.mutable_data()->add_sources();
-  source.set_path(WriteCorpus(dir));
-  source.set_weight(1.0);
-  spec.mutable_data()->set_tokenizer("byte");
   spec.mutable_data()->set_data_seed(11);
   return assignment;
 }
