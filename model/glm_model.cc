@@ -1,7 +1,5 @@
 #include "model/glm_model.h"
 
-#include <array>
-
 #include "absl/strings/str_cat.h"
 #include "model/loss_sums.h"
 
@@ -77,10 +75,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   spec_.attention.indexer_loss_sum = nullptr;
   // Read once the whole forward is queued: the losses and expert loads come
   // from the device together, not with a wait after every op that makes one.
-  const std::array<double, LossSums::kSlots> losses = sums.Read();
-  result.lm_loss = losses[LossSums::kLm];
-  result.mtp_loss = losses[LossSums::kMtp];
-  result.indexer_loss = losses[LossSums::kIndexer];
+  sums.ReadInto(&result);
   for (const DecoderLayerActivations& layer : layers_) Record(layer, &result);
   if (options_.return_logits) result.logits = head_.logits;
   if (with_mtp) {

@@ -4,8 +4,6 @@
 #ifndef GLM_MODEL_LOSS_SUMS_H_
 #define GLM_MODEL_LOSS_SUMS_H_
 
-#include <array>
-
 #include "kernels/device_memory.h"
 #include "kernels/tensor.h"
 
@@ -20,13 +18,15 @@ class LossSums {
 
   double* at(Slot slot) { return sums_.data() + slot; }
 
-  // The sums on the host (waits for the ops that add to them).
-  std::array<double, kSlots> Read() const {
+  // Copies the sums to the host (waiting for the ops that add to them) into
+  // losses->lm_loss, mtp_loss and indexer_loss (ForwardResult, StageLosses).
+  template <typename Losses>
+  void ReadInto(Losses* losses) const {
     TensorStorage<double> host(kSlots, 0.0, nullptr);
     host.CopyFrom(sums_);
-    std::array<double, kSlots> values;
-    for (int i = 0; i < kSlots; ++i) values[i] = host.data()[i];
-    return values;
+    losses->lm_loss = host.data()[kLm];
+    losses->mtp_loss = host.data()[kMtp];
+    losses->indexer_loss = host.data()[kIndexer];
   }
 
  private:

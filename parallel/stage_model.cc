@@ -1,6 +1,5 @@
 #include "parallel/stage_model.h"
 
-#include <array>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -135,10 +134,7 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
   spec_.attention.indexer_loss_sum = nullptr;
   // Read once the stage's forward is queued: the losses and expert loads come
   // from the device together, not with a wait after every op that makes one.
-  const std::array<double, LossSums::kSlots> sum = sums.Read();
-  losses.lm_loss = sum[LossSums::kLm];
-  losses.mtp_loss = sum[LossSums::kMtp];
-  losses.indexer_loss = sum[LossSums::kIndexer];
+  sums.ReadInto(&losses);
   for (int i = first_; i < end_; ++i) {
     AddLayer(i, acts->layers[i - first_], &losses);
   }
