@@ -1,6 +1,6 @@
 // bf16 copies of fp32 views for the library kernels that take bf16 operands
-// (cuDNN's attention, the CUTLASS grouped GEMM), and their fp32 results back.
-// Every pointer is a device pointer.
+// (cuBLASLt's bf16 products, cuDNN's attention, the CUTLASS grouped GEMM), and
+// their fp32 results back. Every pointer is a device pointer.
 #ifndef GLM_KERNELS_CUDA_BF16_COPY_CUH_
 #define GLM_KERNELS_CUDA_BF16_COPY_CUH_
 
@@ -13,10 +13,13 @@
 
 namespace glm::cuda {
 
-// out [rows, cols] contiguous = bf16(x); when `keep` is given, rows r with
-// keep[r / rows_per_token] == 0 are zeroed (attention: tokens without keys).
+// out [rows, cols] with leading dimension ld >= cols = bf16(x) (round to
+// nearest even; the columns past cols are not written); when `keep` is given,
+// rows r with keep[r / rows_per_token] == 0 are zeroed (attention: tokens
+// without keys). Four elements per access where the shapes and addresses
+// allow it.
 void PackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* keep,
-              int64_t rows_per_token, __nv_bfloat16* out);
+              int64_t rows_per_token, __nv_bfloat16* out, int64_t ld);
 
 // y = x or y += x (accumulate) for x [y.rows, y.cols] contiguous bf16; rows
 // that `keep` drops (as PackBf16) get 0 (+= 0).

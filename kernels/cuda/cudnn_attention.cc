@@ -198,9 +198,9 @@ void PackInputs(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                 int64_t heads, const Buffers& b) {
   SelectionBias(ctx, keys, q.rows / heads, topk, k.rows / heads, b.bias,
                 b.has_key);
-  PackBf16(ctx, q, nullptr, 1, b.q);
-  PackBf16(ctx, k, nullptr, 1, b.k);
-  PackBf16(ctx, v, nullptr, 1, b.v);
+  PackBf16(ctx, q, nullptr, 1, b.q, q.cols);
+  PackBf16(ctx, k, nullptr, 1, b.k, k.cols);
+  PackBf16(ctx, v, nullptr, 1, b.v, v.cols);
 }
 
 void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
@@ -307,9 +307,9 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
   const Buffers b =
       CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, true);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
-  PackBf16(ctx, out, nullptr, 1, b.o);
+  PackBf16(ctx, out, nullptr, 1, b.o, out.cols);
   // A query without keys contributes nothing: its output gradient is zeroed.
-  PackBf16(ctx, dout, b.has_key, heads, b.dout);
+  PackBf16(ctx, dout, b.has_key, heads, b.dout, dout.cols);
   LseToStats(ctx, lse, nq, heads, b.stats);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, b.q},     {kK, b.k},         {kV, b.v},       {kO, b.o},

@@ -60,7 +60,7 @@ class Bf16Operands {
     char* next = static_cast<char*>(ctx.CompositeScratch(bytes));
     for (ConstMatrixView v : views) {
       auto* copy = reinterpret_cast<__nv_bfloat16*>(next);
-      if (!v.empty()) PackBf16(ctx, v, nullptr, 1, copy);
+      if (!v.empty()) PackBf16(ctx, v, nullptr, 1, copy, v.cols);
       copies_.push_back(copy);
       next += Bytes(v);
     }

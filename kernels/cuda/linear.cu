@@ -11,8 +11,8 @@
 #include <mutex>
 #include <tuple>
 
+#include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/linear.cuh"
 
 namespace glm::cuda {
@@ -56,38 +56,26 @@ size_t ScratchBytes(Precision precision,
   return bytes;
 }
 
-__global__ void ToBf16Kernel(ConstMatrixView x, __nv_bfloat16* out,
-                             int64_t ld) {
-  ForEachElement(x.rows, x.cols, [&](int64_t r, int64_t c) {
-    out[r * ld + c] = __float2bfloat16(At(x, r, c));
-  });
-}
-
 // Turns views into operands: the views themselves in fp32 and tf32 modes; in
 // bf16 mode bf16 copies, each carved out of the scratch after the workspace.
 class OperandMaker {
  public:
   OperandMaker(CudaContext& ctx, void* scratch)
-      : precision_(ctx.precision()),
-        stream_(ctx.stream()),
-        next_(static_cast<char*>(scratch) + kWorkspaceBytes) {}
+      : ctx_(ctx), next_(static_cast<char*>(scratch) + kWorkspaceBytes) {}
 
   Operand Make(ConstMatrixView v) {
-    if (precision_ != Precision::kBf16) {
+    if (ctx_.precision() != Precision::kBf16) {
       return {v.data, v.rows, v.cols, LeadingDim(v), CUDA_R_32F};
     }
     auto* out = reinterpret_cast<__nv_bfloat16*>(next_);
     next_ += Bf16Bytes(v);
     const int64_t ld = Bf16LeadingDim(v.cols);
-    ToBf16Kernel<<<GridStrideBlocks(v.rows * v.cols), kBlockThreads, 0,
-                   stream_>>>(v, out, ld);
-    GLM_CUDA_CHECK_LAUNCH();
+    PackBf16(ctx_, v, nullptr, 1, out, ld);
     return {out, v.rows, v.cols, ld, CUDA_R_16BF};
   }
 
  private:
-  Precision precision_;
-  cudaStream_t stream_;
+  CudaContext& ctx_;
   char* next_;
 };
 
