@@ -12,6 +12,7 @@
 #include "cli/npy_writer.h"
 #include "kernels/backend_factory.h"
 #include "model/glm_model.h"
+#include "model/weight_copies.h"
 
 namespace glm {
 namespace {
@@ -49,6 +50,7 @@ absl::Status Forward(const CommandFlags& flags) {
       (*backend)->allocator() == nullptr
           ? nullptr
           : MirrorParameters(**params, (*backend)->allocator());
+  if (on_device) RefreshComputeCopies(**backend, *on_device);
   GlmModel model(on_device ? on_device.get() : params->get(), backend->get());
   absl::StatusOr<ForwardResult> result =
       model.Forward(Batch::FromSequences(*rows));

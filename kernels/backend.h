@@ -245,6 +245,15 @@ class Backend {
                              float coeff, MatrixView diq, MatrixView dik,
                              MatrixView dw, double* sum) = 0;
 
+  // ---- weights ----
+  // The weights products read (matrices and stacked experts, where the
+  // backend computes): a backend whose products round their inputs (the CUDA
+  // bf16 mode) makes a rounded copy of each span here and reads it for every
+  // product operand inside one. Call it after the weights change (an optimizer
+  // step, a load, a LoRA merge) and before the next product; spans unlike the
+  // last call's replace them. Backends computing in fp32 keep no copies.
+  virtual void RefreshComputeCopies(const std::vector<FlatSpan>& weights) = 0;
+
   // ---- optimizer ----
   // Sum of x^2 over every element of the spans, in double, in a fixed order
   // (the gradient norm).

@@ -328,6 +328,12 @@ void OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
   });
 }
 
+void OpTimingBackend::RefreshComputeCopies(
+    const std::vector<FlatSpan>& weights) {
+  Timed("RefreshComputeCopies", 0,
+        [&] { timed_->RefreshComputeCopies(weights); });
+}
+
 double OpTimingBackend::SquaredSum(const std::vector<FlatSpan>& spans) {
   return Timed("SquaredSum", 0, [&] { return timed_->SquaredSum(spans); });
 }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/weight_copies.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel_shard.h"
 #include "training/expert_gradients.h"
@@ -677,6 +678,8 @@ absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
   if (device_params_) {
     if (!resident()) CopyValues(*params_, *device_params_);
     device_params_->ZeroGrad();
+    // The last step changed the weights (or a load or a merge did).
+    RefreshComputeCopies(*backend_, *device_params_);
   }
   if (absl::Status status = RunMicroBatches(totals); !status.ok()) {
     return status;

@@ -95,6 +95,8 @@ class CpuBackend : public Backend {
                      const int32_t* keys, int64_t topk, float scale,
                      ConstMatrixView target, float coeff, MatrixView diq,
                      MatrixView dik, MatrixView dw, double* sum) override;
+  // fp32 products read the weights themselves.
+  void RefreshComputeCopies(const std::vector<FlatSpan>& weights) override {}
   double SquaredSum(const std::vector<FlatSpan>& spans) override;
   void AdamWStep(const AdamWHyperparameters& hyper,
                  const std::vector<AdamWTensor>& tensors) override;

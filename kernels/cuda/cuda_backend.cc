@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/bf16_weight_copies.h"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_check.h"
@@ -46,6 +47,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   ~CudaBackend() override {
     scratch_ = Grown();
     composite_scratch_ = Grown();
+    weight_copies_ = cuda::Bf16WeightCopies();
     cudnn_attention_.reset();
     allocator_->Free(loss_);
     cudaStreamSynchronize(stream_);
@@ -80,6 +82,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void* Scratch(size_t bytes) override { return Grow(&scratch_, bytes); }
   void* CompositeScratch(size_t bytes) override {
     return Grow(&composite_scratch_, bytes);
+  }
+  const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const override {
+    return weight_copies_.Find(v);
   }
 
   // ---- Backend ----
@@ -234,6 +239,11 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                         dik, dw, loss_);
     cuda::AddQuotient(*this, loss_, 1.0, sum);
   }
+  void RefreshComputeCopies(const std::vector<FlatSpan>& weights) override {
+    if (options_.precision == cuda::Precision::kBf16) {
+      weight_copies_.Refresh(*this, allocator_.get(), weights);
+    }
+  }
   double SquaredSum(const std::vector<FlatSpan>& spans) override {
     cuda::SquaredSum(*this, spans, loss_);
     return ReadLoss();
@@ -281,6 +291,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   std::unique_ptr<cuda::CudaAllocator> allocator_;
   Grown scratch_, composite_scratch_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
+  cuda::Bf16WeightCopies weight_copies_;
   double* loss_ = nullptr;
 };
 

@@ -8,9 +8,12 @@
 #define GLM_KERNELS_CUDA_CUDA_CONTEXT_H_
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+
+#include "kernels/tensor.h"
 
 namespace glm::cuda {
 
@@ -42,6 +45,10 @@ class CudaContext {
   // A second such buffer for ops built from other ops: what they keep across
   // the inner ops' calls lives here, since those take Scratch for themselves.
   virtual void* CompositeScratch(size_t bytes) = 0;
+  // In the bf16 mode, the bf16 copy of a weight view (laid out like it, same
+  // strides) when the backend keeps one (Backend::RefreshComputeCopies); null
+  // for any other view, which ops convert themselves.
+  virtual const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const = 0;
 };
 
 // A context whose matrix products run at another precision; all else is the
@@ -56,6 +63,9 @@ class WithPrecision : public CudaContext {
   void* Scratch(size_t bytes) override { return inner_.Scratch(bytes); }
   void* CompositeScratch(size_t bytes) override {
     return inner_.CompositeScratch(bytes);
+  }
+  const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const override {
+    return inner_.Bf16WeightCopy(v);
   }
 
  private:

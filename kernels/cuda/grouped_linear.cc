@@ -50,8 +50,9 @@ bool UseGroupedGemm(CudaContext& ctx, int64_t in, int64_t out,
   return true;
 }
 
-// bf16 copies of views, carved from the composite scratch (the grouped GEMM
-// takes the plain scratch for its own arguments).
+// bf16 operands: the weights' kept copies, or copies of the views carved from
+// the composite scratch (the grouped GEMM takes the plain scratch for its own
+// arguments).
 class Bf16Operands {
  public:
   Bf16Operands(CudaContext& ctx, std::initializer_list<ConstMatrixView> views) {
@@ -59,15 +60,24 @@ class Bf16Operands {
     for (ConstMatrixView v : views) bytes += Bytes(v);
     char* next = static_cast<char*>(ctx.CompositeScratch(bytes));
     for (ConstMatrixView v : views) {
-      auto* copy = reinterpret_cast<__nv_bfloat16*>(next);
-      if (!v.empty()) PackBf16(ctx, v, nullptr, 1, copy, v.cols);
-      copies_.push_back(copy);
+      copies_.push_back(Copy(ctx, v, next));
       next += Bytes(v);
     }
   }
   const __nv_bfloat16* operator[](size_t i) const { return copies_[i]; }
 
  private:
+  // The weight's kept copy when it has one and is contiguous (the grouped
+  // GEMM reads dense operands); else a copy made at `at`.
+  static const __nv_bfloat16* Copy(CudaContext& ctx, ConstMatrixView v,
+                                   char* at) {
+    const __nv_bfloat16* kept =
+        v.stride == v.cols ? ctx.Bf16WeightCopy(v) : nullptr;
+    if (kept != nullptr) return kept;
+    auto* copy = reinterpret_cast<__nv_bfloat16*>(at);
+    if (!v.empty()) PackBf16(ctx, v, nullptr, 1, copy, v.cols);
+    return copy;
+  }
   static size_t Bytes(ConstMatrixView v) {
     return ScratchAlignUp(v.rows * v.cols * sizeof(__nv_bfloat16));
   }

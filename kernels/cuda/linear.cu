@@ -57,7 +57,8 @@ size_t ScratchBytes(Precision precision,
 }
 
 // Turns views into operands: the views themselves in fp32 and tf32 modes; in
-// bf16 mode bf16 copies, each carved out of the scratch after the workspace.
+// bf16 mode the weights' kept copies, or bf16 copies made here, each carved
+// out of the scratch after the workspace.
 class OperandMaker {
  public:
   OperandMaker(CudaContext& ctx, void* scratch)
@@ -66,6 +67,9 @@ class OperandMaker {
   Operand Make(ConstMatrixView v) {
     if (ctx_.precision() != Precision::kBf16) {
       return {v.data, v.rows, v.cols, LeadingDim(v), CUDA_R_32F};
+    }
+    if (const __nv_bfloat16* copy = ctx_.Bf16WeightCopy(v)) {
+      return {copy, v.rows, v.cols, LeadingDim(v), CUDA_R_16BF};
     }
     auto* out = reinterpret_cast<__nv_bfloat16*>(next_);
     next_ += Bf16Bytes(v);

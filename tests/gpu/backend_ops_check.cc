@@ -269,6 +269,10 @@ class Bound {
   int32_t* Ints(int i) const {
     return static_cast<int32_t*>(bases_[i]) + operands_[i].layout.offset;
   }
+  // Operand i's whole buffer (a view's tensor).
+  FlatSpan Buffer(int i) const {
+    return {static_cast<float*>(bases_[i]), operands_[i].layout.size};
+  }
 
  private:
   const std::vector<Operand>& operands_;
@@ -977,18 +981,39 @@ const ModelConfig& Mini() {
 
 // ---- dense algebra ----
 
+// Whether a product's weight operand is converted by the op on every call, or
+// read from the copy the backend keeps of its whole buffer (as of a model's
+// weight tensor, Backend::RefreshComputeCopies).
+enum class WeightCopy { kPerCall, kKept };
+
+const char* LabelOf(WeightCopy copy) {
+  return copy == WeightCopy::kKept ? " kept weight copy" : "";
+}
+
+// Runs `op` with operand `w` as the weights the backend keeps copies of
+// (when `copy` says so), then drops the copies: the case frees its buffers.
+template <typename Op>
+void WithWeights(Backend& be, const Bound& p, int w, WeightCopy copy, Op op) {
+  if (copy == WeightCopy::kKept) be.RefreshComputeCopies({p.Buffer(w)});
+  op();
+  if (copy == WeightCopy::kKept) be.RefreshComputeCopies({});
+}
+
 void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
-               Layout y, bool accumulate) {
+               Layout y, bool accumulate,
+               WeightCopy copy = WeightCopy::kPerCall) {
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " y", Dims(y),
-                   accumulate ? " +=" : "");
+                   accumulate ? " +=" : "", LabelOf(copy));
   f.push_back({"Linear", label, [=] {
                  CaseBuilder b("Linear", label);
                  const int ix = b.Input("x", x), iw = b.Input("w", w);
                  const int iy =
                      accumulate ? b.Accumulated("y", y) : b.Written("y", y);
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.Linear(p.View(ix), p.View(iw), p.View(iy), accumulate);
+                   WithWeights(be, p, iw, copy, [&] {
+                     be.Linear(p.View(ix), p.View(iw), p.View(iy), accumulate);
+                   });
                    return 0.0;
                  });
                }});
@@ -997,10 +1022,10 @@ void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
 // dx or dw absent: that gradient is not asked for.
 void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                        Layout dy, bool want_dx, bool want_dw, Layout dx,
-                       Layout dw) {
-  const std::string label =
-      absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
-                   want_dx ? "" : " no dx", want_dw ? "" : " no dw");
+                       Layout dw, WeightCopy copy = WeightCopy::kPerCall) {
+  const std::string label = absl::StrCat(
+      tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
+      want_dx ? "" : " no dx", want_dw ? "" : " no dw", LabelOf(copy));
   f.push_back({"LinearBackward", label, [=] {
                  CaseBuilder b("LinearBackward", label);
                  const int ix = b.Input("x", x), iw = b.Input("w", w),
@@ -1008,9 +1033,11 @@ void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                  const int idx = want_dx ? b.Accumulated("dx", dx) : -1;
                  const int idw = want_dw ? b.Accumulated("dw", dw) : -1;
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.LinearBackward(p.View(ix), p.View(iw), p.View(idy),
-                                     idx >= 0 ? p.View(idx) : MatrixView{},
-                                     idw >= 0 ? p.View(idw) : MatrixView{});
+                   WithWeights(be, p, iw, copy, [&] {
+                     be.LinearBackward(p.View(ix), p.View(iw), p.View(idy),
+                                       idx >= 0 ? p.View(idx) : MatrixView{},
+                                       idw >= 0 ? p.View(idw) : MatrixView{});
+                   });
                    return 0.0;
                  });
                }});
@@ -1095,9 +1122,11 @@ void AddGroupByExpert(Factories& f, const std::string& tag, int64_t tokens,
 // expert `all_on`): in -> out per expert, the weights stacked [experts * out,
 // in].
 void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
-                      int64_t experts, int64_t in, int64_t out, int all_on) {
+                      int64_t experts, int64_t in, int64_t out, int all_on,
+                      WeightCopy copy = WeightCopy::kPerCall) {
   const std::string label =
-      absl::StrCat(tag, " rows", rows, " experts", experts, " ", in, "->", out);
+      absl::StrCat(tag, " rows", rows, " experts", experts, " ", in, "->", out,
+                   LabelOf(copy));
   auto offsets_of = [=](CaseBuilder& b) {
     return OffsetsOf(ExpertLoads(rows, experts, all_on, b.rng()));
   };
@@ -1108,8 +1137,10 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                            iw = b.Input("w", Dense(experts * out, in)),
                            iy = b.Written("y", Dense(rows, out));
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.GroupedLinear(p.View(ix), p.View(iw), p.Ints(io), experts,
-                                    p.View(iy));
+                   WithWeights(be, p, iw, copy, [&] {
+                     be.GroupedLinear(p.View(ix), p.View(iw), p.Ints(io),
+                                      experts, p.View(iy));
+                   });
                    return 0.0;
                  });
                }});
@@ -1122,9 +1153,11 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                            idx = b.Accumulated("dx", Dense(rows, in)),
                            idw = b.Accumulated("dw", Dense(experts * out, in));
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.GroupedLinearBackward(p.View(ix), p.View(iw), p.Ints(io),
-                                            experts, p.View(idy), p.View(idx),
-                                            p.View(idw));
+                   WithWeights(be, p, iw, copy, [&] {
+                     be.GroupedLinearBackward(p.View(ix), p.View(iw),
+                                              p.Ints(io), experts, p.View(idy),
+                                              p.View(idx), p.View(idw));
+                   });
                    return 0.0;
                  });
                }});
@@ -1142,6 +1175,9 @@ void AddGroupedCases(Factories& f) {
                    2 * moe, -1);
   AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
                    -1);
+  AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kKept);
+  AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,
+                   2 * moe, -1, WeightCopy::kKept);
 }
 
 void AddLinearCases(Factories& f) {
@@ -1181,6 +1217,13 @@ void AddLinearCases(Factories& f) {
             Dense(1000, hidden), true);
   AddLinear(f, "lm_head", Dense(128, hidden), Dense(m.vocab_size, hidden),
             Dense(128, m.vocab_size), false);
+  AddLinear(f, "misaligned", Cols(33, 70, 3, 61), Cols(17, 64, 1, 61),
+            Cols(33, 20, 2, 17), true, WeightCopy::kKept);
+  AddLinear(f, "q_b_proj", Dense(4096, m.q_lora_rank),
+            Dense(heads * qk, m.q_lora_rank), Dense(4096, heads * qk), false,
+            WeightCopy::kKept);
+  AddLinear(f, "expert down", Dense(1000, moe), Slab(3, hidden, moe, 1),
+            Dense(1000, hidden), true, WeightCopy::kKept);
 
   AddLinearBackward(f, "tiny", Dense(5, 7), Dense(3, 7), Dense(5, 3), true,
                     true, Dense(5, 7), Dense(3, 7));
@@ -1209,6 +1252,13 @@ void AddLinearCases(Factories& f) {
   AddLinearBackward(f, "lm_head", Dense(64, hidden),
                     Dense(m.vocab_size, hidden), Dense(64, m.vocab_size), true,
                     true, Dense(64, hidden), Dense(m.vocab_size, hidden));
+  AddLinearBackward(f, "misaligned", Cols(33, 70, 3, 61), Cols(17, 64, 1, 61),
+                    Cols(33, 20, 2, 17), true, true, Cols(33, 66, 5, 61),
+                    Cols(17, 63, 1, 61), WeightCopy::kKept);
+  AddLinearBackward(f, "expert down slab", Dense(1000, moe),
+                    Slab(3, hidden, moe, 1), Dense(1000, hidden), true, true,
+                    Dense(1000, moe), Slab(3, hidden, moe, 1),
+                    WeightCopy::kKept);
 }
 
 void AddCopy(Factories& f, const std::string& tag, Layout x, Layout y) {

@@ -1,0 +1,71 @@
+#include "kernels/cuda/bf16_weight_copies.h"
+
+#include <cassert>
+#include <cstdint>
+#include <iterator>
+
+#include "kernels/cuda/bf16_copy.cuh"
+
+namespace glm::cuda {
+namespace {
+
+// Copies start on 16 bytes, as the vectorized packer and TMA loads want.
+constexpr int64_t kCopyAlignElements = 8;
+
+int64_t AlignedElements(int64_t size) {
+  return (size + kCopyAlignElements - 1) / kCopyAlignElements *
+         kCopyAlignElements;
+}
+
+bool SameSpans(const std::vector<FlatSpan>& a, const std::vector<FlatSpan>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].data != b[i].data || a[i].size != b[i].size) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Bf16WeightCopies::Place(Allocator* allocator,
+                             const std::vector<FlatSpan>& spans) {
+  int64_t elements = 0;
+  for (const FlatSpan& span : spans) elements += AlignedElements(span.size);
+  buffer_ = elements == 0
+                ? DeviceBuffer()
+                : DeviceBuffer(allocator, elements * sizeof(__nv_bfloat16));
+  by_start_.clear();
+  auto* next = static_cast<__nv_bfloat16*>(buffer_.data());
+  for (const FlatSpan& span : spans) {
+    if (span.size == 0) continue;
+    const bool placed =
+        by_start_.emplace(span.data, Placed{span.data + span.size, next})
+            .second;
+    assert(placed && "spans must not repeat");
+    (void)placed;
+    next += AlignedElements(span.size);
+  }
+  spans_ = spans;
+}
+
+void Bf16WeightCopies::Refresh(CudaContext& ctx, Allocator* allocator,
+                               const std::vector<FlatSpan>& spans) {
+  if (!SameSpans(spans, spans_)) Place(allocator, spans);
+  for (const auto& [start, placed] : by_start_) {
+    const int64_t size = placed.end - start;
+    PackBf16(ctx, ConstMatrixView(start, 1, size, size), nullptr, 1,
+             placed.copy, size);
+  }
+}
+
+const __nv_bfloat16* Bf16WeightCopies::Find(ConstMatrixView v) const {
+  if (v.empty() || v.rows == 0 || by_start_.empty()) return nullptr;
+  auto it = by_start_.upper_bound(v.data);
+  if (it == by_start_.begin()) return nullptr;
+  it = std::prev(it);
+  const float* last_end = v.data + (v.rows - 1) * v.stride + v.cols;
+  if (last_end > it->second.end) return nullptr;
+  return it->second.copy + (v.data - it->first);
+}
+
+}  // namespace glm::cuda

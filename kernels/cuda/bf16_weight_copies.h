@@ -1,0 +1,50 @@
+// bf16 copies of the weights the bf16 mode's products read, so that a product
+// with a weight operand reads its copy instead of converting the fp32 master
+// weight on every call (each weight is read by a forward and a backward per
+// micro batch, but changes once per optimizer step).
+//
+// The copies sit in one device allocation, laid out like the spans they copy:
+// any view inside a span (a slab of stacked experts, a range of rows or
+// columns) has a copy at the same offset with the same strides.
+#ifndef GLM_KERNELS_CUDA_BF16_WEIGHT_COPIES_H_
+#define GLM_KERNELS_CUDA_BF16_WEIGHT_COPIES_H_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/device_memory.h"
+#include "kernels/tensor.h"
+
+namespace glm::cuda {
+
+class Bf16WeightCopies {
+ public:
+  // Copies `spans` (device memory) now. The copies replace the last call's;
+  // the allocation is kept when the spans are the same.
+  void Refresh(CudaContext& ctx, Allocator* allocator,
+               const std::vector<FlatSpan>& spans);
+  // The copy of `v`, or null when `v` does not lie inside one span.
+  const __nv_bfloat16* Find(ConstMatrixView v) const;
+
+ private:
+  // A span's end and where its copy starts.
+  struct Placed {
+    const float* end;
+    __nv_bfloat16* copy;
+  };
+
+  void Place(Allocator* allocator, const std::vector<FlatSpan>& spans);
+
+  std::vector<FlatSpan> spans_;
+  DeviceBuffer buffer_;
+  std::map<const float*, Placed> by_start_;
+};
+
+}  // namespace glm::cuda
+
+#endif  // GLM_KERNELS_CUDA_BF16_WEIGHT_COPIES_H_
