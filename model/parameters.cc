@@ -1,10 +1,13 @@
 #include "model/parameters.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/cpu/parallel.h"
 #include "xxhash.h"
 
 namespace glm {
@@ -153,6 +156,53 @@ float StandardNormalAt(uint64_t key, uint64_t index) {
   return std::sqrt(-2.f * std::log(u1)) * std::cos(kTwoPi * u2);
 }
 
+// Held elements [begin, end) of a tensor whose part lies at `runs` in the
+// whole: held element j is run j / length, offset j % length, and gets the
+// draw of its index in the whole tensor.
+void DrawHeldElements(uint64_t key, float std, const PartRuns& runs,
+                      int64_t begin, int64_t end, float* out) {
+  for (int64_t j = begin; j < end;) {
+    const int64_t offset = j % runs.length;
+    const int64_t start = runs.first + (j / runs.length) * runs.stride + offset;
+    const int64_t n = std::min(end - j, runs.length - offset);
+    for (int64_t i = 0; i < n; ++i) {
+      out[j + i] =
+          std * StandardNormalAt(key, static_cast<uint64_t>(start + i));
+    }
+    j += n;
+  }
+}
+
+// Allocates (zeros) the held part of each of `tensors`, value and gradient.
+// The kernel zeroes host memory page by page as it is first touched, seconds
+// per core for a model of billions of elements, so host tensors are allocated
+// on every core; each thread takes the next tensor, as tensors differ in size
+// by orders of magnitude. A device allocator is driven from this thread alone.
+void AllocateHeld(const std::vector<NamedTensor>& tensors,
+                  const HeldTensors& held,
+                  const std::map<std::string, std::vector<int64_t>>& wholes) {
+  Allocator* allocator = CurrentAllocator();
+  auto allocate = [&](const NamedTensor& named) {
+    *named.value =
+        Tensor(held.PartShape(named.name, wholes.at(named.name)), allocator);
+    if (named.grad != nullptr) {
+      *named.grad = Tensor(named.value->shape(), allocator);
+    }
+  };
+  if (allocator != nullptr) {
+    for (const NamedTensor& named : tensors) allocate(named);
+    return;
+  }
+  int64_t elements = 0;
+  for (const NamedTensor& named : tensors) {
+    elements += NumElements(held.PartShape(named.name, wholes.at(named.name)));
+  }
+  std::atomic<size_t> next{0};
+  cpu::ParallelFor(cpu::NumThreads(), elements, [&](int64_t, int64_t) {
+    for (size_t i; (i = next++) < tensors.size();) allocate(tensors[i]);
+  });
+}
+
 }  // namespace
 
 std::vector<int64_t> HeldTensors::PartShape(
@@ -206,13 +256,12 @@ ModelParameters::ModelParameters(const ModelConfig& config,
                         config.index_sharing.topk_freq <= 1, &m.layer, &shapes);
     Declare(m.shared_head_norm, {hidden}, &shapes);
   }
+  std::vector<NamedTensor> allocated;
   for (const NamedTensor& named : Named()) {
-    const std::vector<int64_t>& whole = shapes.at(named.value);
-    whole_shapes_[named.name] = whole;
-    if (!held.Holds(named.name)) continue;
-    *named.value = Tensor(held.PartShape(named.name, whole));
-    if (named.grad != nullptr) *named.grad = Tensor(named.value->shape());
+    whole_shapes_[named.name] = shapes.at(named.value);
+    if (held.Holds(named.name)) allocated.push_back(named);
   }
+  AllocateHeld(allocated, held, whole_shapes_);
 }
 
 std::vector<NamedTensor> ModelParameters::Named() {
@@ -251,13 +300,12 @@ void ModelParameters::InitRandom(uint64_t seed, float std) {
     const uint64_t key =
         XXH3_64bits_withSeed(t.name.data(), t.name.size(), seed);
     const PartRuns runs = RunsOf(held_.PartOf(t.name, whole), whole);
-    float* out = v.data();
-    for (int64_t r = 0; r < runs.count; ++r) {
-      const int64_t start = runs.first + r * runs.stride;
-      for (int64_t i = start; i < start + runs.length; ++i) {
-        *out++ = std * StandardNormalAt(key, static_cast<uint64_t>(i));
-      }
-    }
+    // Each element's draw depends on its index alone, so every core takes a
+    // contiguous range of the tensor and the values do not depend on the split.
+    const int64_t n = static_cast<int64_t>(v.size());
+    cpu::ParallelFor(n, n, [&](int64_t begin, int64_t end) {
+      DrawHeldElements(key, std, runs, begin, end, v.data());
+    });
   }
 }
 

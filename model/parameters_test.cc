@@ -1,11 +1,14 @@
 #include "model/parameters.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/parallel.h"
 #include "model/test_model_util.h"
+#include "xxhash.h"
 
 namespace glm {
 namespace {
@@ -137,6 +140,63 @@ TEST(ModelParametersTest, InitRandomDrawsNormalValues) {
             ValueOf(params, same_shape)->values());
   EXPECT_NE(ValueOf(params, kWhole)->values(),
             ValueOf(other_seed, kWhole)->values());
+}
+
+// The draw InitRandom gives element `index` of the sequence `key`, written
+// out again: the single-threaded reference the parallel draw must equal bit for
+// bit (and a pin of the formula, which reproducible runs depend on).
+float ReferenceNormalAt(uint64_t key, uint64_t index) {
+  uint64_t z = key + (index + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float u1 = (static_cast<float>(z >> 40) + 1.f) / 16777216.f;
+  const float u2 = static_cast<float>((z >> 8) & 0xFFFFFF) / 16777216.f;
+  return std::sqrt(-2.f * std::log(u1)) *
+         std::cos(6.28318530717958647692f * u2);
+}
+
+uint32_t Bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+// Every matrix of a whole model holds, element by element, the reference draw
+// at its index.
+void ExpectReferenceDraws(ModelParameters& whole, uint64_t seed, float std) {
+  for (const NamedTensor& named : whole.Named()) {
+    if (named.grad == nullptr || named.value->shape().size() == 1) continue;
+    const uint64_t key =
+        XXH3_64bits_withSeed(named.name.data(), named.name.size(), seed);
+    const std::vector<float>& v = named.value->values();
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(Bits(v[i]), Bits(std * ReferenceNormalAt(key, i)))
+          << named.name << " element " << i;
+    }
+  }
+}
+
+// The test's environment sets GLM_CPU_THREADS=3; a vocabulary of 5000 makes
+// the models large enough to be allocated on all three threads, and the
+// embedding, the output head and the held parts of both below large enough to
+// be drawn on all three, with the ranges split inside rows.
+TEST(ModelParametersTest, InitRandomOnEveryThreadEqualsTheReferenceDraws) {
+  ASSERT_EQ(cpu::NumThreads(), 3);
+  ModelConfig config = TinyTestConfig();
+  config.vocab_size = 5000;
+  // The smallest of them: 7 columns of the output head.
+  ASSERT_GE(config.vocab_size * 7, cpu::kMinParallelWork);
+  ModelParameters whole(config);
+  whole.InitRandom(11, 0.3f);
+  ExpectReferenceDraws(whole, 11, 0.3f);
+  HeldTensors held = SomeTensors();
+  held.names->insert({"model.embed_tokens.weight", "lm_head.weight"});
+  held.parts["model.embed_tokens.weight"] = {0, 1234, 3000};
+  held.parts["lm_head.weight"] = {1, 3, 7};
+  ModelParameters some(config, held);
+  some.InitRandom(11, 0.3f);
+  ExpectHeldPartsOfWhole(some, whole);
 }
 
 TEST(ModelParametersTest, KeepHeldCutsTheWholeModel) {
