@@ -1,5 +1,7 @@
 #include "model/glm_model.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "model/loss_sums.h"
 
@@ -42,7 +44,8 @@ GlmModel::GlmModel(ModelParameters* params, Backend* backend,
       spec_(
           MakeDecoderLayerSpec(params->config(), options.indexer_loss_coeff)) {}
 
-absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
+absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
+                                                StepTotals* step) {
   if (params_->mtp.size() > 1) {
     return absl::UnimplementedError(
         absl::StrCat("num_nextn_predict_layers = ", params_->mtp.size(),
@@ -62,7 +65,9 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
   op_ids_ = IndexTensor::FromHost(ids_);
 
   ForwardResult result;
-  LossSums sums(backend_->allocator());
+  std::optional<LossSums> own_sums;
+  LossSums& sums = step != nullptr ? step->losses()
+                                   : own_sums.emplace(backend_->allocator());
   spec_.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
   ForwardLayers();
   const bool with_mtp = !params_->mtp.empty();
@@ -73,13 +78,17 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch) {
       LocalRowsOf(nullptr, layout_.tokens), hidden_.back().Matrix(),
       layers_.empty() ? nullptr : layers_.back().attn.topk, &sums, &head_);
   spec_.attention.indexer_loss_sum = nullptr;
-  // Read once the whole forward is queued: the losses and expert loads come
-  // from the device together, not with a wait after every op that makes one.
-  sums.ReadInto(&result);
-  for (const DecoderLayerActivations& layer : layers_) Record(layer, &result);
+  // Without `step`, read once the whole forward is queued: the losses and
+  // expert loads come from the device together, not with a wait after every
+  // op that makes one.
+  if (step == nullptr) sums.ReadInto(&result);
+  size_t index = 0;
+  for (const DecoderLayerActivations& layer : layers_) {
+    Record(layer, index++, step, &result);
+  }
   if (options_.return_logits) result.logits = head_.logits;
   if (with_mtp) {
-    Record(head_.mtp[0].layer, &result);
+    Record(head_.mtp[0].layer, index, step, &result);
     if (options_.return_logits) result.mtp_logits = head_.mtp[0].logits;
   }
   if (spec_.experts != nullptr && !spec_.experts->status().ok()) {
@@ -112,13 +121,17 @@ void GlmModel::ForwardLayers() {
   }
 }
 
-void GlmModel::Record(const DecoderLayerActivations& layer,
-                      ForwardResult* result) const {
+void GlmModel::Record(const DecoderLayerActivations& layer, size_t index,
+                      StepTotals* step, ForwardResult* result) const {
   if (options_.record_selections) {
     result->layer_topk.push_back(*layer.attn.topk);
     result->expert_choice.push_back(layer.moe.choice);
   }
-  result->expert_load.push_back(ExpertLoad(layer.moe));
+  if (step != nullptr) {
+    step->KeepExpertOffsets(index, layer.moe.expert_offsets);
+  } else {
+    result->expert_load.push_back(ExpertLoad(layer.moe));
+  }
 }
 
 absl::Status GlmModel::Backward() {

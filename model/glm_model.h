@@ -18,6 +18,7 @@
 #include "model/mtp_layer.h"
 #include "model/output_head.h"
 #include "model/parameters.h"
+#include "model/step_totals.h"
 #include "model/token_layout.h"
 
 namespace glm {
@@ -67,16 +68,21 @@ class GlmModel {
     spec_.experts = experts;
   }
 
-  absl::StatusOr<ForwardResult> Forward(const Batch& batch);
+  // With `step`, the losses and expert loads are added to it (read once for
+  // the step's forwards) instead of read into the result, whose losses then
+  // stay 0 and expert_load empty.
+  absl::StatusOr<ForwardResult> Forward(const Batch& batch,
+                                        StepTotals* step = nullptr);
   // Gradients of the last Forward's total loss, added to params->*.grad.
   absl::Status Backward();
 
  private:
   // The decoder layers, into layers_ and hidden_.
   void ForwardLayers();
-  // Adds one decoder layer's top-k, routing and indexer loss to `result`.
-  void Record(const DecoderLayerActivations& layer,
-              ForwardResult* result) const;
+  // Adds decoder layer `index`'s top-k and routing to `result`, its expert
+  // loads to `step` when given, else to `result`.
+  void Record(const DecoderLayerActivations& layer, size_t index,
+              StepTotals* step, ForwardResult* result) const;
 
   ModelParameters* params_;
   Backend* backend_;

@@ -110,6 +110,12 @@ class GlmModelTest : public ::testing::Test {
   ModelParameters params_;
 };
 
+// What StepTotals::ReadInto fills (the trainer's StageLosses has these).
+struct StageLossesLike {
+  double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
+  std::vector<std::vector<int64_t>> expert_load;
+};
+
 TEST_F(GlmModelTest, ForwardShapesSharingAndLosses) {
   Batch batch = Batch::FromSequences({kSeqA, kSeqB});
   const ForwardResult r = Run(batch);
@@ -158,6 +164,41 @@ TEST_F(GlmModelTest, LogitsAreOptionalAndLossesUnchanged) {
   EXPECT_TRUE(without.logits.empty());
   EXPECT_TRUE(without.mtp_logits.empty());
   EXPECT_EQ(without.total_loss, with.total_loss);
+}
+
+// A step's forwards add their losses and expert loads to one StepTotals, read
+// once: the same sums as reading each forward (the losses up to the order of
+// the additions).
+TEST_F(GlmModelTest, StepTotalsSumTheForwardsOfAStep) {
+  const Batch first = Batch::FromSequences({kSeqA});
+  const Batch second = Batch::FromSequences({kSeqB, kSeqA});
+  const ForwardResult a = Run(first), b = Run(second);
+  GlmModel model(&params_, &backend_);
+  StepTotals step(backend_.allocator());
+  for (const Batch* batch : {&first, &second}) {
+    absl::StatusOr<ForwardResult> deferred = model.Forward(*batch, &step);
+    ASSERT_TRUE(deferred.ok()) << deferred.status();
+    EXPECT_EQ(deferred->lm_loss, 0.0);
+    EXPECT_TRUE(deferred->expert_load.empty());
+  }
+  StageLossesLike totals;
+  step.ReadInto(&totals);
+  EXPECT_NEAR(totals.lm_loss, a.lm_loss + b.lm_loss, 1e-12 * totals.lm_loss);
+  EXPECT_NEAR(totals.mtp_loss, a.mtp_loss + b.mtp_loss,
+              1e-12 * totals.mtp_loss);
+  EXPECT_NEAR(totals.indexer_loss, a.indexer_loss + b.indexer_loss,
+              1e-12 * totals.indexer_loss);
+  EXPECT_GT(totals.mtp_loss, 0.0);
+  EXPECT_GT(totals.indexer_loss, 0.0);
+  ASSERT_EQ(totals.expert_load.size(), a.expert_load.size());
+  int moe_layers = 0;
+  for (size_t layer = 0; layer < a.expert_load.size(); ++layer) {
+    std::vector<int64_t> want = a.expert_load[layer];
+    for (size_t e = 0; e < want.size(); ++e) want[e] += b.expert_load[layer][e];
+    EXPECT_EQ(totals.expert_load[layer], want) << "layer " << layer;
+    moe_layers += !want.empty();
+  }
+  EXPECT_GT(moe_layers, 0);
 }
 
 TEST_F(GlmModelTest, LossMaskDropsPredictions) {

@@ -517,15 +517,25 @@ absl::Status Trainer::RunMicroBatches(MicroBatchTotals* totals) {
     *totals = *std::move(losses);
     return absl::OkStatus();
   }
+  if (token_parallel_) {
+    for (int64_t m = 0; m < micro_batches / dp; ++m) {
+      if (absl::Status status =
+              RunTokenParallelMicroBatch(first_sample(m), totals);
+          !status.ok()) {
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  }
+  // The losses and expert loads of every micro batch, read once at the end.
+  StepTotals step(backend_->allocator());
   for (int64_t m = 0; m < micro_batches / dp; ++m) {
-    if (absl::Status status =
-            token_parallel_
-                ? RunTokenParallelMicroBatch(first_sample(m), totals)
-                : RunMicroBatch(first_sample(m), totals);
+    if (absl::Status status = RunMicroBatch(first_sample(m), &step);
         !status.ok()) {
       return status;
     }
   }
+  step.ReadInto(totals);
   return absl::OkStatus();
 }
 
@@ -568,14 +578,11 @@ absl::Status Trainer::ReduceTokenParallel(MicroBatchTotals* totals) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::RunMicroBatch(int64_t first_sample,
-                                    MicroBatchTotals* totals) {
+absl::Status Trainer::RunMicroBatch(int64_t first_sample, StepTotals* step) {
   absl::StatusOr<ForwardResult> result = model_->Forward(
-      data_->MicroBatch(first_sample, options_.micro_batch_size));
+      data_->MicroBatch(first_sample, options_.micro_batch_size), step);
   if (!result.ok()) return result.status();
-  if (absl::Status status = model_->Backward(); !status.ok()) return status;
-  AddMicroBatch(*result, totals);
-  return absl::OkStatus();
+  return model_->Backward();
 }
 
 // The model reports expert loads for the main decoder layers, then the MTP

@@ -192,7 +192,9 @@ class Trainer {
   // This rank's micro batches of the step: all of them through the whole
   // model, or through its pipeline stages on Megatron's schedule.
   absl::Status RunMicroBatches(MicroBatchTotals* totals);
-  absl::Status RunMicroBatch(int64_t first_sample, MicroBatchTotals* totals);
+  // One micro batch's forward and backward, its losses and expert loads
+  // added to `step`.
+  absl::Status RunMicroBatch(int64_t first_sample, StepTotals* step);
   // Under tensor or context parallelism: the whole model as one stage on
   // this rank's tokens.
   absl::Status RunTokenParallelMicroBatch(int64_t first_sample,
