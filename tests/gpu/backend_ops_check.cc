@@ -2242,8 +2242,8 @@ void AddAttentionCases(Factories& f) {
   }
   // 128 queries with 1..128 keys, 128 with top-k of 3968..4095 candidates.
   const Queries mini_q = ShortAndLong(128, 128, tokens);
-  // Top-16 of up to 2048 keys: too sparse for the CUDA backend's tiles, so
-  // its per-query gather runs.
+  // Top-16 of up to 2048 keys, head dims cuDNN does not take: too sparse for
+  // the CUDA backend's tiles, so its per-query gather runs in both modes.
   const AttentionShape sparse{2, 40, 24, 24, 0, 2048, 16, 0.2f};
   const Queries sparse_q = ShortAndLong(8, 56, 2048);
   AddAttention(f, "sparse", sparse, sparse_q, true);
@@ -2259,6 +2259,16 @@ void AddAttentionCases(Factories& f) {
   const Queries self_q = ShortAndLong(1024, 0, 1024);
   AddAttention(f, "mini self", self, self_q, false);
   AddAttentionBackward(f, "mini self", self, self_q, false, true, true);
+  // Top-128 of up to 2048 tokens at glm5.2-mini's head dims: a selection too
+  // sparse for the tiles and for cuDNN's masked dense kernels (the bf16
+  // mode's choice above one key in 8), as at long sequences.
+  AttentionShape self_sparse = mini;
+  self_sparse.key_tokens = 2048;
+  self_sparse.topk = 128;
+  const Queries self_sparse_q = ShortAndLong(2048, 0, 2048);
+  AddAttention(f, "mini self sparse", self_sparse, self_sparse_q, false);
+  AddAttentionBackward(f, "mini self sparse", self_sparse, self_sparse_q, false,
+                       true, true);
   AddAttentionBackward(f, "tiny", tiny, TinyQueries(), false, true, true);
   AddAttentionBackward(f, "small", small, small_q, true, true, true);
   AddAttentionBackward(f, "small", small, small_q, true, false, true);
