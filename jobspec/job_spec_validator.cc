@@ -227,6 +227,26 @@ absl::Status CheckPipelineSchedule(const v1::JobSpec& spec,
                   PipelineOrder(pp, 0, chunks, micro_batches).status());
 }
 
+// Recomputation lives in the one-rank model (GlmModel); the stage and
+// token-parallel models keep every layer's activations.
+absl::Status CheckRecompute(const v1::JobSpec& spec) {
+  const v1::ParallelSpec& p = spec.parallel();
+  if (!spec.training().recompute_activations()) return absl::OkStatus();
+  for (const auto& [name, size] : {std::pair<const char*, int>{"tp", p.tp()},
+                                   {"cp", p.cp()},
+                                   {"pp", p.pp()},
+                                   {"ep", p.ep()}}) {
+    if (ParallelSize(size) != 1) {
+      return FieldError("training.recompute_activations",
+                        absl::StrCat("needs parallel.", name,
+                                     " = 1 (one model per rank; "
+                                     "data parallelism is fine), got ",
+                                     size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Only the targets the spec names: the default ones (the attention
 // projections) are in every layer and on no two pipeline stages.
 absl::Status CheckLoraTargets(const v1::JobSpec& spec, const JobPlan& plan) {
@@ -377,8 +397,8 @@ absl::StatusOr<JobPlan> ValidateJobSpec(const v1::JobSpec& spec) {
     return training;
   }
   for (absl::Status status :
-       {CheckPipelineSchedule(spec, plan), CheckLoraTargets(spec, plan),
-        CheckExport(spec.training()),
+       {CheckPipelineSchedule(spec, plan), CheckRecompute(spec),
+        CheckLoraTargets(spec, plan), CheckExport(spec.training()),
         CheckData(spec.data(), spec.training().mode())}) {
     if (!status.ok()) return status;
   }

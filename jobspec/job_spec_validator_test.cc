@@ -329,6 +329,24 @@ v1::JobSpec LoraSpec() {
   return spec;
 }
 
+TEST(JobSpecValidatorTest, RecomputationNeedsOneModelPerRank) {
+  // The test spec runs pp 2.
+  ExpectRejected(
+      "training.recompute_activations",
+      [](v1::JobSpec* s) {
+        s->mutable_training()->set_recompute_activations(true);
+      },
+      "needs parallel.pp = 1 (one model per rank; data parallelism is fine), "
+      "got 2");
+  v1::JobSpec data_parallel = LoadTestSpec("tiny_job.json");
+  data_parallel.mutable_training()->set_recompute_activations(true);
+  data_parallel.mutable_parallel()->set_pp(1);
+  data_parallel.mutable_parallel()->clear_layout();
+  const absl::StatusOr<JobPlan> plan = ValidateJobSpec(data_parallel);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->grid.dp, 2);
+}
+
 TEST(JobSpecValidatorTest, LoraTargetsAndExportAreCheckedAtSubmit) {
   // Under pp 2 with the default targets (the attention projections).
   EXPECT_TRUE(ValidateJobSpec(LoraSpec()).ok());

@@ -55,6 +55,11 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
       !valid.ok()) {
     return valid;
   }
+  if (options_.recompute_layers && spec_.experts != nullptr) {
+    return absl::UnimplementedError(
+        "recomputing layers in the backward with an expert dispatcher (expert "
+        "parallelism would exchange the tokens again)");
+  }
   // Activations and index arrays live where the backend's ops read them.
   AllocatorScope on_backend(backend_->allocator());
   absl::StatusOr<TokenLayout> layout =
@@ -118,7 +123,36 @@ void GlmModel::ForwardLayers() {
     DecoderLayerForward(*backend_, params_->layers[i], spec_,
                         hidden_[i].Matrix(), layout_, shared,
                         hidden_[i + 1].Matrix(), &layers_[i]);
+    if (options_.recompute_layers) KeepRecords(&layers_[i]);
   }
+}
+
+// What outlives a recomputed layer's forward: the keys it chose (layers that
+// share them and the MTP layer attend over them), its routing and expert
+// offsets (Record).
+void GlmModel::KeepRecords(DecoderLayerActivations* acts) {
+  DecoderLayerActivations kept;
+  const bool own_topk = acts->attn.topk == &acts->attn.own_topk;
+  kept.attn.own_topk = std::move(acts->attn.own_topk);
+  kept.attn.topk = acts->attn.topk;
+  kept.moe.choice = std::move(acts->moe.choice);
+  kept.moe.expert_offsets = std::move(acts->moe.expert_offsets);
+  *acts = std::move(kept);
+  if (own_topk) acts->attn.topk = &acts->attn.own_topk;
+}
+
+// Layer i's forward again, into `acts`: the same inputs and selections give
+// the same activations (the backends' ops are deterministic); its indexer loss
+// goes to a sum nobody reads, having been counted in the forward.
+void GlmModel::RecomputeLayer(int i, DecoderLayerActivations* acts) {
+  const int source = params_->config().index_sharing.SourceLayer(i + 1) - 1;
+  const IndexTensor* shared = source < i ? layers_[source].attn.topk : nullptr;
+  LossSums uncounted(backend_->allocator());
+  DecoderLayerSpec spec = spec_;
+  spec.attention.indexer_loss_sum = uncounted.at(LossSums::kIndexer);
+  Tensor h_out({layout_.tokens, params_->config().hidden_size});
+  DecoderLayerForward(*backend_, params_->layers[i], spec, hidden_[i].Matrix(),
+                      layout_, shared, h_out.Matrix(), acts);
 }
 
 void GlmModel::Record(const DecoderLayerActivations& layer, size_t index,
@@ -144,10 +178,13 @@ absl::Status GlmModel::Backward() {
   OutputHeadBackward(*backend_, *params_, spec_, options_, layout_,
                      hidden_.back().Matrix(), head_, dh.Matrix());
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+    DecoderLayerActivations recomputed;
+    if (options_.recompute_layers) RecomputeLayer(i, &recomputed);
     Tensor dh_in({n, hidden});
     DecoderLayerBackward(*backend_, params_->layers[i], spec_,
-                         hidden_[i].Matrix(), layout_, layers_[i], dh.Matrix(),
-                         dh_in.Matrix());
+                         hidden_[i].Matrix(), layout_,
+                         options_.recompute_layers ? recomputed : layers_[i],
+                         dh.Matrix(), dh_in.Matrix());
     dh = std::move(dh_in);
   }
   backend_->EmbeddingBackward(dh.Matrix(), op_ids_.data(),

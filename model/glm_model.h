@@ -79,6 +79,10 @@ class GlmModel {
  private:
   // The decoder layers, into layers_ and hidden_.
   void ForwardLayers();
+  // Under LossOptions::recompute_layers: drops a layer's activations but
+  // what later layers and Record read, and runs layer i's forward again.
+  static void KeepRecords(DecoderLayerActivations* acts);
+  void RecomputeLayer(int i, DecoderLayerActivations* acts);
   // Adds decoder layer `index`'s top-k and routing to `result`, its expert
   // loads to `step` when given, else to `result`.
   void Record(const DecoderLayerActivations& layer, size_t index,

@@ -293,6 +293,56 @@ TEST_F(GlmModelTest, ForwardAndBackwardAreDeterministic) {
   EXPECT_TRUE(runs[0] == runs[1]);
 }
 
+// Every gradient of one forward and backward, with the total loss, the
+// selections and expert loads the forward recorded.
+struct GradientRun {
+  std::vector<std::vector<float>> grads;
+  ForwardResult result;
+};
+
+GradientRun RunGradients(ModelParameters& params, Backend& backend,
+                         const Batch& batch, LossOptions options) {
+  params.ZeroGrad();
+  GlmModel model(&params, &backend, options);
+  absl::StatusOr<ForwardResult> r = model.Forward(batch);
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(model.Backward().ok());
+  GradientRun run{{}, *std::move(r)};
+  for (const NamedTensor& t : params.Named()) {
+    if (t.grad) run.grads.push_back(t.grad->values());
+  }
+  return run;
+}
+
+// Recomputing each layer in the backward gives the gradients of keeping its
+// activations, bitwise: the same ops on the same inputs (and the indexer loss
+// counted once).
+void ExpectRecomputationChangesNothing(ModelParameters& params,
+                                       Backend& backend, const Batch& batch) {
+  LossOptions recompute;
+  recompute.recompute_layers = true;
+  const GradientRun kept = RunGradients(params, backend, batch, {});
+  const GradientRun again = RunGradients(params, backend, batch, recompute);
+  EXPECT_EQ(again.result.total_loss, kept.result.total_loss);
+  EXPECT_EQ(again.result.indexer_loss, kept.result.indexer_loss);
+  EXPECT_GT(kept.result.indexer_loss, 0.0);
+  EXPECT_EQ(again.result.expert_load, kept.result.expert_load);
+  ASSERT_EQ(again.result.layer_topk.size(), kept.result.layer_topk.size());
+  for (size_t i = 0; i < kept.result.layer_topk.size(); ++i) {
+    EXPECT_EQ(again.result.layer_topk[i].values(),
+              kept.result.layer_topk[i].values());
+  }
+  ASSERT_EQ(again.grads.size(), kept.grads.size());
+  for (size_t i = 0; i < kept.grads.size(); ++i) {
+    EXPECT_TRUE(again.grads[i] == kept.grads[i]) << "gradient " << i;
+  }
+}
+
+TEST_F(GlmModelTest, RecomputedLayersGiveTheSameGradients) {
+  ExpectRecomputationChangesNothing(params_, backend_,
+                                    Batch::FromSequences({kSeqA, kSeqB}));
+}
+
 // Tied embeddings: no lm_head parameter; the output projection's gradient joins
 // the embedding's.
 class TiedEmbeddingTest : public GlmModelTest {
@@ -350,6 +400,15 @@ class Glm52TinyTest : public GlmModelTest {
  protected:
   Glm52TinyTest() : GlmModelTest(*PresetConfig("glm5.2-tiny")) {}
 };
+
+// glm5.2's index sharing: skip layers attend over a recomputed source layer's
+// kept keys.
+TEST_F(Glm52TinyTest, RecomputedLayersGiveTheSameGradients) {
+  std::vector<int32_t> ids;
+  for (int t = 0; t < 40; ++t) ids.push_back((29 * t + 5) % 512);
+  ExpectRecomputationChangesNothing(params_, backend_,
+                                    Batch::FromSequences({ids}));
+}
 
 TEST_F(Glm52TinyTest, SharingFollowsPresetAndGradientsMatchFiniteDifferences) {
   std::vector<int32_t> ids;

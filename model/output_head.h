@@ -27,6 +27,13 @@ struct LossOptions {
   // False leaves ForwardResult::layer_topk and expert_choice empty (kept for
   // debugging and the oracle checks; a training step needs neither).
   bool record_selections = true;
+  // Keep of each decoder layer only its input (and the selections later
+  // layers and the step's records read) and run the layer's forward again in
+  // the backward: Megatron's full recomputation, one layer at a time. A
+  // layer's activations (about 0.4 MB per token at glm5.2-mini) then live
+  // only while its backward runs, for one more forward per layer. Not with
+  // an expert dispatcher (expert parallelism would exchange tokens again).
+  bool recompute_layers = false;
 };
 
 // What the head keeps for its backward.

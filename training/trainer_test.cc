@@ -97,6 +97,28 @@ TEST(TrainerTest, SeparateBackendMemoryTrainsBitwiseEqual) {
   EXPECT_GE(memory.peak_bytes(), 2 * 4 * weights);
 }
 
+// Recomputing each layer in the backward trains the same weights bitwise, with
+// a lower activation peak (separate memory, as a device's).
+TEST(TrainerTest, RecomputedLayersTrainBitwiseEqualInLessMemory) {
+  SeparateMemoryAllocator kept_memory, recomputed_memory;
+  TrainerOptions options = TinyOptions(3);
+  auto kept = MakeTrainer(options, &kept_memory);
+  options.loss.recompute_layers = true;
+  auto recomputed = MakeTrainer(options, &recomputed_memory);
+  const std::vector<double> a = Losses(kept.get());
+  const std::vector<double> b = Losses(recomputed.get());
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, b);
+  std::vector<NamedTensor> want = kept->params().Named(),
+                           got = recomputed->params().Named();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(want[i].value->values() == got[i].value->values())
+        << want[i].name;
+  }
+  EXPECT_LT(recomputed_memory.peak_bytes(), kept_memory.peak_bytes());
+}
+
 // A backend that owns its memory, as the CUDA backend owns its pool: when it
 // is destroyed, no tensor may still hold memory in it.
 class BackendOwningItsMemory : public CpuBackend {
