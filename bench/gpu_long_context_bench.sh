@@ -6,6 +6,7 @@
 # per 1k tokens, peak device memory, and the attention core's and the
 # indexer's time per token from the op table: DSA's attention should stay
 # flat per token from 4k on, the indexer's scoring grows with the sequence.
+# RECOMPUTE=1 recomputes each layer in the backward (training.recomputeActivations).
 # Run from the repository root after `source .gpu/b/env.sh`; logs go to $1.
 set -uo pipefail
 out=${1:?output folder}

@@ -5,7 +5,8 @@
 # --device=cuda`, bf16) on the same card; prints one table. Run from the
 # repository root after `source .gpu/b/env.sh`; full logs go to $1.
 # SEQ, GLOBAL_BATCH and DATA (a jsonl corpus) change the shape and the data
-# (bench/gpu_long_context_bench.sh runs one sequence of up to 64k tokens).
+# (bench/gpu_long_context_bench.sh runs one sequence of up to 64k tokens);
+# RECOMPUTE=1 recomputes each layer's activations in the backward.
 set -uo pipefail
 out=${1:?output folder}
 steps=${STEPS:-3}
@@ -15,10 +16,11 @@ bin=$(dirname "$(command -v glmctl)")
 work=/tmp/glm-gpu-bench
 rm -rf "$work" && mkdir -p "$work" "$out"
 glmctl model config --preset=glm5.2-mini >"$work/mini.json"
-python3 - "$work" "$steps" "$seq" "$global" "${DATA:-}" <<'PY'
+python3 - "$work" "$steps" "$seq" "$global" "${DATA:-}" "${RECOMPUTE:-}" <<'PY'
 import json, sys
-work, steps, seq, global_batch, data = sys.argv[1], int(sys.argv[2]), \
-    int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+work, steps, seq, global_batch, data, recompute = sys.argv[1], \
+    int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], \
+    sys.argv[6] == "1"
 config = json.load(open(f"{work}/mini.json"))
 config["num_nextn_predict_layers"] = 0
 json.dump(config, open(f"{work}/mini_no_mtp.json", "w"))
@@ -28,6 +30,7 @@ job["model"] = {"hfConfigJson": json.dumps(config)}
 job["training"].update(trainIters=steps, globalBatchSize=global_batch,
                        microBatchSize=1, seqLength=seq, saveInterval=0,
                        warmupIters=1, lrDecayIters=steps)
+job["training"]["recomputeActivations"] = recompute
 if data:
     job["data"]["sources"] = [{"path": data, "weight": 1.0}]
 for key in ["saveDir", "exportHfDir"]:
