@@ -30,6 +30,11 @@ bool AllocationLedger::Holds(const void* data) const {
   return p < it->first + std::max<size_t>(it->second, 1);
 }
 
+int64_t AllocationLedger::count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(sizes_.size());
+}
+
 int64_t AllocationLedger::in_use() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return in_use_;

@@ -1,5 +1,5 @@
-// The live allocations of an Allocator: the bytes in use, their peak, and
-// whether a pointer lies inside one (thread-safe).
+// The live allocations of an Allocator: how many, the bytes in use, their
+// peak, and whether a pointer lies inside one (thread-safe).
 #ifndef GLM_KERNELS_ALLOCATION_LEDGER_H_
 #define GLM_KERNELS_ALLOCATION_LEDGER_H_
 
@@ -17,6 +17,7 @@ class AllocationLedger {
   size_t Remove(const void* data);
   bool Holds(const void* data) const;
   int64_t in_use() const;
+  int64_t count() const;
   int64_t peak() const;
   void ResetPeak();
 

@@ -1,5 +1,6 @@
 #include "kernels/device_memory.h"
 
+#include <cassert>
 #include <utility>
 
 namespace glm {
@@ -23,6 +24,17 @@ DeviceBuffer::DeviceBuffer(Allocator* allocator, size_t bytes)
   if (bytes_ > 0) data_ = allocator_->Allocate(bytes_);
 }
 
+DeviceBuffer DeviceBuffer::ViewOf(std::shared_ptr<const DeviceBuffer> shared,
+                                  size_t offset, size_t bytes) {
+  assert(offset + bytes <= shared->bytes_);
+  DeviceBuffer view;
+  view.allocator_ = shared->allocator_;
+  view.data_ = static_cast<char*>(shared->data_) + offset;
+  view.bytes_ = bytes;
+  view.shared_ = std::move(shared);
+  return view;
+}
+
 DeviceBuffer::~DeviceBuffer() { Release(); }
 
 DeviceBuffer::DeviceBuffer(const DeviceBuffer& other)
@@ -38,7 +50,8 @@ DeviceBuffer& DeviceBuffer::operator=(const DeviceBuffer& other) {
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : allocator_(std::exchange(other.allocator_, nullptr)),
       data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      bytes_(std::exchange(other.bytes_, 0)),
+      shared_(std::move(other.shared_)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
@@ -46,12 +59,14 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     allocator_ = std::exchange(other.allocator_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    shared_ = std::move(other.shared_);
   }
   return *this;
 }
 
 void DeviceBuffer::Release() {
-  if (data_ != nullptr) allocator_->Free(data_);
+  if (data_ != nullptr && shared_ == nullptr) allocator_->Free(data_);
+  shared_.reset();
   data_ = nullptr;
   bytes_ = 0;
 }

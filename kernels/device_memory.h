@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace glm {
@@ -54,11 +55,16 @@ class AllocatorScope {
   Allocator* previous_;
 };
 
-// An owning, untyped allocation from an Allocator.
+// An owning, untyped allocation from an Allocator, or a range of a shared one
+// (a view: it keeps the shared allocation alive and frees nothing itself).
+// Copies are owning allocations with the same contents either way.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(Allocator* allocator, size_t bytes);
+  // `bytes` bytes at `offset` into `*shared`.
+  static DeviceBuffer ViewOf(std::shared_ptr<const DeviceBuffer> shared,
+                             size_t offset, size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer& other);
   DeviceBuffer& operator=(const DeviceBuffer& other);
@@ -75,6 +81,7 @@ class DeviceBuffer {
   Allocator* allocator_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  std::shared_ptr<const DeviceBuffer> shared_;  // set for a view
 };
 
 }  // namespace glm

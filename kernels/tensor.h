@@ -12,6 +12,7 @@
 #include <cassert>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "kernels/device_memory.h"
@@ -89,6 +90,11 @@ class TensorStorage {
  public:
   TensorStorage() = default;
   // `fill` must be 0 or, for integers, -1 when `allocator` is a device.
+  // `size` elements in `device` (a view into a shared allocation, say).
+  TensorStorage(int64_t size, DeviceBuffer device)
+      : size_(size), device_(std::move(device)) {
+    assert(device_.bytes() >= size * sizeof(T));
+  }
   TensorStorage(int64_t size, T fill, Allocator* allocator) : size_(size) {
     if (allocator == nullptr) {
       host_.assign(size, fill);
@@ -160,6 +166,11 @@ class Tensor {
   Tensor(std::vector<int64_t> shape, Allocator* allocator)
       : shape_(std::move(shape)),
         storage_(NumElements(shape_), 0.f, allocator) {}
+  // A tensor whose elements are `device` (kernels/tensor_arena.h), contents
+  // as they are.
+  Tensor(std::vector<int64_t> shape, DeviceBuffer device)
+      : shape_(std::move(shape)),
+        storage_(NumElements(shape_), std::move(device)) {}
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }

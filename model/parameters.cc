@@ -334,6 +334,7 @@ absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
     }
   }
   held_ = held;
+  grad_arena_ = {};
   return absl::OkStatus();
 }
 
@@ -343,6 +344,7 @@ std::unique_ptr<ModelParameters> MirrorParameters(ModelParameters& params,
   auto mirror =
       std::make_unique<ModelParameters>(params.config(), params.held());
   CopyValues(params, *mirror);
+  if (allocator != nullptr) mirror->PlaceInArenas(allocator);
   return mirror;
 }
 
@@ -362,7 +364,28 @@ void CopyGradients(ModelParameters& from, ModelParameters& to) {
   }
 }
 
+void ModelParameters::PlaceInArenas(Allocator* allocator) {
+  std::vector<Tensor*> values, grads;
+  std::vector<std::vector<int64_t>> grad_shapes;
+  for (NamedTensor& t : Named()) {
+    values.push_back(t.value);
+    if (t.grad == nullptr) continue;
+    grads.push_back(t.grad);
+    grad_shapes.push_back(ArenaShape(*t.grad));
+  }
+  PlaceInOneAllocation(allocator, values);
+  // The old gradients go first: they hold nothing a zero arena keeps.
+  for (Tensor* grad : grads) *grad = Tensor();
+  std::vector<Tensor> zeros =
+      ZerosInOneAllocation(allocator, grad_shapes, &grad_arena_);
+  for (size_t i = 0; i < grads.size(); ++i) *grads[i] = std::move(zeros[i]);
+}
+
 void ModelParameters::ZeroGrad() {
+  if (!grad_arena_.empty()) {
+    grad_arena_.SetZero();
+    return;
+  }
   for (NamedTensor& t : Named()) {
     if (t.grad) t.grad->SetZero();
   }

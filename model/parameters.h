@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/tensor.h"
+#include "kernels/tensor_arena.h"
 #include "model/config.h"
 
 namespace glm {
@@ -158,6 +159,11 @@ class ModelParameters {
   // part; a tensor that already has its part's shape stays. InvalidArgument
   // naming the tensor when its shape is neither.
   absl::Status KeepHeld(const HeldTensors& held);
+  // Moves every value into one allocation of `allocator` (contents kept) and
+  // every gradient into another (zeroed): each Parameter a view of the two.
+  // MirrorParameters does this for a device backend's weights.
+  void PlaceInArenas(Allocator* allocator);
+  // One fill over the gradient arena when there is one, else one per tensor.
   void ZeroGrad();
 
   Parameter embed_tokens;  // [vocab, hidden]
@@ -174,6 +180,8 @@ class ModelParameters {
  private:
   ModelConfig config_;
   HeldTensors held_;
+  // Set by PlaceInArenas (KeepHeld drops it: the cut tensors are new).
+  ArenaRange grad_arena_;
   std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };
 

@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/separate_memory_allocator.h"
 #include "model/test_model_util.h"
 #include "xxhash.h"
 
@@ -220,6 +222,42 @@ TEST(ModelParametersTest, KeepHeldRefusesAnotherShapeAndChangesNothing) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find(kRows), std::string::npos) << status;
   EXPECT_FALSE(ValueOf(params, kLeftOut)->empty());
+}
+
+}  // namespace
+}  // namespace glm
+
+namespace glm {
+namespace {
+
+// A device mirror holds its values in one allocation and its gradients in
+// another; ZeroGrad clears every gradient with one fill.
+TEST(ModelParametersTest, DeviceMirrorLivesInTwoArenas) {
+  ModelParameters host(TinyTestConfig());
+  host.InitRandom(3);
+  SeparateMemoryAllocator device;
+  {
+    std::unique_ptr<ModelParameters> mirror = MirrorParameters(host, &device);
+    EXPECT_EQ(device.allocations(), 2);
+    std::vector<NamedTensor> want = host.Named(), got = mirror->Named();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].value->CopyTo(nullptr).values(), want[i].value->values())
+          << want[i].name;
+      if (got[i].grad == nullptr) continue;
+      EXPECT_EQ(got[i].grad->shape(), want[i].grad->shape());
+      // Every gradient nonzero, then one ZeroGrad.
+      got[i].grad->CopyFrom(*want[i].value);
+    }
+    mirror->ZeroGrad();
+    for (const NamedTensor& t : mirror->Named()) {
+      if (t.grad == nullptr) continue;
+      const Tensor grad = t.grad->CopyTo(nullptr);
+      for (float g : grad.values()) ASSERT_EQ(g, 0.f) << t.name;
+    }
+    EXPECT_EQ(device.allocations(), 2);
+  }
+  EXPECT_EQ(device.bytes_in_use(), 0);
 }
 
 }  // namespace

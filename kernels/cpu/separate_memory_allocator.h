@@ -24,6 +24,8 @@ class SeparateMemoryAllocator : public Allocator {
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   bool Holds(const void* data) const override { return ledger_.Holds(data); }
   int64_t bytes_in_use() const override { return ledger_.in_use(); }
+  // Live allocations (an arena is one).
+  int64_t allocations() const { return ledger_.count(); }
   int64_t peak_bytes() const override { return ledger_.peak(); }
   void ResetPeak() override { ledger_.ResetPeak(); }
 

@@ -1,0 +1,77 @@
+#include "kernels/tensor_arena.h"
+
+#include <cassert>
+#include <memory>
+#include <utility>
+
+namespace glm {
+namespace {
+
+// Where tensors start: aligned for vectorized loads and TMA.
+constexpr int64_t kArenaAlignBytes = 256;
+
+int64_t AlignedBytes(int64_t bytes) {
+  return (bytes + kArenaAlignBytes - 1) / kArenaAlignBytes * kArenaAlignBytes;
+}
+
+// Views of one new allocation with `shapes`, contents undefined.
+std::vector<Tensor> Carve(Allocator* allocator,
+                          const std::vector<std::vector<int64_t>>& shapes,
+                          ArenaRange* range) {
+  assert(allocator != nullptr);
+  int64_t total = 0;
+  for (const std::vector<int64_t>& shape : shapes) {
+    total += AlignedBytes(NumElements(shape) * int64_t{sizeof(float)});
+  }
+  std::vector<Tensor> tensors(shapes.size());
+  *range = {};
+  if (total == 0) return tensors;
+  auto shared = std::make_shared<const DeviceBuffer>(allocator, total);
+  int64_t offset = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const int64_t bytes = NumElements(shapes[i]) * int64_t{sizeof(float)};
+    if (bytes == 0) continue;
+    tensors[i] = Tensor(shapes[i], DeviceBuffer::ViewOf(shared, offset, bytes));
+    offset += AlignedBytes(bytes);
+  }
+  *range = {allocator, static_cast<float*>(shared->data()),
+            total / int64_t{sizeof(float)}};
+  return tensors;
+}
+
+}  // namespace
+
+std::vector<int64_t> ArenaShape(const Tensor& t) {
+  // An empty Tensor() has shape {}, which would count one element.
+  return t.empty() ? std::vector<int64_t>{0} : t.shape();
+}
+
+void ArenaRange::SetZero() const {
+  if (!empty()) allocator->Fill(data, 0, size * sizeof(float));
+}
+
+std::vector<Tensor> ZerosInOneAllocation(
+    Allocator* allocator, const std::vector<std::vector<int64_t>>& shapes,
+    ArenaRange* range) {
+  ArenaRange carved;
+  std::vector<Tensor> tensors = Carve(allocator, shapes, &carved);
+  carved.SetZero();
+  if (range != nullptr) *range = carved;
+  return tensors;
+}
+
+ArenaRange PlaceInOneAllocation(Allocator* allocator,
+                                const std::vector<Tensor*>& tensors) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const Tensor* t : tensors) shapes.push_back(ArenaShape(*t));
+  ArenaRange range;
+  std::vector<Tensor> placed = Carve(allocator, shapes, &range);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i]->empty()) continue;
+    placed[i].CopyFrom(*tensors[i]);
+    *tensors[i] = std::move(placed[i]);
+  }
+  return range;
+}
+
+}  // namespace glm

@@ -1,0 +1,43 @@
+// Many tensors in one device allocation (parameters, gradients, optimizer
+// moments): one allocation instead of hundreds, and one pass (a fill, a
+// copy, a collective) over all of them at once.
+#ifndef GLM_KERNELS_TENSOR_ARENA_H_
+#define GLM_KERNELS_TENSOR_ARENA_H_
+
+#include <vector>
+
+#include "kernels/device_memory.h"
+#include "kernels/tensor.h"
+
+namespace glm {
+
+// The floats of one arena, gaps between its tensors included.
+struct ArenaRange {
+  Allocator* allocator = nullptr;
+  float* data = nullptr;
+  int64_t size = 0;
+
+  bool empty() const { return data == nullptr; }
+  // Sets every float of the arena to zero (one fill on the device's stream).
+  void SetZero() const;
+};
+
+// The shape a tensor takes in an arena: its own, or {0} for an empty one.
+std::vector<int64_t> ArenaShape(const Tensor& t);
+
+// Tensors of `shapes`, zeros, in one allocation of `allocator` (each at a
+// 256-byte boundary; a shape without elements gives an empty tensor); the
+// arena lives while any of them does. *range (if given) gets its floats.
+std::vector<Tensor> ZerosInOneAllocation(
+    Allocator* allocator, const std::vector<std::vector<int64_t>>& shapes,
+    ArenaRange* range = nullptr);
+
+// Moves every tensor of `tensors` into one allocation of `allocator`, as
+// ZerosInOneAllocation lays them out, contents copied on the device's stream;
+// their old storage is freed.
+ArenaRange PlaceInOneAllocation(Allocator* allocator,
+                                const std::vector<Tensor*>& tensors);
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_TENSOR_ARENA_H_
