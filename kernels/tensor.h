@@ -231,6 +231,10 @@ class IndexTensor {
   IndexTensor(std::vector<int64_t> shape, int32_t fill, Allocator* allocator)
       : shape_(std::move(shape)),
         storage_(NumElements(shape_), fill, allocator) {}
+  // A tensor whose elements are `device` (kernels/tensor_arena.h).
+  IndexTensor(std::vector<int64_t> shape, DeviceBuffer device)
+      : shape_(std::move(shape)),
+        storage_(NumElements(shape_), std::move(device)) {}
   // `values` as a [values.size()] tensor on the current allocator.
   static IndexTensor FromHost(const std::vector<int32_t>& values) {
     IndexTensor host({static_cast<int64_t>(values.size())}, 0, nullptr);

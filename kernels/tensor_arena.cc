@@ -1,5 +1,6 @@
 #include "kernels/tensor_arena.h"
 
+#include <algorithm>
 #include <cassert>
 #include <memory>
 #include <utility>
@@ -72,6 +73,44 @@ ArenaRange PlaceInOneAllocation(Allocator* allocator,
     *tensors[i] = std::move(placed[i]);
   }
   return range;
+}
+
+std::vector<IndexTensor> UploadIndices(
+    Allocator* allocator, const std::vector<std::vector<int32_t>>& arrays) {
+  std::vector<IndexTensor> tensors;
+  if (allocator == nullptr) {
+    for (const std::vector<int32_t>& array : arrays) {
+      IndexTensor host({static_cast<int64_t>(array.size())}, 0, nullptr);
+      host.values() = array;
+      tensors.push_back(std::move(host));
+    }
+    return tensors;
+  }
+  // Each array at a 256-byte boundary of one staging buffer, sent whole.
+  constexpr size_t kAlign = kArenaAlignBytes / sizeof(int32_t);
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const std::vector<int32_t>& array : arrays) {
+    offsets.push_back(total);
+    total += (array.size() + kAlign - 1) / kAlign * kAlign;
+  }
+  std::vector<int32_t> staged(total, 0);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    std::copy(arrays[i].begin(), arrays[i].end(), staged.begin() + offsets[i]);
+  }
+  const size_t bytes = total * sizeof(int32_t);
+  auto shared = std::make_shared<const DeviceBuffer>(allocator, bytes);
+  if (bytes > 0) allocator->CopyFromHost(shared->data(), staged.data(), bytes);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const int64_t size = static_cast<int64_t>(arrays[i].size());
+    tensors.push_back(
+        size == 0
+            ? IndexTensor({0}, 0, allocator)
+            : IndexTensor({size}, DeviceBuffer::ViewOf(
+                                      shared, offsets[i] * sizeof(int32_t),
+                                      size * sizeof(int32_t))));
+  }
+  return tensors;
 }
 
 }  // namespace glm

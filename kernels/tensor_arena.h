@@ -38,6 +38,12 @@ std::vector<Tensor> ZerosInOneAllocation(
 ArenaRange PlaceInOneAllocation(Allocator* allocator,
                                 const std::vector<Tensor*>& tensors);
 
+// `arrays` as [size] index tensors where `allocator` allocates (null: host
+// memory), sent in one host-to-device copy into one allocation: a micro
+// batch's index arrays go up together instead of one copy each.
+std::vector<IndexTensor> UploadIndices(
+    Allocator* allocator, const std::vector<std::vector<int32_t>>& arrays);
+
 }  // namespace glm
 
 #endif  // GLM_KERNELS_TENSOR_ARENA_H_

@@ -71,6 +71,24 @@ TEST(TensorArenaTest, ZerosLiveWhileAnyViewDoes) {
   EXPECT_EQ(device.allocations(), 0);
 }
 
+TEST(TensorArenaTest, IndicesGoUpInOneCopy) {
+  SeparateMemoryAllocator device;
+  const std::vector<std::vector<int32_t>> arrays = {
+      {3, 1, 4}, {}, {1, 5, 9, 2, 6}, std::vector<int32_t>(70, -1)};
+  const std::vector<IndexTensor> sent = UploadIndices(&device, arrays);
+  EXPECT_EQ(device.uploads(), 1);
+  EXPECT_EQ(device.allocations(), 1);
+  ASSERT_EQ(sent.size(), arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    EXPECT_FALSE(sent[i].on_host());
+    EXPECT_EQ(sent[i].numel(), static_cast<int64_t>(arrays[i].size()));
+    EXPECT_EQ(sent[i].HostValues(), arrays[i]) << i;
+  }
+  const std::vector<IndexTensor> host = UploadIndices(nullptr, arrays);
+  EXPECT_TRUE(host[2].on_host());
+  EXPECT_EQ(host[2].values(), arrays[2]);
+}
+
 TEST(TensorArenaTest, NothingToPlaceAllocatesNothing) {
   SeparateMemoryAllocator device;
   Tensor none;

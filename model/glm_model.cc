@@ -63,11 +63,21 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   // Activations and index arrays live where the backend's ops read them.
   AllocatorScope on_backend(backend_->allocator());
   absl::StatusOr<TokenLayout> layout =
-      MakeTokenLayout(batch.input_ids.size(), batch.cu_seqlens);
+      MakeHostTokenLayout(batch.input_ids.size(), batch.cu_seqlens);
   if (!layout.ok()) return layout.status();
   layout_ = *std::move(layout);
   ids_ = batch.input_ids;
-  op_ids_ = IndexTensor::FromHost(ids_);
+  const bool with_mtp = !params_->mtp.empty();
+  const TokenRows rows = LocalRowsOf(nullptr, layout_.tokens);
+  // Every index array of the micro batch goes up in one copy.
+  std::vector<IndexTensor> sent;
+  HeadTargetTensors targets = UploadWithHeadTargets(
+      backend_->allocator(),
+      HeadTargetsOf(ids_, batch.loss_mask, layout_, rows, with_mtp),
+      {ids_, layout_.positions, layout_.seq_start}, &sent);
+  op_ids_ = std::move(sent[0]);
+  layout_.op_positions = std::move(sent[1]);
+  layout_.op_seq_start = std::move(sent[2]);
 
   ForwardResult result;
   std::optional<LossSums> own_sums;
@@ -75,13 +85,12 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
                                    : own_sums.emplace(backend_->allocator());
   spec_.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
   ForwardLayers();
-  const bool with_mtp = !params_->mtp.empty();
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
-  OutputHeadForward(
-      *backend_, *params_, spec_, with_mtp, ids_, batch.loss_mask, layout_,
-      LocalRowsOf(nullptr, layout_.tokens), hidden_.back().Matrix(),
-      layers_.empty() ? nullptr : layers_.back().attn.topk, &sums, &head_);
+  OutputHeadForward(*backend_, *params_, spec_, with_mtp, std::move(targets),
+                    layout_, rows, hidden_.back().Matrix(),
+                    layers_.empty() ? nullptr : layers_.back().attn.topk, &sums,
+                    &head_);
   spec_.attention.indexer_loss_sum = nullptr;
   // Without `step`, read once the whole forward is queued: the losses and
   // expert loads come from the device together, not with a wait after every

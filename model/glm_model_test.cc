@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/separate_memory_allocator.h"
 #include "model/test_model_util.h"
 
 namespace glm {
@@ -199,6 +201,24 @@ TEST_F(GlmModelTest, StepTotalsSumTheForwardsOfAStep) {
     moe_layers += !want.empty();
   }
   EXPECT_GT(moe_layers, 0);
+}
+
+// A micro batch's ids, positions, sequence starts and head targets go to the
+// backend's memory in one copy.
+TEST_F(GlmModelTest, AForwardUploadsOnce) {
+  SeparateMemoryAllocator device;
+  CpuBackend backend(&device);
+  std::unique_ptr<ModelParameters> mirror = MirrorParameters(params_, &device);
+  LossOptions options;
+  options.record_selections = false;
+  options.return_logits = false;
+  GlmModel model(mirror.get(), &backend, options);
+  const int64_t before = device.uploads();
+  absl::StatusOr<ForwardResult> result =
+      model.Forward(Batch::FromSequences({kSeqA, kSeqB}));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(device.uploads() - before, 1);
+  EXPECT_EQ(result->lm_loss, Run(Batch::FromSequences({kSeqA, kSeqB})).lm_loss);
 }
 
 TEST_F(GlmModelTest, LossMaskDropsPredictions) {

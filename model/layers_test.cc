@@ -264,8 +264,9 @@ TEST_F(LayersTest, MtpLayerGradients) {
   ASSERT_FALSE(p.layer.self_attn.has_indexer);
   const Tensor r = RandomTensor({kTokens, config_.vocab_size}, rng_);
   auto run = [&](MtpActivations* acts) {
-    MtpForward(backend_, p, params_.embed_tokens, params_.lm_head, spec, ids,
-               layout_, x_.Matrix(), &source.own_topk, acts);
+    MtpForward(backend_, p, params_.embed_tokens, params_.lm_head, spec,
+               IndexTensor::FromHost(NextTokenIds(ids, layout_)), layout_,
+               x_.Matrix(), &source.own_topk, acts);
     return Project(acts->logits.Matrix(), r);
   };
   MtpActivations acts;

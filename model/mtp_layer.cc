@@ -13,14 +13,12 @@ std::vector<int32_t> NextTokenIds(const std::vector<int32_t>& ids,
 
 void MtpForward(Backend& backend, const MtpParameters& p,
                 const Parameter& embed, const Parameter& lm_head,
-                const DecoderLayerSpec& spec, const std::vector<int32_t>& ids,
+                const DecoderLayerSpec& spec, IndexTensor next_ids,
                 const TokenLayout& layout, ConstMatrixView h_main,
                 const IndexTensor* shared_topk, MtpActivations* acts) {
   const int64_t n = h_main.rows, hidden = h_main.cols;
   // h_main holds this rank's rows (all of them without token parallelism).
-  const std::vector<int32_t> next = NextTokenIds(ids, layout);
-  acts->next_ids = IndexTensor::FromHost(
-      LocalRowsOf(spec.attention.parallel, layout.tokens).Select(next));
+  acts->next_ids = std::move(next_ids);
   acts->embedded = Tensor({n, hidden});
   backend.EmbeddingForward(embed.value.Matrix(), acts->next_ids.data(),
                            acts->embedded.Matrix());

@@ -30,10 +30,11 @@ struct MtpActivations {
 std::vector<int32_t> NextTokenIds(const std::vector<int32_t>& ids,
                                   const TokenLayout& layout);
 
-// `ids` are all tokens of the layout; h_main is this rank's rows of them.
+// h_main is this rank's rows of the layout's tokens, next_ids their next
+// tokens (NextTokenIds of those rows, where the backend's ops read them).
 void MtpForward(Backend& backend, const MtpParameters& p,
                 const Parameter& embed, const Parameter& lm_head,
-                const DecoderLayerSpec& spec, const std::vector<int32_t>& ids,
+                const DecoderLayerSpec& spec, IndexTensor next_ids,
                 const TokenLayout& layout, ConstMatrixView h_main,
                 const IndexTensor* shared_topk, MtpActivations* acts);
 // dh_main += ...; gradients of the MTP weights, embedding and lm_head

@@ -1,5 +1,9 @@
 #include "model/output_head.h"
 
+#include <iterator>
+#include <utility>
+
+#include "kernels/tensor_arena.h"
 #include "model/loss_targets.h"
 
 namespace glm {
@@ -29,12 +33,39 @@ Tensor MeanLossGradient(Backend& backend, ConstMatrixView logits,
 
 }  // namespace
 
+HeadTargets HeadTargetsOf(const std::vector<int32_t>& ids,
+                          const std::vector<float>& loss_mask,
+                          const TokenLayout& layout, const TokenRows& rows,
+                          bool with_mtp) {
+  HeadTargets targets;
+  targets.lm =
+      rows.Select(LossTargets(ids, loss_mask, layout, 1, &targets.lm_count));
+  if (!with_mtp) return targets;
+  targets.next_ids = rows.Select(NextTokenIds(ids, layout));
+  targets.mtp =
+      rows.Select(LossTargets(ids, loss_mask, layout, 2, &targets.mtp_count));
+  return targets;
+}
+
+HeadTargetTensors UploadWithHeadTargets(
+    Allocator* allocator, const HeadTargets& head,
+    const std::vector<std::vector<int32_t>>& more,
+    std::vector<IndexTensor>* more_out) {
+  std::vector<std::vector<int32_t>> arrays = {head.next_ids, head.lm, head.mtp};
+  arrays.insert(arrays.end(), more.begin(), more.end());
+  std::vector<IndexTensor> sent = UploadIndices(allocator, arrays);
+  if (more_out != nullptr) {
+    more_out->assign(std::make_move_iterator(sent.begin() + 3),
+                     std::make_move_iterator(sent.end()));
+  }
+  return {std::move(sent[0]), std::move(sent[1]), std::move(sent[2]),
+          head.lm_count, head.mtp_count};
+}
+
 void OutputHeadForward(Backend& backend, ModelParameters& params,
                        const DecoderLayerSpec& spec, bool with_mtp,
-                       const std::vector<int32_t>& ids,
-                       const std::vector<float>& loss_mask,
-                       const TokenLayout& layout, const TokenRows& rows,
-                       ConstMatrixView last_hidden,
+                       HeadTargetTensors targets, const TokenLayout& layout,
+                       const TokenRows& rows, ConstMatrixView last_hidden,
                        const IndexTensor* last_topk, LossSums* sums,
                        HeadActivations* acts) {
   const ModelConfig& config = params.config();
@@ -48,17 +79,18 @@ void OutputHeadForward(Backend& backend, ModelParameters& params,
   backend.Linear(acts->final_normed.Matrix(),
                  params.OutputHead().value.Matrix(), acts->logits.Matrix(),
                  false);
-  acts->lm_targets = IndexTensor::FromHost(
-      rows.Select(LossTargets(ids, loss_mask, layout, 1, &acts->lm_count)));
+  acts->lm_targets = std::move(targets.lm);
+  acts->lm_count = targets.lm_count;
   MeanLoss(backend, acts->logits.Matrix(), acts->lm_targets, acts->lm_count,
            sums->at(LossSums::kLm));
   acts->mtp.clear();
   if (!with_mtp) return;
   acts->mtp.assign(1, MtpActivations());
   MtpForward(backend, params.mtp[0], params.embed_tokens, params.OutputHead(),
-             spec, ids, layout, last_hidden, last_topk, &acts->mtp[0]);
-  acts->mtp_targets = IndexTensor::FromHost(
-      rows.Select(LossTargets(ids, loss_mask, layout, 2, &acts->mtp_count)));
+             spec, std::move(targets.next_ids), layout, last_hidden, last_topk,
+             &acts->mtp[0]);
+  acts->mtp_targets = std::move(targets.mtp);
+  acts->mtp_count = targets.mtp_count;
   MeanLoss(backend, acts->mtp[0].logits.Matrix(), acts->mtp_targets,
            acts->mtp_count, sums->at(LossSums::kMtp));
 }

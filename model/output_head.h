@@ -44,18 +44,43 @@ struct HeadActivations {
   std::vector<MtpActivations> mtp;  // one entry with an MTP layer
 };
 
+// A micro batch's head index arrays for this rank's `rows`: each row's next
+// token (the MTP layer's input) and its LM and MTP targets (-1: not counted;
+// MTP ones only with an MTP layer), with how many targets the whole micro
+// batch counts.
+struct HeadTargets {
+  std::vector<int32_t> next_ids, lm, mtp;
+  int64_t lm_count = 0, mtp_count = 0;
+};
+HeadTargets HeadTargetsOf(const std::vector<int32_t>& ids,
+                          const std::vector<float>& loss_mask,
+                          const TokenLayout& layout, const TokenRows& rows,
+                          bool with_mtp);
+
+// The same where the backend's ops read them.
+struct HeadTargetTensors {
+  IndexTensor next_ids, lm, mtp;
+  int64_t lm_count = 0, mtp_count = 0;
+};
+
+// `head`'s arrays and `more` sent where `allocator` allocates in one copy
+// (kernels/tensor_arena.h): the head's tensors, and *more_out (when given)
+// `more`'s in order.
+HeadTargetTensors UploadWithHeadTargets(
+    Allocator* allocator, const HeadTargets& head,
+    const std::vector<std::vector<int32_t>>& more = {},
+    std::vector<IndexTensor>* more_out = nullptr);
+
 // The head over this rank's `rows` of the micro batch's tokens (all of them
-// on one rank); `last_hidden` holds those rows. Adds to `sums`' lm and mtp
-// slots this rank's part of each loss's mean over every counted token of the
-// micro batch (the MTP layer's indexer loss goes where spec says). `last_topk`
-// is the last decoder layer's selection, which an MTP layer without its own
-// indexer attends over.
+// on one rank); `last_hidden` holds those rows, `targets` their indices. Adds
+// to `sums`' lm and mtp slots this rank's part of each loss's mean over every
+// counted token of the micro batch (the MTP layer's indexer loss goes where
+// spec says). `last_topk` is the last decoder layer's selection, which an MTP
+// layer without its own indexer attends over.
 void OutputHeadForward(Backend& backend, ModelParameters& params,
                        const DecoderLayerSpec& spec, bool with_mtp,
-                       const std::vector<int32_t>& ids,
-                       const std::vector<float>& loss_mask,
-                       const TokenLayout& layout, const TokenRows& rows,
-                       ConstMatrixView last_hidden,
+                       HeadTargetTensors targets, const TokenLayout& layout,
+                       const TokenRows& rows, ConstMatrixView last_hidden,
                        const IndexTensor* last_topk, LossSums* sums,
                        HeadActivations* acts);
 

@@ -6,7 +6,7 @@
 
 namespace glm {
 
-absl::StatusOr<TokenLayout> MakeTokenLayout(
+absl::StatusOr<TokenLayout> MakeHostTokenLayout(
     int64_t tokens, const std::vector<int32_t>& cu_seqlens) {
   std::vector<int32_t> bounds = cu_seqlens;
   if (bounds.empty()) bounds = {0, static_cast<int32_t>(tokens)};
@@ -30,8 +30,15 @@ absl::StatusOr<TokenLayout> MakeTokenLayout(
       layout.seq_end.push_back(bounds[s + 1]);
     }
   }
-  layout.op_positions = IndexTensor::FromHost(layout.positions);
-  layout.op_seq_start = IndexTensor::FromHost(layout.seq_start);
+  return layout;
+}
+
+absl::StatusOr<TokenLayout> MakeTokenLayout(
+    int64_t tokens, const std::vector<int32_t>& cu_seqlens) {
+  absl::StatusOr<TokenLayout> layout = MakeHostTokenLayout(tokens, cu_seqlens);
+  if (!layout.ok()) return layout;
+  layout->op_positions = IndexTensor::FromHost(layout->positions);
+  layout->op_seq_start = IndexTensor::FromHost(layout->seq_start);
   return layout;
 }
 

@@ -26,6 +26,10 @@ struct TokenLayout {
 // cu_seqlens: 0 = c_0 < c_1 < ... < c_m = tokens. Empty means one sequence.
 absl::StatusOr<TokenLayout> MakeTokenLayout(
     int64_t tokens, const std::vector<int32_t>& cu_seqlens);
+// The same without op_positions and op_seq_start, for a caller that sends
+// them along with its other index arrays.
+absl::StatusOr<TokenLayout> MakeHostTokenLayout(
+    int64_t tokens, const std::vector<int32_t>& cu_seqlens);
 
 }  // namespace glm
 

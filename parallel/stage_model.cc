@@ -125,9 +125,13 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
   }
   const bool with_mtp = last() && stage_.mtp_layers == 1;
   if (last()) {
+    const TokenRows rows = Rows(acts->layout.tokens);
     OutputHeadForward(
-        *backend_, *params_, spec_, with_mtp, acts->ids, batch.loss_mask,
-        acts->layout, Rows(acts->layout.tokens), acts->hidden.back().Matrix(),
+        *backend_, *params_, spec_, with_mtp,
+        UploadWithHeadTargets(backend_->allocator(),
+                              HeadTargetsOf(acts->ids, batch.loss_mask,
+                                            acts->layout, rows, with_mtp)),
+        acts->layout, rows, acts->hidden.back().Matrix(),
         acts->layers.empty() ? nullptr : acts->layers.back().attn.topk, &sums,
         &acts->head);
   }

@@ -29,6 +29,7 @@ void SeparateMemoryAllocator::CopyWithin(void* dst, const void* src,
 
 void SeparateMemoryAllocator::CopyFromHost(void* dst, const void* src,
                                            size_t bytes) {
+  ++uploads_;
   std::memcpy(dst, src, bytes);
 }
 

@@ -8,6 +8,9 @@
 #ifndef GLM_KERNELS_CPU_SEPARATE_MEMORY_ALLOCATOR_H_
 #define GLM_KERNELS_CPU_SEPARATE_MEMORY_ALLOCATOR_H_
 
+#include <atomic>
+#include <cstdint>
+
 #include "kernels/allocation_ledger.h"
 #include "kernels/device_memory.h"
 
@@ -28,9 +31,12 @@ class SeparateMemoryAllocator : public Allocator {
   int64_t allocations() const { return ledger_.count(); }
   int64_t peak_bytes() const override { return ledger_.peak(); }
   void ResetPeak() override { ledger_.ResetPeak(); }
+  // Host-to-device copies so far.
+  int64_t uploads() const { return uploads_.load(); }
 
  private:
   AllocationLedger ledger_;
+  std::atomic<int64_t> uploads_{0};
 };
 
 }  // namespace glm
