@@ -334,7 +334,7 @@ absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
     }
   }
   held_ = held;
-  grad_arena_ = {};
+  grad_arena_.range = {};
   return absl::OkStatus();
 }
 
@@ -377,13 +377,13 @@ void ModelParameters::PlaceInArenas(Allocator* allocator) {
   // The old gradients go first: they hold nothing a zero arena keeps.
   for (Tensor* grad : grads) *grad = Tensor();
   std::vector<Tensor> zeros =
-      ZerosInOneAllocation(allocator, grad_shapes, &grad_arena_);
+      ZerosInOneAllocation(allocator, grad_shapes, &grad_arena_.range);
   for (size_t i = 0; i < grads.size(); ++i) *grads[i] = std::move(zeros[i]);
 }
 
 void ModelParameters::ZeroGrad() {
-  if (!grad_arena_.empty()) {
-    grad_arena_.SetZero();
+  if (!grad_arena_.range.empty()) {
+    grad_arena_.range.SetZero();
     return;
   }
   for (NamedTensor& t : Named()) {

@@ -180,8 +180,21 @@ class ModelParameters {
  private:
   ModelConfig config_;
   HeldTensors held_;
+  // The gradients' arena of this model's own tensors: moves keep it, copies
+  // (whose tensors own their storage) do not.
+  struct OwnArena {
+    ArenaRange range;
+    OwnArena() = default;
+    OwnArena(const OwnArena&) {}
+    OwnArena& operator=(const OwnArena&) {
+      range = {};
+      return *this;
+    }
+    OwnArena(OwnArena&&) = default;
+    OwnArena& operator=(OwnArena&&) = default;
+  };
   // Set by PlaceInArenas (KeepHeld drops it: the cut tensors are new).
-  ArenaRange grad_arena_;
+  OwnArena grad_arena_;
   std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };
 
