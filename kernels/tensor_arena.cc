@@ -86,13 +86,14 @@ std::vector<IndexTensor> UploadIndices(
     }
     return tensors;
   }
-  // Each array at a 256-byte boundary of one staging buffer, sent whole.
-  constexpr size_t kAlign = kArenaAlignBytes / sizeof(int32_t);
+  // The arrays back to back in one staging buffer, sent whole: ops read
+  // index arrays one int32 at a time, so no padding between them (and the
+  // allocation is the arrays' bytes exactly, as the planner counts them).
   std::vector<size_t> offsets;
   size_t total = 0;
   for (const std::vector<int32_t>& array : arrays) {
     offsets.push_back(total);
-    total += (array.size() + kAlign - 1) / kAlign * kAlign;
+    total += array.size();
   }
   std::vector<int32_t> staged(total, 0);
   for (size_t i = 0; i < arrays.size(); ++i) {

@@ -1,6 +1,6 @@
-// Many tensors in one device allocation (parameters, gradients, optimizer
-// moments): one allocation instead of hundreds, and one pass (a fill, a
-// copy, a collective) over all of them at once.
+// Many tensors in one device allocation (a device model's values, its
+// gradients; a micro batch's index arrays): one allocation instead of
+// hundreds, and one pass (a fill, a copy, a collective) over all of them.
 #ifndef GLM_KERNELS_TENSOR_ARENA_H_
 #define GLM_KERNELS_TENSOR_ARENA_H_
 
@@ -39,8 +39,8 @@ ArenaRange PlaceInOneAllocation(Allocator* allocator,
                                 const std::vector<Tensor*>& tensors);
 
 // `arrays` as [size] index tensors where `allocator` allocates (null: host
-// memory), sent in one host-to-device copy into one allocation: a micro
-// batch's index arrays go up together instead of one copy each.
+// memory), back to back in one allocation sent in one host-to-device copy: a
+// micro batch's index arrays go up together instead of one copy each.
 std::vector<IndexTensor> UploadIndices(
     Allocator* allocator, const std::vector<std::vector<int32_t>>& arrays);
 

@@ -2,8 +2,6 @@
 
 #include <cassert>
 
-#include "kernels/tensor_arena.h"
-
 namespace glm {
 
 bool TakesWeightDecay(const Tensor& value) { return value.shape().size() > 1; }
@@ -19,7 +17,6 @@ void AdamW::Step(Backend& backend, const std::vector<TrainableTensor>& params,
   hyper.weight_decay = options_.weight_decay;
   hyper.grad_scale = grad_scale;
   hyper.step = steps_;
-  CreateMissingMoments(params);
   std::vector<AdamWTensor> tensors;
   for (const TrainableTensor& param : params) {
     assert(param.grad->numel() == param.value->numel());
@@ -29,30 +26,6 @@ void AdamW::Step(Backend& backend, const std::vector<TrainableTensor>& params,
                        param.value->numel(), TakesWeightDecay(*param.value)});
   }
   backend.AdamWStep(hyper, tensors);
-}
-
-void AdamW::CreateMissingMoments(const std::vector<TrainableTensor>& params) {
-  std::vector<AdamMoments*> missing;
-  std::vector<std::vector<int64_t>> shapes;
-  Allocator* device = nullptr;
-  for (const TrainableTensor& param : params) {
-    AdamMoments& moments = moments_[param.name];
-    if (param.value->allocator() == nullptr ||
-        moments.exp_avg.numel() == param.value->numel()) {
-      continue;
-    }
-    assert(device == nullptr || device == param.value->allocator());
-    device = param.value->allocator();
-    missing.push_back(&moments);
-    shapes.push_back(ArenaShape(*param.value));
-  }
-  if (missing.empty()) return;
-  std::vector<Tensor> avg = ZerosInOneAllocation(device, shapes),
-                      avg_sq = ZerosInOneAllocation(device, shapes);
-  for (size_t i = 0; i < missing.size(); ++i) {
-    missing[i]->exp_avg = std::move(avg[i]);
-    missing[i]->exp_avg_sq = std::move(avg_sq[i]);
-  }
 }
 
 AdamMoments& AdamW::MomentsOf(const TrainableTensor& param) {

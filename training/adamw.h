@@ -59,10 +59,6 @@ class AdamW {
   void ReleaseMomentsExcept(const std::set<std::string>& kept);
 
  private:
-  // Zero moments for the device tensors that have none yet, each moment of
-  // them all in one allocation (host tensors get theirs from MomentsOf).
-  void CreateMissingMoments(const std::vector<TrainableTensor>& params);
-
   AdamWOptions options_;
   int64_t steps_ = 0;
   std::map<std::string, AdamMoments> moments_;

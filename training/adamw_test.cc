@@ -2,12 +2,9 @@
 
 #include <cmath>
 #include <random>
-#include <string>
-#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/separate_memory_allocator.h"
 
 namespace glm {
 namespace {
@@ -62,51 +59,6 @@ TEST(AdamWTest, NoWeightDecayOnNormsAndBiases) {
   for (float x : norm.values()) EXPECT_EQ(x, 1.f);
   EXPECT_FALSE(TakesWeightDecay(norm));
   EXPECT_TRUE(TakesWeightDecay(Tensor({2, 2})));
-}
-
-}  // namespace
-}  // namespace glm
-
-namespace glm {
-namespace {
-
-// Weights on a device get their moments in one allocation per moment, and the
-// same updates as in host memory.
-TEST(AdamWTest, DeviceMomentsLiveInOneAllocationEachAndUpdateAlike) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal;
-  const std::vector<std::vector<int64_t>> shapes = {{3, 4}, {5}, {2, 2, 3}};
-  std::vector<Tensor> host_w, host_g;
-  for (const auto& shape : shapes) {
-    host_w.emplace_back(shape, nullptr);
-    host_g.emplace_back(shape, nullptr);
-    for (float& x : host_w.back().values()) x = normal(rng);
-    for (float& x : host_g.back().values()) x = normal(rng);
-  }
-  SeparateMemoryAllocator device;
-  std::vector<Tensor> device_w, device_g;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    device_w.push_back(host_w[i].CopyTo(&device));
-    device_g.push_back(host_g[i].CopyTo(&device));
-  }
-  auto list = [](std::vector<Tensor>& w, std::vector<Tensor>& g) {
-    std::vector<TrainableTensor> params;
-    for (size_t i = 0; i < w.size(); ++i) {
-      params.push_back({"t" + std::to_string(i), &w[i], &g[i]});
-    }
-    return params;
-  };
-  CpuBackend host_backend, device_backend(&device);
-  AdamW on_host({}), on_device({});
-  const int64_t before = device.allocations();
-  for (int step = 0; step < 3; ++step) {
-    on_host.Step(host_backend, list(host_w, host_g), 1e-2, 0.5);
-    on_device.Step(device_backend, list(device_w, device_g), 1e-2, 0.5);
-    EXPECT_EQ(device.allocations(), before + 2);
-  }
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    EXPECT_EQ(device_w[i].CopyTo(nullptr).values(), host_w[i].values()) << i;
-  }
 }
 
 }  // namespace
