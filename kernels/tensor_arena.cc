@@ -24,14 +24,23 @@ std::vector<Tensor> Carve(Allocator* allocator,
   for (const std::vector<int64_t>& shape : shapes) {
     total += AlignedBytes(NumElements(shape) * int64_t{sizeof(float)});
   }
-  std::vector<Tensor> tensors(shapes.size());
+  std::vector<Tensor> tensors;
   *range = {};
-  if (total == 0) return tensors;
+  if (total == 0) {
+    for (const std::vector<int64_t>& shape : shapes) {
+      tensors.emplace_back(shape, allocator);
+    }
+    return tensors;
+  }
+  tensors.resize(shapes.size());
   auto shared = std::make_shared<const DeviceBuffer>(allocator, total);
   int64_t offset = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const int64_t bytes = NumElements(shapes[i]) * int64_t{sizeof(float)};
-    if (bytes == 0) continue;
+    if (bytes == 0) {
+      tensors[i] = Tensor(shapes[i], allocator);
+      continue;
+    }
     tensors[i] = Tensor(shapes[i], DeviceBuffer::ViewOf(shared, offset, bytes));
     offset += AlignedBytes(bytes);
   }
@@ -41,11 +50,6 @@ std::vector<Tensor> Carve(Allocator* allocator,
 }
 
 }  // namespace
-
-std::vector<int64_t> ArenaShape(const Tensor& t) {
-  // An empty Tensor() has shape {}, which would count one element.
-  return t.empty() ? std::vector<int64_t>{0} : t.shape();
-}
 
 void ArenaRange::SetZero() const {
   if (!empty()) allocator->Fill(data, 0, size * sizeof(float));
@@ -59,20 +63,6 @@ std::vector<Tensor> ZerosInOneAllocation(
   carved.SetZero();
   if (range != nullptr) *range = carved;
   return tensors;
-}
-
-ArenaRange PlaceInOneAllocation(Allocator* allocator,
-                                const std::vector<Tensor*>& tensors) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const Tensor* t : tensors) shapes.push_back(ArenaShape(*t));
-  ArenaRange range;
-  std::vector<Tensor> placed = Carve(allocator, shapes, &range);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i]->empty()) continue;
-    placed[i].CopyFrom(*tensors[i]);
-    *tensors[i] = std::move(placed[i]);
-  }
-  return range;
 }
 
 std::vector<IndexTensor> UploadIndices(

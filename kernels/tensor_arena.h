@@ -22,21 +22,13 @@ struct ArenaRange {
   void SetZero() const;
 };
 
-// The shape a tensor takes in an arena: its own, or {0} for an empty one.
-std::vector<int64_t> ArenaShape(const Tensor& t);
-
 // Tensors of `shapes`, zeros, in one allocation of `allocator` (each at a
-// 256-byte boundary; a shape without elements gives an empty tensor); the
+// 256-byte boundary; a shape without elements gives an empty tensor of that
+// shape); the
 // arena lives while any of them does. *range (if given) gets its floats.
 std::vector<Tensor> ZerosInOneAllocation(
     Allocator* allocator, const std::vector<std::vector<int64_t>>& shapes,
     ArenaRange* range = nullptr);
-
-// Moves every tensor of `tensors` into one allocation of `allocator`, as
-// ZerosInOneAllocation lays them out, contents copied on the device's stream;
-// their old storage is freed.
-ArenaRange PlaceInOneAllocation(Allocator* allocator,
-                                const std::vector<Tensor*>& tensors);
 
 // `arrays` as [size] index tensors where `allocator` allocates (null: host
 // memory), back to back in one allocation sent in one host-to-device copy: a

@@ -15,39 +15,33 @@ std::vector<float> Counting(int64_t n, float first) {
   return v;
 }
 
-Tensor OnDevice(std::vector<int64_t> shape, float first, Allocator* device) {
-  Tensor host(shape, nullptr);
-  host.values() = Counting(host.numel(), first);
-  return host.CopyTo(device);
-}
-
-TEST(TensorArenaTest, PlacedTensorsKeepContentsInOneAlignedAllocation) {
+TEST(TensorArenaTest, TensorsShareOneAlignedAllocation) {
   SeparateMemoryAllocator device;
   {
-    Tensor a = OnDevice({3, 5}, 1.f, &device),
-           b = OnDevice({7}, 100.f, &device), none,
-           c = OnDevice({2, 2, 2}, -4.f, &device);
-    ASSERT_EQ(device.allocations(), 3);
-    const ArenaRange range = PlaceInOneAllocation(&device, {&a, &b, &none, &c});
+    ArenaRange range;
+    std::vector<Tensor> t =
+        ZerosInOneAllocation(&device, {{3, 5}, {7}, {0, 4}, {2, 2, 2}}, &range);
     EXPECT_EQ(device.allocations(), 1);
-    EXPECT_EQ(a.shape(), (std::vector<int64_t>{3, 5}));
-    EXPECT_EQ(c.shape(), (std::vector<int64_t>{2, 2, 2}));
-    EXPECT_TRUE(none.empty());
-    EXPECT_EQ(a.CopyTo(nullptr).values(), Counting(15, 1.f));
-    EXPECT_EQ(b.CopyTo(nullptr).values(), Counting(7, 100.f));
-    EXPECT_EQ(c.CopyTo(nullptr).values(), Counting(8, -4.f));
-    for (const Tensor* t : {&a, &b, &c}) {
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data()) % 256, 0u);
-      EXPECT_GE(t->data(), range.data);
-      EXPECT_LE(t->data() + t->numel(), range.data + range.size);
+    EXPECT_EQ(t[0].shape(), (std::vector<int64_t>{3, 5}));
+    EXPECT_EQ(t[2].shape(), (std::vector<int64_t>{0, 4}));
+    EXPECT_TRUE(t[2].empty());
+    EXPECT_EQ(t[3].shape(), (std::vector<int64_t>{2, 2, 2}));
+    for (int i : {0, 1, 3}) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t[i].data()) % 256, 0u);
+      EXPECT_GE(t[i].data(), range.data);
+      EXPECT_LE(t[i].data() + t[i].numel(), range.data + range.size);
     }
-    EXPECT_EQ(b.data(), a.data() + 64);  // 15 floats padded to 256 bytes
+    EXPECT_EQ(t[1].data(), t[0].data() + 64);  // 15 floats padded to 256 bytes
+    Tensor b({7}, nullptr);
+    b.values() = Counting(7, 100.f);
+    t[1].CopyFrom(b);
+    EXPECT_EQ(t[1].CopyTo(nullptr).values(), Counting(7, 100.f));
     // A copy of a view owns its own allocation.
-    Tensor copy = b;
+    Tensor copy = t[1];
     EXPECT_EQ(device.allocations(), 2);
     EXPECT_EQ(copy.CopyTo(nullptr).values(), Counting(7, 100.f));
     range.SetZero();
-    EXPECT_EQ(a.CopyTo(nullptr).values(), std::vector<float>(15, 0.f));
+    EXPECT_EQ(t[1].CopyTo(nullptr).values(), std::vector<float>(7, 0.f));
     EXPECT_EQ(copy.CopyTo(nullptr).values(), Counting(7, 100.f));
   }
   EXPECT_EQ(device.allocations(), 0);
@@ -89,12 +83,13 @@ TEST(TensorArenaTest, IndicesGoUpInOneCopy) {
   EXPECT_EQ(host[2].values(), arrays[2]);
 }
 
-TEST(TensorArenaTest, NothingToPlaceAllocatesNothing) {
+TEST(TensorArenaTest, NoElementsAllocateNothing) {
   SeparateMemoryAllocator device;
-  Tensor none;
-  EXPECT_TRUE(PlaceInOneAllocation(&device, {&none}).empty());
+  ArenaRange range;
+  std::vector<Tensor> t = ZerosInOneAllocation(&device, {{0}, {2, 0}}, &range);
+  EXPECT_TRUE(range.empty());
   EXPECT_EQ(device.allocations(), 0);
-  EXPECT_EQ(ArenaShape(none), (std::vector<int64_t>{0}));
+  EXPECT_EQ(t[1].shape(), (std::vector<int64_t>{2, 0}));
 }
 
 }  // namespace

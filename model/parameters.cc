@@ -174,25 +174,40 @@ void DrawHeldElements(uint64_t key, float std, const PartRuns& runs,
 }
 
 // Allocates (zeros) the held part of each of `tensors`, value and gradient.
-// The kernel zeroes host memory page by page as it is first touched, seconds
+// On a device, every value in one allocation and every gradient in another
+// (each tensor a view, kernels/tensor_arena.h); returns the gradients' range.
+// In host memory the kernel zeroes pages as they are first touched, seconds
 // per core for a model of billions of elements, so host tensors are allocated
 // on every core; each thread takes the next tensor, as tensors differ in size
-// by orders of magnitude. A device allocator is driven from this thread alone.
-void AllocateHeld(const std::vector<NamedTensor>& tensors,
-                  const HeldTensors& held,
-                  const std::map<std::string, std::vector<int64_t>>& wholes) {
+// by orders of magnitude.
+ArenaRange AllocateHeld(
+    const std::vector<NamedTensor>& tensors, const HeldTensors& held,
+    const std::map<std::string, std::vector<int64_t>>& wholes) {
   Allocator* allocator = CurrentAllocator();
+  if (allocator != nullptr) {
+    std::vector<std::vector<int64_t>> value_shapes, grad_shapes;
+    for (const NamedTensor& named : tensors) {
+      value_shapes.push_back(held.PartShape(named.name, wholes.at(named.name)));
+      if (named.grad != nullptr) grad_shapes.push_back(value_shapes.back());
+    }
+    std::vector<Tensor> values = ZerosInOneAllocation(allocator, value_shapes);
+    ArenaRange grad_range;
+    std::vector<Tensor> grads =
+        ZerosInOneAllocation(allocator, grad_shapes, &grad_range);
+    size_t g = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      *tensors[i].value = std::move(values[i]);
+      if (tensors[i].grad != nullptr) *tensors[i].grad = std::move(grads[g++]);
+    }
+    return grad_range;
+  }
   auto allocate = [&](const NamedTensor& named) {
     *named.value =
-        Tensor(held.PartShape(named.name, wholes.at(named.name)), allocator);
+        Tensor(held.PartShape(named.name, wholes.at(named.name)), nullptr);
     if (named.grad != nullptr) {
-      *named.grad = Tensor(named.value->shape(), allocator);
+      *named.grad = Tensor(named.value->shape(), nullptr);
     }
   };
-  if (allocator != nullptr) {
-    for (const NamedTensor& named : tensors) allocate(named);
-    return;
-  }
   int64_t elements = 0;
   for (const NamedTensor& named : tensors) {
     elements += NumElements(held.PartShape(named.name, wholes.at(named.name)));
@@ -201,6 +216,7 @@ void AllocateHeld(const std::vector<NamedTensor>& tensors,
   cpu::ParallelFor(cpu::NumThreads(), elements, [&](int64_t, int64_t) {
     for (size_t i; (i = next++) < tensors.size();) allocate(tensors[i]);
   });
+  return {};
 }
 
 }  // namespace
@@ -261,7 +277,7 @@ ModelParameters::ModelParameters(const ModelConfig& config,
     whole_shapes_[named.name] = shapes.at(named.value);
     if (held.Holds(named.name)) allocated.push_back(named);
   }
-  AllocateHeld(allocated, held, whole_shapes_);
+  grad_arena_.range = AllocateHeld(allocated, held, whole_shapes_);
 }
 
 std::vector<NamedTensor> ModelParameters::Named() {
@@ -344,7 +360,6 @@ std::unique_ptr<ModelParameters> MirrorParameters(ModelParameters& params,
   auto mirror =
       std::make_unique<ModelParameters>(params.config(), params.held());
   CopyValues(params, *mirror);
-  if (allocator != nullptr) mirror->PlaceInArenas(allocator);
   return mirror;
 }
 
@@ -362,23 +377,6 @@ void CopyGradients(ModelParameters& from, ModelParameters& to) {
   for (size_t i = 0; i < source.size(); ++i) {
     if (source[i].grad != nullptr) target[i].grad->CopyFrom(*source[i].grad);
   }
-}
-
-void ModelParameters::PlaceInArenas(Allocator* allocator) {
-  std::vector<Tensor*> values, grads;
-  std::vector<std::vector<int64_t>> grad_shapes;
-  for (NamedTensor& t : Named()) {
-    values.push_back(t.value);
-    if (t.grad == nullptr) continue;
-    grads.push_back(t.grad);
-    grad_shapes.push_back(ArenaShape(*t.grad));
-  }
-  PlaceInOneAllocation(allocator, values);
-  // The old gradients go first: they hold nothing a zero arena keeps.
-  for (Tensor* grad : grads) *grad = Tensor();
-  std::vector<Tensor> zeros =
-      ZerosInOneAllocation(allocator, grad_shapes, &grad_arena_.range);
-  for (size_t i = 0; i < grads.size(); ++i) *grads[i] = std::move(zeros[i]);
 }
 
 void ModelParameters::ZeroGrad() {

@@ -134,8 +134,10 @@ struct HeldTensors {
 
 class ModelParameters {
  public:
-  // Allocates (zeros) the part of every tensor of `config` that `held` names;
-  // the other tensors are empty.
+  // Allocates (zeros) the part of every tensor of `config` that `held` names,
+  // where the current allocator allocates; the other tensors are empty. On a
+  // device, the values sit in one allocation and the gradients in another
+  // (each Parameter a view of the two; ZeroGrad is one fill).
   explicit ModelParameters(const ModelConfig& config,
                            const HeldTensors& held = HeldTensors());
 
@@ -159,10 +161,6 @@ class ModelParameters {
   // part; a tensor that already has its part's shape stays. InvalidArgument
   // naming the tensor when its shape is neither.
   absl::Status KeepHeld(const HeldTensors& held);
-  // Moves every value into one allocation of `allocator` (contents kept) and
-  // every gradient into another (zeroed): each Parameter a view of the two.
-  // MirrorParameters does this for a device backend's weights.
-  void PlaceInArenas(Allocator* allocator);
   // One fill over the gradient arena when there is one, else one per tensor.
   void ZeroGrad();
 
@@ -193,7 +191,8 @@ class ModelParameters {
     OwnArena(OwnArena&&) = default;
     OwnArena& operator=(OwnArena&&) = default;
   };
-  // Set by PlaceInArenas (KeepHeld drops it: the cut tensors are new).
+  // Set when the tensors are allocated on a device (KeepHeld drops it: the
+  // cut tensors are new).
   OwnArena grad_arena_;
   std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };
