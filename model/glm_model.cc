@@ -125,15 +125,19 @@ void GlmModel::ForwardLayers() {
                              op_ids_.data(), hidden_[0].Matrix());
   layers_.assign(layers, DecoderLayerActivations());
   for (int i = 0; i < layers; ++i) {
-    const int source = config.index_sharing.SourceLayer(i + 1) - 1;
-    const IndexTensor* shared =
-        source < i ? layers_[source].attn.topk : nullptr;
     hidden_[i + 1] = Tensor({n, hidden});
     DecoderLayerForward(*backend_, params_->layers[i], spec_,
-                        hidden_[i].Matrix(), layout_, shared,
+                        hidden_[i].Matrix(), layout_, SharedTopK(i),
                         hidden_[i + 1].Matrix(), &layers_[i]);
     if (options_.recompute_layers) KeepRecords(&layers_[i]);
   }
+}
+
+// The keys layer i attends over when it shares an earlier layer's (null for
+// a computing layer, which chooses its own).
+const IndexTensor* GlmModel::SharedTopK(int i) const {
+  const int source = params_->config().index_sharing.SourceLayer(i + 1) - 1;
+  return source < i ? layers_[source].attn.topk : nullptr;
 }
 
 // What outlives a recomputed layer's forward: the keys it chose (layers that
@@ -154,14 +158,12 @@ void GlmModel::KeepRecords(DecoderLayerActivations* acts) {
 // the same activations (the backends' ops are deterministic); its indexer loss
 // goes to a sum nobody reads, having been counted in the forward.
 void GlmModel::RecomputeLayer(int i, DecoderLayerActivations* acts) {
-  const int source = params_->config().index_sharing.SourceLayer(i + 1) - 1;
-  const IndexTensor* shared = source < i ? layers_[source].attn.topk : nullptr;
   LossSums uncounted(backend_->allocator());
   DecoderLayerSpec spec = spec_;
   spec.attention.indexer_loss_sum = uncounted.at(LossSums::kIndexer);
   Tensor h_out({layout_.tokens, params_->config().hidden_size});
   DecoderLayerForward(*backend_, params_->layers[i], spec, hidden_[i].Matrix(),
-                      layout_, shared, h_out.Matrix(), acts);
+                      layout_, SharedTopK(i), h_out.Matrix(), acts);
 }
 
 void GlmModel::Record(const DecoderLayerActivations& layer, size_t index,

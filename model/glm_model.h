@@ -79,6 +79,7 @@ class GlmModel {
  private:
   // The decoder layers, into layers_ and hidden_.
   void ForwardLayers();
+  const IndexTensor* SharedTopK(int i) const;
   // Under LossOptions::recompute_layers: drops a layer's activations but
   // what later layers and Record read, and runs layer i's forward again.
   static void KeepRecords(DecoderLayerActivations* acts);
