@@ -7,35 +7,6 @@
 
 namespace glm {
 
-absl::Status ValidateBatch(const Batch& batch, const ModelConfig& config) {
-  const int64_t n = static_cast<int64_t>(batch.input_ids.size());
-  if (n == 0) return absl::InvalidArgumentError("batch has no tokens");
-  for (int64_t t = 0; t < n; ++t) {
-    if (batch.input_ids[t] < 0 || batch.input_ids[t] >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input_ids[", t, "] = ", batch.input_ids[t],
-          " is outside the vocabulary [0, ", config.vocab_size, ")"));
-    }
-  }
-  if (!batch.loss_mask.empty() &&
-      static_cast<int64_t>(batch.loss_mask.size()) != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("loss_mask has ", batch.loss_mask.size(), " entries for ",
-                     n, " tokens"));
-  }
-  return absl::OkStatus();
-}
-
-Batch Batch::FromSequences(const std::vector<std::vector<int32_t>>& rows) {
-  Batch batch;
-  batch.cu_seqlens.push_back(0);
-  for (const std::vector<int32_t>& row : rows) {
-    batch.input_ids.insert(batch.input_ids.end(), row.begin(), row.end());
-    batch.cu_seqlens.push_back(static_cast<int32_t>(batch.input_ids.size()));
-  }
-  return batch;
-}
-
 GlmModel::GlmModel(ModelParameters* params, Backend* backend,
                    LossOptions options)
     : params_(params),
@@ -73,7 +44,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   std::vector<IndexTensor> sent;
   HeadTargetTensors targets = UploadWithHeadTargets(
       backend_->allocator(),
-      HeadTargetsOf(ids_, batch.loss_mask, layout_, rows, with_mtp),
+      HeadTargetsOf(batch, layout_, rows, with_mtp),
       {ids_, layout_.positions, layout_.seq_start}, &sent);
   op_ids_ = std::move(sent[0]);
   layout_.op_positions = std::move(sent[1]);

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "model/batch.h"
 #include "model/decoder_layer.h"
 #include "model/mtp_layer.h"
 #include "model/output_head.h"
@@ -22,22 +23,6 @@
 #include "model/token_layout.h"
 
 namespace glm {
-
-// Token ids of one packed row. cu_seqlens (optional) splits it into sequences
-// that never see each other; loss_mask (optional, per token) weights the
-// prediction made AT token t (of token t+1) with 0 or 1.
-struct Batch {
-  std::vector<int32_t> input_ids;
-  std::vector<int32_t> cu_seqlens;
-  std::vector<float> loss_mask;
-
-  // Rows of equal or different length, packed one after another.
-  static Batch FromSequences(const std::vector<std::vector<int32_t>>& rows);
-};
-
-// InvalidArgument naming the first token id outside the vocabulary, or a loss
-// mask whose length is not the batch's.
-absl::Status ValidateBatch(const Batch& batch, const ModelConfig& config);
 
 struct ForwardResult {
   Tensor logits;      // [tokens, vocab]

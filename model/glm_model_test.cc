@@ -267,6 +267,34 @@ TEST_F(GlmModelTest, PackedSequencesEqualSeparateRuns) {
   EXPECT_NEAR(packed.lm_loss, (6 * a.lm_loss + 4 * b.lm_loss) / 10, 1e-5);
 }
 
+// A sample's last token is its last position's label: the model sees all but
+// that token and predicts every one of them, as the longer sequence's first
+// positions do (causal attention: the extra token changes nothing before it).
+TEST_F(GlmModelTest, SamplesLabelTheirLastPosition) {
+  const std::vector<int32_t> sample(kSeqA.begin(), kSeqA.end());
+  const Batch batch = Batch::FromSamples({sample});
+  ASSERT_EQ(batch.input_ids.size(), sample.size() - 1);
+  ASSERT_EQ(batch.last_labels, std::vector<int32_t>{sample.back()});
+  const ForwardResult whole = Run(Batch::FromSequences({sample}));
+  const ForwardResult r = Run(batch);
+  const int64_t vocab = config_.vocab_size, n = 6;
+  double lm = 0, mtp = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    lm += CrossEntropy(r.logits.data() + t * vocab, vocab, sample[t + 1]);
+    if (t + 2 <= n) {
+      mtp +=
+          CrossEntropy(r.mtp_logits.data() + t * vocab, vocab, sample[t + 2]);
+    }
+  }
+  EXPECT_NEAR(r.lm_loss, lm / n, 1e-5);
+  EXPECT_NEAR(r.mtp_loss, mtp / (n - 1), 1e-5);
+  // The sequence with the label as an input scores the same predictions.
+  EXPECT_NEAR(r.lm_loss, whole.lm_loss, 1e-5);
+  for (int64_t i = 0; i < n * vocab; ++i) {
+    ASSERT_NEAR(r.logits.data()[i], whole.logits.data()[i], 1e-5) << i;
+  }
+}
+
 // Indexer loss off: every other parameter against the total loss.
 TEST_F(GlmModelTest, GradientsOfAllWeightsMatchFiniteDifferences) {
   LossOptions options;
@@ -410,6 +438,18 @@ TEST_F(GlmModelTest, BadInputsAreClearErrors) {
   Batch bad_mask = Batch::FromSequences({{1, 2, 3}});
   bad_mask.loss_mask = {1.f};
   EXPECT_FALSE(model.Forward(bad_mask).ok());
+  Batch bad_label = Batch::FromSamples({{1, 2, 3}, {4, 5, 32}});
+  r = model.Forward(bad_label);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("last_labels[1] = 32"), std::string::npos)
+      << r.status();
+  Batch missing_label = Batch::FromSamples({{1, 2, 3}, {4, 5, 6}});
+  missing_label.last_labels.pop_back();
+  r = model.Forward(missing_label);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("last_labels has 1 entries for 2"),
+            std::string::npos)
+      << r.status();
 }
 
 // The glm5.2-tiny preset: 8 layers, frequency 4, offset 3, so layers 1, 2, 3, 7

@@ -7,17 +7,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/batch.h"
 #include "model/token_layout.h"
 
 namespace glm {
 
-// The prediction at t is of ids[t + ahead] when t + ahead lies in t's sequence
-// and loss_mask[t + ahead - 1] is not 0 (an empty mask allows all); -1
-// otherwise. `count` gets the number of targets.
-std::vector<int32_t> LossTargets(const std::vector<int32_t>& ids,
-                                 const std::vector<float>& loss_mask,
-                                 const TokenLayout& layout, int ahead,
-                                 int64_t* count);
+// The prediction at t is of the token `ahead` positions on in t's sequence:
+// input_ids[t + ahead] inside it, the sequence's last label one past its end
+// (when the batch has last labels); -1 beyond, or where loss_mask[t + ahead -
+// 1] is 0 (an empty mask allows all). `count` gets the number of targets.
+std::vector<int32_t> LossTargets(const Batch& batch, const TokenLayout& layout,
+                                 int ahead, int64_t* count);
 
 }  // namespace glm
 

@@ -33,17 +33,13 @@ Tensor MeanLossGradient(Backend& backend, ConstMatrixView logits,
 
 }  // namespace
 
-HeadTargets HeadTargetsOf(const std::vector<int32_t>& ids,
-                          const std::vector<float>& loss_mask,
-                          const TokenLayout& layout, const TokenRows& rows,
-                          bool with_mtp) {
+HeadTargets HeadTargetsOf(const Batch& batch, const TokenLayout& layout,
+                          const TokenRows& rows, bool with_mtp) {
   HeadTargets targets;
-  targets.lm =
-      rows.Select(LossTargets(ids, loss_mask, layout, 1, &targets.lm_count));
+  targets.lm = rows.Select(LossTargets(batch, layout, 1, &targets.lm_count));
   if (!with_mtp) return targets;
-  targets.next_ids = rows.Select(NextTokenIds(ids, layout));
-  targets.mtp =
-      rows.Select(LossTargets(ids, loss_mask, layout, 2, &targets.mtp_count));
+  targets.next_ids = rows.Select(NextTokenIds(batch.input_ids, layout));
+  targets.mtp = rows.Select(LossTargets(batch, layout, 2, &targets.mtp_count));
   return targets;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/batch.h"
 #include "model/decoder_layer.h"
 #include "model/loss_sums.h"
 #include "model/mtp_layer.h"
@@ -52,10 +53,8 @@ struct HeadTargets {
   std::vector<int32_t> next_ids, lm, mtp;
   int64_t lm_count = 0, mtp_count = 0;
 };
-HeadTargets HeadTargetsOf(const std::vector<int32_t>& ids,
-                          const std::vector<float>& loss_mask,
-                          const TokenLayout& layout, const TokenRows& rows,
-                          bool with_mtp);
+HeadTargets HeadTargetsOf(const Batch& batch, const TokenLayout& layout,
+                          const TokenRows& rows, bool with_mtp);
 
 // The same where the backend's ops read them.
 struct HeadTargetTensors {

@@ -128,9 +128,9 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
     const TokenRows rows = Rows(acts->layout.tokens);
     OutputHeadForward(
         *backend_, *params_, spec_, with_mtp,
-        UploadWithHeadTargets(backend_->allocator(),
-                              HeadTargetsOf(acts->ids, batch.loss_mask,
-                                            acts->layout, rows, with_mtp)),
+        UploadWithHeadTargets(
+            backend_->allocator(),
+            HeadTargetsOf(batch, acts->layout, rows, with_mtp)),
         acts->layout, rows, acts->hidden.back().Matrix(),
         acts->layers.empty() ? nullptr : acts->layers.back().attn.topk, &sums,
         &acts->head);

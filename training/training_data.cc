@@ -8,7 +8,7 @@ Batch PretrainData::MicroBatch(int64_t first, int64_t count) const {
   std::vector<std::vector<int32_t>> rows;
   for (int64_t i = 0; i < count; ++i)
     rows.push_back(samples_->Sample(first + i));
-  return Batch::FromSequences(rows);
+  return Batch::FromSamples(rows);
 }
 
 // Rows are appended one after another; their cu_seqlens shift by the tokens
