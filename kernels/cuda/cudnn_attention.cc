@@ -271,9 +271,9 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
 bool CudnnAttention::Supports(int64_t nq, int64_t nk, int64_t topk,
                               int64_t heads, int64_t dqk, int64_t dv,
                               float scale, bool backward) {
-  const bool dense = 8 * topk >= nk;
+  const bool fits = nq * nk * int64_t{sizeof(__nv_bfloat16)} <= kMaxBiasBytes;
   const bool dims = dqk % 16 == 0 && dv % 16 == 0 && dqk <= 256 && dv <= 256;
-  if (!dense || !dims || nq == 0 || nk == 0) return false;
+  if (!fits || !dims || nq == 0 || nk == 0 || topk == 0) return false;
   return PlanFor({nq, nk, heads, dqk, dv, scale, backward}) != nullptr;
 }
 

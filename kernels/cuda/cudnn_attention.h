@@ -30,10 +30,14 @@ class CudnnAttention {
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
-  // Whether a call with these shapes runs here: a selection dense enough
-  // (each query selects at least one in 8 of the nk keys), head dims cuDNN's
-  // Hopper kernels take (multiples of 16 up to 256), and a plan cuDNN can
-  // build (checked once per shape and remembered).
+  // Whether a call with these shapes runs here: a selection mask of at most
+  // kMaxBiasBytes, head dims cuDNN's Hopper kernels take (multiples of 16 up
+  // to 256), and a plan cuDNN can build (checked once per shape and
+  // remembered). The masked kernels pay for every causal key, not only the
+  // selected ones; past one key in 8 selected (sequences over 16k with DSA's
+  // top-2048) that is still far faster than the gather kernels, which ran a
+  // 16k layer's forward in 336 ms (bench/NOTES.md, 2026-12-02).
+  static constexpr int64_t kMaxBiasBytes = int64_t{8} << 30;
   bool Supports(int64_t nq, int64_t nk, int64_t topk, int64_t heads,
                 int64_t dqk, int64_t dv, float scale, bool backward);
 

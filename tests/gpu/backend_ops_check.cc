@@ -2259,9 +2259,9 @@ void AddAttentionCases(Factories& f) {
   const Queries self_q = ShortAndLong(1024, 0, 1024);
   AddAttention(f, "mini self", self, self_q, false);
   AddAttentionBackward(f, "mini self", self, self_q, false, true, true);
-  // Top-128 of up to 2048 tokens at glm5.2-mini's head dims: a selection too
-  // sparse for the tiles and for cuDNN's masked dense kernels (the bf16
-  // mode's choice above one key in 8), as at long sequences.
+  // Top-128 of up to 2048 tokens at glm5.2-mini's head dims, as at long
+  // sequences: too sparse for the tiles (the fp32 mode gathers rows per
+  // query), the bf16 mode's cuDNN masked kernels all the same.
   AttentionShape self_sparse = mini;
   self_sparse.key_tokens = 2048;
   self_sparse.topk = 128;

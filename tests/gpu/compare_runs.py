@@ -37,7 +37,8 @@ def max_rel(a, b, steps):
 def main():
     state, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     runs = {r: losses(state, r) for r in
-            ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16", "resume_gpu",
+            ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16",
+             "cuda_fp32_recompute", "resume_gpu",
              "resume_cpu", "shared_gpu_one", "shared_gpu_dp2", "shared_gpu_pp2",
               "shared_gpu_ep2", "sft", "lora", "long_context", "cpu_50",
               "cpu_50_dp2"]}
@@ -64,6 +65,10 @@ def main():
     again = shard_hashes(state, "cuda_fp32_again", 200)
     check("two CUDA fp32 runs: checkpoint 200 bitwise equal",
           bool(same) and same == again, f"{len(same)} shard(s)", "bitwise")
+    recomputed = shard_hashes(state, "cuda_fp32_recompute", 200)
+    check("CUDA fp32 recomputing every layer: checkpoint 200 bitwise equal",
+          bool(recomputed) and recomputed == same, f"{len(recomputed)} shard(s)",
+          "bitwise")
     resumed = shard_hashes(state, "resume_gpu", 200)
     check("CUDA resume from 100: checkpoint 200 bitwise equal to uninterrupted",
           bool(resumed) and resumed == same, f"{len(resumed)} shard(s)", "bitwise")

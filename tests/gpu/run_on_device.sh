@@ -2,7 +2,7 @@
 # The GPU machine's checks in one call, each part under its own time limit so a
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
-# parts from: ops gemm oracle training bench. Each part's output goes to
+# parts from: ops gemm oracle training bench recompute long. Each part's output goes to
 # OUT/PART.txt; logs of the multi-run parts are packed into OUT/PART-logs.tgz
 # (the device tool returns at most 8 files).
 set -uo pipefail
@@ -36,6 +36,14 @@ for name in "$@"; do
     bench)
       part bench "${BENCH_LIMIT:-400}" bench/gpu_train_bench.sh /tmp/bench
       tar -czf "$out/bench-logs.tgz" -C /tmp bench ;;
+    recompute)  # the 4k bench row with every layer recomputed, ours only
+      RECOMPUTE=1 OURS_ONLY=1 part recompute "${RECOMPUTE_LIMIT:-150}" \
+        bench/gpu_train_bench.sh /tmp/recompute
+      tar -czf "$out/recompute-logs.tgz" -C /tmp recompute ;;
+    long)  # one sequence of each length in SEQS, recomputing every layer
+      RECOMPUTE=1 part long "${LONG_LIMIT:-400}" \
+        bench/gpu_long_context_bench.sh /tmp/long
+      tar -czf "$out/long-logs.tgz" -C /tmp long ;;
     *) echo "unknown part $name" | tee -a "$out/summary.txt" ;;
   esac
 done

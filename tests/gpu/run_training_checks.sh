@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after `source .gpu/b/env.sh`:
-# glm5.2-tiny trained with `glmctl local` on the CPU, on CUDA in fp32 (twice),
-# and in bf16; a CUDA checkpoint resumed on the GPU and on the CPU; two workers
-# sharing the GPU under DP2, PP2 and EP2 beside one worker on the same 50
-# steps; SFT and LoRA from the CUDA run's HF export, and one 16k-token
-# sequence (bf16). Logs and a summary go to $1.
+# glm5.2-tiny trained with `glmctl local` on the CPU, on CUDA in fp32 (twice,
+# and once recomputing every layer in the backward) and in bf16; a CUDA
+# checkpoint resumed on the GPU and on the CPU; two workers sharing the GPU
+# under DP2, PP2 and EP2 beside one worker on the same 50 steps; SFT and LoRA
+# from the CUDA run's HF export, and one 16k-token sequence (bf16). Logs and a
+# summary go to $1.
 set -uo pipefail
 out=${1:?output folder}
 bin=$(dirname "$(command -v glmctl)")
@@ -34,6 +35,7 @@ run cpu tests/gpu/jobs/tiny_cpu.json
 run cuda_fp32 tests/gpu/jobs/tiny_cuda_fp32.json
 run cuda_fp32_again tests/gpu/jobs/tiny_cuda_fp32.json
 run cuda_bf16 tests/gpu/jobs/tiny_cuda_bf16.json
+run cuda_fp32_recompute tests/gpu/jobs/tiny_cuda_fp32_recompute.json
 resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_gpu/checkpoints"
 run resume_gpu tests/gpu/jobs/tiny_cuda_fp32.json
 resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_cpu/checkpoints"
