@@ -26,6 +26,11 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
       !valid.ok()) {
     return valid;
   }
+  if (options_.fuse_head_loss && options_.return_logits) {
+    return absl::InvalidArgumentError(
+        "LossOptions: fuse_head_loss keeps no logits to return; set "
+        "return_logits = false");
+  }
   if (options_.recompute_layers && spec_.experts != nullptr) {
     return absl::UnimplementedError(
         "recomputing layers in the backward with an expert dispatcher (expert "
@@ -43,8 +48,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   // Every index array of the micro batch goes up in one copy.
   std::vector<IndexTensor> sent;
   HeadTargetTensors targets = UploadWithHeadTargets(
-      backend_->allocator(),
-      HeadTargetsOf(batch, layout_, rows, with_mtp),
+      backend_->allocator(), HeadTargetsOf(batch, layout_, rows, with_mtp),
       {ids_, layout_.positions, layout_.seq_start}, &sent);
   op_ids_ = std::move(sent[0]);
   layout_.op_positions = std::move(sent[1]);
@@ -54,12 +58,23 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   std::optional<LossSums> own_sums;
   LossSums& sums = step != nullptr ? step->losses()
                                    : own_sums.emplace(backend_->allocator());
+  // Recomputing layers for a step whose losses are read after the backward,
+  // each layer's indexer loss and its gradients are formed once, when the
+  // layer is recomputed, not also here where its activations are dropped.
+  deferred_indexer_loss_ = options_.recompute_layers && step != nullptr
+                               ? sums.at(LossSums::kIndexer)
+                               : nullptr;
+  const float indexer_coeff = spec_.attention.indexer_loss_coeff;
+  if (deferred_indexer_loss_ != nullptr) {
+    spec_.attention.indexer_loss_coeff = 0.f;
+  }
   spec_.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
   ForwardLayers();
+  spec_.attention.indexer_loss_coeff = indexer_coeff;
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
-  OutputHeadForward(*backend_, *params_, spec_, with_mtp, std::move(targets),
-                    layout_, rows, hidden_.back().Matrix(),
+  OutputHeadForward(*backend_, *params_, spec_, options_, with_mtp,
+                    std::move(targets), layout_, rows, hidden_.back().Matrix(),
                     layers_.empty() ? nullptr : layers_.back().attn.topk, &sums,
                     &head_);
   spec_.attention.indexer_loss_sum = nullptr;
@@ -71,10 +86,10 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   for (const DecoderLayerActivations& layer : layers_) {
     Record(layer, index++, step, &result);
   }
-  if (options_.return_logits) result.logits = head_.logits;
+  if (options_.return_logits) result.logits = head_.lm.logits;
   if (with_mtp) {
     Record(head_.mtp[0].layer, index, step, &result);
-    if (options_.return_logits) result.mtp_logits = head_.mtp[0].logits;
+    if (options_.return_logits) result.mtp_logits = head_.mtp_loss.logits;
   }
   if (spec_.experts != nullptr && !spec_.experts->status().ok()) {
     return spec_.experts->status();
@@ -129,9 +144,12 @@ void GlmModel::KeepRecords(DecoderLayerActivations* acts) {
 // the same activations (the backends' ops are deterministic); its indexer loss
 // goes to a sum nobody reads, having been counted in the forward.
 void GlmModel::RecomputeLayer(int i, DecoderLayerActivations* acts) {
+  // The forward counted the loss already unless it deferred it here.
   LossSums uncounted(backend_->allocator());
   DecoderLayerSpec spec = spec_;
-  spec.attention.indexer_loss_sum = uncounted.at(LossSums::kIndexer);
+  spec.attention.indexer_loss_sum = deferred_indexer_loss_ != nullptr
+                                        ? deferred_indexer_loss_
+                                        : uncounted.at(LossSums::kIndexer);
   Tensor h_out({layout_.tokens, params_->config().hidden_size});
   DecoderLayerForward(*backend_, params_->layers[i], spec, hidden_[i].Matrix(),
                       layout_, SharedTopK(i), h_out.Matrix(), acts);
@@ -157,7 +175,7 @@ absl::Status GlmModel::Backward() {
   AllocatorScope on_backend(backend_->allocator());
   const int64_t n = layout_.tokens, hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
-  OutputHeadBackward(*backend_, *params_, spec_, options_, layout_,
+  OutputHeadBackward(*backend_, *params_, spec_, layout_,
                      hidden_.back().Matrix(), head_, dh.Matrix());
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     DecoderLayerActivations recomputed;

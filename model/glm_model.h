@@ -82,6 +82,9 @@ class GlmModel {
   // Saved by Forward.
   bool has_forward_ = false;
   std::vector<int32_t> ids_;
+  // The step's indexer loss sum when the forward left the loss to the
+  // layers' recomputation; null otherwise.
+  double* deferred_indexer_loss_ = nullptr;
   IndexTensor op_ids_;  // ids_ where the backend's ops read them
   TokenLayout layout_;
   std::vector<Tensor>

@@ -203,6 +203,40 @@ TEST_F(GlmModelTest, StepTotalsSumTheForwardsOfAStep) {
   EXPECT_GT(moe_layers, 0);
 }
 
+// Recomputing layers within a step (the trainer's case), the indexer loss is
+// formed when each layer is recomputed: the step's totals and the gradients
+// are those of keeping the activations.
+TEST_F(GlmModelTest, RecomputedStepFormsTheIndexerLossOnce) {
+  const Batch batch = Batch::FromSequences({kSeqA, kSeqB});
+  auto run = [&](bool recompute, StageLossesLike* totals) {
+    LossOptions options;
+    options.recompute_layers = recompute;
+    options.return_logits = false;
+    params_.ZeroGrad();
+    GlmModel model(&params_, &backend_, options);
+    StepTotals step(backend_.allocator());
+    EXPECT_TRUE(model.Forward(batch, &step).ok());
+    EXPECT_TRUE(model.Backward().ok());
+    step.ReadInto(totals);
+    std::vector<std::vector<float>> grads;
+    for (const NamedTensor& t : params_.Named()) {
+      if (t.grad) grads.push_back(t.grad->values());
+    }
+    return grads;
+  };
+  StageLossesLike kept, recomputed;
+  const auto kept_grads = run(false, &kept);
+  const auto recomputed_grads = run(true, &recomputed);
+  EXPECT_GT(kept.indexer_loss, 0.0);
+  EXPECT_NEAR(recomputed.indexer_loss, kept.indexer_loss,
+              1e-12 * kept.indexer_loss);
+  EXPECT_EQ(recomputed.lm_loss, kept.lm_loss);
+  ASSERT_EQ(recomputed_grads.size(), kept_grads.size());
+  for (size_t i = 0; i < kept_grads.size(); ++i) {
+    EXPECT_TRUE(recomputed_grads[i] == kept_grads[i]) << "gradient " << i;
+  }
+}
+
 // A micro batch's ids, positions, sequence starts and head targets go to the
 // backend's memory in one copy.
 TEST_F(GlmModelTest, AForwardUploadsOnce) {
@@ -384,6 +418,40 @@ void ExpectRecomputationChangesNothing(ModelParameters& params,
   for (size_t i = 0; i < kept.grads.size(); ++i) {
     EXPECT_TRUE(again.grads[i] == kept.grads[i]) << "gradient " << i;
   }
+}
+
+// The fused head (losses and gradients in the forward, chunk by chunk) gives
+// the kept head's losses and gradients: bitwise in one chunk (the same ops in
+// the same order), to rounding in chunks of 5 rows (the loss sums and
+// lm_head's gradient add per chunk).
+TEST_F(GlmModelTest, FusedHeadLossGivesTheKeptGradients) {
+  const Batch batch = Batch::FromSamples({kSeqA, kSeqB});
+  LossOptions fused;
+  fused.fuse_head_loss = true;
+  fused.return_logits = false;
+  const GradientRun kept = RunGradients(params_, backend_, batch, {});
+  const GradientRun one = RunGradients(params_, backend_, batch, fused);
+  fused.head_chunk_bytes = 2 * config_.vocab_size * sizeof(float) * 5;
+  const GradientRun chunked = RunGradients(params_, backend_, batch, fused);
+  EXPECT_TRUE(one.result.logits.empty());
+  EXPECT_EQ(one.result.total_loss, kept.result.total_loss);
+  EXPECT_NEAR(chunked.result.lm_loss, kept.result.lm_loss, 1e-6);
+  EXPECT_NEAR(chunked.result.mtp_loss, kept.result.mtp_loss, 1e-6);
+  ASSERT_EQ(one.grads.size(), kept.grads.size());
+  ASSERT_EQ(chunked.grads.size(), kept.grads.size());
+  for (size_t i = 0; i < kept.grads.size(); ++i) {
+    EXPECT_TRUE(one.grads[i] == kept.grads[i]) << "gradient " << i;
+    for (size_t j = 0; j < kept.grads[i].size(); ++j) {
+      ASSERT_NEAR(chunked.grads[i][j], kept.grads[i][j],
+                  1e-6 + 1e-5 * std::abs(kept.grads[i][j]))
+          << "gradient " << i << " element " << j;
+    }
+  }
+  LossOptions with_logits = fused;
+  with_logits.return_logits = true;
+  GlmModel model(&params_, &backend_, with_logits);
+  EXPECT_EQ(model.Forward(batch).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GlmModelTest, RecomputedLayersGiveTheSameGradients) {

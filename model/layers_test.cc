@@ -262,12 +262,13 @@ TEST_F(LayersTest, MtpLayerGradients) {
     ids.push_back(static_cast<int32_t>((7 * t + 3) % config_.vocab_size));
   MtpParameters& p = params_.mtp[0];
   ASSERT_FALSE(p.layer.self_attn.has_indexer);
-  const Tensor r = RandomTensor({kTokens, config_.vocab_size}, rng_);
+  // The layer ends at lm_head's input (the head's loss is the output head's).
+  const Tensor r = RandomTensor({kTokens, config_.hidden_size}, rng_);
   auto run = [&](MtpActivations* acts) {
-    MtpForward(backend_, p, params_.embed_tokens, params_.lm_head, spec,
+    MtpForward(backend_, p, params_.embed_tokens, spec,
                IndexTensor::FromHost(NextTokenIds(ids, layout_)), layout_,
                x_.Matrix(), &source.own_topk, acts);
-    return Project(acts->logits.Matrix(), r);
+    return Project(acts->head_in.Matrix(), r);
   };
   MtpActivations acts;
   run(&acts);
@@ -275,8 +276,8 @@ TEST_F(LayersTest, MtpLayerGradients) {
   EXPECT_EQ(acts.next_ids.values()[4], 0);
   EXPECT_EQ(acts.next_ids.values()[3], ids[4]);
   EXPECT_EQ(acts.next_ids.values()[8], 0);
-  MtpBackward(backend_, p, params_.embed_tokens, params_.lm_head, spec, layout_,
-              x_.Matrix(), acts, r.Matrix(), dx_.Matrix());
+  MtpBackward(backend_, p, params_.embed_tokens, spec, layout_, x_.Matrix(),
+              acts, r.Matrix(), dx_.Matrix());
   auto loss = [&] {
     MtpActivations a;
     return run(&a);
@@ -292,7 +293,6 @@ TEST_F(LayersTest, MtpLayerGradients) {
        Target("self_attn.q_b_proj", p.layer.self_attn.q_b_proj),
        Target("mlp.gate", p.layer.moe.gate),
        Target("embed_tokens", params_.embed_tokens),
-       Target("lm_head", params_.lm_head),
        {"h_main", &x_, &dx_}},
       kStep);
 }

@@ -12,10 +12,10 @@ std::vector<int32_t> NextTokenIds(const std::vector<int32_t>& ids,
 }
 
 void MtpForward(Backend& backend, const MtpParameters& p,
-                const Parameter& embed, const Parameter& lm_head,
-                const DecoderLayerSpec& spec, IndexTensor next_ids,
-                const TokenLayout& layout, ConstMatrixView h_main,
-                const IndexTensor* shared_topk, MtpActivations* acts) {
+                const Parameter& embed, const DecoderLayerSpec& spec,
+                IndexTensor next_ids, const TokenLayout& layout,
+                ConstMatrixView h_main, const IndexTensor* shared_topk,
+                MtpActivations* acts) {
   const int64_t n = h_main.rows, hidden = h_main.cols;
   // h_main holds this rank's rows (all of them without token parallelism).
   acts->next_ids = std::move(next_ids);
@@ -42,24 +42,18 @@ void MtpForward(Backend& backend, const MtpParameters& p,
   backend.RmsNormForward(acts->layer_out.Matrix(),
                          p.shared_head_norm.value.data(), spec.rms_norm_eps,
                          acts->head_in.Matrix(), acts->head_rstd.data());
-  acts->logits = Tensor({n, lm_head.value.dim(0)});
-  backend.Linear(acts->head_in.Matrix(), lm_head.value.Matrix(),
-                 acts->logits.Matrix(), false);
 }
 
 void MtpBackward(Backend& backend, MtpParameters& p, Parameter& embed,
-                 Parameter& lm_head, const DecoderLayerSpec& spec,
-                 const TokenLayout& layout, ConstMatrixView h_main,
-                 const MtpActivations& acts, ConstMatrixView dlogits,
-                 MatrixView dh_main) {
+                 const DecoderLayerSpec& spec, const TokenLayout& layout,
+                 ConstMatrixView h_main, const MtpActivations& acts,
+                 ConstMatrixView dhead_in, MatrixView dh_main) {
   const int64_t n = h_main.rows, hidden = h_main.cols;
-  Tensor dhead_in({n, hidden}), dlayer_out({n, hidden}), dlayer_in({n, hidden});
-  backend.LinearBackward(acts.head_in.Matrix(), lm_head.value.Matrix(), dlogits,
-                         dhead_in.Matrix(), lm_head.grad.Matrix());
+  Tensor dlayer_out({n, hidden}), dlayer_in({n, hidden});
   backend.RmsNormBackward(acts.layer_out.Matrix(),
                           p.shared_head_norm.value.data(),
-                          acts.head_rstd.data(), dhead_in.Matrix(),
-                          dlayer_out.Matrix(), p.shared_head_norm.grad.data());
+                          acts.head_rstd.data(), dhead_in, dlayer_out.Matrix(),
+                          p.shared_head_norm.grad.data());
   DecoderLayerBackward(backend, p.layer, spec, acts.layer_in.Matrix(), layout,
                        acts.layer, dlayer_out.Matrix(), dlayer_in.Matrix());
   Tensor dconcat({n, 2 * hidden}), dembedded({n, hidden});

@@ -22,8 +22,7 @@ struct MtpActivations {
   Tensor e_rstd, h_rstd;
   Tensor layer_in, layer_out;  // [n, hidden]
   DecoderLayerActivations layer;
-  Tensor head_in, head_rstd;  // shared_head.norm(layer_out)
-  Tensor logits;              // [n, vocab]
+  Tensor head_in, head_rstd;  // shared_head.norm(layer_out), lm_head's input
 };
 
 // Token t+1 of each sequence, 0 at the last position (Megatron's roll fill).
@@ -32,18 +31,19 @@ std::vector<int32_t> NextTokenIds(const std::vector<int32_t>& ids,
 
 // h_main is this rank's rows of the layout's tokens, next_ids their next
 // tokens (NextTokenIds of those rows, where the backend's ops read them).
+// Ends at head_in, the input of the shared lm_head (its loss is the output
+// head's, model/head_loss.h).
 void MtpForward(Backend& backend, const MtpParameters& p,
-                const Parameter& embed, const Parameter& lm_head,
-                const DecoderLayerSpec& spec, IndexTensor next_ids,
-                const TokenLayout& layout, ConstMatrixView h_main,
-                const IndexTensor* shared_topk, MtpActivations* acts);
-// dh_main += ...; gradients of the MTP weights, embedding and lm_head
-// accumulate.
+                const Parameter& embed, const DecoderLayerSpec& spec,
+                IndexTensor next_ids, const TokenLayout& layout,
+                ConstMatrixView h_main, const IndexTensor* shared_topk,
+                MtpActivations* acts);
+// From dhead_in, the loss's gradient with respect to head_in: dh_main += ...;
+// gradients of the MTP weights and the embedding accumulate.
 void MtpBackward(Backend& backend, MtpParameters& p, Parameter& embed,
-                 Parameter& lm_head, const DecoderLayerSpec& spec,
-                 const TokenLayout& layout, ConstMatrixView h_main,
-                 const MtpActivations& acts, ConstMatrixView dlogits,
-                 MatrixView dh_main);
+                 const DecoderLayerSpec& spec, const TokenLayout& layout,
+                 ConstMatrixView h_main, const MtpActivations& acts,
+                 ConstMatrixView dhead_in, MatrixView dh_main);
 
 }  // namespace glm
 

@@ -7,31 +7,6 @@
 #include "model/loss_targets.h"
 
 namespace glm {
-namespace {
-
-// Adds to *sum the mean loss's part on this rank: the rows' summed loss over
-// every counted token of the micro batch.
-void MeanLoss(Backend& backend, ConstMatrixView logits,
-              const IndexTensor& targets, int64_t count, double* sum) {
-  if (count == 0) return;
-  backend.CrossEntropyForward(logits, targets.data(),
-                              static_cast<double>(count), sum);
-}
-
-// dlogits of a mean loss scaled by `scale`; zeros when nothing is counted.
-Tensor MeanLossGradient(Backend& backend, ConstMatrixView logits,
-                        const IndexTensor& targets, int64_t count,
-                        float scale) {
-  Tensor dlogits({logits.rows, logits.cols});
-  if (count > 0) {
-    backend.CrossEntropyBackward(logits, targets.data(),
-                                 scale / static_cast<float>(count),
-                                 dlogits.Matrix());
-  }
-  return dlogits;
-}
-
-}  // namespace
 
 HeadTargets HeadTargetsOf(const Batch& batch, const TokenLayout& layout,
                           const TokenRows& rows, bool with_mtp) {
@@ -59,9 +34,10 @@ HeadTargetTensors UploadWithHeadTargets(
 }
 
 void OutputHeadForward(Backend& backend, ModelParameters& params,
-                       const DecoderLayerSpec& spec, bool with_mtp,
-                       HeadTargetTensors targets, const TokenLayout& layout,
-                       const TokenRows& rows, ConstMatrixView last_hidden,
+                       const DecoderLayerSpec& spec, const LossOptions& options,
+                       bool with_mtp, HeadTargetTensors targets,
+                       const TokenLayout& layout, const TokenRows& rows,
+                       ConstMatrixView last_hidden,
                        const IndexTensor* last_topk, LossSums* sums,
                        HeadActivations* acts) {
   const ModelConfig& config = params.config();
@@ -71,48 +47,44 @@ void OutputHeadForward(Backend& backend, ModelParameters& params,
   backend.RmsNormForward(last_hidden, params.norm.value.data(),
                          spec.rms_norm_eps, acts->final_normed.Matrix(),
                          acts->final_rstd.data());
-  acts->logits = Tensor({n, config.vocab_size});
-  backend.Linear(acts->final_normed.Matrix(),
-                 params.OutputHead().value.Matrix(), acts->logits.Matrix(),
-                 false);
-  acts->lm_targets = std::move(targets.lm);
-  acts->lm_count = targets.lm_count;
-  MeanLoss(backend, acts->logits.Matrix(), acts->lm_targets, acts->lm_count,
-           sums->at(LossSums::kLm));
+  acts->lm.targets = std::move(targets.lm);
+  acts->lm.count = targets.lm_count;
+  acts->lm.scale = 1.f;
+  const int64_t chunk_bytes =
+      options.fuse_head_loss ? options.head_chunk_bytes : 0;
+  HeadLossForward(backend, acts->final_normed.Matrix(), params.OutputHead(),
+                  chunk_bytes, sums->at(LossSums::kLm), &acts->lm);
   acts->mtp.clear();
   if (!with_mtp) return;
   acts->mtp.assign(1, MtpActivations());
-  MtpForward(backend, params.mtp[0], params.embed_tokens, params.OutputHead(),
-             spec, std::move(targets.next_ids), layout, last_hidden, last_topk,
+  MtpForward(backend, params.mtp[0], params.embed_tokens, spec,
+             std::move(targets.next_ids), layout, last_hidden, last_topk,
              &acts->mtp[0]);
-  acts->mtp_targets = std::move(targets.mtp);
-  acts->mtp_count = targets.mtp_count;
-  MeanLoss(backend, acts->mtp[0].logits.Matrix(), acts->mtp_targets,
-           acts->mtp_count, sums->at(LossSums::kMtp));
+  acts->mtp_loss.targets = std::move(targets.mtp);
+  acts->mtp_loss.count = targets.mtp_count;
+  acts->mtp_loss.scale = options.mtp_loss_scale;
+  HeadLossForward(backend, acts->mtp[0].head_in.Matrix(), params.OutputHead(),
+                  chunk_bytes, sums->at(LossSums::kMtp), &acts->mtp_loss);
 }
 
 void OutputHeadBackward(Backend& backend, ModelParameters& params,
-                        const DecoderLayerSpec& spec,
-                        const LossOptions& options, const TokenLayout& layout,
+                        const DecoderLayerSpec& spec, const TokenLayout& layout,
                         ConstMatrixView last_hidden,
                         const HeadActivations& acts, MatrixView dh) {
-  const ModelConfig& config = params.config();
-  const Tensor dlogits = MeanLossGradient(backend, acts.logits.Matrix(),
-                                          acts.lm_targets, acts.lm_count, 1.f);
-  Tensor dnormed({acts.final_normed.dim(0), config.hidden_size});
-  Parameter& head = params.OutputHead();
-  backend.LinearBackward(acts.final_normed.Matrix(), head.value.Matrix(),
-                         dlogits.Matrix(), dnormed.Matrix(),
-                         head.grad.Matrix());
+  Tensor owned;
+  const ConstMatrixView dnormed =
+      HeadLossBackward(backend, acts.final_normed.Matrix(), params.OutputHead(),
+                       acts.lm, &owned);
   backend.RmsNormBackward(last_hidden, params.norm.value.data(),
-                          acts.final_rstd.data(), dnormed.Matrix(), dh,
+                          acts.final_rstd.data(), dnormed, dh,
                           params.norm.grad.data());
   if (acts.mtp.empty()) return;
-  const Tensor mtp_dlogits =
-      MeanLossGradient(backend, acts.mtp[0].logits.Matrix(), acts.mtp_targets,
-                       acts.mtp_count, options.mtp_loss_scale);
-  MtpBackward(backend, params.mtp[0], params.embed_tokens, params.OutputHead(),
-              spec, layout, last_hidden, acts.mtp[0], mtp_dlogits.Matrix(), dh);
+  Tensor mtp_owned;
+  const ConstMatrixView dhead_in =
+      HeadLossBackward(backend, acts.mtp[0].head_in.Matrix(),
+                       params.OutputHead(), acts.mtp_loss, &mtp_owned);
+  MtpBackward(backend, params.mtp[0], params.embed_tokens, spec, layout,
+              last_hidden, acts.mtp[0], dhead_in, dh);
 }
 
 }  // namespace glm

@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "model/batch.h"
 #include "model/decoder_layer.h"
+#include "model/head_loss.h"
 #include "model/loss_sums.h"
 #include "model/mtp_layer.h"
 #include "model/parameters.h"
@@ -35,14 +36,22 @@ struct LossOptions {
   // only while its backward runs, for one more forward per layer. Not with
   // an expert dispatcher (expert parallelism would exchange tokens again).
   bool recompute_layers = false;
+  // The heads' losses and their gradients in the forward, a chunk of tokens
+  // at a time (model/head_loss.h): no [tokens, vocab] logits are kept, and
+  // the forward adds into lm_head's and the MTP layer's head gradients, so
+  // every Forward must be followed by its Backward (training). No logits are
+  // returned. Each chunk's logits and their gradient take at most about
+  // head_chunk_bytes.
+  bool fuse_head_loss = false;
+  int64_t head_chunk_bytes = kDefaultHeadChunkBytes;
 };
 
 // What the head keeps for its backward.
 struct HeadActivations {
-  Tensor final_normed, final_rstd, logits;
-  IndexTensor lm_targets, mtp_targets;
-  int64_t lm_count = 0, mtp_count = 0;
+  Tensor final_normed, final_rstd;
+  HeadLossActivations lm;
   std::vector<MtpActivations> mtp;  // one entry with an MTP layer
+  HeadLossActivations mtp_loss;     // over the MTP layer's head_in
 };
 
 // A micro batch's head index arrays for this rank's `rows`: each row's next
@@ -77,17 +86,17 @@ HeadTargetTensors UploadWithHeadTargets(
 // spec says). `last_topk` is the last decoder layer's selection, which an MTP
 // layer without its own indexer attends over.
 void OutputHeadForward(Backend& backend, ModelParameters& params,
-                       const DecoderLayerSpec& spec, bool with_mtp,
-                       HeadTargetTensors targets, const TokenLayout& layout,
-                       const TokenRows& rows, ConstMatrixView last_hidden,
+                       const DecoderLayerSpec& spec, const LossOptions& options,
+                       bool with_mtp, HeadTargetTensors targets,
+                       const TokenLayout& layout, const TokenRows& rows,
+                       ConstMatrixView last_hidden,
                        const IndexTensor* last_topk, LossSums* sums,
                        HeadActivations* acts);
 
 // dh += the gradient of lm_loss + mtp_loss_scale * mtp_loss with respect to
 // last_hidden; the head's weight gradients accumulate.
 void OutputHeadBackward(Backend& backend, ModelParameters& params,
-                        const DecoderLayerSpec& spec,
-                        const LossOptions& options, const TokenLayout& layout,
+                        const DecoderLayerSpec& spec, const TokenLayout& layout,
                         ConstMatrixView last_hidden,
                         const HeadActivations& acts, MatrixView dh);
 

@@ -127,7 +127,7 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
   if (last()) {
     const TokenRows rows = Rows(acts->layout.tokens);
     OutputHeadForward(
-        *backend_, *params_, spec_, with_mtp,
+        *backend_, *params_, spec_, options_, with_mtp,
         UploadWithHeadTargets(
             backend_->allocator(),
             HeadTargetsOf(batch, acts->layout, rows, with_mtp)),
@@ -156,7 +156,7 @@ absl::Status StageModel::Backward(const StageActivations& acts,
   const int64_t hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
   if (last()) {
-    OutputHeadBackward(*backend_, *params_, spec_, options_, acts.layout,
+    OutputHeadBackward(*backend_, *params_, spec_, acts.layout,
                        acts.hidden.back().Matrix(), acts.head, dh.Matrix());
   } else if (d_output.numel() != n * hidden) {
     return absl::InvalidArgumentError(

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "model/head_loss.h"
 #include "planner/activation_memory.h"
 
 namespace glm {
@@ -138,7 +139,7 @@ void AddMtpInputsAndHead(const Dims& d, const TokenShare& t, Terms* terms) {
              n * (1 + d.hidden + 2 * d.hidden + 2));
   terms->Add("MTP layer input and output", 2 * n * d.hidden);
   terms->Add("MTP head norm", n * (d.hidden + 1));
-  terms->Add("MTP logits", n * d.vocab);
+  terms->Add("MTP head input gradient (the fused loss's)", n * d.hidden);
   terms->Add("MTP targets", n);
 }
 
@@ -157,7 +158,7 @@ std::vector<MemoryTerm> SavedTerms(const PlanJob& job, const Split& split,
   }
   if (!stage.has_loss) return terms.Take();
   terms.Add("final norm", t.local * (d.hidden + 1));
-  terms.Add("logits", t.local * d.vocab);
+  terms.Add("head input gradient (the fused loss's)", t.local * d.hidden);
   terms.Add("targets", t.local);
   for (int k = 1; k <= stage.mtp_layers; ++k) {
     AddMtpInputsAndHead(d, t, &terms);
@@ -218,9 +219,9 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   return TotalBytes(a) >= TotalBytes(b) ? a : b;
 }
 
-// The head's backward (model/output_head.cc): the LM head's logits and
-// input gradients stay alive through the MTP layer's backward, which adds
-// its own logits gradient and layer temporaries.
+// The head's backward (model/output_head.cc): the fused losses left their
+// input gradients in the forward, so only the hidden state's gradient and the
+// MTP layer's own backward remain.
 std::vector<MemoryTerm> HeadBackwardPeak(const PlanJob& job, const Split& split,
                                          const StageSlice& stage) {
   const Dims d(job.model, split);
@@ -228,18 +229,16 @@ std::vector<MemoryTerm> HeadBackwardPeak(const PlanJob& job, const Split& split,
   const int64_t n = t.local;
   Terms terms;
   terms.Add("hidden gradient", n * d.hidden);
-  const bool mtp = stage.mtp_layers > 0;
-  terms.Add("logits gradients", (mtp ? 2 : 1) * n * d.vocab);
-  terms.Add("head input gradient", n * d.hidden);
-  if (!mtp) return terms.Take();
-  terms.Add("MTP head and layer gradients", 3 * n * d.hidden);
+  if (stage.mtp_layers == 0) return terms.Take();
+  terms.Add("MTP layer gradients", 2 * n * d.hidden);
   terms.Append(LayerBackwardPeak(job, split, job.model.num_hidden_layers + 1));
   return terms.Take();
 }
 
 // Forward temporaries: the indexer loss's target (the attention each
 // selected key receives) and score gradients (a host vector in the CPU
-// kernel, kernels/cpu/indexer.cc).
+// kernel, kernels/cpu/indexer.cc), or the fused head loss's chunk of logits
+// and their gradient (model/head_loss.h), whichever is larger.
 std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
                                     const StageSlice& stage) {
   const TokenShare t = TokenShareOf(job, split);
@@ -254,7 +253,15 @@ std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
     terms.AddHost("indexer loss score gradients",
                   t.chunk * job.model.index_n_heads * t.topk);
   }
-  return terms.Take();
+  std::vector<MemoryTerm> indexer_terms = terms.Take();
+  if (!stage.has_loss) return indexer_terms;
+  const int64_t vocab = job.model.vocab_size;
+  Terms head;
+  head.Add("fused head loss chunk (logits and their gradient)",
+           2 * FusedChunkRows(t.local, vocab, kDefaultHeadChunkBytes) * vocab);
+  std::vector<MemoryTerm> head_terms = head.Take();
+  return TotalBytes(head_terms) > TotalBytes(indexer_terms) ? head_terms
+                                                            : indexer_terms;
 }
 
 }  // namespace

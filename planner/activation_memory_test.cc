@@ -56,12 +56,14 @@ Batch BatchOf(const PlanJob& job) {
   return Batch::FromSequences(rows);
 }
 
-// What a training step asks of the model: losses and expert loads only.
+// What a training step asks of the model: losses and expert loads only,
+// the heads' losses fused (training/trainer.cc's StepLossOptions).
 LossOptions Losses() {
   LossOptions options;
   options.indexer_loss_coeff = 0.001f;
   options.return_logits = false;
   options.record_selections = false;
+  options.fuse_head_loss = true;
   return options;
 }
 

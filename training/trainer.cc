@@ -294,7 +294,7 @@ absl::Status Trainer::BuildModel(
   }
   for (const StageSlice& slice : slices) {
     absl::StatusOr<StageModel> stage = StageModel::Create(
-        compute_params(), backend_.get(), options_.loss, slice);
+        compute_params(), backend_.get(), StepLossOptions(), slice);
     if (!stage.ok()) return stage.status();
     stage->set_expert_dispatcher(expert_dispatcher_.get());
     stage->set_token_parallel(token_parallel_.get());
@@ -333,10 +333,12 @@ void Trainer::PlaceOptimizer() {
 }
 
 LossOptions Trainer::StepLossOptions() const {
-  // A step reads only the losses and expert loads of a forward pass.
+  // A step reads only the losses and expert loads of a forward pass, and
+  // runs every forward's backward.
   LossOptions loss = options_.loss;
   loss.return_logits = false;
   loss.record_selections = false;
+  loss.fuse_head_loss = true;
   return loss;
 }
 
