@@ -39,7 +39,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     allocator_ =
         std::make_unique<cuda::CudaAllocator>(options_.device, stream_);
     if (options_.precision == cuda::Precision::kBf16) {
-      cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(stream_);
+      cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(
+          stream_, options_.attention_pairs_per_call);
     }
     loss_ = static_cast<double*>(allocator_->Allocate(sizeof(double)));
   }
@@ -101,6 +102,12 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void Axpy(float alpha, ConstMatrixView x, MatrixView y) override {
     cuda::Axpy(*this, alpha, x, y);
+  }
+  void RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y) override {
+    cuda::RepeatRows(*this, x, repeats, y);
+  }
+  void SumRowGroups(ConstMatrixView x, int64_t repeats, MatrixView y) override {
+    cuda::SumRowGroups(*this, x, repeats, y);
   }
   void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
                         MatrixView out) override {

@@ -17,6 +17,10 @@ namespace glm {
 struct CudaBackendOptions {
   int device = 0;
   cuda::Precision precision = cuda::Precision::kFp32;
+  // Query-key pairs one cuDNN attention call takes at most; larger calls run
+  // a chunk of queries at a time (kernels/cuda/cudnn_attention.h). The ops
+  // harness sets it low so its cases cross chunks.
+  int64_t attention_pairs_per_call = int64_t{1} << 28;
 };
 
 // Fails with a message naming the device when it does not exist.

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
 #include <cstdlib>
@@ -214,6 +215,12 @@ void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
   }
 }
 
+// Rows [first, first + count) of a view, or the empty view.
+template <typename View>
+View RowsOf(const View& view, int64_t first, int64_t count) {
+  return view.empty() ? view : view.Rows(first, count);
+}
+
 }  // namespace
 
 struct CudnnAttention::Plan {
@@ -221,7 +228,8 @@ struct CudnnAttention::Plan {
   int64_t workspace_bytes = 0;
 };
 
-CudnnAttention::CudnnAttention(cudaStream_t stream) {
+CudnnAttention::CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call)
+    : max_pairs_per_call_(max_pairs_per_call) {
   GLM_CUDNN_CHECK(cudnnCreate(&handle_));
   GLM_CUDNN_CHECK(cudnnSetStream(handle_, stream));
 }
@@ -268,19 +276,67 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
   return plans_.emplace(shape, std::move(plan)).first->second.get();
 }
 
+std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(int64_t nq,
+                                                          int64_t nk) const {
+  const bool self = nq == nk;
+  const int64_t rows = std::max<int64_t>(1, max_pairs_per_call_ / nk);
+  std::vector<Chunk> chunks;
+  for (int64_t q0 = 0; q0 < nq; q0 += rows) {
+    const int64_t q1 = std::min(nq, q0 + rows);
+    chunks.push_back({q0, q1, self ? q1 : nk});
+  }
+  return chunks;
+}
+
 bool CudnnAttention::Supports(int64_t nq, int64_t nk, int64_t topk,
                               int64_t heads, int64_t dqk, int64_t dv,
                               float scale, bool backward) {
-  const bool fits = nq * nk * int64_t{sizeof(__nv_bfloat16)} <= kMaxBiasBytes;
   const bool dims = dqk % 16 == 0 && dv % 16 == 0 && dqk <= 256 && dv <= 256;
-  if (!fits || !dims || nq == 0 || nk == 0 || topk == 0) return false;
-  return PlanFor({nq, nk, heads, dqk, dv, scale, backward}) != nullptr;
+  if (!dims || nq == 0 || nk == 0 || topk == 0) return false;
+  for (const Chunk& c : Chunks(nq, nk)) {
+    if (PlanFor({c.q1 - c.q0, c.k_end, heads, dqk, dv, scale, backward}) ==
+        nullptr) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
                              ConstMatrixView k, ConstMatrixView v,
                              const int32_t* keys, int64_t topk, int64_t heads,
                              float scale, MatrixView out, float* lse) {
+  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads)) {
+    const int64_t rows = (c.q1 - c.q0) * heads, key_rows = c.k_end * heads;
+    ForwardChunk(ctx, q.Rows(c.q0 * heads, rows), k.Rows(0, key_rows),
+                 v.Rows(0, key_rows), keys + c.q0 * topk, topk, heads, scale,
+                 out.Rows(c.q0 * heads, rows), lse + c.q0 * heads);
+  }
+}
+
+void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
+                              ConstMatrixView k, ConstMatrixView v,
+                              const int32_t* keys, int64_t topk, int64_t heads,
+                              float scale, ConstMatrixView out,
+                              const float* lse, ConstMatrixView dout,
+                              MatrixView dq, MatrixView dk, MatrixView dv) {
+  // The chunks add into dk and dv (dq's rows are each one chunk's).
+  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads)) {
+    const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
+                  key_rows = c.k_end * heads;
+    BackwardChunk(ctx, q.Rows(first, rows), k.Rows(0, key_rows),
+                  v.Rows(0, key_rows), keys + c.q0 * topk, topk, heads, scale,
+                  out.Rows(first, rows), lse + first, dout.Rows(first, rows),
+                  RowsOf(dq, first, rows), RowsOf(dk, 0, key_rows),
+                  RowsOf(dv, 0, key_rows));
+  }
+}
+
+void CudnnAttention::ForwardChunk(CudaContext& ctx, ConstMatrixView q,
+                                  ConstMatrixView k, ConstMatrixView v,
+                                  const int32_t* keys, int64_t topk,
+                                  int64_t heads, float scale, MatrixView out,
+                                  float* lse) {
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
   Plan* plan = PlanFor({nq, nk, heads, q.cols, v.cols, scale, false});
   assert(plan != nullptr);
@@ -295,14 +351,16 @@ void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
-void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
-                              ConstMatrixView k, ConstMatrixView v,
-                              const int32_t* keys, int64_t topk, int64_t heads,
-                              float scale, ConstMatrixView out,
-                              const float* lse, ConstMatrixView dout,
-                              MatrixView dq, MatrixView dk, MatrixView dv) {
-  const int64_t nq = q.rows / heads, nk = k.rows / heads;
-  Plan* plan = PlanFor({nq, nk, heads, q.cols, v.cols, scale, true});
+void CudnnAttention::BackwardChunk(CudaContext& ctx, ConstMatrixView q,
+                                   ConstMatrixView k, ConstMatrixView v,
+                                   const int32_t* keys, int64_t topk,
+                                   int64_t heads, float scale,
+                                   ConstMatrixView out, const float* lse,
+                                   ConstMatrixView dout, MatrixView dq,
+                                   MatrixView dk, MatrixView dv) {
+  const int64_t nq = q.rows / heads;
+  Plan* plan =
+      PlanFor({nq, k.rows / heads, heads, q.cols, v.cols, scale, true});
   assert(plan != nullptr);
   const Buffers b =
       CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, true);

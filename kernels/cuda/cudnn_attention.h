@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/tensor.h"
@@ -24,24 +25,28 @@ namespace glm::cuda {
 
 class CudnnAttention {
  public:
-  // Ops run on ctx's stream.
-  explicit CudnnAttention(cudaStream_t stream);
+  // Ops run on ctx's stream; max_pairs_per_call: see Forward.
+  CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
-  // Whether a call with these shapes runs here: a selection mask of at most
-  // kMaxBiasBytes, head dims cuDNN's Hopper kernels take (multiples of 16 up
-  // to 256), and a plan cuDNN can build (checked once per shape and
-  // remembered). The masked kernels pay for every causal key, not only the
-  // selected ones; past one key in 8 selected (sequences over 16k with DSA's
-  // top-2048) that is still far faster than the gather kernels, which ran a
-  // 16k layer's forward in 336 ms (bench/NOTES.md, 2026-12-02).
-  static constexpr int64_t kMaxBiasBytes = int64_t{8} << 30;
+  // Whether a call with these shapes runs here: head dims cuDNN's Hopper
+  // kernels take (multiples of 16 up to 256) and a plan cuDNN can build for
+  // each of the call's query chunks (checked once per shape and remembered).
+  // The masked kernels pay for every causal key, not only the selected ones;
+  // past one key in 8 selected (sequences over 16k with DSA's top-2048) that
+  // is still far faster than the gather kernels, which ran a 16k layer's
+  // forward in 336 ms (bench/NOTES.md, 2026-12-02).
   bool Supports(int64_t nq, int64_t nk, int64_t topk, int64_t heads,
                 int64_t dqk, int64_t dv, float scale, bool backward);
 
-  // Require Supports(...) for the call's shapes.
+  // Require Supports(...) for the call's shapes. A call of more than
+  // max_pairs_per_call query-key pairs runs as several, a chunk of queries
+  // each (over the keys they can see: a prefix in self-attention), because
+  // the mask and the deterministic backward's workspace (about 38 bytes a
+  // pair) grow with the pairs (CudaBackendOptions' default, 2^28 pairs, is
+  // one 16k self-attention).
   void Forward(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                ConstMatrixView v, const int32_t* keys, int64_t topk,
                int64_t heads, float scale, MatrixView out, float* lse);
@@ -59,8 +64,22 @@ class CudnnAttention {
 
   // The shape's plan, built on first use; null when cuDNN has none.
   Plan* PlanFor(const Shape& shape);
+  // One call's work on queries [q0, q1) over keys [0, k_end).
+  struct Chunk {
+    int64_t q0, q1, k_end;
+  };
+  std::vector<Chunk> Chunks(int64_t nq, int64_t nk) const;
+  void ForwardChunk(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
+                    ConstMatrixView v, const int32_t* keys, int64_t topk,
+                    int64_t heads, float scale, MatrixView out, float* lse);
+  void BackwardChunk(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
+                     ConstMatrixView v, const int32_t* keys, int64_t topk,
+                     int64_t heads, float scale, ConstMatrixView out,
+                     const float* lse, ConstMatrixView dout, MatrixView dq,
+                     MatrixView dk, MatrixView dv);
 
   cudnnHandle_t handle_ = nullptr;
+  int64_t max_pairs_per_call_;
   std::map<Shape, std::unique_ptr<Plan>> plans_;
 };
 
