@@ -90,6 +90,13 @@ class Backend {
   virtual void Copy(ConstMatrixView x, MatrixView y) = 0;
   // y += alpha * x.
   virtual void Axpy(float alpha, ConstMatrixView x, MatrixView y) = 0;
+  // y[r * repeats + i] = x[r] for i < repeats (a row shared by every head,
+  // copied into each head's rows).
+  virtual void RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y) = 0;
+  // y[r] += x[r * repeats + i], added for i = 0, 1, ... in order (RepeatRows'
+  // adjoint).
+  virtual void SumRowGroups(ConstMatrixView x, int64_t repeats,
+                            MatrixView y) = 0;
 
   // ---- rows ----
   // out[i] = table[ids[i]]. out has `n` rows.
@@ -238,7 +245,8 @@ class Backend {
   // target [nq, topk]: the attention each selected key receives
   // (SparseAttentionKeyWeights), L1-normalized here. Adds the loss to *sum
   // (as CrossEntropyForward); accumulates coeff-scaled gradients into diq,
-  // dik, dw.
+  // dik, dw. With as many queries as keys (nq == nk, self-attention on one
+  // rank) query t is key token t and its keys are tokens <= t.
   virtual void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* keys,
                              int64_t topk, float scale, ConstMatrixView target,

@@ -716,6 +716,23 @@ TEST(BackendOps, GroupByExpertIsAStableCountingSort) {
   }
 }
 
+// Two rows repeated three times into a strided view, then summed back onto
+// y in group order: 10 + 1 + 1 + 1, and the view's other columns untouched.
+TEST(BackendOps, RepeatRowsAndSumRowGroupsAreAdjoint) {
+  const std::vector<float> x = {1.f, 2.f, 3.f, 4.f};
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    std::vector<float> wide(6 * 3, -7.f);
+    const MatrixView repeated{wide.data() + 1, 6, 2, 3};
+    backend->RepeatRows(ConstMatrixView{x.data(), 2, 2, 2}, 3, repeated);
+    EXPECT_EQ(wide, (std::vector<float>{-7, 1, 2, -7, 1, 2, -7, 1, 2,  //
+                                        -7, 3, 4, -7, 3, 4, -7, 3, 4}));
+    std::vector<float> y = {10.f, 20.f, 30.f, 40.f};
+    backend->SumRowGroups(repeated, 3, MatrixView{y.data(), 2, 2, 2});
+    EXPECT_EQ(y, (std::vector<float>{13.f, 26.f, 39.f, 52.f}));
+  }
+}
+
 // The forward's log-sum-exp and the head-summed key weights recomputed from
 // it against softmax in double.
 TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {

@@ -120,6 +120,16 @@ void OpTimingBackend::Axpy(float alpha, ConstMatrixView x, MatrixView y) {
   Timed("Axpy", 0, [&] { timed_->Axpy(alpha, x, y); });
 }
 
+void OpTimingBackend::RepeatRows(ConstMatrixView x, int64_t repeats,
+                                 MatrixView y) {
+  Timed("RepeatRows", 0, [&] { timed_->RepeatRows(x, repeats, y); });
+}
+
+void OpTimingBackend::SumRowGroups(ConstMatrixView x, int64_t repeats,
+                                   MatrixView y) {
+  Timed("SumRowGroups", 0, [&] { timed_->SumRowGroups(x, repeats, y); });
+}
+
 void OpTimingBackend::EmbeddingForward(ConstMatrixView table,
                                        const int32_t* ids, MatrixView out) {
   Timed("EmbeddingForward", 0,

@@ -10,14 +10,6 @@ namespace {
 // The projected norms inside MLA use transformers' default eps.
 constexpr float kLoraNormEps = 1e-6f;
 
-// Head h's rope columns of the [n * heads, qk] key matrix, as an [n, rope]
-// view.
-MatrixView KeyRopeOfHead(Tensor& key, const AttentionSpec& spec, int64_t h) {
-  const int64_t n = key.dim(0) / spec.heads;
-  return {key.data() + h * spec.qk_dim() + spec.nope_dim, n, spec.rope_dim,
-          spec.heads * spec.qk_dim()};
-}
-
 float Scale(const AttentionSpec& spec) {
   return 1.f / std::sqrt(static_cast<float>(spec.qk_dim()));
 }
@@ -106,9 +98,8 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
   backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope),
                       layout.op_positions.data(), 1, spec.rope_theta,
                       k_rope.Matrix());
-  for (int64_t h = 0; h < heads; ++h) {
-    backend.Copy(k_rope.Matrix(), KeyRopeOfHead(acts->key, spec, h));
-  }
+  backend.RepeatRows(k_rope.Matrix(), heads,
+                     acts->key.Matrix().Columns(nope, rope));
 }
 
 // The indexer loss of this rank's own queries against the attention their
@@ -237,9 +228,8 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   // Keys: nope part to kv_b_proj's output, rope part summed over heads.
   backend.Axpy(1.f, dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
   Tensor dk_rope({all, rope});
-  for (int64_t h = 0; h < heads; ++h) {
-    backend.Axpy(1.f, KeyRopeOfHead(dkey, spec, h), dk_rope.Matrix());
-  }
+  backend.SumRowGroups(dkey.Matrix().Columns(nope, rope), heads,
+                       dk_rope.Matrix());
   Tensor dkv_a({all, spec.kv_lora_rank + rope}),
       dlatent({all, spec.kv_lora_rank});
   backend.RopeBackward(dk_rope.Matrix(), layout.op_positions.data(), 1,

@@ -51,6 +51,15 @@ void CpuBackend::Axpy(float alpha, ConstMatrixView x, MatrixView y) {
   CheckHeld("Axpy", {x.data, y.data});
   cpu::Axpy(alpha, x, y);
 }
+void CpuBackend::RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y) {
+  CheckHeld("RepeatRows", {x.data, y.data});
+  cpu::RepeatRows(x, repeats, y);
+}
+void CpuBackend::SumRowGroups(ConstMatrixView x, int64_t repeats,
+                              MatrixView y) {
+  CheckHeld("SumRowGroups", {x.data, y.data});
+  cpu::SumRowGroups(x, repeats, y);
+}
 void CpuBackend::EmbeddingForward(ConstMatrixView table, const int32_t* ids,
                                   MatrixView out) {
   CheckHeld("EmbeddingForward", {table.data, ids, out.data});

@@ -24,6 +24,8 @@ class CpuBackend : public Backend {
                       MatrixView dx, MatrixView dw) override;
   void Copy(ConstMatrixView x, MatrixView y) override;
   void Axpy(float alpha, ConstMatrixView x, MatrixView y) override;
+  void RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y) override;
+  void SumRowGroups(ConstMatrixView x, int64_t repeats, MatrixView y) override;
   void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
                         MatrixView out) override;
   void EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,

@@ -1,4 +1,5 @@
-// Element-wise ops on strided views: copy and axpy.
+// Element-wise ops on strided views: copy, axpy, and rows repeated into
+// groups and summed back.
 #ifndef GLM_KERNELS_CPU_ELEMENTWISE_H_
 #define GLM_KERNELS_CPU_ELEMENTWISE_H_
 
@@ -8,6 +9,8 @@ namespace glm::cpu {
 
 void Copy(ConstMatrixView x, MatrixView y);
 void Axpy(float alpha, ConstMatrixView x, MatrixView y);
+void RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y);
+void SumRowGroups(ConstMatrixView x, int64_t repeats, MatrixView y);
 
 }  // namespace glm::cpu
 

@@ -18,6 +18,24 @@ __global__ void AxpyKernel(float alpha, ConstMatrixView x, MatrixView y) {
   });
 }
 
+__global__ void RepeatRowsKernel(ConstMatrixView x, int64_t repeats,
+                                 MatrixView y) {
+  ForEachElement(y.rows, y.cols, [&](int64_t r, int64_t c) {
+    At(y, r, c) = At(x, r / repeats, c);
+  });
+}
+
+__global__ void SumRowGroupsKernel(ConstMatrixView x, int64_t repeats,
+                                   MatrixView y) {
+  ForEachElement(y.rows, y.cols, [&](int64_t r, int64_t c) {
+    float sum = At(y, r, c);
+    for (int64_t i = 0; i < repeats; ++i) {
+      sum = __fadd_rn(sum, At(x, r * repeats + i, c));
+    }
+    At(y, r, c) = sum;
+  });
+}
+
 __global__ void AddQuotientKernel(const double* value, double divisor,
                                   double* sum) {
   *sum += *value / divisor;
@@ -38,6 +56,24 @@ void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y) {
   if (x.rows == 0 || x.cols == 0) return;
   AxpyKernel<<<GridStrideBlocks(x.rows * x.cols), kBlockThreads, 0,
                ctx.stream()>>>(alpha, x, y);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void RepeatRows(CudaContext& ctx, ConstMatrixView x, int64_t repeats,
+                MatrixView y) {
+  assert(x.rows * repeats == y.rows && x.cols == y.cols);
+  if (y.rows == 0 || y.cols == 0) return;
+  RepeatRowsKernel<<<GridStrideBlocks(y.rows * y.cols), kBlockThreads, 0,
+                     ctx.stream()>>>(x, repeats, y);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void SumRowGroups(CudaContext& ctx, ConstMatrixView x, int64_t repeats,
+                  MatrixView y) {
+  assert(y.rows * repeats == x.rows && x.cols == y.cols);
+  if (y.rows == 0 || y.cols == 0) return;
+  SumRowGroupsKernel<<<GridStrideBlocks(y.rows * y.cols), kBlockThreads, 0,
+                       ctx.stream()>>>(x, repeats, y);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
-// Element-wise ops on strided device views (copy, axpy) and on a device
-// scalar (a loss into its sum).
+// Element-wise ops on strided device views (copy, axpy, rows repeated into
+// groups and summed back) and on a device scalar (a loss into its sum).
 #ifndef GLM_KERNELS_CUDA_ELEMENTWISE_CUH_
 #define GLM_KERNELS_CUDA_ELEMENTWISE_CUH_
 
@@ -12,6 +12,12 @@ namespace glm::cuda {
 void Copy(CudaContext& ctx, ConstMatrixView x, MatrixView y);
 // y += alpha * x.
 void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y);
+// y[r * repeats + i] = x[r].
+void RepeatRows(CudaContext& ctx, ConstMatrixView x, int64_t repeats,
+                MatrixView y);
+// y[r] += x[r * repeats + i] for i = 0, 1, ... in order (the CPU's order).
+void SumRowGroups(CudaContext& ctx, ConstMatrixView x, int64_t repeats,
+                  MatrixView y);
 // *sum += *value / divisor, for one device double each (a loss op's value
 // into its caller's sum).
 void AddQuotient(CudaContext& ctx, const double* value, double divisor,

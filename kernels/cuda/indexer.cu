@@ -724,7 +724,10 @@ __global__ void ScatterDotGradsKernel(const float* dot_grad,
 // TF32, not bf16: the ReLU's kink sees the fp32 path's values to about 1e-3
 // relative, and the fp32 operands need no conversion pass. dw sums by trees
 // (the in-order sum of one thread per head took 0.4 ms per 256 queries).
-// Every sum runs in an order fixed by the shapes: deterministic.
+// In self-attention (n == nk: query t is key token t, its keys are <= t) a
+// block of queries forms its dots with the keys up to its last query only,
+// about half the products and score traffic of every key. Every sum runs in
+// an order fixed by the shapes: deterministic.
 void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
                  MatrixView dik, MatrixView dw, float coeff, double* loss) {
   p.tree_dw = true;
@@ -743,18 +746,23 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   WithPrecision tf32(ctx, Precision::kTf32);
   const size_t row_shared = topk * (sizeof(double) + sizeof(float));
   AllowShared(KlRowKernel, row_shared);
-  const size_t gather_shared = RowSharedBytes(GatherDotsKernel, nk),
-               scatter_shared = RowSharedBytes(ScatterDotGradsKernel, nk);
+  const bool self = n == nk;
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t count = std::min(chunk, n - t0);
     const int32_t* keys = p.keys + t0 * topk;
-    const MatrixView all{scores, count * heads, nk, nk};
+    // Rows of a multiple of 8 keys keep the TF32 operands 32-byte aligned.
+    const int64_t key_end = self ? std::min(nk, (t0 + count + 7) / 8 * 8) : nk;
+    const MatrixView all{scores, count * heads, key_end, key_end};
+    const ConstMatrixView ik = p.ik.Rows(0, key_end);
+    const size_t gather_shared = RowSharedBytes(GatherDotsKernel, key_end),
+                 scatter_shared =
+                     RowSharedBytes(ScatterDotGradsKernel, key_end);
     auto chunk_rows = [&](auto view) {
       return decltype(view){view.data + t0 * heads * view.stride, count * heads,
                             dim, view.stride};
     };
     const dim3 rows(count, heads);
-    Linear(tf32, chunk_rows(p.iq), p.ik, all, false);
+    Linear(tf32, chunk_rows(p.iq), ik, all, false);
     GatherDotsKernel<<<rows, kBlockThreads, gather_shared, stream>>>(
         all, keys, static_cast<int>(topk), static_cast<int>(heads), dot_grad);
     GLM_CUDA_CHECK_LAUNCH();
@@ -765,8 +773,9 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
     ScatterDotGradsKernel<<<rows, kBlockThreads, scatter_shared, stream>>>(
         dot_grad, keys, static_cast<int>(topk), static_cast<int>(heads), all);
     GLM_CUDA_CHECK_LAUNCH();
-    LinearBackward(tf32, chunk_rows(p.iq), p.ik, all,
-                   diq.empty() ? MatrixView{} : chunk_rows(diq), dik);
+    LinearBackward(tf32, chunk_rows(p.iq), ik, all,
+                   diq.empty() ? MatrixView{} : chunk_rows(diq),
+                   dik.empty() ? dik : dik.Rows(0, key_end));
   }
   LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
   GLM_CUDA_CHECK_LAUNCH();

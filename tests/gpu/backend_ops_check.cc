@@ -111,6 +111,8 @@ constexpr OpLimits kLimits[] = {
     {"GroupedLinearBackward", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"Copy", {kExact, kExact}, {0, 0}, {0, 0}},
     {"Axpy", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"RepeatRows", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"SumRowGroups", {kExact, kExact}, {0, 0}, {0, 0}},
     {"EmbeddingForward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"EmbeddingBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"ScatterAddRows", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -1287,6 +1289,34 @@ void AddAxpy(Factories& f, const std::string& tag, float alpha, Layout x,
                }});
 }
 
+void AddRepeatRows(Factories& f, const std::string& tag, int64_t repeats,
+                   Layout x, Layout y) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " repeats ", repeats, " y", Dims(y));
+  f.push_back({"RepeatRows", label, [=] {
+                 CaseBuilder b("RepeatRows", label);
+                 const int ix = b.Input("x", x), iy = b.Written("y", y);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.RepeatRows(p.View(ix), repeats, p.View(iy));
+                   return 0.0;
+                 });
+               }});
+}
+
+void AddSumRowGroups(Factories& f, const std::string& tag, int64_t repeats,
+                     Layout x, Layout y) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " repeats ", repeats, " y", Dims(y));
+  f.push_back({"SumRowGroups", label, [=] {
+                 CaseBuilder b("SumRowGroups", label);
+                 const int ix = b.Input("x", x), iy = b.Accumulated("y", y);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.SumRowGroups(p.View(ix), repeats, p.View(iy));
+                   return 0.0;
+                 });
+               }});
+}
+
 void AddElementwiseCases(Factories& f) {
   const ModelConfig& m = Mini();
   const int64_t heads = m.num_attention_heads, qk = m.QkHeadDim(),
@@ -1302,6 +1332,13 @@ void AddElementwiseCases(Factories& f) {
   AddCopy(f, "indexer q pass",
           Cols(tokens * m.index_n_heads, index_dim, rope, index_dim - rope),
           Cols(tokens * m.index_n_heads, index_dim, rope, index_dim - rope));
+
+  AddRepeatRows(f, "tiny", 3, Dense(5, 7), Dense(15, 7));
+  AddRepeatRows(f, "k_rope to every head", heads, Dense(tokens, rope),
+                Cols(tokens * heads, qk, nope, rope));
+  AddSumRowGroups(f, "tiny", 3, Dense(15, 7), Dense(5, 7));
+  AddSumRowGroups(f, "every head's dk_rope", heads,
+                  Cols(tokens * heads, qk, nope, rope), Dense(tokens, rope));
 
   AddAxpy(f, "tiny", 0.7f, Dense(5, 7), Dense(5, 7));
   AddAxpy(f, "misaligned", -1.25f, Cols(17, 40, 3, 29), Cols(17, 37, 5, 29));
@@ -2261,7 +2298,8 @@ void AddAttentionCases(Factories& f) {
   AddAttentionBackward(f, "mini self", self, self_q, false, true, true);
   // Top-128 of up to 2048 tokens at glm5.2-mini's head dims, as at long
   // sequences: too sparse for the tiles (the fp32 mode gathers rows per
-  // query), the bf16 mode's cuDNN masked kernels all the same.
+  // query), the bf16 mode's cuDNN masked kernels all the same, in two query
+  // chunks (kAttentionPairsPerCall), the second over a longer key prefix.
   AttentionShape self_sparse = mini;
   self_sparse.key_tokens = 2048;
   self_sparse.topk = 128;
@@ -2300,6 +2338,10 @@ void AddAttentionCases(Factories& f) {
   AddIndexerKl(f, "tiny", index_tiny, TinyQueries(), 1, 0.7f, true, false);
   AddIndexerKl(f, "glm5.2-mini", index_mini, mini_q, heads, 0.3f, false, true);
   AddIndexerKl(f, "glm5.2-mini", index_mini, mini_q, 1, 0.3f, false, false);
+  // Self-attention of a whole 4k sequence (nq == nk): the bf16 mode's query
+  // blocks each see the keys up to their last query.
+  AddIndexerKl(f, "glm5.2-mini self", index_mini,
+               ShortAndLong(tokens, 0, tokens), heads, 0.3f, false, true);
 }
 
 Factories AllCases() {
@@ -2481,6 +2523,10 @@ struct PhaseSeconds {
   }
 };
 
+// cuDNN attention calls of more query-key pairs than this run in chunks of
+// queries: low enough that the 2048-token self-attention cases take two.
+constexpr int64_t kAttentionPairsPerCall = int64_t{1} << 21;
+
 int Main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) {
@@ -2492,7 +2538,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<Backend> backends[2];
   for (Precision mode : flags.modes) {
     absl::StatusOr<std::unique_ptr<Backend>> backend =
-        MakeCudaBackend({flags.device, mode});
+        MakeCudaBackend({flags.device, mode, kAttentionPairsPerCall});
     if (!backend.ok()) {
       std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
       return 2;
