@@ -2,7 +2,7 @@
 # The GPU machine's checks in one call, each part under its own time limit so a
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
-# parts from: ops gemm oracle training bench recompute long. Each part's output goes to
+# parts from: ops gemm oracle training bench optimes recompute long. Each part's output goes to
 # OUT/PART.txt; logs of the multi-run parts are packed into OUT/PART-logs.tgz
 # (the device tool returns at most 8 files).
 set -uo pipefail
@@ -23,7 +23,8 @@ part() {  # name seconds command...
 
 for name in "$@"; do
   case $name in
-    ops) part ops "${OPS_LIMIT:-150}" backend_ops_check --precision=both ;;
+    ops) part ops "${OPS_LIMIT:-150}" backend_ops_check --precision=both \
+      ${OPS_FILTER:+--filter="$OPS_FILTER"} ;;
     gemm) part gemm "${GEMM_LIMIT:-240}" grouped_gemm_check ;;
     oracle)
       for precision in fp32 bf16; do
@@ -36,6 +37,10 @@ for name in "$@"; do
     bench)
       part bench "${BENCH_LIMIT:-400}" bench/gpu_train_bench.sh /tmp/bench
       tar -czf "$out/bench-logs.tgz" -C /tmp bench ;;
+    optimes)  # the 4k bench row, ours only, with the worker's op-time table
+      OURS_ONLY=1 GLM_OP_TIMES=1 part optimes "${OPTIMES_LIMIT:-120}" \
+        bench/gpu_train_bench.sh /tmp/optimes
+      cp /tmp/optimes/ours.worker.txt "$out/optimes.worker.txt" ;;
     recompute)  # the 4k bench row with every layer recomputed, ours only
       RECOMPUTE=1 OURS_ONLY=1 part recompute "${RECOMPUTE_LIMIT:-150}" \
         bench/gpu_train_bench.sh /tmp/recompute
