@@ -2,7 +2,8 @@
 # The GPU machine's checks in one call, each part under its own time limit so a
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
-# parts from: ops gemm oracle training bench optimes recompute long. Each part's output goes to
+# parts from: ops gemm oracle training bench optimes recompute long (MTP=1
+# adds the MTP row to the bench part only). Each part's output goes to
 # OUT/PART.txt; logs of the multi-run parts are packed into OUT/PART-logs.tgz
 # (the device tool returns at most 8 files).
 set -uo pipefail
@@ -38,15 +39,15 @@ for name in "$@"; do
       part bench "${BENCH_LIMIT:-400}" bench/gpu_train_bench.sh /tmp/bench
       tar -czf "$out/bench-logs.tgz" -C /tmp bench ;;
     optimes)  # the 4k bench row, ours only, with the worker's op-time table
-      OURS_ONLY=1 GLM_OP_TIMES=1 part optimes "${OPTIMES_LIMIT:-120}" \
+      MTP= OURS_ONLY=1 GLM_OP_TIMES=1 part optimes "${OPTIMES_LIMIT:-120}" \
         bench/gpu_train_bench.sh /tmp/optimes
       cp /tmp/optimes/ours.worker.txt "$out/optimes.worker.txt" ;;
     recompute)  # the 4k bench row with every layer recomputed, ours only
-      RECOMPUTE=1 OURS_ONLY=1 part recompute "${RECOMPUTE_LIMIT:-150}" \
+      MTP= RECOMPUTE=1 OURS_ONLY=1 part recompute "${RECOMPUTE_LIMIT:-150}" \
         bench/gpu_train_bench.sh /tmp/recompute
       tar -czf "$out/recompute-logs.tgz" -C /tmp recompute ;;
     long)  # one sequence of each length in SEQS, recomputing every layer
-      RECOMPUTE=1 part long "${LONG_LIMIT:-400}" \
+      MTP= RECOMPUTE=1 part long "${LONG_LIMIT:-400}" \
         bench/gpu_long_context_bench.sh /tmp/long
       tar -czf "$out/long-logs.tgz" -C /tmp long ;;
     *) echo "unknown part $name" | tee -a "$out/summary.txt" ;;
