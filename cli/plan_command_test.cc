@@ -73,8 +73,8 @@ TEST(PlanCommandTest, ErrorsNameTheFlag) {
                 .find("--cluster"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"--preset=glm5.2-tiny", "--cluster=cpu", "--world=1",
-                     "--seq-length=64", "--global-batch=2", "--recompute=full",
-                     "--explain"})
+                     "--seq-length=64", "--global-batch=2",
+                     "--recompute=selective", "--explain"})
                 .find("--recompute"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"--preset=glm5.2-mini", "--world=8", "--global-batch=3",

@@ -132,6 +132,21 @@ void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
          terms);
 }
 
+// What a recomputed decoder layer keeps from its forward
+// (GlmModel::KeepRecords): the keys a computing layer chose (later layers
+// share them) and a MoE layer's routing and expert offsets.
+void AddLayerRecords(const PlanJob& job, const Split& split, int layer,
+                     Terms* terms) {
+  const ModelConfig& m = job.model;
+  const Dims d(m, split);
+  const TokenShare t = TokenShareOf(job, split);
+  if (HasIndexer(m, layer)) terms->Add("top-k key indices", t.chunk * t.topk);
+  if (m.IsMoeLayer(layer)) {
+    terms->Add("router choices", t.local * d.top_k);
+    terms->Add("expert offsets of the layer's choices", d.experts + 1);
+  }
+}
+
 // MtpActivations without its decoder layer.
 void AddMtpInputsAndHead(const Dims& d, const TokenShare& t, Terms* terms) {
   const int64_t n = t.local;
@@ -154,7 +169,11 @@ std::vector<MemoryTerm> SavedTerms(const PlanJob& job, const Split& split,
             (stage.num_layers() + 1) * t.local * d.hidden);
   for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
        ++layer) {
-    AddDecoderLayer(job, split, layer, &terms);
+    if (job.recompute == Recompute::kFull) {
+      AddLayerRecords(job, split, layer, &terms);
+    } else {
+      AddDecoderLayer(job, split, layer, &terms);
+    }
   }
   if (!stage.has_loss) return terms.Take();
   terms.Add("final norm", t.local * (d.hidden + 1));
@@ -289,6 +308,16 @@ StageActivationBytes Fp32StageActivations(const PlanJob& job,
        ++layer) {
     Terms terms;
     terms.Add("hidden gradients (dh, dh_in)", 2 * t.local * d.hidden);
+    if (job.recompute == Recompute::kFull) {
+      // The layer's forward again (GlmModel::RecomputeLayer), its records
+      // included, alive through its backward.
+      Terms recomputed;
+      AddDecoderLayer(job, split, layer, &recomputed);
+      for (MemoryTerm term : recomputed.Take()) {
+        term.name = "recomputed " + term.name;
+        terms.Append({term});
+      }
+    }
     terms.Append(LayerBackwardPeak(job, split, layer));
     std::vector<MemoryTerm> candidate = terms.Take();
     if (TotalBytes(candidate) > TotalBytes(peak)) peak = std::move(candidate);

@@ -41,10 +41,17 @@ bool RunsAsOneModel(const Split& split) {
 absl::StatusOr<StageActivationBytes> StageActivationMemory(
     const PlanJob& job, const Split& split, const StageSlice& stage) {
   if (job.precision == Precision::kFp32) {
-    if (job.recompute != Recompute::kNone) {
+    // training.recomputeActivations: whole layers, one model per rank.
+    if (job.recompute == Recompute::kSelective) {
       return absl::InvalidArgumentError(
-          "--recompute: this trainer (--precision=fp32) keeps every "
-          "activation; recomputation is planned for --precision=bf16 only");
+          "--recompute=selective: this trainer (--precision=fp32) recomputes "
+          "whole layers only (--recompute=full)");
+    }
+    if (job.recompute == Recompute::kFull &&
+        (!RunsAsOneModel(split) || split.ep > 1)) {
+      return absl::InvalidArgumentError(
+          "--recompute=full: this trainer (--precision=fp32) recomputes "
+          "layers only with tp, cp, pp and ep 1");
     }
     return Fp32StageActivations(job, split, stage);
   }

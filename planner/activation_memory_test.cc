@@ -57,13 +57,15 @@ Batch BatchOf(const PlanJob& job) {
 }
 
 // What a training step asks of the model: losses and expert loads only,
-// the heads' losses fused (training/trainer.cc's StepLossOptions).
-LossOptions Losses() {
+// the heads' losses fused (training/trainer.cc's StepLossOptions), layers
+// recomputed when the job says so.
+LossOptions Losses(const PlanJob& job) {
   LossOptions options;
   options.indexer_loss_coeff = 0.001f;
   options.return_logits = false;
   options.record_selections = false;
   options.fuse_head_loss = true;
+  options.recompute_layers = job.recompute == Recompute::kFull;
   return options;
 }
 
@@ -73,7 +75,7 @@ Measured MeasureOneModel(const PlanJob& job) {
   ModelParameters params(job.model);
   params.InitRandom(3);
   CountingCpuBackend backend;
-  GlmModel model(&params, &backend, Losses());
+  GlmModel model(&params, &backend, Losses(job));
   absl::StatusOr<ForwardResult> result = model.Forward(BatchOf(job));
   EXPECT_TRUE(result.ok()) << result.status();
   Measured measured;
@@ -93,7 +95,7 @@ Measured MeasureStage(const PlanJob& job, const SplitPlan& plan,
   params.InitRandom(3);
   CountingCpuBackend backend;
   absl::StatusOr<StageModel> model =
-      StageModel::Create(&params, &backend, Losses(), stage);
+      StageModel::Create(&params, &backend, Losses(job), stage);
   EXPECT_TRUE(model.ok()) << model.status();
   const Batch batch = BatchOf(job);
   const int64_t tokens = static_cast<int64_t>(batch.input_ids.size());
@@ -146,6 +148,32 @@ TEST(ActivationMemoryTest, OneModelMatchesWhatTheModelAllocates) {
           std::string(preset) + " seq " + std::to_string(job.seq_length));
     }
   }
+}
+
+// training.recomputeActivations: each layer keeps its input and records and
+// is run again in the backward.
+TEST(ActivationMemoryTest, RecomputedLayersMatchWhatTheModelAllocates) {
+  for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
+    PlanJob job = Job(preset, 64, 2);
+    job.recompute = Recompute::kFull;
+    const Split one;
+    absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<StageActivationBytes> predicted =
+        StageActivationMemory(job, one, plan->stages[0]);
+    ASSERT_TRUE(predicted.ok()) << predicted.status();
+    ExpectMatches(MeasureOneModel(job), *predicted,
+                  std::string(preset) + " recomputed");
+  }
+  PlanJob job = Job("glm5.2-tiny", 64, 2);
+  job.recompute = Recompute::kFull;
+  Split pp2;
+  pp2.pp = 2;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 2, pp2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<StageActivationBytes> refused =
+      StageActivationMemory(job, pp2, plan->stages[0]);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ActivationMemoryTest, PipelineStagesMatchWhatTheyAllocate) {
@@ -202,7 +230,7 @@ Measured MeasureTokenParallelRank(const PlanJob& job, const SplitPlan& plan,
   TokenParallel parallel(tensor.get(), context.get());
   CountingCpuBackend backend;
   absl::StatusOr<StageModel> model =
-      StageModel::Create(&params, &backend, Losses(), plan.stages[0]);
+      StageModel::Create(&params, &backend, Losses(job), plan.stages[0]);
   EXPECT_TRUE(model.ok()) << model.status();
   model->set_token_parallel(&parallel);
   StageActivations acts;
@@ -245,9 +273,10 @@ TEST(ActivationMemoryTest, TokenParallelRanksMatchWhatTheyAllocate) {
   }
 }
 
-TEST(ActivationMemoryTest, RecomputationIsRefusedForThisTrainer) {
+// This trainer recomputes whole layers only.
+TEST(ActivationMemoryTest, SelectiveRecomputationIsRefusedForThisTrainer) {
   PlanJob job = Job("glm5.2-tiny", 64, 2);
-  job.recompute = Recompute::kFull;
+  job.recompute = Recompute::kSelective;
   const Split one;
   absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
   ASSERT_TRUE(plan.ok());
