@@ -6,7 +6,8 @@
 # per 1k tokens, peak device memory, and the attention core's and the
 # indexer's time per token from the op table: DSA's attention should stay
 # flat per token from 4k on, the indexer's scoring grows with the sequence.
-# RECOMPUTE=1 recomputes each layer in the backward (training.recomputeActivations).
+# Each layer is recomputed in the backward (training.recomputeActivations: 32k
+# and 64k do not fit without it); RECOMPUTE=0 keeps every activation.
 # Run from the repository root after `source .gpu/b/env.sh`; logs go to $1.
 set -uo pipefail
 out=${1:?output folder}
@@ -24,6 +25,7 @@ open(sys.argv[1], "w").write("\n".join(copies) + "\n")
 PY
 for seq in ${SEQS:-4096 16384 32768 65536}; do
   SEQ=$seq GLOBAL_BATCH=1 STEPS=3 OURS_ONLY=1 GLM_OP_TIMES=1 DATA="$corpus" \
+    RECOMPUTE=${RECOMPUTE:-1} MTP= \
     bench/gpu_train_bench.sh "$out/seq$seq" >"$out/seq$seq.txt" 2>&1
   echo "seq $seq: exit $?"
 done
