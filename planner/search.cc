@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "planner/activation_memory.h"
 #include "planner/rank_tensor_list.h"
 
 namespace glm {
@@ -49,10 +50,20 @@ std::vector<Split> Splits(const PlanJob& job, int world,
   return splits;
 }
 
-std::vector<Recompute> RecomputeChoices(const PlanJob& job,
+// This trainer (fp32) recomputes whole layers, and only as one model per
+// rank without expert parallelism (planner/activation_memory.h).
+std::vector<Recompute> RecomputeChoices(const PlanJob& job, const Split& split,
                                         const SearchOptions& options) {
-  if (job.precision == Precision::kFp32) return {Recompute::kNone};
-  return options.recompute;
+  if (job.precision != Precision::kFp32) return options.recompute;
+  std::vector<Recompute> choices;
+  for (Recompute recompute : options.recompute) {
+    const bool full_allowed = RunsAsOneModel(split) && split.ep == 1;
+    if (recompute == Recompute::kNone ||
+        (recompute == Recompute::kFull && full_allowed)) {
+      choices.push_back(recompute);
+    }
+  }
+  return choices;
 }
 
 // Keeps `best` the `keep` fastest seen, fastest first.
@@ -79,7 +90,7 @@ absl::StatusOr<SearchResult> SearchSplits(const PlanJob& job, int world,
     absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, split);
     if (!plan.ok()) continue;
     plan->tensors_cache = cache;
-    for (Recompute recompute : RecomputeChoices(job, options)) {
+    for (Recompute recompute : RecomputeChoices(job, split, options)) {
       PlanJob variant = job;
       variant.recompute = recompute;
       ++result.candidates;

@@ -1,6 +1,7 @@
 #include "planner/search.h"
 
 #include "gtest/gtest.h"
+#include "planner/activation_memory.h"
 
 namespace glm {
 namespace {
@@ -53,7 +54,9 @@ TEST(SearchTest, DropsWhatDoesNotFit) {
       SearchSplits(Mini(), 8, small, KernelRates(), Small())->best.empty());
 }
 
-TEST(SearchTest, ThisTrainerIsSearchedWithoutRecomputation) {
+// This trainer recomputes whole layers, and only as one model per rank
+// without expert parallelism; never selectively.
+TEST(SearchTest, ThisTrainerIsSearchedWithItsOwnRecomputation) {
   PlanJob job = Mini();
   job.model = *PresetConfig("glm5.2-tiny");
   job.precision = Precision::kFp32;
@@ -64,7 +67,10 @@ TEST(SearchTest, ThisTrainerIsSearchedWithoutRecomputation) {
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_FALSE(result->best.empty());
   for (const Evaluation& e : result->best) {
-    EXPECT_EQ(e.job.recompute, Recompute::kNone);
+    EXPECT_NE(e.job.recompute, Recompute::kSelective);
+    if (e.job.recompute == Recompute::kFull) {
+      EXPECT_TRUE(RunsAsOneModel(e.plan.split) && e.plan.split.ep == 1);
+    }
   }
 }
 
