@@ -8,16 +8,18 @@ namespace {
 
 constexpr int64_t kChunkRowMultiple = 64;
 
-// The counted rows' loss of logits [rows, vocab] (their targets at
-// `targets`), added to *sum; dlogits (zeros) gets its scaled gradient.
-void ChunkLoss(Backend& backend, ConstMatrixView logits, const int32_t* targets,
-               const HeadLossActivations& acts, double* sum,
-               MatrixView dlogits) {
-  backend.CrossEntropyForward(logits, targets, static_cast<double>(acts.count),
-                              sum);
-  if (dlogits.empty()) return;
-  backend.CrossEntropyBackward(
-      logits, targets, acts.scale / static_cast<float>(acts.count), dlogits);
+// Through logits [rows, vocab] of x's rows (their targets at `targets`):
+// dx += the scaled mean loss's gradient, and the head weight's gradient
+// accumulates.
+void AddGradient(Backend& backend, ConstMatrixView x, Parameter& head,
+                 ConstMatrixView logits, const int32_t* targets,
+                 const HeadLossActivations& acts, MatrixView dx) {
+  Tensor dlogits({logits.rows, logits.cols});
+  backend.CrossEntropyBackward(logits, targets,
+                               acts.scale / static_cast<float>(acts.count),
+                               dlogits.Matrix());
+  backend.LinearBackward(x, head.value.Matrix(), dlogits.Matrix(), dx,
+                         head.grad.Matrix());
 }
 
 }  // namespace
@@ -41,8 +43,8 @@ void HeadLossForward(Backend& backend, ConstMatrixView x, Parameter& head,
     acts->logits = Tensor({rows, vocab});
     backend.Linear(x, head.value.Matrix(), acts->logits.Matrix(), false);
     if (acts->count > 0) {
-      ChunkLoss(backend, acts->logits.Matrix(), acts->targets.data(), *acts,
-                sum, MatrixView{});
+      backend.CrossEntropyForward(acts->logits.Matrix(), acts->targets.data(),
+                                  static_cast<double>(acts->count), sum);
     }
     return;
   }
@@ -54,13 +56,12 @@ void HeadLossForward(Backend& backend, ConstMatrixView x, Parameter& head,
     const int64_t count = std::min(chunk, rows - r0);
     const MatrixView chunk_logits = logits.Matrix().Rows(0, count);
     const ConstMatrixView chunk_x = x.Rows(r0, count);
+    const int32_t* targets = acts->targets.data() + r0;
     backend.Linear(chunk_x, head.value.Matrix(), chunk_logits, false);
-    Tensor dlogits({count, vocab});
-    ChunkLoss(backend, chunk_logits, acts->targets.data() + r0, *acts, sum,
-              dlogits.Matrix());
-    backend.LinearBackward(chunk_x, head.value.Matrix(), dlogits.Matrix(),
-                           acts->dx.Matrix().Rows(r0, count),
-                           head.grad.Matrix());
+    backend.CrossEntropyForward(chunk_logits, targets,
+                                static_cast<double>(acts->count), sum);
+    AddGradient(backend, chunk_x, head, chunk_logits, targets, *acts,
+                acts->dx.Matrix().Rows(r0, count));
   }
 }
 
@@ -71,12 +72,8 @@ ConstMatrixView HeadLossBackward(Backend& backend, ConstMatrixView x,
   if (acts.fused) return acts.dx.Matrix();
   *owned = Tensor({x.rows, x.cols});
   if (acts.count == 0) return owned->Matrix();
-  Tensor dlogits({acts.logits.dim(0), acts.logits.dim(1)});
-  backend.CrossEntropyBackward(acts.logits.Matrix(), acts.targets.data(),
-                               acts.scale / static_cast<float>(acts.count),
-                               dlogits.Matrix());
-  backend.LinearBackward(x, head.value.Matrix(), dlogits.Matrix(),
-                         owned->Matrix(), head.grad.Matrix());
+  AddGradient(backend, x, head, acts.logits.Matrix(), acts.targets.data(), acts,
+              owned->Matrix());
   return owned->Matrix();
 }
 
