@@ -77,6 +77,18 @@ struct ConstMatrixView {
   }
 };
 
+// Rows [start, start + count) of `view`, or `view` itself when it is empty:
+// for optional outputs (a gradient nobody asked for) that are split into
+// pieces.
+inline MatrixView RowsOrEmpty(const MatrixView& view, int64_t start,
+                              int64_t count) {
+  return view.empty() ? view : view.Rows(start, count);
+}
+inline ConstMatrixView RowsOrEmpty(const ConstMatrixView& view, int64_t start,
+                                   int64_t count) {
+  return view.empty() ? view : view.Rows(start, count);
+}
+
 inline int64_t NumElements(const std::vector<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1},
                          [](int64_t a, int64_t b) { return a * b; });

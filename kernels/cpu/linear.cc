@@ -71,8 +71,7 @@ void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
     const int64_t first = offsets[e], rows = offsets[e + 1] - first;
     if (rows == 0) continue;
     LinearBackward(x.Rows(first, rows), ExpertWeight(w, experts, e),
-                   dy.Rows(first, rows),
-                   dx.empty() ? MatrixView{} : dx.Rows(first, rows),
+                   dy.Rows(first, rows), RowsOrEmpty(dx, first, rows),
                    dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
   }
 }

@@ -215,12 +215,6 @@ void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
   }
 }
 
-// Rows [first, first + count) of a view, or the empty view.
-template <typename View>
-View RowsOf(const View& view, int64_t first, int64_t count) {
-  return view.empty() ? view : view.Rows(first, count);
-}
-
 }  // namespace
 
 struct CudnnAttention::Plan {
@@ -327,8 +321,8 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
     BackwardChunk(ctx, q.Rows(first, rows), k.Rows(0, key_rows),
                   v.Rows(0, key_rows), keys + c.q0 * topk, topk, heads, scale,
                   out.Rows(first, rows), lse + first, dout.Rows(first, rows),
-                  RowsOf(dq, first, rows), RowsOf(dk, 0, key_rows),
-                  RowsOf(dv, 0, key_rows));
+                  RowsOrEmpty(dq, first, rows), RowsOrEmpty(dk, 0, key_rows),
+                  RowsOrEmpty(dv, 0, key_rows));
   }
 }
 

@@ -130,8 +130,7 @@ void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
     const int64_t rows = first[e + 1] - first[e];
     if (rows == 0) continue;
     LinearBackward(ctx, x.Rows(first[e], rows), ExpertWeight(w, experts, e),
-                   dy.Rows(first[e], rows),
-                   dx.empty() ? MatrixView{} : dx.Rows(first[e], rows),
+                   dy.Rows(first[e], rows), RowsOrEmpty(dx, first[e], rows),
                    dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
   }
 }
