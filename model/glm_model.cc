@@ -64,20 +64,21 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   deferred_indexer_loss_ = options_.recompute_layers && step != nullptr
                                ? sums.at(LossSums::kIndexer)
                                : nullptr;
-  const float indexer_coeff = spec_.attention.indexer_loss_coeff;
+  // This forward's copies of spec_, which stays as built: the indexer loss
+  // goes to `sums`, and the layers leave it out where it is deferred.
+  DecoderLayerSpec spec = spec_;
+  spec.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
+  DecoderLayerSpec layer_spec = spec;
   if (deferred_indexer_loss_ != nullptr) {
-    spec_.attention.indexer_loss_coeff = 0.f;
+    layer_spec.attention.indexer_loss_coeff = 0.f;
   }
-  spec_.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
-  ForwardLayers();
-  spec_.attention.indexer_loss_coeff = indexer_coeff;
+  ForwardLayers(layer_spec);
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
-  OutputHeadForward(*backend_, *params_, spec_, options_, with_mtp,
+  OutputHeadForward(*backend_, *params_, spec, options_, with_mtp,
                     std::move(targets), layout_, rows, hidden_.back().Matrix(),
                     layers_.empty() ? nullptr : layers_.back().attn.topk, &sums,
                     &head_);
-  spec_.attention.indexer_loss_sum = nullptr;
   // Without `step`, read once the whole forward is queued: the losses and
   // expert loads come from the device together, not with a wait after every
   // op that makes one.
@@ -101,7 +102,7 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   return result;
 }
 
-void GlmModel::ForwardLayers() {
+void GlmModel::ForwardLayers(const DecoderLayerSpec& spec) {
   const ModelConfig& config = params_->config();
   const int64_t n = layout_.tokens, hidden = config.hidden_size;
   const int layers = config.num_hidden_layers;
@@ -112,7 +113,7 @@ void GlmModel::ForwardLayers() {
   layers_.assign(layers, DecoderLayerActivations());
   for (int i = 0; i < layers; ++i) {
     hidden_[i + 1] = Tensor({n, hidden});
-    DecoderLayerForward(*backend_, params_->layers[i], spec_,
+    DecoderLayerForward(*backend_, params_->layers[i], spec,
                         hidden_[i].Matrix(), layout_, SharedTopK(i),
                         hidden_[i + 1].Matrix(), &layers_[i]);
     if (options_.recompute_layers) KeepRecords(&layers_[i]);

@@ -62,8 +62,8 @@ class GlmModel {
   absl::Status Backward();
 
  private:
-  // The decoder layers, into layers_ and hidden_.
-  void ForwardLayers();
+  // The decoder layers with `spec`, into layers_ and hidden_.
+  void ForwardLayers(const DecoderLayerSpec& spec);
   const IndexTensor* SharedTopK(int i) const;
   // Under LossOptions::recompute_layers: drops a layer's activations but
   // what later layers and Record read, and runs layer i's forward again.
