@@ -8,13 +8,6 @@
 namespace glm {
 namespace {
 
-// Where tensors start: aligned for vectorized loads and TMA.
-constexpr int64_t kArenaAlignBytes = 256;
-
-int64_t AlignedBytes(int64_t bytes) {
-  return (bytes + kArenaAlignBytes - 1) / kArenaAlignBytes * kArenaAlignBytes;
-}
-
 // Views of one new allocation with `shapes`, contents undefined.
 std::vector<Tensor> Carve(Allocator* allocator,
                           const std::vector<std::vector<int64_t>>& shapes,
@@ -22,7 +15,7 @@ std::vector<Tensor> Carve(Allocator* allocator,
   assert(allocator != nullptr);
   int64_t total = 0;
   for (const std::vector<int64_t>& shape : shapes) {
-    total += AlignedBytes(NumElements(shape) * int64_t{sizeof(float)});
+    total += ArenaBytes(NumElements(shape));
   }
   std::vector<Tensor> tensors;
   *range = {};
@@ -36,13 +29,15 @@ std::vector<Tensor> Carve(Allocator* allocator,
   auto shared = std::make_shared<const DeviceBuffer>(allocator, total);
   int64_t offset = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const int64_t bytes = NumElements(shapes[i]) * int64_t{sizeof(float)};
-    if (bytes == 0) {
+    const int64_t elements = NumElements(shapes[i]);
+    if (elements == 0) {
       tensors[i] = Tensor(shapes[i], allocator);
       continue;
     }
-    tensors[i] = Tensor(shapes[i], DeviceBuffer::ViewOf(shared, offset, bytes));
-    offset += AlignedBytes(bytes);
+    tensors[i] = Tensor(
+        shapes[i], DeviceBuffer::ViewOf(shared, offset,
+                                        elements * int64_t{sizeof(float)}));
+    offset += ArenaBytes(elements);
   }
   *range = {allocator, static_cast<float*>(shared->data()),
             total / int64_t{sizeof(float)}};
@@ -50,6 +45,13 @@ std::vector<Tensor> Carve(Allocator* allocator,
 }
 
 }  // namespace
+
+int64_t ArenaBytes(int64_t elements) {
+  // Where tensors start: aligned for vectorized loads and TMA.
+  constexpr int64_t kAlignBytes = 256;
+  const int64_t bytes = elements * int64_t{sizeof(float)};
+  return (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+}
 
 void ArenaRange::SetZero() const {
   if (!empty()) allocator->Fill(data, 0, size * sizeof(float));

@@ -22,10 +22,14 @@ struct ArenaRange {
   void SetZero() const;
 };
 
+// The bytes a tensor of `elements` floats takes in an arena, from its start
+// to the next tensor's: tensors start at 256-byte boundaries.
+int64_t ArenaBytes(int64_t elements);
+
 // Tensors of `shapes`, zeros, in one allocation of `allocator` (each at a
 // 256-byte boundary; a shape without elements gives an empty tensor of that
-// shape); the
-// arena lives while any of them does. *range (if given) gets its floats.
+// shape); the arena lives while any of them does. *range (if given) gets its
+// floats.
 std::vector<Tensor> ZerosInOneAllocation(
     Allocator* allocator, const std::vector<std::vector<int64_t>>& shapes,
     ArenaRange* range = nullptr);

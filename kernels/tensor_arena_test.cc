@@ -48,6 +48,16 @@ TEST(TensorArenaTest, TensorsShareOneAlignedAllocation) {
   EXPECT_EQ(device.bytes_in_use(), 0);
 }
 
+TEST(TensorArenaTest, ArenaBytesRoundUpTo256) {
+  EXPECT_EQ(ArenaBytes(0), 0);
+  EXPECT_EQ(ArenaBytes(1), 256);
+  EXPECT_EQ(ArenaBytes(64), 256);
+  EXPECT_EQ(ArenaBytes(65), 512);
+  SeparateMemoryAllocator device;
+  const std::vector<Tensor> t = ZerosInOneAllocation(&device, {{3, 5}, {65}});
+  EXPECT_EQ(device.bytes_in_use(), ArenaBytes(15) + ArenaBytes(65));
+}
+
 TEST(TensorArenaTest, ZerosLiveWhileAnyViewDoes) {
   SeparateMemoryAllocator device;
   ArenaRange range;

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "kernels/tensor_arena.h"
 #include "planner/rank_tensor_list.h"
 
 namespace glm {
@@ -10,28 +11,44 @@ namespace {
 constexpr int64_t kFp32Bytes = 4;
 constexpr int64_t kBf16Bytes = 2;
 
-// Elements the optimizer of any rank with `tensors` updates, by the rank's
-// place in the shard groups.
-class UpdatedElements {
+// What the optimizer of a rank updates: elements, and the bytes one moment of
+// them takes in this trainer's flat moment buffers (kernels/tensor_arena.h:
+// each tensor's rounded up to 256 bytes).
+struct Updated {
+  int64_t elements = 0;
+  int64_t arena_bytes = 0;
+};
+
+int64_t ArenaBytesOf(const RankTensor& t) { return ArenaBytes(t.elements); }
+
+// What the optimizer of any rank with `tensors` updates, by the rank's place
+// in the shard groups.
+class UpdatedTensors {
  public:
-  UpdatedElements(const PlanJob& job, const SplitPlan& plan,
-                  const RankTensors& tensors)
+  UpdatedTensors(const PlanJob& job, const SplitPlan& plan,
+                 const RankTensors& tensors)
       : job_(job),
         plan_(plan),
         lists_(OptimizerListsOf(job, plan, TrainableOf(job, tensors))),
         dense_(ShardElements(lists_.dense, lists_.dense_ranks)),
-        experts_(ShardElements(lists_.experts, lists_.expert_ranks)) {}
+        experts_(ShardElements(lists_.experts, lists_.expert_ranks)),
+        dense_bytes_(
+            ShardTotals(lists_.dense, lists_.dense_ranks, ArenaBytesOf)),
+        expert_bytes_(
+            ShardTotals(lists_.experts, lists_.expert_ranks, ArenaBytesOf)) {}
 
-  int64_t At(const RankCoordinates& c) const {
-    return dense_[lists_.DenseIndex(c, plan_, job_)] +
-           experts_[lists_.ExpertIndex(c)];
+  Updated At(const RankCoordinates& c) const {
+    const int dense = lists_.DenseIndex(c, plan_, job_);
+    const int experts = lists_.ExpertIndex(c);
+    return {dense_[dense] + experts_[experts],
+            dense_bytes_[dense] + expert_bytes_[experts]};
   }
 
  private:
   const PlanJob& job_;
   const SplitPlan& plan_;
   OptimizerLists lists_;
-  std::vector<int64_t> dense_, experts_;
+  std::vector<int64_t> dense_, experts_, dense_bytes_, expert_bytes_;
 };
 
 // What a rank's lists add up to, whatever its place in the shard groups.
@@ -52,11 +69,16 @@ struct HeldElements {
 };
 
 StateBytes BytesOf(const PlanJob& job, const HeldElements& held,
-                   int64_t updated) {
+                   const Updated& updated) {
   const bool lora = job.kind == TrainingKind::kLora;
   StateBytes bytes;
-  bytes.moments = 2 * kFp32Bytes * updated;
+  bytes.moments = 2 * kFp32Bytes * updated.elements;
   if (job.precision == Precision::kFp32) {
+    // AdamW makes moments where their weights live: the model's weights on a
+    // device get theirs in two flat buffers there (in host memory, a tensor
+    // each takes up to 252 bytes less); LoRA's adapters, in host memory
+    // always, a tensor each.
+    if (!lora) bytes.moments = 2 * updated.arena_bytes;
     bytes.weights = kFp32Bytes * (held.parameters + held.buffers);
     bytes.gradients = kFp32Bytes * held.parameters;
     if (lora) {
@@ -66,7 +88,7 @@ StateBytes BytesOf(const PlanJob& job, const HeldElements& held,
     return bytes;
   }
   bytes.weights = kBf16Bytes * held.parameters + kFp32Bytes * held.buffers;
-  bytes.master = kFp32Bytes * updated;
+  bytes.master = kFp32Bytes * updated.elements;
   if (lora) {
     bytes.adapters = (kBf16Bytes + kFp32Bytes) * held.held_adapters;
   } else {
@@ -82,7 +104,7 @@ StateBytes RankStateBytes(const PlanJob& job, const SplitPlan& plan,
   const std::shared_ptr<const RankTensors> tensors =
       RankTensorsAt(job, plan, c);
   return BytesOf(job, HeldElements(*tensors),
-                 UpdatedElements(job, plan, *tensors).At(c));
+                 UpdatedTensors(job, plan, *tensors).At(c));
 }
 
 StateBytes PipelineRankStateBytes(const PlanJob& job, const SplitPlan& plan,
@@ -95,7 +117,7 @@ StateBytes PipelineRankStateBytes(const PlanJob& job, const SplitPlan& plan,
   }
   const std::shared_ptr<const RankTensors> tensors =
       RankTensorsAt(job, plan, *ranks.front());
-  const UpdatedElements updated(job, plan, *tensors);
+  const UpdatedTensors updated(job, plan, *tensors);
   const HeldElements held(*tensors);
   StateBytes largest;
   for (const RankCoordinates* c : ranks) {

@@ -8,10 +8,11 @@
 //
 // In their dtypes (planner/plan_job.h):
 // - kFp32, this trainer: values and gradients fp32 for every held parameter
-//   (buffers: values only), moments fp32 of updated tensors, no master
-//   copy; ZeRO-1 over the data-parallel group. LoRA keeps A, B and their
-//   gradients of every target of the model on every rank, a frozen copy of
-//   each held target weight, and moments of its held targets' adapters.
+//   (buffers: values only), moments fp32 of updated tensors in flat buffers
+//   (each tensor's rounded up to 256 bytes), no master copy; ZeRO-1 over the
+//   data-parallel group. LoRA keeps A, B and their gradients of every target
+//   of the model on every rank, a frozen copy of each held target weight,
+//   and moments of its held targets' adapters (a tensor each).
 // - kBf16Mixed, Megatron-Core: bf16 values, fp32 gradients of trainable
 //   tensors, fp32 master weights and moments of updated tensors; ZeRO-1
 //   over data x context parallel ranks for dense tensors, over the expert-

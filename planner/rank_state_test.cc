@@ -4,8 +4,8 @@
 // its own Gloo groups of the split's rank grid, builds its trainer as a
 // worker does and takes two steps; its weights and gradients are read off
 // the trainer's tensors, the optimizer's moments are what the step added
-// where the weights live (AdamW creates moments on first use, beside their
-// tensor; LoRA's: those the steps wrote), LoRA adapters are the adapter
+// where the weights live (AdamW creates moments on first use there, in two
+// flat buffers; LoRA's: those the steps wrote), LoRA adapters are the adapter
 // tensors the trainer shows, with their gradients and the frozen copies of
 // the held targets.
 //
@@ -172,9 +172,9 @@ void ExpectSame(const StateBytes& got, const StateBytes& want,
 // Runs every rank of `split` as a thread through one step and checks each
 // against the planner. A rank's weights come from the trainer's own rule
 // (RankShareOf, HeldTensorsOf), initialized on the host and handed over on a
-// counting allocator; the trainer keeps them there, and AdamW makes each
-// tensor's moments where the tensor lives, so the allocator's growth over
-// the step is the moments the trainer made.
+// counting allocator; the trainer keeps them there, and AdamW makes the
+// moments where the tensors live, so the allocator's growth over the step is
+// the moments the trainer made.
 void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
   absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, split);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -199,6 +199,7 @@ void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
           BuildTrainer(job, g, MirrorParameters(host, &counted));
       ASSERT_TRUE(trainer.ok()) << name << ": " << trainer.status();
       const int64_t built = counted.bytes_in_use();
+      const int64_t built_allocations = counted.allocations();
       while (!(*trainer)->Done()) {
         absl::StatusOr<v1::StepMetrics> step = (*trainer)->Step();
         ASSERT_TRUE(step.ok()) << name << ": " << step.status();
@@ -208,6 +209,12 @@ void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
       measured[rank].moments = job.kind == TrainingKind::kLora
                                    ? LoraMomentBytes(**trainer)
                                    : counted.bytes_in_use() - built;
+      if (job.kind != TrainingKind::kLora) {
+        // One flat buffer per moment.
+        EXPECT_EQ(counted.allocations() - built_allocations,
+                  measured[rank].moments > 0 ? 2 : 0)
+            << name << " rank " << rank;
+      }
       // A checkpoint gathers every rank's moments; releasing it afterwards
       // returns the rank to its share (the distributed optimizer's saving).
       const int64_t before_checkpoint = counted.bytes_in_use();

@@ -174,18 +174,25 @@ std::vector<RankTensor> TrainableOf(const PlanJob& job,
   return trainable;
 }
 
-std::vector<int64_t> ShardElements(const std::vector<RankTensor>& tensors,
-                                   int ranks) {
+std::vector<int64_t> ShardTotals(const std::vector<RankTensor>& tensors,
+                                 int ranks,
+                                 int64_t (*measure)(const RankTensor&)) {
   std::vector<int64_t> sizes;
   for (const RankTensor& t : tensors) sizes.push_back(t.elements);
   const ParameterShards shards(sizes, ranks);
   std::vector<int64_t> totals(ranks, 0);
   for (int r = 0; r < ranks; ++r) {
     for (int64_t t = shards.first(r); t < shards.end(r); ++t) {
-      totals[r] += sizes[t];
+      totals[r] += measure(tensors[t]);
     }
   }
   return totals;
+}
+
+std::vector<int64_t> ShardElements(const std::vector<RankTensor>& tensors,
+                                   int ranks) {
+  return ShardTotals(tensors, ranks,
+                     [](const RankTensor& t) { return t.elements; });
 }
 
 int64_t ElementsOf(const std::vector<RankTensor>& tensors) {

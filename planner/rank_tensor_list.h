@@ -76,8 +76,13 @@ std::shared_ptr<const RankTensors> RankTensorsAt(const PlanJob& job,
 std::vector<RankTensor> TrainableOf(const PlanJob& job,
                                     const RankTensors& tensors);
 
-// Elements in each of `ranks` shards of `tensors`, dealt as the
-// distributed optimizer deals them (training/distributed_optimizer.h).
+// What each of `ranks` shards of `tensors`, dealt as the distributed
+// optimizer deals them (training/distributed_optimizer.h), adds up to by
+// `measure` of each tensor.
+std::vector<int64_t> ShardTotals(const std::vector<RankTensor>& tensors,
+                                 int ranks,
+                                 int64_t (*measure)(const RankTensor&));
+// Elements in each of the shards.
 std::vector<int64_t> ShardElements(const std::vector<RankTensor>& tensors,
                                    int ranks);
 

@@ -248,7 +248,9 @@ double ExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
 
 // The optimizer's pass: per updated element a gradient read, the master
 // (or fp32) weight and two moments read and written, and in mixed
-// precision the bf16 weight written; then the gradients zeroed.
+// precision the bf16 weight written; then the gradients zeroed. The moments'
+// bytes over 8 count the updated elements (a few more where this trainer pads
+// each tensor's moments to 256 bytes).
 double OptimizerSeconds(const PlanJob& job, const ClusterSpec& cluster,
                         const KernelRates& rates, const StateBytes& state) {
   const double updated = static_cast<double>(state.moments / 8);

@@ -1,8 +1,40 @@
 #include "training/adamw.h"
 
 #include <cassert>
+#include <utility>
+
+#include "kernels/tensor_arena.h"
 
 namespace glm {
+namespace {
+
+// Zero moments shaped like `values` into `moments`: on a device, views of one
+// allocation per moment kind; in host memory, a tensor each.
+void MakeZeroMoments(const std::vector<const Tensor*>& values,
+                     const std::vector<AdamMoments*>& moments) {
+  if (values.empty()) return;
+  Allocator* allocator = values.front()->allocator();
+  std::vector<std::vector<int64_t>> shapes;
+  for (const Tensor* value : values) {
+    assert(value->allocator() == allocator && "weights on one device");
+    shapes.push_back(value->shape());
+  }
+  if (allocator == nullptr) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      moments[i]->exp_avg = Tensor(shapes[i], nullptr);
+      moments[i]->exp_avg_sq = Tensor(shapes[i], nullptr);
+    }
+    return;
+  }
+  std::vector<Tensor> exp_avg = ZerosInOneAllocation(allocator, shapes);
+  std::vector<Tensor> exp_avg_sq = ZerosInOneAllocation(allocator, shapes);
+  for (size_t i = 0; i < values.size(); ++i) {
+    moments[i]->exp_avg = std::move(exp_avg[i]);
+    moments[i]->exp_avg_sq = std::move(exp_avg_sq[i]);
+  }
+}
+
+}  // namespace
 
 bool TakesWeightDecay(const Tensor& value) { return value.shape().size() > 1; }
 
@@ -17,23 +49,32 @@ void AdamW::Step(Backend& backend, const std::vector<TrainableTensor>& params,
   hyper.weight_decay = options_.weight_decay;
   hyper.grad_scale = grad_scale;
   hyper.step = steps_;
+  const std::vector<AdamMoments*> moments = MomentsOf(params);
   std::vector<AdamWTensor> tensors;
-  for (const TrainableTensor& param : params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const TrainableTensor& param = params[i];
     assert(param.grad->numel() == param.value->numel());
-    AdamMoments& moments = MomentsOf(param);
     tensors.push_back({param.value->data(), param.grad->data(),
-                       moments.exp_avg.data(), moments.exp_avg_sq.data(),
-                       param.value->numel(), TakesWeightDecay(*param.value)});
+                       moments[i]->exp_avg.data(),
+                       moments[i]->exp_avg_sq.data(), param.value->numel(),
+                       TakesWeightDecay(*param.value)});
   }
   backend.AdamWStep(hyper, tensors);
 }
 
-AdamMoments& AdamW::MomentsOf(const TrainableTensor& param) {
-  AdamMoments& moments = moments_[param.name];
-  if (moments.exp_avg.numel() != param.value->numel()) {
-    moments.exp_avg = Tensor(param.value->shape(), param.value->allocator());
-    moments.exp_avg_sq = Tensor(param.value->shape(), param.value->allocator());
+std::vector<AdamMoments*> AdamW::MomentsOf(
+    const std::vector<TrainableTensor>& params) {
+  std::vector<AdamMoments*> moments, missing;
+  std::vector<const Tensor*> missing_values;
+  for (const TrainableTensor& param : params) {
+    AdamMoments& m = moments_[param.name];
+    if (m.exp_avg.numel() != param.value->numel()) {
+      missing.push_back(&m);
+      missing_values.push_back(param.value);
+    }
+    moments.push_back(&m);
   }
+  MakeZeroMoments(missing_values, missing);
   return moments;
 }
 

@@ -33,7 +33,12 @@ struct AdamWOptions {
   double weight_decay = 0.1;
 };
 
-// First and second moments of one tensor.
+// First and second moments of one tensor. The moments AdamW makes at once
+// (see MomentsOf) for weights on a device are views of one allocation per
+// moment kind there, laid out as the device model's arenas are (kernels/
+// tensor_arena.h: in order, each tensor at a 256-byte boundary), so that a
+// step's update runs over two flat buffers; in host memory each moment is a
+// tensor of its own.
 struct AdamMoments {
   Tensor exp_avg;
   Tensor exp_avg_sq;
@@ -45,14 +50,18 @@ class AdamW {
 
   // One update with learning rate `lr`; every gradient is multiplied by
   // `grad_scale` first (the clipping factor). Moments are created on first
-  // use, where their weights live; `backend` runs the update there.
+  // use (MomentsOf(params)), where their weights live; `backend` runs the
+  // update there.
   void Step(Backend& backend, const std::vector<TrainableTensor>& params,
             double lr, double grad_scale);
 
   int64_t steps() const { return steps_; }
-  // The moments of `param` (zeros until its first update), for checkpoints
-  // and distributed-optimizer gathers.
-  AdamMoments& MomentsOf(const TrainableTensor& param);
+  // The moments of each of `params`, in order (zeros until its first
+  // update), for steps, checkpoints and distributed-optimizer gathers. The
+  // ones this call creates share one allocation per moment kind when their
+  // weights live on a device (all on the same one).
+  std::vector<AdamMoments*> MomentsOf(
+      const std::vector<TrainableTensor>& params);
   void set_steps(int64_t steps) { steps_ = steps; }
   // Frees the moments of every tensor not named in `kept` (another rank's
   // share under the distributed optimizer, gathered for a checkpoint).

@@ -73,6 +73,17 @@ std::vector<int64_t> SizesOf(const std::vector<TrainableTensor>& tensors) {
   return sizes;
 }
 
+// Every tensor of `params` that has a gradient, in Named() order.
+std::vector<TrainableTensor> WithGradients(ModelParameters& params) {
+  std::vector<TrainableTensor> trainable;
+  for (const NamedTensor& named : params.Named()) {
+    if (named.grad != nullptr) {
+      trainable.push_back({named.name, named.value, named.grad});
+    }
+  }
+  return trainable;
+}
+
 std::vector<Tensor*> GradsOf(const std::vector<TrainableTensor>& tensors) {
   std::vector<Tensor*> grads;
   for (const TrainableTensor& tensor : tensors) grads.push_back(tensor.grad);
@@ -440,14 +451,7 @@ absl::Status Trainer::CheckLoraUnderPipeline() {
 }
 
 std::vector<TrainableTensor> Trainer::StepTrainable() {
-  if (!resident()) return Trainable();
-  std::vector<TrainableTensor> trainable;
-  for (const NamedTensor& named : device_params_->Named()) {
-    if (named.grad != nullptr) {
-      trainable.push_back({named.name, named.value, named.grad});
-    }
-  }
-  return trainable;
+  return resident() ? WithGradients(*device_params_) : Trainable();
 }
 
 ModelParameters& Trainer::params() {
@@ -456,16 +460,15 @@ ModelParameters& Trainer::params() {
 }
 
 void Trainer::SyncMoments(bool to_host) {
-  std::vector<NamedTensor> host = params_->Named(),
-                           device = device_params_->Named();
+  // All of a side's moments at once: a resumed run's device moments are made
+  // here, in the two flat buffers a step would make.
+  const std::vector<AdamMoments*> host =
+      optimizer_.MomentsOf(WithGradients(*params_));
+  const std::vector<AdamMoments*> device =
+      device_optimizer_->MomentsOf(WithGradients(*device_params_));
   for (size_t i = 0; i < host.size(); ++i) {
-    if (host[i].grad == nullptr) continue;
-    AdamMoments& on_host =
-        optimizer_.MomentsOf({host[i].name, host[i].value, host[i].grad});
-    AdamMoments& on_device = device_optimizer_->MomentsOf(
-        {device[i].name, device[i].value, device[i].grad});
-    AdamMoments& to = to_host ? on_host : on_device;
-    const AdamMoments& from = to_host ? on_device : on_host;
+    AdamMoments& to = to_host ? *host[i] : *device[i];
+    const AdamMoments& from = to_host ? *device[i] : *host[i];
     to.exp_avg.CopyFrom(from.exp_avg);
     to.exp_avg_sq.CopyFrom(from.exp_avg_sq);
   }

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -218,6 +219,15 @@ class Trainer {
   // What a checkpoint holds besides the model: the trainable tensors, or with
   // LoRA every adapter (a pp rank trains only its stages').
   std::vector<TrainableTensor> Checkpointed();
+  // The host optimizer's moments of `params` for a checkpoint. Moments made
+  // here for the first time are made for this rank's updated tensors first,
+  // together as a step makes them, and for the others (ZeRO-1: other ranks'
+  // shards) apart, so that ReleaseCheckpointState frees theirs whole.
+  std::vector<AdamMoments*> CheckpointMoments(
+      const std::vector<TrainableTensor>& params);
+  // Checkpointed(), each tensor with its CheckpointMoments.
+  std::vector<std::pair<TrainableTensor, AdamMoments*>>
+  CheckpointedWithMoments();
   Tensor* RouterBias(size_t layer);
   void UpdateRouterBiases(const MicroBatchTotals& totals);
   // Sums gradients (all of them, or only this rank's shard when

@@ -29,10 +29,9 @@ absl::Status Trainer::GatherCheckpointState() {
   for (const ShardedList& list :
        shards_ ? ShardedLists(Trainable()) : std::vector<ShardedList>()) {
     std::vector<Tensor*> exp_avg, exp_avg_sq;
-    for (const TrainableTensor& param : list.tensors) {
-      AdamMoments& moments = optimizer_.MomentsOf(param);
-      exp_avg.push_back(&moments.exp_avg);
-      exp_avg_sq.push_back(&moments.exp_avg_sq);
+    for (AdamMoments* moments : CheckpointMoments(list.tensors)) {
+      exp_avg.push_back(&moments->exp_avg);
+      exp_avg_sq.push_back(&moments->exp_avg_sq);
     }
     for (const std::vector<Tensor*>* moments : {&exp_avg, &exp_avg_sq}) {
       if (absl::Status status = list.shards->AllGather(*list.group, *moments);
@@ -64,9 +63,8 @@ absl::Status Trainer::GatherLoraAdapters() {
     trained.insert(adapter.value);
   }
   std::vector<Tensor*> tensors;
-  for (const TrainableTensor& adapter : lora_->All()) {
-    for (const auto& [key, tensor] :
-         CheckpointTensorsOf(adapter, optimizer_.MomentsOf(adapter))) {
+  for (const auto& [adapter, moments] : CheckpointedWithMoments()) {
+    for (const auto& [key, tensor] : CheckpointTensorsOf(adapter, *moments)) {
       if (trained.count(adapter.value) == 0) tensor->SetZero();
       tensors.push_back(tensor);
     }
@@ -113,12 +111,28 @@ std::vector<TrainableTensor> Trainer::Checkpointed() {
   return lora_ ? lora_->All() : Trainable();
 }
 
+std::vector<AdamMoments*> Trainer::CheckpointMoments(
+    const std::vector<TrainableTensor>& params) {
+  optimizer_.MomentsOf(UpdatedHere(Trainable()));
+  return optimizer_.MomentsOf(params);
+}
+
+std::vector<std::pair<TrainableTensor, AdamMoments*>>
+Trainer::CheckpointedWithMoments() {
+  const std::vector<TrainableTensor> params = Checkpointed();
+  const std::vector<AdamMoments*> moments = CheckpointMoments(params);
+  std::vector<std::pair<TrainableTensor, AdamMoments*>> pairs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    pairs.emplace_back(params[i], moments[i]);
+  }
+  return pairs;
+}
+
 absl::Status Trainer::GatherWholeTensors() {
   if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
-  for (const TrainableTensor& param : Checkpointed()) {
+  for (const auto& [param, moments] : CheckpointedWithMoments()) {
     if (TensorParallelDim(param.name) < 0) continue;
-    for (const auto& [key, part] :
-         CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {
+    for (const auto& [key, part] : CheckpointTensorsOf(param, *moments)) {
       absl::StatusOr<Tensor> whole =
           GatherTensorParallel(*token_parallel_, param.name, *part);
       if (!whole.ok()) return whole.status();
@@ -146,9 +160,8 @@ TrainingState Trainer::State() {
     }
   }
   // LoRA: every adapter's moments (a pp rank gathers them first).
-  for (const TrainableTensor& param : Checkpointed()) {
-    const auto tensors =
-        CheckpointTensorsOf(param, optimizer_.MomentsOf(param));
+  for (const auto& [param, moments] : CheckpointedWithMoments()) {
+    const auto tensors = CheckpointTensorsOf(param, *moments);
     for (size_t i = 1; i < tensors.size(); ++i) {  // the moments
       const auto& [key, part] = tensors[i];
       state.optimizer.push_back({key, Shown(key, param.name, part)});
@@ -204,10 +217,9 @@ absl::Status Trainer::Restore(const TrainingState& state) {
   optimizer_.set_steps(state.optimizer_steps);
   if (resident()) SyncToDevice();
   if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
-  for (const TrainableTensor& param : Checkpointed()) {
+  for (const auto& [param, moments] : CheckpointedWithMoments()) {
     if (TensorParallelDim(param.name) < 0) continue;
-    for (const auto& [key, part] :
-         CheckpointTensorsOf(param, optimizer_.MomentsOf(param))) {
+    for (const auto& [key, part] : CheckpointTensorsOf(param, *moments)) {
       *part = TensorParallelPartOf(*token_parallel_, param.name,
                                    *WholeTensor(key, param.name, *part));
     }

@@ -2,11 +2,14 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
+#include "kernels/tensor_arena.h"
 #include "training/flops.h"
 
 namespace glm {
@@ -196,6 +199,29 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
   EXPECT_EQ(rest[1], expected[3]);
   EXPECT_EQ(resumed->params().lm_head.value.values(),
             whole->params().lm_head.value.values());
+}
+
+// The device optimizer's moments are two flat buffers: a load makes them as
+// the first step does.
+TEST(TrainerTest, DeviceMomentsLiveInTwoAllocations) {
+  SeparateMemoryAllocator memory, resumed_memory;
+  auto trainer = MakeTrainer(TinyOptions(4), &memory);
+  const int64_t built = memory.allocations();
+  ASSERT_TRUE(trainer->Step().ok());
+  auto resumed = MakeTrainer(TinyOptions(4), &resumed_memory);
+  const int64_t resumed_built = resumed_memory.allocations();
+  const int64_t resumed_bytes = resumed_memory.bytes_in_use();
+  TransferState(trainer.get(), resumed.get());
+  int64_t moment_bytes = 0;
+  for (const NamedTensor& t : resumed->params().Named()) {
+    if (t.grad != nullptr) moment_bytes += 2 * ArenaBytes(t.value->numel());
+  }
+  EXPECT_EQ(resumed_memory.allocations(), resumed_built + 2);
+  EXPECT_EQ(resumed_memory.bytes_in_use(), resumed_bytes + moment_bytes);
+  // A step then adds what the first step added beside the moments.
+  ASSERT_TRUE(resumed->Step().ok());
+  EXPECT_EQ(resumed_memory.allocations() - resumed_built,
+            memory.allocations() - built);
 }
 
 TEST(TrainerTest, DeterministicRerunIsBitwiseEqual) {
