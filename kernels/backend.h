@@ -257,16 +257,20 @@ class Backend {
   // The weights products read (matrices and stacked experts, where the
   // backend computes): a backend whose products round their inputs (the CUDA
   // bf16 mode) makes a rounded copy of each span here and reads it for every
-  // product operand inside one. Call it after the weights change (an optimizer
-  // step, a load, a LoRA merge) and before the next product; spans unlike the
-  // last call's replace them. Backends computing in fp32 keep no copies.
+  // product operand inside one. Call it after the weights change other than
+  // by AdamWStep (a load, a LoRA merge, an update on another backend) and
+  // before the next product; spans unlike the last call's replace them.
+  // Backends computing in fp32 keep no copies.
   virtual void RefreshComputeCopies(const std::vector<FlatSpan>& weights) = 0;
 
   // ---- optimizer ----
   // Sum of x^2 over every element of the spans, in double, in a fixed order
   // (the gradient norm).
   virtual double SquaredSum(const std::vector<FlatSpan>& spans) = 0;
-  // One AdamW update of every tensor (one pass over all of them).
+  // One AdamW update of every tensor (one pass over all of them). A backend
+  // that keeps compute copies also writes, in the same pass, the copy of
+  // each tensor whose values lie inside a copied span, bitwise as
+  // RefreshComputeCopies would: its steps keep the copies current.
   virtual void AdamWStep(const AdamWHyperparameters& hyper,
                          const std::vector<AdamWTensor>& tensors) = 0;
 };

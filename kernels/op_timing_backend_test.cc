@@ -1,6 +1,7 @@
 #include "kernels/op_timing_backend.h"
 
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -56,6 +57,44 @@ TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
   EXPECT_NE(text.find("| first call ms | ms per later call |"),
             std::string::npos)
       << text;
+}
+
+// Records the weight ops the wrapper hands on.
+class RecordingBackend : public CpuBackend {
+ public:
+  explicit RecordingBackend(std::vector<std::string>* calls) : calls_(calls) {}
+  void RefreshComputeCopies(const std::vector<FlatSpan>&) override {
+    calls_->push_back("RefreshComputeCopies");
+  }
+  void AdamWStep(const AdamWHyperparameters& hyper,
+                 const std::vector<AdamWTensor>& tensors) override {
+    calls_->push_back("AdamWStep");
+    CpuBackend::AdamWStep(hyper, tensors);
+  }
+
+ private:
+  std::vector<std::string>* calls_;
+};
+
+// The optimizer step reaches the wrapped backend, which keeps its compute
+// copies current in it (Backend::AdamWStep).
+TEST(OpTimingBackendTest, HandsOnTheOptimizerStepAndTheRefresh) {
+  std::vector<float> w = {1.f, -2.f}, g = {0.5f, 0.25f}, m(2), v(2);
+  std::vector<float> expected = w, expected_m(2), expected_v(2);
+  AdamWHyperparameters hyper;
+  hyper.lr = 0.1;
+  CpuBackend().AdamWStep(hyper, {{expected.data(), g.data(), expected_m.data(),
+                                  expected_v.data(), 2, true}});
+  std::vector<std::string> calls;
+  std::ostringstream report;
+  {
+    OpTimingBackend timed(std::make_unique<RecordingBackend>(&calls), &report);
+    timed.RefreshComputeCopies({{w.data(), 2}});
+    timed.AdamWStep(hyper, {{w.data(), g.data(), m.data(), v.data(), 2, true}});
+  }
+  EXPECT_EQ(calls,
+            (std::vector<std::string>{"RefreshComputeCopies", "AdamWStep"}));
+  EXPECT_EQ(w, expected);
 }
 
 }  // namespace

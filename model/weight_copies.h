@@ -17,7 +17,8 @@ namespace glm {
 std::vector<FlatSpan> ProductWeights(ModelParameters& params);
 
 // Makes `backend`'s copies of `params`' product weights current: call after
-// the weights change and before the next forward.
+// the weights change other than by the backend's AdamWStep (which keeps the
+// copies of what it updates) and before the next forward.
 void RefreshComputeCopies(Backend& backend, ModelParameters& params);
 
 }  // namespace glm

@@ -482,6 +482,7 @@ void Trainer::SyncToHost() {
 
 void Trainer::SyncToDevice() {
   CopyValues(*params_, *device_params_);
+  compute_copies_current_ = false;
   SyncMoments(/*to_host=*/false);
   device_optimizer_->set_steps(optimizer_.steps());
 }
@@ -690,8 +691,13 @@ absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
   if (device_params_) {
     if (!resident()) CopyValues(*params_, *device_params_);
     device_params_->ZeroGrad();
-    // The last step changed the weights (or a load or a merge did).
-    RefreshComputeCopies(*backend_, *device_params_);
+    // Weights the host updated or merged, or a load, need fresh copies; the
+    // device optimizer's steps write them as they update the weights
+    // (Backend::AdamWStep).
+    if (!compute_copies_current_) {
+      RefreshComputeCopies(*backend_, *device_params_);
+      compute_copies_current_ = resident();
+    }
   }
   if (absl::Status status = RunMicroBatches(totals); !status.ok()) {
     return status;

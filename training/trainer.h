@@ -273,6 +273,10 @@ class Trainer {
   std::unique_ptr<ModelParameters> device_params_;
   std::optional<AdamW> device_optimizer_;
   bool resident() const { return device_optimizer_.has_value(); }
+  // Whether the backend's compute copies of device_params_ match its values
+  // (Backend::RefreshComputeCopies): kept by the device optimizer's steps,
+  // lost when anything else writes the values.
+  bool compute_copies_current_ = false;
   ModelParameters* compute_params() {
     return device_params_ ? device_params_.get() : params_.get();
   }

@@ -201,6 +201,55 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
             whole->params().lm_head.value.values());
 }
 
+// Counts the compute-copy refreshes a trainer asks its backend for.
+class CountingRefreshes : public CpuBackend {
+ public:
+  CountingRefreshes(Allocator* memory, int* refreshes)
+      : CpuBackend(memory), refreshes_(refreshes) {}
+  void RefreshComputeCopies(const std::vector<FlatSpan>&) override {
+    ++*refreshes_;
+  }
+
+ private:
+  int* refreshes_;
+};
+
+std::unique_ptr<Trainer> MakeCountingTrainer(const TrainerOptions& options,
+                                             Allocator* memory,
+                                             int* refreshes) {
+  auto trainer = Trainer::Create(
+      options,
+      std::make_unique<PretrainData>(
+          std::make_unique<RepeatingTextDataset>(options.seq_length, 4096)),
+      nullptr, std::make_unique<CountingRefreshes>(memory, refreshes));
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return std::move(*trainer);
+}
+
+// Weights that train in the backend's memory get their compute copies
+// refreshed before the first step and after a load only: the backend's AdamW
+// steps write the copies of what they update. Weights updated elsewhere (the
+// host trains LoRA adapters and merges them) need a refresh every step.
+TEST(TrainerTest, ComputeCopiesAreRefreshedWhenNoDeviceStepWroteThem) {
+  SeparateMemoryAllocator memory;
+  int refreshes = 0, resumed_refreshes = 0, lora_refreshes = 0;
+  auto trainer = MakeCountingTrainer(TinyOptions(4), &memory, &refreshes);
+  ASSERT_TRUE(trainer->Step().ok());
+  ASSERT_TRUE(trainer->Step().ok());
+  EXPECT_EQ(refreshes, 1);
+  auto resumed =
+      MakeCountingTrainer(TinyOptions(4), &memory, &resumed_refreshes);
+  TransferState(trainer.get(), resumed.get());
+  EXPECT_EQ(Losses(resumed.get()).size(), 2u);
+  EXPECT_EQ(resumed_refreshes, 1);
+
+  TrainerOptions lora = TinyOptions(2);
+  lora.lora = LoraOptions{4, 8, {"q_a_proj", "o_proj"}};
+  auto adapters = MakeCountingTrainer(lora, &memory, &lora_refreshes);
+  EXPECT_EQ(Losses(adapters.get()).size(), 2u);
+  EXPECT_EQ(lora_refreshes, 2);
+}
+
 // The device optimizer's moments are two flat buffers: a load makes them as
 // the first step does.
 TEST(TrainerTest, DeviceMomentsLiveInTwoAllocations) {

@@ -59,6 +59,14 @@ void Bf16WeightCopies::Refresh(CudaContext& ctx, Allocator* allocator,
 }
 
 const __nv_bfloat16* Bf16WeightCopies::Find(ConstMatrixView v) const {
+  return Locate(v);
+}
+
+__nv_bfloat16* Bf16WeightCopies::CopyOf(FlatSpan values) const {
+  return Locate(ConstMatrixView(values.data, 1, values.size, values.size));
+}
+
+__nv_bfloat16* Bf16WeightCopies::Locate(ConstMatrixView v) const {
   if (v.empty() || v.rows == 0 || by_start_.empty()) return nullptr;
   auto it = by_start_.upper_bound(v.data);
   if (it == by_start_.begin()) return nullptr;

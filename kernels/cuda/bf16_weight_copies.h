@@ -30,6 +30,9 @@ class Bf16WeightCopies {
                const std::vector<FlatSpan>& spans);
   // The copy of `v`, or null when `v` does not lie inside one span.
   const __nv_bfloat16* Find(ConstMatrixView v) const;
+  // The copy of `values` for an op that writes it as it updates them (the
+  // optimizer), or null as Find.
+  __nv_bfloat16* CopyOf(FlatSpan values) const;
 
  private:
   // A span's end and where its copy starts.
@@ -39,6 +42,7 @@ class Bf16WeightCopies {
   };
 
   void Place(Allocator* allocator, const std::vector<FlatSpan>& spans);
+  __nv_bfloat16* Locate(ConstMatrixView v) const;
 
   std::vector<FlatSpan> spans_;
   DeviceBuffer buffer_;

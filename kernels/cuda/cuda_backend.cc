@@ -257,7 +257,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void AdamWStep(const AdamWHyperparameters& hyper,
                  const std::vector<AdamWTensor>& tensors) override {
-    cuda::AdamWStep(*this, hyper, tensors);
+    // The bf16 mode's copies of the weights it updates are written in the
+    // same pass instead of a refresh after it.
+    std::vector<__nv_bfloat16*> copies;
+    for (const AdamWTensor& t : tensors) {
+      copies.push_back(weight_copies_.CopyOf({t.value, t.size}));
+    }
+    cuda::AdamWStep(*this, hyper, tensors, copies);
   }
 
  private:

@@ -1,3 +1,4 @@
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 
@@ -67,10 +68,17 @@ struct AdamWConstants {
   double eps, grad_scale, step_size, sqrt_correction2, decay;
 };
 
-__global__ void AdamWKernel(const AdamWTensor* tensors, const Chunk* chunks,
+// A tensor to update and where its rounded new weights go (null: nowhere).
+struct AdamWTarget {
+  AdamWTensor tensor;
+  __nv_bfloat16* copy;
+};
+
+__global__ void AdamWKernel(const AdamWTarget* targets, const Chunk* chunks,
                             AdamWConstants c) {
   const Chunk chunk = chunks[blockIdx.x];
-  const AdamWTensor t = tensors[chunk.tensor];
+  const AdamWTensor t = targets[chunk.tensor].tensor;
+  __nv_bfloat16* const copy = targets[chunk.tensor].copy;
   const double decay = t.weight_decay ? c.decay : 0.0;
   for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x) {
     const double grad = __dmul_rn(static_cast<double>(t.grad[i]), c.grad_scale);
@@ -87,9 +95,11 @@ __global__ void AdamWKernel(const AdamWTensor* tensors, const Chunk* chunks,
         c.eps);
     const double w = t.value[i];
     const double decayed = __dsub_rn(w, __dmul_rn(decay, w));
-    t.value[i] = static_cast<float>(__dsub_rn(
+    const float updated = static_cast<float>(__dsub_rn(
         decayed,
         __ddiv_rn(__dmul_rn(c.step_size, static_cast<double>(m)), denom)));
+    t.value[i] = updated;
+    if (copy != nullptr) copy[i] = __float2bfloat16(updated);
   }
 }
 
@@ -121,9 +131,15 @@ void SquaredSum(CudaContext& ctx, const std::vector<FlatSpan>& spans,
 }
 
 void AdamWStep(CudaContext& ctx, const AdamWHyperparameters& h,
-               const std::vector<AdamWTensor>& tensors) {
+               const std::vector<AdamWTensor>& tensors,
+               const std::vector<__nv_bfloat16*>& copies) {
+  assert(copies.size() == tensors.size());
   std::vector<int64_t> sizes;
-  for (const AdamWTensor& t : tensors) sizes.push_back(t.size);
+  std::vector<AdamWTarget> targets;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    sizes.push_back(tensors[i].size);
+    targets.push_back({tensors[i], copies[i]});
+  }
   const std::vector<Chunk> chunks = ChunksOf(sizes);
   if (chunks.empty()) return;
   const double correction1 =
@@ -140,13 +156,13 @@ void AdamWStep(CudaContext& ctx, const AdamWHyperparameters& h,
                                     std::sqrt(correction2),
                                     h.lr * h.weight_decay};
   char* scratch = static_cast<char*>(
-      ctx.Scratch(ScratchAlignUp(tensors.size() * sizeof(AdamWTensor)) +
+      ctx.Scratch(ScratchAlignUp(targets.size() * sizeof(AdamWTarget)) +
                   ScratchAlignUp(chunks.size() * sizeof(Chunk))));
   size_t offset = 0;
-  const AdamWTensor* device_tensors = Upload(ctx, scratch, &offset, tensors);
+  const AdamWTarget* device_targets = Upload(ctx, scratch, &offset, targets);
   const Chunk* device_chunks = Upload(ctx, scratch, &offset, chunks);
   AdamWKernel<<<chunks.size(), kBlockThreads, 0, ctx.stream()>>>(
-      device_tensors, device_chunks, constants);
+      device_targets, device_chunks, constants);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,8 @@
 #ifndef GLM_KERNELS_CUDA_OPTIMIZER_CUH_
 #define GLM_KERNELS_CUDA_OPTIMIZER_CUH_
 
+#include <cuda_bf16.h>
+
 #include <vector>
 
 #include "kernels/backend.h"
@@ -16,8 +18,11 @@ void SquaredSum(CudaContext& ctx, const std::vector<FlatSpan>& spans,
                 double* out);
 // The CPU's AdamW formula with the same double operations in the same order
 // (no fused multiply-adds), so each element's result equals the CPU's bits.
+// copies[i] (null: none) gets tensor i's new weights rounded to bf16 (to
+// nearest even, as PackBf16 rounds), in the same pass.
 void AdamWStep(CudaContext& ctx, const AdamWHyperparameters& hyper,
-               const std::vector<AdamWTensor>& tensors);
+               const std::vector<AdamWTensor>& tensors,
+               const std::vector<__nv_bfloat16*>& copies);
 
 }  // namespace glm::cuda
 

@@ -137,6 +137,8 @@ constexpr OpLimits kLimits[] = {
     {"SparseAttentionKeyWeights", {kExact, 4e-5}, {0, 0}, {0, 0}},
     {"IndexerTopK", {0, 0}, {0, 0}, {kExactTie, 1e-3}},
     {"IndexerKlLoss", {kExact, 4e-5}, {kExactLoss, 5e-4}, {0, 0}},
+    // Compared bitwise (CheckAdamW).
+    {"AdamWStep", {0, 0}, {0, 0}, {0, 0}},
 };
 
 const OpLimits& LimitsOf(const std::string& op) {
@@ -1993,6 +1995,147 @@ void AddLossCases(Factories& f) {
                           Dense(tokens, vocab), 1.f / 448);
 }
 
+// ---- optimizer ----
+
+// One tensor of an AdamW case: its inputs (weights, gradient, moments) and
+// the outputs the step writes (the weights and moments, updated copies of
+// the inputs).
+struct AdamWOperands {
+  int w, grad, exp_avg, exp_avg_sq;
+  int new_w, new_exp_avg, new_exp_avg_sq;
+  bool decay;
+};
+
+AdamWOperands AddAdamWTensor(CaseBuilder& b, const std::string& name,
+                             Layout layout, bool decay) {
+  AdamWOperands t;
+  t.w = b.Input(name, layout, 0.02f);
+  t.grad = b.Input(name + " grad", layout);
+  t.exp_avg = b.Input(name + " exp_avg", layout, 0.1f);
+  std::vector<float> squares = Normal(layout.size, b.rng()(), 0.1f);
+  for (float& x : squares) x *= x;
+  t.exp_avg_sq = b.Values(name + " exp_avg_sq", layout, std::move(squares));
+  t.new_w = b.Written("new " + name, layout);
+  t.new_exp_avg = b.Written("new " + name + " exp_avg", layout);
+  t.new_exp_avg_sq = b.Written("new " + name + " exp_avg_sq", layout);
+  t.decay = decay;
+  return t;
+}
+
+// Writes the backend's bf16 copy of the weights `w` (widened to fp32, exact)
+// to the device floats `out`, when it keeps one (not the CPU backend or the
+// fp32 mode).
+void ReadWeightCopy(Backend& be, ConstMatrixView w, float* out) {
+  const auto* ctx = dynamic_cast<const cuda::CudaContext*>(&be);
+  const __nv_bfloat16* copy = ctx == nullptr ? nullptr : ctx->Bf16WeightCopy(w);
+  if (copy == nullptr) return;
+  be.Synchronize();
+  const int64_t n = w.rows * w.cols;
+  std::vector<uint16_t> bits(n);
+  GLM_CUDA_CHECK(cudaMemcpy(bits.data(), copy, n * sizeof(uint16_t),
+                            cudaMemcpyDeviceToHost));
+  std::vector<uint32_t> widened(n);
+  for (int64_t i = 0; i < n; ++i) widened[i] = uint32_t{bits[i]} << 16;
+  GLM_CUDA_CHECK(cudaMemcpy(out, widened.data(), n * sizeof(uint32_t),
+                            cudaMemcpyHostToDevice));
+}
+
+// Whether `got` equals `want` bitwise over `layout`: the elements that differ.
+Outcome BitwiseEqual(const std::string& what, const Layout& layout,
+                     const std::vector<float>& want,
+                     const std::vector<float>& got) {
+  Outcome o{what, "mismatch"};
+  for (int64_t i = 0; i < layout.size; ++i)
+    o.value += Bits(want[i]) != Bits(got[i]);
+  o.pass = o.value == 0;
+  return o;
+}
+
+// The updated weights and moments equal the CPU's bitwise (the CUDA kernel
+// repeats the CPU's double operations); in the bf16 mode the copy AdamW
+// wrote equals, bitwise, the one a separate refresh writes afterwards.
+std::vector<Outcome> CheckAdamW(const Case& c, const RunOutput& cpu,
+                                const RunOutput& gpu, int mode,
+                                const std::vector<AdamWOperands>& tensors,
+                                int fused, int refreshed) {
+  std::vector<Outcome> outcomes;
+  for (const AdamWOperands& t : tensors) {
+    for (int id : {t.new_w, t.new_exp_avg, t.new_exp_avg_sq}) {
+      outcomes.push_back(BitwiseEqual(c.operands[id].name,
+                                      c.operands[id].layout, cpu.floats[id],
+                                      gpu.floats[id]));
+    }
+  }
+  if (mode != ModeIndex(Precision::kBf16)) return outcomes;
+  const Layout& layout = c.operands[fused].layout;
+  Outcome o = BitwiseEqual("fused copy", layout, gpu.floats[refreshed],
+                           gpu.floats[fused]);
+  // A copy never read back stays poison on both sides.
+  const int64_t unread = std::count_if(
+      gpu.floats[fused].begin(), gpu.floats[fused].begin() + layout.size,
+      [](float x) { return Bits(x) == kFloatPoison; });
+  if (unread > 0) {
+    o.pass = false;
+    o.note = absl::StrCat(unread, " not written");
+  }
+  outcomes.push_back(o);
+  return outcomes;
+}
+
+// One AdamW step of a weight matrix with a kept bf16 copy (more elements
+// than a chunk of the multi-tensor kernel) and of a norm weight (no decay,
+// no copy). The copy is made before the step from the old weights, so a
+// step that does not write it leaves it stale.
+void AddAdamW(Factories& f, const std::string& tag, Layout matrix,
+              int64_t norm) {
+  const std::string label =
+      absl::StrCat(tag, " w", Dims(matrix), " norm[", norm, "]");
+  f.push_back(
+      {"AdamWStep", label, [=] {
+         CaseBuilder b("AdamWStep", label);
+         const AdamWOperands w = AddAdamWTensor(b, "w", matrix, true);
+         const AdamWOperands n = AddAdamWTensor(b, "norm", Vec(norm), false);
+         const int fused = b.Written("fused copy", matrix);
+         const int refreshed = b.Written("refreshed copy", matrix);
+         AdamWHyperparameters hyper;
+         hyper.lr = 1e-3;
+         hyper.weight_decay = 0.1;
+         hyper.grad_scale = 0.5;
+         hyper.step = 3;
+         b.Special(
+             [=](const Case& c, const RunOutput& cpu, const RunOutput& gpu,
+                 int mode) {
+               return CheckAdamW(c, cpu, gpu, mode, {w, n}, fused, refreshed);
+             },
+             {w.new_w, w.new_exp_avg, w.new_exp_avg_sq, n.new_w, n.new_exp_avg,
+              n.new_exp_avg_sq, fused, refreshed});
+         return b.Build([=](Backend& be, const Bound& p) {
+           std::vector<AdamWTensor> tensors;
+           for (const AdamWOperands& t : {w, n}) {
+             be.Copy(p.View(t.w), p.View(t.new_w));
+             be.Copy(p.View(t.exp_avg), p.View(t.new_exp_avg));
+             be.Copy(p.View(t.exp_avg_sq), p.View(t.new_exp_avg_sq));
+             tensors.push_back(
+                 {p.Floats(t.new_w), p.Floats(t.grad), p.Floats(t.new_exp_avg),
+                  p.Floats(t.new_exp_avg_sq), p.Buffer(t.new_w).size, t.decay});
+           }
+           const FlatSpan copied = p.Buffer(w.new_w);
+           be.RefreshComputeCopies({copied});
+           be.AdamWStep(hyper, tensors);
+           ReadWeightCopy(be, p.View(w.new_w), p.Floats(fused));
+           be.RefreshComputeCopies({copied});
+           ReadWeightCopy(be, p.View(w.new_w), p.Floats(refreshed));
+           be.RefreshComputeCopies({});
+           return 0.0;
+         });
+       }});
+}
+
+void AddOptimizerCases(Factories& f) {
+  AddAdamW(f, "two chunks", Dense(300, 260), 70);
+  AddAdamW(f, "odd", Dense(33, 7), 5);
+}
+
 // ---- sparse attention and the indexer ----
 
 // Queries (their key-token positions) and the sequence start of each.
@@ -2355,6 +2498,7 @@ Factories AllCases() {
   AddRopeCases(f);
   AddRouterCases(f);
   AddLossCases(f);
+  AddOptimizerCases(f);
   AddAttentionCases(f);
   return f;
 }
