@@ -746,6 +746,9 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   WithPrecision tf32(ctx, Precision::kTf32);
   const size_t row_shared = topk * (sizeof(double) + sizeof(float));
   AllowShared(KlRowKernel, row_shared);
+  // Allowed once for the widest score rows; each chunk launches with its own.
+  RowSharedBytes(GatherDotsKernel, nk);
+  RowSharedBytes(ScatterDotGradsKernel, nk);
   const bool self = n == nk;
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t count = std::min(chunk, n - t0);
@@ -754,28 +757,26 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
     const int64_t key_end = self ? std::min(nk, (t0 + count + 7) / 8 * 8) : nk;
     const MatrixView all{scores, count * heads, key_end, key_end};
     const ConstMatrixView ik = p.ik.Rows(0, key_end);
-    const size_t gather_shared = RowSharedBytes(GatherDotsKernel, key_end),
-                 scatter_shared =
-                     RowSharedBytes(ScatterDotGradsKernel, key_end);
+    const size_t row_bytes = key_end * sizeof(float);
     auto chunk_rows = [&](auto view) {
       return decltype(view){view.data + t0 * heads * view.stride, count * heads,
                             dim, view.stride};
     };
     const dim3 rows(count, heads);
     Linear(tf32, chunk_rows(p.iq), ik, all, false);
-    GatherDotsKernel<<<rows, kBlockThreads, gather_shared, stream>>>(
+    GatherDotsKernel<<<rows, kBlockThreads, row_bytes, stream>>>(
         all, keys, static_cast<int>(topk), static_cast<int>(heads), dot_grad);
     GLM_CUDA_CHECK_LAUNCH();
     KlRowKernel<<<count, kKlThreads, row_shared, stream>>>(p, t0, dot_grad,
                                                            row_loss, dw);
     GLM_CUDA_CHECK_LAUNCH();
     if (diq.empty() && dik.empty()) continue;
-    ScatterDotGradsKernel<<<rows, kBlockThreads, scatter_shared, stream>>>(
+    ScatterDotGradsKernel<<<rows, kBlockThreads, row_bytes, stream>>>(
         dot_grad, keys, static_cast<int>(topk), static_cast<int>(heads), all);
     GLM_CUDA_CHECK_LAUNCH();
     LinearBackward(tf32, chunk_rows(p.iq), ik, all,
-                   diq.empty() ? MatrixView{} : chunk_rows(diq),
-                   dik.empty() ? dik : dik.Rows(0, key_end));
+                   RowsOrEmpty(diq, t0 * heads, count * heads),
+                   RowsOrEmpty(dik, 0, key_end));
   }
   LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
   GLM_CUDA_CHECK_LAUNCH();

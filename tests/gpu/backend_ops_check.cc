@@ -2485,6 +2485,16 @@ void AddAttentionCases(Factories& f) {
   // blocks each see the keys up to their last query.
   AddIndexerKl(f, "glm5.2-mini self", index_mini,
                ShortAndLong(tokens, 0, tokens), heads, 0.3f, false, true);
+  // 12 heads (rows padded to 32 on the bf16 mode's tiles), 301 queries of two
+  // packed sequences (an odd last block, two dik segments), 1,100 keys (a
+  // partial last key tile).
+  Queries packed;
+  for (int64_t t = 0; t < 301; ++t) {
+    packed.position.push_back(t);
+    packed.start.push_back(t < 150 ? 0 : 150);
+  }
+  AddIndexerKl(f, "packed", IndexerShape{12, 128, 1100, 300, 0.2f}, packed, 8,
+               0.5f, false, true);
 }
 
 Factories AllCases() {
