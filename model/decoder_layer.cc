@@ -45,6 +45,13 @@ DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
   return spec;
 }
 
+DecoderLayerSpec WithIndexerLossSum(const DecoderLayerSpec& spec,
+                                    double* indexer_loss_sum) {
+  DecoderLayerSpec copy = spec;
+  copy.attention.indexer_loss_sum = indexer_loss_sum;
+  return copy;
+}
+
 void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
                          const DecoderLayerSpec& spec, ConstMatrixView h_in,
                          const TokenLayout& layout,

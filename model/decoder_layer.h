@@ -24,6 +24,12 @@ struct DecoderLayerSpec {
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
                                       float indexer_loss_coeff);
 
+// A copy of a model's `spec` for one forward, its indexer loss added to
+// `indexer_loss_sum` (a LossSums slot, model/loss_sums.h): the model passes
+// the copy down and keeps its own spec as built.
+DecoderLayerSpec WithIndexerLossSum(const DecoderLayerSpec& spec,
+                                    double* indexer_loss_sum);
+
 struct DecoderLayerActivations {
   Tensor attn_in, attn_rstd;  // rmsnorm(h_in)
   AttentionActivations attn;

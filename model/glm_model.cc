@@ -66,8 +66,8 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
                                : nullptr;
   // This forward's copies of spec_, which stays as built: the indexer loss
   // goes to `sums`, and the layers leave it out where it is deferred.
-  DecoderLayerSpec spec = spec_;
-  spec.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
+  const DecoderLayerSpec spec =
+      WithIndexerLossSum(spec_, sums.at(LossSums::kIndexer));
   DecoderLayerSpec layer_spec = spec;
   if (deferred_indexer_loss_ != nullptr) {
     layer_spec.attention.indexer_loss_coeff = 0.f;
@@ -147,10 +147,10 @@ void GlmModel::KeepRecords(DecoderLayerActivations* acts) {
 void GlmModel::RecomputeLayer(int i, DecoderLayerActivations* acts) {
   // The forward counted the loss already unless it deferred it here.
   LossSums uncounted(backend_->allocator());
-  DecoderLayerSpec spec = spec_;
-  spec.attention.indexer_loss_sum = deferred_indexer_loss_ != nullptr
-                                        ? deferred_indexer_loss_
-                                        : uncounted.at(LossSums::kIndexer);
+  const DecoderLayerSpec spec =
+      WithIndexerLossSum(spec_, deferred_indexer_loss_ != nullptr
+                                    ? deferred_indexer_loss_
+                                    : uncounted.at(LossSums::kIndexer));
   Tensor h_out({layout_.tokens, params_->config().hidden_size});
   DecoderLayerForward(*backend_, params_->layers[i], spec, hidden_[i].Matrix(),
                       layout_, SharedTopK(i), h_out.Matrix(), acts);

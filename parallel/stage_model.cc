@@ -65,7 +65,7 @@ absl::Status StageModel::CollectivesStatus() const {
 
 absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
                                                 const Tensor& input,
-                                                StageActivations* acts) {
+                                                StageActivations* acts) const {
   const ModelConfig& config = params_->config();
   if (absl::Status valid = ValidateBatch(batch, config); !valid.ok()) {
     return valid;
@@ -110,7 +110,10 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
     if (layer.is_moe) losses.expert_load[i].assign(config.n_routed_experts, 0);
   }
   LossSums sums(backend_->allocator());
-  spec_.attention.indexer_loss_sum = sums.at(LossSums::kIndexer);
+  // This forward's copy of spec_, which stays as built: the indexer loss goes
+  // to `sums`.
+  const DecoderLayerSpec spec =
+      WithIndexerLossSum(spec_, sums.at(LossSums::kIndexer));
   acts->layers.assign(end_ - first_, DecoderLayerActivations());
   for (int i = first_; i < end_; ++i) {
     // Index sharing stays inside a stage (the layout validator checks it).
@@ -118,7 +121,7 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
     const IndexTensor* shared =
         source < i ? acts->layers[source - first_].attn.topk : nullptr;
     acts->hidden.emplace_back(std::vector<int64_t>{n, hidden});
-    DecoderLayerForward(*backend_, params_->layers[i], spec_,
+    DecoderLayerForward(*backend_, params_->layers[i], spec,
                         acts->hidden[i - first_].Matrix(), acts->layout, shared,
                         acts->hidden.back().Matrix(),
                         &acts->layers[i - first_]);
@@ -127,7 +130,7 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
   if (last()) {
     const TokenRows rows = Rows(acts->layout.tokens);
     OutputHeadForward(
-        *backend_, *params_, spec_, options_, with_mtp,
+        *backend_, *params_, spec, options_, with_mtp,
         UploadWithHeadTargets(
             backend_->allocator(),
             HeadTargetsOf(batch, acts->layout, rows, with_mtp)),
@@ -135,7 +138,6 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
         acts->layers.empty() ? nullptr : acts->layers.back().attn.topk, &sums,
         &acts->head);
   }
-  spec_.attention.indexer_loss_sum = nullptr;
   // Read once the stage's forward is queued: the losses and expert loads come
   // from the device together, not with a wait after every op that makes one.
   sums.ReadInto(&losses);

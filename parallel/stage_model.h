@@ -83,9 +83,10 @@ class StageModel {
   int64_t hidden_size() const { return params_->config().hidden_size; }
 
   // `input` is the previous stage's output [rows, hidden] (ignored on the
-  // first stage).
+  // first stage). Everything the forward makes goes to `acts` and the losses;
+  // the stage itself is left as it was.
   absl::StatusOr<StageLosses> Forward(const Batch& batch, const Tensor& input,
-                                      StageActivations* acts);
+                                      StageActivations* acts) const;
   // The stage's output: the next stage's input.
   static const Tensor& Output(const StageActivations& acts) {
     return acts.hidden.back();

@@ -59,8 +59,9 @@ Outcome RunStages(ModelParameters& params,
   Outcome outcome;
   Tensor hidden;
   for (size_t s = 0; s < stages.size(); ++s) {
-    absl::StatusOr<StageLosses> losses =
-        stages[s].Forward(batch, hidden, &acts[s]);
+    // Forward leaves the stage as it was: it runs on a const stage.
+    const StageModel& stage = stages[s];
+    absl::StatusOr<StageLosses> losses = stage.Forward(batch, hidden, &acts[s]);
     EXPECT_TRUE(losses.ok()) << losses.status();
     if (!losses.ok()) return {};
     outcome.lm_loss += losses->lm_loss;
