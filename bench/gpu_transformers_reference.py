@@ -35,6 +35,7 @@ def main():
     parser.add_argument("--profile", help="write a torch.profiler kernel table here")
     args = parser.parse_args()
     gemm_tflops = bf16_gemm_rate()
+    copy_gbs = device_copy_rate()
     torch.manual_seed(1)
     config = GlmMoeDsaConfig(**json.load(open(args.config)))
     config._attn_implementation = "sdpa"
@@ -67,6 +68,8 @@ def main():
           f"seq {args.seq}, micro batch 1, global batch {args.global_batch}, "
           f"{args.steps} timed steps")
     print(f"bf16 GEMM rate, torch.matmul 8192^3, this call: {gemm_tflops:.1f} TFLOP/s")
+    print(f"device copy bandwidth, torch copy_ of 1 GiB (read + write), this call: "
+          f"{copy_gbs:.0f} GB/s")
     print("| run | step ms | tokens/s | TFLOP/s | MFU | MFU of GEMM rate | "
           "peak memory GiB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -91,6 +94,23 @@ def bf16_gemm_rate(n=8192, repeats=20):
     end.record()
     torch.cuda.synchronize()
     return 2 * n**3 * repeats / (start.elapsed_time(end) / 1e3) / 1e12
+
+
+def device_copy_rate(gib=1, repeats=20):
+    """Bytes read plus written per second by a device-to-device copy, in GB/s:
+    the ceiling the memory-bound kernels' byte rates are held against."""
+    n = gib * 2**30 // 4
+    a = torch.randn(n, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * 4 * n * repeats / (start.elapsed_time(end) / 1e3) / 1e9
 
 
 def write_profile(train_step, path):

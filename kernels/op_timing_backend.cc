@@ -18,6 +18,20 @@ double ProductFlops(int64_t rows, int64_t inner, int64_t out) {
   return 2.0 * rows * inner * out;
 }
 
+// The fp32 bytes of a view's elements: what reading or writing it once moves.
+double Bytes(ConstMatrixView m) { return 4.0 * m.rows * m.cols; }
+
+// The fp32 bytes of flat spans.
+double Bytes(const std::vector<FlatSpan>& spans) {
+  double bytes = 0;
+  for (const FlatSpan& span : spans) bytes += 4.0 * span.size;
+  return bytes;
+}
+
+OpCost Flops(double flops) { return {flops, 0}; }
+// The fewest bytes a memory-bound op moves: each operand read or written once.
+OpCost Moves(double bytes) { return {0, bytes}; }
+
 }  // namespace
 
 OpTimingBackend::OpTimingBackend(std::unique_ptr<Backend> timed,
@@ -29,7 +43,7 @@ OpTimingBackend::~OpTimingBackend() {
 }
 
 template <typename Op>
-auto OpTimingBackend::Timed(const std::string& name, double flops, Op op) {
+auto OpTimingBackend::Timed(const std::string& name, OpCost cost, Op op) {
   // Work issued before this op (by whoever holds the backend) is not its.
   timed_->Synchronize();
   const Clock::time_point start = Clock::now();
@@ -40,7 +54,7 @@ auto OpTimingBackend::Timed(const std::string& name, double flops, Op op) {
   struct Record {
     OpTimingBackend* self;
     const std::string& name;
-    double flops;
+    OpCost cost;
     Clock::time_point start;
     ~Record() {
       self->timed_->Synchronize();
@@ -50,9 +64,10 @@ auto OpTimingBackend::Timed(const std::string& name, double flops, Op op) {
       if (group.calls == 0) group.first_seconds = seconds;
       ++group.calls;
       group.seconds += seconds;
-      group.flops += flops;
+      group.flops += cost.flops;
+      group.bytes += cost.bytes;
     }
-  } record{this, name, flops, start};
+  } record{this, name, cost, start};
   return op();
 }
 
@@ -71,35 +86,37 @@ void OpTimingBackend::WriteReport(std::ostream& out) const {
   out << "op times over " << absl::StrFormat("%.3f", wall)
       << " s since the first op (each op synchronized)\n"
       << "| op group | calls | total ms | first call ms | ms per later call "
-         "| share | TFLOP/s |\n"
-      << "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+         "| share | TFLOP/s | GB/s |\n"
+      << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   for (const auto& [name, group] : sorted) {
     in_ops += group.seconds;
     const bool later = group.calls > 1;
     const double steady_seconds =
         later ? group.seconds - group.first_seconds : group.seconds;
     const double steady_calls = later ? group.calls - 1 : 1;
-    const double steady_flops =
-        group.flops * steady_calls / static_cast<double>(group.calls);
-    const std::string rate =
-        group.flops > 0 && steady_seconds > 0
-            ? absl::StrFormat("%.1f", steady_flops / steady_seconds / 1e12)
-            : "";
+    const double steady_share = steady_calls / static_cast<double>(group.calls);
+    auto rate = [&](double total, double unit) {
+      return total > 0 && steady_seconds > 0
+                 ? absl::StrFormat("%.1f",
+                                   total * steady_share / steady_seconds / unit)
+                 : std::string();
+    };
     out << absl::StrFormat(
-        "| %s | %d | %.1f | %.3f | %s | %.1f%% | %s |\n", name, group.calls,
-        1e3 * group.seconds, 1e3 * group.first_seconds,
+        "| %s | %d | %.1f | %.3f | %s | %.1f%% | %s | %s |\n", name,
+        group.calls, 1e3 * group.seconds, 1e3 * group.first_seconds,
         later ? absl::StrFormat("%.3f", 1e3 * steady_seconds / steady_calls)
               : "",
-        100 * group.seconds / wall, rate);
+        100 * group.seconds / wall, rate(group.flops, 1e12),
+        rate(group.bytes, 1e9));
   }
-  out << absl::StrFormat("| outside ops | | %.1f | | | %.1f%% | |\n",
+  out << absl::StrFormat("| outside ops | | %.1f | | | %.1f%% | | |\n",
                          1e3 * (wall - in_ops), 100 * (wall - in_ops) / wall);
   out.flush();
 }
 
 void OpTimingBackend::Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
                              bool accumulate) {
-  Timed("Linear w" + Shape(w), ProductFlops(x.rows, w.cols, w.rows),
+  Timed("Linear w" + Shape(w), Flops(ProductFlops(x.rows, w.cols, w.rows)),
         [&] { timed_->Linear(x, w, y, accumulate); });
 }
 
@@ -108,43 +125,45 @@ void OpTimingBackend::LinearBackward(ConstMatrixView x, ConstMatrixView w,
                                      MatrixView dw) {
   const double one = ProductFlops(x.rows, w.cols, w.rows);
   Timed("LinearBackward w" + Shape(w),
-        (dx.empty() ? 0 : one) + (dw.empty() ? 0 : one),
+        Flops((dx.empty() ? 0 : one) + (dw.empty() ? 0 : one)),
         [&] { timed_->LinearBackward(x, w, dy, dx, dw); });
 }
 
 void OpTimingBackend::Copy(ConstMatrixView x, MatrixView y) {
-  Timed("Copy", 0, [&] { timed_->Copy(x, y); });
+  Timed("Copy", Moves(2 * Bytes(x)), [&] { timed_->Copy(x, y); });
 }
 
 void OpTimingBackend::Axpy(float alpha, ConstMatrixView x, MatrixView y) {
-  Timed("Axpy", 0, [&] { timed_->Axpy(alpha, x, y); });
+  Timed("Axpy", Moves(3 * Bytes(x)), [&] { timed_->Axpy(alpha, x, y); });
 }
 
 void OpTimingBackend::RepeatRows(ConstMatrixView x, int64_t repeats,
                                  MatrixView y) {
-  Timed("RepeatRows", 0, [&] { timed_->RepeatRows(x, repeats, y); });
+  Timed("RepeatRows", Moves(Bytes(x) + Bytes(y)),
+        [&] { timed_->RepeatRows(x, repeats, y); });
 }
 
 void OpTimingBackend::SumRowGroups(ConstMatrixView x, int64_t repeats,
                                    MatrixView y) {
-  Timed("SumRowGroups", 0, [&] { timed_->SumRowGroups(x, repeats, y); });
+  Timed("SumRowGroups", Moves(Bytes(x) + 2 * Bytes(y)),
+        [&] { timed_->SumRowGroups(x, repeats, y); });
 }
 
 void OpTimingBackend::EmbeddingForward(ConstMatrixView table,
                                        const int32_t* ids, MatrixView out) {
-  Timed("EmbeddingForward", 0,
+  Timed("EmbeddingForward", Moves(2 * Bytes(out)),
         [&] { timed_->EmbeddingForward(table, ids, out); });
 }
 
 void OpTimingBackend::EmbeddingBackward(ConstMatrixView dout,
                                         const int32_t* ids, MatrixView dtable) {
-  Timed("EmbeddingBackward", 0,
+  Timed("EmbeddingBackward", Moves(3 * Bytes(dout)),
         [&] { timed_->EmbeddingBackward(dout, ids, dtable); });
 }
 
 void OpTimingBackend::ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                                      const float* scale, MatrixView out) {
-  Timed("ScatterAddRows", 0,
+  Timed("ScatterAddRows", Moves(3 * Bytes(src)),
         [&] { timed_->ScatterAddRows(src, rows, scale, out); });
 }
 
@@ -153,28 +172,28 @@ void OpTimingBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                              const float* scale,
                                              ConstMatrixView dout,
                                              MatrixView dsrc, float* dscale) {
-  Timed("ScatterAddRowsBackward", 0, [&] {
+  Timed("ScatterAddRowsBackward", Moves(3 * Bytes(src)), [&] {
     timed_->ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
   });
 }
 
 void OpTimingBackend::RmsNormForward(ConstMatrixView x, const float* w,
                                      float eps, MatrixView y, float* rstd) {
-  Timed("RmsNormForward", 0,
+  Timed("RmsNormForward", Moves(2 * Bytes(x)),
         [&] { timed_->RmsNormForward(x, w, eps, y, rstd); });
 }
 
 void OpTimingBackend::RmsNormBackward(ConstMatrixView x, const float* w,
                                       const float* rstd, ConstMatrixView dy,
                                       MatrixView dx, float* dw) {
-  Timed("RmsNormBackward", 0,
+  Timed("RmsNormBackward", Moves(3 * Bytes(x)),
         [&] { timed_->RmsNormBackward(x, w, rstd, dy, dx, dw); });
 }
 
 void OpTimingBackend::LayerNormForward(ConstMatrixView x, const float* w,
                                        const float* b, float eps, MatrixView y,
                                        float* mean, float* rstd) {
-  Timed("LayerNormForward", 0,
+  Timed("LayerNormForward", Moves(2 * Bytes(x)),
         [&] { timed_->LayerNormForward(x, w, b, eps, y, mean, rstd); });
 }
 
@@ -182,26 +201,27 @@ void OpTimingBackend::LayerNormBackward(ConstMatrixView x, const float* w,
                                         const float* mean, const float* rstd,
                                         ConstMatrixView dy, MatrixView dx,
                                         float* dw, float* db) {
-  Timed("LayerNormBackward", 0,
+  Timed("LayerNormBackward", Moves(3 * Bytes(x)),
         [&] { timed_->LayerNormBackward(x, w, mean, rstd, dy, dx, dw, db); });
 }
 
 void OpTimingBackend::SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                                     MatrixView out) {
-  Timed("SwiGluForward", 0, [&] { timed_->SwiGluForward(gate, up, out); });
+  Timed("SwiGluForward", Moves(3 * Bytes(out)),
+        [&] { timed_->SwiGluForward(gate, up, out); });
 }
 
 void OpTimingBackend::SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                                      ConstMatrixView dout, MatrixView dgate,
                                      MatrixView dup) {
-  Timed("SwiGluBackward", 0,
+  Timed("SwiGluBackward", Moves(5 * Bytes(dout)),
         [&] { timed_->SwiGluBackward(gate, up, dout, dgate, dup); });
 }
 
 void OpTimingBackend::RopeForward(ConstMatrixView x, const int32_t* positions,
                                   int64_t rows_per_position, float theta,
                                   MatrixView y) {
-  Timed("RopeForward", 0, [&] {
+  Timed("RopeForward", Moves(2 * Bytes(x)), [&] {
     timed_->RopeForward(x, positions, rows_per_position, theta, y);
   });
 }
@@ -209,7 +229,7 @@ void OpTimingBackend::RopeForward(ConstMatrixView x, const int32_t* positions,
 void OpTimingBackend::RopeBackward(ConstMatrixView dy, const int32_t* positions,
                                    int64_t rows_per_position, float theta,
                                    MatrixView dx) {
-  Timed("RopeBackward", 0, [&] {
+  Timed("RopeBackward", Moves(2 * Bytes(dy)), [&] {
     timed_->RopeBackward(dy, positions, rows_per_position, theta, dx);
   });
 }
@@ -217,7 +237,7 @@ void OpTimingBackend::RopeBackward(ConstMatrixView dy, const int32_t* positions,
 void OpTimingBackend::RouterForward(ConstMatrixView logits, const float* bias,
                                     const RouterSpec& spec, MatrixView scores,
                                     MatrixView weights, int32_t* indices) {
-  Timed("RouterForward", 0, [&] {
+  Timed("RouterForward", Moves(2 * Bytes(logits)), [&] {
     timed_->RouterForward(logits, bias, spec, scores, weights, indices);
   });
 }
@@ -227,7 +247,7 @@ void OpTimingBackend::RouterBackward(ConstMatrixView scores,
                                      ConstMatrixView dweights,
                                      const RouterSpec& spec,
                                      MatrixView dlogits) {
-  Timed("RouterBackward", 0, [&] {
+  Timed("RouterBackward", Moves(2 * Bytes(scores)), [&] {
     timed_->RouterBackward(scores, indices, dweights, spec, dlogits);
   });
 }
@@ -236,7 +256,7 @@ void OpTimingBackend::GroupByExpert(const int32_t* expert, int64_t count,
                                     int64_t per_token, int64_t experts,
                                     int32_t* slots, int32_t* tokens,
                                     int32_t* offsets) {
-  Timed("GroupByExpert", 0, [&] {
+  Timed("GroupByExpert", OpCost{}, [&] {
     timed_->GroupByExpert(expert, count, per_token, experts, slots, tokens,
                           offsets);
   });
@@ -246,7 +266,7 @@ void OpTimingBackend::GroupedLinear(ConstMatrixView x, ConstMatrixView w,
                                     const int32_t* offsets, int64_t experts,
                                     MatrixView y) {
   Timed(absl::StrCat("GroupedLinear w[", w.rows, ",", w.cols, "]"),
-        ProductFlops(x.rows, x.cols, w.rows / experts),
+        Flops(ProductFlops(x.rows, x.cols, w.rows / experts)),
         [&] { timed_->GroupedLinear(x, w, offsets, experts, y); });
 }
 
@@ -257,7 +277,7 @@ void OpTimingBackend::GroupedLinearBackward(ConstMatrixView x,
                                             MatrixView dx, MatrixView dw) {
   const double products = (dx.empty() ? 0 : 1) + (dw.empty() ? 0 : 1);
   Timed(absl::StrCat("GroupedLinearBackward w[", w.rows, ",", w.cols, "]"),
-        products * ProductFlops(x.rows, x.cols, w.rows / experts), [&] {
+        Flops(products * ProductFlops(x.rows, x.cols, w.rows / experts)), [&] {
           timed_->GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
         });
 }
@@ -265,14 +285,14 @@ void OpTimingBackend::GroupedLinearBackward(ConstMatrixView x,
 void OpTimingBackend::CrossEntropyForward(ConstMatrixView logits,
                                           const int32_t* targets,
                                           double divisor, double* sum) {
-  Timed("CrossEntropyForward", 0,
+  Timed("CrossEntropyForward", Moves(Bytes(logits)),
         [&] { timed_->CrossEntropyForward(logits, targets, divisor, sum); });
 }
 
 void OpTimingBackend::CrossEntropyBackward(ConstMatrixView logits,
                                            const int32_t* targets, float scale,
                                            MatrixView dlogits) {
-  Timed("CrossEntropyBackward", 0,
+  Timed("CrossEntropyBackward", Moves(2 * Bytes(logits)),
         [&] { timed_->CrossEntropyBackward(logits, targets, scale, dlogits); });
 }
 
@@ -284,7 +304,7 @@ void OpTimingBackend::SparseAttentionForward(ConstMatrixView q,
                                              int64_t heads, float scale,
                                              MatrixView out, float* lse) {
   const double flops = 2.0 * q.rows * topk * (q.cols + v.cols);
-  Timed(absl::StrCat("SparseAttentionForward topk ", topk), flops, [&] {
+  Timed(absl::StrCat("SparseAttentionForward topk ", topk), Flops(flops), [&] {
     timed_->SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, lse);
   });
 }
@@ -297,7 +317,7 @@ void OpTimingBackend::SparseAttentionBackward(
     ConstMatrixView out, const float* lse, ConstMatrixView dout, MatrixView dq,
     MatrixView dk, MatrixView dv) {
   const double flops = 2.0 * q.rows * topk * (3 * q.cols + 2 * v.cols);
-  Timed(absl::StrCat("SparseAttentionBackward topk ", topk), flops, [&] {
+  Timed(absl::StrCat("SparseAttentionBackward topk ", topk), Flops(flops), [&] {
     timed_->SparseAttentionBackward(q, k, v, keys, topk, heads, scale, out, lse,
                                     dout, dq, dk, dv);
   });
@@ -307,7 +327,7 @@ void OpTimingBackend::SparseAttentionBackward(
 void OpTimingBackend::SparseAttentionKeyWeights(
     ConstMatrixView q, ConstMatrixView k, const int32_t* keys, int64_t topk,
     int64_t heads, float scale, const float* lse, MatrixView weights) {
-  Timed("SparseAttentionKeyWeights", 2.0 * q.rows * topk * q.cols, [&] {
+  Timed("SparseAttentionKeyWeights", Flops(2.0 * q.rows * topk * q.cols), [&] {
     timed_->SparseAttentionKeyWeights(q, k, keys, topk, heads, scale, lse,
                                       weights);
   });
@@ -320,7 +340,7 @@ void OpTimingBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                                   int64_t query_offset, int64_t topk,
                                   float scale, int32_t* keys) {
   Timed("IndexerTopK (FLOPs: all keys)",
-        ProductFlops(iq.rows, iq.cols, ik.rows), [&] {
+        Flops(ProductFlops(iq.rows, iq.cols, ik.rows)), [&] {
           timed_->IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale,
                               keys);
         });
@@ -332,7 +352,7 @@ void OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                     ConstMatrixView target, float coeff,
                                     MatrixView diq, MatrixView dik,
                                     MatrixView dw, double* sum) {
-  Timed("IndexerKlLoss", 3 * ProductFlops(iq.rows, iq.cols, topk), [&] {
+  Timed("IndexerKlLoss", Flops(3 * ProductFlops(iq.rows, iq.cols, topk)), [&] {
     timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, diq, dik,
                           dw, sum);
   });
@@ -340,17 +360,22 @@ void OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
 
 void OpTimingBackend::RefreshComputeCopies(
     const std::vector<FlatSpan>& weights) {
-  Timed("RefreshComputeCopies", 0,
+  Timed("RefreshComputeCopies", Moves(1.5 * Bytes(weights)),
         [&] { timed_->RefreshComputeCopies(weights); });
 }
 
 double OpTimingBackend::SquaredSum(const std::vector<FlatSpan>& spans) {
-  return Timed("SquaredSum", 0, [&] { return timed_->SquaredSum(spans); });
+  return Timed("SquaredSum", Moves(Bytes(spans)),
+               [&] { return timed_->SquaredSum(spans); });
 }
 
 void OpTimingBackend::AdamWStep(const AdamWHyperparameters& hyper,
                                 const std::vector<AdamWTensor>& tensors) {
-  Timed("AdamWStep", 0, [&] { timed_->AdamWStep(hyper, tensors); });
+  // Weights, gradients and both moments read; weights and moments written.
+  double elements = 0;
+  for (const AdamWTensor& t : tensors) elements += t.size;
+  Timed("AdamWStep", Moves(28 * elements),
+        [&] { timed_->AdamWStep(hyper, tensors); });
 }
 
 }  // namespace glm

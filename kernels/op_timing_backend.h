@@ -7,9 +7,11 @@
 // Ops are grouped by what they compute: matrix products by their weight's
 // shape (one group per kind of projection), attention and the indexer by
 // their sizes. The report, written when the backend is destroyed, lists each
-// group's calls, time, share of the wall time since the first op, and
-// TFLOP/s where the group has a FLOP count; the remainder is the time spent
-// outside ops (host work, copies, synchronizations).
+// group's calls, time, share of the wall time since the first op, TFLOP/s
+// where the group has a FLOP count and GB/s where it is memory-bound (the
+// fewest fp32 bytes the op must move: each operand read or written once, so
+// the rate compares with the device's copy bandwidth); the remainder is the
+// time spent outside ops (host work, copies, synchronizations).
 #ifndef GLM_KERNELS_OP_TIMING_BACKEND_H_
 #define GLM_KERNELS_OP_TIMING_BACKEND_H_
 
@@ -23,6 +25,13 @@
 #include "kernels/backend.h"
 
 namespace glm {
+
+// What one op call costs: its FLOPs (products) or the fewest bytes it moves
+// (memory-bound ops).
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+};
 
 class OpTimingBackend : public Backend {
  public:
@@ -128,10 +137,11 @@ class OpTimingBackend : public Backend {
     double seconds = 0;
     double first_seconds = 0;  // the first call (plans, caches, workspaces)
     double flops = 0;          // 0: no FLOP count for this group
+    double bytes = 0;          // 0: no byte count (compute-bound groups)
   };
-  // Runs `op`, waits for it, and adds its time to group `name`.
+  // Runs `op`, waits for it, and adds its time and cost to group `name`.
   template <typename Op>
-  auto Timed(const std::string& name, double flops, Op op);
+  auto Timed(const std::string& name, OpCost cost, Op op);
 
   std::unique_ptr<Backend> timed_;
   std::ostream* report_;

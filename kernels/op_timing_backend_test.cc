@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -15,6 +17,22 @@ std::vector<float> Ramp(int64_t n, float step) {
   for (int64_t i = 0; i < n; ++i)
     values[i] = step * static_cast<float>(i % 7) - 0.3f;
   return values;
+}
+
+// The cells of the report row whose first cell is `name`, trimmed.
+std::vector<std::string> RowCells(const std::string& report,
+                                  const std::string& name) {
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells = absl::StrSplit(line, '|');
+    if (cells.size() < 3) continue;
+    cells = std::vector<std::string>(cells.begin() + 1, cells.end() - 1);
+    for (std::string& cell : cells) {
+      cell = std::string(absl::StripAsciiWhitespace(cell));
+    }
+    if (cells[0] == name) return cells;
+  }
+  return {};
 }
 
 // The timed backend computes what the backend it wraps computes, and its
@@ -57,6 +75,16 @@ TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
   EXPECT_NE(text.find("| first call ms | ms per later call |"),
             std::string::npos)
       << text;
+  // Products get a FLOP rate, memory-bound ops a byte rate, neither both.
+  EXPECT_NE(text.find("| TFLOP/s | GB/s |"), std::string::npos) << text;
+  const std::vector<std::string> linear = RowCells(text, "Linear w[5,3]"),
+                                 loss = RowCells(text, "CrossEntropyForward");
+  ASSERT_EQ(linear.size(), 8u) << text;
+  ASSERT_EQ(loss.size(), 8u) << text;
+  EXPECT_NE(linear[6], "");
+  EXPECT_EQ(linear[7], "");
+  EXPECT_EQ(loss[6], "");
+  EXPECT_NE(loss[7], "");
 }
 
 // Records the weight ops the wrapper hands on.
