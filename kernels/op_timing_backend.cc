@@ -28,8 +28,16 @@ double Bytes(const std::vector<FlatSpan>& spans) {
   return bytes;
 }
 
+// An accumulation into rows of `out` from the rows of `src`: src read, and
+// each destination row (at most one per source) read and written.
+double ScatterAddBytes(ConstMatrixView src, ConstMatrixView out) {
+  return Bytes(src) +
+         2 * Bytes({nullptr, std::min(src.rows, out.rows), out.cols, out.cols});
+}
+
 OpCost Flops(double flops) { return {flops, 0}; }
-// The fewest bytes a memory-bound op moves: each operand read or written once.
+// The fewest bytes a memory-bound op moves: each operand read or written once
+// (an accumulated output both).
 OpCost Moves(double bytes) { return {0, bytes}; }
 
 }  // namespace
@@ -157,13 +165,13 @@ void OpTimingBackend::EmbeddingForward(ConstMatrixView table,
 
 void OpTimingBackend::EmbeddingBackward(ConstMatrixView dout,
                                         const int32_t* ids, MatrixView dtable) {
-  Timed("EmbeddingBackward", Moves(3 * Bytes(dout)),
+  Timed("EmbeddingBackward", Moves(ScatterAddBytes(dout, dtable)),
         [&] { timed_->EmbeddingBackward(dout, ids, dtable); });
 }
 
 void OpTimingBackend::ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                                      const float* scale, MatrixView out) {
-  Timed("ScatterAddRows", Moves(3 * Bytes(src)),
+  Timed("ScatterAddRows", Moves(ScatterAddBytes(src, out)),
         [&] { timed_->ScatterAddRows(src, rows, scale, out); });
 }
 
@@ -172,9 +180,11 @@ void OpTimingBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                              const float* scale,
                                              ConstMatrixView dout,
                                              MatrixView dsrc, float* dscale) {
-  Timed("ScatterAddRowsBackward", Moves(3 * Bytes(src)), [&] {
-    timed_->ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
-  });
+  Timed("ScatterAddRowsBackward",
+        Moves(Bytes(src) * (1 + (dsrc.empty() ? 0 : 2) + (dscale ? 1 : 0))),
+        [&] {
+          timed_->ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
+        });
 }
 
 void OpTimingBackend::RmsNormForward(ConstMatrixView x, const float* w,
@@ -186,7 +196,7 @@ void OpTimingBackend::RmsNormForward(ConstMatrixView x, const float* w,
 void OpTimingBackend::RmsNormBackward(ConstMatrixView x, const float* w,
                                       const float* rstd, ConstMatrixView dy,
                                       MatrixView dx, float* dw) {
-  Timed("RmsNormBackward", Moves(3 * Bytes(x)),
+  Timed("RmsNormBackward", Moves(2 * Bytes(x) + 2 * Bytes(dx)),
         [&] { timed_->RmsNormBackward(x, w, rstd, dy, dx, dw); });
 }
 
@@ -201,7 +211,7 @@ void OpTimingBackend::LayerNormBackward(ConstMatrixView x, const float* w,
                                         const float* mean, const float* rstd,
                                         ConstMatrixView dy, MatrixView dx,
                                         float* dw, float* db) {
-  Timed("LayerNormBackward", Moves(3 * Bytes(x)),
+  Timed("LayerNormBackward", Moves(2 * Bytes(x) + 2 * Bytes(dx)),
         [&] { timed_->LayerNormBackward(x, w, mean, rstd, dy, dx, dw, db); });
 }
 
@@ -214,7 +224,8 @@ void OpTimingBackend::SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
 void OpTimingBackend::SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                                      ConstMatrixView dout, MatrixView dgate,
                                      MatrixView dup) {
-  Timed("SwiGluBackward", Moves(5 * Bytes(dout)),
+  Timed("SwiGluBackward",
+        Moves(3 * Bytes(dout) + 2 * Bytes(dgate) + 2 * Bytes(dup)),
         [&] { timed_->SwiGluBackward(gate, up, dout, dgate, dup); });
 }
 
@@ -292,7 +303,7 @@ void OpTimingBackend::CrossEntropyForward(ConstMatrixView logits,
 void OpTimingBackend::CrossEntropyBackward(ConstMatrixView logits,
                                            const int32_t* targets, float scale,
                                            MatrixView dlogits) {
-  Timed("CrossEntropyBackward", Moves(2 * Bytes(logits)),
+  Timed("CrossEntropyBackward", Moves(Bytes(logits) + 2 * Bytes(dlogits)),
         [&] { timed_->CrossEntropyBackward(logits, targets, scale, dlogits); });
 }
 
