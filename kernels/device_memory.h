@@ -74,6 +74,11 @@ class DeviceBuffer {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Allocator* allocator() const { return allocator_; }
+  // For a view: the start of the shared allocation it lies in (the same for
+  // every view of that allocation); null for an allocation of its own.
+  const void* shared_data() const {
+    return shared_ == nullptr ? nullptr : shared_->data();
+  }
 
  private:
   void Release();

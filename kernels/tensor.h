@@ -122,6 +122,8 @@ class TensorStorage {
   int64_t size() const { return size_; }
   bool on_host() const { return device_.allocator() == nullptr; }
   Allocator* allocator() const { return device_.allocator(); }
+  // The allocation these elements are a view of; null when they own theirs.
+  const void* arena() const { return device_.shared_data(); }
   T* data() {
     return on_host() ? host_.data() : static_cast<T*>(device_.data());
   }
@@ -191,6 +193,9 @@ class Tensor {
   bool on_host() const { return storage_.on_host(); }
   // Null for host memory.
   Allocator* allocator() const { return storage_.allocator(); }
+  // The allocation this tensor is a view of (kernels/tensor_arena.h), the
+  // same for every tensor of that arena; null when it owns its storage.
+  const void* arena() const { return storage_.arena(); }
   float* data() { return storage_.data(); }
   const float* data() const { return storage_.data(); }
   // The elements of a host tensor.

@@ -53,6 +53,31 @@ int64_t ArenaBytes(int64_t elements) {
   return (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
 }
 
+TensorSpans SpansOf(const std::vector<Tensor*>& tensors) {
+  TensorSpans out;
+  const Tensor* previous = nullptr;  // the last tensor of out.spans.back()
+  for (Tensor* tensor : tensors) {
+    if (tensor->empty()) continue;
+    if (tensor->arena() == nullptr) {
+      out.owning.push_back(tensor);
+      continue;
+    }
+    const float* after_previous =
+        previous == nullptr ? nullptr
+                            : previous->data() + ArenaBytes(previous->numel()) /
+                                                     int64_t{sizeof(float)};
+    if (previous != nullptr && previous->arena() == tensor->arena() &&
+        tensor->data() == after_previous) {
+      out.spans.back().size =
+          tensor->data() + tensor->numel() - out.spans.back().data;
+    } else {
+      out.spans.push_back({tensor->data(), tensor->numel()});
+    }
+    previous = tensor;
+  }
+  return out;
+}
+
 void ArenaRange::SetZero() const {
   if (!empty()) allocator->Fill(data, 0, size * sizeof(float));
 }

@@ -26,6 +26,30 @@ struct ArenaRange {
 // to the next tensor's: tensors start at 256-byte boundaries.
 int64_t ArenaBytes(int64_t elements);
 
+// Floats [data, data + size) of one allocation.
+struct FloatSpan {
+  float* data = nullptr;
+  int64_t size = 0;
+};
+
+// `tensors` as few runs of memory as their layout allows, for a collective
+// to run on where they lie instead of on a packed copy.
+struct TensorSpans {
+  // Views of an arena, in the order given: consecutive tensors share a span
+  // when the next starts where the arena puts the tensor that follows the
+  // previous one (ArenaBytes), so the span covers both and the alignment gap
+  // between them. Nothing writes a gap (it keeps the arena's zeros), and an
+  // element-wise collective adds gap elements only to each other.
+  std::vector<FloatSpan> spans;
+  // The tensors that own their storage (an allocation each), in order.
+  std::vector<Tensor*> owning;
+};
+
+// Splits `tensors` (empty ones are left out) into spans and owning tensors.
+// Ranks whose tensors have the same shapes and the same placement (views of
+// one arena laid out alike, or each its own) get the same span sizes.
+TensorSpans SpansOf(const std::vector<Tensor*>& tensors);
+
 // Tensors of `shapes`, zeros, in one allocation of `allocator` (each at a
 // 256-byte boundary; a shape without elements gives an empty tensor of that
 // shape); the arena lives while any of them does. *range (if given) gets its

@@ -102,5 +102,35 @@ TEST(TensorArenaTest, NoElementsAllocateNothing) {
   EXPECT_EQ(t[1].shape(), (std::vector<int64_t>{2, 0}));
 }
 
+TEST(TensorArenaTest, SpansJoinNeighboursOfOneArena) {
+  SeparateMemoryAllocator device;
+  // 15 floats (padded to 64), 7 (to 64), none, 8, 10, 65.
+  std::vector<Tensor> a = ZerosInOneAllocation(
+      &device, {{3, 5}, {7}, {0, 4}, {2, 2, 2}, {10}, {65}});
+  std::vector<Tensor> b = ZerosInOneAllocation(&device, {{6}, {5}});
+  Tensor own({4}, nullptr);
+  Tensor device_own({3}, &device);
+  // a[4] is left out, so a[5] starts a span of its own; a[2] has no
+  // elements; b's tensors follow a's, but in another allocation.
+  const TensorSpans spans = SpansOf(
+      {&a[0], &a[1], &a[2], &a[3], &own, &a[5], &b[0], &b[1], &device_own});
+  ASSERT_EQ(spans.spans.size(), 3u);
+  EXPECT_EQ(spans.spans[0].data, a[0].data());
+  EXPECT_EQ(spans.spans[0].size, 64 + 64 + 8);
+  EXPECT_EQ(spans.spans[1].data, a[5].data());
+  EXPECT_EQ(spans.spans[1].size, 65);
+  EXPECT_EQ(spans.spans[2].data, b[0].data());
+  EXPECT_EQ(spans.spans[2].size, 64 + 5);
+  EXPECT_EQ(spans.owning, (std::vector<Tensor*>{&own, &device_own}));
+  // Out of arena order nothing joins.
+  const TensorSpans reversed = SpansOf({&a[1], &a[0]});
+  EXPECT_EQ(reversed.spans.size(), 2u);
+  // A copy of a view owns its storage.
+  Tensor copy = a[1];
+  EXPECT_EQ(copy.arena(), nullptr);
+  EXPECT_EQ(a[1].arena(), a[0].arena());
+  EXPECT_NE(b[0].arena(), a[0].arena());
+}
+
 }  // namespace
 }  // namespace glm

@@ -26,8 +26,12 @@ class ParameterShards {
   int64_t end(int rank) const { return first_[rank + 1]; }
 
   // Every rank passes its own copies of the same tensors (in the order of
-  // `sizes`). ReduceScatter: the tensors of this rank's shard become their
-  // sums over `group`; the others are left as they were.
+  // `sizes`). Both collectives exchange one block per rank, all of one size
+  // and back to back, and shards are whole tensors of unequal sizes, so the
+  // tensors are packed into padded blocks even when they lie in an arena
+  // (running on the arena would need it laid out in those blocks).
+  // ReduceScatter: the tensors of this rank's shard become their sums over
+  // `group`; the others are left as they were.
   absl::Status ReduceScatter(Collectives& group,
                              const std::vector<Tensor*>& tensors) const;
   // Every rank's shard of the tensors copied to all ranks.

@@ -3,26 +3,43 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/tensor_arena.h"
+
 namespace glm {
 
 absl::Status AllReduceGradients(Collectives& group,
                                 const std::vector<TrainableTensor>& params) {
+  std::vector<Tensor*> grads;
+  for (const TrainableTensor& p : params) grads.push_back(p.grad);
+  const TensorSpans spans = SpansOf(grads);
+  // Gradients in an arena (a model's on an allocator): one call per run of
+  // them, on the arena itself.
+  for (const FloatSpan& span : spans.spans) {
+    if (absl::Status status =
+            group.AllReduce(span.data, span.size, ReduceOp::kSum);
+        !status.ok()) {
+      return status;
+    }
+  }
+  // Gradients of an allocation each (host tensors, LoRA adapters) lie
+  // scattered: they travel packed, one call for all of them rather than one
+  // per tensor.
+  if (spans.owning.empty()) return absl::OkStatus();
   int64_t total = 0;
-  for (const TrainableTensor& p : params) total += p.grad->numel();
+  for (const Tensor* grad : spans.owning) total += grad->numel();
   std::vector<float> flat(total);
-  int64_t offset = 0;
-  for (const TrainableTensor& p : params) {
-    std::copy_n(p.grad->data(), p.grad->numel(), flat.data() + offset);
-    offset += p.grad->numel();
+  float* next = flat.data();
+  for (const Tensor* grad : spans.owning) {
+    next = std::copy_n(grad->data(), grad->numel(), next);
   }
   if (absl::Status status = group.AllReduce(flat.data(), total, ReduceOp::kSum);
       !status.ok()) {
     return status;
   }
-  offset = 0;
-  for (const TrainableTensor& p : params) {
-    std::copy_n(flat.data() + offset, p.grad->numel(), p.grad->data());
-    offset += p.grad->numel();
+  const float* from = flat.data();
+  for (Tensor* grad : spans.owning) {
+    std::copy_n(from, grad->numel(), grad->data());
+    from += grad->numel();
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,10 @@
 // Data-parallel gradient reduction: every rank's gradients summed over the
-// group, packed into one flat buffer so that a step costs one collective
-// rather than one per tensor.
+// group in as few collectives as their layout allows. Gradients in an arena
+// (kernels/tensor_arena.h: a model's on an allocator) are reduced where they
+// lie, one call per run of consecutive tensors (all of them for the whole
+// model; a list that skips tensors, such as the dense ones under expert
+// parallelism, breaks into runs); gradients that are an allocation each are
+// packed into one flat buffer, one call for all of them.
 #ifndef GLM_TRAINING_GRADIENT_SYNC_H_
 #define GLM_TRAINING_GRADIENT_SYNC_H_
 
@@ -13,7 +17,13 @@
 
 namespace glm {
 
-// In place: each gradient becomes the sum of that gradient over `group`.
+// In place: each gradient becomes the sum of that gradient over `group`,
+// the same on every member. Every member passes tensors of the same shapes
+// placed alike, so that all make the same calls (kernels/tensor_arena.h
+// SpansOf). With two members the sums are those of the packed path bit for
+// bit; with more, a collective may add an element's contributions in an
+// order set by its place in the call's buffer (Gloo's ring does), so the
+// arena's sums and a packed copy's agree to rounding.
 absl::Status AllReduceGradients(Collectives& group,
                                 const std::vector<TrainableTensor>& params);
 
