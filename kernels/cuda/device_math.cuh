@@ -41,14 +41,27 @@ __device__ __forceinline__ auto& At(const View& view, int64_t r, int64_t c) {
 }
 
 // Calls body(r, c) for every element of a [rows, cols] space, spread over the
-// whole grid (a 1-D launch).
+// whole grid (a 1-D launch). Spaces under 2^31 elements (all but the largest)
+// index in 32 bits: a 64-bit division per element costs more issue slots
+// than the element's memory traffic.
 template <typename Body>
 __device__ __forceinline__ void ForEachElement(int64_t rows, int64_t cols,
                                                const Body& body) {
   const int64_t count = rows * cols;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const int64_t step = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count;
-       i += step) {
+  if (count < (int64_t{1} << 31)) {
+    // i + step stays below 2^32: no wrap.
+    const uint32_t n = static_cast<uint32_t>(count),
+                   width = static_cast<uint32_t>(cols);
+    for (uint32_t i = static_cast<uint32_t>(first); i < n;
+         i += static_cast<uint32_t>(step)) {
+      const uint32_t r = i / width;
+      body(int64_t{r}, int64_t{i - r * width});
+    }
+    return;
+  }
+  for (int64_t i = first; i < count; i += step) {
     const int64_t r = i / cols;
     body(r, i - r * cols);
   }

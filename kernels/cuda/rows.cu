@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cassert>
 #include <climits>
 #include <cstddef>
@@ -33,9 +34,38 @@ __global__ void IotaKernel(int32_t* __restrict__ values, int64_t n) {
   if (i < n) values[i] = static_cast<int32_t>(i);
 }
 
-// One block per position of the sorted row ids; only the first position of
-// each run of equal ids works: it adds that destination row's sources in
-// ascending source order, each add rounded as the CPU's serial loop does.
+// The end of the run of `row` in sorted[head, n): the first position past
+// head whose id is greater. Probes at doubling distances, then halves the
+// last gap: a few dependent loads for MoE's runs of top-k sources, and for
+// the long runs of a frequent token's embedding rows alike.
+__device__ int64_t RunEnd(const int32_t* __restrict__ sorted, int64_t head,
+                          int64_t n, int32_t row) {
+  int64_t lo = head + 1, hi = lo, step = 1;
+  while (hi < n && sorted[hi] == row) {
+    lo = hi + 1;
+    step *= 2;
+    hi = head + step;
+  }
+  hi = hi < n ? hi : n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] == row) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Sources added per batch of loads (issued together, added in order).
+constexpr int kScatterBatch = 4;
+
+// Block (p, y) for position p of the sorted row ids and columns y *
+// blockDim.x + threadIdx.x, stepping gridDim.y * blockDim.x; only the first
+// position of each run of equal ids works: it adds that destination row's
+// sources in ascending source order, each add rounded as the CPU's serial
+// loop does.
 __global__ void ScatterAddSortedKernel(const float* __restrict__ src,
                                        int64_t src_stride, int64_t n,
                                        const int32_t* __restrict__ sorted_rows,
@@ -46,15 +76,29 @@ __global__ void ScatterAddSortedKernel(const float* __restrict__ src,
   const int64_t head = blockIdx.x;
   const int32_t row = sorted_rows[head];
   if (head > 0 && sorted_rows[head - 1] == row) return;
-  float* o = out + row * out_stride;
-  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
-    float acc = o[c];
-    for (int64_t k = head; k < n && sorted_rows[k] == row; ++k) {
+  const int64_t end = RunEnd(sorted_rows, head, n, row);
+  for (int64_t c = int64_t{blockIdx.y} * blockDim.x + threadIdx.x; c < cols;
+       c += int64_t{gridDim.y} * blockDim.x) {
+    float* o = out + row * out_stride + c;
+    float acc = *o;
+    int64_t k = head;
+    for (; k + kScatterBatch <= end; k += kScatterBatch) {
+      float s[kScatterBatch], x[kScatterBatch];
+#pragma unroll
+      for (int b = 0; b < kScatterBatch; ++b) {
+        const int32_t i = order[k + b];
+        s[b] = scale ? scale[i] : 1.f;
+        x[b] = src[i * src_stride + c];
+      }
+#pragma unroll
+      for (int b = 0; b < kScatterBatch; ++b) acc += s[b] * x[b];
+    }
+    for (; k < end; ++k) {
       const int32_t i = order[k];
       const float s = scale ? scale[i] : 1.f;
       acc += s * src[i * src_stride + c];
     }
-    o[c] = acc;
+    *o = acc;
   }
 }
 
@@ -164,7 +208,18 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
   assert(src.cols == out.cols);
   if (src.rows == 0) return;
   const InverseIndex inverse = SortRowIds(ctx, rows, src.rows, out.rows);
-  ScatterAddSortedKernel<<<src.rows, kBlockThreads, 0, ctx.stream()>>>(
+  // Sources onto as many rows or more (embedding gradients: a frequent token
+  // is one long run) spread each row's columns over blocks; onto fewer rows
+  // (MoE's unpermute: runs of top-k), one block per position, since each
+  // extra block row would mostly be positions inside runs that do nothing.
+  const int64_t column_blocks =
+      out.rows >= src.rows
+          ? std::min<int64_t>((src.cols + kBlockThreads - 1) / kBlockThreads,
+                              65535)
+          : 1;
+  const dim3 grid(static_cast<unsigned>(src.rows),
+                  static_cast<unsigned>(column_blocks));
+  ScatterAddSortedKernel<<<grid, kBlockThreads, 0, ctx.stream()>>>(
       src.data, src.stride, src.rows, inverse.sorted_rows, inverse.order, scale,
       out.data, out.stride, out.cols);
   GLM_CUDA_CHECK_LAUNCH();

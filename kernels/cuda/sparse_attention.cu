@@ -418,7 +418,7 @@ __global__ void HeadSumKernel(ConstMatrixView probs, int heads,
 // Block t: weights[t, j] = sum over heads h, in order, of exp(scale *
 // scores_h[t, keys[t, j]] - lse[t*heads + h]), each head's score row read
 // through shared memory. scores holds the heads' [rows, nk] blocks one
-// after another.
+// after another (nk: the keys scored, past every selected one).
 __global__ void HeadWeightsKernel(const float* scores, int64_t rows, int64_t nk,
                                   const int32_t* keys, const float* lse,
                                   int heads, float scale, MatrixView weights) {
@@ -833,26 +833,37 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
   // Dense selections: each head's scores for a block of queries by one GEMM
   // (Linear takes the plain scratch for itself, so the scores live in the
   // composite scratch, at most kScoreBlockBytes for all heads), then the
-  // selected ones summed over heads in order.
+  // selected ones summed over heads in order. In self-attention (nq == nk:
+  // query t's keys are <= t) a block of queries forms its scores with the
+  // keys up to its last query only (rounded up to 8 keys, which keeps the
+  // products' rows aligned). Blocks stay as large as the scratch allows:
+  // smaller ones would skip more keys but pay for more, smaller products
+  // (512-query blocks took twice the time at 4k).
   constexpr int64_t kScoreBlockBytes = int64_t{512} << 20;
+  const bool self = nq == nk;
   const int64_t block_rows = std::max<int64_t>(
       1, kScoreBlockBytes / (heads * nk * int64_t{sizeof(float)}));
   float* scores = static_cast<float*>(ctx.CompositeScratch(
       heads * std::min(nq, block_rows) * nk * sizeof(float)));
-  const size_t row_shared = RowSharedBytes(HeadWeightsKernel, nk + topk);
+  // Allowed once for the widest rows; each block launches with its own.
+  RowSharedBytes(HeadWeightsKernel, nk + topk);
   for (int64_t first = 0; first < nq; first += block_rows) {
     const int64_t rows = std::min(block_rows, nq - first);
+    const int64_t key_end =
+        self ? std::min(nk, (first + rows + 7) / 8 * 8) : nk;
     for (int64_t h = 0; h < heads; ++h) {
       const ConstMatrixView q_head{q.data + (first * heads + h) * q.stride,
                                    rows, q.cols, heads * q.stride};
-      const ConstMatrixView k_head{k.data + h * k.stride, nk, k.cols,
+      const ConstMatrixView k_head{k.data + h * k.stride, key_end, k.cols,
                                    heads * k.stride};
       Linear(ctx, q_head, k_head,
-             MatrixView{scores + h * rows * nk, rows, nk, nk}, false);
+             MatrixView{scores + h * rows * key_end, rows, key_end, key_end},
+             false);
     }
-    HeadWeightsKernel<<<rows, kBlockThreads, row_shared, stream>>>(
-        scores, rows, nk, keys + first * topk, lse + first * heads,
-        static_cast<int>(heads), scale, weights.Rows(first, rows));
+    HeadWeightsKernel<<<rows, kBlockThreads, (key_end + topk) * sizeof(float),
+                        stream>>>(scores, rows, key_end, keys + first * topk,
+                                  lse + first * heads, static_cast<int>(heads),
+                                  scale, weights.Rows(first, rows));
     GLM_CUDA_CHECK_LAUNCH();
   }
 }

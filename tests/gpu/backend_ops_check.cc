@@ -2458,6 +2458,9 @@ void AddAttentionCases(Factories& f) {
   AddKeyWeights(f, "sparse", sparse, sparse_q, true);
   AddKeyWeights(f, "small", small, small_q, true);
   AddKeyWeights(f, "glm5.2-mini", mini, mini_q, false);
+  // Self-attention: the bf16 mode's query blocks score keys up to their last
+  // query only (two blocks of 512 here).
+  AddKeyWeights(f, "mini self", self, self_q, false);
 
   const IndexerShape index_tiny{2, 4, 5, 2, 0.5f};
   const IndexerShape index_mini{m.index_n_heads, m.index_head_dim, tokens, topk,
