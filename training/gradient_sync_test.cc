@@ -21,6 +21,7 @@
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "kernels/tensor_arena.h"
 #include "parallel/gloo_collectives.h"
+#include "training/hashed_token_dataset.h"
 #include "training/trainer.h"
 #include "training/training_data.h"
 
@@ -216,25 +217,6 @@ TEST(GradientSyncTest, TwoGlooRanksMatchPacking) {
 
 TEST(GradientSyncTest, ThreeGlooRanksAgree) { ExpectGlooRanksMatchPacking(3); }
 
-// Token ids from a fixed hash of (sample, position).
-class HashedTokens : public TokenSampleDataset {
- public:
-  explicit HashedTokens(int64_t seq_length) : seq_length_(seq_length) {}
-  int64_t size() const override { return 1024; }
-  int64_t seq_length() const override { return seq_length_; }
-  std::vector<int32_t> Sample(int64_t index) const override {
-    std::vector<int32_t> ids;
-    for (int64_t i = 0; i <= seq_length_; ++i) {
-      const uint64_t h = (index * 2654435761u + i * 40503u) ^ (index >> 3);
-      ids.push_back(static_cast<int32_t>(h % 509));
-    }
-    return ids;
-  }
-
- private:
-  int64_t seq_length_;
-};
-
 TrainerOptions Options() {
   TrainerOptions o;
   o.model = *PresetConfig("glm5.2-tiny");
@@ -288,12 +270,12 @@ RankRun TrainRank(gloo::rendezvous::HashStore& store, const std::string& prefix,
     host.InitRandom(options.seed);
     params = MirrorParameters(host, memory);
   }
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(options,
-                      std::make_unique<PretrainData>(
-                          std::make_unique<HashedTokens>(options.seq_length)),
-                      std::move(params), std::make_unique<CpuBackend>(),
-                      &recording, std::nullopt, ep);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
+      options,
+      std::make_unique<PretrainData>(
+          std::make_unique<HashedTokenDataset>(options.seq_length)),
+      std::move(params), std::make_unique<CpuBackend>(), &recording,
+      std::nullopt, ep);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   while (!(*trainer)->Done()) {
