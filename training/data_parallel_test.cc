@@ -191,7 +191,7 @@ TEST(DataParallelTest, TwoRanksTakeTheStepsOfOneProcess) {
 // without ZeRO-1, EP2).
 TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
   SeparateMemoryAllocator memory;
-  for (const auto [distributed_optimizer, expert_parallel] :
+  for (const auto& [distributed_optimizer, expert_parallel] :
        {std::pair{false, false}, std::pair{true, false},
         std::pair{false, true}}) {
     const std::vector<TrainingRun> host =
