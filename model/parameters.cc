@@ -71,16 +71,28 @@ void DeclareDecoderLayer(const ModelConfig& c, int layer_number,
   DeclareMlp(hidden, inter * c.n_shared_experts, &m.shared_experts, shapes);
 }
 
-// `part` of `whole` (a copy).
+// Copies `part` of `whole` into `out`, a tensor of the part's shape where
+// `whole` lives: a copy per run (one for a part of dimension 0).
+void CopyPart(const Tensor& whole, const TensorPart& part, Tensor* out) {
+  const PartRuns runs = RunsOf(part, whole.shape());
+  if (runs.length == 0) return;
+  for (int64_t r = 0; r < runs.count; ++r) {
+    const float* from = whole.data() + runs.first + r * runs.stride;
+    float* to = out->data() + r * runs.length;
+    if (whole.on_host()) {
+      std::copy_n(from, runs.length, to);
+    } else {
+      whole.allocator()->CopyWithin(to, from, runs.length * sizeof(float));
+    }
+  }
+}
+
+// `part` of `whole` (a copy, where `whole` lives).
 Tensor CopyPart(const Tensor& whole, const TensorPart& part) {
   std::vector<int64_t> shape = whole.shape();
   shape[part.dim] = part.count;
-  Tensor out(std::move(shape));
-  const PartRuns runs = RunsOf(part, whole.shape());
-  for (int64_t r = 0; r < runs.count; ++r) {
-    std::copy_n(whole.data() + runs.first + r * runs.stride, runs.length,
-                out.data() + r * runs.length);
-  }
+  Tensor out(std::move(shape), whole.allocator());
+  CopyPart(whole, part, &out);
   return out;
 }
 
@@ -173,6 +185,22 @@ void DrawHeldElements(uint64_t key, float std, const PartRuns& runs,
   }
 }
 
+// The shapes of the held parts of `tensors`' values, and of their gradients
+// (buffers have none), in order.
+struct HeldShapes {
+  std::vector<std::vector<int64_t>> values, grads;
+};
+HeldShapes ShapesOfHeld(
+    const std::vector<NamedTensor>& tensors, const HeldTensors& held,
+    const std::map<std::string, std::vector<int64_t>>& wholes) {
+  HeldShapes shapes;
+  for (const NamedTensor& named : tensors) {
+    shapes.values.push_back(held.PartShape(named.name, wholes.at(named.name)));
+    if (named.grad != nullptr) shapes.grads.push_back(shapes.values.back());
+  }
+  return shapes;
+}
+
 // Allocates (zeros) the held part of each of `tensors`, value and gradient.
 // On a device, every value in one allocation and every gradient in another
 // (each tensor a view, kernels/tensor_arena.h); returns the gradients' range.
@@ -185,15 +213,11 @@ ArenaRange AllocateHeld(
     const std::map<std::string, std::vector<int64_t>>& wholes) {
   Allocator* allocator = CurrentAllocator();
   if (allocator != nullptr) {
-    std::vector<std::vector<int64_t>> value_shapes, grad_shapes;
-    for (const NamedTensor& named : tensors) {
-      value_shapes.push_back(held.PartShape(named.name, wholes.at(named.name)));
-      if (named.grad != nullptr) grad_shapes.push_back(value_shapes.back());
-    }
-    std::vector<Tensor> values = ZerosInOneAllocation(allocator, value_shapes);
+    const HeldShapes shapes = ShapesOfHeld(tensors, held, wholes);
+    std::vector<Tensor> values = ZerosInOneAllocation(allocator, shapes.values);
     ArenaRange grad_range;
     std::vector<Tensor> grads =
-        ZerosInOneAllocation(allocator, grad_shapes, &grad_range);
+        ZerosInOneAllocation(allocator, shapes.grads, &grad_range);
     size_t g = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
       *tensors[i].value = std::move(values[i]);
@@ -217,6 +241,51 @@ ArenaRange AllocateHeld(
     for (size_t i; (i = next++) < tensors.size();) allocate(tensors[i]);
   });
   return {};
+}
+
+// Lays `tensors` (a model's, on `allocator`) out again as AllocateHeld lays
+// out a model of `held` there: a new arena of values holds the held part of
+// each value (a tensor not held becomes empty), another of gradients the
+// gradients of tensors that keep their shape and zeros for the cut ones.
+// The values move before the gradients are allocated, so the old values'
+// arena is freed first. Returns the new gradients' range.
+ArenaRange RelayOut(Allocator* allocator,
+                    const std::vector<NamedTensor>& tensors,
+                    const HeldTensors& held,
+                    const std::map<std::string, std::vector<int64_t>>& wholes) {
+  std::vector<NamedTensor> kept;
+  for (const NamedTensor& named : tensors) {
+    if (held.Holds(named.name)) {
+      kept.push_back(named);
+      continue;
+    }
+    *named.value = Tensor();
+    if (named.grad != nullptr) *named.grad = Tensor();
+  }
+  const HeldShapes shapes = ShapesOfHeld(kept, held, wholes);
+  std::vector<Tensor> values = ZerosInOneAllocation(allocator, shapes.values);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const Tensor& value = *kept[i].value;
+    if (value.shape() == values[i].shape()) {
+      values[i].CopyFrom(value);
+    } else {
+      CopyPart(value, held.PartOf(kept[i].name, value.shape()), &values[i]);
+    }
+  }
+  for (size_t i = 0; i < kept.size(); ++i) {
+    *kept[i].value = std::move(values[i]);
+  }
+  ArenaRange grad_range;
+  std::vector<Tensor> grads =
+      ZerosInOneAllocation(allocator, shapes.grads, &grad_range);
+  size_t g = 0;
+  for (const NamedTensor& named : kept) {
+    if (named.grad == nullptr) continue;
+    Tensor& grad = grads[g++];
+    if (named.grad->shape() == grad.shape()) grad.CopyFrom(*named.grad);
+    *named.grad = std::move(grad);
+  }
+  return grad_range;
 }
 
 }  // namespace
@@ -338,6 +407,24 @@ absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
           "] nor the part held"));
     }
   }
+  // Where the model lives (null: host memory), and whether anything changes.
+  Allocator* allocator = nullptr;
+  bool changes = false;
+  for (const NamedTensor& named : Named()) {
+    if (allocator == nullptr && !named.value->empty()) {
+      allocator = named.value->allocator();
+    }
+    changes |= held.Holds(named.name)
+                   ? named.value->shape() !=
+                         held.PartShape(named.name, WholeShape(named.name))
+                   : !named.value->empty();
+  }
+  held_ = held;
+  if (!changes) return absl::OkStatus();
+  if (allocator != nullptr) {
+    grad_arena_.range = RelayOut(allocator, Named(), held, whole_shapes_);
+    return absl::OkStatus();
+  }
   for (const NamedTensor& named : Named()) {
     const auto part = held.parts.find(named.name);
     if (!held.Holds(named.name)) {
@@ -346,10 +433,11 @@ absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
     } else if (part != held.parts.end() &&
                named.value->dim(part->second.dim) != part->second.count) {
       *named.value = CopyPart(*named.value, part->second);
-      if (named.grad != nullptr) *named.grad = Tensor(named.value->shape());
+      if (named.grad != nullptr) {
+        *named.grad = Tensor(named.value->shape(), nullptr);
+      }
     }
   }
-  held_ = held;
   grad_arena_.range = {};
   return absl::OkStatus();
 }

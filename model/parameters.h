@@ -158,8 +158,11 @@ class ModelParameters {
   void InitRandom(uint64_t seed, float std = 0.02f);
   // Keeps of each tensor only what `held` names (a subset of what is held
   // now): tensors not named become empty, whole tensors are cut to their
-  // part; a tensor that already has its part's shape stays. InvalidArgument
-  // naming the tensor when its shape is neither.
+  // part (with a zero gradient); a tensor that already has its part's shape
+  // stays. The kept tensors stay where the model lives: on a device they are
+  // laid out again as a device model of `held` is (its values in one new
+  // allocation, its gradients in another, the old ones freed), unless nothing
+  // changes. InvalidArgument naming the tensor when its shape is neither.
   absl::Status KeepHeld(const HeldTensors& held);
   // One fill over the gradient arena when there is one, else one per tensor.
   void ZeroGrad();
@@ -191,8 +194,8 @@ class ModelParameters {
     OwnArena(OwnArena&&) = default;
     OwnArena& operator=(OwnArena&&) = default;
   };
-  // Set when the tensors are allocated on a device (KeepHeld drops it: the
-  // cut tensors are new).
+  // Set when the tensors are allocated on a device (KeepHeld sets it to the
+  // gradients' new allocation when it lays them out again).
   OwnArena grad_arena_;
   std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,90 @@ TEST(ModelParametersTest, DeviceMirrorLivesInTwoArenas) {
     }
   }
   EXPECT_EQ(device.bytes_in_use(), 0);
+}
+
+}  // namespace
+}  // namespace glm
+
+namespace glm {
+namespace {
+
+// Where every held tensor of `params` lives, all in one place: null for host
+// memory.
+Allocator* OnlyPlace(ModelParameters& params) {
+  std::set<Allocator*> places;
+  for (const NamedTensor& named : params.Named()) {
+    if (!named.value->empty()) places.insert(named.value->allocator());
+    if (named.grad != nullptr && !named.grad->empty()) {
+      places.insert(named.grad->allocator());
+    }
+  }
+  EXPECT_EQ(places.size(), 1u);
+  return places.empty() ? nullptr : *places.begin();
+}
+
+// A whole model on a device cut to some tensors stays there, laid out as a
+// device model of those tensors is: values in one arena and gradients in
+// another (the whole model's arenas freed), the held parts of the values, the
+// gradients of tensors kept whole, and zeros for the cut ones.
+TEST(ModelParametersTest, KeepHeldOnADeviceKeepsTheModelInItsArenas) {
+  ModelParameters host(TinyTestConfig());
+  host.InitRandom(3);
+  for (NamedTensor& named : host.Named()) {
+    if (named.grad != nullptr) named.grad->CopyFrom(*named.value);
+  }
+  SeparateMemoryAllocator device;
+  int64_t held_bytes = 0;
+  {
+    AllocatorScope on_device(&device);
+    const ModelParameters held(TinyTestConfig(), SomeTensors());
+    held_bytes = device.bytes_in_use();
+  }
+  std::unique_ptr<ModelParameters> mirror = MirrorParameters(host, &device);
+  CopyGradients(host, *mirror);
+  ASSERT_TRUE(mirror->KeepHeld(SomeTensors()).ok());
+  EXPECT_EQ(OnlyPlace(*mirror), &device);
+  EXPECT_EQ(device.allocations(), 2);
+  EXPECT_EQ(device.bytes_in_use(), held_bytes);
+  ModelParameters back(TinyTestConfig(), SomeTensors());
+  CopyValues(*mirror, back);
+  CopyGradients(*mirror, back);
+  ExpectHeldPartsOfWhole(back, host);
+  for (const NamedTensor& named : back.Named()) {
+    if (named.grad == nullptr || named.grad->empty()) continue;
+    if (SomeTensors().parts.count(named.name) > 0) {
+      for (float g : named.grad->values()) ASSERT_EQ(g, 0.f) << named.name;
+    } else {
+      EXPECT_EQ(named.grad->values(), named.value->values()) << named.name;
+    }
+  }
+  // ZeroGrad clears the new gradient arena.
+  mirror->ZeroGrad();
+  CopyGradients(*mirror, back);
+  for (const NamedTensor& named : back.Named()) {
+    if (named.grad == nullptr) continue;
+    for (float g : named.grad->values()) ASSERT_EQ(g, 0.f) << named.name;
+  }
+}
+
+// A device model that holds the part already keeps its tensors where they
+// are.
+TEST(ModelParametersTest, KeepHeldOnADeviceModelAlreadyCutMovesNothing) {
+  ModelParameters host(TinyTestConfig(), SomeTensors());
+  host.InitRandom(3);
+  SeparateMemoryAllocator device;
+  std::unique_ptr<ModelParameters> mirror = MirrorParameters(host, &device);
+  std::vector<const float*> before;
+  for (const NamedTensor& named : mirror->Named()) {
+    before.push_back(named.value->data());
+  }
+  ASSERT_TRUE(mirror->KeepHeld(SomeTensors()).ok());
+  std::vector<const float*> after;
+  for (const NamedTensor& named : mirror->Named()) {
+    after.push_back(named.value->data());
+  }
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(device.allocations(), 2);
 }
 
 }  // namespace

@@ -244,7 +244,9 @@ struct RankRun {
 // One of two data-parallel ranks (EP2 over the same ranks when
 // `expert_parallel`); `memory` (null: host tensors) is where the weights
 // given to the trainer live, as they do when a worker hands over weights on
-// an allocator. The backend computes in host memory either way.
+// an allocator. They are given whole: under EP2 the trainer cuts them to the
+// rank's experts where they live. The backend computes in host memory either
+// way.
 RankRun TrainRank(gloo::rendezvous::HashStore& store, const std::string& prefix,
                   int rank, bool expert_parallel, Allocator* memory) {
   RankRun run;
@@ -263,10 +265,7 @@ RankRun TrainRank(gloo::rendezvous::HashStore& store, const std::string& prefix,
   const TrainerOptions options = Options();
   std::unique_ptr<ModelParameters> params;
   if (memory != nullptr) {
-    ModelParameters host(
-        options.model,
-        HeldTensorsOf(options.model,
-                      RankShareOf(std::nullopt, ep, std::nullopt)));
+    ModelParameters host(options.model);
     host.InitRandom(options.seed);
     params = MirrorParameters(host, memory);
   }
