@@ -36,8 +36,10 @@ CommandFlags DeclareFlags() {
             "allows)",
             "search");
   flags.Add("precision",
-            "bf16 (Megatron-Core mixed precision) or fp32 (this trainer "
-            "today); default bf16, fp32 on --cluster=cpu");
+            "bf16 (Megatron-Core mixed precision), fp32 (this trainer: CPU "
+            "ranks, or a job's precision fp32 on cuda) or fp32-bf16-copies "
+            "(this trainer's CUDA bf16 mode: the fp32 store plus bf16 copies "
+            "of the product weights); default bf16, fp32 on --cluster=cpu");
   flags.Add("distributed-optimizer", "ZeRO-1 over data-parallel ranks", "true");
   flags.Add("routing-imbalance",
             "tokens the busiest expert rank receives over the mean", "1.0");
@@ -110,6 +112,12 @@ absl::Status TrainingOf(const CommandFlags& flags, PlanJob* job) {
           : (flags.Get("cluster") == "cpu" ? "fp32" : "bf16");
   absl::StatusOr<Precision> parsed = ParsePrecision(precision);
   if (!parsed.ok()) return parsed.status();
+  // As a job spec: bf16 computes on "cuda" only (jobspec/).
+  if (*parsed == Precision::kFp32Bf16Copies && flags.Get("cluster") == "cpu") {
+    return absl::InvalidArgumentError(
+        "--precision: fp32-bf16-copies is this trainer's CUDA bf16 mode; CPU "
+        "ranks keep no copies (--precision=fp32)");
+  }
   job->precision = *parsed;
   return absl::OkStatus();
 }

@@ -60,6 +60,25 @@ TEST(PlanCommandTest, CpuRanksPlanThisTrainer) {
   EXPECT_NE(text.find("recomputation none"), std::string::npos) << text;
 }
 
+TEST(PlanCommandTest, CudaBf16ModeAddsWeightCopies) {
+  const std::vector<std::string> args = {
+      "--preset=glm5.2-tiny", "--cluster=h200", "--world=2", "--seq-length=256",
+      "--global-batch=8",     "--explain",      "--pp=2"};
+  std::vector<std::string> copies = args;
+  copies.push_back("--precision=fp32-bf16-copies");
+  const std::string text = TextOf(copies);
+  EXPECT_NE(text.find("precision fp32-bf16-copies"), std::string::npos) << text;
+  EXPECT_NE(text.find("bf16 copies"), std::string::npos) << text;
+  std::vector<std::string> fp32 = args;
+  fp32.push_back("--precision=fp32");
+  EXPECT_NE(TextOf(fp32), text);
+  EXPECT_NE(ErrorOf({"--preset=glm5.2-tiny", "--cluster=cpu", "--world=1",
+                     "--seq-length=64", "--global-batch=2",
+                     "--precision=fp32-bf16-copies"})
+                .find("--precision"),
+            std::string::npos);
+}
+
 TEST(PlanCommandTest, ErrorsNameTheFlag) {
   EXPECT_NE(ErrorOf({"--preset=glm5.2-mini", "--cluster=h200"}).find("--world"),
             std::string::npos);

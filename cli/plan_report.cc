@@ -52,14 +52,16 @@ std::vector<std::pair<std::string, int64_t>> Summed(
 }
 
 std::string MemoryTable(const Evaluation& e, const DeviceSpec& device) {
-  TextTable table({"pp", "stages", "weights", "grads", "master", "moments",
-                   "lora", "activations", "in flight", "transient", "sends",
-                   "exchange+kept", "runtime", "slack", "peak", "fits"});
+  TextTable table({"pp", "stages", "weights", "bf16 copies", "grads", "master",
+                   "moments", "lora", "activations", "in flight", "transient",
+                   "sends", "exchange+kept", "runtime", "slack", "peak",
+                   "fits"});
   for (const RankMemory& m : e.memory) {
     table.AddRow(
         {absl::StrCat(m.pp_rank), StagesOf(e.plan, m.pp_rank),
-         Bytes(m.state.weights), Bytes(m.state.gradients),
-         Bytes(m.state.master), Bytes(m.state.moments), Bytes(m.state.adapters),
+         Bytes(m.state.weights), Bytes(m.state.copies),
+         Bytes(m.state.gradients), Bytes(m.state.master),
+         Bytes(m.state.moments), Bytes(m.state.adapters),
          Bytes(m.schedule.activations), absl::StrCat(m.schedule.in_flight),
          Bytes(m.schedule.transient), Bytes(m.schedule.sent),
          Bytes(m.exchange + m.retained), Bytes(m.runtime), Bytes(m.slack),

@@ -1,20 +1,31 @@
 #include "model/weight_copies.h"
 
+#include "kernels/bf16_copy_layout.h"
+
 namespace glm {
 
+bool IsProductWeight(const ModelParameters& params, const NamedTensor& named) {
+  const bool gathered_only = !params.config().tie_word_embeddings &&
+                             named.value == &params.embed_tokens.value;
+  return params.WholeShape(named.name).size() >= 2 && !gathered_only;
+}
+
 std::vector<FlatSpan> ProductWeights(ModelParameters& params) {
-  const Tensor* gathered_only = params.config().tie_word_embeddings
-                                    ? nullptr
-                                    : &params.embed_tokens.value;
   std::vector<FlatSpan> spans;
   for (const NamedTensor& named : params.Named()) {
     const Tensor& value = *named.value;
-    if (value.shape().size() < 2 || value.empty() || &value == gathered_only) {
-      continue;
-    }
+    if (value.empty() || !IsProductWeight(params, named)) continue;
     spans.push_back({value.data(), value.numel()});
   }
   return spans;
+}
+
+int64_t ProductWeightCopyBytes(ModelParameters& params) {
+  std::vector<int64_t> sizes;
+  for (const FlatSpan& span : ProductWeights(params)) {
+    sizes.push_back(span.size);
+  }
+  return LayOutBf16Copies(sizes).bytes;
 }
 
 void RefreshComputeCopies(Backend& backend, ModelParameters& params) {

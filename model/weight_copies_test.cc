@@ -58,5 +58,40 @@ TEST(ProductWeightsTest, TensorsNotHeldAreLeftOut) {
   EXPECT_EQ(spans[0].data, params.layers[0].self_attn.o_proj.value.data());
 }
 
+TEST(ProductWeightsTest, TheSameTensorsHeldOrNot) {
+  ModelConfig config = TinyTestConfig();
+  config.tie_word_embeddings = false;
+  ModelParameters whole(config);
+  HeldTensors nothing;
+  nothing.names.emplace();
+  ModelParameters shapes(config, nothing);
+  EXPECT_TRUE(ProductWeights(shapes).empty());
+  std::vector<std::string> held, declared;
+  for (const NamedTensor& named : whole.Named()) {
+    if (IsProductWeight(whole, named)) held.push_back(named.name);
+  }
+  for (const NamedTensor& named : shapes.Named()) {
+    if (IsProductWeight(shapes, named)) declared.push_back(named.name);
+  }
+  EXPECT_EQ(held, declared);
+  EXPECT_EQ(held.size(), ProductWeights(whole).size());
+}
+
+// One allocation, each copy starting on 16 bytes (8 bf16 elements).
+TEST(ProductWeightsTest, CopyBytesRoundEachSpanToSixteenBytes) {
+  ModelConfig config = TinyTestConfig();
+  ModelParameters params(config);
+  int64_t bytes = 0;
+  for (const FlatSpan& span : ProductWeights(params)) {
+    bytes += (span.size + 7) / 8 * 8 * 2;
+  }
+  EXPECT_GT(bytes, 0);
+  EXPECT_EQ(ProductWeightCopyBytes(params), bytes);
+  HeldTensors nothing;
+  nothing.names.emplace();
+  ModelParameters none(config, nothing);
+  EXPECT_EQ(ProductWeightCopyBytes(none), 0);
+}
+
 }  // namespace
 }  // namespace glm

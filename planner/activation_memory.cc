@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace glm {
 
 TokenShare TokenShareOf(const PlanJob& job, const Split& split) {
@@ -40,18 +42,20 @@ bool RunsAsOneModel(const Split& split) {
 
 absl::StatusOr<StageActivationBytes> StageActivationMemory(
     const PlanJob& job, const Split& split, const StageSlice& stage) {
-  if (job.precision == Precision::kFp32) {
+  if (IsTrainerStore(job.precision)) {
     // training.recomputeActivations: whole layers, one model per rank.
     if (job.recompute == Recompute::kSelective) {
       return absl::InvalidArgumentError(
-          "--recompute=selective: this trainer (--precision=fp32) recomputes "
-          "whole layers only (--recompute=full)");
+          absl::StrCat("--recompute=selective: this trainer (--precision=",
+                       PrecisionName(job.precision),
+                       ") recomputes whole layers only (--recompute=full)"));
     }
     if (job.recompute == Recompute::kFull &&
         (!RunsAsOneModel(split) || split.ep > 1)) {
       return absl::InvalidArgumentError(
-          "--recompute=full: this trainer (--precision=fp32) recomputes "
-          "layers only with tp, cp, pp and ep 1");
+          absl::StrCat("--recompute=full: this trainer (--precision=",
+                       PrecisionName(job.precision),
+                       ") recomputes layers only with tp, cp, pp and ep 1"));
     }
     return Fp32StageActivations(job, split, stage);
   }

@@ -1,11 +1,12 @@
 // Activations of one micro batch on one rank: what each pipeline stage keeps
 // from its forward to its backward, by named term, and the most its passes
 // allocate on top at once. Two stores (planner/plan_job.h):
-// - kFp32: this trainer's tensors as model/*.h and parallel/stage_model.h
-//   keep them (activation_fp32.cc);
+// - kFp32 and kFp32Bf16Copies: this trainer's tensors as model/*.h and
+//   parallel/stage_model.h keep them (activation_fp32.cc; its CUDA bf16
+//   mode keeps the same fp32 activations);
 // - kBf16Mixed: Megatron-Core's bf16 training (activation_bf16.cc).
-// Recomputation (Megatron's) applies to kBf16Mixed only; this trainer keeps
-// every activation.
+// Megatron's recomputation (selective or full) applies to kBf16Mixed; this
+// trainer recomputes whole layers (full), as one model per rank only.
 #ifndef GLM_PLANNER_ACTIVATION_MEMORY_H_
 #define GLM_PLANNER_ACTIVATION_MEMORY_H_
 

@@ -18,8 +18,10 @@ constexpr Named<Recompute> kRecomputes[] = {
     {"none", Recompute::kNone},
     {"selective", Recompute::kSelective},
     {"full", Recompute::kFull}};
-constexpr Named<Precision> kPrecisions[] = {{"fp32", Precision::kFp32},
-                                            {"bf16", Precision::kBf16Mixed}};
+constexpr Named<Precision> kPrecisions[] = {
+    {"fp32", Precision::kFp32},
+    {"fp32-bf16-copies", Precision::kFp32Bf16Copies},
+    {"bf16", Precision::kBf16Mixed}};
 
 template <typename T, size_t N>
 absl::StatusOr<T> Parse(const Named<T> (&table)[N], const char* flag,

@@ -31,14 +31,26 @@ enum class Recompute {
 
 // How tensors are stored and which activations are kept.
 enum class Precision {
-  // This trainer today: every tensor fp32, activations as model/*.h keep
-  // them (attention probabilities over the top-k keys, whole logits).
+  // This trainer's store: every tensor fp32, activations as model/*.h keep
+  // them (attention probabilities over the top-k keys). Its CPU ranks, and
+  // its CUDA ranks with a job's precision "fp32".
   kFp32,
+  // This trainer's CUDA bf16 mode (a job's precision "bf16" on "cuda", the
+  // default there): the fp32 store plus one bf16 copy of every held product
+  // weight (model/weight_copies.h: everything but the embedding and the
+  // norms) in one allocation, which products read.
+  kFp32Bf16Copies,
   // Megatron-Core's and DESIGN.md section 9's mixed precision: bf16 weights
   // and activations, fp32 gradients, master weights and AdamW moments;
   // attention keeps its log-sum-exp, not probabilities.
   kBf16Mixed,
 };
+
+// Whether `precision` is one of this trainer's stores (fp32 tensors, its
+// activations, recomputation and gradient exchanges), not Megatron-Core's.
+inline bool IsTrainerStore(Precision precision) {
+  return precision != Precision::kBf16Mixed;
+}
 
 struct PlanJob {
   ModelConfig model;
@@ -79,9 +91,9 @@ const char* RecomputeName(Recompute recompute);
 const char* PrecisionName(Precision precision);
 
 // Bytes of one stored element of a weight or activation (gradients, master
-// weights and moments are fp32 in both stores).
+// weights and moments are fp32 in every store).
 inline int64_t ElementBytes(Precision precision) {
-  return precision == Precision::kFp32 ? 4 : 2;
+  return IsTrainerStore(precision) ? 4 : 2;
 }
 
 }  // namespace glm

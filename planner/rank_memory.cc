@@ -15,7 +15,7 @@ ChunkMemory ChunkOf(const PlanJob& job, const SplitPlan& plan,
   ChunkMemory chunk;
   chunk.saved = acts.saved_bytes();
   chunk.transient = acts.transient_bytes();
-  if (job.precision == Precision::kFp32 && plan.split.pp > 1) {
+  if (IsTrainerStore(job.precision) && plan.split.pp > 1) {
     const int64_t hidden = TokenShareOf(job, plan.split).local *
                            job.model.hidden_size * kFp32Bytes;
     if (!stage.has_loss) chunk.sent_forward = hidden;

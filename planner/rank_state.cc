@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "kernels/bf16_copy_layout.h"
 #include "kernels/tensor_arena.h"
 #include "planner/rank_tensor_list.h"
 
@@ -55,12 +56,17 @@ class UpdatedTensors {
 struct HeldElements {
   int64_t parameters = 0, buffers = 0, adapters = 0, held_adapters = 0;
   int64_t held_targets = 0;
+  // The allocation of bf16 copies of the held product weights.
+  int64_t copy_bytes = 0;
 
   explicit HeldElements(const RankTensors& tensors)
       : held_targets(tensors.held_target_elements) {
+    std::vector<int64_t> products;
     for (const RankTensor& t : tensors.held) {
       (t.trainable ? parameters : buffers) += t.elements;
+      if (t.product_weight) products.push_back(t.elements);
     }
+    copy_bytes = LayOutBf16Copies(products).bytes;
     for (const RankTensor& a : tensors.adapters) {
       adapters += a.elements;
       if (a.trainable) held_adapters += a.elements;
@@ -73,7 +79,7 @@ StateBytes BytesOf(const PlanJob& job, const HeldElements& held,
   const bool lora = job.kind == TrainingKind::kLora;
   StateBytes bytes;
   bytes.moments = 2 * kFp32Bytes * updated.elements;
-  if (job.precision == Precision::kFp32) {
+  if (IsTrainerStore(job.precision)) {
     // AdamW makes moments where their weights live: the model's weights on a
     // device get theirs in two flat buffers there (in host memory, a tensor
     // each takes up to 252 bytes less); LoRA's adapters, in host memory
@@ -81,6 +87,9 @@ StateBytes BytesOf(const PlanJob& job, const HeldElements& held,
     if (!lora) bytes.moments = 2 * updated.arena_bytes;
     bytes.weights = kFp32Bytes * (held.parameters + held.buffers);
     bytes.gradients = kFp32Bytes * held.parameters;
+    if (job.precision == Precision::kFp32Bf16Copies) {
+      bytes.copies = held.copy_bytes;
+    }
     if (lora) {
       bytes.adapters =
           2 * kFp32Bytes * held.adapters + kFp32Bytes * held.held_targets;

@@ -13,6 +13,10 @@
 //   data-parallel group. LoRA keeps A, B and their gradients of every target
 //   of the model on every rank, a frozen copy of each held target weight,
 //   and moments of its held targets' adapters (a tensor each).
+// - kFp32Bf16Copies, this trainer's CUDA bf16 mode: kFp32's, plus a bf16
+//   copy of every held product weight (model/weight_copies.h) in one
+//   allocation, each copy starting on 16 bytes (kernels/bf16_copy_layout.h,
+//   as kernels/cuda/bf16_weight_copies.cc allocates them).
 // - kBf16Mixed, Megatron-Core: bf16 values, fp32 gradients of trainable
 //   tensors, fp32 master weights and moments of updated tensors; ZeRO-1
 //   over data x context parallel ranks for dense tensors, over the expert-
@@ -37,9 +41,10 @@ struct StateBytes {
   int64_t master = 0;    // fp32 copies of the bf16 weights it updates
   int64_t moments = 0;   // AdamW exp_avg and exp_avg_sq
   int64_t adapters = 0;  // LoRA: adapters, their gradients, frozen copies
+  int64_t copies = 0;    // bf16 copies of the product weights products read
 
   int64_t Total() const {
-    return weights + gradients + master + moments + adapters;
+    return weights + gradients + master + moments + adapters + copies;
   }
 };
 

@@ -11,6 +11,12 @@
 //
 // glm5.2-mini: single ranks of large splits (the others' groups stand in by
 // size only), weights and gradients after the trainer is built.
+//
+// Every rank is also checked in this trainer's CUDA bf16 mode
+// (kFp32Bf16Copies): the same state plus the one allocation of bf16 copies
+// the CUDA backend makes of the spans the trainer hands it
+// (ProductWeights of the rank's model, laid out by kernels/bf16_copy_layout.h
+// as kernels/cuda/bf16_weight_copies.cc allocates them).
 #include "planner/rank_state.h"
 
 #include <algorithm>
@@ -27,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
+#include "model/weight_copies.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_tensors.h"
@@ -118,11 +125,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
 }
 
 // Weights (values, buffers included) and gradients as the trainer holds
-// them; with LoRA also its adapters (as State() shows them: whole, so
-// without tensor parallelism), their gradients (same shapes, training/
-// lora.h) and the frozen copy of each held target weight.
+// them, and the bf16 copies a CUDA backend in bf16 would allocate of the
+// product weights the trainer hands it (Backend::RefreshComputeCopies); with
+// LoRA also its adapters (as State() shows them: whole, so without tensor
+// parallelism), their gradients (same shapes, training/lora.h) and the
+// frozen copy of each held target weight.
 StateBytes HeldBytes(Trainer& trainer, const PlanJob& job) {
   StateBytes bytes;
+  bytes.copies = ProductWeightCopyBytes(trainer.params());
   for (const NamedTensor& named : trainer.params().Named()) {
     bytes.weights += kFp32Bytes * named.value->numel();
     if (named.grad != nullptr) {
@@ -167,6 +177,30 @@ void ExpectSame(const StateBytes& got, const StateBytes& want,
   EXPECT_EQ(got.master, want.master) << where << ": master weights";
   EXPECT_EQ(got.moments, want.moments) << where << ": AdamW moments";
   EXPECT_EQ(got.adapters, want.adapters) << where << ": LoRA adapters";
+  EXPECT_EQ(got.copies, want.copies) << where << ": bf16 weight copies";
+}
+
+PlanJob InCudaBf16Mode(PlanJob job) {
+  job.precision = Precision::kFp32Bf16Copies;
+  return job;
+}
+
+// `measured` (copies included) against the planner's state of the rank at
+// `rank` in this trainer's fp32 store (no copies) and in its CUDA bf16 mode;
+// without a step taken, no moments.
+void ExpectBothStores(StateBytes measured, const PlanJob& job,
+                      const SplitPlan& plan, int rank, bool stepped,
+                      const std::string& where) {
+  EXPECT_GT(measured.copies, 0) << where;
+  const PlanJob copies = InCudaBf16Mode(job);
+  for (const PlanJob* store : {&job, &copies}) {
+    StateBytes want = RankStateBytes(*store, plan, plan.grid.ranks[rank]);
+    if (!stepped) want.moments = 0;
+    StateBytes got = measured;
+    if (store->precision == Precision::kFp32) got.copies = 0;
+    ExpectSame(got, want,
+               absl::StrCat(where, ", ", PrecisionName(store->precision)));
+  }
 }
 
 // Runs every rank of `split` as a thread through one step and checks each
@@ -225,9 +259,8 @@ void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
   }
   for (std::thread& t : threads) t.join();
   for (int rank = 0; rank < world; ++rank) {
-    ExpectSame(measured[rank],
-               RankStateBytes(job, *plan, plan->grid.ranks[rank]),
-               absl::StrCat(name, " rank ", rank));
+    ExpectBothStores(measured[rank], job, *plan, rank, /*stepped=*/true,
+                     absl::StrCat(name, " rank ", rank));
   }
 }
 
@@ -301,6 +334,31 @@ TEST(RankStateTest, Lora) {
   CheckEveryRank(Lora(Zero1(TinyJob())), 2, Of(1, 1, 1, 1));
 }
 
+// glm5.2-tiny with sizes that leave most tensors off 16-byte multiples:
+// the bf16 copies' padding (each copy starts on 16 bytes) and the moments'
+// (each tensor's on 256) both count.
+PlanJob OddSizesJob() {
+  PlanJob job = TinyJob();
+  job.model.hidden_size = 66;
+  job.model.q_lora_rank = 30;
+  job.model.kv_lora_rank = 30;
+  job.model.intermediate_size = 130;
+  job.model.moe_intermediate_size = 30;
+  job.model.index_n_heads = 3;
+  return job;
+}
+
+TEST(RankStateTest, SizesOffSixteenBytes) {
+  ModelParameters whole(OddSizesJob().model);
+  int64_t unpadded = 0;
+  for (const FlatSpan& span : ProductWeights(whole)) unpadded += 2 * span.size;
+  ASSERT_GT(ProductWeightCopyBytes(whole), unpadded);
+  CheckEveryRank(OddSizesJob(), 1, Of(1, 1, 1, 1));
+  CheckEveryRank(OddSizesJob(), 2, Of(1, 2, 1, 1));
+  CheckEveryRank(OddSizesJob(), 2, Of(1, 1, 1, 2));
+  CheckEveryRank(Zero1(OddSizesJob()), 4, Of(2, 1, 1, 1));
+}
+
 // A group of a given size standing in for one whose other members do not
 // run: building a trainer only asks groups for their rank and size.
 class SizeOnlyGroup : public Collectives {
@@ -352,10 +410,9 @@ void CheckOneRank(const PlanJob& job, int world, const Split& split, int rank) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       BuildTrainer(job, GroupsOf(*plan, rank, group));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
-  StateBytes want = RankStateBytes(job, *plan, plan->grid.ranks[rank]);
-  want.moments = 0;  // no step taken
-  ExpectSame(HeldBytes(**trainer, job), want,
-             absl::StrCat(SplitName(*plan), " rank ", rank));
+  ExpectBothStores(HeldBytes(**trainer, job), job, *plan, rank,
+                   /*stepped=*/false,
+                   absl::StrCat(SplitName(*plan), " rank ", rank));
 }
 
 PlanJob MiniJob() {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/weight_copies.h"
 #include "parallel/rank_tensors.h"
 #include "parallel/stage_parameters.h"
 #include "parallel/tensor_parallel_shard.h"
@@ -92,6 +93,7 @@ RankTensors MakeRankTensors(const PlanJob& job, const SplitPlan& plan,
     tensor.tensor_split =
         plan.split.tp > 1 && TensorParallelDim(named.name) >= 0;
     tensor.pipeline_shared = shared.count(named.name) > 0;
+    tensor.product_weight = IsProductWeight(shapes, named);
     if (tensor.routed_experts) tensor.elements /= plan.split.etp;
     if (target) tensors.held_target_elements += tensor.elements;
     tensors.held.push_back(tensor);

@@ -27,6 +27,9 @@ struct RankTensor {
   bool routed_experts = false;   // a fused routed-expert tensor
   bool tensor_split = false;     // split over the tensor-parallel ranks
   bool pipeline_shared = false;  // read on more than one pp rank
+  // Read by products as a weight: a backend computing in bf16 keeps a copy
+  // (model/weight_copies.h).
+  bool product_weight = false;
 };
 
 struct RankTensors {

@@ -50,11 +50,12 @@ std::vector<Split> Splits(const PlanJob& job, int world,
   return splits;
 }
 
-// This trainer (fp32) recomputes whole layers, and only as one model per
-// rank without expert parallelism (planner/activation_memory.h).
+// This trainer (its fp32 store, with or without bf16 weight copies)
+// recomputes whole layers, and only as one model per rank without expert
+// parallelism (planner/activation_memory.h).
 std::vector<Recompute> RecomputeChoices(const PlanJob& job, const Split& split,
                                         const SearchOptions& options) {
-  if (job.precision != Precision::kFp32) return options.recompute;
+  if (!IsTrainerStore(job.precision)) return options.recompute;
   std::vector<Recompute> choices;
   for (Recompute recompute : options.recompute) {
     const bool full_allowed = RunsAsOneModel(split) && split.ep == 1;

@@ -19,7 +19,8 @@ struct SearchOptions {
   // not tried (their all-gathers in every layer would cross the network).
   int max_vpp = 4;
   int max_etp = 8;
-  // Recomputation choices tried (kFp32 keeps everything: kNone only).
+  // Recomputation choices tried (this trainer's stores: none, and full
+  // where a rank runs one model without expert parallelism).
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective,
                                       Recompute::kFull};
   int keep = 5;  // the best this many are returned

@@ -74,5 +74,41 @@ TEST(SearchTest, ThisTrainerIsSearchedWithItsOwnRecomputation) {
   }
 }
 
+// This trainer's CUDA bf16 mode: its fp32 store, activations and
+// recomputation rules, plus the bf16 copies of the product weights.
+TEST(SearchTest, TheCudaBf16ModeIsTheFp32StorePlusWeightCopies) {
+  PlanJob fp32 = Mini();
+  fp32.precision = Precision::kFp32;
+  fp32.global_batch_size = 8;
+  PlanJob copies = fp32;
+  copies.precision = Precision::kFp32Bf16Copies;
+  const ClusterSpec h200 = *ClusterPreset("h200");
+  absl::StatusOr<SplitPlan> plan = PlanSplit(fp32, 1, Split());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<Evaluation> a = Evaluate(fp32, *plan, h200, KernelRates());
+  absl::StatusOr<Evaluation> b = Evaluate(copies, *plan, h200, KernelRates());
+  ASSERT_TRUE(a.ok() && b.ok());
+  const RankMemory& x = a->memory[0];
+  const RankMemory& y = b->memory[0];
+  EXPECT_EQ(x.state.copies, 0);
+  // Every held tensor of two or more dimensions but the embedding: about
+  // half the fp32 weights' bytes.
+  EXPECT_GT(y.state.copies, x.state.weights * 2 / 5);
+  EXPECT_LT(y.state.copies, x.state.weights / 2);
+  EXPECT_EQ(y.Peak() - x.Peak(), y.state.copies);
+  EXPECT_EQ(y.Activations(), x.Activations());
+
+  copies.model = *PresetConfig("glm5.2-tiny");
+  copies.seq_length = 256;
+  absl::StatusOr<SearchResult> result =
+      SearchSplits(copies, 4, h200, KernelRates(), Small());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_FALSE(result->best.empty());
+  for (const Evaluation& e : result->best) {
+    EXPECT_NE(e.job.recompute, Recompute::kSelective);
+    EXPECT_GT(e.Busiest().state.copies, 0);
+  }
+}
+
 }  // namespace
 }  // namespace glm

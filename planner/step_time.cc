@@ -163,10 +163,12 @@ void AddLayerCollectives(const PlanJob& job, const SplitPlan& plan,
 
 // Bytes of weights and gradients a micro batch moves: every weight read in
 // forward and again in backward, every gradient read and written as it
-// accumulates (none for frozen weights). Small micro batches make layers
+// accumulates (none for frozen weights). Where the store keeps bf16 copies
+// of the product weights, products read those instead of the fp32 values
+// (half their bytes). Small micro batches make layers
 // weight-bandwidth-bound.
 double WeightTraffic(const StateBytes& state) {
-  return 2.0 * static_cast<double>(state.weights) +
+  return 2.0 * static_cast<double>(state.weights - state.copies) +
          2.0 * static_cast<double>(state.gradients);
 }
 
@@ -248,7 +250,8 @@ double ExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
 
 // The optimizer's pass: per updated element a gradient read, the master
 // (or fp32) weight and two moments read and written, and in mixed
-// precision the bf16 weight written; then the gradients zeroed. The moments'
+// precision the bf16 weight written; then the gradients zeroed, and the bf16
+// copies of product weights written where the store keeps them. The moments'
 // bytes over 8 count the updated elements (a few more where this trainer pads
 // each tensor's moments to 256 bytes).
 double OptimizerSeconds(const PlanJob& job, const ClusterSpec& cluster,
@@ -256,7 +259,8 @@ double OptimizerSeconds(const PlanJob& job, const ClusterSpec& cluster,
   const double updated = static_cast<double>(state.moments / 8);
   const double per_element =
       job.precision == Precision::kBf16Mixed ? 30.0 : 28.0;
-  return (updated * per_element + static_cast<double>(state.gradients)) /
+  return (updated * per_element + static_cast<double>(state.gradients) +
+          static_cast<double>(state.copies)) /
          (cluster.device.memory_bandwidth * rates.memory);
 }
 

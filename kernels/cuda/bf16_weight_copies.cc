@@ -4,18 +4,14 @@
 #include <cstdint>
 #include <iterator>
 
+#include "kernels/bf16_copy_layout.h"
 #include "kernels/cuda/bf16_copy.cuh"
 
 namespace glm::cuda {
 namespace {
 
-// Copies start on 16 bytes, as the vectorized packer and TMA loads want.
-constexpr int64_t kCopyAlignElements = 8;
-
-int64_t AlignedElements(int64_t size) {
-  return (size + kCopyAlignElements - 1) / kCopyAlignElements *
-         kCopyAlignElements;
-}
+static_assert(sizeof(__nv_bfloat16) == kBf16CopyElementBytes,
+              "the layout counts bf16 elements");
 
 bool SameSpans(const std::vector<FlatSpan>& a, const std::vector<FlatSpan>& b) {
   if (a.size() != b.size()) return false;
@@ -29,21 +25,25 @@ bool SameSpans(const std::vector<FlatSpan>& a, const std::vector<FlatSpan>& b) {
 
 void Bf16WeightCopies::Place(Allocator* allocator,
                              const std::vector<FlatSpan>& spans) {
-  int64_t elements = 0;
-  for (const FlatSpan& span : spans) elements += AlignedElements(span.size);
-  buffer_ = elements == 0
+  std::vector<int64_t> sizes;
+  sizes.reserve(spans.size());
+  for (const FlatSpan& span : spans) sizes.push_back(span.size);
+  const Bf16CopyLayout layout = LayOutBf16Copies(sizes);
+  buffer_ = layout.bytes == 0
                 ? DeviceBuffer()
-                : DeviceBuffer(allocator, elements * sizeof(__nv_bfloat16));
+                : DeviceBuffer(allocator, static_cast<size_t>(layout.bytes));
   by_start_.clear();
-  auto* next = static_cast<__nv_bfloat16*>(buffer_.data());
-  for (const FlatSpan& span : spans) {
+  auto* copies = static_cast<__nv_bfloat16*>(buffer_.data());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const FlatSpan& span = spans[i];
     if (span.size == 0) continue;
     const bool placed =
-        by_start_.emplace(span.data, Placed{span.data + span.size, next})
+        by_start_
+            .emplace(span.data,
+                     Placed{span.data + span.size, copies + layout.offsets[i]})
             .second;
     assert(placed && "spans must not repeat");
     (void)placed;
-    next += AlignedElements(span.size);
   }
   spans_ = spans;
 }

@@ -5,7 +5,9 @@
 //
 // The copies sit in one device allocation, laid out like the spans they copy:
 // any view inside a span (a slab of stacked experts, a range of rows or
-// columns) has a copy at the same offset with the same strides.
+// columns) has a copy at the same offset with the same strides. Where each
+// copy starts and the allocation's size are kernels/bf16_copy_layout.h's,
+// which host code (the memory planner) counts with.
 #ifndef GLM_KERNELS_CUDA_BF16_WEIGHT_COPIES_H_
 #define GLM_KERNELS_CUDA_BF16_WEIGHT_COPIES_H_
 
