@@ -241,7 +241,9 @@ Measured MeasureTokenParallelRank(const PlanJob& job, const SplitPlan& plan,
   EXPECT_TRUE(model->Backward(acts, Tensor(), &d_input).ok());
   measured.peak = backend.counter().peak_bytes();
   for (GlooCollectives* group : {tensor.get(), context.get()}) {
-    if (group != nullptr) EXPECT_TRUE(group->Barrier().ok());
+    if (group != nullptr) {
+      EXPECT_TRUE(group->Barrier().ok());
+    }
   }
   return measured;
 }
