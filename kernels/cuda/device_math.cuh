@@ -27,6 +27,14 @@ inline unsigned int GridStrideBlocks(int64_t count) {
       1, std::min((count + kBlockThreads - 1) / kBlockThreads, kMaxBlocks)));
 }
 
+// The keys a block of queries ending (exclusive) at `query_end` can select:
+// in self-attention (nq == nk, a query's keys never after it) those before
+// query_end, rounded up to 8 so that products over them keep rows 32-byte
+// aligned (TF32) or 16-byte aligned (bf16); otherwise all nk.
+inline int64_t VisibleKeyEnd(int64_t nq, int64_t nk, int64_t query_end) {
+  return nq == nk ? std::min(nk, (query_end + 7) / 8 * 8) : nk;
+}
+
 // Threads for a kernel that gives each row one block: whole warps, no more
 // than the row has columns (up to 256).
 inline int RowBlockThreads(int64_t cols) {

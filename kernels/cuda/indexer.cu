@@ -749,12 +749,10 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   // Allowed once for the widest score rows; each chunk launches with its own.
   RowSharedBytes(GatherDotsKernel, nk);
   RowSharedBytes(ScatterDotGradsKernel, nk);
-  const bool self = n == nk;
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t count = std::min(chunk, n - t0);
     const int32_t* keys = p.keys + t0 * topk;
-    // Rows of a multiple of 8 keys keep the TF32 operands 32-byte aligned.
-    const int64_t key_end = self ? std::min(nk, (t0 + count + 7) / 8 * 8) : nk;
+    const int64_t key_end = VisibleKeyEnd(n, nk, t0 + count);
     const MatrixView all{scores, count * heads, key_end, key_end};
     const ConstMatrixView ik = p.ik.Rows(0, key_end);
     const size_t row_bytes = key_end * sizeof(float);

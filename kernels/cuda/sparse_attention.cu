@@ -835,12 +835,10 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
   // composite scratch, at most kScoreBlockBytes for all heads), then the
   // selected ones summed over heads in order. In self-attention (nq == nk:
   // query t's keys are <= t) a block of queries forms its scores with the
-  // keys up to its last query only (rounded up to 8 keys, which keeps the
-  // products' rows aligned). Blocks stay as large as the scratch allows:
-  // smaller ones would skip more keys but pay for more, smaller products
-  // (512-query blocks took twice the time at 4k).
+  // keys up to its last query only (VisibleKeyEnd). Blocks stay as large as
+  // the scratch allows: smaller ones would skip more keys but pay for more,
+  // smaller products (512-query blocks took twice the time at 4k).
   constexpr int64_t kScoreBlockBytes = int64_t{512} << 20;
-  const bool self = nq == nk;
   const int64_t block_rows = std::max<int64_t>(
       1, kScoreBlockBytes / (heads * nk * int64_t{sizeof(float)}));
   float* scores = static_cast<float*>(ctx.CompositeScratch(
@@ -849,8 +847,7 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
   RowSharedBytes(HeadWeightsKernel, nk + topk);
   for (int64_t first = 0; first < nq; first += block_rows) {
     const int64_t rows = std::min(block_rows, nq - first);
-    const int64_t key_end =
-        self ? std::min(nk, (first + rows + 7) / 8 * 8) : nk;
+    const int64_t key_end = VisibleKeyEnd(nq, nk, first + rows);
     for (int64_t h = 0; h < heads; ++h) {
       const ConstMatrixView q_head{q.data + (first * heads + h) * q.stride,
                                    rows, q.cols, heads * q.stride};
