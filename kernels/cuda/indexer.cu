@@ -360,9 +360,6 @@ struct KlProblem {
   const int32_t* keys;                // [n, topk]
   int topk, heads;
   float scale, grad_scale;
-  // dw's sums over slots by a tree per head (fast) instead of in slot order
-  // (the CPU's order, one thread per head).
-  bool tree_dw = false;
 };
 
 // Reduces `value` over the block with `op`; every thread gets the result.
@@ -423,62 +420,45 @@ __device__ void AccumulateWeightGrad(const KlProblem& p,
   dw_row[h] = acc;
 }
 
-// As AccumulateWeightGrad, each head's sum over slots by one warp: lanes
-// stride over the slots in double, then a fixed shuffle tree.
-__device__ void AccumulateWeightGradTree(const KlProblem& p,
-                                         const int32_t* selected,
-                                         const float* dz, const float* dots,
-                                         float* dw_row) {
-  const int lane = threadIdx.x % 32;
-  for (int h = threadIdx.x / 32; h < p.heads; h += kKlThreads / 32) {
-    double acc = 0;
-    for (int j = lane; j < p.topk; j += 32) {
-      if (selected[j] < 0) continue;
-      acc += dz[j] * fmaxf(p.scale * dots[h * p.topk + j], 0.f);
-    }
-    acc = WarpSum(acc);
-    if (lane == 0) dw_row[h] += static_cast<float>(acc);
-  }
+// d loss / d dot for a dot of head h whose slot's score gradient is dz: dz *
+// w[h] * scale where the ReLU is active, 0 elsewhere.
+__device__ float DotGrad(const KlProblem& p, float dot, float dz, float w) {
+  return p.scale * dot <= 0.f ? 0.f : dz * w * p.scale;
 }
 
-// Replaces each dot by d loss / d dot: dz * w[h] * scale where the ReLU is
-// active, 0 elsewhere and on -1 slots.
+// Replaces each dot by d loss / d dot (0 on -1 slots).
 __device__ void DotGrads(const KlProblem& p, const int32_t* selected,
                          const float* dz, const float* weights, float* dots) {
   for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
     const bool valid = selected[j] >= 0;
     for (int h = 0; h < p.heads; ++h) {
       float* g = dots + h * p.topk + j;
-      const bool active = valid && !(p.scale * *g <= 0.f);
-      *g = active ? dz[j] * weights[h] * p.scale : 0.f;
+      *g = valid ? DotGrad(p, *g, dz[j], weights[h]) : 0.f;
     }
   }
 }
 
-// One block per query t = t0 + blockIdx.x, after DotsKernel: its loss into
-// row_loss[t], its dw row, and its dots turned into their gradients. Shared
-// memory: topk doubles (targets) and topk floats (scores, then d loss / d
-// score).
-__global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
-                            double* row_loss, MatrixView dw) {
-  extern __shared__ double target[];
-  float* z = reinterpret_cast<float*>(target + p.topk);
-  const int64_t t = t0 + blockIdx.x;
-  const int32_t* selected = p.keys + t * p.topk;
-  const float* weights = RowOf(p.w, t);
-  // Not restrict: read and rewritten by other threads across barriers.
-  float* dots = dot_grad + int64_t{blockIdx.x} * p.heads * p.topk;
+// A query's score over one key from its heads' dots (dot(h) = the dot of
+// head h), heads in order as the CPU sums them.
+template <typename Dot>
+__device__ float SlotScore(const KlProblem& p, const float* weights, Dot dot) {
+  float score = 0.f;
+  for (int h = 0; h < p.heads; ++h) {
+    score = MulAdd(weights[h], fmaxf(p.scale * dot(h), 0.f), score);
+  }
+  return score;
+}
+
+// Query t's loss from its selected slots' scores z[j] (published to the
+// block): writes row_loss[t] and replaces each z[j] by grad_scale * d KL /
+// d z_j. target: topk doubles of shared memory. Ends with a barrier.
+__device__ void SlotLoss(const KlProblem& p, int64_t t, const int32_t* selected,
+                         double* target, float* z, double* row_loss) {
   double max = -INFINITY, mass = 0;
   for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
     if (selected[j] < 0) continue;
-    float score = 0.f;  // heads in order, as the CPU sums them
-    for (int h = 0; h < p.heads; ++h) {
-      score =
-          MulAdd(weights[h], fmaxf(p.scale * dots[h * p.topk + j], 0.f), score);
-    }
-    z[j] = score;
     target[j] = RowOf(p.target, t)[j];
-    max = fmax(max, static_cast<double>(score));
+    max = fmax(max, static_cast<double>(z[j]));
     mass += target[j];
   }
   max = BlockAllReduce(max, MaxOp());
@@ -499,13 +479,99 @@ __global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
   }
   loss = BlockAllReduce(loss, SumOp());  // its barrier publishes z
   if (threadIdx.x == 0) row_loss[t] = loss;
-  if (dw.data != nullptr && p.tree_dw) {
-    AccumulateWeightGradTree(p, selected, z, dots, RowOf(dw, t));
-  } else if (dw.data != nullptr) {
+}
+
+// One block per query t = t0 + blockIdx.x, after DotsKernel: its loss into
+// row_loss[t], its dw row, and its dots turned into their gradients. Shared
+// memory: topk doubles (targets) and topk floats (scores, then d loss / d
+// score).
+__global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
+                            double* row_loss, MatrixView dw) {
+  extern __shared__ double target[];
+  float* z = reinterpret_cast<float*>(target + p.topk);
+  const int64_t t = t0 + blockIdx.x;
+  const int32_t* selected = p.keys + t * p.topk;
+  const float* weights = RowOf(p.w, t);
+  // Not restrict: read and rewritten by other threads across barriers.
+  float* dots = dot_grad + int64_t{blockIdx.x} * p.heads * p.topk;
+  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
+    if (selected[j] < 0) continue;
+    z[j] = SlotScore(p, weights, [&](int h) { return dots[h * p.topk + j]; });
+  }
+  SlotLoss(p, t, selected, target, z, row_loss);
+  if (dw.data != nullptr) {
     AccumulateWeightGrad(p, selected, z, dots, RowOf(dw, t));
   }
   __syncthreads();
   DotGrads(p, selected, z, weights, dots);
+}
+
+// Shared memory of DenseKlRowKernel: topk doubles (targets), topk floats
+// (scores, then their gradients) and each key's slot.
+size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
+  return topk * (sizeof(double) + sizeof(float)) + key_end * sizeof(int16_t);
+}
+
+// KlRowKernel for the dense path: one block per query t = t0 + blockIdx.x of
+// a chunk whose dots with keys [0, key_end) are the rows
+// dots[(t - t0)*heads + h] (row length key_end). Keys are walked in order
+// (coalesced rows) and found in the query's slots through a key -> slot map;
+// the rows end as d loss / d dot, 0 at the keys not selected. dw sums per
+// thread over its keys, then per head over the threads in a fixed order:
+// deterministic.
+__global__ void DenseKlRowKernel(KlProblem p, int64_t t0, int key_end,
+                                 float* dots, double* row_loss, MatrixView dw) {
+  extern __shared__ double target[];
+  float* z = reinterpret_cast<float*>(target + p.topk);
+  auto* slot_of = reinterpret_cast<int16_t*>(z + p.topk);
+  __shared__ float dw_parts[kMaxHeads][kKlThreads + 1];
+  const int64_t t = t0 + blockIdx.x;
+  const int32_t* selected = p.keys + t * p.topk;
+  const float* weights = RowOf(p.w, t);
+  float* row = dots + int64_t{blockIdx.x} * p.heads * key_end;
+  for (int s = threadIdx.x; s < key_end; s += kKlThreads) slot_of[s] = -1;
+  __syncthreads();
+  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
+    if (selected[j] >= 0) slot_of[selected[j]] = static_cast<int16_t>(j);
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < key_end; s += kKlThreads) {
+    const int j = slot_of[s];
+    if (j < 0) continue;
+    z[j] = SlotScore(p, weights, [&](int h) { return row[h * key_end + s]; });
+  }
+  __syncthreads();
+  SlotLoss(p, t, selected, target, z, row_loss);
+  float dw_part[kMaxHeads] = {};
+  for (int s = threadIdx.x; s < key_end; s += kKlThreads) {
+    const int j = slot_of[s];
+    const float dz = j < 0 ? 0.f : z[j];
+#pragma unroll
+    for (int h = 0; h < kMaxHeads; ++h) {
+      if (h >= p.heads) break;
+      float* g = row + h * key_end + s;
+      if (j < 0) {
+        *g = 0.f;
+        continue;
+      }
+      const float dot = *g;
+      dw_part[h] += dz * fmaxf(p.scale * dot, 0.f);
+      *g = DotGrad(p, dot, dz, weights[h]);
+    }
+  }
+  if (dw.data == nullptr) return;
+#pragma unroll
+  for (int h = 0; h < kMaxHeads; ++h) {
+    if (h < p.heads) dw_parts[h][threadIdx.x] = dw_part[h];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  for (int h = threadIdx.x / 32; h < p.heads; h += kKlThreads / 32) {
+    double acc = 0;
+    for (int i = lane; i < kKlThreads; i += 32) acc += dw_parts[h][i];
+    acc = WarpSum(acc);
+    if (lane == 0) RowOf(dw, t)[h] += static_cast<float>(acc);
+  }
 }
 
 // The gradient products below give each block an output tile of
@@ -686,93 +752,46 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
   if (threadIdx.x == 0) *loss = coeff * total / static_cast<double>(n);
 }
 
-// Block (t, h): dots[(t*heads + h)*topk + j] = scores[t*heads + h,
-// keys[t*topk + j]] (-1 slots: 0), through the score row in shared memory.
-__global__ void GatherDotsKernel(ConstMatrixView scores, const int32_t* keys,
-                                 int topk, int heads, float* dots) {
-  extern __shared__ float row[];
-  const int64_t r = int64_t{blockIdx.x} * heads + blockIdx.y;
-  LoadRow(RowOf(scores, r), scores.cols, row);
-  const int32_t* selected = keys + int64_t{blockIdx.x} * topk;
-  for (int j = threadIdx.x; j < topk; j += blockDim.x) {
-    const int32_t key = selected[j];
-    dots[r * topk + j] = key < 0 ? 0.f : row[key];
-  }
-}
-
-// Block (t, h): row t*heads + h of grads is dot_grad[(t*heads + h)*topk + j]
-// at keys[t*topk + j] and 0 elsewhere (a query's keys are distinct).
-__global__ void ScatterDotGradsKernel(const float* dot_grad,
-                                      const int32_t* keys, int topk, int heads,
-                                      MatrixView grads) {
-  extern __shared__ float row[];
-  const int64_t r = int64_t{blockIdx.x} * heads + blockIdx.y;
-  for (int64_t i = threadIdx.x; i < grads.cols; i += blockDim.x) row[i] = 0.f;
-  __syncthreads();
-  const int32_t* selected = keys + int64_t{blockIdx.x} * topk;
-  for (int j = threadIdx.x; j < topk; j += blockDim.x) {
-    const int32_t key = selected[j];
-    if (key >= 0) row[key] = dot_grad[r * topk + j];
-  }
-  StoreRow(row, grads.cols, RowOf(grads, r));
-}
-
 // The bf16 mode's loss where the selection is dense (each query selects at
 // least one in 8 of the keys): the dots of a block of queries' heads with
-// every key by one TF32 GEMM, the selected ones gathered for the row kernel,
-// then the gradients through the products of the scattered dot gradients.
-// TF32, not bf16: the ReLU's kink sees the fp32 path's values to about 1e-3
-// relative, and the fp32 operands need no conversion pass. dw sums by trees
-// (the in-order sum of one thread per head took 0.4 ms per 256 queries).
-// In self-attention (n == nk: query t is key token t, its keys are <= t) a
-// block of queries forms its dots with the keys up to its last query only,
-// about half the products and score traffic of every key. Every sum runs in
-// an order fixed by the shapes: deterministic.
+// every key by one TF32 GEMM, the loss and the dots' gradients by one pass
+// over those rows in place (DenseKlRowKernel), then the gradients through the
+// products of those rows. TF32, not bf16: the ReLU's kink sees the fp32
+// path's values to about 1e-3 relative, and the fp32 operands need no
+// conversion pass. In self-attention (n == nk: query t is key token t, its
+// keys are <= t) a block of queries forms its dots with the keys up to its
+// last query only, about half the products and score traffic of every key.
+// Every sum runs in an order fixed by the shapes: deterministic.
 void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
                  MatrixView dik, MatrixView dw, float coeff, double* loss) {
-  p.tree_dw = true;
   cudaStream_t stream = ctx.stream();
-  const int64_t nk = p.ik.rows, heads = p.heads, topk = p.topk, dim = p.ik.cols;
-  const int64_t chunk =
-      ChunkQueries(n, heads * (topk + nk) * int64_t{sizeof(float)});
-  const size_t loss_bytes = ScratchAlignUp(n * sizeof(double)),
-               dot_bytes = ScratchAlignUp(chunk * heads * topk * sizeof(float));
+  const int64_t nk = p.ik.rows, heads = p.heads, dim = p.ik.cols;
+  const int64_t chunk = ChunkQueries(n, heads * nk * int64_t{sizeof(float)});
+  const size_t loss_bytes = ScratchAlignUp(n * sizeof(double));
   // Linear takes the plain scratch: these live in the composite one.
-  char* buffer = static_cast<char*>(ctx.CompositeScratch(
-      loss_bytes + dot_bytes + chunk * heads * nk * sizeof(float)));
+  char* buffer = static_cast<char*>(
+      ctx.CompositeScratch(loss_bytes + chunk * heads * nk * sizeof(float)));
   auto* row_loss = reinterpret_cast<double*>(buffer);
-  auto* dot_grad = reinterpret_cast<float*>(buffer + loss_bytes);
-  auto* scores = reinterpret_cast<float*>(buffer + loss_bytes + dot_bytes);
+  auto* dots = reinterpret_cast<float*>(buffer + loss_bytes);
   WithPrecision tf32(ctx, Precision::kTf32);
-  const size_t row_shared = topk * (sizeof(double) + sizeof(float));
-  AllowShared(KlRowKernel, row_shared);
-  // Allowed once for the widest score rows; each chunk launches with its own.
-  RowSharedBytes(GatherDotsKernel, nk);
-  RowSharedBytes(ScatterDotGradsKernel, nk);
+  // Allowed once for the widest rows; each chunk launches with its own.
+  AllowShared(DenseKlRowKernel, DenseKlRowShared(p.topk, nk));
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t count = std::min(chunk, n - t0);
-    const int32_t* keys = p.keys + t0 * topk;
     const int64_t key_end = VisibleKeyEnd(n, nk, t0 + count);
-    const MatrixView all{scores, count * heads, key_end, key_end};
+    const MatrixView rows{dots, count * heads, key_end, key_end};
     const ConstMatrixView ik = p.ik.Rows(0, key_end);
-    const size_t row_bytes = key_end * sizeof(float);
     auto chunk_rows = [&](auto view) {
       return decltype(view){view.data + t0 * heads * view.stride, count * heads,
                             dim, view.stride};
     };
-    const dim3 rows(count, heads);
-    Linear(tf32, chunk_rows(p.iq), ik, all, false);
-    GatherDotsKernel<<<rows, kBlockThreads, row_bytes, stream>>>(
-        all, keys, static_cast<int>(topk), static_cast<int>(heads), dot_grad);
-    GLM_CUDA_CHECK_LAUNCH();
-    KlRowKernel<<<count, kKlThreads, row_shared, stream>>>(p, t0, dot_grad,
-                                                           row_loss, dw);
+    Linear(tf32, chunk_rows(p.iq), ik, rows, false);
+    DenseKlRowKernel<<<count, kKlThreads, DenseKlRowShared(p.topk, key_end),
+                       stream>>>(p, t0, static_cast<int>(key_end), dots,
+                                 row_loss, dw);
     GLM_CUDA_CHECK_LAUNCH();
     if (diq.empty() && dik.empty()) continue;
-    ScatterDotGradsKernel<<<rows, kBlockThreads, row_bytes, stream>>>(
-        dot_grad, keys, static_cast<int>(topk), static_cast<int>(heads), all);
-    GLM_CUDA_CHECK_LAUNCH();
-    LinearBackward(tf32, chunk_rows(p.iq), ik, all,
+    LinearBackward(tf32, chunk_rows(p.iq), ik, rows,
                    RowsOrEmpty(diq, t0 * heads, count * heads),
                    RowsOrEmpty(dik, 0, key_end));
   }
@@ -929,8 +948,8 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                     static_cast<int>(heads),
                     scale,
                     coeff / static_cast<float>(n)};
-  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows &&
-      RowFitsShared(ik.rows)) {
+  // Dense: each key's slot fits an int16 in shared memory (nk <= 32768).
+  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows) {
     DenseKlLoss(ctx, p, n, diq, dik, dw, coeff, loss);
     return;
   }
