@@ -62,12 +62,6 @@ struct AdamWTensor {
   bool weight_decay = true;
 };
 
-// `size` contiguous floats in the backend's memory.
-struct FlatSpan {
-  const float* data = nullptr;
-  int64_t size = 0;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -261,12 +255,13 @@ class Backend {
   // by AdamWStep (a load, a LoRA merge, an update on another backend) and
   // before the next product; spans unlike the last call's replace them.
   // Backends computing in fp32 keep no copies.
-  virtual void RefreshComputeCopies(const std::vector<FlatSpan>& weights) = 0;
+  virtual void RefreshComputeCopies(
+      const std::vector<ConstFloatSpan>& weights) = 0;
 
   // ---- optimizer ----
   // Sum of x^2 over every element of the spans, in double, in a fixed order
   // (the gradient norm).
-  virtual double SquaredSum(const std::vector<FlatSpan>& spans) = 0;
+  virtual double SquaredSum(const std::vector<ConstFloatSpan>& spans) = 0;
   // One AdamW update of every tensor (one pass over all of them). A backend
   // that keeps compute copies also writes, in the same pass, the copy of
   // each tensor whose values lie inside a copied span, bitwise as

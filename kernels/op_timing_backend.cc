@@ -21,10 +21,10 @@ double ProductFlops(int64_t rows, int64_t inner, int64_t out) {
 // The fp32 bytes of a view's elements: what reading or writing it once moves.
 double Bytes(ConstMatrixView m) { return 4.0 * m.rows * m.cols; }
 
-// The fp32 bytes of flat spans.
-double Bytes(const std::vector<FlatSpan>& spans) {
+// The fp32 bytes of `spans`.
+double Bytes(const std::vector<ConstFloatSpan>& spans) {
   double bytes = 0;
-  for (const FlatSpan& span : spans) bytes += 4.0 * span.size;
+  for (const ConstFloatSpan& span : spans) bytes += 4.0 * span.size;
   return bytes;
 }
 
@@ -370,12 +370,12 @@ void OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
 }
 
 void OpTimingBackend::RefreshComputeCopies(
-    const std::vector<FlatSpan>& weights) {
+    const std::vector<ConstFloatSpan>& weights) {
   Timed("RefreshComputeCopies", Moves(1.5 * Bytes(weights)),
         [&] { timed_->RefreshComputeCopies(weights); });
 }
 
-double OpTimingBackend::SquaredSum(const std::vector<FlatSpan>& spans) {
+double OpTimingBackend::SquaredSum(const std::vector<ConstFloatSpan>& spans) {
   return Timed("SquaredSum", Moves(Bytes(spans)),
                [&] { return timed_->SquaredSum(spans); });
 }

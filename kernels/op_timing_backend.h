@@ -122,8 +122,9 @@ class OpTimingBackend : public Backend {
                      const int32_t* keys, int64_t topk, float scale,
                      ConstMatrixView target, float coeff, MatrixView diq,
                      MatrixView dik, MatrixView dw, double* sum) override;
-  void RefreshComputeCopies(const std::vector<FlatSpan>& weights) override;
-  double SquaredSum(const std::vector<FlatSpan>& spans) override;
+  void RefreshComputeCopies(
+      const std::vector<ConstFloatSpan>& weights) override;
+  double SquaredSum(const std::vector<ConstFloatSpan>& spans) override;
   void AdamWStep(const AdamWHyperparameters& hyper,
                  const std::vector<AdamWTensor>& tensors) override;
 

@@ -91,7 +91,7 @@ TEST(OpTimingBackendTest, ComputesTheSameAndReportsEachGroup) {
 class RecordingBackend : public CpuBackend {
  public:
   explicit RecordingBackend(std::vector<std::string>* calls) : calls_(calls) {}
-  void RefreshComputeCopies(const std::vector<FlatSpan>&) override {
+  void RefreshComputeCopies(const std::vector<ConstFloatSpan>&) override {
     calls_->push_back("RefreshComputeCopies");
   }
   void AdamWStep(const AdamWHyperparameters& hyper,

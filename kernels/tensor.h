@@ -89,6 +89,17 @@ inline ConstMatrixView RowsOrEmpty(const ConstMatrixView& view, int64_t start,
   return view.empty() ? view : view.Rows(start, count);
 }
 
+// `size` contiguous floats [data, data + size) of one allocation, where its
+// owner keeps them (host memory or a backend's device): a FloatSpan to write
+// them, a ConstFloatSpan to read them.
+template <typename Float>
+struct BasicFloatSpan {
+  Float* data = nullptr;
+  int64_t size = 0;
+};
+using FloatSpan = BasicFloatSpan<float>;
+using ConstFloatSpan = BasicFloatSpan<const float>;
+
 inline int64_t NumElements(const std::vector<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1},
                          [](int64_t a, int64_t b) { return a * b; });

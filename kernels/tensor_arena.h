@@ -26,12 +26,6 @@ struct ArenaRange {
 // to the next tensor's: tensors start at 256-byte boundaries.
 int64_t ArenaBytes(int64_t elements);
 
-// Floats [data, data + size) of one allocation.
-struct FloatSpan {
-  float* data = nullptr;
-  int64_t size = 0;
-};
-
 // `tensors` as few runs of memory as their layout allows, for a collective
 // to run on where they lie instead of on a packed copy.
 struct TensorSpans {

@@ -10,8 +10,8 @@ bool IsProductWeight(const ModelParameters& params, const NamedTensor& named) {
   return params.WholeShape(named.name).size() >= 2 && !gathered_only;
 }
 
-std::vector<FlatSpan> ProductWeights(ModelParameters& params) {
-  std::vector<FlatSpan> spans;
+std::vector<ConstFloatSpan> ProductWeights(ModelParameters& params) {
+  std::vector<ConstFloatSpan> spans;
   for (const NamedTensor& named : params.Named()) {
     const Tensor& value = *named.value;
     if (value.empty() || !IsProductWeight(params, named)) continue;
@@ -22,7 +22,7 @@ std::vector<FlatSpan> ProductWeights(ModelParameters& params) {
 
 int64_t ProductWeightCopyBytes(ModelParameters& params) {
   std::vector<int64_t> sizes;
-  for (const FlatSpan& span : ProductWeights(params)) {
+  for (const ConstFloatSpan& span : ProductWeights(params)) {
     sizes.push_back(span.size);
   }
   return LayOutBf16Copies(sizes).bytes;

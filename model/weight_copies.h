@@ -21,7 +21,7 @@ bool IsProductWeight(const ModelParameters& params, const NamedTensor& named);
 
 // The values of every held product weight (IsProductWeight), in Named()
 // order.
-std::vector<FlatSpan> ProductWeights(ModelParameters& params);
+std::vector<ConstFloatSpan> ProductWeights(ModelParameters& params);
 
 // The bytes of the one allocation in which a backend computing in bf16 (the
 // CUDA backend's bf16 mode) keeps its copies of `params`' product weights

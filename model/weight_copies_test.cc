@@ -10,9 +10,9 @@
 namespace glm {
 namespace {
 
-std::set<const float*> Starts(const std::vector<FlatSpan>& spans) {
+std::set<const float*> Starts(const std::vector<ConstFloatSpan>& spans) {
   std::set<const float*> starts;
-  for (const FlatSpan& span : spans) starts.insert(span.data);
+  for (const ConstFloatSpan& span : spans) starts.insert(span.data);
   return starts;
 }
 
@@ -20,7 +20,7 @@ TEST(ProductWeightsTest, EveryMatrixAndExpertStackButAGatheredEmbedding) {
   ModelConfig config = TinyTestConfig();
   config.tie_word_embeddings = false;
   ModelParameters params(config);
-  const std::vector<FlatSpan> spans = ProductWeights(params);
+  const std::vector<ConstFloatSpan> spans = ProductWeights(params);
   const std::set<const float*> starts = Starts(spans);
   EXPECT_EQ(starts.size(), spans.size());
   size_t matrices = 0;
@@ -32,9 +32,9 @@ TEST(ProductWeightsTest, EveryMatrixAndExpertStackButAGatheredEmbedding) {
         << named.name;
   }
   EXPECT_EQ(spans.size(), matrices);
-  const auto head = std::find_if(spans.begin(), spans.end(), [&](FlatSpan s) {
-    return s.data == params.lm_head.value.data();
-  });
+  const auto head = std::find_if(
+      spans.begin(), spans.end(),
+      [&](ConstFloatSpan s) { return s.data == params.lm_head.value.data(); });
   ASSERT_NE(head, spans.end());
   EXPECT_EQ(head->size, params.lm_head.value.numel());
 }
@@ -53,7 +53,7 @@ TEST(ProductWeightsTest, TensorsNotHeldAreLeftOut) {
   held.names = std::set<std::string>{"model.norm.weight",
                                      "model.layers.0.self_attn.o_proj.weight"};
   ModelParameters params(TinyTestConfig(), held);
-  const std::vector<FlatSpan> spans = ProductWeights(params);
+  const std::vector<ConstFloatSpan> spans = ProductWeights(params);
   ASSERT_EQ(spans.size(), 1u);
   EXPECT_EQ(spans[0].data, params.layers[0].self_attn.o_proj.value.data());
 }
@@ -82,7 +82,7 @@ TEST(ProductWeightsTest, CopyBytesRoundEachSpanToSixteenBytes) {
   ModelConfig config = TinyTestConfig();
   ModelParameters params(config);
   int64_t bytes = 0;
-  for (const FlatSpan& span : ProductWeights(params)) {
+  for (const ConstFloatSpan& span : ProductWeights(params)) {
     bytes += (span.size + 7) / 8 * 8 * 2;
   }
   EXPECT_GT(bytes, 0);

@@ -351,7 +351,8 @@ PlanJob OddSizesJob() {
 TEST(RankStateTest, SizesOffSixteenBytes) {
   ModelParameters whole(OddSizesJob().model);
   int64_t unpadded = 0;
-  for (const FlatSpan& span : ProductWeights(whole)) unpadded += 2 * span.size;
+  for (const ConstFloatSpan& span : ProductWeights(whole))
+    unpadded += 2 * span.size;
   ASSERT_GT(ProductWeightCopyBytes(whole), unpadded);
   CheckEveryRank(OddSizesJob(), 1, Of(1, 1, 1, 1));
   CheckEveryRank(OddSizesJob(), 2, Of(1, 2, 1, 1));

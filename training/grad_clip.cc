@@ -7,7 +7,7 @@ namespace glm {
 
 double GradSquaredSum(Backend& backend,
                       const std::vector<TrainableTensor>& params) {
-  std::vector<FlatSpan> grads;
+  std::vector<ConstFloatSpan> grads;
   for (const TrainableTensor& param : params) {
     grads.push_back({param.grad->data(), param.grad->numel()});
   }

@@ -206,7 +206,7 @@ class CountingRefreshes : public CpuBackend {
  public:
   CountingRefreshes(Allocator* memory, int* refreshes)
       : CpuBackend(memory), refreshes_(refreshes) {}
-  void RefreshComputeCopies(const std::vector<FlatSpan>&) override {
+  void RefreshComputeCopies(const std::vector<ConstFloatSpan>&) override {
     ++*refreshes_;
   }
 

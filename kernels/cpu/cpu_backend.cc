@@ -229,8 +229,8 @@ void CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                              dik, dw);
 }
 
-double CpuBackend::SquaredSum(const std::vector<FlatSpan>& spans) {
-  for (const FlatSpan& span : spans) CheckHeld("SquaredSum", {span.data});
+double CpuBackend::SquaredSum(const std::vector<ConstFloatSpan>& spans) {
+  for (const ConstFloatSpan& span : spans) CheckHeld("SquaredSum", {span.data});
   return cpu::SquaredSum(spans);
 }
 

@@ -98,8 +98,9 @@ class CpuBackend : public Backend {
                      ConstMatrixView target, float coeff, MatrixView diq,
                      MatrixView dik, MatrixView dw, double* sum) override;
   // fp32 products read the weights themselves.
-  void RefreshComputeCopies(const std::vector<FlatSpan>& weights) override {}
-  double SquaredSum(const std::vector<FlatSpan>& spans) override;
+  void RefreshComputeCopies(
+      const std::vector<ConstFloatSpan>& weights) override {}
+  double SquaredSum(const std::vector<ConstFloatSpan>& spans) override;
   void AdamWStep(const AdamWHyperparameters& hyper,
                  const std::vector<AdamWTensor>& tensors) override;
 

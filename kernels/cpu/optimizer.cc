@@ -6,9 +6,9 @@
 
 namespace glm::cpu {
 
-double SquaredSum(const std::vector<FlatSpan>& spans) {
+double SquaredSum(const std::vector<ConstFloatSpan>& spans) {
   double sum = 0;
-  for (const FlatSpan& span : spans) {
+  for (const ConstFloatSpan& span : spans) {
     for (int64_t i = 0; i < span.size; ++i) {
       sum += static_cast<double>(span.data[i]) * span.data[i];
     }

@@ -10,7 +10,7 @@
 namespace glm::cpu {
 
 // Sequential in span order: the same bits on any thread count.
-double SquaredSum(const std::vector<FlatSpan>& spans);
+double SquaredSum(const std::vector<ConstFloatSpan>& spans);
 // Elements are independent, so threads split them freely.
 void AdamWStep(const AdamWHyperparameters& hyper,
                const std::vector<AdamWTensor>& tensors);

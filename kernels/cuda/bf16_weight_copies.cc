@@ -13,7 +13,8 @@ namespace {
 static_assert(sizeof(__nv_bfloat16) == kBf16CopyElementBytes,
               "the layout counts bf16 elements");
 
-bool SameSpans(const std::vector<FlatSpan>& a, const std::vector<FlatSpan>& b) {
+bool SameSpans(const std::vector<ConstFloatSpan>& a,
+               const std::vector<ConstFloatSpan>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].data != b[i].data || a[i].size != b[i].size) return false;
@@ -24,10 +25,10 @@ bool SameSpans(const std::vector<FlatSpan>& a, const std::vector<FlatSpan>& b) {
 }  // namespace
 
 void Bf16WeightCopies::Place(Allocator* allocator,
-                             const std::vector<FlatSpan>& spans) {
+                             const std::vector<ConstFloatSpan>& spans) {
   std::vector<int64_t> sizes;
   sizes.reserve(spans.size());
-  for (const FlatSpan& span : spans) sizes.push_back(span.size);
+  for (const ConstFloatSpan& span : spans) sizes.push_back(span.size);
   const Bf16CopyLayout layout = LayOutBf16Copies(sizes);
   buffer_ = layout.bytes == 0
                 ? DeviceBuffer()
@@ -35,7 +36,7 @@ void Bf16WeightCopies::Place(Allocator* allocator,
   by_start_.clear();
   auto* copies = static_cast<__nv_bfloat16*>(buffer_.data());
   for (size_t i = 0; i < spans.size(); ++i) {
-    const FlatSpan& span = spans[i];
+    const ConstFloatSpan& span = spans[i];
     if (span.size == 0) continue;
     const bool placed =
         by_start_
@@ -49,7 +50,7 @@ void Bf16WeightCopies::Place(Allocator* allocator,
 }
 
 void Bf16WeightCopies::Refresh(CudaContext& ctx, Allocator* allocator,
-                               const std::vector<FlatSpan>& spans) {
+                               const std::vector<ConstFloatSpan>& spans) {
   if (!SameSpans(spans, spans_)) Place(allocator, spans);
   for (const auto& [start, placed] : by_start_) {
     const int64_t size = placed.end - start;
@@ -62,7 +63,7 @@ const __nv_bfloat16* Bf16WeightCopies::Find(ConstMatrixView v) const {
   return Locate(v);
 }
 
-__nv_bfloat16* Bf16WeightCopies::CopyOf(FlatSpan values) const {
+__nv_bfloat16* Bf16WeightCopies::CopyOf(ConstFloatSpan values) const {
   return Locate(ConstMatrixView(values.data, 1, values.size, values.size));
 }
 

@@ -29,12 +29,12 @@ class Bf16WeightCopies {
   // Copies `spans` (device memory) now. The copies replace the last call's;
   // the allocation is kept when the spans are the same.
   void Refresh(CudaContext& ctx, Allocator* allocator,
-               const std::vector<FlatSpan>& spans);
+               const std::vector<ConstFloatSpan>& spans);
   // The copy of `v`, or null when `v` does not lie inside one span.
   const __nv_bfloat16* Find(ConstMatrixView v) const;
   // The copy of `values` for an op that writes it as it updates them (the
   // optimizer), or null as Find.
-  __nv_bfloat16* CopyOf(FlatSpan values) const;
+  __nv_bfloat16* CopyOf(ConstFloatSpan values) const;
 
  private:
   // A span's end and where its copy starts.
@@ -43,10 +43,10 @@ class Bf16WeightCopies {
     __nv_bfloat16* copy;
   };
 
-  void Place(Allocator* allocator, const std::vector<FlatSpan>& spans);
+  void Place(Allocator* allocator, const std::vector<ConstFloatSpan>& spans);
   __nv_bfloat16* Locate(ConstMatrixView v) const;
 
-  std::vector<FlatSpan> spans_;
+  std::vector<ConstFloatSpan> spans_;
   DeviceBuffer buffer_;
   std::map<const float*, Placed> by_start_;
 };

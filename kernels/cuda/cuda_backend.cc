@@ -246,12 +246,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                         dik, dw, loss_);
     cuda::AddQuotient(*this, loss_, 1.0, sum);
   }
-  void RefreshComputeCopies(const std::vector<FlatSpan>& weights) override {
+  void RefreshComputeCopies(
+      const std::vector<ConstFloatSpan>& weights) override {
     if (options_.precision == cuda::Precision::kBf16) {
       weight_copies_.Refresh(*this, allocator_.get(), weights);
     }
   }
-  double SquaredSum(const std::vector<FlatSpan>& spans) override {
+  double SquaredSum(const std::vector<ConstFloatSpan>& spans) override {
     cuda::SquaredSum(*this, spans, loss_);
     return ReadLoss();
   }

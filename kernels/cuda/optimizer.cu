@@ -42,7 +42,7 @@ T* Upload(CudaContext& ctx, char* scratch, size_t* offset,
   return device;
 }
 
-__global__ void ChunkSquaredSumKernel(const FlatSpan* spans,
+__global__ void ChunkSquaredSumKernel(const ConstFloatSpan* spans,
                                       const Chunk* chunks, double* partial) {
   const Chunk chunk = chunks[blockIdx.x];
   const float* x = spans[chunk.tensor].data;
@@ -105,21 +105,21 @@ __global__ void AdamWKernel(const AdamWTarget* targets, const Chunk* chunks,
 
 }  // namespace
 
-void SquaredSum(CudaContext& ctx, const std::vector<FlatSpan>& spans,
+void SquaredSum(CudaContext& ctx, const std::vector<ConstFloatSpan>& spans,
                 double* out) {
   std::vector<int64_t> sizes;
-  for (const FlatSpan& span : spans) sizes.push_back(span.size);
+  for (const ConstFloatSpan& span : spans) sizes.push_back(span.size);
   const std::vector<Chunk> chunks = ChunksOf(sizes);
   if (chunks.empty()) {
     GLM_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), ctx.stream()));
     return;
   }
   char* scratch = static_cast<char*>(
-      ctx.Scratch(ScratchAlignUp(spans.size() * sizeof(FlatSpan)) +
+      ctx.Scratch(ScratchAlignUp(spans.size() * sizeof(ConstFloatSpan)) +
                   ScratchAlignUp(chunks.size() * sizeof(Chunk)) +
                   ScratchAlignUp(chunks.size() * sizeof(double))));
   size_t offset = 0;
-  const FlatSpan* device_spans = Upload(ctx, scratch, &offset, spans);
+  const ConstFloatSpan* device_spans = Upload(ctx, scratch, &offset, spans);
   const Chunk* device_chunks = Upload(ctx, scratch, &offset, chunks);
   double* partial = reinterpret_cast<double*>(scratch + offset);
   ChunkSquaredSumKernel<<<chunks.size(), kBlockThreads, 0, ctx.stream()>>>(

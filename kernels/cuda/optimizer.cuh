@@ -14,7 +14,7 @@ namespace glm::cuda {
 
 // Writes the sum of x^2 over the spans (double; chunk sums in a fixed order)
 // to the device double `out`.
-void SquaredSum(CudaContext& ctx, const std::vector<FlatSpan>& spans,
+void SquaredSum(CudaContext& ctx, const std::vector<ConstFloatSpan>& spans,
                 double* out);
 // The CPU's AdamW formula with the same double operations in the same order
 // (no fused multiply-adds), so each element's result equals the CPU's bits.

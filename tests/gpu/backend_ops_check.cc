@@ -274,7 +274,7 @@ class Bound {
     return static_cast<int32_t*>(bases_[i]) + operands_[i].layout.offset;
   }
   // Operand i's whole buffer (a view's tensor).
-  FlatSpan Buffer(int i) const {
+  ConstFloatSpan Buffer(int i) const {
     return {static_cast<float*>(bases_[i]), operands_[i].layout.size};
   }
 
@@ -2119,7 +2119,7 @@ void AddAdamW(Factories& f, const std::string& tag, Layout matrix,
                  {p.Floats(t.new_w), p.Floats(t.grad), p.Floats(t.new_exp_avg),
                   p.Floats(t.new_exp_avg_sq), p.Buffer(t.new_w).size, t.decay});
            }
-           const FlatSpan copied = p.Buffer(w.new_w);
+           const ConstFloatSpan copied = p.Buffer(w.new_w);
            be.RefreshComputeCopies({copied});
            be.AdamWStep(hyper, tensors);
            ReadWeightCopy(be, p.View(w.new_w), p.Floats(fused));
