@@ -61,6 +61,29 @@ __device__ int64_t RunEnd(const int32_t* __restrict__ sorted, int64_t head,
 // Sources added per batch of loads (issued together, added in order).
 constexpr int kScatterBatch = 4;
 
+// `acc` with column c of sources order[k, k + kCount) added, each times its
+// scale (1 when scale is null): every load issued first, then the adds in
+// source order, each rounded as the CPU's serial loop does. The batched loop
+// and its tail both add through here.
+template <int kCount>
+__device__ __forceinline__ float AddSources(float acc,
+                                            const float* __restrict__ src,
+                                            int64_t src_stride,
+                                            const int32_t* __restrict__ order,
+                                            const float* __restrict__ scale,
+                                            int64_t k, int64_t c) {
+  float s[kCount], x[kCount];
+#pragma unroll
+  for (int b = 0; b < kCount; ++b) {
+    const int32_t i = order[k + b];
+    s[b] = scale ? scale[i] : 1.f;
+    x[b] = src[i * src_stride + c];
+  }
+#pragma unroll
+  for (int b = 0; b < kCount; ++b) acc += s[b] * x[b];
+  return acc;
+}
+
 // Block (p, y) for position p of the sorted row ids and columns y *
 // blockDim.x + threadIdx.x, stepping gridDim.y * blockDim.x; only the first
 // position of each run of equal ids works: it adds that destination row's
@@ -83,20 +106,10 @@ __global__ void ScatterAddSortedKernel(const float* __restrict__ src,
     float acc = *o;
     int64_t k = head;
     for (; k + kScatterBatch <= end; k += kScatterBatch) {
-      float s[kScatterBatch], x[kScatterBatch];
-#pragma unroll
-      for (int b = 0; b < kScatterBatch; ++b) {
-        const int32_t i = order[k + b];
-        s[b] = scale ? scale[i] : 1.f;
-        x[b] = src[i * src_stride + c];
-      }
-#pragma unroll
-      for (int b = 0; b < kScatterBatch; ++b) acc += s[b] * x[b];
+      acc = AddSources<kScatterBatch>(acc, src, src_stride, order, scale, k, c);
     }
     for (; k < end; ++k) {
-      const int32_t i = order[k];
-      const float s = scale ? scale[i] : 1.f;
-      acc += s * src[i * src_stride + c];
+      acc = AddSources<1>(acc, src, src_stride, order, scale, k, c);
     }
     *o = acc;
   }
