@@ -192,6 +192,17 @@ class Backend {
   virtual void CrossEntropyBackward(ConstMatrixView logits,
                                     const int32_t* targets, float scale,
                                     MatrixView dlogits) = 0;
+  // A chunk of an output head's loss and gradient, for a forward followed at
+  // once by its backward: logits = x w^T into `logits` (the caller's work
+  // buffer, [x.rows, w.rows]), *sum += their CrossEntropyForward (divisor),
+  // then dx += dlogits w and dw += dlogits^T x for dlogits =
+  // CrossEntropyBackward's (scale). dlogits is not kept: a device backend forms
+  // it in its compute precision only. On return `logits` holds no defined
+  // values.
+  virtual void LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
+                                  const int32_t* targets, double divisor,
+                                  float scale, MatrixView logits, double* sum,
+                                  MatrixView dx, MatrixView dw) = 0;
 
   // ---- sparse attention (MLA over DSA-selected keys) ----
   // Rows are token-major, head-minor: q [nq*heads, dqk] for nq queries, k

@@ -307,6 +307,20 @@ void OpTimingBackend::CrossEntropyBackward(ConstMatrixView logits,
         [&] { timed_->CrossEntropyBackward(logits, targets, scale, dlogits); });
 }
 
+// Counted as its three products; the loss passes over the logits ride along.
+void OpTimingBackend::LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
+                                         const int32_t* targets, double divisor,
+                                         float scale, MatrixView logits,
+                                         double* sum, MatrixView dx,
+                                         MatrixView dw) {
+  const double one = ProductFlops(x.rows, w.cols, w.rows);
+  Timed("LinearCrossEntropy w" + Shape(w),
+        Flops(one * (1 + (dx.empty() ? 0 : 1) + (dw.empty() ? 0 : 1))), [&] {
+          timed_->LinearCrossEntropy(x, w, targets, divisor, scale, logits, sum,
+                                     dx, dw);
+        });
+}
+
 // Scores (q.k) and the weighted sum (p.v) for every query, head and slot.
 void OpTimingBackend::SparseAttentionForward(ConstMatrixView q,
                                              ConstMatrixView k,

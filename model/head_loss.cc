@@ -57,11 +57,10 @@ void HeadLossForward(Backend& backend, ConstMatrixView x, Parameter& head,
     const MatrixView chunk_logits = logits.Matrix().Rows(0, count);
     const ConstMatrixView chunk_x = x.Rows(r0, count);
     const int32_t* targets = acts->targets.data() + r0;
-    backend.Linear(chunk_x, head.value.Matrix(), chunk_logits, false);
-    backend.CrossEntropyForward(chunk_logits, targets,
-                                static_cast<double>(acts->count), sum);
-    AddGradient(backend, chunk_x, head, chunk_logits, targets, *acts,
-                acts->dx.Matrix().Rows(r0, count));
+    backend.LinearCrossEntropy(
+        chunk_x, head.value.Matrix(), targets, static_cast<double>(acts->count),
+        acts->scale / static_cast<float>(acts->count), chunk_logits, sum,
+        acts->dx.Matrix().Rows(r0, count), head.grad.Matrix());
   }
 }
 

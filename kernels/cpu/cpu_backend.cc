@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
@@ -178,6 +179,19 @@ void CpuBackend::CrossEntropyBackward(ConstMatrixView logits,
                                       MatrixView dlogits) {
   CheckHeld("CrossEntropyBackward", {logits.data, targets, dlogits.data});
   cpu::CrossEntropyBackward(logits, targets, scale, dlogits);
+}
+void CpuBackend::LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
+                                    const int32_t* targets, double divisor,
+                                    float scale, MatrixView logits, double* sum,
+                                    MatrixView dx, MatrixView dw) {
+  CheckHeld("LinearCrossEntropy",
+            {x.data, w.data, targets, logits.data, sum, dx.data, dw.data});
+  cpu::LinearForward(x, w, logits, false);
+  *sum += cpu::CrossEntropyForward(logits, targets) / divisor;
+  std::vector<float> dlogits(logits.rows * logits.cols, 0.f);
+  const MatrixView d{dlogits.data(), logits.rows, logits.cols, logits.cols};
+  cpu::CrossEntropyBackward(logits, targets, scale, d);
+  cpu::LinearBackward(x, w, d, dx, dw);
 }
 void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                         ConstMatrixView v, const int32_t* keys,

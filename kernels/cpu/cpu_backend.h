@@ -76,6 +76,10 @@ class CpuBackend : public Backend {
                            double divisor, double* sum) override;
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
                             float scale, MatrixView dlogits) override;
+  void LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
+                          const int32_t* targets, double divisor, float scale,
+                          MatrixView logits, double* sum, MatrixView dx,
+                          MatrixView dw) override;
   void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                               ConstMatrixView v, const int32_t* keys,
                               int64_t topk, int64_t heads, float scale,

@@ -1,3 +1,5 @@
+#include <cuda_bf16.h>
+
 #include <cassert>
 #include <cmath>
 #include <cub/block/block_reduce.cuh>
@@ -94,7 +96,87 @@ __global__ void CrossEntropyBackwardKernel(const float* __restrict__ logits,
   }
 }
 
+__device__ void StoreGrad(float g, float* out) { *out = g; }
+__device__ void StoreGrad(float g, __nv_bfloat16* out) {
+  *out = __float2bfloat16_rn(g);
+}
+
+// The loss of row blockIdx.x into row_loss (as RowLossKernel) and its
+// gradient scale * (softmax - onehot) written (not added) to its dlogits row,
+// zeros on rows without a target: the values CrossEntropyBackward adds, then
+// rounded once to Out. dlogits may be the logits themselves (Out float):
+// each element is read before it is written, by the thread that writes it.
+template <typename Out>
+__global__ void LossAndGradKernel(const float* logits, int64_t stride,
+                                  int64_t cols,
+                                  const int32_t* __restrict__ targets,
+                                  float scale, double* __restrict__ row_loss,
+                                  Out* dlogits, int64_t dstride) {
+  const int64_t r = blockIdx.x;
+  const int32_t target = targets[r];
+  const float* row = logits + r * stride;
+  Out* d = dlogits + r * dstride;
+  if (target < 0) {
+    if (threadIdx.x == 0) row_loss[r] = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
+      StoreGrad(0.f, d + c);
+    }
+    return;
+  }
+  // Read before RowMaxSum's barriers: the loop below may overwrite it.
+  const float target_logit = row[target];
+  const MaxSum lse = RowMaxSum(row, cols);
+  if (threadIdx.x == 0) {
+    row_loss[r] = double{lse.max} + log(double{lse.sum}) - target_logit;
+  }
+  const float inv_sum = 1.f / lse.sum;
+  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
+    float g = scale * (expf(row[c] - lse.max) * inv_sum);
+    if (c == target) g -= scale;
+    StoreGrad(g, d + c);
+  }
+}
+
+// *loss = the sum of row_loss[0, rows).
+void SumRowLosses(CudaContext& ctx, const double* row_loss, int64_t rows,
+                  double* loss) {
+  SumKernel<<<1, kBlockThreads, 0, ctx.stream()>>>(row_loss, rows, loss);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Out>
+void LossAndGrad(CudaContext& ctx, ConstMatrixView logits,
+                 const int32_t* targets, float scale, double* loss,
+                 Out* dlogits, int64_t dstride) {
+  assert(logits.cols > 0);
+  if (logits.rows == 0) {
+    GLM_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(double), ctx.stream()));
+    return;
+  }
+  auto* row_loss =
+      static_cast<double*>(ctx.Scratch(logits.rows * sizeof(double)));
+  LossAndGradKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+      logits.data, logits.stride, logits.cols, targets, scale, row_loss,
+      dlogits, dstride);
+  GLM_CUDA_CHECK_LAUNCH();
+  SumRowLosses(ctx, row_loss, logits.rows, loss);
+}
+
 }  // namespace
+
+void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
+                             const int32_t* targets, float scale, double* loss,
+                             MatrixView dlogits) {
+  assert(dlogits.rows == logits.rows && dlogits.cols == logits.cols);
+  LossAndGrad(ctx, logits, targets, scale, loss, dlogits.data, dlogits.stride);
+}
+
+void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
+                             const int32_t* targets, float scale, double* loss,
+                             __nv_bfloat16* dlogits, int64_t ld) {
+  assert(ld >= logits.cols);
+  LossAndGrad(ctx, logits, targets, scale, loss, dlogits, ld);
+}
 
 void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,
                          const int32_t* targets, double* loss) {
@@ -108,8 +190,7 @@ void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,
   RowLossKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
       logits.data, logits.stride, logits.cols, targets, row_loss);
   GLM_CUDA_CHECK_LAUNCH();
-  SumKernel<<<1, kBlockThreads, 0, ctx.stream()>>>(row_loss, logits.rows, loss);
-  GLM_CUDA_CHECK_LAUNCH();
+  SumRowLosses(ctx, row_loss, logits.rows, loss);
 }
 
 void CrossEntropyBackward(CudaContext& ctx, ConstMatrixView logits,

@@ -5,6 +5,8 @@
 #ifndef GLM_KERNELS_CUDA_CROSS_ENTROPY_CUH_
 #define GLM_KERNELS_CUDA_CROSS_ENTROPY_CUH_
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/cuda_context.h"
@@ -22,6 +24,19 @@ void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,
 void CrossEntropyBackward(CudaContext& ctx, ConstMatrixView logits,
                           const int32_t* targets, float scale,
                           MatrixView dlogits);
+
+// CrossEntropyForward and the gradient of its rows in one pass: *loss as
+// CrossEntropyForward's, and dlogits[r] = scale * (softmax(logits[r]) -
+// onehot(targets[r])) written, not added (zeros on rows without a target).
+// dlogits may be the logits view itself.
+void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
+                             const int32_t* targets, float scale, double* loss,
+                             MatrixView dlogits);
+// The same with dlogits in bf16, row-major with leading dimension ld (each
+// value rounded once, as PackBf16 rounds CrossEntropyBackward's).
+void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
+                             const int32_t* targets, float scale, double* loss,
+                             __nv_bfloat16* dlogits, int64_t ld);
 
 }  // namespace glm::cuda
 

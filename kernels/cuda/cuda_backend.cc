@@ -17,6 +17,7 @@
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/layer_norm.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/linear_cross_entropy.h"
 #include "kernels/cuda/optimizer.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -198,6 +199,14 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
                             float scale, MatrixView dlogits) override {
     cuda::CrossEntropyBackward(*this, logits, targets, scale, dlogits);
+  }
+  void LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
+                          const int32_t* targets, double divisor, float scale,
+                          MatrixView logits, double* sum, MatrixView dx,
+                          MatrixView dw) override {
+    cuda::LinearCrossEntropy(*this, x, w, targets, scale, logits, loss_, dx,
+                             dw);
+    cuda::AddQuotient(*this, loss_, divisor, sum);
   }
   void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                               ConstMatrixView v, const int32_t* keys,

@@ -273,27 +273,57 @@ void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
          scratch);
 }
 
+namespace {
+
+// dx += dy w; dw += dy^T x for dy already an operand; scratch holds the
+// workspace (and the operand copies `operands` makes).
+void BackwardProducts(CudaContext& ctx, const Operand& dy, ConstMatrixView x,
+                      ConstMatrixView w, MatrixView dx, MatrixView dw,
+                      OperandMaker& operands, void* scratch) {
+  if (!dx.empty()) {
+    Matmul(ctx, dy, /*trans_a=*/false, operands.Make(w), /*trans_b=*/false, dx,
+           /*accumulate=*/true, scratch);
+  }
+  if (!dw.empty()) {
+    Matmul(ctx, dy, /*trans_a=*/true, operands.Make(x), /*trans_b=*/false, dw,
+           /*accumulate=*/true, scratch);
+  }
+}
+
+bool NothingToDo(ConstMatrixView x, ConstMatrixView w, MatrixView dx,
+                 MatrixView dw) {
+  assert(dx.empty() || (dx.rows == x.rows && dx.cols == x.cols));
+  assert(dw.empty() || (dw.rows == w.rows && dw.cols == w.cols));
+  return x.rows == 0 || w.rows == 0 || x.cols == 0 ||
+         (dx.empty() && dw.empty());
+}
+
+}  // namespace
+
 void LinearBackward(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                     ConstMatrixView dy, MatrixView dx, MatrixView dw) {
   assert(x.cols == w.cols && dy.rows == x.rows && dy.cols == w.rows);
-  assert(dx.empty() || (dx.rows == x.rows && dx.cols == x.cols));
-  assert(dw.empty() || (dw.rows == w.rows && dw.cols == w.cols));
-  if (x.rows == 0 || w.rows == 0 || x.cols == 0) return;
-  if (dx.empty() && dw.empty()) return;
+  if (NothingToDo(x, w, dx, dw)) return;
   // Only the operands a wanted gradient reads get bf16 copies.
   const ConstMatrixView none;
   void* scratch = ctx.Scratch(ScratchBytes(
       ctx.precision(), {dy, dx.empty() ? none : w, dw.empty() ? none : x}));
   OperandMaker operands(ctx, scratch);
-  const Operand dy_op = operands.Make(dy);
-  if (!dx.empty()) {
-    Matmul(ctx, dy_op, /*trans_a=*/false, operands.Make(w), /*trans_b=*/false,
-           dx, /*accumulate=*/true, scratch);
-  }
-  if (!dw.empty()) {
-    Matmul(ctx, dy_op, /*trans_a=*/true, operands.Make(x), /*trans_b=*/false,
-           dw, /*accumulate=*/true, scratch);
-  }
+  BackwardProducts(ctx, operands.Make(dy), x, w, dx, dw, operands, scratch);
+}
+
+void LinearBackwardBf16(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+                        const __nv_bfloat16* dy, int64_t dy_ld, MatrixView dx,
+                        MatrixView dw) {
+  assert(ctx.precision() == Precision::kBf16 && x.cols == w.cols);
+  assert(dy_ld >= w.rows);
+  if (NothingToDo(x, w, dx, dw)) return;
+  const ConstMatrixView none;
+  void* scratch = ctx.Scratch(ScratchBytes(
+      ctx.precision(), {dx.empty() ? none : w, dw.empty() ? none : x}));
+  OperandMaker operands(ctx, scratch);
+  const Operand dy_op{dy, x.rows, w.rows, dy_ld, CUDA_R_16BF};
+  BackwardProducts(ctx, dy_op, x, w, dx, dw, operands, scratch);
 }
 
 }  // namespace glm::cuda

@@ -5,6 +5,8 @@
 #ifndef GLM_KERNELS_CUDA_LINEAR_CUH_
 #define GLM_KERNELS_CUDA_LINEAR_CUH_
 
+#include <cuda_bf16.h>
+
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/tensor.h"
 
@@ -16,6 +18,12 @@ void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
 // dx += dy w; dw += dy^T x (each skipped when empty).
 void LinearBackward(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                     ConstMatrixView dy, MatrixView dx, MatrixView dw);
+// LinearBackward for a dy its producer wrote in bf16 (row-major [x.rows,
+// w.rows], leading dimension dy_ld elements, 16-byte aligned rows preferred):
+// the bf16 mode only.
+void LinearBackwardBf16(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+                        const __nv_bfloat16* dy, int64_t dy_ld, MatrixView dx,
+                        MatrixView dw);
 
 }  // namespace glm::cuda
 

@@ -129,6 +129,8 @@ constexpr OpLimits kLimits[] = {
     {"RouterBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"CrossEntropyForward", {0, 0}, {kExactLoss, kExactLoss}, {0, 0}},
     {"CrossEntropyBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    // bf16: logits from bf16 products and their gradient rounded to bf16.
+    {"LinearCrossEntropy", {kExact, 1e-4}, {kExactLoss, 1e-3}, {0, 0}},
     // bf16: cuDNN's fused attention where it has a plan (glm5.2-mini's dims:
     // bf16 operands and probabilities; measured 9.8e-6 forward, 1.1e-5
     // backward), else the fp32 kernels; key weights by bf16 GEMMs (6.9e-6).
@@ -1983,8 +1985,50 @@ void AddCrossEntropyBackward(Factories& f, const std::string& tag,
        }});
 }
 
+// A work buffer an op may leave in any state: its own outcome is not checked
+// (the op's results are, in its other outputs).
+SpecialCheck WorkBuffer() {
+  return [](const Case&, const RunOutput&, const RunOutput&, int) {
+    return std::vector<Outcome>{};
+  };
+}
+
+void AddLinearCrossEntropy(Factories& f, const std::string& tag, int64_t rows,
+                           int64_t hidden, int64_t vocab, float scale) {
+  const std::string label = absl::StrCat(tag, " x[", rows, ",", hidden, "] w[",
+                                         vocab, ",", hidden, "]");
+  f.push_back({"LinearCrossEntropy", label, [=] {
+                 CaseBuilder b("LinearCrossEntropy", label);
+                 const int ix = b.Input("x", Dense(rows, hidden)),
+                           iw = b.Input("w", Dense(vocab, hidden), 0.05f),
+                           it =
+                               b.Ints("targets", Targets(rows, vocab, b.rng())),
+                           il = b.Written("logits", Dense(rows, vocab)),
+                           idx = b.Accumulated("dx", Dense(rows, hidden)),
+                           idw = b.Accumulated("dw", Dense(vocab, hidden));
+                 b.Special(WorkBuffer(), {il});
+                 return b.Build(
+                     [=](Backend& be, const Bound& p) {
+                       double loss = 0;
+                       WithWeights(be, p, iw, WeightCopy::kKept, [&] {
+                         loss = LossOf(be, [&](double* sum) {
+                           be.LinearCrossEntropy(
+                               p.View(ix), p.View(iw), p.Ints(it),
+                               static_cast<double>(rows), scale, p.View(il),
+                               sum, p.View(idx), p.View(idw));
+                         });
+                       });
+                       return loss;
+                     },
+                     /*returns_loss=*/true);
+               }});
+}
+
 void AddLossCases(Factories& f) {
   const int64_t vocab = Mini().vocab_size, tokens = 512;
+  AddLinearCrossEntropy(f, "tiny", 5, 3, 7, 0.37f);
+  AddLinearCrossEntropy(f, "glm5.2-mini", 64, Mini().hidden_size, vocab,
+                        1.f / 64);
   AddCrossEntropy(f, "tiny", Dense(5, 7));
   AddCrossEntropy(f, "strided", Cols(9, 40, 5, 31));
   AddCrossEntropy(f, "vocab", Dense(tokens, vocab));
