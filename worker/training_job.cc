@@ -17,6 +17,10 @@
 #include "training/log_line.h"
 #include "worker/job_groups.h"
 
+#ifdef GLM_WITH_CUDA
+#include "kernels/cuda/gpu_activity.h"
+#endif
+
 namespace glm {
 namespace {
 
@@ -109,6 +113,70 @@ std::string LayoutString(const std::vector<StageSlice>& stages) {
   }
   return absl::StrJoin(parts, "|");
 }
+
+// GLM_GPU_ACTIVITY=1 on a CUDA device: how busy the GPU was in each step, from
+// the step's start to its return, logged after the step's line
+// (kernels/cuda/gpu_activity.h). The step ends on reads from the device (the
+// gradient norm, the router biases), so its work is done when it returns;
+// whatever it leaves running shows as "busy after end". Nothing otherwise,
+// and nothing in a build without CUDA.
+class StepActivity {
+ public:
+  // Before the backend exists, so that CUPTI sees the device's context made.
+  // A recorder that cannot start is logged and the job goes on without it.
+  void Start(const std::string& device, const TrainingJobHooks& hooks) {
+#ifdef GLM_WITH_CUDA
+    if (device == "cpu") return;
+    absl::StatusOr<std::unique_ptr<cuda::GpuActivity>> started =
+        cuda::GpuActivity::StartIfAsked();
+    if (!started.ok()) {
+      hooks.log(absl::StrCat("GLM_GPU_ACTIVITY=1, but not recorded: ",
+                             started.status().message()));
+      return;
+    }
+    activity_ = *std::move(started);
+    if (activity_) {
+      hooks.log(
+          "gpu activity: recording the device's kernels, copies and memsets "
+          "(GLM_GPU_ACTIVITY=1)");
+    }
+#endif
+  }
+
+  void StepStarts() {
+#ifdef GLM_WITH_CUDA
+    if (activity_) start_ = activity_->Now();
+#endif
+  }
+
+  void StepEnds() {
+#ifdef GLM_WITH_CUDA
+    if (activity_) end_ = activity_->Now();
+#endif
+  }
+
+  // The line of the step between the last StepStarts() and StepEnds(); empty
+  // when not recording. Waits for the device (after the step's end).
+  absl::StatusOr<std::string> Line(int64_t iteration) {
+#ifdef GLM_WITH_CUDA
+    if (activity_) {
+      absl::StatusOr<cuda::ActivityWindow> window =
+          activity_->Summarize(start_, end_);
+      if (!window.ok()) return window.status();
+      return absl::StrCat(" gpu activity of iteration ", iteration, " | ",
+                          cuda::FormatActivityWindow(*window));
+    }
+#endif
+    return std::string();
+  }
+
+ private:
+#ifdef GLM_WITH_CUDA
+  std::unique_ptr<cuda::GpuActivity> activity_;
+  uint64_t start_ = 0;
+  uint64_t end_ = 0;
+#endif
+};
 
 // Checkpoints of a job: data-parallel ranks hold identical state, so without
 // pipeline or expert parallelism rank 0 writes the whole model; with them
@@ -424,6 +492,8 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
                              stage.first_layer, "-", stage.last_layer, ")"));
     }
   }
+  StepActivity activity;
+  activity.Start(device, hooks);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       BuildTrainer(assignment.spec(), plan->model, device,
                    groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline,
@@ -441,9 +511,15 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   }
   const int64_t global_batch = assignment.spec().training().global_batch_size();
   while (!(*trainer)->Done()) {
+    activity.StepStarts();
     absl::StatusOr<v1::StepMetrics> metrics = (*trainer)->Step();
+    activity.StepEnds();
     if (!metrics.ok()) return metrics.status();
     hooks.log(FormatLogLine(*metrics, global_batch));
+    absl::StatusOr<std::string> activity_line =
+        activity.Line(metrics->iteration());
+    if (!activity_line.ok()) return activity_line.status();
+    if (!activity_line->empty()) hooks.log(*activity_line);
     if (checkpoints->Due(**trainer)) {
       // Every rank brings its distributed-optimizer shard (and its parts of
       // tensor-parallel tensors) before rank 0 writes.

@@ -2,7 +2,7 @@
 # The GPU machine's checks in one call, each part under its own time limit so a
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
-# parts from: ops gemm oracle training bench optimes recompute long (MTP=1
+# parts from: ops gemm oracle training bench optimes gaps recompute long (MTP=1
 # adds the MTP row to the bench part only). Each part's output goes to
 # OUT/PART.txt; logs of the multi-run parts are packed into OUT/PART-logs.tgz
 # (the device tool returns at most 8 files).
@@ -42,6 +42,10 @@ for name in "$@"; do
       MTP= OURS_ONLY=1 GLM_OP_TIMES=1 part optimes "${OPTIMES_LIMIT:-120}" \
         bench/gpu_train_bench.sh /tmp/optimes
       cp /tmp/optimes/ours.worker.txt "$out/optimes.worker.txt" ;;
+    gaps)  # the 4k bench row, ours only, with the GPU's idle share of each step
+      MTP= OURS_ONLY=1 GLM_GPU_ACTIVITY=1 part gaps "${GAPS_LIMIT:-120}" \
+        bench/gpu_train_bench.sh /tmp/gaps
+      cp /tmp/gaps/ours.worker.txt "$out/gaps.worker.txt" ;;
     recompute)  # the 4k bench row with every layer recomputed, ours only
       MTP= RECOMPUTE=1 OURS_ONLY=1 part recompute "${RECOMPUTE_LIMIT:-150}" \
         bench/gpu_train_bench.sh /tmp/recompute

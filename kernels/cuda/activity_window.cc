@@ -1,0 +1,143 @@
+#include "kernels/cuda/activity_window.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace glm::cuda {
+namespace {
+
+using Span = std::pair<uint64_t, uint64_t>;  // [first, second)
+
+// The length of the union of `spans` (sorted here).
+uint64_t UnionLength(std::vector<Span> spans) {
+  std::sort(spans.begin(), spans.end());
+  uint64_t length = 0;
+  uint64_t covered_to = 0;  // the union so far ends here
+  for (const auto& [lo, hi] : spans) {
+    const uint64_t from = std::max(lo, covered_to);
+    if (hi > from) {
+      length += hi - from;
+      covered_to = hi;
+    }
+  }
+  return length;
+}
+
+size_t GapClass(uint64_t length) {
+  size_t index = 0;
+  while (index < kGapClassBounds.size() && length >= kGapClassBounds[index]) {
+    ++index;
+  }
+  return index;
+}
+
+double Ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+}  // namespace
+
+double ActivityWindow::busy_share() const {
+  return window == 0 ? 0.0
+                     : static_cast<double>(busy) / static_cast<double>(window);
+}
+
+double ActivityWindow::idle_share() const {
+  return window == 0 ? 0.0
+                     : static_cast<double>(idle) / static_cast<double>(window);
+}
+
+ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
+                               uint64_t start, uint64_t end, int largest) {
+  ActivityWindow summary;
+  summary.window = end > start ? end - start : 0;
+  std::vector<Span> inside, after;
+  for (const ActivityInterval& work : intervals) {
+    if (work.start == 0 || work.end < work.start) {
+      ++summary.untimed;
+      continue;
+    }
+    const bool counted = work.end == work.start
+                             ? work.start >= start && work.start < end
+                             : work.start < end && work.end > start;
+    if (counted) {
+      switch (work.kind) {
+        case ActivityKind::kKernel:
+          ++summary.kernels;
+          break;
+        case ActivityKind::kCopy:
+          ++summary.copies;
+          break;
+        case ActivityKind::kMemset:
+          ++summary.memsets;
+          break;
+      }
+    }
+    const uint64_t lo = std::max(work.start, start);
+    const uint64_t hi = std::min(work.end, end);
+    if (lo < hi) inside.emplace_back(lo, hi);
+    if (work.end > end) after.emplace_back(std::max(work.start, end), work.end);
+  }
+  summary.busy_after_end = UnionLength(std::move(after));
+
+  // One pass over the clipped intervals by start: the union grows, and every
+  // stretch it has not reached when the next one starts is a gap.
+  std::sort(inside.begin(), inside.end());
+  std::vector<IdleGap> gaps;
+  auto add_gap = [&](uint64_t from, uint64_t to) {
+    gaps.push_back(IdleGap{from - start, to - from});
+    summary.idle_by_gap_length[GapClass(to - from)] += to - from;
+  };
+  uint64_t covered_to = start;
+  for (const auto& [lo, hi] : inside) {
+    if (lo > covered_to) add_gap(covered_to, lo);
+    const uint64_t from = std::max(lo, covered_to);
+    if (hi > from) {
+      summary.busy += hi - from;
+      covered_to = hi;
+    }
+  }
+  if (covered_to < end) add_gap(covered_to, end);
+  summary.idle = summary.window - summary.busy;
+  summary.gaps = static_cast<int64_t>(gaps.size());
+
+  const size_t kept =
+      std::min(gaps.size(), static_cast<size_t>(std::max(largest, 0)));
+  std::partial_sort(gaps.begin(), gaps.begin() + kept, gaps.end(),
+                    [](const IdleGap& a, const IdleGap& b) {
+                      return a.length != b.length ? a.length > b.length
+                                                  : a.offset < b.offset;
+                    });
+  summary.largest_gaps.assign(gaps.begin(), gaps.begin() + kept);
+  return summary;
+}
+
+std::string FormatActivityWindow(const ActivityWindow& window) {
+  std::vector<std::string> largest;
+  for (const IdleGap& gap : window.largest_gaps) {
+    largest.push_back(
+        absl::StrFormat("%.3f at %.3f", Ms(gap.length), Ms(gap.offset)));
+  }
+  std::vector<std::string> by_length;
+  for (uint64_t idle : window.idle_by_gap_length) {
+    by_length.push_back(absl::StrFormat("%.3f", Ms(idle)));
+  }
+  return absl::StrCat(
+      absl::StrFormat("window (ms): %.1f | busy: %.2f%% | idle (ms): %.3f | "
+                      "launch-gap share: %.2f%% in %d gaps | ",
+                      Ms(window.window), 100 * window.busy_share(),
+                      Ms(window.idle), 100 * window.idle_share(), window.gaps),
+      "largest gaps (ms at ms): ",
+      largest.empty() ? "-" : absl::StrJoin(largest, ", "),
+      " | idle by gap <10us/<100us/<1ms/>=1ms (ms): ",
+      absl::StrJoin(by_length, "/"),
+      absl::StrFormat(" | kernels: %d | copies: %d | memsets: %d | busy after "
+                      "end (ms): %.3f | untimed: %d | dropped: %d",
+                      window.kernels, window.copies, window.memsets,
+                      Ms(window.busy_after_end), window.untimed,
+                      window.dropped));
+}
+
+}  // namespace glm::cuda

@@ -1,0 +1,210 @@
+#include "kernels/cuda/gpu_activity.h"
+
+#include <cuda_runtime.h>
+#include <cupti.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace glm::cuda {
+namespace {
+
+// One host buffer of records (a kernel's record is about 200 bytes, so one
+// buffer holds some 80,000). calloc'd: CUPTI is told the buffers come zeroed,
+// so it does not clear them on the launching thread, and pages it never
+// writes cost nothing.
+constexpr size_t kBufferBytes = size_t{16} << 20;
+
+// Kernels on any stream (concurrent: recording them does not serialize
+// them), copies (host-device, device-device, and peer to peer), memsets.
+constexpr CUpti_ActivityKind kKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+
+// What the buffer callbacks, plain functions CUPTI calls on its own thread or
+// inside a flush, add to while a GpuActivity lives.
+struct Records {
+  std::mutex mutex;
+  bool recording = false;
+  std::vector<ActivityInterval> intervals;
+};
+
+Records& TheRecords() {
+  static Records* records = new Records;
+  return *records;
+}
+
+std::string CuptiError(CUptiResult result) {
+  const char* text = nullptr;
+  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr) {
+    return absl::StrCat("CUPTI error ", static_cast<int>(result));
+  }
+  return text;
+}
+
+void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size,
+                            size_t* max_records) {
+  // malloc's alignment (16) meets CUPTI's 8 bytes; null: CUPTI drops
+  // records, and says how many (GpuActivity::Summarize reports them).
+  *buffer = static_cast<uint8_t*>(std::calloc(1, kBufferBytes));
+  *size = *buffer == nullptr ? 0 : kBufferBytes;
+  *max_records = 0;
+}
+
+void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t,
+                             size_t valid_bytes) {
+  if (buffer == nullptr) return;
+  std::vector<ActivityInterval> got;
+  CUpti_Activity* record = nullptr;
+  // Stops at the buffer's end, or at a record CUPTI did not finish.
+  while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) ==
+         CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const auto* kernel =
+            reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        got.push_back({kernel->start, kernel->end, ActivityKind::kKernel});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* copy =
+            reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        got.push_back({copy->start, copy->end, ActivityKind::kCopy});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+        const auto* copy =
+            reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
+        got.push_back({copy->start, copy->end, ActivityKind::kCopy});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* memset =
+            reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+        got.push_back({memset->start, memset->end, ActivityKind::kMemset});
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  std::free(buffer);
+  Records& records = TheRecords();
+  std::lock_guard<std::mutex> lock(records.mutex);
+  if (records.recording) {
+    records.intervals.insert(records.intervals.end(), got.begin(), got.end());
+  }
+}
+
+// Once per process: zeroed buffers, the callbacks.
+absl::Status RegisterCallbacks() {
+  uint8_t zeroed = 1;
+  size_t size = sizeof(zeroed);
+  if (CUptiResult result = cuptiActivitySetAttribute(
+          CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &zeroed);
+      result != CUPTI_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("GPU activity: zeroed buffers: ", CuptiError(result)));
+  }
+  if (CUptiResult result =
+          cuptiActivityRegisterCallbacks(RequestBuffer, CompleteBuffer);
+      result != CUPTI_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("GPU activity: registering the buffer callbacks: ",
+                     CuptiError(result)));
+  }
+  return absl::OkStatus();
+}
+
+void DisableKinds() {
+  for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::Start() {
+  Records& records = TheRecords();
+  {
+    std::lock_guard<std::mutex> lock(records.mutex);
+    if (records.recording) {
+      return absl::FailedPreconditionError(
+          "GPU activity: this process records already");
+    }
+  }
+  static const absl::Status* registered = new absl::Status(RegisterCallbacks());
+  if (!registered->ok()) return *registered;
+  for (CUpti_ActivityKind kind : kKinds) {
+    if (CUptiResult result = cuptiActivityEnable(kind);
+        result != CUPTI_SUCCESS) {
+      DisableKinds();
+      return absl::InternalError(absl::StrCat("GPU activity: enabling kind ",
+                                              static_cast<int>(kind), ": ",
+                                              CuptiError(result)));
+    }
+  }
+  std::lock_guard<std::mutex> lock(records.mutex);
+  records.recording = true;
+  records.intervals.clear();
+  return std::unique_ptr<GpuActivity>(new GpuActivity());
+}
+
+absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::StartIfAsked() {
+  const char* asked = std::getenv("GLM_GPU_ACTIVITY");
+  if (asked == nullptr || std::string(asked) != "1") {
+    return std::unique_ptr<GpuActivity>();
+  }
+  return Start();
+}
+
+GpuActivity::~GpuActivity() {
+  DisableKinds();
+  Records& records = TheRecords();
+  {
+    std::lock_guard<std::mutex> lock(records.mutex);
+    records.recording = false;
+    records.intervals.clear();
+  }
+  // Hands back (and frees) the buffers CUPTI holds.
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+uint64_t GpuActivity::Now() const {
+  uint64_t now = 0;
+  cuptiGetTimestamp(&now);
+  return now;
+}
+
+absl::StatusOr<ActivityWindow> GpuActivity::Summarize(uint64_t start,
+                                                      uint64_t end) {
+  // Past the window's end: every record of work launched so far completes,
+  // so a forced flush delivers them all with their timestamps.
+  if (cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("GPU activity: synchronizing: ",
+                                            cudaGetErrorString(status)));
+  }
+  if (CUptiResult result =
+          cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      result != CUPTI_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("GPU activity: flushing: ", CuptiError(result)));
+  }
+  size_t dropped = 0;
+  cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
+  std::vector<ActivityInterval> intervals;
+  {
+    Records& records = TheRecords();
+    std::lock_guard<std::mutex> lock(records.mutex);
+    intervals.swap(records.intervals);
+  }
+  ActivityWindow window = SummarizeWindow(std::move(intervals), start, end);
+  window.dropped = static_cast<int64_t>(dropped);
+  return window;
+}
+
+}  // namespace glm::cuda
