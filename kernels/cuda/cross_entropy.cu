@@ -137,17 +137,11 @@ __global__ void LossAndGradKernel(const float* logits, int64_t stride,
   }
 }
 
-// *loss = the sum of row_loss[0, rows).
-void SumRowLosses(CudaContext& ctx, const double* row_loss, int64_t rows,
-                  double* loss) {
-  SumKernel<<<1, kBlockThreads, 0, ctx.stream()>>>(row_loss, rows, loss);
-  GLM_CUDA_CHECK_LAUNCH();
-}
-
-template <typename Out>
-void LossAndGrad(CudaContext& ctx, ConstMatrixView logits,
-                 const int32_t* targets, float scale, double* loss,
-                 Out* dlogits, int64_t dstride) {
+// *loss = the sum of the per-row losses that launch(row_loss) writes into
+// row_loss[0, logits.rows) (one double per row of scratch); 0 without rows.
+template <typename LaunchRows>
+void SumRowLosses(CudaContext& ctx, ConstMatrixView logits, double* loss,
+                  LaunchRows launch) {
   assert(logits.cols > 0);
   if (logits.rows == 0) {
     GLM_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(double), ctx.stream()));
@@ -155,11 +149,21 @@ void LossAndGrad(CudaContext& ctx, ConstMatrixView logits,
   }
   auto* row_loss =
       static_cast<double*>(ctx.Scratch(logits.rows * sizeof(double)));
-  LossAndGradKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
-      logits.data, logits.stride, logits.cols, targets, scale, row_loss,
-      dlogits, dstride);
+  launch(row_loss);
   GLM_CUDA_CHECK_LAUNCH();
-  SumRowLosses(ctx, row_loss, logits.rows, loss);
+  SumKernel<<<1, kBlockThreads, 0, ctx.stream()>>>(row_loss, logits.rows, loss);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Out>
+void LossAndGrad(CudaContext& ctx, ConstMatrixView logits,
+                 const int32_t* targets, float scale, double* loss,
+                 Out* dlogits, int64_t dstride) {
+  SumRowLosses(ctx, logits, loss, [&](double* row_loss) {
+    LossAndGradKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+        logits.data, logits.stride, logits.cols, targets, scale, row_loss,
+        dlogits, dstride);
+  });
 }
 
 }  // namespace
@@ -180,17 +184,10 @@ void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
 
 void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,
                          const int32_t* targets, double* loss) {
-  assert(logits.cols > 0);
-  if (logits.rows == 0) {
-    GLM_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(double), ctx.stream()));
-    return;
-  }
-  auto* row_loss =
-      static_cast<double*>(ctx.Scratch(logits.rows * sizeof(double)));
-  RowLossKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
-      logits.data, logits.stride, logits.cols, targets, row_loss);
-  GLM_CUDA_CHECK_LAUNCH();
-  SumRowLosses(ctx, row_loss, logits.rows, loss);
+  SumRowLosses(ctx, logits, loss, [&](double* row_loss) {
+    RowLossKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+        logits.data, logits.stride, logits.cols, targets, row_loss);
+  });
 }
 
 void CrossEntropyBackward(CudaContext& ctx, ConstMatrixView logits,
