@@ -451,9 +451,10 @@ __device__ float SlotScore(const KlProblem& p, const float* weights, Dot dot) {
 
 // Query t's loss from its selected slots' scores z[j] (published to the
 // block): writes row_loss[t] and replaces each z[j] by grad_scale * d KL /
-// d z_j. target: topk doubles of shared memory. Ends with a barrier.
+// d z_j. target: topk floats of shared memory (the fp32 targets, widened
+// where they are used). Ends with a barrier.
 __device__ void SlotLoss(const KlProblem& p, int64_t t, const int32_t* selected,
-                         double* target, float* z, double* row_loss) {
+                         float* target, float* z, double* row_loss) {
   double max = -INFINITY, mass = 0;
   for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
     if (selected[j] < 0) continue;
@@ -472,7 +473,7 @@ __device__ void SlotLoss(const KlProblem& p, int64_t t, const int32_t* selected,
   for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
     if (selected[j] < 0) continue;
     const double log_p = z[j] - log_sum;
-    const double q = target[j] / mass;
+    const double q = static_cast<double>(target[j]) / mass;
     if (q > 0) loss += q * (log(q) - log_p);
     // d KL / d z_j = p_j - q_j (q sums to one); z[j] now holds it, scaled.
     z[j] = p.grad_scale * static_cast<float>(exp(log_p) - q);
@@ -483,12 +484,12 @@ __device__ void SlotLoss(const KlProblem& p, int64_t t, const int32_t* selected,
 
 // One block per query t = t0 + blockIdx.x, after DotsKernel: its loss into
 // row_loss[t], its dw row, and its dots turned into their gradients. Shared
-// memory: topk doubles (targets) and topk floats (scores, then d loss / d
+// memory: topk floats (targets) and topk floats (scores, then d loss / d
 // score).
 __global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
                             double* row_loss, MatrixView dw) {
-  extern __shared__ double target[];
-  float* z = reinterpret_cast<float*>(target + p.topk);
+  extern __shared__ float target[];
+  float* z = target + p.topk;
   const int64_t t = t0 + blockIdx.x;
   const int32_t* selected = p.keys + t * p.topk;
   const float* weights = RowOf(p.w, t);
@@ -506,10 +507,12 @@ __global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
   DotGrads(p, selected, z, weights, dots);
 }
 
-// Shared memory of DenseKlRowKernel: topk doubles (targets), topk floats
-// (scores, then their gradients) and each key's slot.
+// Shared memory of DenseKlRowKernel: topk floats (targets), topk floats
+// (scores, then their gradients) and each key's slot. Kept small (about 24 KiB
+// at top-k 2048 and 4096 keys) so that eight blocks share an SM: the kernel
+// streams its rows twice and needs many in flight.
 size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
-  return topk * (sizeof(double) + sizeof(float)) + key_end * sizeof(int16_t);
+  return topk * 2 * sizeof(float) + key_end * sizeof(int16_t);
 }
 
 // KlRowKernel for the dense path: one block per query t = t0 + blockIdx.x of
@@ -517,14 +520,16 @@ size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
 // dots[(t - t0)*heads + h] (row length key_end). Keys are walked in order
 // (coalesced rows) and found in the query's slots through a key -> slot map;
 // the rows end as d loss / d dot, 0 at the keys not selected. dw sums per
-// thread over its keys, then per head over the threads in a fixed order:
-// deterministic.
-__global__ void DenseKlRowKernel(KlProblem p, int64_t t0, int key_end,
-                                 float* dots, double* row_loss, MatrixView dw) {
-  extern __shared__ double target[];
-  float* z = reinterpret_cast<float*>(target + p.topk);
+// thread over its keys, per head over each warp's lanes (a fixed butterfly),
+// then over the warps in order: deterministic.
+__global__ void __launch_bounds__(kKlThreads, 5)
+    DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, float* dots,
+                     double* row_loss, MatrixView dw) {
+  extern __shared__ float target[];
+  float* z = target + p.topk;
   auto* slot_of = reinterpret_cast<int16_t*>(z + p.topk);
-  __shared__ float dw_parts[kMaxHeads][kKlThreads + 1];
+  constexpr int kWarps = kKlThreads / 32;
+  __shared__ double dw_parts[kMaxHeads][kWarps];
   const int64_t t = t0 + blockIdx.x;
   const int32_t* selected = p.keys + t * p.topk;
   const float* weights = RowOf(p.w, t);
@@ -560,18 +565,18 @@ __global__ void DenseKlRowKernel(KlProblem p, int64_t t0, int key_end,
     }
   }
   if (dw.data == nullptr) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int h = 0; h < kMaxHeads; ++h) {
-    if (h < p.heads) dw_parts[h][threadIdx.x] = dw_part[h];
+    if (h >= p.heads) break;
+    const double warp_sum = WarpSum(static_cast<double>(dw_part[h]));
+    if (lane == 0) dw_parts[h][warp] = warp_sum;
   }
   __syncthreads();
-  const int lane = threadIdx.x % 32;
-  for (int h = threadIdx.x / 32; h < p.heads; h += kKlThreads / 32) {
-    double acc = 0;
-    for (int i = lane; i < kKlThreads; i += 32) acc += dw_parts[h][i];
-    acc = WarpSum(acc);
-    if (lane == 0) RowOf(dw, t)[h] += static_cast<float>(acc);
-  }
+  if (threadIdx.x >= p.heads) return;
+  double acc = 0;
+  for (int w = 0; w < kWarps; ++w) acc += dw_parts[threadIdx.x][w];
+  RowOf(dw, t)[threadIdx.x] += static_cast<float>(acc);
 }
 
 // The gradient products below give each block an output tile of
@@ -958,7 +963,7 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   auto* scratch = static_cast<char*>(ctx.Scratch(plan.total));
   auto* row_loss = reinterpret_cast<double*>(scratch + plan.row_loss);
   auto* dot_grad = reinterpret_cast<float*>(scratch + plan.dot_grad);
-  const size_t row_shared = topk * (sizeof(double) + sizeof(float));
+  const size_t row_shared = topk * 2 * sizeof(float);
   AllowShared(KlRowKernel, row_shared);
   const int64_t col_tiles = (dim + kProductCols - 1) / kProductCols;
   for (int64_t t0 = 0; t0 < n; t0 += plan.chunk) {
