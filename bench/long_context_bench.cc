@@ -61,13 +61,14 @@ double AttentionSeconds(CpuBackend& backend, int64_t seq, int64_t topk,
   Tensor dq({seq * kHeads, kQk}), dk({seq * kHeads, kQk}),
       dv({seq * kHeads, kV});
   const std::vector<int32_t> keys = CausalKeys(seq, topk);
+  const int64_t full = std::min(seq, topk);  // CausalKeys selects them all
   const float scale = 1.f / std::sqrt(static_cast<float>(kQk));
   return Seconds([&] {
     backend.SparseAttentionForward(q.Matrix(), k.Matrix(), v.Matrix(),
-                                   keys.data(), topk, kHeads, scale,
+                                   keys.data(), topk, full, kHeads, scale,
                                    out.Matrix(), lse.data());
     backend.SparseAttentionBackward(q.Matrix(), k.Matrix(), v.Matrix(),
-                                    keys.data(), topk, kHeads, scale,
+                                    keys.data(), topk, full, kHeads, scale,
                                     out.Matrix(), lse.data(), dout.Matrix(),
                                     dq.Matrix(), dk.Matrix(), dv.Matrix());
   });

@@ -213,15 +213,21 @@ class Backend {
   // keys, which is all the backward keeps (probabilities are recomputed from
   // it, never saved). A query with no key gets zeros and lse -inf. When nq ==
   // nk, query t is key token t and selects keys <= t (the indexer's causal
-  // order): backends may skip the pairs after the diagonal.
+  // order): backends may skip the pairs after the diagonal. A query's keys
+  // are distinct. full_queries (0 unless nq == nk): the caller's promise that
+  // each query t < full_queries selects every key <= t (the first top-k
+  // queries of a sequence starting at token 0), which backends may attend as
+  // plain causal attention without the selection.
   virtual void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                       ConstMatrixView v, const int32_t* keys,
-                                      int64_t topk, int64_t heads, float scale,
+                                      int64_t topk, int64_t full_queries,
+                                      int64_t heads, float scale,
                                       MatrixView out, float* lse) = 0;
   // out and lse as the forward wrote them.
   virtual void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                        ConstMatrixView v, const int32_t* keys,
-                                       int64_t topk, int64_t heads, float scale,
+                                       int64_t topk, int64_t full_queries,
+                                       int64_t heads, float scale,
                                        ConstMatrixView out, const float* lse,
                                        ConstMatrixView dout, MatrixView dq,
                                        MatrixView dk, MatrixView dv) = 0;

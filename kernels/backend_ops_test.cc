@@ -548,8 +548,8 @@ OpCase SparseAttentionCase(std::mt19937& rng) {
   op.forward = [=](Backend& b, const Tensors& in) {
     Tensor out({kTokens * kHeads, dv}), lse({kTokens * kHeads});
     b.SparseAttentionForward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                             kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
-                             lse.data());
+                             kKeys.data(), kTopK, 0, kHeads, scale,
+                             out.Matrix(), lse.data());
     return Tensors{out};
   };
   op.reference = [=](const Tensors& in) {
@@ -558,13 +558,13 @@ OpCase SparseAttentionCase(std::mt19937& rng) {
   op.backward = [=](Backend& b, const Tensors& in, const Tensors& d) {
     Tensor out({kTokens * kHeads, dv}), lse({kTokens * kHeads});
     b.SparseAttentionForward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                             kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
-                             lse.data());
+                             kKeys.data(), kTopK, 0, kHeads, scale,
+                             out.Matrix(), lse.data());
     Tensor dq = ZerosLike(in[0]), dk = ZerosLike(in[1]), dv_ = ZerosLike(in[2]);
     b.SparseAttentionBackward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                              kKeys.data(), kTopK, kHeads, scale, out.Matrix(),
-                              lse.data(), d[0].Matrix(), dq.Matrix(),
-                              dk.Matrix(), dv_.Matrix());
+                              kKeys.data(), kTopK, 0, kHeads, scale,
+                              out.Matrix(), lse.data(), d[0].Matrix(),
+                              dq.Matrix(), dk.Matrix(), dv_.Matrix());
     return Tensors{dq, dk, dv_};
   };
   return op;
@@ -765,7 +765,7 @@ TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
     Tensor out({kTokens * kHeads, dv}), got_lse({kTokens * kHeads}),
         got_weights({kTokens, kTopK});
     backend->SparseAttentionForward(q.Matrix(), k.Matrix(), v.Matrix(),
-                                    kKeys.data(), kTopK, kHeads, scale,
+                                    kKeys.data(), kTopK, 0, kHeads, scale,
                                     out.Matrix(), got_lse.data());
     backend->SparseAttentionKeyWeights(q.Matrix(), k.Matrix(), kKeys.data(),
                                        kTopK, kHeads, scale, got_lse.data(),
@@ -773,6 +773,32 @@ TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
     EXPECT_LE(Nmse(lse, AsDouble(got_lse)), 1e-12);
     EXPECT_LE(Nmse(weights, AsDouble(got_weights)), 1e-12);
   }
+}
+
+// full_queries is a promise about the keys: queries 0 and 1 of kKeys select
+// every key up to their own, query 2 does not (it lacks key 0). A kept promise
+// changes nothing; a broken one aborts, naming the op and the query.
+TEST(BackendOpsDeathTest, FullQueriesArePromisesTheCpuBackendChecks) {
+  std::mt19937 rng(12);
+  const int64_t dqk = 6, dv = 4;
+  const float scale = 0.4f;
+  const Tensor q = Random({kTokens * kHeads, dqk}, rng),
+               k = Random({kTokens * kHeads, dqk}, rng),
+               v = Random({kTokens * kHeads, dv}, rng);
+  CpuBackend cpu;
+  auto forward = [&](int64_t full, Tensor& out) {
+    Tensor lse({kTokens * kHeads});
+    cpu.SparseAttentionForward(q.Matrix(), k.Matrix(), v.Matrix(), kKeys.data(),
+                               kTopK, full, kHeads, scale, out.Matrix(),
+                               lse.data());
+  };
+  Tensor without({kTokens * kHeads, dv}), with({kTokens * kHeads, dv});
+  forward(0, without);
+  forward(2, with);
+  EXPECT_EQ(without.values(), with.values());
+  EXPECT_DEATH(forward(3, with),
+               "SparseAttentionForward: full_queries 3 .* not every key up to "
+               "the query selected at query 2");
 }
 
 // Context parallelism runs each rank's queries against every rank's keys:
@@ -799,13 +825,13 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
         weights({count, kTopK});
     ConstMatrixView q = attn[0].Matrix().Rows(begin * kHeads, count * kHeads);
     b.SparseAttentionForward(q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK,
-                             kHeads, scale, out.Matrix(), lse.data());
+                             0, kHeads, scale, out.Matrix(), lse.data());
     b.SparseAttentionKeyWeights(q, attn[1].Matrix(), keys, kTopK, kHeads, scale,
                                 lse.data(), weights.Matrix());
     Tensor dq({count * kHeads, dqk}), dk = ZerosLike(attn[1]),
                                       dvv = ZerosLike(attn[2]);
     b.SparseAttentionBackward(
-        q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK, kHeads, scale,
+        q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK, 0, kHeads, scale,
         out.Matrix(), lse.data(),
         attn[3].Matrix().Rows(begin * kHeads, count * kHeads), dq.Matrix(),
         dk.Matrix(), dvv.Matrix());

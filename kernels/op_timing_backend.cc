@@ -322,15 +322,14 @@ void OpTimingBackend::LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
 }
 
 // Scores (q.k) and the weighted sum (p.v) for every query, head and slot.
-void OpTimingBackend::SparseAttentionForward(ConstMatrixView q,
-                                             ConstMatrixView k,
-                                             ConstMatrixView v,
-                                             const int32_t* keys, int64_t topk,
-                                             int64_t heads, float scale,
-                                             MatrixView out, float* lse) {
+void OpTimingBackend::SparseAttentionForward(
+    ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
+    const int32_t* keys, int64_t topk, int64_t full_queries, int64_t heads,
+    float scale, MatrixView out, float* lse) {
   const double flops = 2.0 * q.rows * topk * (q.cols + v.cols);
   Timed(absl::StrCat("SparseAttentionForward topk ", topk), Flops(flops), [&] {
-    timed_->SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, lse);
+    timed_->SparseAttentionForward(q, k, v, keys, topk, full_queries, heads,
+                                   scale, out, lse);
   });
 }
 
@@ -338,13 +337,13 @@ void OpTimingBackend::SparseAttentionForward(ConstMatrixView q,
 // and the recomputed scores.
 void OpTimingBackend::SparseAttentionBackward(
     ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
-    const int32_t* keys, int64_t topk, int64_t heads, float scale,
-    ConstMatrixView out, const float* lse, ConstMatrixView dout, MatrixView dq,
-    MatrixView dk, MatrixView dv) {
+    const int32_t* keys, int64_t topk, int64_t full_queries, int64_t heads,
+    float scale, ConstMatrixView out, const float* lse, ConstMatrixView dout,
+    MatrixView dq, MatrixView dk, MatrixView dv) {
   const double flops = 2.0 * q.rows * topk * (3 * q.cols + 2 * v.cols);
   Timed(absl::StrCat("SparseAttentionBackward topk ", topk), Flops(flops), [&] {
-    timed_->SparseAttentionBackward(q, k, v, keys, topk, heads, scale, out, lse,
-                                    dout, dq, dk, dv);
+    timed_->SparseAttentionBackward(q, k, v, keys, topk, full_queries, heads,
+                                    scale, out, lse, dout, dq, dk, dv);
   });
 }
 

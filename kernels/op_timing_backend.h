@@ -107,14 +107,15 @@ class OpTimingBackend : public Backend {
                           MatrixView dw) override;
   void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                               ConstMatrixView v, const int32_t* keys,
-                              int64_t topk, int64_t heads, float scale,
-                              MatrixView out, float* lse) override;
+                              int64_t topk, int64_t full_queries, int64_t heads,
+                              float scale, MatrixView out, float* lse) override;
   void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                ConstMatrixView v, const int32_t* keys,
-                               int64_t topk, int64_t heads, float scale,
-                               ConstMatrixView out, const float* lse,
-                               ConstMatrixView dout, MatrixView dq,
-                               MatrixView dk, MatrixView dv) override;
+                               int64_t topk, int64_t full_queries,
+                               int64_t heads, float scale, ConstMatrixView out,
+                               const float* lse, ConstMatrixView dout,
+                               MatrixView dq, MatrixView dk,
+                               MatrixView dv) override;
   void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                  const int32_t* keys, int64_t topk,
                                  int64_t heads, float scale, const float* lse,

@@ -53,6 +53,17 @@ struct AttentionRows {
   }
 };
 
+// The queries that select every causal key (Backend's full_queries): with
+// the queries every token (one rank, no context split), the first top-k
+// tokens of the first sequence, whose selection holds all their keys.
+int64_t FullQueries(const TokenLayout& layout, int64_t queries, int64_t keys,
+                    int64_t topk) {
+  if (queries != keys || keys != layout.tokens || layout.seq_end.empty()) {
+    return 0;
+  }
+  return std::min<int64_t>(topk, layout.seq_end[0]);
+}
+
 AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
                      TokenParallel& one_rank) {
   TokenParallel& parallel = spec.parallel ? *spec.parallel : one_rank;
@@ -175,8 +186,9 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   backend.SparseAttentionForward(
       acts->query.Matrix(), acts->key.Matrix(),
       acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
-      acts->topk->data(), topk, heads, Scale(spec),
-      acts->attn.Matrix().SplitRows(heads), acts->lse.data());
+      acts->topk->data(), topk,
+      FullQueries(layout, n, acts->key.dim(0) / heads, topk), heads,
+      Scale(spec), acts->attn.Matrix().SplitRows(heads), acts->lse.data());
   if (rows.parallel.tp() > 1) {
     // Row-parallel o_proj: each rank holds a part of every output.
     Tensor partial({n, out.cols});
@@ -222,9 +234,10 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   backend.SparseAttentionBackward(
       acts.query.Matrix(), acts.key.Matrix(),
       acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim), acts.topk->data(),
-      topk, heads, Scale(spec), acts.attn.Matrix().SplitRows(heads),
-      acts.lse.data(), dattn.Matrix().SplitRows(heads), dquery.Matrix(),
-      dkey.Matrix(), dkv_rows.Columns(nope, vdim));
+      topk, FullQueries(layout, n, all, topk), heads, Scale(spec),
+      acts.attn.Matrix().SplitRows(heads), acts.lse.data(),
+      dattn.Matrix().SplitRows(heads), dquery.Matrix(), dkey.Matrix(),
+      dkv_rows.Columns(nope, vdim));
   // Keys: nope part to kv_b_proj's output, rope part summed over heads.
   backend.Axpy(1.f, dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
   Tensor dk_rope({all, rope});

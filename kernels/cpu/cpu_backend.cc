@@ -195,23 +195,27 @@ void CpuBackend::LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
 }
 void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                         ConstMatrixView v, const int32_t* keys,
-                                        int64_t topk, int64_t heads,
-                                        float scale, MatrixView out,
-                                        float* lse) {
+                                        int64_t topk, int64_t full_queries,
+                                        int64_t heads, float scale,
+                                        MatrixView out, float* lse) {
   CheckHeld("SparseAttentionForward",
             {q.data, k.data, v.data, keys, out.data, lse});
+  cpu::CheckFullQueries("SparseAttentionForward", keys, topk, full_queries,
+                        q.rows / heads, k.rows / heads);
   cpu::SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, lse);
 }
 void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                          ConstMatrixView v, const int32_t* keys,
-                                         int64_t topk, int64_t heads,
-                                         float scale, ConstMatrixView out,
-                                         const float* lse, ConstMatrixView dout,
-                                         MatrixView dq, MatrixView dk,
-                                         MatrixView dv) {
+                                         int64_t topk, int64_t full_queries,
+                                         int64_t heads, float scale,
+                                         ConstMatrixView out, const float* lse,
+                                         ConstMatrixView dout, MatrixView dq,
+                                         MatrixView dk, MatrixView dv) {
   CheckHeld("SparseAttentionBackward",
             {q.data, k.data, v.data, keys, out.data, lse, dout.data, dq.data,
              dk.data, dv.data});
+  cpu::CheckFullQueries("SparseAttentionBackward", keys, topk, full_queries,
+                        q.rows / heads, k.rows / heads);
   cpu::SparseAttentionBackward(q, k, v, keys, topk, heads, scale, out, lse,
                                dout, dq, dk, dv);
 }

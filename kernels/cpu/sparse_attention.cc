@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -33,6 +35,34 @@ void RowProbs(ConstMatrixView q, ConstMatrixView k, const int32_t* keys,
 }
 
 }  // namespace
+
+void CheckFullQueries(const char* op, const int32_t* keys, int64_t topk,
+                      int64_t full_queries, int64_t nq, int64_t nk) {
+  if (full_queries == 0) return;
+  auto fail = [&](int64_t t, const char* what) {
+    std::fprintf(stderr,
+                 "%s: full_queries %lld (queries %lld, keys %lld, top-k %lld):"
+                 " %s at query %lld\n",
+                 op, static_cast<long long>(full_queries),
+                 static_cast<long long>(nq), static_cast<long long>(nk),
+                 static_cast<long long>(topk), what, static_cast<long long>(t));
+    std::abort();
+  };
+  if (nq != nk || full_queries > nq) fail(0, "not self-attention's queries");
+  std::vector<bool> seen;
+  for (int64_t t = 0; t < full_queries; ++t) {
+    seen.assign(t + 1, false);
+    int64_t count = 0;
+    for (int64_t j = 0; j < topk; ++j) {
+      const int32_t s = keys[t * topk + j];
+      if (s < 0) continue;
+      if (s > t || seen[s]) fail(t, "a key after the query or twice");
+      seen[s] = true;
+      ++count;
+    }
+    if (count != t + 1) fail(t, "not every key up to the query selected");
+  }
+}
 
 void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                             ConstMatrixView v, const int32_t* keys,

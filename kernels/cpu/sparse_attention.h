@@ -21,6 +21,11 @@ void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                              ConstMatrixView out, const float* lse,
                              ConstMatrixView dout, MatrixView dq, MatrixView dk,
                              MatrixView dv);
+// Aborts, naming `op` and the query, unless full_queries is 0 or (nq == nk
+// and) each query t < full_queries selects every key <= t: the promise a
+// caller of Backend::SparseAttentionForward makes with it.
+void CheckFullQueries(const char* op, const int32_t* keys, int64_t topk,
+                      int64_t full_queries, int64_t nq, int64_t nk);
 void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                const int32_t* keys, int64_t topk, int64_t heads,
                                float scale, const float* lse,

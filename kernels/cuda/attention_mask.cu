@@ -30,7 +30,8 @@ __global__ void SelectionBiasKernel(const int32_t* keys, int64_t topk,
 __global__ void StatsToLseKernel(const float* stats, const int32_t* has_key,
                                  int64_t nq, int64_t heads, float* lse) {
   ForEachElement(nq, heads, [&](int64_t t, int64_t h) {
-    lse[t * heads + h] = has_key[t] != 0 ? stats[h * nq + t] : -INFINITY;
+    const bool any = has_key == nullptr || has_key[t] != 0;
+    lse[t * heads + h] = any ? stats[h * nq + t] : -INFINITY;
   });
 }
 

@@ -24,7 +24,8 @@ void SelectionBias(CudaContext& ctx, const int32_t* keys, int64_t nq,
                    int64_t topk, int64_t nk, __nv_bfloat16* bias,
                    int32_t* has_key);
 
-// lse [nq*heads] from cuDNN's stats [heads, nq]; -inf for tokens without keys.
+// lse [nq*heads] from cuDNN's stats [heads, nq]; -inf for tokens without keys
+// (has_key null: every token has keys).
 void StatsToLse(CudaContext& ctx, const float* stats, const int32_t* has_key,
                 int64_t nq, int64_t heads, float* lse);
 

@@ -210,11 +210,12 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                               ConstMatrixView v, const int32_t* keys,
-                              int64_t topk, int64_t heads, float scale,
-                              MatrixView out, float* lse) override {
-    if (UseCudnn(q, k, v, topk, heads, scale, false)) {
-      cudnn_attention_->Forward(*this, q, k, v, keys, topk, heads, scale, out,
-                                lse);
+                              int64_t topk, int64_t full_queries, int64_t heads,
+                              float scale, MatrixView out,
+                              float* lse) override {
+    if (UseCudnn(q, k, v, topk, full_queries, heads, scale, false)) {
+      cudnn_attention_->Forward(*this, q, k, v, keys, topk, full_queries, heads,
+                                scale, out, lse);
       return;
     }
     cuda::SparseAttentionForward(*this, q, k, v, keys, topk, heads, scale, out,
@@ -222,13 +223,14 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                ConstMatrixView v, const int32_t* keys,
-                               int64_t topk, int64_t heads, float scale,
-                               ConstMatrixView out, const float* lse,
-                               ConstMatrixView dout, MatrixView dq,
-                               MatrixView dk, MatrixView dv) override {
-    if (UseCudnn(q, k, v, topk, heads, scale, true)) {
-      cudnn_attention_->Backward(*this, q, k, v, keys, topk, heads, scale, out,
-                                 lse, dout, dq, dk, dv);
+                               int64_t topk, int64_t full_queries,
+                               int64_t heads, float scale, ConstMatrixView out,
+                               const float* lse, ConstMatrixView dout,
+                               MatrixView dq, MatrixView dk,
+                               MatrixView dv) override {
+    if (UseCudnn(q, k, v, topk, full_queries, heads, scale, true)) {
+      cudnn_attention_->Backward(*this, q, k, v, keys, topk, full_queries,
+                                 heads, scale, out, lse, dout, dq, dk, dv);
       return;
     }
     cuda::SparseAttentionBackward(*this, q, k, v, keys, topk, heads, scale,
@@ -295,10 +297,12 @@ class CudaBackend : public Backend, public cuda::CudaContext {
 
   // The bf16 mode's attention goes to cuDNN where it has a plan.
   bool UseCudnn(ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
-                int64_t topk, int64_t heads, float scale, bool backward) {
+                int64_t topk, int64_t full_queries, int64_t heads, float scale,
+                bool backward) {
     return cudnn_attention_ != nullptr && q.rows > 0 &&
            cudnn_attention_->Supports(q.rows / heads, k.rows / heads, topk,
-                                      heads, q.cols, v.cols, scale, backward);
+                                      full_queries, heads, q.cols, v.cols,
+                                      scale, backward);
   }
 
   // Reads the double an op left in loss_ (waits for the stream).

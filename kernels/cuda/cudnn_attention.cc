@@ -77,31 +77,37 @@ std::shared_ptr<fe::graph::Graph> NewGraph() {
   return graph;
 }
 
-// The operands both graphs read: queries, keys, values and the mask.
+// The operands both graphs read: queries, keys, values and, for a masked
+// graph, the mask (null otherwise).
 struct Inputs {
   std::shared_ptr<fe::graph::Tensor_attributes> q, k, v, bias;
 };
 
 Inputs AddInputs(fe::graph::Graph& graph, int64_t nq, int64_t nk, int64_t heads,
-                 int64_t dqk, int64_t dv) {
+                 int64_t dqk, int64_t dv, bool masked) {
   return {graph.tensor(Rows("q", kQ, nq, heads, dqk)),
           graph.tensor(Rows("k", kK, nk, heads, dqk)),
           graph.tensor(Rows("v", kV, nk, heads, dv)),
-          graph.tensor(Bias(nq, nk))};
+          masked ? graph.tensor(Bias(nq, nk)) : nullptr};
+}
+
+template <typename Attributes>
+void SetMask(Attributes& options, const Inputs& in, bool causal) {
+  if (in.bias != nullptr) options.set_bias(in.bias);
+  options.set_causal_mask(causal);
 }
 
 std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
                                                int64_t heads, int64_t dqk,
                                                int64_t dv, float scale,
-                                               bool causal) {
+                                               bool causal, bool masked) {
   auto graph = NewGraph();
-  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv);
+  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, masked);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sparse_attention")
                      .set_generate_stats(true)
-                     .set_attn_scale(scale)
-                     .set_bias(in.bias)
-                     .set_causal_mask(causal);
+                     .set_attn_scale(scale);
+  SetMask(options, in, causal);
   auto [o, stats] = graph->sdpa(in.q, in.k, in.v, options);
   SetRows(o, kO, nq, heads, dv);
   stats->set_output(true)
@@ -117,18 +123,17 @@ std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
 std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
                                                 int64_t heads, int64_t dqk,
                                                 int64_t dv, float scale,
-                                                bool causal) {
+                                                bool causal, bool masked) {
   auto graph = NewGraph();
-  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv);
+  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, masked);
   auto o = graph->tensor(Rows("o", kO, nq, heads, dv));
   auto dout = graph->tensor(Rows("dout", kDO, nq, heads, dv));
   auto stats = graph->tensor(Stats(nq, heads));
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("sparse_attention_backward")
                      .set_attn_scale(scale)
-                     .set_bias(in.bias)
-                     .set_causal_mask(causal)
                      .set_deterministic_algorithm(true);
+  SetMask(options, in, causal);
   auto [dq, dk, dv_] =
       graph->sdpa_backward(in.q, in.k, in.v, o, dout, stats, options);
   SetRows(dq, kDQ, nq, heads, dqk);
@@ -163,9 +168,11 @@ struct Buffers {
   void* workspace;
 };
 
+// A chunk without the selection (masked false) gets no mask and no has_key:
+// every query there has keys.
 Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
               ConstMatrixView v, int64_t heads, int64_t workspace_bytes,
-              bool backward) {
+              bool backward, bool masked) {
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
   const int64_t gradients = backward ? 1 : 0;
   Buffers b{};
@@ -177,28 +184,33 @@ Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
   b.dq = carve.Take<__nv_bfloat16>(gradients * q.rows * q.cols);
   b.dk = carve.Take<__nv_bfloat16>(gradients * k.rows * k.cols);
   b.dv = carve.Take<__nv_bfloat16>(gradients * v.rows * v.cols);
-  b.bias = carve.Take<__nv_bfloat16>(nq * nk);
   b.stats = carve.Take<float>(nq * heads);
-  b.has_key = carve.Take<int32_t>(nq);
+  if (masked) {
+    b.bias = carve.Take<__nv_bfloat16>(nq * nk);
+    b.has_key = carve.Take<int32_t>(nq);
+  }
   b.workspace = carve.Take<char>(workspace_bytes);
   return b;
 }
 
 Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                      ConstMatrixView v, int64_t heads, int64_t workspace_bytes,
-                     bool backward) {
+                     bool backward, bool masked) {
   Carver sizer;
-  Carve(sizer, q, k, v, heads, workspace_bytes, backward);
+  Carve(sizer, q, k, v, heads, workspace_bytes, backward, masked);
   Carver carver(static_cast<char*>(ctx.Scratch(sizer.used())));
-  return Carve(carver, q, k, v, heads, workspace_bytes, backward);
+  return Carve(carver, q, k, v, heads, workspace_bytes, backward, masked);
 }
 
-// The mask and the bf16 queries, keys and values both passes read.
+// The mask (of a masked chunk) and the bf16 queries, keys and values both
+// passes read.
 void PackInputs(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                 ConstMatrixView v, const int32_t* keys, int64_t topk,
                 int64_t heads, const Buffers& b) {
-  SelectionBias(ctx, keys, q.rows / heads, topk, k.rows / heads, b.bias,
-                b.has_key);
+  if (b.bias != nullptr) {
+    SelectionBias(ctx, keys, q.rows / heads, topk, k.rows / heads, b.bias,
+                  b.has_key);
+  }
   PackBf16(ctx, q, nullptr, 1, b.q, q.cols);
   PackBf16(ctx, k, nullptr, 1, b.k, k.cols);
   PackBf16(ctx, v, nullptr, 1, b.v, v.cols);
@@ -235,24 +247,27 @@ CudnnAttention::~CudnnAttention() {
 
 // Self-attention (nq == nk: query t is key token t, its keys <= t) also
 // masks the pairs after the diagonal, which lets cuDNN skip the tiles there,
-// half of the work; the bias masks them too, so a graph without the causal
-// mask computes the same where cuDNN has no plan with it.
+// half of the work; the bias masks them too, so a masked graph without the
+// causal mask computes the same where cuDNN has no plan with it. An unmasked
+// graph must be causal.
 CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
   auto found = plans_.find(shape);
   if (found != plans_.end()) return found->second.get();
-  const auto [nq, nk, heads, dqk, dv, scale, backward] = shape;
+  const auto [nq, nk, heads, dqk, dv, scale, backward, masked] = shape;
   std::shared_ptr<fe::graph::Graph> graph;
   fe::error_t status;
   for (const bool causal : {true, false}) {
     if (causal && nq != nk) continue;
-    graph = backward ? BackwardGraph(nq, nk, heads, dqk, dv, scale, causal)
-                     : ForwardGraph(nq, nk, heads, dqk, dv, scale, causal);
+    if (!causal && !masked) break;
+    graph = backward
+                ? BackwardGraph(nq, nk, heads, dqk, dv, scale, causal, masked)
+                : ForwardGraph(nq, nk, heads, dqk, dv, scale, causal, masked);
     status =
         graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
     if (status.is_good()) break;
   }
   std::unique_ptr<Plan> plan;
-  if (status.is_good()) {
+  if (graph != nullptr && status.is_good()) {
     plan = std::make_unique<Plan>();
     plan->graph = graph;
     if (graph->get_workspace_size(plan->workspace_bytes).is_bad()) plan.reset();
@@ -260,36 +275,44 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
     // Said once per shape: the call falls back to the gather kernels.
     fe::error_t copy = status;
     std::fprintf(stderr,
-                 "cuDNN attention: no plan for %s q%lld k%lld h%lld dqk%lld "
+                 "cuDNN attention: no plan for %s%s q%lld k%lld h%lld dqk%lld "
                  "dv%lld (%s); using the sparse kernels\n",
-                 backward ? "backward" : "forward", static_cast<long long>(nq),
-                 static_cast<long long>(nk), static_cast<long long>(heads),
-                 static_cast<long long>(dqk), static_cast<long long>(dv),
-                 copy.get_message().c_str());
+                 masked ? "" : "unmasked ", backward ? "backward" : "forward",
+                 static_cast<long long>(nq), static_cast<long long>(nk),
+                 static_cast<long long>(heads), static_cast<long long>(dqk),
+                 static_cast<long long>(dv), copy.get_message().c_str());
   }
   return plans_.emplace(shape, std::move(plan)).first->second.get();
 }
 
-std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(int64_t nq,
-                                                          int64_t nk) const {
+// The full queries first, unmasked (each over the keys up to its last query),
+// then the rest, masked; each part cut at max_pairs_per_call_ pairs.
+std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
+    int64_t nq, int64_t nk, int64_t full_queries) const {
   const bool self = nq == nk;
-  const int64_t rows = std::max<int64_t>(1, max_pairs_per_call_ / nk);
   std::vector<Chunk> chunks;
-  for (int64_t q0 = 0; q0 < nq; q0 += rows) {
-    const int64_t q1 = std::min(nq, q0 + rows);
-    chunks.push_back({q0, q1, self ? q1 : nk});
-  }
+  auto cut = [&](int64_t begin, int64_t end, bool masked) {
+    const int64_t rows =
+        std::max<int64_t>(1, max_pairs_per_call_ / (self ? end : nk));
+    for (int64_t q0 = begin; q0 < end; q0 += rows) {
+      const int64_t q1 = std::min(end, q0 + rows);
+      chunks.push_back({q0, q1, self ? q1 : nk, masked});
+    }
+  };
+  const int64_t full = self ? std::min(full_queries, nq) : 0;
+  cut(0, full, false);
+  cut(full, nq, true);
   return chunks;
 }
 
 bool CudnnAttention::Supports(int64_t nq, int64_t nk, int64_t topk,
-                              int64_t heads, int64_t dqk, int64_t dv,
-                              float scale, bool backward) {
+                              int64_t full_queries, int64_t heads, int64_t dqk,
+                              int64_t dv, float scale, bool backward) {
   const bool dims = dqk % 16 == 0 && dv % 16 == 0 && dqk <= 256 && dv <= 256;
   if (!dims || nq == 0 || nk == 0 || topk == 0) return false;
-  for (const Chunk& c : Chunks(nq, nk)) {
-    if (PlanFor({c.q1 - c.q0, c.k_end, heads, dqk, dv, scale, backward}) ==
-        nullptr) {
+  for (const Chunk& c : Chunks(nq, nk, full_queries)) {
+    if (PlanFor({c.q1 - c.q0, c.k_end, heads, dqk, dv, scale, backward,
+                 c.masked}) == nullptr) {
       return false;
     }
   }
@@ -298,48 +321,53 @@ bool CudnnAttention::Supports(int64_t nq, int64_t nk, int64_t topk,
 
 void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
                              ConstMatrixView k, ConstMatrixView v,
-                             const int32_t* keys, int64_t topk, int64_t heads,
-                             float scale, MatrixView out, float* lse) {
-  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads)) {
+                             const int32_t* keys, int64_t topk,
+                             int64_t full_queries, int64_t heads, float scale,
+                             MatrixView out, float* lse) {
+  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads, full_queries)) {
     const int64_t rows = (c.q1 - c.q0) * heads, key_rows = c.k_end * heads;
     ForwardChunk(ctx, q.Rows(c.q0 * heads, rows), k.Rows(0, key_rows),
-                 v.Rows(0, key_rows), keys + c.q0 * topk, topk, heads, scale,
-                 out.Rows(c.q0 * heads, rows), lse + c.q0 * heads);
+                 v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
+                 topk, heads, scale, out.Rows(c.q0 * heads, rows),
+                 lse + c.q0 * heads);
   }
 }
 
 void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
                               ConstMatrixView k, ConstMatrixView v,
-                              const int32_t* keys, int64_t topk, int64_t heads,
-                              float scale, ConstMatrixView out,
-                              const float* lse, ConstMatrixView dout,
-                              MatrixView dq, MatrixView dk, MatrixView dv) {
+                              const int32_t* keys, int64_t topk,
+                              int64_t full_queries, int64_t heads, float scale,
+                              ConstMatrixView out, const float* lse,
+                              ConstMatrixView dout, MatrixView dq,
+                              MatrixView dk, MatrixView dv) {
   // The chunks add into dk and dv (dq's rows are each one chunk's).
-  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads)) {
+  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads, full_queries)) {
     const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
                   key_rows = c.k_end * heads;
     BackwardChunk(ctx, q.Rows(first, rows), k.Rows(0, key_rows),
-                  v.Rows(0, key_rows), keys + c.q0 * topk, topk, heads, scale,
-                  out.Rows(first, rows), lse + first, dout.Rows(first, rows),
-                  RowsOrEmpty(dq, first, rows), RowsOrEmpty(dk, 0, key_rows),
-                  RowsOrEmpty(dv, 0, key_rows));
+                  v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
+                  topk, heads, scale, out.Rows(first, rows), lse + first,
+                  dout.Rows(first, rows), RowsOrEmpty(dq, first, rows),
+                  RowsOrEmpty(dk, 0, key_rows), RowsOrEmpty(dv, 0, key_rows));
   }
 }
 
+// keys null: an unmasked chunk (causal over all its keys).
 void CudnnAttention::ForwardChunk(CudaContext& ctx, ConstMatrixView q,
                                   ConstMatrixView k, ConstMatrixView v,
                                   const int32_t* keys, int64_t topk,
                                   int64_t heads, float scale, MatrixView out,
                                   float* lse) {
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
-  Plan* plan = PlanFor({nq, nk, heads, q.cols, v.cols, scale, false});
+  const bool masked = keys != nullptr;
+  Plan* plan = PlanFor({nq, nk, heads, q.cols, v.cols, scale, false, masked});
   assert(plan != nullptr);
   const Buffers b =
-      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, false);
+      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, false, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
-  std::unordered_map<int64_t, void*> pack = {{kQ, b.q}, {kK, b.k},
-                                             {kV, b.v}, {kBias, b.bias},
-                                             {kO, b.o}, {kStats, b.stats}};
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, b.q}, {kK, b.k}, {kV, b.v}, {kO, b.o}, {kStats, b.stats}};
+  if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan->graph, pack, b.workspace, "forward");
   UnpackBf16(ctx, b.o, b.has_key, heads, false, out);
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
@@ -353,20 +381,21 @@ void CudnnAttention::BackwardChunk(CudaContext& ctx, ConstMatrixView q,
                                    ConstMatrixView dout, MatrixView dq,
                                    MatrixView dk, MatrixView dv) {
   const int64_t nq = q.rows / heads;
+  const bool masked = keys != nullptr;
   Plan* plan =
-      PlanFor({nq, k.rows / heads, heads, q.cols, v.cols, scale, true});
+      PlanFor({nq, k.rows / heads, heads, q.cols, v.cols, scale, true, masked});
   assert(plan != nullptr);
   const Buffers b =
-      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, true);
+      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, true, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
   PackBf16(ctx, out, nullptr, 1, b.o, out.cols);
   // A query without keys contributes nothing: its output gradient is zeroed.
   PackBf16(ctx, dout, b.has_key, heads, b.dout, dout.cols);
   LseToStats(ctx, lse, nq, heads, b.stats);
   std::unordered_map<int64_t, void*> pack = {
-      {kQ, b.q},     {kK, b.k},         {kV, b.v},       {kO, b.o},
-      {kDO, b.dout}, {kStats, b.stats}, {kBias, b.bias}, {kDQ, b.dq},
-      {kDK, b.dk},   {kDV, b.dv}};
+      {kQ, b.q},         {kK, b.k},   {kV, b.v},   {kO, b.o},  {kDO, b.dout},
+      {kStats, b.stats}, {kDQ, b.dq}, {kDK, b.dk}, {kDV, b.dv}};
+  if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan->graph, pack, b.workspace, "backward");
   if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, true, dq);
   if (!dk.empty()) UnpackBf16(ctx, b.dk, nullptr, 1, true, dk);

@@ -38,37 +38,43 @@ class CudnnAttention {
   // past one key in 8 selected (sequences over 16k with DSA's top-2048) that
   // is still far faster than the gather kernels, which ran a 16k layer's
   // forward in 336 ms (bench/NOTES.md, 2026-12-02).
-  bool Supports(int64_t nq, int64_t nk, int64_t topk, int64_t heads,
-                int64_t dqk, int64_t dv, float scale, bool backward);
+  bool Supports(int64_t nq, int64_t nk, int64_t topk, int64_t full_queries,
+                int64_t heads, int64_t dqk, int64_t dv, float scale,
+                bool backward);
 
   // Require Supports(...) for the call's shapes. A call of more than
   // max_pairs_per_call query-key pairs runs as several, a chunk of queries
   // each (over the keys they can see: a prefix in self-attention), because
   // the mask and the deterministic backward's workspace (about 38 bytes a
   // pair) grow with the pairs (CudaBackendOptions' default, 2^28 pairs, is
-  // one 16k self-attention).
+  // one 16k self-attention). The full queries (Backend's full_queries) run
+  // without the mask through cuDNN's plain causal kernels, which are about
+  // 3.4x faster per tile than the masked ones (bench/NOTES.md, 2026-12-02).
   void Forward(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                ConstMatrixView v, const int32_t* keys, int64_t topk,
-               int64_t heads, float scale, MatrixView out, float* lse);
+               int64_t full_queries, int64_t heads, float scale, MatrixView out,
+               float* lse);
   void Backward(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                 ConstMatrixView v, const int32_t* keys, int64_t topk,
-                int64_t heads, float scale, ConstMatrixView out,
-                const float* lse, ConstMatrixView dout, MatrixView dq,
-                MatrixView dk, MatrixView dv);
+                int64_t full_queries, int64_t heads, float scale,
+                ConstMatrixView out, const float* lse, ConstMatrixView dout,
+                MatrixView dq, MatrixView dk, MatrixView dv);
 
  private:
-  // nq, nk, heads, dqk, dv, scale, backward.
-  using Shape =
-      std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float, bool>;
+  // nq, nk, heads, dqk, dv, scale, backward, masked.
+  using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                           bool, bool>;
   struct Plan;
 
   // The shape's plan, built on first use; null when cuDNN has none.
   Plan* PlanFor(const Shape& shape);
-  // One call's work on queries [q0, q1) over keys [0, k_end).
+  // One call's work on queries [q0, q1) over keys [0, k_end), with the
+  // selection's mask or (full queries) without.
   struct Chunk {
     int64_t q0, q1, k_end;
+    bool masked;
   };
-  std::vector<Chunk> Chunks(int64_t nq, int64_t nk) const;
+  std::vector<Chunk> Chunks(int64_t nq, int64_t nk, int64_t full_queries) const;
   void ForwardChunk(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                     ConstMatrixView v, const int32_t* keys, int64_t topk,
                     int64_t heads, float scale, MatrixView out, float* lse);

@@ -2221,13 +2221,29 @@ std::vector<int32_t> RandomKeys(const Queries& q, int64_t topk, bool gaps,
 struct AttentionShape {
   int64_t heads, dqk, dv, v_stride, v_offset, key_tokens, topk;
   float scale;
+  // Whether calls pass the full queries (Backend's full_queries) or 0.
+  bool pass_full_queries = true;
 };
+
+// The leading queries that select every key up to their own (self-attention
+// from token 0 with at most top-k keys): the calls' full_queries.
+int64_t FullQueries(const AttentionShape& s, const Queries& q) {
+  if (!s.pass_full_queries || q.size() != s.key_tokens) return 0;
+  int64_t full = 0;
+  while (full < q.size() && q.position[full] == full && q.start[full] == 0 &&
+         full < s.topk) {
+    ++full;
+  }
+  return full;
+}
 
 std::string AttentionLabel(const std::string& tag, const AttentionShape& s,
                            const Queries& q, bool gaps) {
+  const int64_t full = FullQueries(s, q);
   return absl::StrCat(tag, " q", q.size(), " k", s.key_tokens, " h", s.heads,
                       " dqk", s.dqk, " dv", s.dv, " top", s.topk,
-                      gaps ? " gaps" : "");
+                      gaps ? " gaps" : "",
+                      full > 0 ? absl::StrCat(" full ", full) : "");
 }
 
 struct AttentionIds {
@@ -2248,6 +2264,7 @@ AttentionIds AttentionInputs(CaseBuilder& b, const AttentionShape& s,
 void AddAttention(Factories& f, const std::string& tag, AttentionShape s,
                   Queries q, bool gaps) {
   const std::string label = AttentionLabel(tag, s, q, gaps);
+  const int64_t full = FullQueries(s, q);
   f.push_back(
       {"SparseAttentionForward", label, [=] {
          CaseBuilder b("SparseAttentionForward", label);
@@ -2256,8 +2273,8 @@ void AddAttention(Factories& f, const std::string& tag, AttentionShape s,
                    il = b.Written("lse", Dense(q.size() * s.heads, 1));
          return b.Build([=](Backend& be, const Bound& p) {
            be.SparseAttentionForward(p.View(in.q), p.View(in.k), p.View(in.v),
-                                     p.Ints(in.keys), s.topk, s.heads, s.scale,
-                                     p.View(io), p.View(il).data);
+                                     p.Ints(in.keys), s.topk, full, s.heads,
+                                     s.scale, p.View(io), p.View(il).data);
            return 0.0;
          });
        }});
@@ -2274,7 +2291,7 @@ ForwardResult CpuForward(CaseBuilder& b, const AttentionShape& s,
                   std::vector<float>(rows + 1)};
   CpuReference().SparseAttentionForward(
       b.HostView(in.q), b.HostView(in.k), b.HostView(in.v),
-      b.HostInts(in.keys).data(), s.topk, s.heads, s.scale,
+      b.HostInts(in.keys).data(), s.topk, 0, s.heads, s.scale,
       {r.out.data(), rows, s.dv, s.dv}, r.lse.data());
   return r;
 }
@@ -2306,6 +2323,7 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
   const std::string label = AttentionLabel(tag, s, q, gaps) +
                             (want_dq ? "" : " no dq") +
                             (want_dkv ? "" : " no dk dv");
+  const int64_t full = FullQueries(s, q);
   f.push_back(
       {"SparseAttentionBackward", label, [=] {
          CaseBuilder b("SparseAttentionBackward", label);
@@ -2326,12 +2344,12 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
                                                   s.v_stride, s.v_offset, s.dv))
                              : -1;
          return b.Build([=](Backend& be, const Bound& p) {
-           be.SparseAttentionBackward(p.View(in.q), p.View(in.k), p.View(in.v),
-                                      p.Ints(in.keys), s.topk, s.heads, s.scale,
-                                      p.View(io), p.View(il).data, p.View(id),
-                                      idq >= 0 ? p.View(idq) : MatrixView{},
-                                      idk >= 0 ? p.View(idk) : MatrixView{},
-                                      idv >= 0 ? p.View(idv) : MatrixView{});
+           be.SparseAttentionBackward(
+               p.View(in.q), p.View(in.k), p.View(in.v), p.Ints(in.keys),
+               s.topk, full, s.heads, s.scale, p.View(io), p.View(il).data,
+               p.View(id), idq >= 0 ? p.View(idq) : MatrixView{},
+               idk >= 0 ? p.View(idk) : MatrixView{},
+               idv >= 0 ? p.View(idv) : MatrixView{});
            return 0.0;
          });
        }});
@@ -2483,6 +2501,11 @@ void AddAttentionCases(Factories& f) {
   const Queries self_q = ShortAndLong(1024, 0, 1024);
   AddAttention(f, "mini self", self, self_q, false);
   AddAttentionBackward(f, "mini self", self, self_q, false, true, true);
+  // The same without the full queries: every query through the mask.
+  AttentionShape self_masked = self;
+  self_masked.pass_full_queries = false;
+  AddAttention(f, "mini self", self_masked, self_q, false);
+  AddAttentionBackward(f, "mini self", self_masked, self_q, false, true, true);
   // Top-128 of up to 2048 tokens at glm5.2-mini's head dims, as at long
   // sequences: too sparse for the tiles (the fp32 mode gathers rows per
   // query), the bf16 mode's cuDNN masked kernels all the same, in two query
