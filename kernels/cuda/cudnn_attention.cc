@@ -91,23 +91,34 @@ Inputs AddInputs(fe::graph::Graph& graph, int64_t nq, int64_t nk, int64_t heads,
           masked ? graph.tensor(Bias(nq, nk)) : nullptr};
 }
 
+// kNotCausal, or the causal diagonal's offset: query row i sees keys <= i +
+// offset (a chunk of self-attention's queries starting at token `offset`,
+// over the keys up to its last query).
+constexpr int64_t kNotCausal = -1;
+
 template <typename Attributes>
-void SetMask(Attributes& options, const Inputs& in, bool causal) {
+void SetMask(Attributes& options, const Inputs& in, int64_t causal_offset) {
   if (in.bias != nullptr) options.set_bias(in.bias);
-  options.set_causal_mask(causal);
+  if (causal_offset == 0) {
+    options.set_causal_mask(true);
+  } else if (causal_offset > 0) {
+    options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+        .set_diagonal_band_right_bound(static_cast<int>(causal_offset));
+  }
 }
 
 std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
                                                int64_t heads, int64_t dqk,
                                                int64_t dv, float scale,
-                                               bool causal, bool masked) {
+                                               int64_t causal_offset,
+                                               bool masked) {
   auto graph = NewGraph();
   const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, masked);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sparse_attention")
                      .set_generate_stats(true)
                      .set_attn_scale(scale);
-  SetMask(options, in, causal);
+  SetMask(options, in, causal_offset);
   auto [o, stats] = graph->sdpa(in.q, in.k, in.v, options);
   SetRows(o, kO, nq, heads, dv);
   stats->set_output(true)
@@ -123,7 +134,8 @@ std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
 std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
                                                 int64_t heads, int64_t dqk,
                                                 int64_t dv, float scale,
-                                                bool causal, bool masked) {
+                                                int64_t causal_offset,
+                                                bool masked) {
   auto graph = NewGraph();
   const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, masked);
   auto o = graph->tensor(Rows("o", kO, nq, heads, dv));
@@ -133,7 +145,7 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
                      .set_name("sparse_attention_backward")
                      .set_attn_scale(scale)
                      .set_deterministic_algorithm(true);
-  SetMask(options, in, causal);
+  SetMask(options, in, causal_offset);
   auto [dq, dk, dv_] =
       graph->sdpa_backward(in.q, in.k, in.v, o, dout, stats, options);
   SetRows(dq, kDQ, nq, heads, dqk);
@@ -232,6 +244,7 @@ void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
 struct CudnnAttention::Plan {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace_bytes = 0;
+  bool causal = false;  // skips the pairs after the (offset) diagonal
 };
 
 CudnnAttention::CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call)
@@ -245,31 +258,35 @@ CudnnAttention::~CudnnAttention() {
   cudnnDestroy(handle_);
 }
 
-// Self-attention (nq == nk: query t is key token t, its keys <= t) also
-// masks the pairs after the diagonal, which lets cuDNN skip the tiles there,
-// half of the work; the bias masks them too, so a masked graph without the
-// causal mask computes the same where cuDNN has no plan with it. An unmasked
-// graph must be causal.
+// A chunk of self-attention's queries (query t is key token t, its keys
+// <= t) also masks the pairs after the diagonal, which lets cuDNN skip the
+// tiles there, half of the work; the bias masks them too, so a masked graph
+// without the causal mask computes the same where cuDNN has no plan with it
+// (Plan::causal says which). An unmasked graph must be causal.
 CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
   auto found = plans_.find(shape);
   if (found != plans_.end()) return found->second.get();
-  const auto [nq, nk, heads, dqk, dv, scale, backward, masked] = shape;
+  const auto [nq, nk, heads, dqk, dv, scale, backward, masked, causal] = shape;
   std::shared_ptr<fe::graph::Graph> graph;
   fe::error_t status;
-  for (const bool causal : {true, false}) {
-    if (causal && nq != nk) continue;
-    if (!causal && !masked) break;
+  bool built_causal = false;
+  for (const bool try_causal : {true, false}) {
+    if (try_causal && !causal) continue;
+    if (!try_causal && !masked) break;
+    const int64_t offset = try_causal ? nk - nq : kNotCausal;
     graph = backward
-                ? BackwardGraph(nq, nk, heads, dqk, dv, scale, causal, masked)
-                : ForwardGraph(nq, nk, heads, dqk, dv, scale, causal, masked);
+                ? BackwardGraph(nq, nk, heads, dqk, dv, scale, offset, masked)
+                : ForwardGraph(nq, nk, heads, dqk, dv, scale, offset, masked);
     status =
         graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    built_causal = try_causal;
     if (status.is_good()) break;
   }
   std::unique_ptr<Plan> plan;
   if (graph != nullptr && status.is_good()) {
     plan = std::make_unique<Plan>();
     plan->graph = graph;
+    plan->causal = built_causal;
     if (graph->get_workspace_size(plan->workspace_bytes).is_bad()) plan.reset();
   } else {
     // Said once per shape: the call falls back to the gather kernels.
@@ -292,11 +309,12 @@ std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
   const bool self = nq == nk;
   std::vector<Chunk> chunks;
   auto cut = [&](int64_t begin, int64_t end, bool masked) {
+    if (begin >= end) return;
     const int64_t rows =
         std::max<int64_t>(1, max_pairs_per_call_ / (self ? end : nk));
     for (int64_t q0 = begin; q0 < end; q0 += rows) {
       const int64_t q1 = std::min(end, q0 + rows);
-      chunks.push_back({q0, q1, self ? q1 : nk, masked});
+      chunks.push_back({q0, q1, self ? q1 : nk, masked, self});
     }
   };
   const int64_t full = self ? std::min(full_queries, nq) : 0;
@@ -305,16 +323,36 @@ std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
   return chunks;
 }
 
+CudnnAttention::Plan* CudnnAttention::PlanOf(const Chunk& c, int64_t heads,
+                                             int64_t dqk, int64_t dv,
+                                             float scale, bool backward) {
+  return PlanFor({c.q1 - c.q0, c.k_end, heads, dqk, dv, scale, backward,
+                  c.masked, c.causal});
+}
+
+// Splitting off the full queries pays only when the masked rest after them
+// keeps its causal skip (a diagonal offset by their count); where cuDNN has
+// no such plan, the call runs as one masked part from query 0.
+std::vector<CudnnAttention::Chunk> CudnnAttention::CallChunks(
+    int64_t nq, int64_t nk, int64_t full_queries, int64_t heads, int64_t dqk,
+    int64_t dv, float scale, bool backward) {
+  std::vector<Chunk> chunks = Chunks(nq, nk, full_queries);
+  for (const Chunk& c : chunks) {
+    if (!c.masked || c.q0 == 0 || !c.causal) continue;
+    const Plan* plan = PlanOf(c, heads, dqk, dv, scale, backward);
+    if (plan == nullptr || !plan->causal) return Chunks(nq, nk, 0);
+  }
+  return chunks;
+}
+
 bool CudnnAttention::Supports(int64_t nq, int64_t nk, int64_t topk,
                               int64_t full_queries, int64_t heads, int64_t dqk,
                               int64_t dv, float scale, bool backward) {
   const bool dims = dqk % 16 == 0 && dv % 16 == 0 && dqk <= 256 && dv <= 256;
   if (!dims || nq == 0 || nk == 0 || topk == 0) return false;
-  for (const Chunk& c : Chunks(nq, nk, full_queries)) {
-    if (PlanFor({c.q1 - c.q0, c.k_end, heads, dqk, dv, scale, backward,
-                 c.masked}) == nullptr) {
-      return false;
-    }
+  for (const Chunk& c :
+       CallChunks(nq, nk, full_queries, heads, dqk, dv, scale, backward)) {
+    if (PlanOf(c, heads, dqk, dv, scale, backward) == nullptr) return false;
   }
   return true;
 }
@@ -324,12 +362,13 @@ void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
                              const int32_t* keys, int64_t topk,
                              int64_t full_queries, int64_t heads, float scale,
                              MatrixView out, float* lse) {
-  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads, full_queries)) {
+  for (const Chunk& c : CallChunks(q.rows / heads, k.rows / heads, full_queries,
+                                   heads, q.cols, v.cols, scale, false)) {
     const int64_t rows = (c.q1 - c.q0) * heads, key_rows = c.k_end * heads;
-    ForwardChunk(ctx, q.Rows(c.q0 * heads, rows), k.Rows(0, key_rows),
+    const Plan& plan = *PlanOf(c, heads, q.cols, v.cols, scale, false);
+    ForwardChunk(ctx, plan, q.Rows(c.q0 * heads, rows), k.Rows(0, key_rows),
                  v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
-                 topk, heads, scale, out.Rows(c.q0 * heads, rows),
-                 lse + c.q0 * heads);
+                 topk, heads, out.Rows(c.q0 * heads, rows), lse + c.q0 * heads);
   }
 }
 
@@ -341,52 +380,49 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
                               ConstMatrixView dout, MatrixView dq,
                               MatrixView dk, MatrixView dv) {
   // The chunks add into dk and dv (dq's rows are each one chunk's).
-  for (const Chunk& c : Chunks(q.rows / heads, k.rows / heads, full_queries)) {
+  for (const Chunk& c : CallChunks(q.rows / heads, k.rows / heads, full_queries,
+                                   heads, q.cols, v.cols, scale, true)) {
     const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
                   key_rows = c.k_end * heads;
-    BackwardChunk(ctx, q.Rows(first, rows), k.Rows(0, key_rows),
+    const Plan& plan = *PlanOf(c, heads, q.cols, v.cols, scale, true);
+    BackwardChunk(ctx, plan, q.Rows(first, rows), k.Rows(0, key_rows),
                   v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
-                  topk, heads, scale, out.Rows(first, rows), lse + first,
+                  topk, heads, out.Rows(first, rows), lse + first,
                   dout.Rows(first, rows), RowsOrEmpty(dq, first, rows),
                   RowsOrEmpty(dk, 0, key_rows), RowsOrEmpty(dv, 0, key_rows));
   }
 }
 
 // keys null: an unmasked chunk (causal over all its keys).
-void CudnnAttention::ForwardChunk(CudaContext& ctx, ConstMatrixView q,
-                                  ConstMatrixView k, ConstMatrixView v,
-                                  const int32_t* keys, int64_t topk,
-                                  int64_t heads, float scale, MatrixView out,
+void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
+                                  ConstMatrixView q, ConstMatrixView k,
+                                  ConstMatrixView v, const int32_t* keys,
+                                  int64_t topk, int64_t heads, MatrixView out,
                                   float* lse) {
-  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
-  Plan* plan = PlanFor({nq, nk, heads, q.cols, v.cols, scale, false, masked});
-  assert(plan != nullptr);
   const Buffers b =
-      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, false, masked);
+      CarveScratch(ctx, q, k, v, heads, plan.workspace_bytes, false, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, b.q}, {kK, b.k}, {kV, b.v}, {kO, b.o}, {kStats, b.stats}};
   if (masked) pack[kBias] = b.bias;
-  Execute(handle_, *plan->graph, pack, b.workspace, "forward");
+  Execute(handle_, *plan.graph, pack, b.workspace, "forward");
   UnpackBf16(ctx, b.o, b.has_key, heads, false, out);
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
-void CudnnAttention::BackwardChunk(CudaContext& ctx, ConstMatrixView q,
-                                   ConstMatrixView k, ConstMatrixView v,
-                                   const int32_t* keys, int64_t topk,
-                                   int64_t heads, float scale,
+void CudnnAttention::BackwardChunk(CudaContext& ctx, const Plan& plan,
+                                   ConstMatrixView q, ConstMatrixView k,
+                                   ConstMatrixView v, const int32_t* keys,
+                                   int64_t topk, int64_t heads,
                                    ConstMatrixView out, const float* lse,
                                    ConstMatrixView dout, MatrixView dq,
                                    MatrixView dk, MatrixView dv) {
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
-  Plan* plan =
-      PlanFor({nq, k.rows / heads, heads, q.cols, v.cols, scale, true, masked});
-  assert(plan != nullptr);
   const Buffers b =
-      CarveScratch(ctx, q, k, v, heads, plan->workspace_bytes, true, masked);
+      CarveScratch(ctx, q, k, v, heads, plan.workspace_bytes, true, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
   PackBf16(ctx, out, nullptr, 1, b.o, out.cols);
   // A query without keys contributes nothing: its output gradient is zeroed.
@@ -396,7 +432,7 @@ void CudnnAttention::BackwardChunk(CudaContext& ctx, ConstMatrixView q,
       {kQ, b.q},         {kK, b.k},   {kV, b.v},   {kO, b.o},  {kDO, b.dout},
       {kStats, b.stats}, {kDQ, b.dq}, {kDK, b.dk}, {kDV, b.dv}};
   if (masked) pack[kBias] = b.bias;
-  Execute(handle_, *plan->graph, pack, b.workspace, "backward");
+  Execute(handle_, *plan.graph, pack, b.workspace, "backward");
   if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, true, dq);
   if (!dk.empty()) UnpackBf16(ctx, b.dk, nullptr, 1, true, dk);
   if (!dv.empty()) UnpackBf16(ctx, b.dv, nullptr, 1, true, dv);

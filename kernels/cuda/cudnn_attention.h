@@ -61,26 +61,32 @@ class CudnnAttention {
                 MatrixView dq, MatrixView dk, MatrixView dv);
 
  private:
-  // nq, nk, heads, dqk, dv, scale, backward, masked.
+  // nq, nk, heads, dqk, dv, scale, backward, masked, causal.
   using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                           bool, bool>;
+                           bool, bool, bool>;
   struct Plan;
 
   // The shape's plan, built on first use; null when cuDNN has none.
   Plan* PlanFor(const Shape& shape);
   // One call's work on queries [q0, q1) over keys [0, k_end), with the
-  // selection's mask or (full queries) without.
+  // selection's mask or (full queries) without; causal: self-attention's
+  // queries, token q0 + i seeing keys <= q0 + i.
   struct Chunk {
     int64_t q0, q1, k_end;
-    bool masked;
+    bool masked, causal;
   };
   std::vector<Chunk> Chunks(int64_t nq, int64_t nk, int64_t full_queries) const;
-  void ForwardChunk(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
-                    ConstMatrixView v, const int32_t* keys, int64_t topk,
-                    int64_t heads, float scale, MatrixView out, float* lse);
-  void BackwardChunk(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
-                     ConstMatrixView v, const int32_t* keys, int64_t topk,
-                     int64_t heads, float scale, ConstMatrixView out,
+  std::vector<Chunk> CallChunks(int64_t nq, int64_t nk, int64_t full_queries,
+                                int64_t heads, int64_t dqk, int64_t dv,
+                                float scale, bool backward);
+  Plan* PlanOf(const Chunk& c, int64_t heads, int64_t dqk, int64_t dv,
+               float scale, bool backward);
+  void ForwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
+                    ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
+                    int64_t topk, int64_t heads, MatrixView out, float* lse);
+  void BackwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
+                     ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
+                     int64_t topk, int64_t heads, ConstMatrixView out,
                      const float* lse, ConstMatrixView dout, MatrixView dq,
                      MatrixView dk, MatrixView dv);
 
