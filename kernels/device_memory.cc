@@ -1,6 +1,8 @@
 #include "kernels/device_memory.h"
 
 #include <cassert>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 namespace glm {
@@ -11,6 +13,14 @@ thread_local Allocator* current_allocator = nullptr;
 }  // namespace
 
 Allocator* CurrentAllocator() { return current_allocator; }
+
+bool PoisonOutputs() {
+  static const bool poison = [] {
+    const char* value = std::getenv("GLM_POISON_OUTPUTS");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return poison;
+}
 
 AllocatorScope::AllocatorScope(Allocator* allocator)
     : previous_(current_allocator) {

@@ -42,6 +42,11 @@ class Allocator {
 // The allocator tensors constructed on this thread use; null: host memory.
 Allocator* CurrentAllocator();
 
+// Whether device tensors made for an op's output start poisoned (0xff bytes)
+// instead of as whatever their memory held: GLM_POISON_OUTPUTS=1, read once.
+// Host tensors always start poisoned (kernels/tensor.h, Tensor::ForOutput).
+bool PoisonOutputs();
+
 // Makes `allocator` current on this thread for the scope's lifetime (scopes
 // nest; null selects host memory).
 class AllocatorScope {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -118,6 +119,26 @@ class TensorStorage {
       : size_(size), device_(std::move(device)) {
     assert(device_.bytes() >= size * sizeof(T));
   }
+  // Elements an op is about to overwrite: on a device nothing is written
+  // (no memset) unless `poison`, which fills them with 0xff bytes (NaN for
+  // floats, -1 for integers) as host memory always is, so that reading one
+  // before it is written shows in the results.
+  struct ForOutput {
+    bool poison;
+  };
+  TensorStorage(int64_t size, Allocator* allocator, ForOutput output)
+      : size_(size) {
+    T poisoned;
+    std::memset(&poisoned, 0xff, sizeof(T));
+    if (allocator == nullptr) {
+      host_.assign(size, poisoned);
+      return;
+    }
+    device_ = DeviceBuffer(allocator, size * sizeof(T));
+    if (output.poison && size > 0) {
+      allocator->Fill(device_.data(), 0xff, size * sizeof(T));
+    }
+  }
   TensorStorage(int64_t size, T fill, Allocator* allocator) : size_(size) {
     if (allocator == nullptr) {
       host_.assign(size, fill);
@@ -196,6 +217,18 @@ class Tensor {
   Tensor(std::vector<int64_t> shape, DeviceBuffer device)
       : shape_(std::move(shape)),
         storage_(NumElements(shape_), std::move(device)) {}
+  // A tensor on the current allocator for an op to overwrite in full (a
+  // forward op's output, a gradient an op assigns rather than adds to): not
+  // zeroed on a device, which saves a memset per tensor; NaN in host memory
+  // (and on a device when GLM_POISON_OUTPUTS=1), so that a read before the
+  // write shows in every CPU test.
+  static Tensor ForOutput(std::vector<int64_t> shape) {
+    Tensor t;
+    t.shape_ = std::move(shape);
+    t.storage_ = TensorStorage<float>(NumElements(t.shape_), CurrentAllocator(),
+                                      {PoisonOutputs()});
+    return t;
+  }
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }

@@ -15,7 +15,7 @@ void SplitMlpForward(Backend& backend, const MlpParameters& p,
                      TokenParallel& parallel, int64_t tokens, ConstMatrixView x,
                      MatrixView out, DecoderLayerActivations* acts) {
   acts->mlp_chunk_in = parallel.GatherChunk(x, tokens);
-  Tensor partial({acts->mlp_chunk_in.dim(0), out.cols});
+  Tensor partial = Tensor::ForOutput({acts->mlp_chunk_in.dim(0), out.cols});
   MlpForward(backend, p, acts->mlp_chunk_in.Matrix(), partial.Matrix(),
              /*accumulate=*/false, &acts->mlp);
   backend.Copy(parallel.ReduceScatterChunk(partial.Matrix(), tokens).Matrix(),
@@ -58,18 +58,18 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
                          const IndexTensor* shared_topk, MatrixView h_out,
                          DecoderLayerActivations* acts) {
   const int64_t n = h_in.rows, hidden = h_in.cols;
-  acts->attn_in = Tensor({n, hidden});
-  acts->attn_rstd = Tensor({n});
+  acts->attn_in = Tensor::ForOutput({n, hidden});
+  acts->attn_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(h_in, p.input_layernorm.value.data(),
                          spec.rms_norm_eps, acts->attn_in.Matrix(),
                          acts->attn_rstd.data());
-  acts->h_mid = Tensor({n, hidden});
+  acts->h_mid = Tensor::ForOutput({n, hidden});
   AttentionForward(backend, p.self_attn, spec.attention, acts->attn_in.Matrix(),
                    layout, shared_topk, acts->h_mid.Matrix(), &acts->attn);
   backend.Axpy(1.f, h_in, acts->h_mid.Matrix());
 
-  acts->mlp_in = Tensor({n, hidden});
-  acts->mlp_rstd = Tensor({n});
+  acts->mlp_in = Tensor::ForOutput({n, hidden});
+  acts->mlp_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(
       acts->h_mid.Matrix(), p.post_attention_layernorm.value.data(),
       spec.rms_norm_eps, acts->mlp_in.Matrix(), acts->mlp_rstd.data());
@@ -93,7 +93,8 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
                           const DecoderLayerActivations& acts,
                           ConstMatrixView dh_out, MatrixView dh_in) {
   const int64_t n = h_in.rows, hidden = h_in.cols;
-  Tensor dmlp_in({n, hidden}), dh_mid({n, hidden});
+  Tensor dmlp_in({n, hidden});
+  Tensor dh_mid = Tensor::ForOutput({n, hidden});
   if (p.is_moe) {
     LocalExpertDispatcher local;
     MoeBackward(backend, p.moe, spec.router, acts.mlp_in.Matrix(), acts.moe,

@@ -35,13 +35,13 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                 rows = e->grouping.rows();
   if (rows == 0) return;
   const ExpertGrouping& g = e->grouping;
-  e->weight = Tensor({rows, 1});
+  e->weight = Tensor::ForOutput({rows, 1});
   backend.EmbeddingForward(weight_rows, g.slots.data(), e->weight.Matrix());
-  e->x = Tensor({rows, x.cols});
+  e->x = Tensor::ForOutput({rows, x.cols});
   backend.EmbeddingForward(x, g.tokens.data(), e->x.Matrix());
-  e->mlp.gate_up = Tensor({rows, 2 * inter});
-  e->mlp.hidden = Tensor({rows, inter});
-  e->out = Tensor({rows, x.cols});
+  e->mlp.gate_up = Tensor::ForOutput({rows, 2 * inter});
+  e->mlp.hidden = Tensor::ForOutput({rows, inter});
+  e->out = Tensor::ForOutput({rows, x.cols});
   MatrixView gate_up = e->mlp.gate_up.Matrix();
   backend.GroupedLinear(e->x.Matrix(), p.experts_gate_up.value.Matrix(),
                         g.offsets.data(), experts, gate_up);

@@ -107,12 +107,12 @@ void GlmModel::ForwardLayers(const DecoderLayerSpec& spec) {
   const int64_t n = layout_.tokens, hidden = config.hidden_size;
   const int layers = config.num_hidden_layers;
   hidden_.assign(layers + 1, Tensor());
-  hidden_[0] = Tensor({n, hidden});
+  hidden_[0] = Tensor::ForOutput({n, hidden});
   backend_->EmbeddingForward(params_->embed_tokens.value.Matrix(),
                              op_ids_.data(), hidden_[0].Matrix());
   layers_.assign(layers, DecoderLayerActivations());
   for (int i = 0; i < layers; ++i) {
-    hidden_[i + 1] = Tensor({n, hidden});
+    hidden_[i + 1] = Tensor::ForOutput({n, hidden});
     DecoderLayerForward(*backend_, params_->layers[i], spec,
                         hidden_[i].Matrix(), layout_, SharedTopK(i),
                         hidden_[i + 1].Matrix(), &layers_[i]);
@@ -151,7 +151,8 @@ void GlmModel::RecomputeLayer(int i, DecoderLayerActivations* acts) {
       WithIndexerLossSum(spec_, deferred_indexer_loss_ != nullptr
                                     ? deferred_indexer_loss_
                                     : uncounted.at(LossSums::kIndexer));
-  Tensor h_out({layout_.tokens, params_->config().hidden_size});
+  Tensor h_out =
+      Tensor::ForOutput({layout_.tokens, params_->config().hidden_size});
   DecoderLayerForward(*backend_, params_->layers[i], spec, hidden_[i].Matrix(),
                       layout_, SharedTopK(i), h_out.Matrix(), acts);
 }

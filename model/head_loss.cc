@@ -40,7 +40,7 @@ void HeadLossForward(Backend& backend, ConstMatrixView x, Parameter& head,
   assert(chunk_bytes >= 0);
   acts->fused = chunk_bytes > 0;
   if (!acts->fused) {
-    acts->logits = Tensor({rows, vocab});
+    acts->logits = Tensor::ForOutput({rows, vocab});
     backend.Linear(x, head.value.Matrix(), acts->logits.Matrix(), false);
     if (acts->count > 0) {
       backend.CrossEntropyForward(acts->logits.Matrix(), acts->targets.data(),
@@ -51,7 +51,7 @@ void HeadLossForward(Backend& backend, ConstMatrixView x, Parameter& head,
   acts->dx = Tensor({rows, x.cols});
   if (acts->count == 0 || rows == 0) return;
   const int64_t chunk = FusedChunkRows(rows, vocab, chunk_bytes);
-  Tensor logits({chunk, vocab});
+  Tensor logits = Tensor::ForOutput({chunk, vocab});
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t count = std::min(chunk, rows - r0);
     const MatrixView chunk_logits = logits.Matrix().Rows(0, count);

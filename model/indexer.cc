@@ -42,25 +42,25 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
                     IndexTensor* topk) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
   // Queries: [rope | pass] per head, RoPE on the first rope_dim.
-  acts->q_raw = Tensor({n, spec.heads * dim});
+  acts->q_raw = Tensor::ForOutput({n, spec.heads * dim});
   backend.Linear(q_resid, p.wq_b.value.Matrix(), acts->q_raw.Matrix(), false);
-  acts->q = Tensor({n * spec.heads, dim});
+  acts->q = Tensor::ForOutput({n * spec.heads, dim});
   ConstMatrixView q_raw = acts->q_raw.Matrix().SplitRows(spec.heads);
   backend.Copy(q_raw.Columns(rope, dim - rope),
                acts->q.Matrix().Columns(rope, dim - rope));
   backend.RopeForward(q_raw.Columns(0, rope), pos, spec.heads, spec.rope_theta,
                       acts->q.Matrix().Columns(0, rope));
   // One key per token: LayerNorm(wk(x)), same split.
-  acts->k_raw = Tensor({n, dim});
+  acts->k_raw = Tensor::ForOutput({n, dim});
   backend.Linear(x, p.wk.value.Matrix(), acts->k_raw.Matrix(), false);
-  acts->k_mean = Tensor({n});
-  acts->k_rstd = Tensor({n});
-  acts->k_normed = Tensor({n, dim});
+  acts->k_mean = Tensor::ForOutput({n});
+  acts->k_rstd = Tensor::ForOutput({n});
+  acts->k_normed = Tensor::ForOutput({n, dim});
   backend.LayerNormForward(acts->k_raw.Matrix(), p.k_norm_weight.value.data(),
                            p.k_norm_bias.value.data(), kKNormEps,
                            acts->k_normed.Matrix(), acts->k_mean.data(),
                            acts->k_rstd.data());
-  acts->k = Tensor({n, dim});
+  acts->k = Tensor::ForOutput({n, dim});
   ConstMatrixView k_normed = acts->k_normed.Matrix();
   backend.Copy(k_normed.Columns(rope, dim - rope),
                acts->k.Matrix().Columns(rope, dim - rope));
@@ -69,7 +69,7 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
   if (parallel.cp() > 1)
     acts->k = parallel.GatherAll(acts->k.Matrix(), layout.tokens);
   // Head weights, scaled by heads^-0.5.
-  Tensor raw_weights({n, spec.heads});
+  Tensor raw_weights = Tensor::ForOutput({n, spec.heads});
   backend.Linear(x, p.weights_proj.value.Matrix(), raw_weights.Matrix(), false);
   acts->weights = Tensor({n, spec.heads});
   backend.Axpy(1.f / std::sqrt(static_cast<float>(spec.heads)),

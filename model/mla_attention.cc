@@ -87,25 +87,25 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
                  AttentionActivations* acts) {
   const int64_t heads = spec.heads, nope = spec.nope_dim, rope = spec.rope_dim,
                 vdim = spec.v_dim, all = layout.tokens;
-  acts->kv_a = Tensor({x_chunk.rows, spec.kv_lora_rank + rope});
+  acts->kv_a = Tensor::ForOutput({x_chunk.rows, spec.kv_lora_rank + rope});
   backend.Linear(x_chunk, p.kv_a_proj_with_mqa.value.Matrix(),
                  acts->kv_a.Matrix(), false);
   if (rows.parallel.cp() > 1) {
     acts->kv_a = rows.parallel.GatherAll(acts->kv_a.Matrix(), all);
   }
-  acts->kv_a_rstd = Tensor({all});
-  acts->latent = Tensor({all, spec.kv_lora_rank});
+  acts->kv_a_rstd = Tensor::ForOutput({all});
+  acts->latent = Tensor::ForOutput({all, spec.kv_lora_rank});
   ConstMatrixView kv_a = acts->kv_a.Matrix();
   backend.RmsNormForward(kv_a.Columns(0, spec.kv_lora_rank),
                          p.kv_a_layernorm.value.data(), kLoraNormEps,
                          acts->latent.Matrix(), acts->kv_a_rstd.data());
-  acts->kv = Tensor({all, heads * (nope + vdim)});
+  acts->kv = Tensor::ForOutput({all, heads * (nope + vdim)});
   backend.Linear(acts->latent.Matrix(), p.kv_b_proj.value.Matrix(),
                  acts->kv.Matrix(), false);
   ConstMatrixView kv_rows = acts->kv.Matrix().SplitRows(heads);
-  acts->key = Tensor({all * heads, spec.qk_dim()});
+  acts->key = Tensor::ForOutput({all * heads, spec.qk_dim()});
   backend.Copy(kv_rows.Columns(0, nope), acts->key.Matrix().Columns(0, nope));
-  Tensor k_rope({all, rope});
+  Tensor k_rope = Tensor::ForOutput({all, rope});
   backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope),
                       layout.op_positions.data(), 1, spec.rope_theta,
                       k_rope.Matrix());
@@ -120,7 +120,7 @@ void IndexerLoss(Backend& backend, const AttentionSpec& spec,
                  const TokenLayout& layout, AttentionRows& rows,
                  AttentionActivations* acts) {
   const int64_t topk = acts->own_topk.dim(1), n = rows.chunk.count();
-  Tensor head_sum({n, topk});
+  Tensor head_sum = Tensor::ForOutput({n, topk});
   backend.SparseAttentionKeyWeights(
       acts->query.Matrix(), acts->key.Matrix(), acts->own_topk.data(), topk,
       spec.heads, Scale(spec), acts->lse.data(), head_sum.Matrix());
@@ -153,17 +153,17 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
                 rope = spec.rope_dim, qk = spec.qk_dim(), vdim = spec.v_dim;
   const int32_t* pos = rows.op_positions();
   // Queries.
-  acts->q_a = Tensor({n, spec.q_lora_rank});
-  acts->q_a_rstd = Tensor({n});
-  acts->q_resid = Tensor({n, spec.q_lora_rank});
+  acts->q_a = Tensor::ForOutput({n, spec.q_lora_rank});
+  acts->q_a_rstd = Tensor::ForOutput({n});
+  acts->q_resid = Tensor::ForOutput({n, spec.q_lora_rank});
   backend.Linear(xc, p.q_a_proj.value.Matrix(), acts->q_a.Matrix(), false);
   backend.RmsNormForward(acts->q_a.Matrix(), p.q_a_layernorm.value.data(),
                          kLoraNormEps, acts->q_resid.Matrix(),
                          acts->q_a_rstd.data());
-  acts->q = Tensor({n, heads * qk});
+  acts->q = Tensor::ForOutput({n, heads * qk});
   backend.Linear(acts->q_resid.Matrix(), p.q_b_proj.value.Matrix(),
                  acts->q.Matrix(), false);
-  acts->query = Tensor({n * heads, qk});
+  acts->query = Tensor::ForOutput({n * heads, qk});
   ConstMatrixView q_rows = acts->q.Matrix().SplitRows(heads);
   backend.Copy(q_rows.Columns(0, nope), acts->query.Matrix().Columns(0, nope));
   backend.RopeForward(q_rows.Columns(nope, rope), pos, heads, spec.rope_theta,
@@ -181,8 +181,8 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
     acts->topk = shared_topk;
   }
   const int64_t topk = acts->topk->dim(1);
-  acts->attn = Tensor({n, heads * vdim});
-  acts->lse = Tensor({n * heads});
+  acts->attn = Tensor::ForOutput({n, heads * vdim});
+  acts->lse = Tensor::ForOutput({n * heads});
   backend.SparseAttentionForward(
       acts->query.Matrix(), acts->key.Matrix(),
       acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
@@ -191,7 +191,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
       Scale(spec), acts->attn.Matrix().SplitRows(heads), acts->lse.data());
   if (rows.parallel.tp() > 1) {
     // Row-parallel o_proj: each rank holds a part of every output.
-    Tensor partial({n, out.cols});
+    Tensor partial = Tensor::ForOutput({n, out.cols});
     backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(),
                    partial.Matrix(), false);
     backend.Copy(

@@ -18,10 +18,10 @@ void MoeForward(Backend& backend, const MoeParameters& p,
                 const RouterSpec& spec, ConstMatrixView x, MatrixView out,
                 MoeActivations* acts, ExpertDispatcher& experts) {
   const int64_t n = x.rows, num_experts = p.gate.value.dim(0);
-  Tensor logits({n, num_experts});
+  Tensor logits = Tensor::ForOutput({n, num_experts});
   backend.Linear(x, p.gate.value.Matrix(), logits.Matrix(), false);
-  acts->scores = Tensor({n, num_experts});
-  acts->weights = Tensor({n, spec.top_k});
+  acts->scores = Tensor::ForOutput({n, num_experts});
+  acts->weights = Tensor::ForOutput({n, spec.top_k});
   acts->choice = IndexTensor({n, spec.top_k});
   backend.RouterForward(logits.Matrix(), p.e_score_correction_bias.data(), spec,
                         acts->scores.Matrix(), acts->weights.Matrix(),

@@ -19,26 +19,26 @@ void MtpForward(Backend& backend, const MtpParameters& p,
   const int64_t n = h_main.rows, hidden = h_main.cols;
   // h_main holds this rank's rows (all of them without token parallelism).
   acts->next_ids = std::move(next_ids);
-  acts->embedded = Tensor({n, hidden});
+  acts->embedded = Tensor::ForOutput({n, hidden});
   backend.EmbeddingForward(embed.value.Matrix(), acts->next_ids.data(),
                            acts->embedded.Matrix());
-  acts->concat = Tensor({n, 2 * hidden});
-  acts->e_rstd = Tensor({n});
-  acts->h_rstd = Tensor({n});
+  acts->concat = Tensor::ForOutput({n, 2 * hidden});
+  acts->e_rstd = Tensor::ForOutput({n});
+  acts->h_rstd = Tensor::ForOutput({n});
   MatrixView concat = acts->concat.Matrix();
   backend.RmsNormForward(acts->embedded.Matrix(), p.enorm.value.data(),
                          spec.rms_norm_eps, concat.Columns(0, hidden),
                          acts->e_rstd.data());
   backend.RmsNormForward(h_main, p.hnorm.value.data(), spec.rms_norm_eps,
                          concat.Columns(hidden, hidden), acts->h_rstd.data());
-  acts->layer_in = Tensor({n, hidden});
+  acts->layer_in = Tensor::ForOutput({n, hidden});
   backend.Linear(concat, p.eh_proj.value.Matrix(), acts->layer_in.Matrix(),
                  false);
-  acts->layer_out = Tensor({n, hidden});
+  acts->layer_out = Tensor::ForOutput({n, hidden});
   DecoderLayerForward(backend, p.layer, spec, acts->layer_in.Matrix(), layout,
                       shared_topk, acts->layer_out.Matrix(), &acts->layer);
-  acts->head_in = Tensor({n, hidden});
-  acts->head_rstd = Tensor({n});
+  acts->head_in = Tensor::ForOutput({n, hidden});
+  acts->head_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(acts->layer_out.Matrix(),
                          p.shared_head_norm.value.data(), spec.rms_norm_eps,
                          acts->head_in.Matrix(), acts->head_rstd.data());

@@ -42,8 +42,8 @@ void OutputHeadForward(Backend& backend, ModelParameters& params,
                        HeadActivations* acts) {
   const ModelConfig& config = params.config();
   const int64_t n = rows.count();
-  acts->final_normed = Tensor({n, config.hidden_size});
-  acts->final_rstd = Tensor({n});
+  acts->final_normed = Tensor::ForOutput({n, config.hidden_size});
+  acts->final_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(last_hidden, params.norm.value.data(),
                          spec.rms_norm_eps, acts->final_normed.Matrix(),
                          acts->final_rstd.data());
