@@ -38,8 +38,9 @@ for name in "$@"; do
     bench)
       part bench "${BENCH_LIMIT:-400}" bench/gpu_train_bench.sh /tmp/bench
       tar -czf "$out/bench-logs.tgz" -C /tmp bench ;;
-    optimes)  # the 4k bench row, ours only, with the worker's op-time table
-      MTP= OURS_ONLY=1 GLM_OP_TIMES=1 part optimes "${OPTIMES_LIMIT:-120}" \
+    optimes)  # the 4k bench row, ours only, with the worker's op-time table;
+      # outputs poisoned (kernels/tensor.h): its losses must equal the bench's
+      MTP= OURS_ONLY=1 GLM_OP_TIMES=1 GLM_POISON_OUTPUTS=1 part optimes "${OPTIMES_LIMIT:-120}" \
         bench/gpu_train_bench.sh /tmp/optimes
       cp /tmp/optimes/ours.worker.txt "$out/optimes.worker.txt" ;;
     gaps)  # the 4k bench row, ours only, with the GPU's idle share of each step
