@@ -7,11 +7,10 @@
 namespace glm::cuda {
 namespace {
 
-// One block per query: the whole row masked, then its keys in [first_key,
-// first_key + nk) opened.
+// One block per query: the whole row masked, then its keys opened.
 __global__ void SelectionBiasKernel(const int32_t* keys, int64_t topk,
-                                    int64_t first_key, int64_t nk,
-                                    __nv_bfloat16* bias, int32_t* has_key) {
+                                    int64_t nk, __nv_bfloat16* bias,
+                                    int32_t* has_key) {
   const int64_t t = blockIdx.x;
   __nv_bfloat16* row = bias + t * nk;
   const __nv_bfloat16 masked = __float2bfloat16(kMaskedScore);
@@ -19,8 +18,8 @@ __global__ void SelectionBiasKernel(const int32_t* keys, int64_t topk,
   __syncthreads();
   int any = 0;
   for (int64_t j = threadIdx.x; j < topk; j += blockDim.x) {
-    const int64_t key = keys[t * topk + j] - first_key;
-    if (key < 0 || key >= nk) continue;  // -1 slots, keys of another part
+    const int32_t key = keys[t * topk + j];
+    if (key < 0) continue;
     row[key] = __float2bfloat16(0.f);
     any = 1;
   }
@@ -47,11 +46,11 @@ __global__ void LseToStatsKernel(const float* lse, int64_t nq, int64_t heads,
 }  // namespace
 
 void SelectionBias(CudaContext& ctx, const int32_t* keys, int64_t nq,
-                   int64_t topk, int64_t first_key, int64_t nk,
-                   __nv_bfloat16* bias, int32_t* has_key) {
+                   int64_t topk, int64_t nk, __nv_bfloat16* bias,
+                   int32_t* has_key) {
   if (nq == 0) return;
-  SelectionBiasKernel<<<nq, kBlockThreads, 0, ctx.stream()>>>(
-      keys, topk, first_key, nk, bias, has_key);
+  SelectionBiasKernel<<<nq, kBlockThreads, 0, ctx.stream()>>>(keys, topk, nk,
+                                                              bias, has_key);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -18,12 +18,11 @@ namespace glm::cuda {
 // as the row meets a selected key).
 constexpr float kMaskedScore = -1e30f;
 
-// bias [nq, nk] = 0 where query t selected key first_key + s (keys [nq,
-// topk], -1 = none), kMaskedScore elsewhere; has_key[t] = whether query t
-// selected any key of [first_key, first_key + nk).
+// bias [nq, nk] = 0 where query t selected key s (keys [nq, topk], -1 = none),
+// kMaskedScore elsewhere; has_key[t] = whether query t selected any key.
 void SelectionBias(CudaContext& ctx, const int32_t* keys, int64_t nq,
-                   int64_t topk, int64_t first_key, int64_t nk,
-                   __nv_bfloat16* bias, int32_t* has_key);
+                   int64_t topk, int64_t nk, __nv_bfloat16* bias,
+                   int32_t* has_key);
 
 // lse [nq*heads] from cuDNN's stats [heads, nq]; -inf for tokens without keys
 // (has_key null: every token has keys).

@@ -216,13 +216,12 @@ Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
 
 // The mask (of a masked chunk) and the bf16 queries, keys and values both
 // passes read.
-// k and v hold the key tokens from first_key on.
 void PackInputs(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                 ConstMatrixView v, const int32_t* keys, int64_t topk,
-                int64_t first_key, int64_t heads, const Buffers& b) {
+                int64_t heads, const Buffers& b) {
   if (b.bias != nullptr) {
-    SelectionBias(ctx, keys, q.rows / heads, topk, first_key, k.rows / heads,
-                  b.bias, b.has_key);
+    SelectionBias(ctx, keys, q.rows / heads, topk, k.rows / heads, b.bias,
+                  b.has_key);
   }
   PackBf16(ctx, q, nullptr, 1, b.q, q.cols);
   PackBf16(ctx, k, nullptr, 1, b.k, k.cols);
@@ -304,9 +303,7 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
 }
 
 // The full queries first, unmasked (each over the keys up to its last query),
-// then the rest, masked; each part cut at max_pairs_per_call_ pairs. A chunk
-// of self-attention's queries after token 0 is causal with its diagonal
-// offset by its first query.
+// then the rest, masked; each part cut at max_pairs_per_call_ pairs.
 std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
     int64_t nq, int64_t nk, int64_t full_queries) const {
   const bool self = nq == nk;
@@ -317,7 +314,7 @@ std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
         std::max<int64_t>(1, max_pairs_per_call_ / (self ? end : nk));
     for (int64_t q0 = begin; q0 < end; q0 += rows) {
       const int64_t q1 = std::min(end, q0 + rows);
-      chunks.push_back({q0, q1, 0, self ? q1 : nk, masked, self});
+      chunks.push_back({q0, q1, self ? q1 : nk, masked, self});
     }
   };
   const int64_t full = self ? std::min(full_queries, nq) : 0;
@@ -326,36 +323,10 @@ std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
   return chunks;
 }
 
-// The backward's offset-diagonal plans ran slower than one masked call from
-// query 0 (2.69 against 1.98 ms a layer at glm5.2-mini, bench/NOTES.md), so
-// its masked queries after the full ones split by keys instead: the keys of
-// the full queries (all before every masked query: no causal mask) and the
-// square of the masked queries' own tokens (causal, diagonal not offset).
-// Each part's gradients are exact given the whole rows' output and
-// log-sum-exp; dq adds up over the parts, dk and dv are the parts' own rows.
-// Without full queries, or past max_pairs_per_call_, the forward's chunks
-// with every masked chunk not square run without the causal skip.
-std::vector<CudnnAttention::Chunk> CudnnAttention::BackwardChunks(
-    int64_t nq, int64_t nk, int64_t full_queries) const {
-  const int64_t full = nq == nk ? std::min(full_queries, nq) : 0;
-  if (full > 0 && (nq - full) * nq <= max_pairs_per_call_ &&
-      full * full <= max_pairs_per_call_) {
-    std::vector<Chunk> chunks = {{0, full, 0, full, false, true}};
-    if (full < nq) {
-      chunks.push_back({full, nq, 0, full, true, false});
-      chunks.push_back({full, nq, full, nq, true, true});
-    }
-    return chunks;
-  }
-  std::vector<Chunk> chunks = Chunks(nq, nk, 0);
-  for (Chunk& c : chunks) c.causal = c.causal && c.q0 == 0;
-  return chunks;
-}
-
 CudnnAttention::Plan* CudnnAttention::PlanOf(const Chunk& c, int64_t heads,
                                              int64_t dqk, int64_t dv,
                                              float scale, bool backward) {
-  return PlanFor({c.q1 - c.q0, c.k1 - c.k0, heads, dqk, dv, scale, backward,
+  return PlanFor({c.q1 - c.q0, c.k_end, heads, dqk, dv, scale, backward,
                   c.masked, c.causal});
 }
 
@@ -365,7 +336,6 @@ CudnnAttention::Plan* CudnnAttention::PlanOf(const Chunk& c, int64_t heads,
 std::vector<CudnnAttention::Chunk> CudnnAttention::CallChunks(
     int64_t nq, int64_t nk, int64_t full_queries, int64_t heads, int64_t dqk,
     int64_t dv, float scale, bool backward) {
-  if (backward) return BackwardChunks(nq, nk, full_queries);
   std::vector<Chunk> chunks = Chunks(nq, nk, full_queries);
   for (const Chunk& c : chunks) {
     if (!c.masked || c.q0 == 0 || !c.causal) continue;
@@ -394,8 +364,11 @@ void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
                              MatrixView out, float* lse) {
   for (const Chunk& c : CallChunks(q.rows / heads, k.rows / heads, full_queries,
                                    heads, q.cols, v.cols, scale, false)) {
-    ForwardChunk(ctx, *PlanOf(c, heads, q.cols, v.cols, scale, false), c, q, k,
-                 v, keys, topk, heads, out, lse);
+    const int64_t rows = (c.q1 - c.q0) * heads, key_rows = c.k_end * heads;
+    const Plan& plan = *PlanOf(c, heads, q.cols, v.cols, scale, false);
+    ForwardChunk(ctx, plan, q.Rows(c.q0 * heads, rows), k.Rows(0, key_rows),
+                 v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
+                 topk, heads, out.Rows(c.q0 * heads, rows), lse + c.q0 * heads);
   }
 }
 
@@ -406,84 +379,63 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
                               ConstMatrixView out, const float* lse,
                               ConstMatrixView dout, MatrixView dq,
                               MatrixView dk, MatrixView dv) {
-  // The chunks add into dq, dk and dv.
+  // The chunks add into dk and dv (dq's rows are each one chunk's).
   for (const Chunk& c : CallChunks(q.rows / heads, k.rows / heads, full_queries,
                                    heads, q.cols, v.cols, scale, true)) {
-    BackwardChunk(ctx, *PlanOf(c, heads, q.cols, v.cols, scale, true), c, q, k,
-                  v, keys, topk, heads, out, lse, dout, dq, dk, dv);
+    const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
+                  key_rows = c.k_end * heads;
+    const Plan& plan = *PlanOf(c, heads, q.cols, v.cols, scale, true);
+    BackwardChunk(ctx, plan, q.Rows(first, rows), k.Rows(0, key_rows),
+                  v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
+                  topk, heads, out.Rows(first, rows), lse + first,
+                  dout.Rows(first, rows), RowsOrEmpty(dq, first, rows),
+                  RowsOrEmpty(dk, 0, key_rows), RowsOrEmpty(dv, 0, key_rows));
   }
 }
 
-// The call's operands as one chunk's: its queries' rows (and their keys,
-// null for an unmasked chunk), its keys' rows.
-struct CudnnAttention::ChunkViews {
-  ConstMatrixView q, k, v;
-  const int32_t* keys;
-  int64_t first_row, rows;
-};
-
-CudnnAttention::ChunkViews CudnnAttention::ViewsOf(
-    const Chunk& c, ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
-    const int32_t* keys, int64_t topk, int64_t heads) {
-  const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads;
-  const int64_t key_first = c.k0 * heads, key_rows = (c.k1 - c.k0) * heads;
-  return {q.Rows(first, rows),
-          k.Rows(key_first, key_rows),
-          v.Rows(key_first, key_rows),
-          c.masked ? keys + c.q0 * topk : nullptr,
-          first,
-          rows};
-}
-
+// keys null: an unmasked chunk (causal over all its keys).
 void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
-                                  const Chunk& c, ConstMatrixView q,
-                                  ConstMatrixView k, ConstMatrixView v,
-                                  const int32_t* keys, int64_t topk,
-                                  int64_t heads, MatrixView out, float* lse) {
-  const ChunkViews in = ViewsOf(c, q, k, v, keys, topk, heads);
-  const Buffers b = CarveScratch(ctx, in.q, in.k, in.v, heads,
-                                 plan.workspace_bytes, false, c.masked);
-  PackInputs(ctx, in.q, in.k, in.v, in.keys, topk, c.k0, heads, b);
+                                  ConstMatrixView q, ConstMatrixView k,
+                                  ConstMatrixView v, const int32_t* keys,
+                                  int64_t topk, int64_t heads, MatrixView out,
+                                  float* lse) {
+  const int64_t nq = q.rows / heads;
+  const bool masked = keys != nullptr;
+  const Buffers b =
+      CarveScratch(ctx, q, k, v, heads, plan.workspace_bytes, false, masked);
+  PackInputs(ctx, q, k, v, keys, topk, heads, b);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, b.q}, {kK, b.k}, {kV, b.v}, {kO, b.o}, {kStats, b.stats}};
-  if (c.masked) pack[kBias] = b.bias;
+  if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "forward");
-  UnpackBf16(ctx, b.o, b.has_key, heads, false,
-             out.Rows(in.first_row, in.rows));
-  StatsToLse(ctx, b.stats, b.has_key, c.q1 - c.q0, heads, lse + in.first_row);
+  UnpackBf16(ctx, b.o, b.has_key, heads, false, out);
+  StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
-void CudnnAttention::BackwardChunk(
-    CudaContext& ctx, const Plan& plan, const Chunk& c, ConstMatrixView q,
-    ConstMatrixView k, ConstMatrixView v, const int32_t* keys, int64_t topk,
-    int64_t heads, ConstMatrixView out, const float* lse, ConstMatrixView dout,
-    MatrixView dq, MatrixView dk, MatrixView dv) {
-  const ChunkViews in = ViewsOf(c, q, k, v, keys, topk, heads);
-  const Buffers b = CarveScratch(ctx, in.q, in.k, in.v, heads,
-                                 plan.workspace_bytes, true, c.masked);
-  PackInputs(ctx, in.q, in.k, in.v, in.keys, topk, c.k0, heads, b);
-  PackBf16(ctx, out.Rows(in.first_row, in.rows), nullptr, 1, b.o, out.cols);
-  // A query without keys here contributes nothing: its output gradient is
-  // zeroed.
-  PackBf16(ctx, dout.Rows(in.first_row, in.rows), b.has_key, heads, b.dout,
-           dout.cols);
-  LseToStats(ctx, lse + in.first_row, c.q1 - c.q0, heads, b.stats);
+void CudnnAttention::BackwardChunk(CudaContext& ctx, const Plan& plan,
+                                   ConstMatrixView q, ConstMatrixView k,
+                                   ConstMatrixView v, const int32_t* keys,
+                                   int64_t topk, int64_t heads,
+                                   ConstMatrixView out, const float* lse,
+                                   ConstMatrixView dout, MatrixView dq,
+                                   MatrixView dk, MatrixView dv) {
+  const int64_t nq = q.rows / heads;
+  const bool masked = keys != nullptr;
+  const Buffers b =
+      CarveScratch(ctx, q, k, v, heads, plan.workspace_bytes, true, masked);
+  PackInputs(ctx, q, k, v, keys, topk, heads, b);
+  PackBf16(ctx, out, nullptr, 1, b.o, out.cols);
+  // A query without keys contributes nothing: its output gradient is zeroed.
+  PackBf16(ctx, dout, b.has_key, heads, b.dout, dout.cols);
+  LseToStats(ctx, lse, nq, heads, b.stats);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, b.q},         {kK, b.k},   {kV, b.v},   {kO, b.o},  {kDO, b.dout},
       {kStats, b.stats}, {kDQ, b.dq}, {kDK, b.dk}, {kDV, b.dv}};
-  if (c.masked) pack[kBias] = b.bias;
+  if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "backward");
-  const int64_t key_first = c.k0 * heads, key_rows = (c.k1 - c.k0) * heads;
-  if (!dq.empty()) {
-    UnpackBf16(ctx, b.dq, b.has_key, heads, true,
-               dq.Rows(in.first_row, in.rows));
-  }
-  if (!dk.empty()) {
-    UnpackBf16(ctx, b.dk, nullptr, 1, true, dk.Rows(key_first, key_rows));
-  }
-  if (!dv.empty()) {
-    UnpackBf16(ctx, b.dv, nullptr, 1, true, dv.Rows(key_first, key_rows));
-  }
+  if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, true, dq);
+  if (!dk.empty()) UnpackBf16(ctx, b.dk, nullptr, 1, true, dk);
+  if (!dv.empty()) UnpackBf16(ctx, b.dv, nullptr, 1, true, dv);
 }
 
 }  // namespace glm::cuda

@@ -68,36 +68,27 @@ class CudnnAttention {
 
   // The shape's plan, built on first use; null when cuDNN has none.
   Plan* PlanFor(const Shape& shape);
-  // One call's work on queries [q0, q1) over keys [k0, k1), with the
+  // One call's work on queries [q0, q1) over keys [0, k_end), with the
   // selection's mask or (full queries) without; causal: self-attention's
-  // query row i sees key rows <= i + (k1 - k0) - (q1 - q0).
+  // queries, token q0 + i seeing keys <= q0 + i.
   struct Chunk {
-    int64_t q0, q1, k0, k1;
+    int64_t q0, q1, k_end;
     bool masked, causal;
   };
-  struct ChunkViews;
   std::vector<Chunk> Chunks(int64_t nq, int64_t nk, int64_t full_queries) const;
-  std::vector<Chunk> BackwardChunks(int64_t nq, int64_t nk,
-                                    int64_t full_queries) const;
-  static ChunkViews ViewsOf(const Chunk& c, ConstMatrixView q,
-                            ConstMatrixView k, ConstMatrixView v,
-                            const int32_t* keys, int64_t topk, int64_t heads);
   std::vector<Chunk> CallChunks(int64_t nq, int64_t nk, int64_t full_queries,
                                 int64_t heads, int64_t dqk, int64_t dv,
                                 float scale, bool backward);
   Plan* PlanOf(const Chunk& c, int64_t heads, int64_t dqk, int64_t dv,
                float scale, bool backward);
-  // The chunk's part of a call (whole-call operands).
-  void ForwardChunk(CudaContext& ctx, const Plan& plan, const Chunk& c,
-                    ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
-                    const int32_t* keys, int64_t topk, int64_t heads,
-                    MatrixView out, float* lse);
-  void BackwardChunk(CudaContext& ctx, const Plan& plan, const Chunk& c,
-                     ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
-                     const int32_t* keys, int64_t topk, int64_t heads,
-                     ConstMatrixView out, const float* lse,
-                     ConstMatrixView dout, MatrixView dq, MatrixView dk,
-                     MatrixView dv);
+  void ForwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
+                    ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
+                    int64_t topk, int64_t heads, MatrixView out, float* lse);
+  void BackwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
+                     ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
+                     int64_t topk, int64_t heads, ConstMatrixView out,
+                     const float* lse, ConstMatrixView dout, MatrixView dq,
+                     MatrixView dk, MatrixView dv);
 
   cudnnHandle_t handle_ = nullptr;
   int64_t max_pairs_per_call_;
