@@ -332,10 +332,19 @@ CudnnAttention::Plan* CudnnAttention::PlanOf(const Chunk& c, int64_t heads,
 
 // Splitting off the full queries pays only when the masked rest after them
 // keeps its causal skip (a diagonal offset by their count); where cuDNN has
-// no such plan, the call runs as one masked part from query 0.
+// no such plan, the call runs as one masked part from query 0. The backward
+// always does: at glm5.2-mini (H200) its offset-diagonal plans took 2.69 ms a
+// layer and a split of the rest by keys 2.37, against 1.98 for one masked
+// call (bench/NOTES.md, 2026-12-03); its chunks after the first are not
+// causal, as before.
 std::vector<CudnnAttention::Chunk> CudnnAttention::CallChunks(
     int64_t nq, int64_t nk, int64_t full_queries, int64_t heads, int64_t dqk,
     int64_t dv, float scale, bool backward) {
+  if (backward) {
+    std::vector<Chunk> chunks = Chunks(nq, nk, 0);
+    for (Chunk& c : chunks) c.causal = c.causal && c.q0 == 0;
+    return chunks;
+  }
   std::vector<Chunk> chunks = Chunks(nq, nk, full_queries);
   for (const Chunk& c : chunks) {
     if (!c.masked || c.q0 == 0 || !c.causal) continue;

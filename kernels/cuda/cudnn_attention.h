@@ -47,9 +47,10 @@ class CudnnAttention {
   // each (over the keys they can see: a prefix in self-attention), because
   // the mask and the deterministic backward's workspace (about 38 bytes a
   // pair) grow with the pairs (CudaBackendOptions' default, 2^28 pairs, is
-  // one 16k self-attention). The full queries (Backend's full_queries) run
-  // without the mask through cuDNN's plain causal kernels, which are about
-  // 3.4x faster per tile than the masked ones (bench/NOTES.md, 2026-12-02).
+  // one 16k self-attention). The forward's full queries (Backend's
+  // full_queries) run without the mask through cuDNN's plain causal kernels,
+  // faster per tile than the masked ones (bench/NOTES.md, 2026-12-02); the
+  // backward runs them masked (CallChunks says why).
   void Forward(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                ConstMatrixView v, const int32_t* keys, int64_t topk,
                int64_t full_queries, int64_t heads, float scale, MatrixView out,
