@@ -27,21 +27,52 @@ struct MergeMaxSum {
   }
 };
 
-// max and sum of exp(x - max) over one row, in one pass; every thread gets
-// the result.
+// kVec consecutive floats of a row, loaded at once (kVec 4: one 16-byte load,
+// which keeps four times the bytes in flight of a float at a time: a row pass
+// is bound by loads in flight, one block per 154,880-float row).
+template <int kVec>
+struct Floats {
+  float x[kVec];
+};
+
+template <int kVec>
+__device__ Floats<kVec> LoadFloats(const float* p) {
+  if constexpr (kVec == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    return {{v.x, v.y, v.z, v.w}};
+  } else {
+    return {{*p}};
+  }
+}
+
+// Adds kVec values to a running log-sum-exp (their max first, so one rescale
+// per group); -inf values add nothing.
+template <int kVec>
+__device__ void AddToMaxSum(const Floats<kVec>& v, MaxSum* part) {
+  float max = v.x[0];
+#pragma unroll
+  for (int i = 1; i < kVec; ++i) max = fmaxf(max, v.x[i]);
+  if (max == -INFINITY) return;
+  if (max > part->max) {
+    part->sum *= expf(part->max - max);
+    part->max = max;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) part->sum += expf(v.x[i] - part->max);
+}
+
+// max and sum of exp(x - max) over one row, in one pass, kVec values a load
+// (kVec 4 needs cols % 4 == 0 and a 16-byte aligned row); every thread gets
+// the result, summed in an order fixed by the shapes.
+template <int kVec = 1>
 __device__ MaxSum RowMaxSum(const float* __restrict__ row, int64_t cols) {
   using BlockReduce = cub::BlockReduce<MaxSum, kBlockThreads>;
   __shared__ typename BlockReduce::TempStorage reduce_storage;
   __shared__ MaxSum result;
   MaxSum part{-INFINITY, 0.f};
-  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
-    const float x = row[c];
-    if (x > part.max) {
-      part.sum = part.sum * expf(part.max - x) + 1.f;
-      part.max = x;
-    } else if (x > -INFINITY) {
-      part.sum += expf(x - part.max);
-    }
+#pragma unroll 4
+  for (int64_t c = threadIdx.x * kVec; c < cols; c += kBlockThreads * kVec) {
+    AddToMaxSum(LoadFloats<kVec>(row + c), &part);
   }
   const MaxSum total = BlockReduce(reduce_storage).Reduce(part, MergeMaxSum());
   if (threadIdx.x == 0) result = total;
@@ -50,6 +81,7 @@ __device__ MaxSum RowMaxSum(const float* __restrict__ row, int64_t cols) {
 }
 
 // Per-row loss in double (0 on rows without a target).
+template <int kVec>
 __global__ void RowLossKernel(const float* __restrict__ logits, int64_t stride,
                               int64_t cols, const int32_t* __restrict__ targets,
                               double* __restrict__ row_loss) {
@@ -60,7 +92,7 @@ __global__ void RowLossKernel(const float* __restrict__ logits, int64_t stride,
     return;
   }
   const float* row = logits + r * stride;
-  const MaxSum lse = RowMaxSum(row, cols);
+  const MaxSum lse = RowMaxSum<kVec>(row, cols);
   if (threadIdx.x == 0) {
     row_loss[r] = double{lse.max} + log(double{lse.sum}) - row[target];
   }
@@ -100,13 +132,30 @@ __device__ void StoreGrad(float g, float* out) { *out = g; }
 __device__ void StoreGrad(float g, __nv_bfloat16* out) {
   *out = __float2bfloat16_rn(g);
 }
+// kVec gradients at once (kVec 4: one 16-byte or 8-byte store).
+__device__ void StoreGrads(const Floats<1>& g, float* out) { *out = g.x[0]; }
+__device__ void StoreGrads(const Floats<1>& g, __nv_bfloat16* out) {
+  StoreGrad(g.x[0], out);
+}
+__device__ void StoreGrads(const Floats<4>& g, float* out) {
+  *reinterpret_cast<float4*>(out) = make_float4(g.x[0], g.x[1], g.x[2], g.x[3]);
+}
+__device__ void StoreGrads(const Floats<4>& g, __nv_bfloat16* out) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(g.x[0], g.x[1]);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(g.x[2], g.x[3]);
+  uint2 bits;
+  bits.x = *reinterpret_cast<const uint32_t*>(&lo);
+  bits.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(out) = bits;
+}
 
 // The loss of row blockIdx.x into row_loss (as RowLossKernel) and its
 // gradient scale * (softmax - onehot) written (not added) to its dlogits row,
 // zeros on rows without a target: the values CrossEntropyBackward adds, then
 // rounded once to Out. dlogits may be the logits themselves (Out float):
 // each element is read before it is written, by the thread that writes it.
-template <typename Out>
+// kVec 4: rows of whole, aligned groups of four (LossAndGrad checks).
+template <int kVec, typename Out>
 __global__ void LossAndGradKernel(const float* logits, int64_t stride,
                                   int64_t cols,
                                   const int32_t* __restrict__ targets,
@@ -118,23 +167,36 @@ __global__ void LossAndGradKernel(const float* logits, int64_t stride,
   Out* d = dlogits + r * dstride;
   if (target < 0) {
     if (threadIdx.x == 0) row_loss[r] = 0;
-    for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
-      StoreGrad(0.f, d + c);
+    for (int64_t c = threadIdx.x * kVec; c < cols; c += kBlockThreads * kVec) {
+      StoreGrads(Floats<kVec>{}, d + c);
     }
     return;
   }
   // Read before RowMaxSum's barriers: the loop below may overwrite it.
   const float target_logit = row[target];
-  const MaxSum lse = RowMaxSum(row, cols);
+  const MaxSum lse = RowMaxSum<kVec>(row, cols);
   if (threadIdx.x == 0) {
     row_loss[r] = double{lse.max} + log(double{lse.sum}) - target_logit;
   }
   const float inv_sum = 1.f / lse.sum;
-  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
-    float g = scale * (expf(row[c] - lse.max) * inv_sum);
-    if (c == target) g -= scale;
-    StoreGrad(g, d + c);
+#pragma unroll 4
+  for (int64_t c = threadIdx.x * kVec; c < cols; c += kBlockThreads * kVec) {
+    Floats<kVec> g = LoadFloats<kVec>(row + c);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      g.x[i] = scale * (expf(g.x[i] - lse.max) * inv_sum);
+      if (c + i == target) g.x[i] -= scale;
+    }
+    StoreGrads(g, d + c);
   }
+}
+
+// Whether rows at `data` with `stride` elements of `bytes` each split into
+// aligned groups of four: cols and stride multiples of 4, data aligned to
+// four elements.
+bool FourAligned(const void* data, int64_t stride, int64_t cols, size_t bytes) {
+  return cols % 4 == 0 && stride % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(data) % (4 * bytes) == 0;
 }
 
 // *loss = the sum of the per-row losses that launch(row_loss) writes into
@@ -159,10 +221,19 @@ template <typename Out>
 void LossAndGrad(CudaContext& ctx, ConstMatrixView logits,
                  const int32_t* targets, float scale, double* loss,
                  Out* dlogits, int64_t dstride) {
+  const bool four =
+      FourAligned(logits.data, logits.stride, logits.cols, sizeof(float)) &&
+      FourAligned(dlogits, dstride, logits.cols, sizeof(Out));
   SumRowLosses(ctx, logits, loss, [&](double* row_loss) {
-    LossAndGradKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
-        logits.data, logits.stride, logits.cols, targets, scale, row_loss,
-        dlogits, dstride);
+    if (four) {
+      LossAndGradKernel<4><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+          logits.data, logits.stride, logits.cols, targets, scale, row_loss,
+          dlogits, dstride);
+    } else {
+      LossAndGradKernel<1><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+          logits.data, logits.stride, logits.cols, targets, scale, row_loss,
+          dlogits, dstride);
+    }
   });
 }
 
@@ -184,9 +255,16 @@ void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
 
 void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,
                          const int32_t* targets, double* loss) {
+  const bool four =
+      FourAligned(logits.data, logits.stride, logits.cols, sizeof(float));
   SumRowLosses(ctx, logits, loss, [&](double* row_loss) {
-    RowLossKernel<<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
-        logits.data, logits.stride, logits.cols, targets, row_loss);
+    if (four) {
+      RowLossKernel<4><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+          logits.data, logits.stride, logits.cols, targets, row_loss);
+    } else {
+      RowLossKernel<1><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+          logits.data, logits.stride, logits.cols, targets, row_loss);
+    }
   });
 }
 
