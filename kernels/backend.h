@@ -170,12 +170,12 @@ class Backend {
   virtual void GroupedLinear(ConstMatrixView x, ConstMatrixView w,
                              const int32_t* offsets, int64_t experts,
                              MatrixView y) = 0;
-  // dx[p] += dy[p] w_e; dw_e += dy_e^T x_e (an expert without rows adds
-  // nothing).
+  // dx[p] += dy[p] w_e (dx[p] = without accumulate_dx: dx need not be
+  // initialized); dw_e += dy_e^T x_e (an expert without rows adds nothing).
   virtual void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
                                      const int32_t* offsets, int64_t experts,
                                      ConstMatrixView dy, MatrixView dx,
-                                     MatrixView dw) = 0;
+                                     bool accumulate_dx, MatrixView dw) = 0;
 
   // ---- loss ----
   // The loss ops add their value to a double in the backend's memory (*sum,

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -169,7 +170,7 @@ OpCase GroupedLinearCase(std::mt19937& rng) {
     Tensor dx = ZerosLike(in[0]), dw = ZerosLike(in[1]);
     b.GroupedLinearBackward(in[0].Matrix(), in[1].Matrix(),
                             kExpertOffsets.data(), 3, d[0].Matrix(),
-                            dx.Matrix(), dw.Matrix());
+                            dx.Matrix(), /*accumulate_dx=*/true, dw.Matrix());
     return Tensors{dx, dw};
   };
   return op;
@@ -733,15 +734,27 @@ TEST(BackendOps, RepeatRowsAndSumRowGroupsAreAdjoint) {
   }
 }
 
+// Queries, keys and values of the attention tests below: kTokens tokens of
+// kHeads heads, head dims kAttentionDqk and kAttentionDv.
+constexpr int64_t kAttentionDqk = 6, kAttentionDv = 4;
+constexpr float kAttentionScale = 0.4f;
+struct AttentionOperands {
+  Tensor q, k, v;
+};
+AttentionOperands RandomAttentionOperands(std::mt19937& rng) {
+  Tensor q = Random({kTokens * kHeads, kAttentionDqk}, rng);
+  Tensor k = Random({kTokens * kHeads, kAttentionDqk}, rng);
+  Tensor v = Random({kTokens * kHeads, kAttentionDv}, rng);
+  return {std::move(q), std::move(k), std::move(v)};
+}
+
 // The forward's log-sum-exp and the head-summed key weights recomputed from
 // it against softmax in double.
 TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
   std::mt19937 rng(11);
-  const int64_t dqk = 6, dv = 4;
-  const float scale = 0.4f;
-  const Tensor q = Random({kTokens * kHeads, dqk}, rng),
-               k = Random({kTokens * kHeads, dqk}, rng),
-               v = Random({kTokens * kHeads, dv}, rng);
+  const int64_t dqk = kAttentionDqk, dv = kAttentionDv;
+  const float scale = kAttentionScale;
+  const auto [q, k, v] = RandomAttentionOperands(rng);
   std::vector<double> lse(kTokens * kHeads), weights(kTokens * kTopK, 0.0);
   for (int64_t row = 0; row < kTokens * kHeads; ++row) {
     const int64_t t = row / kHeads, h = row % kHeads;
@@ -780,11 +793,9 @@ TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
 // changes nothing; a broken one aborts, naming the op and the query.
 TEST(BackendOpsDeathTest, FullQueriesArePromisesTheCpuBackendChecks) {
   std::mt19937 rng(12);
-  const int64_t dqk = 6, dv = 4;
-  const float scale = 0.4f;
-  const Tensor q = Random({kTokens * kHeads, dqk}, rng),
-               k = Random({kTokens * kHeads, dqk}, rng),
-               v = Random({kTokens * kHeads, dv}, rng);
+  const int64_t dv = kAttentionDv;
+  const float scale = kAttentionScale;
+  const auto [q, k, v] = RandomAttentionOperands(rng);
   CpuBackend cpu;
   auto forward = [&](int64_t full, Tensor& out) {
     Tensor lse({kTokens * kHeads});

@@ -285,11 +285,13 @@ void OpTimingBackend::GroupedLinearBackward(ConstMatrixView x,
                                             ConstMatrixView w,
                                             const int32_t* offsets,
                                             int64_t experts, ConstMatrixView dy,
-                                            MatrixView dx, MatrixView dw) {
+                                            MatrixView dx, bool accumulate_dx,
+                                            MatrixView dw) {
   const double products = (dx.empty() ? 0 : 1) + (dw.empty() ? 0 : 1);
   Timed(absl::StrCat("GroupedLinearBackward w[", w.rows, ",", w.cols, "]"),
         Flops(products * ProductFlops(x.rows, x.cols, w.rows / experts)), [&] {
-          timed_->GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
+          timed_->GroupedLinearBackward(x, w, offsets, experts, dy, dx,
+                                        accumulate_dx, dw);
         });
 }
 

@@ -66,20 +66,23 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
                                  dweight.data());
   backend.ScatterAddRows(dweight.Matrix(), g.slots.data(), nullptr,
                          dweight_rows);
-  Tensor dhidden({rows, inter}), dgate_up({rows, 2 * inter}),
-      dx_rows({rows, dout.cols});
-  backend.GroupedLinearBackward(e.mlp.hidden.Matrix(),
-                                p.experts_down.value.Matrix(), g.offsets.data(),
-                                experts, dexpert_out.Matrix(), dhidden.Matrix(),
-                                p.experts_down.grad.Matrix());
+  // The data gradients are written, not added: their buffers start unfilled.
+  Tensor dhidden = Tensor::ForOutput({rows, inter}),
+         dgate_up({rows, 2 * inter}),
+         dx_rows = Tensor::ForOutput({rows, dout.cols});
+  backend.GroupedLinearBackward(
+      e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
+      experts, dexpert_out.Matrix(), dhidden.Matrix(), /*accumulate_dx=*/false,
+      p.experts_down.grad.Matrix());
   ConstMatrixView gate_up = e.mlp.gate_up.Matrix();
   MatrixView dgu = dgate_up.Matrix();
   backend.SwiGluBackward(gate_up.Columns(0, inter),
                          gate_up.Columns(inter, inter), dhidden.Matrix(),
                          dgu.Columns(0, inter), dgu.Columns(inter, inter));
-  backend.GroupedLinearBackward(
-      e.x.Matrix(), p.experts_gate_up.value.Matrix(), g.offsets.data(), experts,
-      dgu, dx_rows.Matrix(), p.experts_gate_up.grad.Matrix());
+  backend.GroupedLinearBackward(e.x.Matrix(), p.experts_gate_up.value.Matrix(),
+                                g.offsets.data(), experts, dgu,
+                                dx_rows.Matrix(), /*accumulate_dx=*/false,
+                                p.experts_gate_up.grad.Matrix());
   backend.ScatterAddRows(dx_rows.Matrix(), g.tokens.data(), nullptr, dx);
 }
 

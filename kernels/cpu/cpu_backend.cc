@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -163,9 +164,14 @@ void CpuBackend::GroupedLinear(ConstMatrixView x, ConstMatrixView w,
 void CpuBackend::GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
                                        const int32_t* offsets, int64_t experts,
                                        ConstMatrixView dy, MatrixView dx,
-                                       MatrixView dw) {
+                                       bool accumulate_dx, MatrixView dw) {
   CheckHeld("GroupedLinearBackward",
             {x.data, w.data, offsets, dy.data, dx.data, dw.data});
+  if (!accumulate_dx) {
+    for (int64_t r = 0; r < dx.rows; ++r) {
+      std::fill(dx.Row(r), dx.Row(r) + dx.cols, 0.f);
+    }
+  }
   cpu::GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
 }
 void CpuBackend::CrossEntropyForward(ConstMatrixView logits,

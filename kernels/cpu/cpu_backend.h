@@ -71,7 +71,7 @@ class CpuBackend : public Backend {
   void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
                              const int32_t* offsets, int64_t experts,
                              ConstMatrixView dy, MatrixView dx,
-                             MatrixView dw) override;
+                             bool accumulate_dx, MatrixView dw) override;
   void CrossEntropyForward(ConstMatrixView logits, const int32_t* targets,
                            double divisor, double* sum) override;
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,

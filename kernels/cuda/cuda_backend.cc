@@ -188,8 +188,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
                              const int32_t* offsets, int64_t experts,
                              ConstMatrixView dy, MatrixView dx,
-                             MatrixView dw) override {
-    cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx, dw);
+                             bool accumulate_dx, MatrixView dw) override {
+    cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx,
+                                accumulate_dx, dw);
   }
   void CrossEntropyForward(ConstMatrixView logits, const int32_t* targets,
                            double divisor, double* sum) override {

@@ -212,10 +212,12 @@ void CheckCutlass(cutlass::Status status, const char* what) {
 
 // Builds the group arrays on the device, then runs the grouped GEMM, both on
 // the context's stream. Scratch: CUTLASS's workspace (per-SM TMA descriptors
-// it rewrites per group), then the arrays.
+// it rewrites per group), then the arrays. An accumulating kernel called
+// without `accumulate` runs with beta 0, where its epilogue reads no source.
 template <typename Gemm>
 void RunGrouped(CudaContext& ctx, const int32_t* offsets, int64_t experts,
-                int64_t rows, const GroupedProblem& problem) {
+                int64_t rows, const GroupedProblem& problem,
+                bool accumulate = true) {
   using Arrays = GroupArrays<Gemm>;
   int device = 0;
   int sm_count = 0;
@@ -249,7 +251,7 @@ void RunGrouped(CudaContext& ctx, const int32_t* offsets, int64_t experts,
   args.epilogue.ptr_D = arrays.d;
   args.epilogue.dD = arrays.stride_d;
   args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = Arrays::kAccumulates ? 1.0f : 0.0f;
+  args.epilogue.thread.beta = Arrays::kAccumulates && accumulate ? 1.0f : 0.0f;
 
   Gemm gemm;
   CheckCutlass(gemm.can_implement(args), "can_implement");
@@ -318,7 +320,7 @@ void GroupedGemm(CudaContext& ctx, const __nv_bfloat16* x,
 void GroupedGemmDataGrad(CudaContext& ctx, const __nv_bfloat16* dy,
                          const __nv_bfloat16* w, const int32_t* offsets,
                          int64_t experts, int64_t rows, int64_t in, int64_t out,
-                         MatrixView dx) {
+                         bool accumulate, MatrixView dx) {
   RequireShapes(experts, rows, in, out);
   RequireOutput(dx, rows, in);
   GroupedProblem problem;
@@ -329,7 +331,7 @@ void GroupedGemmDataGrad(CudaContext& ctx, const __nv_bfloat16* dy,
   problem.n = in;
   problem.k = out;
   problem.ragged_k = false;
-  RunGrouped<DataGradGemm>(ctx, offsets, experts, rows, problem);
+  RunGrouped<DataGradGemm>(ctx, offsets, experts, rows, problem, accumulate);
 }
 
 void GroupedGemmWeightGrad(CudaContext& ctx, const __nv_bfloat16* dy,

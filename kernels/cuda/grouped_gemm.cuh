@@ -39,11 +39,12 @@ void GroupedGemm(CudaContext& ctx, const __nv_bfloat16* x,
                  int64_t experts, int64_t rows, int64_t in, int64_t out,
                  MatrixView y);
 
-// dx[r] += dy[r] w_e: dy [rows, out], dx [rows, in] (accumulated).
+// dx[r] += dy[r] w_e: dy [rows, out], dx [rows, in] (accumulated; without
+// `accumulate` written, dx not read).
 void GroupedGemmDataGrad(CudaContext& ctx, const __nv_bfloat16* dy,
                          const __nv_bfloat16* w, const int32_t* offsets,
                          int64_t experts, int64_t rows, int64_t in, int64_t out,
-                         MatrixView dx);
+                         bool accumulate, MatrixView dx);
 
 // dw_e += dy_e^T x_e: dw [experts * out, in] (accumulated; groups with no rows
 // leave their dw unchanged).

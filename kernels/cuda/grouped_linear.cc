@@ -109,7 +109,7 @@ void GroupedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
 void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
                            ConstMatrixView w, const int32_t* offsets,
                            int64_t experts, ConstMatrixView dy, MatrixView dx,
-                           MatrixView dw) {
+                           bool accumulate_dx, MatrixView dw) {
   assert(w.rows % experts == 0 && dy.rows == x.rows);
   const int64_t in = w.cols, out = w.rows / experts;
   if (x.rows == 0) return;
@@ -117,13 +117,18 @@ void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
     const Bf16Operands bf16(ctx, {x, w, dy});
     if (!dx.empty()) {
       GroupedGemmDataGrad(ctx, bf16[2], bf16[1], offsets, experts, x.rows, in,
-                          out, dx);
+                          out, accumulate_dx, dx);
     }
     if (!dw.empty()) {
       GroupedGemmWeightGrad(ctx, bf16[2], bf16[0], offsets, experts, x.rows, in,
                             out, dw);
     }
     return;
+  }
+  if (!accumulate_dx && !dx.empty()) {
+    GLM_CUDA_CHECK(cudaMemset2DAsync(dx.data, dx.stride * sizeof(float), 0,
+                                     dx.cols * sizeof(float), dx.rows,
+                                     ctx.stream()));
   }
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   for (int64_t e = 0; e < experts; ++e) {

@@ -20,7 +20,7 @@ void GroupedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
 void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
                            ConstMatrixView w, const int32_t* offsets,
                            int64_t experts, ConstMatrixView dy, MatrixView dx,
-                           MatrixView dw);
+                           bool accumulate_dx, MatrixView dw);
 
 }  // namespace glm::cuda
 

@@ -1150,23 +1150,31 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                    return 0.0;
                  });
                }});
-  f.push_back({"GroupedLinearBackward", label, [=] {
-                 CaseBuilder b("GroupedLinearBackward", label);
-                 const int io = b.Ints("offsets", offsets_of(b)),
-                           ix = b.Input("x", Dense(rows, in)),
-                           iw = b.Input("w", Dense(experts * out, in)),
-                           idy = b.Input("dy", Dense(rows, out)),
-                           idx = b.Accumulated("dx", Dense(rows, in)),
-                           idw = b.Accumulated("dw", Dense(experts * out, in));
-                 return b.Build([=](Backend& be, const Bound& p) {
-                   WithWeights(be, p, iw, copy, [&] {
-                     be.GroupedLinearBackward(p.View(ix), p.View(iw),
-                                              p.Ints(io), experts, p.View(idy),
-                                              p.View(idx), p.View(idw));
-                   });
-                   return 0.0;
-                 });
-               }});
+  // dx added to (the model's shared experts' way) or written (its routed
+  // experts': the buffer starts poisoned).
+  for (const bool accumulate_dx : {true, false}) {
+    const std::string backward_label =
+        label + (accumulate_dx ? "" : " dx written");
+    f.push_back(
+        {"GroupedLinearBackward", backward_label, [=] {
+           CaseBuilder b("GroupedLinearBackward", backward_label);
+           const int io = b.Ints("offsets", offsets_of(b)),
+                     ix = b.Input("x", Dense(rows, in)),
+                     iw = b.Input("w", Dense(experts * out, in)),
+                     idy = b.Input("dy", Dense(rows, out)),
+                     idx = accumulate_dx ? b.Accumulated("dx", Dense(rows, in))
+                                         : b.Written("dx", Dense(rows, in)),
+                     idw = b.Accumulated("dw", Dense(experts * out, in));
+           return b.Build([=](Backend& be, const Bound& p) {
+             WithWeights(be, p, iw, copy, [&] {
+               be.GroupedLinearBackward(p.View(ix), p.View(iw), p.Ints(io),
+                                        experts, p.View(idy), p.View(idx),
+                                        accumulate_dx, p.View(idw));
+             });
+             return 0.0;
+           });
+         }});
+  }
 }
 
 void AddGroupedCases(Factories& f) {

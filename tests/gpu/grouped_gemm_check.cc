@@ -387,7 +387,8 @@ bool RunCase(CheckContext& ctx, const std::string& name, const Shape& s,
   FillStart(dx, /*poison_view=*/false, rng);
   const std::vector<float> dx_got = RunOp(ctx, dx, [&](MatrixView v) {
     cuda::GroupedGemmDataGrad(ctx, d.dy.data(), d.w.data(), d.offsets.data(),
-                              s.experts, rows, s.in, s.out, v);
+                              s.experts, rows, s.in, s.out,
+                              /*accumulate=*/true, v);
   });
   Reference dx_ref = InitialReference(dx, /*accumulates=*/true);
   DataGradReference(s, dy.values, w.values, offsets, dx_ref);
@@ -474,7 +475,7 @@ void TimeShape(CheckContext& ctx, const std::string& name, const Shape& s) {
   PrintTiming(name, "data grad", rows, s, TimeMs(ctx, [&] {
                 cuda::GroupedGemmDataGrad(ctx, dy.data(), w.data(),
                                           offsets.data(), s.experts, rows, s.in,
-                                          s.out, dxv);
+                                          s.out, /*accumulate=*/true, dxv);
               }));
   PrintTiming(name, "wgt grad", rows, s, TimeMs(ctx, [&] {
                 cuda::GroupedGemmWeightGrad(ctx, dy.data(), x.data(),
