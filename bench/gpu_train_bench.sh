@@ -6,7 +6,9 @@
 # repository root after `source .gpu/b/env.sh`; full logs go to $1.
 # SEQ, GLOBAL_BATCH and DATA (a jsonl corpus) change the shape and the data
 # (bench/gpu_long_context_bench.sh runs one sequence of up to 64k tokens);
-# RECOMPUTE=1 recomputes each layer's activations in the backward.
+# RECOMPUTE=1 recomputes each layer's activations in the backward; GRAPHS=0
+# runs every micro batch op by op (default: captured as a CUDA graph,
+# training.cudaGraphs).
 set -uo pipefail
 out=${1:?output folder}
 steps=${STEPS:-3}
@@ -16,11 +18,12 @@ bin=$(dirname "$(command -v glmctl)")
 work=/tmp/glm-gpu-bench
 rm -rf "$work" && mkdir -p "$work" "$out"
 glmctl model config --preset=glm5.2-mini >"$work/mini.json"
-python3 - "$work" "$steps" "$seq" "$global" "${DATA:-}" "${RECOMPUTE:-}" <<'PY'
+python3 - "$work" "$steps" "$seq" "$global" "${DATA:-}" "${RECOMPUTE:-}" \
+  "${GRAPHS:-1}" <<'PY'
 import json, sys
-work, steps, seq, global_batch, data, recompute = sys.argv[1], \
+work, steps, seq, global_batch, data, recompute, graphs = sys.argv[1], \
     int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], \
-    sys.argv[6] == "1"
+    sys.argv[6] == "1", sys.argv[7] != "0"
 config = json.load(open(f"{work}/mini.json"))
 config["num_nextn_predict_layers"] = 0
 json.dump(config, open(f"{work}/mini_no_mtp.json", "w"))
@@ -31,6 +34,7 @@ job["training"].update(trainIters=steps, globalBatchSize=global_batch,
                        microBatchSize=1, seqLength=seq, saveInterval=0,
                        warmupIters=1, lrDecayIters=steps)
 job["training"]["recomputeActivations"] = recompute
+job["training"]["cudaGraphs"] = graphs
 if data:
     job["data"]["sources"] = [{"path": data, "weight": 1.0}]
 for key in ["saveDir", "exportHfDir"]:

@@ -227,24 +227,39 @@ absl::Status CheckPipelineSchedule(const v1::JobSpec& spec,
                   PipelineOrder(pp, 0, chunks, micro_batches).status());
 }
 
-// Recomputation lives in the one-rank model (GlmModel); the stage and
-// token-parallel models keep every layer's activations.
-absl::Status CheckRecompute(const v1::JobSpec& spec) {
+// Recomputation and recorded micro batches live in the one-rank model
+// (GlmModel); the stage and token-parallel models keep every layer's
+// activations and run their ops one by one.
+absl::Status CheckOneModelPerRank(const v1::JobSpec& spec,
+                                  const std::string& field) {
   const v1::ParallelSpec& p = spec.parallel();
-  if (!spec.training().recompute_activations()) return absl::OkStatus();
   for (const auto& [name, size] : {std::pair<const char*, int>{"tp", p.tp()},
                                    {"cp", p.cp()},
                                    {"pp", p.pp()},
                                    {"ep", p.ep()}}) {
     if (ParallelSize(size) != 1) {
-      return FieldError("training.recompute_activations",
-                        absl::StrCat("needs parallel.", name,
-                                     " = 1 (one model per rank; "
-                                     "data parallelism is fine), got ",
-                                     size));
+      return FieldError(field, absl::StrCat("needs parallel.", name,
+                                            " = 1 (one model per rank; "
+                                            "data parallelism is fine), got ",
+                                            size));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckRecompute(const v1::JobSpec& spec) {
+  if (!spec.training().recompute_activations()) return absl::OkStatus();
+  return CheckOneModelPerRank(spec, "training.recompute_activations");
+}
+
+absl::Status CheckCudaGraphs(const v1::JobSpec& spec) {
+  if (!spec.training().cuda_graphs()) return absl::OkStatus();
+  if (spec.device() != "cuda") {
+    return FieldError(
+        "training.cuda_graphs",
+        absl::StrCat("needs device \"cuda\", got ", Quote(spec.device())));
+  }
+  return CheckOneModelPerRank(spec, "training.cuda_graphs");
 }
 
 // Only the targets the spec names: the default ones (the attention
@@ -398,7 +413,8 @@ absl::StatusOr<JobPlan> ValidateJobSpec(const v1::JobSpec& spec) {
   }
   for (absl::Status status :
        {CheckPipelineSchedule(spec, plan), CheckRecompute(spec),
-        CheckLoraTargets(spec, plan), CheckExport(spec.training()),
+        CheckCudaGraphs(spec), CheckLoraTargets(spec, plan),
+        CheckExport(spec.training()),
         CheckData(spec.data(), spec.training().mode())}) {
     if (!status.ok()) return status;
   }

@@ -347,6 +347,29 @@ TEST(JobSpecValidatorTest, RecomputationNeedsOneModelPerRank) {
   EXPECT_EQ(plan->grid.dp, 2);
 }
 
+TEST(JobSpecValidatorTest, CudaGraphsNeedTheGpuAndOneModelPerRank) {
+  // The test spec runs on the CPU with pp 2.
+  ExpectRejected(
+      "training.cuda_graphs",
+      [](v1::JobSpec* s) { s->mutable_training()->set_cuda_graphs(true); },
+      "needs device \"cuda\", got \"cpu\"");
+  ExpectRejected(
+      "training.cuda_graphs",
+      [](v1::JobSpec* s) {
+        s->set_device("cuda");
+        s->mutable_training()->set_cuda_graphs(true);
+      },
+      "needs parallel.pp = 1 (one model per rank; data parallelism is fine), "
+      "got 2");
+  v1::JobSpec data_parallel = LoadTestSpec("tiny_job.json");
+  data_parallel.set_device("cuda");
+  data_parallel.mutable_training()->set_cuda_graphs(true);
+  data_parallel.mutable_parallel()->set_pp(1);
+  data_parallel.mutable_parallel()->clear_layout();
+  const absl::StatusOr<JobPlan> plan = ValidateJobSpec(data_parallel);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+}
+
 TEST(JobSpecValidatorTest, LoraTargetsAndExportAreCheckedAtSubmit) {
   // Under pp 2 with the default targets (the attention projections).
   EXPECT_TRUE(ValidateJobSpec(LoraSpec()).ok());

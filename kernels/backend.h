@@ -19,9 +19,13 @@
 #define GLM_KERNELS_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/device_memory.h"
 #include "kernels/tensor.h"
 
@@ -62,6 +66,16 @@ struct AdamWTensor {
   bool weight_decay = true;
 };
 
+// Work a backend recorded once (Backend::Record) and runs again on demand:
+// the same ops on the same memory, with whatever values that memory holds
+// when Replay is called.
+class RecordedWork {
+ public:
+  virtual ~RecordedWork() = default;
+  // Queues the recorded ops (a device backend returns before they finish).
+  virtual void Replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -71,6 +85,21 @@ class Backend {
   // Returns once every op issued so far has finished. A device backend's ops
   // may return before their work is done; the CPU backend's never do.
   virtual void Synchronize() {}
+  // Records the ops `work` issues without running them, for replays that
+  // skip the host's per-op launch cost (a captured CUDA graph): run them
+  // with Replay. Null, without calling `work`, where the backend does not
+  // record (the CPU backend; one timing each op); an error, nothing
+  // recorded and nothing run, when `work` fails or issues what cannot be
+  // recorded (an op that waits for the device). What `work` does besides
+  // issuing ops runs only now, so it may depend on nothing a replay would
+  // change: host values are frozen into the recording, and only the
+  // contents of memory that exists before and after it may differ between
+  // replays. `work` may allocate only what it frees again.
+  virtual absl::StatusOr<std::unique_ptr<RecordedWork>> Record(
+      const std::function<absl::Status()>& work) {
+    (void)work;
+    return nullptr;
+  }
 
   // ---- dense algebra ----
   // y = x w^T (+ y when accumulate). x [n, in], w [out, in], y [n, out].
@@ -164,6 +193,10 @@ class Backend {
   virtual void GroupByExpert(const int32_t* expert, int64_t count,
                              int64_t per_token, int64_t experts, int32_t* slots,
                              int32_t* tokens, int32_t* offsets) = 0;
+  // loads[e] += offsets[e+1] - offsets[e] for e < experts (the tokens a
+  // GroupByExpert gave each expert, summed over a step's micro batches).
+  virtual void AddExpertLoads(const int32_t* offsets, int64_t experts,
+                              int32_t* loads) = 0;
   // y[p] = x[p] w_e^T for every row p of expert e (offsets as above, rows =
   // offsets[experts]); w [experts * out, in]: expert e's weight is rows
   // [e*out, (e+1)*out). y [rows, out] is overwritten.

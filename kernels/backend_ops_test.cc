@@ -717,6 +717,17 @@ TEST(BackendOps, GroupByExpertIsAStableCountingSort) {
   }
 }
 
+// Tokens per expert from GroupByExpert's offsets, added to what is there.
+TEST(BackendOps, AddExpertLoadsAddsEachExpertsRows) {
+  const std::vector<int32_t> offsets = {0, 2, 4, 4, 6};
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    std::vector<int32_t> loads = {1, 0, 5, 2};
+    backend->AddExpertLoads(offsets.data(), 4, loads.data());
+    EXPECT_EQ(loads, (std::vector<int32_t>{3, 2, 5, 4}));
+  }
+}
+
 // Two rows repeated three times into a strided view, then summed back onto
 // y in group order: 10 + 1 + 1 + 1, and the view's other columns untouched.
 TEST(BackendOps, RepeatRowsAndSumRowGroupsAreAdjoint) {

@@ -273,6 +273,12 @@ void OpTimingBackend::GroupByExpert(const int32_t* expert, int64_t count,
   });
 }
 
+void OpTimingBackend::AddExpertLoads(const int32_t* offsets, int64_t experts,
+                                     int32_t* loads) {
+  Timed("AddExpertLoads", OpCost{},
+        [&] { timed_->AddExpertLoads(offsets, experts, loads); });
+}
+
 void OpTimingBackend::GroupedLinear(ConstMatrixView x, ConstMatrixView w,
                                     const int32_t* offsets, int64_t experts,
                                     MatrixView y) {

@@ -90,6 +90,8 @@ class OpTimingBackend : public Backend {
   void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
                      int64_t experts, int32_t* slots, int32_t* tokens,
                      int32_t* offsets) override;
+  void AddExpertLoads(const int32_t* offsets, int64_t experts,
+                      int32_t* loads) override;
   void GroupedLinear(ConstMatrixView x, ConstMatrixView w,
                      const int32_t* offsets, int64_t experts,
                      MatrixView y) override;

@@ -313,6 +313,7 @@ class IndexTensor {
   const int32_t* data() const { return storage_.data(); }
   std::vector<int32_t>& values() { return storage_.host(); }
   const std::vector<int32_t>& values() const { return storage_.host(); }
+  void SetZero() { storage_.SetZero(); }
   IndexTensor CopyTo(Allocator* allocator) const {
     IndexTensor copy(shape_, 0, allocator);
     copy.storage_.CopyFrom(storage_);

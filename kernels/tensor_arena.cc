@@ -94,6 +94,11 @@ std::vector<Tensor> ZerosInOneAllocation(
 
 std::vector<IndexTensor> UploadIndices(
     Allocator* allocator, const std::vector<std::vector<int32_t>>& arrays) {
+  return IndexUploader().Send(allocator, arrays);
+}
+
+std::vector<IndexTensor> IndexUploader::Send(
+    Allocator* allocator, const std::vector<std::vector<int32_t>>& arrays) {
   std::vector<IndexTensor> tensors;
   if (allocator == nullptr) {
     for (const std::vector<int32_t>& array : arrays) {
@@ -106,9 +111,10 @@ std::vector<IndexTensor> UploadIndices(
   // The arrays back to back in one staging buffer, sent whole: ops read
   // index arrays one int32 at a time, so no padding between them (and the
   // allocation is the arrays' bytes exactly, as the planner counts them).
-  std::vector<size_t> offsets;
+  std::vector<size_t> sizes, offsets;
   size_t total = 0;
   for (const std::vector<int32_t>& array : arrays) {
+    sizes.push_back(array.size());
     offsets.push_back(total);
     total += array.size();
   }
@@ -117,15 +123,21 @@ std::vector<IndexTensor> UploadIndices(
     std::copy(arrays[i].begin(), arrays[i].end(), staged.begin() + offsets[i]);
   }
   const size_t bytes = total * sizeof(int32_t);
-  auto shared = std::make_shared<const DeviceBuffer>(allocator, bytes);
-  if (bytes > 0) allocator->CopyFromHost(shared->data(), staged.data(), bytes);
+  if (arena_ == nullptr || arena_->allocator() != allocator ||
+      sizes != sizes_) {
+    arena_ = std::make_shared<const DeviceBuffer>(allocator, bytes);
+    sizes_ = sizes;
+  }
+  // In place when the sizes repeat: queued after the work that reads the
+  // last arrays, on the allocator's stream.
+  if (bytes > 0) allocator->CopyFromHost(arena_->data(), staged.data(), bytes);
   for (size_t i = 0; i < arrays.size(); ++i) {
-    const int64_t size = static_cast<int64_t>(arrays[i].size());
+    const int64_t size = static_cast<int64_t>(sizes[i]);
     tensors.push_back(
         size == 0
             ? IndexTensor({0}, 0, allocator)
             : IndexTensor({size}, DeviceBuffer::ViewOf(
-                                      shared, offsets[i] * sizeof(int32_t),
+                                      arena_, offsets[i] * sizeof(int32_t),
                                       size * sizeof(int32_t))));
   }
   return tensors;

@@ -4,6 +4,8 @@
 #ifndef GLM_KERNELS_TENSOR_ARENA_H_
 #define GLM_KERNELS_TENSOR_ARENA_H_
 
+#include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "kernels/device_memory.h"
@@ -57,6 +59,20 @@ std::vector<Tensor> ZerosInOneAllocation(
 // micro batch's index arrays go up together instead of one copy each.
 std::vector<IndexTensor> UploadIndices(
     Allocator* allocator, const std::vector<std::vector<int32_t>>& arrays);
+
+// UploadIndices into the last call's allocation whenever the arrays' sizes
+// repeat: the tensors lie where the last ones did, so work recorded over one
+// micro batch's arrays (Backend::Record) reads the next one's. The last
+// call's tensors then hold the new values too.
+class IndexUploader {
+ public:
+  std::vector<IndexTensor> Send(
+      Allocator* allocator, const std::vector<std::vector<int32_t>>& arrays);
+
+ private:
+  std::shared_ptr<const DeviceBuffer> arena_;
+  std::vector<size_t> sizes_;
+};
 
 }  // namespace glm
 

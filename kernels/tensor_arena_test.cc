@@ -93,6 +93,28 @@ TEST(TensorArenaTest, IndicesGoUpInOneCopy) {
   EXPECT_EQ(host[2].values(), arrays[2]);
 }
 
+// Arrays of the sizes sent last go where those went (work recorded over
+// them reads the new values); other sizes get a new allocation.
+TEST(TensorArenaTest, UploaderReusesItsAllocationWhenSizesRepeat) {
+  SeparateMemoryAllocator device;
+  IndexUploader uploader;
+  const std::vector<IndexTensor> first =
+      uploader.Send(&device, {{3, 1, 4}, {}, {1, 5}});
+  const std::vector<IndexTensor> second =
+      uploader.Send(&device, {{2, 7, 1}, {}, {8, 2}});
+  EXPECT_EQ(device.allocations(), 1);
+  EXPECT_EQ(device.uploads(), 2);
+  EXPECT_EQ(second[0].data(), first[0].data());
+  EXPECT_EQ(second[2].data(), first[2].data());
+  EXPECT_EQ(second[0].HostValues(), (std::vector<int32_t>{2, 7, 1}));
+  EXPECT_EQ(first[2].HostValues(), (std::vector<int32_t>{8, 2}));
+  const std::vector<IndexTensor> third =
+      uploader.Send(&device, {{2, 7}, {}, {8, 2, 5}});
+  EXPECT_EQ(device.allocations(), 2);
+  EXPECT_EQ(third[2].HostValues(), (std::vector<int32_t>{8, 2, 5}));
+  EXPECT_EQ(second[0].HostValues(), (std::vector<int32_t>{2, 7, 1}));
+}
+
 TEST(TensorArenaTest, NoElementsAllocateNothing) {
   SeparateMemoryAllocator device;
   ArenaRange range;

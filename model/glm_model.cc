@@ -17,6 +17,11 @@ GlmModel::GlmModel(ModelParameters* params, Backend* backend,
 
 absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
                                                 StepTotals* step) {
+  if (absl::Status loaded = Load(batch); !loaded.ok()) return loaded;
+  return ForwardLoaded(step);
+}
+
+absl::Status GlmModel::Load(const Batch& batch) {
   if (params_->mtp.size() > 1) {
     return absl::UnimplementedError(
         absl::StrCat("num_nextn_predict_layers = ", params_->mtp.size(),
@@ -36,24 +41,37 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
         "recomputing layers in the backward with an expert dispatcher (expert "
         "parallelism would exchange the tokens again)");
   }
-  // Activations and index arrays live where the backend's ops read them.
-  AllocatorScope on_backend(backend_->allocator());
   absl::StatusOr<TokenLayout> layout =
       MakeHostTokenLayout(batch.input_ids.size(), batch.cu_seqlens);
   if (!layout.ok()) return layout.status();
   layout_ = *std::move(layout);
-  ids_ = batch.input_ids;
   const bool with_mtp = !params_->mtp.empty();
   const TokenRows rows = LocalRowsOf(nullptr, layout_.tokens);
-  // Every index array of the micro batch goes up in one copy.
+  // Every index array of the micro batch goes up in one copy, into the last
+  // one's memory when the sizes repeat.
   std::vector<IndexTensor> sent;
-  HeadTargetTensors targets = UploadWithHeadTargets(
+  targets_ = UploadWithHeadTargets(
       backend_->allocator(), HeadTargetsOf(batch, layout_, rows, with_mtp),
-      {ids_, layout_.positions, layout_.seq_start}, &sent);
+      {batch.input_ids, layout_.positions, layout_.seq_start}, &sent,
+      &uploader_);
   op_ids_ = std::move(sent[0]);
   layout_.op_positions = std::move(sent[1]);
   layout_.op_seq_start = std::move(sent[2]);
+  loaded_shape_ = {layout_.tokens, targets_.lm_count, targets_.mtp_count};
+  loaded_shape_.insert(loaded_shape_.end(), batch.cu_seqlens.begin(),
+                       batch.cu_seqlens.end());
+  loaded_ = true;
+  return absl::OkStatus();
+}
 
+absl::StatusOr<ForwardResult> GlmModel::ForwardLoaded(StepTotals* step) {
+  if (!loaded_) {
+    return absl::FailedPreconditionError("ForwardLoaded needs a Load first");
+  }
+  // Activations and index arrays live where the backend's ops read them.
+  AllocatorScope on_backend(backend_->allocator());
+  const bool with_mtp = !params_->mtp.empty();
+  const TokenRows rows = LocalRowsOf(nullptr, layout_.tokens);
   ForwardResult result;
   std::optional<LossSums> own_sums;
   LossSums& sums = step != nullptr ? step->losses()
@@ -75,8 +93,10 @@ absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
   ForwardLayers(layer_spec);
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
-  OutputHeadForward(*backend_, *params_, spec, options_, with_mtp,
-                    std::move(targets), layout_, rows, hidden_.back().Matrix(),
+  // The head keeps copies of the targets: a loaded batch may run again
+  // (a recording that failed runs unrecorded).
+  OutputHeadForward(*backend_, *params_, spec, options_, with_mtp, targets_,
+                    layout_, rows, hidden_.back().Matrix(),
                     layers_.empty() ? nullptr : layers_.back().attn.topk, &sums,
                     &head_);
   // Without `step`, read once the whole forward is queued: the losses and
@@ -164,7 +184,7 @@ void GlmModel::Record(const DecoderLayerActivations& layer, size_t index,
     result->expert_choice.push_back(layer.moe.choice);
   }
   if (step != nullptr) {
-    step->KeepExpertOffsets(index, layer.moe.expert_offsets);
+    step->AddExpertLoads(*backend_, index, layer.moe.expert_offsets);
   } else {
     result->expert_load.push_back(ExpertLoad(layer.moe));
   }
@@ -191,6 +211,12 @@ absl::Status GlmModel::Backward() {
   }
   backend_->EmbeddingBackward(dh.Matrix(), op_ids_.data(),
                               params_->embed_tokens.grad.Matrix());
+  // What the forward kept is freed here, where the work that reads it ends
+  // (a recorded micro batch frees all it allocates).
+  hidden_.clear();
+  layers_.clear();
+  head_ = HeadActivations();
+  has_forward_ = false;
   if (spec_.experts != nullptr) return spec_.experts->status();
   return absl::OkStatus();
 }

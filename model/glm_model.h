@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/tensor_arena.h"
 #include "model/batch.h"
 #include "model/decoder_layer.h"
 #include "model/mtp_layer.h"
@@ -58,8 +59,20 @@ class GlmModel {
   // stay 0 and expert_load empty.
   absl::StatusOr<ForwardResult> Forward(const Batch& batch,
                                         StepTotals* step = nullptr);
+  // Forward in two parts: Load checks `batch` and sends its index arrays to
+  // the backend (the host's work, into the last batch's memory when the
+  // sizes repeat); ForwardLoaded runs the ops over them.
+  absl::Status Load(const Batch& batch);
+  absl::StatusOr<ForwardResult> ForwardLoaded(StepTotals* step = nullptr);
   // Gradients of the last Forward's total loss, added to params->*.grad.
+  // Frees what the forward kept.
   absl::Status Backward();
+  // The host values the loaded batch's ops depend on besides the contents
+  // of its index arrays (token count, sequence starts, counted targets):
+  // two loads with equal shapes issue the same ops on the same memory, so
+  // a step's forward and backward recorded for one (Backend::Record) may be
+  // replayed for the other.
+  const std::vector<int64_t>& loaded_shape() const { return loaded_shape_; }
 
  private:
   // The decoder layers with `spec`, into layers_ and hidden_.
@@ -79,9 +92,13 @@ class GlmModel {
   LossOptions options_;
   DecoderLayerSpec spec_;
 
+  // Set by Load.
+  bool loaded_ = false;
+  std::vector<int64_t> loaded_shape_;
+  IndexUploader uploader_;
+  HeadTargetTensors targets_;
   // Saved by Forward.
   bool has_forward_ = false;
-  std::vector<int32_t> ids_;
   // The step's indexer loss sum when the forward left the loss to the
   // layers' recomputation; null otherwise.
   double* deferred_indexer_loss_ = nullptr;

@@ -17,6 +17,7 @@ class LossSums {
   explicit LossSums(Allocator* allocator) : sums_(kSlots, 0.0, allocator) {}
 
   double* at(Slot slot) { return sums_.data() + slot; }
+  void SetZero() { sums_.SetZero(); }
 
   // Copies the sums to the host (waiting for the ops that add to them) into
   // losses->lm_loss, mtp_loss and indexer_loss (ForwardResult, StageLosses).

@@ -21,10 +21,12 @@ HeadTargets HeadTargetsOf(const Batch& batch, const TokenLayout& layout,
 HeadTargetTensors UploadWithHeadTargets(
     Allocator* allocator, const HeadTargets& head,
     const std::vector<std::vector<int32_t>>& more,
-    std::vector<IndexTensor>* more_out) {
+    std::vector<IndexTensor>* more_out, IndexUploader* uploader) {
   std::vector<std::vector<int32_t>> arrays = {head.next_ids, head.lm, head.mtp};
   arrays.insert(arrays.end(), more.begin(), more.end());
-  std::vector<IndexTensor> sent = UploadIndices(allocator, arrays);
+  std::vector<IndexTensor> sent = uploader != nullptr
+                                      ? uploader->Send(allocator, arrays)
+                                      : UploadIndices(allocator, arrays);
   if (more_out != nullptr) {
     more_out->assign(std::make_move_iterator(sent.begin() + 3),
                      std::make_move_iterator(sent.end()));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/tensor_arena.h"
 #include "model/batch.h"
 #include "model/decoder_layer.h"
 #include "model/head_loss.h"
@@ -73,11 +74,13 @@ struct HeadTargetTensors {
 
 // `head`'s arrays and `more` sent where `allocator` allocates in one copy
 // (kernels/tensor_arena.h): the head's tensors, and *more_out (when given)
-// `more`'s in order.
+// `more`'s in order. With `uploader`, into its last allocation when the
+// sizes repeat.
 HeadTargetTensors UploadWithHeadTargets(
     Allocator* allocator, const HeadTargets& head,
     const std::vector<std::vector<int32_t>>& more = {},
-    std::vector<IndexTensor>* more_out = nullptr);
+    std::vector<IndexTensor>* more_out = nullptr,
+    IndexUploader* uploader = nullptr);
 
 // The head over this rank's `rows` of the micro batch's tokens (all of them
 // on one rank); `last_hidden` holds those rows, `targets` their indices. Adds

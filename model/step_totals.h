@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/device_memory.h"
 #include "kernels/tensor.h"
 #include "model/loss_sums.h"
@@ -18,15 +19,30 @@ namespace glm {
 class StepTotals {
  public:
   // Zero sums in `allocator`'s memory (null: host memory).
-  explicit StepTotals(Allocator* allocator) : losses_(allocator) {}
+  explicit StepTotals(Allocator* allocator)
+      : allocator_(allocator), losses_(allocator) {}
 
   // Each forward's loss ops add here.
   LossSums& losses() { return losses_; }
-  // Keeps a copy of one forward's expert offsets ([experts + 1], empty for a
-  // dense layer) for decoder layer `layer` (main layers, then MTP layers).
-  void KeepExpertOffsets(size_t layer, const IndexTensor& offsets) {
-    if (offsets_.size() <= layer) offsets_.resize(layer + 1);
-    offsets_[layer].push_back(offsets);
+  // Adds one forward's tokens per expert of decoder layer `layer` (main
+  // layers, then MTP layers) from its expert offsets ([experts + 1]; empty
+  // for a dense layer), where the backend computes. A layer's first call
+  // allocates its loads: a recorded forward (Backend::Record) must follow
+  // an unrecorded one that made them.
+  void AddExpertLoads(Backend& backend, size_t layer,
+                      const IndexTensor& offsets) {
+    if (offsets.numel() == 0) return;
+    if (loads_.size() <= layer) loads_.resize(layer + 1);
+    IndexTensor& loads = loads_[layer];
+    if (loads.empty())
+      loads = IndexTensor({offsets.numel() - 1}, 0, allocator_);
+    backend.AddExpertLoads(offsets.data(), loads.numel(), loads.data());
+  }
+  // Zeroes the sums and loads for another step, where they are: work
+  // recorded over them adds to the same memory every step.
+  void Reset() {
+    losses_.SetZero();
+    for (IndexTensor& loads : loads_) loads.SetZero();
   }
 
   // Sets totals->lm_loss, mtp_loss and indexer_loss to the sums over the
@@ -35,26 +51,18 @@ class StepTotals {
   template <typename Totals>
   void ReadInto(Totals* totals) const {
     losses_.ReadInto(totals);
-    totals->expert_load.assign(offsets_.size(), {});
-    for (size_t layer = 0; layer < offsets_.size(); ++layer) {
-      for (const IndexTensor& kept : offsets_[layer]) {
-        AddLoads(kept.HostValues(), &totals->expert_load[layer]);
-      }
+    totals->expert_load.assign(loads_.size(), {});
+    for (size_t layer = 0; layer < loads_.size(); ++layer) {
+      if (loads_[layer].empty()) continue;
+      const std::vector<int32_t> loads = loads_[layer].HostValues();
+      totals->expert_load[layer].assign(loads.begin(), loads.end());
     }
   }
 
  private:
-  static void AddLoads(const std::vector<int32_t>& offsets,
-                       std::vector<int64_t>* load) {
-    if (offsets.empty()) return;
-    load->resize(offsets.size() - 1, 0);
-    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-      (*load)[e] += offsets[e + 1] - offsets[e];
-    }
-  }
-
+  Allocator* allocator_;
   LossSums losses_;
-  std::vector<std::vector<IndexTensor>> offsets_;
+  std::vector<IndexTensor> loads_;  // per layer; empty for dense layers
 };
 
 }  // namespace glm

@@ -208,6 +208,12 @@ absl::Status Trainer::ValidateSetup(
         "; every stage of the layout is needed to know which tensors the "
         "ranks share"));
   }
+  if (options.record_micro_batches &&
+      (pipeline || expert_parallel || token_parallel)) {
+    return absl::InvalidArgumentError(
+        "training.cuda_graphs: recorded micro batches need one model per "
+        "rank (parallel.tp, cp, pp and ep 1; data parallelism is fine)");
+  }
   if (data.seq_length() != options.seq_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset seq_length ", data.seq_length(),
@@ -293,6 +299,7 @@ absl::Status Trainer::BuildModel(
     model_ = std::make_unique<GlmModel>(compute_params(), backend_.get(),
                                         StepLossOptions());
     model_->set_expert_dispatcher(expert_dispatcher_.get());
+    if (options_.record_micro_batches) recorded_.emplace(backend_.get());
     return absl::OkStatus();
   }
   std::vector<StageSlice> slices;
@@ -534,14 +541,18 @@ absl::Status Trainer::RunMicroBatches(MicroBatchTotals* totals) {
     return absl::OkStatus();
   }
   // The losses and expert loads of every micro batch, read once at the end.
-  StepTotals step(backend_->allocator());
+  if (step_totals_) {
+    step_totals_->Reset();
+  } else {
+    step_totals_.emplace(backend_->allocator());
+  }
   for (int64_t m = 0; m < micro_batches / dp; ++m) {
-    if (absl::Status status = RunMicroBatch(first_sample(m), &step);
+    if (absl::Status status = RunMicroBatch(first_sample(m), &*step_totals_);
         !status.ok()) {
       return status;
     }
   }
-  step.ReadInto(totals);
+  step_totals_->ReadInto(totals);
   return absl::OkStatus();
 }
 
@@ -585,8 +596,13 @@ absl::Status Trainer::ReduceTokenParallel(MicroBatchTotals* totals) {
 }
 
 absl::Status Trainer::RunMicroBatch(int64_t first_sample, StepTotals* step) {
-  absl::StatusOr<ForwardResult> result = model_->Forward(
-      data_->MicroBatch(first_sample, options_.micro_batch_size), step);
+  if (absl::Status loaded = model_->Load(
+          data_->MicroBatch(first_sample, options_.micro_batch_size));
+      !loaded.ok()) {
+    return loaded;
+  }
+  if (recorded_) return recorded_->Run(*model_, step);
+  absl::StatusOr<ForwardResult> result = model_->ForwardLoaded(step);
   if (!result.ok()) return result.status();
   return model_->Backward();
 }

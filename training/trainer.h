@@ -41,6 +41,7 @@
 #include "training/distributed_optimizer.h"
 #include "training/lora.h"
 #include "training/lr_schedule.h"
+#include "training/recorded_micro_batches.h"
 #include "training/training_data.h"
 
 namespace glm {
@@ -65,6 +66,10 @@ struct TrainerOptions {
   // Set: train LoRA adapters only; the base weights and router biases stay
   // frozen.
   std::optional<LoraOptions> lora;
+  // Record each micro batch's forward and backward once per shape and replay
+  // it (a CUDA graph on a GPU; training/recorded_micro_batches.h). One model
+  // per rank: not with pipeline, tensor, context or expert parallelism.
+  bool record_micro_batches = false;
 };
 
 // This rank's pipeline stages (one per virtual chunk, in chunk order) and
@@ -293,6 +298,10 @@ class Trainer {
   void SyncToDevice();
   void SyncMoments(bool to_host);
   std::unique_ptr<GlmModel> model_;
+  // What a step's micro batches add up on the backend, kept from step to
+  // step (recorded micro batches add to its memory); then the recordings.
+  std::optional<StepTotals> step_totals_;
+  std::optional<RecordedMicroBatches> recorded_;
   AdamW optimizer_;
   Collectives* data_parallel_;
   // With the distributed optimizer: shards of the trainable tensors over the

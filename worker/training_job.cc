@@ -387,6 +387,7 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
   o.loss.indexer_loss_coeff =
       static_cast<float>(OrDefault(t.indexer_loss_coeff(), 0.001));
   o.loss.recompute_layers = t.recompute_activations();
+  o.record_micro_batches = t.cuda_graphs();
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);
   o.distributed_optimizer = t.use_distributed_optimizer();
   if (t.mode() == v1::LORA) {

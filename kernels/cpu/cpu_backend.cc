@@ -155,6 +155,11 @@ void CpuBackend::GroupByExpert(const int32_t* expert, int64_t count,
   CheckHeld("GroupByExpert", {expert, slots, tokens, offsets});
   cpu::GroupByExpert(expert, count, per_token, experts, slots, tokens, offsets);
 }
+void CpuBackend::AddExpertLoads(const int32_t* offsets, int64_t experts,
+                                int32_t* loads) {
+  CheckHeld("AddExpertLoads", {offsets, loads});
+  cpu::AddExpertLoads(offsets, experts, loads);
+}
 void CpuBackend::GroupedLinear(ConstMatrixView x, ConstMatrixView w,
                                const int32_t* offsets, int64_t experts,
                                MatrixView y) {

@@ -69,4 +69,8 @@ void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
   }
 }
 
+void AddExpertLoads(const int32_t* offsets, int64_t experts, int32_t* loads) {
+  for (int64_t e = 0; e < experts; ++e) loads[e] += offsets[e + 1] - offsets[e];
+}
+
 }  // namespace glm::cpu

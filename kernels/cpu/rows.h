@@ -22,6 +22,8 @@ void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
 void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
                    int64_t experts, int32_t* slots, int32_t* tokens,
                    int32_t* offsets);
+// Backend::AddExpertLoads.
+void AddExpertLoads(const int32_t* offsets, int64_t experts, int32_t* loads);
 
 }  // namespace glm::cpu
 

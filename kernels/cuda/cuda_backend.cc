@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/bf16_weight_copies.h"
+#include "kernels/cuda/captured_graph.h"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_check.h"
@@ -87,6 +89,27 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const override {
     return weight_copies_.Find(v);
+  }
+  bool recording() const override { return recording_; }
+  void FailRecording(const char* why) override {
+    if (recording_failure_.empty()) recording_failure_ = why;
+  }
+
+  absl::StatusOr<std::unique_ptr<RecordedWork>> Record(
+      const std::function<absl::Status()>& work) override {
+    recording_ = true;
+    recording_failure_.clear();
+    absl::StatusOr<std::unique_ptr<cuda::CapturedGraph>> graph =
+        cuda::CapturedGraph::Capture(stream_, [&] {
+          absl::Status status = work();
+          if (status.ok() && !recording_failure_.empty()) {
+            status = absl::FailedPreconditionError(recording_failure_);
+          }
+          return status;
+        });
+    recording_ = false;
+    if (!graph.ok()) return graph.status();
+    return std::unique_ptr<RecordedWork>(*std::move(graph));
   }
 
   // ---- Backend ----
@@ -179,6 +202,10 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                      int32_t* offsets) override {
     cuda::GroupByExpert(*this, expert, count, per_token, experts, slots, tokens,
                         offsets);
+  }
+  void AddExpertLoads(const int32_t* offsets, int64_t experts,
+                      int32_t* loads) override {
+    cuda::AddExpertLoads(*this, offsets, experts, loads);
   }
   void GroupedLinear(ConstMatrixView x, ConstMatrixView w,
                      const int32_t* offsets, int64_t experts,
@@ -287,6 +314,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     size_t bytes = 0;
   };
   void* Grow(Grown* grown, size_t bytes) {
+    if (bytes > grown->buffer.bytes() && recording_) {
+      // A buffer allocated in a capture is the graph's, and freeing the old
+      // one there would free it under the eager ops queued before: the
+      // recording is dropped, and the eager run that follows grows it.
+      FailRecording("an op's scratch outgrew what earlier runs allocated");
+      return grown->buffer.data();
+    }
     if (bytes > grown->buffer.bytes()) {
       grown->buffer = DeviceBuffer();
       grown->buffer =
@@ -318,6 +352,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   cublasLtHandle_t cublas_lt_ = nullptr;
   std::unique_ptr<cuda::CudaAllocator> allocator_;
   Grown scratch_, composite_scratch_;
+  bool recording_ = false;
+  std::string recording_failure_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   cuda::Bf16WeightCopies weight_copies_;
   double* loss_ = nullptr;

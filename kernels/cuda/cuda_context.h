@@ -49,6 +49,11 @@ class CudaContext {
   // strides) when the backend keeps one (Backend::RefreshComputeCopies); null
   // for any other view, which ops convert themselves.
   virtual const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const = 0;
+  // True while the stream's work is being captured (Backend::Record): an op
+  // that would wait for the device calls FailRecording instead, and goes on
+  // with what it has (nothing captured then runs).
+  virtual bool recording() const = 0;
+  virtual void FailRecording(const char* why) = 0;
 };
 
 // A context whose matrix products run at another precision; all else is the
@@ -67,6 +72,8 @@ class WithPrecision : public CudaContext {
   const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const override {
     return inner_.Bf16WeightCopy(v);
   }
+  bool recording() const override { return inner_.recording(); }
+  void FailRecording(const char* why) override { inner_.FailRecording(why); }
 
  private:
   CudaContext& inner_;

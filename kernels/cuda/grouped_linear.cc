@@ -17,7 +17,13 @@ namespace {
 
 std::vector<int32_t> HostOffsets(CudaContext& ctx, const int32_t* offsets,
                                  int64_t experts) {
-  std::vector<int32_t> host(experts + 1);
+  std::vector<int32_t> host(experts + 1, 0);
+  if (ctx.recording()) {
+    ctx.FailRecording(
+        "the per-expert products (fp32 mode, or widths the grouped GEMM does "
+        "not take) read the expert loads on the host");
+    return host;
+  }
   GLM_CUDA_CHECK(cudaMemcpyAsync(host.data(), offsets,
                                  host.size() * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, ctx.stream()));

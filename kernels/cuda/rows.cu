@@ -200,6 +200,13 @@ __global__ void ExpertOffsetsKernel(const int32_t* __restrict__ sorted,
   offsets[e] = static_cast<int32_t>(lo);
 }
 
+__global__ void AddExpertLoadsKernel(const int32_t* __restrict__ offsets,
+                                     int64_t experts,
+                                     int32_t* __restrict__ loads) {
+  const int64_t e = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x;
+  if (e < experts) loads[e] += offsets[e + 1] - offsets[e];
+}
+
 }  // namespace
 
 void EmbeddingForward(CudaContext& ctx, ConstMatrixView table,
@@ -268,6 +275,15 @@ void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,
   GLM_CUDA_CHECK_LAUNCH();
   ExpertOffsetsKernel<<<offset_blocks, kBlockThreads, 0, ctx.stream()>>>(
       inverse.sorted_rows, count, experts, offsets);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void AddExpertLoads(CudaContext& ctx, const int32_t* offsets, int64_t experts,
+                    int32_t* loads) {
+  if (experts == 0) return;
+  AddExpertLoadsKernel<<<(experts + kBlockThreads - 1) / kBlockThreads,
+                         kBlockThreads, 0, ctx.stream()>>>(offsets, experts,
+                                                           loads);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

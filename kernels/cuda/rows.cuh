@@ -41,6 +41,10 @@ void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,
                    int64_t per_token, int64_t experts, int32_t* slots,
                    int32_t* tokens, int32_t* offsets);
 
+// Backend::AddExpertLoads.
+void AddExpertLoads(CudaContext& ctx, const int32_t* offsets, int64_t experts,
+                    int32_t* loads);
+
 }  // namespace glm::cuda
 
 #endif  // GLM_KERNELS_CUDA_ROWS_CUH_

@@ -107,6 +107,7 @@ constexpr OpLimits kLimits[] = {
     {"Linear", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"LinearBackward", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"GroupByExpert", {0, 0}, {0, 0}, {0, 0}},
+    {"AddExpertLoads", {0, 0}, {0, 0}, {0, 0}},
     {"GroupedLinear", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"GroupedLinearBackward", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"Copy", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -1124,6 +1125,38 @@ void AddGroupByExpert(Factories& f, const std::string& tag, int64_t tokens,
                }});
 }
 
+// Two micro batches' loads added to a start that is not zero (the grouping's
+// own offsets, written by GroupByExpert on both backends alike).
+void AddExpertLoadsCase(Factories& f, const std::string& tag, int64_t tokens,
+                        int64_t top_k, int64_t experts) {
+  const std::string label =
+      absl::StrCat(tag, " tokens", tokens, " top", top_k, " experts", experts);
+  f.push_back({"AddExpertLoads", label, [=] {
+                 CaseBuilder b("AddExpertLoads", label);
+                 const int64_t count = tokens * top_k;
+                 std::vector<int32_t> expert(count);
+                 for (int32_t& e : expert) {
+                   e = static_cast<int32_t>(b.rng()() % (experts - 1));
+                 }
+                 const int ie = b.Ints("expert", expert),
+                           is = b.WrittenInts("slots", count),
+                           it = b.WrittenInts("tokens", count),
+                           io = b.WrittenInts("offsets", experts + 1),
+                           il = b.WrittenInts("loads", experts + 1);
+                 b.Special(ExactInts({is, it, io, il}), {is, it, io, il});
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.GroupByExpert(p.Ints(ie), count, top_k, experts,
+                                    p.Ints(is), p.Ints(it), p.Ints(io));
+                   be.GroupByExpert(p.Ints(ie), count, top_k, experts,
+                                    p.Ints(is), p.Ints(it), p.Ints(il));
+                   for (int batch = 0; batch < 2; ++batch) {
+                     be.AddExpertLoads(p.Ints(io), experts, p.Ints(il));
+                   }
+                   return 0.0;
+                 });
+               }});
+}
+
 // Expert products over `rows` rows grouped by expert (ragged loads, or all on
 // expert `all_on`): in -> out per expert, the weights stacked [experts * out,
 // in].
@@ -1183,6 +1216,7 @@ void AddGroupedCases(Factories& f) {
                 experts = m.n_routed_experts, top_k = m.num_experts_per_tok;
   AddGroupByExpert(f, "tiny", 5, 2, 4);
   AddGroupByExpert(f, "glm5.2-mini", 4096, top_k, experts);
+  AddExpertLoadsCase(f, "glm5.2-mini", 4096, top_k, experts);
   AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1);
   AddGroupedLinear(f, "one expert", 64, 4, 24, 16, 2);
   AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,

@@ -30,6 +30,11 @@ def shard_hashes(state, run, iteration):
             for p in sorted(folder.glob("*.safetensors"))}
 
 
+def log_mentions(state, run, text):
+    return sum(p.read_text(errors="replace").count(text)
+               for p in (state / run / "logs").glob("worker-*.log"))
+
+
 def max_rel(a, b, steps):
     return max(abs(a[s] - b[s]) / abs(b[s]) for s in steps)
 
@@ -38,10 +43,10 @@ def main():
     state, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     runs = {r: losses(state, r) for r in
             ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16",
-             "cuda_fp32_recompute", "resume_gpu",
+             "cuda_bf16_graphs", "cuda_fp32_recompute", "resume_gpu",
              "resume_cpu", "shared_gpu_one", "shared_gpu_dp2", "shared_gpu_pp2",
-              "shared_gpu_ep2", "sft", "lora", "long_context", "cpu_50",
-              "cpu_50_dp2"]}
+              "shared_gpu_ep2", "sft", "sft_graphs", "lora", "long_context",
+              "cpu_50", "cpu_50_dp2"]}
     rows = []
 
     def check(name, ok, measured, limit):
@@ -69,6 +74,21 @@ def main():
     check("CUDA fp32 recomputing every layer: checkpoint 200 bitwise equal",
           bool(recomputed) and recomputed == same, f"{len(recomputed)} shard(s)",
           "bitwise")
+    # Captured CUDA graphs replay the same kernels on the same memory: the
+    # same checkpoint bit for bit, and every micro batch after a shape's
+    # first two replayed (the worker says when one runs unrecorded).
+    bf16_hashes = shard_hashes(state, "cuda_bf16", 200)
+    graphs = shard_hashes(state, "cuda_bf16_graphs", 200)
+    unrecorded = sum(log_mentions(state, r, "run unrecorded")
+                     for r in ["cuda_bf16_graphs", "sft_graphs"])
+    check("CUDA bf16 with CUDA graphs: checkpoint 200 bitwise equal",
+          bool(graphs) and graphs == bf16_hashes and unrecorded == 0,
+          f"{len(graphs)} shard(s); {unrecorded} unrecorded-shape lines",
+          "bitwise")
+    sft, sft_graphs = runs["sft"], runs["sft_graphs"]
+    check("SFT (packed, shapes vary) with CUDA graphs: the same losses",
+          bool(sft) and sft == sft_graphs,
+          f"{len(sft_graphs)} iterations", "equal")
     resumed = shard_hashes(state, "resume_gpu", 200)
     check("CUDA resume from 100: checkpoint 200 bitwise equal to uninterrupted",
           bool(resumed) and resumed == same, f"{len(resumed)} shard(s)", "bitwise")

@@ -65,6 +65,8 @@ class CheckContext : public cuda::CudaContext {
   const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView) const override {
     return nullptr;
   }
+  bool recording() const override { return false; }
+  void FailRecording(const char*) override {}
 
  private:
   struct Buffer {

@@ -2,7 +2,8 @@
 # On the GPU machine, from the repository root, after `source .gpu/b/env.sh`:
 # glm5.2-tiny trained with `glmctl local` on the CPU, on CUDA in fp32 (twice,
 # and once recomputing every layer in the backward) and in bf16; a CUDA
-# checkpoint resumed on the GPU and on the CPU; two workers sharing the GPU
+# checkpoint resumed on the GPU and on the CPU; bf16 and SFT again with CUDA
+# graphs (bitwise the same); two workers sharing the GPU
 # under DP2, PP2 and EP2 beside one worker on the same 50 steps; SFT and LoRA
 # from the CUDA run's HF export, and one 16k-token sequence (bf16). Logs and a
 # summary go to $1.
@@ -35,6 +36,7 @@ run cpu tests/gpu/jobs/tiny_cpu.json
 run cuda_fp32 tests/gpu/jobs/tiny_cuda_fp32.json
 run cuda_fp32_again tests/gpu/jobs/tiny_cuda_fp32.json
 run cuda_bf16 tests/gpu/jobs/tiny_cuda_bf16.json
+run cuda_bf16_graphs tests/gpu/jobs/tiny_cuda_bf16_graphs.json
 run cuda_fp32_recompute tests/gpu/jobs/tiny_cuda_fp32_recompute.json
 resume_folder "$state/cuda_fp32/checkpoints" "$state/resume_gpu/checkpoints"
 run resume_gpu tests/gpu/jobs/tiny_cuda_fp32.json
@@ -51,7 +53,7 @@ done
 # can be read against how far rounding order alone carries this training.
 run cpu_50 tests/gpu/jobs/tiny_cpu_50.json
 run cpu_50_dp2 tests/gpu/jobs/tiny_cpu_50_dp2.json --workers=2
-for mode in sft lora; do
+for mode in sft sft_graphs lora; do
   mkdir -p "$state/$mode"
   cp -r "$state/cuda_fp32/hf-export" "$state/$mode/"
   run "$mode" "tests/gpu/jobs/tiny_cuda_$mode.json"

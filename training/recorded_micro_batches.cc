@@ -1,0 +1,65 @@
+#include "training/recorded_micro_batches.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/status/statusor.h"
+
+namespace glm {
+namespace {
+
+// Shapes remembered without a recording (packed SFT batches rarely repeat
+// theirs): enough to see a repeat within a few steps.
+constexpr size_t kRememberedShapes = 64;
+
+absl::Status ForwardAndBackward(GlmModel& model, StepTotals* step) {
+  absl::StatusOr<ForwardResult> forward = model.ForwardLoaded(step);
+  if (!forward.ok()) return forward.status();
+  return model.Backward();
+}
+
+}  // namespace
+
+RecordedMicroBatches::Shape& RecordedMicroBatches::Touch(
+    const std::vector<int64_t>& shape) {
+  auto it = shapes_.begin();
+  while (it != shapes_.end() && it->first != shape) ++it;
+  if (it == shapes_.end()) {
+    shapes_.emplace_front(shape, Shape());
+  } else {
+    shapes_.splice(shapes_.begin(), shapes_, it);
+  }
+  size_t recorded = 0;
+  for (auto& [key, entry] : shapes_) {
+    if (entry.work != nullptr && ++recorded > capacity_) entry.work.reset();
+  }
+  while (shapes_.size() > kRememberedShapes) shapes_.pop_back();
+  return shapes_.front().second;
+}
+
+absl::Status RecordedMicroBatches::Run(GlmModel& model, StepTotals* step) {
+  Shape& shape = Touch(model.loaded_shape());
+  if (shape.work == nullptr && (shape.runs++ == 0 || shape.failed)) {
+    return ForwardAndBackward(model, step);
+  }
+  if (shape.work == nullptr) {
+    absl::StatusOr<std::unique_ptr<RecordedWork>> recorded = backend_->Record(
+        [&model, step] { return ForwardAndBackward(model, step); });
+    if (!recorded.ok() || *recorded == nullptr) {
+      shape.failed = true;
+      if (!recorded.ok()) {
+        std::fprintf(stderr,
+                     "micro batches of %lld tokens run unrecorded: %s\n",
+                     static_cast<long long>(model.loaded_shape()[0]),
+                     recorded.status().ToString().c_str());
+      }
+      return ForwardAndBackward(model, step);
+    }
+    shape.work = *std::move(recorded);
+  }
+  shape.work->Replay();
+  ++replays_;
+  return absl::OkStatus();
+}
+
+}  // namespace glm
