@@ -43,6 +43,9 @@ CapturedGraph::~CapturedGraph() {
   cudaStreamSynchronize(stream_);
   cudaGraphExecDestroy(exec_);
   cudaGraphDestroy(graph_);
+  // The memory the graph's allocations held goes back to the device.
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGraphMemTrim(device);
 }
 
 void CapturedGraph::Replay() {

@@ -109,6 +109,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
         });
     recording_ = false;
     if (!graph.ok()) return graph.status();
+    // The graph's allocations come from a pool of its own: what the stream's
+    // pool keeps from the unrecorded runs (their activations, all freed) is
+    // returned, so the device does not hold both.
+    GLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaMemPool_t pool;
+    GLM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, options_.device));
+    GLM_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
     return std::unique_ptr<RecordedWork>(*std::move(graph));
   }
 

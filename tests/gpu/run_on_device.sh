@@ -2,10 +2,10 @@
 # The GPU machine's checks in one call, each part under its own time limit so a
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
-# parts from: ops gemm oracle training bench optimes gaps recompute long (MTP=1
-# adds the MTP row to the bench part only). Each part's output goes to
-# OUT/PART.txt; logs of the multi-run parts are packed into OUT/PART-logs.tgz
-# (the device tool returns at most 8 files).
+# parts from: ops gemm oracle training bench optimes eager gaps gaps_eager
+# recompute long (MTP=1 adds the MTP row to the bench part only). Each part's
+# output goes to OUT/PART.txt; logs of the multi-run parts are packed into
+# OUT/PART-logs.tgz (the device tool returns at most 8 files).
 set -uo pipefail
 out=${1:?output folder}
 shift
@@ -43,6 +43,14 @@ for name in "$@"; do
       MTP= OURS_ONLY=1 GLM_OP_TIMES=1 GLM_POISON_OUTPUTS=1 part optimes "${OPTIMES_LIMIT:-120}" \
         bench/gpu_train_bench.sh /tmp/optimes
       cp /tmp/optimes/ours.worker.txt "$out/optimes.worker.txt" ;;
+    eager)  # the 4k bench row, ours only, every micro batch op by op
+      MTP= OURS_ONLY=1 GRAPHS=0 part eager "${EAGER_LIMIT:-120}" \
+        bench/gpu_train_bench.sh /tmp/eager
+      cp /tmp/eager/ours.worker.txt "$out/eager.worker.txt" ;;
+    gaps_eager)  # the GPU's idle share with every micro batch op by op
+      MTP= OURS_ONLY=1 GRAPHS=0 GLM_GPU_ACTIVITY=1 part gaps_eager \
+        "${GAPS_LIMIT:-120}" bench/gpu_train_bench.sh /tmp/gaps_eager
+      cp /tmp/gaps_eager/ours.worker.txt "$out/gaps_eager.worker.txt" ;;
     gaps)  # the 4k bench row, ours only, with the GPU's idle share of each step
       MTP= OURS_ONLY=1 GLM_GPU_ACTIVITY=1 part gaps "${GAPS_LIMIT:-120}" \
         bench/gpu_train_bench.sh /tmp/gaps
