@@ -10,6 +10,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
@@ -73,6 +74,37 @@ __device__ __forceinline__ void ForEachElement(int64_t rows, int64_t cols,
     const int64_t r = i / cols;
     body(r, i - r * cols);
   }
+}
+
+// Whether every view allows float4 accesses at columns that are multiples of
+// four: 16-byte aligned rows (data and stride) of a multiple of four columns.
+// Empty views pass.
+template <typename... Views>
+bool QuadAligned(const Views&... views) {
+  auto fits = [](const auto& v) {
+    return v.data == nullptr || (v.cols % 4 == 0 && v.stride % 4 == 0 &&
+                                 reinterpret_cast<uintptr_t>(v.data) % 16 == 0);
+  };
+  return (fits(views) && ...);
+}
+
+// The float4 at (r, c) of a QuadAligned view, c a multiple of four.
+template <typename View>
+__device__ __forceinline__ auto& QuadAt(const View& view, int64_t r,
+                                        int64_t c) {
+  using Quad = std::conditional_t<
+      std::is_const_v<std::remove_pointer_t<decltype(view.data)>>, const float4,
+      float4>;
+  return *reinterpret_cast<Quad*>(view.data + r * view.stride + c);
+}
+
+// ForEachElement over groups of four columns (cols a multiple of four):
+// body(r, c) for c = 0, 4, 8, ...; a quarter of the index work, and 16-byte
+// accesses through QuadAt.
+template <typename Body>
+__device__ __forceinline__ void ForEachQuad(int64_t rows, int64_t cols,
+                                            const Body& body) {
+  ForEachElement(rows, cols / 4, [&](int64_t r, int64_t q) { body(r, 4 * q); });
 }
 
 // ---- One row in shared memory ----
