@@ -152,8 +152,8 @@ OpCase GroupedLinearCase(std::mt19937& rng) {
   op.inputs = {Random({7, 5}, rng), Random({12, 5}, rng)};
   op.forward = [](Backend& b, const Tensors& in) {
     Tensor y({7, 4});
-    b.GroupedLinear(in[0].Matrix(), in[1].Matrix(), kExpertOffsets.data(), 3,
-                    y.Matrix());
+    b.GroupedLinear(in[0].Matrix(), nullptr, in[1].Matrix(),
+                    kExpertOffsets.data(), 3, y.Matrix());
     return Tensors{y};
   };
   op.reference = [](const Tensors& in) {
@@ -168,7 +168,7 @@ OpCase GroupedLinearCase(std::mt19937& rng) {
   };
   op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
     Tensor dx = ZerosLike(in[0]), dw = ZerosLike(in[1]);
-    b.GroupedLinearBackward(in[0].Matrix(), in[1].Matrix(),
+    b.GroupedLinearBackward(in[0].Matrix(), nullptr, in[1].Matrix(),
                             kExpertOffsets.data(), 3, d[0].Matrix(),
                             dx.Matrix(), /*accumulate_dx=*/true, dw.Matrix());
     return Tensors{dx, dw};
@@ -714,6 +714,37 @@ TEST(BackendOps, GroupByExpertIsAStableCountingSort) {
     EXPECT_EQ(slots, (std::vector<int32_t>{1, 4, 2, 5, 0, 3}));
     EXPECT_EQ(tokens, (std::vector<int32_t>{0, 2, 1, 2, 0, 1}));
     EXPECT_EQ(offsets, (std::vector<int32_t>{0, 2, 4, 4, 6}));
+  }
+}
+
+// Rows read by index (x_rows) give what the gathered copy gives, bitwise.
+TEST(BackendOps, GroupedLinearReadsRowsByIndex) {
+  std::mt19937 rng(11);
+  const Tensor x = Random({4, 5}, rng), w = Random({12, 5}, rng),
+               dy = Random({7, 4}, rng);
+  const std::vector<int32_t> rows = {3, 0, 0, 2, 1, 3, 2};
+  Tensor gathered({7, 5}, nullptr);
+  for (int p = 0; p < 7; ++p) {
+    std::copy_n(x.data() + rows[p] * 5, 5, gathered.data() + p * 5);
+  }
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    Tensor y_rows({7, 4}, nullptr), y_copy({7, 4}, nullptr);
+    backend->GroupedLinear(x.Matrix(), rows.data(), w.Matrix(),
+                           kExpertOffsets.data(), 3, y_rows.Matrix());
+    backend->GroupedLinear(gathered.Matrix(), nullptr, w.Matrix(),
+                           kExpertOffsets.data(), 3, y_copy.Matrix());
+    EXPECT_EQ(y_rows.values(), y_copy.values());
+    Tensor dx_rows({7, 5}, nullptr), dx_copy({7, 5}, nullptr),
+        dw_rows({12, 5}, nullptr), dw_copy({12, 5}, nullptr);
+    backend->GroupedLinearBackward(x.Matrix(), rows.data(), w.Matrix(),
+                                   kExpertOffsets.data(), 3, dy.Matrix(),
+                                   dx_rows.Matrix(), false, dw_rows.Matrix());
+    backend->GroupedLinearBackward(gathered.Matrix(), nullptr, w.Matrix(),
+                                   kExpertOffsets.data(), 3, dy.Matrix(),
+                                   dx_copy.Matrix(), false, dw_copy.Matrix());
+    EXPECT_EQ(dx_rows.values(), dx_copy.values());
+    EXPECT_EQ(dw_rows.values(), dw_copy.values());
   }
 }
 

@@ -45,6 +45,14 @@ DeviceBuffer DeviceBuffer::ViewOf(std::shared_ptr<const DeviceBuffer> shared,
   return view;
 }
 
+DeviceBuffer DeviceBuffer::Alias() const {
+  if (shared_ == nullptr) return *this;
+  return ViewOf(shared_,
+                static_cast<const char*>(data_) -
+                    static_cast<const char*>(shared_->data_),
+                bytes_);
+}
+
 DeviceBuffer::~DeviceBuffer() { Release(); }
 
 DeviceBuffer::DeviceBuffer(const DeviceBuffer& other)

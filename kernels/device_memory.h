@@ -70,6 +70,9 @@ class DeviceBuffer {
   // `bytes` bytes at `offset` into `*shared`.
   static DeviceBuffer ViewOf(std::shared_ptr<const DeviceBuffer> shared,
                              size_t offset, size_t bytes);
+  // For a view: another view of the same bytes, no copy. Otherwise a copy
+  // (as the copy constructor makes).
+  DeviceBuffer Alias() const;
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer& other);
   DeviceBuffer& operator=(const DeviceBuffer& other);

@@ -151,6 +151,13 @@ class TensorStorage {
                       size * sizeof(T));
   }
 
+  // The same elements when they are a view of an arena (no copy);
+  // otherwise a copy.
+  TensorStorage Alias() const {
+    if (on_host()) return *this;
+    return TensorStorage(size_, device_.Alias());
+  }
+
   int64_t size() const { return size_; }
   bool on_host() const { return device_.allocator() == nullptr; }
   Allocator* allocator() const { return device_.allocator(); }
@@ -318,6 +325,15 @@ class IndexTensor {
     IndexTensor copy(shape_, 0, allocator);
     copy.storage_.CopyFrom(storage_);
     return copy;
+  }
+  // A tensor of the same elements when they are a view of an arena
+  // (UploadIndices' tensors): writes through either show in both. Otherwise
+  // a copy.
+  IndexTensor Alias() const {
+    IndexTensor alias;
+    alias.shape_ = shape_;
+    alias.storage_ = storage_.Alias();
+    return alias;
   }
   // The elements, copied to the host when they live on a device.
   std::vector<int32_t> HostValues() const {

@@ -37,18 +37,18 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
   const ExpertGrouping& g = e->grouping;
   e->weight = Tensor::ForOutput({rows, 1});
   backend.EmbeddingForward(weight_rows, g.slots.data(), e->weight.Matrix());
-  e->x = Tensor::ForOutput({rows, x.cols});
-  backend.EmbeddingForward(x, g.tokens.data(), e->x.Matrix());
+  e->source = x;
   e->mlp.gate_up = Tensor::ForOutput({rows, 2 * inter});
   e->mlp.hidden = Tensor::ForOutput({rows, inter});
   e->out = Tensor::ForOutput({rows, x.cols});
   MatrixView gate_up = e->mlp.gate_up.Matrix();
-  backend.GroupedLinear(e->x.Matrix(), p.experts_gate_up.value.Matrix(),
+  backend.GroupedLinear(x, g.tokens.data(), p.experts_gate_up.value.Matrix(),
                         g.offsets.data(), experts, gate_up);
   backend.SwiGluForward(gate_up.Columns(0, inter),
                         gate_up.Columns(inter, inter), e->mlp.hidden.Matrix());
-  backend.GroupedLinear(e->mlp.hidden.Matrix(), p.experts_down.value.Matrix(),
-                        g.offsets.data(), experts, e->out.Matrix());
+  backend.GroupedLinear(e->mlp.hidden.Matrix(), nullptr,
+                        p.experts_down.value.Matrix(), g.offsets.data(),
+                        experts, e->out.Matrix());
   backend.ScatterAddRows(e->out.Matrix(), g.tokens.data(), e->weight.data(),
                          out);
 }
@@ -71,18 +71,18 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
          dgate_up({rows, 2 * inter}),
          dx_rows = Tensor::ForOutput({rows, dout.cols});
   backend.GroupedLinearBackward(
-      e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
-      experts, dexpert_out.Matrix(), dhidden.Matrix(), /*accumulate_dx=*/false,
-      p.experts_down.grad.Matrix());
+      e.mlp.hidden.Matrix(), nullptr, p.experts_down.value.Matrix(),
+      g.offsets.data(), experts, dexpert_out.Matrix(), dhidden.Matrix(),
+      /*accumulate_dx=*/false, p.experts_down.grad.Matrix());
   ConstMatrixView gate_up = e.mlp.gate_up.Matrix();
   MatrixView dgu = dgate_up.Matrix();
   backend.SwiGluBackward(gate_up.Columns(0, inter),
                          gate_up.Columns(inter, inter), dhidden.Matrix(),
                          dgu.Columns(0, inter), dgu.Columns(inter, inter));
-  backend.GroupedLinearBackward(e.x.Matrix(), p.experts_gate_up.value.Matrix(),
-                                g.offsets.data(), experts, dgu,
-                                dx_rows.Matrix(), /*accumulate_dx=*/false,
-                                p.experts_gate_up.grad.Matrix());
+  backend.GroupedLinearBackward(
+      e.source, g.tokens.data(), p.experts_gate_up.value.Matrix(),
+      g.offsets.data(), experts, dgu, dx_rows.Matrix(), /*accumulate_dx=*/false,
+      p.experts_gate_up.grad.Matrix());
   backend.ScatterAddRows(dx_rows.Matrix(), g.tokens.data(), nullptr, dx);
 }
 

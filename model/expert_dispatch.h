@@ -33,15 +33,18 @@ ExpertGrouping GroupRowsByExpert(Backend& backend, const int32_t* expert,
 // backward needs.
 struct ExpertRows {
   ExpertGrouping grouping;
-  Tensor weight;       // [rows, 1] router weight per row
-  Tensor x;            // [rows, hidden]
+  Tensor weight;  // [rows, 1] router weight per row
+  // The tokens the rows read (row p is source[grouping.tokens[p]]), not
+  // copied: whoever made the forward keeps them until the backward.
+  ConstMatrixView source;
   MlpActivations mlp;  // gate_up [rows, 2I], hidden [rows, I]
   Tensor out;          // [rows, hidden] before weighting
 };
 
 // out[tokens] += weight * SwiGLU_expert(x[tokens]) for every grouped row:
-// one gather, two grouped products, one SwiGLU and one weighted scatter, the
-// experts' sizes never leaving the device.
+// two grouped products (the first reading x's rows by index), one SwiGLU and
+// one weighted scatter, the experts' sizes never leaving the device. x must
+// live until ExpertsBackward.
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* rows,
                     MatrixView out);
@@ -60,6 +63,9 @@ struct RoutedActivations {
   // sent, and the rows sent to / received from each peer.
   std::vector<int32_t> sent_slots;
   std::vector<int64_t> send_rows, recv_rows;
+  // Expert parallelism: the rows received from the peers, which the experts'
+  // sources point into.
+  Tensor received;
 };
 
 // A dispatcher that exchanges tokens with other ranks can fail; it then

@@ -93,10 +93,13 @@ absl::StatusOr<ForwardResult> GlmModel::ForwardLoaded(StepTotals* step) {
   ForwardLayers(layer_spec);
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
-  // The head keeps copies of the targets: a loaded batch may run again
-  // (a recording that failed runs unrecorded).
-  OutputHeadForward(*backend_, *params_, spec, options_, with_mtp, targets_,
-                    layout_, rows, hidden_.back().Matrix(),
+  // The head takes aliases of the loaded targets, which stay: a loaded batch
+  // may run again (a recording that failed runs unrecorded).
+  HeadTargetTensors targets{targets_.next_ids.Alias(), targets_.lm.Alias(),
+                            targets_.mtp.Alias(), targets_.lm_count,
+                            targets_.mtp_count};
+  OutputHeadForward(*backend_, *params_, spec, options_, with_mtp,
+                    std::move(targets), layout_, rows, hidden_.back().Matrix(),
                     layers_.empty() ? nullptr : layers_.back().attn.topk, &sums,
                     &head_);
   // Without `step`, read once the whole forward is queued: the losses and

@@ -133,8 +133,8 @@ absl::Status ExpertParallelDispatcher::TryForward(
   // its order (the ranks' micro batches interleave), so expert parallelism
   // matches one process as closely as data parallelism does.
   const ConstMatrixView host_rows(recv.data(), received, width, width);
-  const Tensor received_rows = BackendRows(backend, recv, received, width);
-  const ConstMatrixView rows = received_rows.Matrix();
+  acts->received = BackendRows(backend, recv, received, width);
+  const ConstMatrixView rows = acts->received.Matrix();
   Tensor combined_rows_on_backend({received, hidden}, backend.allocator());
   const MatrixView combined_rows = combined_rows_on_backend.Matrix();
   acts->experts.assign(acts->recv_rows.size(), {});

@@ -106,7 +106,14 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
   terms->Add("expert offsets of the layer's choices", d.experts + 1);
   terms->Add("shared expert gate|up and SwiGLU", n * 3 * d.shared_inter);
   const int64_t rows = t.routed;
-  terms->Add("routed rows: inputs and outputs", rows * 2 * d.hidden);
+  // The first grouped product reads its rows from the layer's input by
+  // index; expert parallelism keeps the rows it received (with their router
+  // weights) instead.
+  terms->Add("routed rows: outputs", rows * d.hidden);
+  if (expert_parallel) {
+    terms->Add("routed rows: received inputs and router weights",
+               rows * (d.hidden + 1));
+  }
   terms->Add("routed rows: gate|up and SwiGLU", rows * 3 * d.expert_inter);
   terms->Add("routed rows: router weights and row indices", rows * 3);
   if (expert_parallel) {
@@ -156,6 +163,17 @@ void AddMtpInputsAndHead(const Dims& d, const TokenShare& t, Terms* terms) {
   terms->Add("MTP head norm", n * (d.hidden + 1));
   terms->Add("MTP head input gradient (the fused loss's)", n * d.hidden);
   terms->Add("MTP targets", n);
+}
+
+// What a GlmModel keeps of a micro batch after its backward (which frees
+// the rest): the index arrays GlmModel::Load sent in one copy, ids,
+// positions and sequence starts, the head's targets, and the MTP layer's
+// next ids and targets.
+int64_t LoadedBatchBytes(const PlanJob& job, const Split& split,
+                         const StageSlice& stage) {
+  const TokenShare t = TokenShareOf(job, split);
+  return kElementBytes *
+         (2 * t.all + t.local + t.local + 2 * stage.mtp_layers * t.local);
 }
 
 std::vector<MemoryTerm> SavedTerms(const PlanJob& job, const Split& split,
@@ -292,7 +310,9 @@ StageActivationBytes Fp32StageActivations(const PlanJob& job,
   acts.saved = SavedTerms(job, split, stage);
   const Dims d(job.model, split);
   const TokenShare t = TokenShareOf(job, split);
-  if (RunsAsOneModel(split)) acts.kept_after_backward = TotalBytes(acts.saved);
+  if (RunsAsOneModel(split)) {
+    acts.kept_after_backward = LoadedBatchBytes(job, split, stage);
+  }
   // Backward walks the layers with the gradient of the hidden state and of
   // the layer's input alive.
   std::vector<MemoryTerm> peak = ForwardPeak(job, split, stage);

@@ -48,8 +48,8 @@ int64_t DeviceBytes(const std::vector<MemoryTerm>& terms);
 struct StageActivationBytes {
   std::vector<MemoryTerm> saved;
   std::vector<MemoryTerm> transient;  // the peak moment's parts
-  // Still alive after the micro batch's backward: a GlmModel keeps its last
-  // forward's activations until the next forward replaces them.
+  // Still alive after the micro batch's backward: a GlmModel keeps the
+  // last micro batch's index arrays (its backward frees the activations).
   int64_t kept_after_backward = 0;
 
   int64_t saved_bytes() const { return TotalBytes(saved); }
@@ -58,8 +58,8 @@ struct StageActivationBytes {
 
 // Whether this trainer runs `split` as one GlmModel (no pipeline, tensor or
 // context parallelism) rather than as stages: a GlmModel keeps its last
-// micro batch's activations until the next forward replaces them, through
-// the gradient exchange after the step's micro batches.
+// micro batch's index arrays through the gradient exchange after the step's
+// micro batches.
 bool RunsAsOneModel(const Split& split);
 
 // InvalidArgument naming --recompute when this store cannot recompute.

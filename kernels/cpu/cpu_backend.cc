@@ -160,24 +160,29 @@ void CpuBackend::AddExpertLoads(const int32_t* offsets, int64_t experts,
   CheckHeld("AddExpertLoads", {offsets, loads});
   cpu::AddExpertLoads(offsets, experts, loads);
 }
-void CpuBackend::GroupedLinear(ConstMatrixView x, ConstMatrixView w,
-                               const int32_t* offsets, int64_t experts,
-                               MatrixView y) {
-  CheckHeld("GroupedLinear", {x.data, w.data, offsets, y.data});
-  cpu::GroupedLinearForward(x, w, offsets, experts, y);
+void CpuBackend::GroupedLinear(ConstMatrixView x, const int32_t* x_rows,
+                               ConstMatrixView w, const int32_t* offsets,
+                               int64_t experts, MatrixView y) {
+  CheckHeld("GroupedLinear", {x.data, x_rows, w.data, offsets, y.data});
+  std::vector<float> gathered;
+  cpu::GroupedLinearForward(cpu::RowsOf(x, x_rows, y.rows, &gathered), w,
+                            offsets, experts, y);
 }
-void CpuBackend::GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
+void CpuBackend::GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
+                                       ConstMatrixView w,
                                        const int32_t* offsets, int64_t experts,
                                        ConstMatrixView dy, MatrixView dx,
                                        bool accumulate_dx, MatrixView dw) {
   CheckHeld("GroupedLinearBackward",
-            {x.data, w.data, offsets, dy.data, dx.data, dw.data});
+            {x.data, x_rows, w.data, offsets, dy.data, dx.data, dw.data});
   if (!accumulate_dx) {
     for (int64_t r = 0; r < dx.rows; ++r) {
       std::fill(dx.Row(r), dx.Row(r) + dx.cols, 0.f);
     }
   }
-  cpu::GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
+  std::vector<float> gathered;
+  cpu::GroupedLinearBackward(cpu::RowsOf(x, x_rows, dy.rows, &gathered), w,
+                             offsets, experts, dy, dx, dw);
 }
 void CpuBackend::CrossEntropyForward(ConstMatrixView logits,
                                      const int32_t* targets, double divisor,

@@ -19,21 +19,23 @@ struct alignas(8) Bf16x4 {
 };
 
 // kWidth columns per element of the loop: 4 (float4 loads, Bf16x4 stores)
-// or 1.
+// or 1. Output row r reads x's row gather[r] (null: r); `rows` output rows.
 template <int kWidth>
-__global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* keep,
+__global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* gather,
+                               int64_t rows, const int32_t* keep,
                                int64_t rows_per_token, __nv_bfloat16* out,
                                int64_t ld) {
-  ForEachElement(x.rows, x.cols / kWidth, [&](int64_t r, int64_t group) {
+  ForEachElement(rows, x.cols / kWidth, [&](int64_t r, int64_t group) {
     const bool kept = RowKept(keep, r, rows_per_token);
+    const int64_t from = gather == nullptr ? r : gather[r];
     const int64_t c = group * kWidth;
     if constexpr (kWidth == 4) {
-      const float4 v = kept ? *reinterpret_cast<const float4*>(&At(x, r, c))
+      const float4 v = kept ? *reinterpret_cast<const float4*>(&At(x, from, c))
                             : make_float4(0.f, 0.f, 0.f, 0.f);
       *reinterpret_cast<Bf16x4*>(out + r * ld + c) = {
           __floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
     } else {
-      out[r * ld + c] = __float2bfloat16(kept ? At(x, r, c) : 0.f);
+      out[r * ld + c] = __float2bfloat16(kept ? At(x, from, c) : 0.f);
     }
   });
 }
@@ -54,23 +56,36 @@ __global__ void UnpackBf16Kernel(const __nv_bfloat16* x, const int32_t* keep,
   });
 }
 
+// Both packers: x's rows (gather null) or x[gather[r]] for r < rows.
+void LaunchPackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* gather,
+                    int64_t rows, const int32_t* keep, int64_t rows_per_token,
+                    __nv_bfloat16* out, int64_t ld) {
+  assert(ld >= x.cols);
+  if (rows == 0 || x.cols == 0) return;
+  const bool wide = x.cols % 4 == 0 && (x.rows == 1 || x.stride % 4 == 0) &&
+                    ld % 4 == 0 && AlignedTo(x.data, 16) && AlignedTo(out, 8);
+  if (wide) {
+    PackBf16Kernel<4>
+        <<<GridStrideBlocks(rows * x.cols / 4), kBlockThreads, 0,
+           ctx.stream()>>>(x, gather, rows, keep, rows_per_token, out, ld);
+  } else {
+    PackBf16Kernel<1>
+        <<<GridStrideBlocks(rows * x.cols), kBlockThreads, 0, ctx.stream()>>>(
+            x, gather, rows, keep, rows_per_token, out, ld);
+  }
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void PackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* keep,
               int64_t rows_per_token, __nv_bfloat16* out, int64_t ld) {
-  assert(ld >= x.cols);
-  if (x.rows == 0 || x.cols == 0) return;
-  const bool wide = x.cols % 4 == 0 && (x.rows == 1 || x.stride % 4 == 0) &&
-                    ld % 4 == 0 && AlignedTo(x.data, 16) && AlignedTo(out, 8);
-  if (wide) {
-    PackBf16Kernel<4><<<GridStrideBlocks(x.rows * x.cols / 4), kBlockThreads, 0,
-                        ctx.stream()>>>(x, keep, rows_per_token, out, ld);
-  } else {
-    PackBf16Kernel<1>
-        <<<GridStrideBlocks(x.rows * x.cols), kBlockThreads, 0, ctx.stream()>>>(
-            x, keep, rows_per_token, out, ld);
-  }
-  GLM_CUDA_CHECK_LAUNCH();
+  LaunchPackBf16(ctx, x, nullptr, x.rows, keep, rows_per_token, out, ld);
+}
+
+void PackBf16Rows(CudaContext& ctx, ConstMatrixView x, const int32_t* rows,
+                  int64_t count, __nv_bfloat16* out, int64_t ld) {
+  LaunchPackBf16(ctx, x, rows, count, nullptr, 1, out, ld);
 }
 
 void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x, const int32_t* keep,

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/grouped_gemm.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/rows.cuh"
 
 namespace glm::cuda {
 namespace {
@@ -56,18 +57,32 @@ bool UseGroupedGemm(CudaContext& ctx, int64_t in, int64_t out,
   return true;
 }
 
+// An operand of the grouped products: a view, or rows of one gathered by
+// index (ExpertInput).
+struct Operand {
+  ConstMatrixView v;
+  const int32_t* rows = nullptr;
+  int64_t count = 0;  // rows gathered
+
+  Operand(ConstMatrixView view) : v(view), count(view.rows) {}  // NOLINT
+  Operand(ExpertInput input, int64_t gathered)
+      : v(input.x),
+        rows(input.rows),
+        count(input.rows != nullptr ? gathered : input.x.rows) {}
+};
+
 // bf16 operands: the weights' kept copies, or copies of the views carved from
 // the composite scratch (the grouped GEMM takes the plain scratch for its own
-// arguments).
+// arguments); gathered rows are converted as they are gathered.
 class Bf16Operands {
  public:
-  Bf16Operands(CudaContext& ctx, std::initializer_list<ConstMatrixView> views) {
+  Bf16Operands(CudaContext& ctx, std::initializer_list<Operand> operands) {
     size_t bytes = 0;
-    for (ConstMatrixView v : views) bytes += Bytes(v);
+    for (const Operand& o : operands) bytes += Bytes(o);
     char* next = static_cast<char*>(ctx.CompositeScratch(bytes));
-    for (ConstMatrixView v : views) {
-      copies_.push_back(Copy(ctx, v, next));
-      next += Bytes(v);
+    for (const Operand& o : operands) {
+      copies_.push_back(Copy(ctx, o, next));
+      next += Bytes(o);
     }
   }
   const __nv_bfloat16* operator[](size_t i) const { return copies_[i]; }
@@ -75,58 +90,81 @@ class Bf16Operands {
  private:
   // The weight's kept copy when it has one and is contiguous (the grouped
   // GEMM reads dense operands); else a copy made at `at`.
-  static const __nv_bfloat16* Copy(CudaContext& ctx, ConstMatrixView v,
+  static const __nv_bfloat16* Copy(CudaContext& ctx, const Operand& o,
                                    char* at) {
-    const __nv_bfloat16* kept =
-        v.stride == v.cols ? ctx.Bf16WeightCopy(v) : nullptr;
+    const ConstMatrixView v = o.v;
+    const __nv_bfloat16* kept = o.rows == nullptr && v.stride == v.cols
+                                    ? ctx.Bf16WeightCopy(v)
+                                    : nullptr;
     if (kept != nullptr) return kept;
     auto* copy = reinterpret_cast<__nv_bfloat16*>(at);
-    if (!v.empty()) PackBf16(ctx, v, nullptr, 1, copy, v.cols);
+    if (o.rows != nullptr) {
+      PackBf16Rows(ctx, v, o.rows, o.count, copy, v.cols);
+    } else if (!v.empty()) {
+      PackBf16(ctx, v, nullptr, 1, copy, v.cols);
+    }
     return copy;
   }
-  static size_t Bytes(ConstMatrixView v) {
-    return ScratchAlignUp(v.rows * v.cols * sizeof(__nv_bfloat16));
+  static size_t Bytes(const Operand& o) {
+    return ScratchAlignUp(o.count * o.v.cols * sizeof(__nv_bfloat16));
   }
   std::vector<const __nv_bfloat16*> copies_;
 };
 
+// The per-expert path's fp32 rows: x itself, or its gathered rows in the
+// composite scratch.
+ConstMatrixView Fp32Rows(CudaContext& ctx, ExpertInput x, int64_t count) {
+  if (x.rows == nullptr) return x.x;
+  MatrixView gathered{static_cast<float*>(ctx.CompositeScratch(
+                          ScratchAlignUp(count * x.x.cols * sizeof(float)))),
+                      count, x.x.cols, x.x.cols};
+  EmbeddingForward(ctx, x.x, x.rows, gathered);
+  return gathered;
+}
+
 }  // namespace
 
-void GroupedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+void GroupedLinear(CudaContext& ctx, ExpertInput input, ConstMatrixView w,
                    const int32_t* offsets, int64_t experts, MatrixView y) {
-  assert(w.rows % experts == 0 && x.cols == w.cols && y.rows == x.rows);
-  const int64_t in = w.cols, out = w.rows / experts;
-  if (x.rows == 0) return;
+  assert(w.rows % experts == 0 && input.x.cols == w.cols);
+  assert(input.rows != nullptr || y.rows == input.x.rows);
+  const int64_t in = w.cols, out = w.rows / experts, rows = y.rows;
+  if (rows == 0) return;
   if (UseGroupedGemm(ctx, in, out, {y})) {
-    const Bf16Operands bf16(ctx, {x, w});
-    GroupedGemm(ctx, bf16[0], bf16[1], offsets, experts, x.rows, in, out, y);
+    const Bf16Operands bf16(ctx, {Operand(input, rows), w});
+    GroupedGemm(ctx, bf16[0], bf16[1], offsets, experts, rows, in, out, y);
     return;
   }
+  const ConstMatrixView x = Fp32Rows(ctx, input, rows);
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
-  assert(first[experts] == x.rows);
+  assert(first[experts] == rows);
   for (int64_t e = 0; e < experts; ++e) {
-    const int64_t rows = first[e + 1] - first[e];
-    if (rows == 0) continue;
-    Linear(ctx, x.Rows(first[e], rows), ExpertWeight(w, experts, e),
-           y.Rows(first[e], rows), false);
+    const int64_t count = first[e + 1] - first[e];
+    if (count == 0) continue;
+    Linear(ctx, x.Rows(first[e], count), ExpertWeight(w, experts, e),
+           y.Rows(first[e], count), false);
   }
 }
 
-void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
+void GroupedLinearBackward(CudaContext& ctx, ExpertInput input,
                            ConstMatrixView w, const int32_t* offsets,
                            int64_t experts, ConstMatrixView dy, MatrixView dx,
                            bool accumulate_dx, MatrixView dw) {
-  assert(w.rows % experts == 0 && dy.rows == x.rows);
-  const int64_t in = w.cols, out = w.rows / experts;
-  if (x.rows == 0) return;
+  assert(w.rows % experts == 0 && input.x.cols == w.cols);
+  assert(input.rows != nullptr || dy.rows == input.x.rows);
+  const int64_t in = w.cols, out = w.rows / experts, rows = dy.rows;
+  if (rows == 0) return;
   if (UseGroupedGemm(ctx, in, out, {dx, dw})) {
-    const Bf16Operands bf16(ctx, {x, w, dy});
+    // x is converted only for the weight gradient, which reads it.
+    const ConstMatrixView none;
+    const Bf16Operands bf16(
+        ctx, {dw.empty() ? Operand(none) : Operand(input, rows), w, dy});
     if (!dx.empty()) {
-      GroupedGemmDataGrad(ctx, bf16[2], bf16[1], offsets, experts, x.rows, in,
+      GroupedGemmDataGrad(ctx, bf16[2], bf16[1], offsets, experts, rows, in,
                           out, accumulate_dx, dx);
     }
     if (!dw.empty()) {
-      GroupedGemmWeightGrad(ctx, bf16[2], bf16[0], offsets, experts, x.rows, in,
+      GroupedGemmWeightGrad(ctx, bf16[2], bf16[0], offsets, experts, rows, in,
                             out, dw);
     }
     return;
@@ -136,12 +174,13 @@ void GroupedLinearBackward(CudaContext& ctx, ConstMatrixView x,
                                      dx.cols * sizeof(float), dx.rows,
                                      ctx.stream()));
   }
+  const ConstMatrixView x = Fp32Rows(ctx, input, rows);
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   for (int64_t e = 0; e < experts; ++e) {
-    const int64_t rows = first[e + 1] - first[e];
-    if (rows == 0) continue;
-    LinearBackward(ctx, x.Rows(first[e], rows), ExpertWeight(w, experts, e),
-                   dy.Rows(first[e], rows), RowsOrEmpty(dx, first[e], rows),
+    const int64_t count = first[e + 1] - first[e];
+    if (count == 0) continue;
+    LinearBackward(ctx, x.Rows(first[e], count), ExpertWeight(w, experts, e),
+                   dy.Rows(first[e], count), RowsOrEmpty(dx, first[e], count),
                    dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
   }
 }

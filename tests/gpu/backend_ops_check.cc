@@ -1159,26 +1159,41 @@ void AddExpertLoadsCase(Factories& f, const std::string& tag, int64_t tokens,
 
 // Expert products over `rows` rows grouped by expert (ragged loads, or all on
 // expert `all_on`): in -> out per expert, the weights stacked [experts * out,
-// in].
+// in]. With `tokens`, the rows are read by index from x [tokens, in] (the
+// routed experts' first product), random token per row.
 void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                       int64_t experts, int64_t in, int64_t out, int all_on,
-                      WeightCopy copy = WeightCopy::kPerCall) {
-  const std::string label =
-      absl::StrCat(tag, " rows", rows, " experts", experts, " ", in, "->", out,
-                   LabelOf(copy));
+                      WeightCopy copy = WeightCopy::kPerCall,
+                      int64_t tokens = 0) {
+  const std::string label = absl::StrCat(
+      tag, " rows", rows, " experts", experts, " ", in, "->", out,
+      LabelOf(copy),
+      tokens > 0 ? absl::StrCat(" read from ", tokens, " tokens") : "");
   auto offsets_of = [=](CaseBuilder& b) {
     return OffsetsOf(ExpertLoads(rows, experts, all_on, b.rng()));
+  };
+  const int64_t x_rows = tokens > 0 ? tokens : rows;
+  // The x_rows operand (-1: none).
+  auto rows_of = [=](CaseBuilder& b) {
+    if (tokens == 0) return -1;
+    std::vector<int32_t> index(rows);
+    for (int32_t& t : index) t = static_cast<int32_t>(b.rng()() % tokens);
+    return b.Ints("x_rows", index);
+  };
+  auto index_of = [](const Bound& p, int id) {
+    return id < 0 ? nullptr : p.Ints(id);
   };
   f.push_back({"GroupedLinear", label, [=] {
                  CaseBuilder b("GroupedLinear", label);
                  const int io = b.Ints("offsets", offsets_of(b)),
-                           ix = b.Input("x", Dense(rows, in)),
+                           ir = rows_of(b),
+                           ix = b.Input("x", Dense(x_rows, in)),
                            iw = b.Input("w", Dense(experts * out, in)),
                            iy = b.Written("y", Dense(rows, out));
                  return b.Build([=](Backend& be, const Bound& p) {
                    WithWeights(be, p, iw, copy, [&] {
-                     be.GroupedLinear(p.View(ix), p.View(iw), p.Ints(io),
-                                      experts, p.View(iy));
+                     be.GroupedLinear(p.View(ix), index_of(p, ir), p.View(iw),
+                                      p.Ints(io), experts, p.View(iy));
                    });
                    return 0.0;
                  });
@@ -1191,8 +1206,8 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
     f.push_back(
         {"GroupedLinearBackward", backward_label, [=] {
            CaseBuilder b("GroupedLinearBackward", backward_label);
-           const int io = b.Ints("offsets", offsets_of(b)),
-                     ix = b.Input("x", Dense(rows, in)),
+           const int io = b.Ints("offsets", offsets_of(b)), ir = rows_of(b),
+                     ix = b.Input("x", Dense(x_rows, in)),
                      iw = b.Input("w", Dense(experts * out, in)),
                      idy = b.Input("dy", Dense(rows, out)),
                      idx = accumulate_dx ? b.Accumulated("dx", Dense(rows, in))
@@ -1200,9 +1215,9 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                      idw = b.Accumulated("dw", Dense(experts * out, in));
            return b.Build([=](Backend& be, const Bound& p) {
              WithWeights(be, p, iw, copy, [&] {
-               be.GroupedLinearBackward(p.View(ix), p.View(iw), p.Ints(io),
-                                        experts, p.View(idy), p.View(idx),
-                                        accumulate_dx, p.View(idw));
+               be.GroupedLinearBackward(
+                   p.View(ix), index_of(p, ir), p.View(iw), p.Ints(io), experts,
+                   p.View(idy), p.View(idx), accumulate_dx, p.View(idw));
              });
              return 0.0;
            });
@@ -1226,6 +1241,9 @@ void AddGroupedCases(Factories& f) {
   AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kKept);
   AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,
                    2 * moe, -1, WeightCopy::kKept);
+  AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kPerCall, 5);
+  AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,
+                   2 * moe, -1, WeightCopy::kKept, 4096);
 }
 
 void AddLinearCases(Factories& f) {
