@@ -50,4 +50,9 @@ void AllocationLedger::ResetPeak() {
   peak_ = in_use_;
 }
 
+void AllocationLedger::RaisePeak(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes > peak_) peak_ = bytes;
+}
+
 }  // namespace glm

@@ -20,6 +20,9 @@ class AllocationLedger {
   int64_t count() const;
   int64_t peak() const;
   void ResetPeak();
+  // Makes the peak at least `bytes` (use that allocations made elsewhere
+  // stand for, such as a captured graph's when it replays).
+  void RaisePeak(int64_t bytes);
 
  private:
   mutable std::mutex mutex_;

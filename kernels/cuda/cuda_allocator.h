@@ -30,6 +30,7 @@ class CudaAllocator : public Allocator {
   int64_t bytes_in_use() const override { return ledger_.in_use(); }
   int64_t peak_bytes() const override { return ledger_.peak(); }
   void ResetPeak() override { ledger_.ResetPeak(); }
+  void RaisePeak(int64_t bytes) { ledger_.RaisePeak(bytes); }
 
  private:
   int device_;

@@ -31,6 +31,27 @@
 namespace glm {
 namespace {
 
+// A captured graph whose replays count its working set in the allocator's
+// peak, as running its ops one by one would (the ledger sees no allocation
+// during a replay).
+class AccountedReplay : public RecordedWork {
+ public:
+  AccountedReplay(std::unique_ptr<cuda::CapturedGraph> graph,
+                  int64_t working_set, cuda::CudaAllocator* allocator)
+      : graph_(std::move(graph)),
+        working_set_(working_set),
+        allocator_(allocator) {}
+  void Replay() override {
+    allocator_->RaisePeak(allocator_->bytes_in_use() + working_set_);
+    graph_->Replay();
+  }
+
+ private:
+  std::unique_ptr<cuda::CapturedGraph> graph_;
+  int64_t working_set_;
+  cuda::CudaAllocator* allocator_;
+};
+
 // The backend is also the context its ops run with: one stream, one cuBLASLt
 // handle, two grow-only scratch buffers; cuDNN attention in the bf16 mode.
 class CudaBackend : public Backend, public cuda::CudaContext {
@@ -97,6 +118,11 @@ class CudaBackend : public Backend, public cuda::CudaContext {
 
   absl::StatusOr<std::unique_ptr<RecordedWork>> Record(
       const std::function<absl::Status()>& work) override {
+    // The capture's allocations go through the ledger as the ops run them:
+    // their peak above what was in use is the graph's working set.
+    const int64_t in_use = allocator_->bytes_in_use(),
+                  peak = allocator_->peak_bytes();
+    allocator_->ResetPeak();
     recording_ = true;
     recording_failure_.clear();
     absl::StatusOr<std::unique_ptr<cuda::CapturedGraph>> graph =
@@ -108,6 +134,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
           return status;
         });
     recording_ = false;
+    const int64_t working_set = allocator_->peak_bytes() - in_use;
+    allocator_->RaisePeak(peak);
     if (!graph.ok()) return graph.status();
     // The graph's allocations come from a pool of its own: what the stream's
     // pool keeps from the unrecorded runs (their activations, all freed) is
@@ -116,7 +144,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cudaMemPool_t pool;
     GLM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, options_.device));
     GLM_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
-    return std::unique_ptr<RecordedWork>(*std::move(graph));
+    return std::unique_ptr<RecordedWork>(
+        new AccountedReplay(*std::move(graph), working_set, allocator_.get()));
   }
 
   // ---- Backend ----
