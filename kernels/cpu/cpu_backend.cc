@@ -164,9 +164,7 @@ void CpuBackend::GroupedLinear(ConstMatrixView x, const int32_t* x_rows,
                                ConstMatrixView w, const int32_t* offsets,
                                int64_t experts, MatrixView y) {
   CheckHeld("GroupedLinear", {x.data, x_rows, w.data, offsets, y.data});
-  std::vector<float> gathered;
-  cpu::GroupedLinearForward(cpu::RowsOf(x, x_rows, y.rows, &gathered), w,
-                            offsets, experts, y);
+  cpu::GroupedLinearForward(x, x_rows, w, offsets, experts, y);
 }
 void CpuBackend::GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
                                        ConstMatrixView w,
@@ -180,9 +178,7 @@ void CpuBackend::GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
       std::fill(dx.Row(r), dx.Row(r) + dx.cols, 0.f);
     }
   }
-  std::vector<float> gathered;
-  cpu::GroupedLinearBackward(cpu::RowsOf(x, x_rows, dy.rows, &gathered), w,
-                             offsets, experts, dy, dx, dw);
+  cpu::GroupedLinearBackward(x, x_rows, w, offsets, experts, dy, dx, dw);
 }
 void CpuBackend::CrossEntropyForward(ConstMatrixView logits,
                                      const int32_t* targets, double divisor,

@@ -2,7 +2,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cassert>
+#include <vector>
 
 namespace glm::cpu {
 
@@ -51,27 +53,50 @@ View ExpertWeight(View w, int64_t experts, int64_t e) {
 
 }  // namespace
 
-void GroupedLinearForward(ConstMatrixView x, ConstMatrixView w,
-                          const int32_t* offsets, int64_t experts,
-                          MatrixView y) {
+namespace {
+
+// Expert rows [first, first + rows): x's own, or x[x_rows[p]] copied into
+// *storage (one expert's rows, not all of them, at a time).
+ConstMatrixView ExpertInput(ConstMatrixView x, const int32_t* x_rows,
+                            int64_t first, int64_t rows,
+                            std::vector<float>* storage) {
+  if (x_rows == nullptr) return x.Rows(first, rows);
+  storage->resize(rows * x.cols);
+  for (int64_t p = 0; p < rows; ++p) {
+    const int32_t from = x_rows[first + p];
+    assert(from >= 0 && from < x.rows);
+    std::copy(x.Row(from), x.Row(from) + x.cols, storage->data() + p * x.cols);
+  }
+  return {storage->data(), rows, x.cols, x.cols};
+}
+
+}  // namespace
+
+void GroupedLinearForward(ConstMatrixView x, const int32_t* x_rows,
+                          ConstMatrixView w, const int32_t* offsets,
+                          int64_t experts, MatrixView y) {
   assert(w.rows % experts == 0 && y.rows == offsets[experts]);
+  std::vector<float> gathered;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[e], rows = offsets[e + 1] - first;
     if (rows == 0) continue;
-    LinearForward(x.Rows(first, rows), ExpertWeight(w, experts, e),
-                  y.Rows(first, rows), false);
+    LinearForward(ExpertInput(x, x_rows, first, rows, &gathered),
+                  ExpertWeight(w, experts, e), y.Rows(first, rows), false);
   }
 }
 
-void GroupedLinearBackward(ConstMatrixView x, ConstMatrixView w,
-                           const int32_t* offsets, int64_t experts,
-                           ConstMatrixView dy, MatrixView dx, MatrixView dw) {
+void GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
+                           ConstMatrixView w, const int32_t* offsets,
+                           int64_t experts, ConstMatrixView dy, MatrixView dx,
+                           MatrixView dw) {
   assert(w.rows % experts == 0 && dy.rows == offsets[experts]);
+  std::vector<float> gathered;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[e], rows = offsets[e + 1] - first;
     if (rows == 0) continue;
-    LinearBackward(x.Rows(first, rows), ExpertWeight(w, experts, e),
-                   dy.Rows(first, rows), RowsOrEmpty(dx, first, rows),
+    LinearBackward(ExpertInput(x, x_rows, first, rows, &gathered),
+                   ExpertWeight(w, experts, e), dy.Rows(first, rows),
+                   RowsOrEmpty(dx, first, rows),
                    dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
   }
 }

@@ -69,18 +69,6 @@ void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
   }
 }
 
-ConstMatrixView RowsOf(ConstMatrixView x, const int32_t* rows, int64_t count,
-                       std::vector<float>* storage) {
-  if (rows == nullptr) return x;
-  storage->resize(count * x.cols);
-  for (int64_t p = 0; p < count; ++p) {
-    assert(rows[p] >= 0 && rows[p] < x.rows);
-    std::copy(x.Row(rows[p]), x.Row(rows[p]) + x.cols,
-              storage->data() + p * x.cols);
-  }
-  return {storage->data(), count, x.cols, x.cols};
-}
-
 void AddExpertLoads(const int32_t* offsets, int64_t experts, int32_t* loads) {
   for (int64_t e = 0; e < experts; ++e) loads[e] += offsets[e + 1] - offsets[e];
 }

@@ -3,7 +3,6 @@
 #define GLM_KERNELS_CPU_ROWS_H_
 
 #include <cstdint>
-#include <vector>
 
 #include "kernels/tensor.h"
 
@@ -23,10 +22,6 @@ void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
 void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
                    int64_t experts, int32_t* slots, int32_t* tokens,
                    int32_t* offsets);
-// x itself without `rows`; else the rows x[rows[p]] for p < count, copied
-// into *storage.
-ConstMatrixView RowsOf(ConstMatrixView x, const int32_t* rows, int64_t count,
-                       std::vector<float>* storage);
 // Backend::AddExpertLoads.
 void AddExpertLoads(const int32_t* offsets, int64_t experts, int32_t* loads);
 
