@@ -218,11 +218,7 @@ TEST_F(GlmModelTest, RecomputedStepFormsTheIndexerLossOnce) {
     EXPECT_TRUE(model.Forward(batch, &step).ok());
     EXPECT_TRUE(model.Backward().ok());
     step.ReadInto(totals);
-    std::vector<std::vector<float>> grads;
-    for (const NamedTensor& t : params_.Named()) {
-      if (t.grad) grads.push_back(t.grad->values());
-    }
-    return grads;
+    return GradientValues(params_);
   };
   StageLossesLike kept, recomputed;
   const auto kept_grads = run(false, &kept);

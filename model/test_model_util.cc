@@ -42,6 +42,14 @@ ModelConfig TinyTestConfig() {
   return c;
 }
 
+std::vector<std::vector<float>> GradientValues(ModelParameters& params) {
+  std::vector<std::vector<float>> grads;
+  for (const NamedTensor& t : params.Named()) {
+    if (t.grad) grads.push_back(t.grad->values());
+  }
+  return grads;
+}
+
 Tensor RandomTensor(std::vector<int64_t> shape, std::mt19937& rng, float std) {
   Tensor t(std::move(shape));
   std::normal_distribution<float> normal(0.f, std);

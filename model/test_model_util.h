@@ -10,6 +10,7 @@
 
 #include "kernels/tensor.h"
 #include "model/config.h"
+#include "model/parameters.h"
 
 namespace glm {
 
@@ -20,6 +21,9 @@ ModelConfig TinyTestConfig();
 
 Tensor RandomTensor(std::vector<int64_t> shape, std::mt19937& rng,
                     float std = 1.f);
+
+// Every gradient of `params` (host tensors), in Named() order.
+std::vector<std::vector<float>> GradientValues(ModelParameters& params);
 
 // A tensor whose analytic gradient is to be checked.
 struct GradientTarget {

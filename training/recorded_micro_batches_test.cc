@@ -77,11 +77,7 @@ class RecordedMicroBatchesTest : public ::testing::Test {
       }
     }
     step.ReadInto(totals);
-    std::vector<std::vector<float>> grads;
-    for (const NamedTensor& t : params_.Named()) {
-      if (t.grad) grads.push_back(t.grad->values());
-    }
-    return grads;
+    return GradientValues(params_);
   }
 
   void ExpectSameStep(const std::vector<Batch>& batches,
