@@ -8,8 +8,8 @@
 namespace glm {
 namespace {
 
-// Shapes remembered without a recording (packed SFT batches rarely repeat
-// theirs): enough to see a repeat within a few steps.
+// Shapes remembered, most without a recording (packed SFT batches rarely
+// repeat theirs): enough to see a repeat within a few steps.
 constexpr size_t kRememberedShapes = 64;
 
 absl::Status ForwardAndBackward(GlmModel& model, StepTotals* step) {
@@ -29,12 +29,15 @@ RecordedMicroBatches::Shape& RecordedMicroBatches::Touch(
   } else {
     shapes_.splice(shapes_.begin(), shapes_, it);
   }
-  size_t recorded = 0;
-  for (auto& [key, entry] : shapes_) {
-    if (entry.work != nullptr && ++recorded > capacity_) entry.work.reset();
-  }
   while (shapes_.size() > kRememberedShapes) shapes_.pop_back();
   return shapes_.front().second;
+}
+
+void RecordedMicroBatches::KeepRecordings(size_t keep) {
+  size_t kept = 0;
+  for (auto& [key, entry] : shapes_) {
+    if (entry.work != nullptr && ++kept > keep) entry.work.reset();
+  }
 }
 
 absl::Status RecordedMicroBatches::Run(GlmModel& model, StepTotals* step) {
@@ -43,6 +46,8 @@ absl::Status RecordedMicroBatches::Run(GlmModel& model, StepTotals* step) {
     return ForwardAndBackward(model, step);
   }
   if (shape.work == nullptr) {
+    // Room first: a recording's memory is held while it exists.
+    KeepRecordings(capacity_ - 1);
     absl::StatusOr<std::unique_ptr<RecordedWork>> recorded = backend_->Record(
         [&model, step] { return ForwardAndBackward(model, step); });
     if (!recorded.ok() || *recorded == nullptr) {

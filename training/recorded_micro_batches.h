@@ -12,6 +12,8 @@
 #ifndef GLM_TRAINING_RECORDED_MICRO_BATCHES_H_
 #define GLM_TRAINING_RECORDED_MICRO_BATCHES_H_
 
+#include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -28,9 +30,12 @@ namespace glm {
 class RecordedMicroBatches {
  public:
   // Records on `backend` (not owned); keeps the recordings of at most
-  // `capacity` shapes (each holds its activations' device memory).
+  // `capacity` (>= 1) shapes, the most recent (each holds its activations'
+  // device memory).
   explicit RecordedMicroBatches(Backend* backend, size_t capacity = 2)
-      : backend_(backend), capacity_(capacity) {}
+      : backend_(backend), capacity_(capacity) {
+    assert(capacity_ >= 1);
+  }
 
   // The forward and backward of the batch `model` has loaded
   // (GlmModel::Load), adding to `step` (which must outlive the recordings:
@@ -46,8 +51,10 @@ class RecordedMicroBatches {
     std::unique_ptr<RecordedWork> work;
   };
   // The entry of `shape`, made most recent; forgets the least recent shapes
-  // (and drops recordings) beyond the bounds.
+  // beyond kRememberedShapes.
   Shape& Touch(const std::vector<int64_t>& shape);
+  // Drops all but the `keep` most recent recordings.
+  void KeepRecordings(size_t keep);
 
   Backend* backend_;
   size_t capacity_;

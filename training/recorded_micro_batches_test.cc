@@ -81,10 +81,11 @@ class RecordedMicroBatchesTest : public ::testing::Test {
   }
 
   void ExpectSameStep(const std::vector<Batch>& batches,
-                      ReplayingBackend* backend, int64_t replays) {
+                      ReplayingBackend* backend, int64_t replays,
+                      size_t capacity = 2) {
     Totals eager, recorded_totals;
     const auto want = Step(batches, nullptr, nullptr, &eager);
-    RecordedMicroBatches recorded(backend);
+    RecordedMicroBatches recorded(backend, capacity);
     const auto got = Step(batches, backend, &recorded, &recorded_totals);
     EXPECT_EQ(recorded.replays(), replays);
     EXPECT_EQ(recorded_totals.lm_loss, eager.lm_loss);
@@ -124,6 +125,17 @@ TEST_F(RecordedMicroBatchesTest, EachShapeStartsUnrecorded) {
                   Batch::FromSequences({kSeqB}),
                   Batch::FromSequences({{9, 12, 6}, {14, 23, 2, 18}})},
                  &backend, 2);
+}
+
+// Keeping one recording, two shapes in turn: each new recording drops the
+// other's, which is recorded again when its shape returns.
+TEST_F(RecordedMicroBatchesTest, DroppedRecordingsAreMadeAgain) {
+  ReplayingBackend backend;
+  const Batch a = Batch::FromSequences({kSeqA}),
+              b = Batch::FromSequences({{9, 12, 6}, {14, 23, 2, 18}});
+  // a eager, a recorded, b eager, b recorded (a's dropped), a recorded.
+  ExpectSameStep({a, a, b, b, a}, &backend, 3, /*capacity=*/1);
+  EXPECT_EQ(backend.records, 3);
 }
 
 // A shape whose recording fails stays eager, and is not recorded again.
