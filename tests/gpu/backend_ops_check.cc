@@ -1099,6 +1099,29 @@ std::vector<int32_t> OffsetsOf(const std::vector<int64_t>& loads) {
   return offsets;
 }
 
+// A grouping's operands: `count` choices skewed toward low expert ids (the
+// last expert gets none) and the arrays GroupByExpert writes.
+struct GroupingOperands {
+  int expert, slots, tokens, offsets;
+};
+GroupingOperands AddGrouping(CaseBuilder& b, int64_t count, int64_t experts) {
+  std::vector<int32_t> expert(count);
+  for (int32_t& e : expert) {
+    const int64_t x = b.rng()() % (experts - 1);
+    e = static_cast<int32_t>(x * x / (experts - 1));
+  }
+  return {b.Ints("expert", expert), b.WrittenInts("slots", count),
+          b.WrittenInts("tokens", count),
+          b.WrittenInts("offsets", experts + 1)};
+}
+
+void GroupByExpertOf(Backend& be, const Bound& p, const GroupingOperands& g,
+                     int64_t count, int64_t top_k, int64_t experts,
+                     int offsets) {
+  be.GroupByExpert(p.Ints(g.expert), count, top_k, experts, p.Ints(g.slots),
+                   p.Ints(g.tokens), p.Ints(offsets));
+}
+
 void AddGroupByExpert(Factories& f, const std::string& tag, int64_t tokens,
                       int64_t top_k, int64_t experts) {
   const std::string label =
@@ -1106,20 +1129,11 @@ void AddGroupByExpert(Factories& f, const std::string& tag, int64_t tokens,
   f.push_back({"GroupByExpert", label, [=] {
                  CaseBuilder b("GroupByExpert", label);
                  const int64_t count = tokens * top_k;
-                 std::vector<int32_t> expert(count);
-                 for (int32_t& e : expert) {
-                   // Skewed toward low ids; the last expert gets none.
-                   const int64_t x = b.rng()() % (experts - 1);
-                   e = static_cast<int32_t>(x * x / (experts - 1));
-                 }
-                 const int ie = b.Ints("expert", expert),
-                           is = b.WrittenInts("slots", count),
-                           it = b.WrittenInts("tokens", count),
-                           io = b.WrittenInts("offsets", experts + 1);
-                 b.Special(ExactInts({is, it, io}), {is, it, io});
+                 const GroupingOperands g = AddGrouping(b, count, experts);
+                 b.Special(ExactInts({g.slots, g.tokens, g.offsets}),
+                           {g.slots, g.tokens, g.offsets});
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.GroupByExpert(p.Ints(ie), count, top_k, experts,
-                                    p.Ints(is), p.Ints(it), p.Ints(io));
+                   GroupByExpertOf(be, p, g, count, top_k, experts, g.offsets);
                    return 0.0;
                  });
                }});
@@ -1134,23 +1148,15 @@ void AddExpertLoadsCase(Factories& f, const std::string& tag, int64_t tokens,
   f.push_back({"AddExpertLoads", label, [=] {
                  CaseBuilder b("AddExpertLoads", label);
                  const int64_t count = tokens * top_k;
-                 std::vector<int32_t> expert(count);
-                 for (int32_t& e : expert) {
-                   e = static_cast<int32_t>(b.rng()() % (experts - 1));
-                 }
-                 const int ie = b.Ints("expert", expert),
-                           is = b.WrittenInts("slots", count),
-                           it = b.WrittenInts("tokens", count),
-                           io = b.WrittenInts("offsets", experts + 1),
-                           il = b.WrittenInts("loads", experts + 1);
-                 b.Special(ExactInts({is, it, io, il}), {is, it, io, il});
+                 const GroupingOperands g = AddGrouping(b, count, experts);
+                 const int il = b.WrittenInts("loads", experts + 1);
+                 b.Special(ExactInts({g.slots, g.tokens, g.offsets, il}),
+                           {g.slots, g.tokens, g.offsets, il});
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.GroupByExpert(p.Ints(ie), count, top_k, experts,
-                                    p.Ints(is), p.Ints(it), p.Ints(io));
-                   be.GroupByExpert(p.Ints(ie), count, top_k, experts,
-                                    p.Ints(is), p.Ints(it), p.Ints(il));
+                   GroupByExpertOf(be, p, g, count, top_k, experts, g.offsets);
+                   GroupByExpertOf(be, p, g, count, top_k, experts, il);
                    for (int batch = 0; batch < 2; ++batch) {
-                     be.AddExpertLoads(p.Ints(io), experts, p.Ints(il));
+                     be.AddExpertLoads(p.Ints(g.offsets), experts, p.Ints(il));
                    }
                    return 0.0;
                  });
