@@ -193,6 +193,12 @@ void GlmModel::Record(const DecoderLayerActivations& layer, size_t index,
   }
 }
 
+absl::Status GlmModel::TrainLoaded(StepTotals* step) {
+  absl::StatusOr<ForwardResult> forward = ForwardLoaded(step);
+  if (!forward.ok()) return forward.status();
+  return Backward();
+}
+
 absl::Status GlmModel::Backward() {
   if (!has_forward_) {
     return absl::FailedPreconditionError("Backward needs a Forward first");

@@ -67,6 +67,9 @@ class GlmModel {
   // Gradients of the last Forward's total loss, added to params->*.grad.
   // Frees what the forward kept.
   absl::Status Backward();
+  // A training micro batch over the loaded batch: ForwardLoaded(step), then
+  // Backward.
+  absl::Status TrainLoaded(StepTotals* step);
   // The host values the loaded batch's ops depend on besides the contents
   // of its index arrays (token count, sequence starts, counted targets):
   // two loads with equal shapes issue the same ops on the same memory, so

@@ -12,12 +12,6 @@ namespace {
 // repeat theirs): enough to see a repeat within a few steps.
 constexpr size_t kRememberedShapes = 64;
 
-absl::Status ForwardAndBackward(GlmModel& model, StepTotals* step) {
-  absl::StatusOr<ForwardResult> forward = model.ForwardLoaded(step);
-  if (!forward.ok()) return forward.status();
-  return model.Backward();
-}
-
 }  // namespace
 
 RecordedMicroBatches::Shape& RecordedMicroBatches::Touch(
@@ -43,13 +37,13 @@ void RecordedMicroBatches::KeepRecordings(size_t keep) {
 absl::Status RecordedMicroBatches::Run(GlmModel& model, StepTotals* step) {
   Shape& shape = Touch(model.loaded_shape());
   if (shape.work == nullptr && (shape.runs++ == 0 || shape.failed)) {
-    return ForwardAndBackward(model, step);
+    return model.TrainLoaded(step);
   }
   if (shape.work == nullptr) {
     // Room first: a recording's memory is held while it exists.
     KeepRecordings(capacity_ - 1);
-    absl::StatusOr<std::unique_ptr<RecordedWork>> recorded = backend_->Record(
-        [&model, step] { return ForwardAndBackward(model, step); });
+    absl::StatusOr<std::unique_ptr<RecordedWork>> recorded =
+        backend_->Record([&model, step] { return model.TrainLoaded(step); });
     if (!recorded.ok() || *recorded == nullptr) {
       shape.failed = true;
       if (!recorded.ok()) {
@@ -58,7 +52,7 @@ absl::Status RecordedMicroBatches::Run(GlmModel& model, StepTotals* step) {
                      static_cast<long long>(model.loaded_shape()[0]),
                      recorded.status().ToString().c_str());
       }
-      return ForwardAndBackward(model, step);
+      return model.TrainLoaded(step);
     }
     shape.work = *std::move(recorded);
   }

@@ -72,8 +72,7 @@ class RecordedMicroBatchesTest : public ::testing::Test {
       if (recorded != nullptr) {
         EXPECT_TRUE(recorded->Run(model, &step).ok());
       } else {
-        EXPECT_TRUE(model.ForwardLoaded(&step).ok());
-        EXPECT_TRUE(model.Backward().ok());
+        EXPECT_TRUE(model.TrainLoaded(&step).ok());
       }
     }
     step.ReadInto(totals);

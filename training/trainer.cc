@@ -602,9 +602,7 @@ absl::Status Trainer::RunMicroBatch(int64_t first_sample, StepTotals* step) {
     return loaded;
   }
   if (recorded_) return recorded_->Run(*model_, step);
-  absl::StatusOr<ForwardResult> result = model_->ForwardLoaded(step);
-  if (!result.ok()) return result.status();
-  return model_->Backward();
+  return model_->TrainLoaded(step);
 }
 
 // The model reports expert loads for the main decoder layers, then the MTP
