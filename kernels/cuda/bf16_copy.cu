@@ -13,12 +13,7 @@ __device__ bool RowKept(const int32_t* keep, int64_t row,
   return keep == nullptr || keep[row / rows_per_token] != 0;
 }
 
-// Four bf16 values, stored in one 8-byte access.
-struct alignas(8) Bf16x4 {
-  __nv_bfloat162 lo, hi;
-};
-
-// kWidth columns per element of the loop: 4 (float4 loads, Bf16x4 stores)
+// kWidth columns per element of the loop: 4 (float4 loads, 8-byte stores)
 // or 1. Output row r reads x's row gather[r] (null: r); `rows` output rows.
 template <int kWidth>
 __global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* gather,
@@ -32,16 +27,11 @@ __global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* gather,
     if constexpr (kWidth == 4) {
       const float4 v = kept ? *reinterpret_cast<const float4*>(&At(x, from, c))
                             : make_float4(0.f, 0.f, 0.f, 0.f);
-      *reinterpret_cast<Bf16x4*>(out + r * ld + c) = {
-          __floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+      StoreBf16x4(v.x, v.y, v.z, v.w, out + r * ld + c);
     } else {
       out[r * ld + c] = __float2bfloat16(kept ? At(x, from, c) : 0.f);
     }
   });
-}
-
-bool AlignedTo(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 __global__ void UnpackBf16Kernel(const __nv_bfloat16* x, const int32_t* keep,

@@ -141,12 +141,7 @@ __device__ void StoreGrads(const Floats<4>& g, float* out) {
   *reinterpret_cast<float4*>(out) = make_float4(g.x[0], g.x[1], g.x[2], g.x[3]);
 }
 __device__ void StoreGrads(const Floats<4>& g, __nv_bfloat16* out) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(g.x[0], g.x[1]);
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(g.x[2], g.x[3]);
-  uint2 bits;
-  bits.x = *reinterpret_cast<const uint32_t*>(&lo);
-  bits.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(out) = bits;
+  StoreBf16x4(g.x[0], g.x[1], g.x[2], g.x[3], out);
 }
 
 // The loss of row blockIdx.x into row_loss (as RowLossKernel) and its
@@ -195,8 +190,7 @@ __global__ void LossAndGradKernel(const float* logits, int64_t stride,
 // aligned groups of four: cols and stride multiples of 4, data aligned to
 // four elements.
 bool FourAligned(const void* data, int64_t stride, int64_t cols, size_t bytes) {
-  return cols % 4 == 0 && stride % 4 == 0 &&
-         reinterpret_cast<uintptr_t>(data) % (4 * bytes) == 0;
+  return cols % 4 == 0 && stride % 4 == 0 && AlignedTo(data, 4 * bytes);
 }
 
 // *loss = the sum of the per-row losses that launch(row_loss) writes into

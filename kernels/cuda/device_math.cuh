@@ -4,6 +4,7 @@
 #ifndef GLM_KERNELS_CUDA_DEVICE_MATH_CUH_
 #define GLM_KERNELS_CUDA_DEVICE_MATH_CUH_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -76,16 +77,33 @@ __device__ __forceinline__ void ForEachElement(int64_t rows, int64_t cols,
   }
 }
 
+// Whether `p` is a multiple of `bytes` (a vector access's alignment).
+__host__ __device__ __forceinline__ bool AlignedTo(const void* p,
+                                                   uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // Whether every view allows float4 accesses at columns that are multiples of
 // four: 16-byte aligned rows (data and stride) of a multiple of four columns.
 // Empty views pass.
 template <typename... Views>
 bool QuadAligned(const Views&... views) {
   auto fits = [](const auto& v) {
-    return v.data == nullptr || (v.cols % 4 == 0 && v.stride % 4 == 0 &&
-                                 reinterpret_cast<uintptr_t>(v.data) % 16 == 0);
+    return v.data == nullptr ||
+           (v.cols % 4 == 0 && v.stride % 4 == 0 && AlignedTo(v.data, 16));
   };
   return (fits(views) && ...);
+}
+
+// out[0, 4) = bf16(a, b, c, d), rounded to nearest even, in one 8-byte store
+// (out 8-byte aligned).
+__device__ __forceinline__ void StoreBf16x4(float a, float b, float c, float d,
+                                            __nv_bfloat16* out) {
+  struct alignas(8) Bf16x4 {
+    __nv_bfloat162 lo, hi;
+  };
+  *reinterpret_cast<Bf16x4*>(out) = {__floats2bfloat162_rn(a, b),
+                                     __floats2bfloat162_rn(c, d)};
 }
 
 // The float4 at (r, c) of a QuadAligned view, c a multiple of four.

@@ -100,10 +100,6 @@ __device__ __forceinline__ AdamWElement UpdateElement(const AdamWConstants& c,
   return {m, v, updated};
 }
 
-__device__ __forceinline__ bool Aligned(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // Four elements a thread at a time where every array of the tensor allows
 // 16-byte loads (8-byte stores of the copy): four times the bytes in flight
 // of one-element steps, the memory-bound update's limit. The rest (a
@@ -115,8 +111,9 @@ __global__ void AdamWKernel(const AdamWTarget* targets, const Chunk* chunks,
   __nv_bfloat16* const copy = targets[chunk.tensor].copy;
   const double decay = t.weight_decay ? c.decay : 0.0;
   int64_t scalar_begin = chunk.begin;
-  if (Aligned(t.value, 16) && Aligned(t.grad, 16) && Aligned(t.exp_avg, 16) &&
-      Aligned(t.exp_avg_sq, 16) && (copy == nullptr || Aligned(copy, 8))) {
+  if (AlignedTo(t.value, 16) && AlignedTo(t.grad, 16) &&
+      AlignedTo(t.exp_avg, 16) && AlignedTo(t.exp_avg_sq, 16) &&
+      (copy == nullptr || AlignedTo(copy, 8))) {
     const int64_t quads = (chunk.end - chunk.begin) / 4;
     for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
       const int64_t i = chunk.begin + 4 * q;
@@ -134,12 +131,8 @@ __global__ void AdamWKernel(const AdamWTarget* targets, const Chunk* chunks,
           make_float4(e[0].v, e[1].v, e[2].v, e[3].v);
       *reinterpret_cast<float4*>(t.value + i) =
           make_float4(e[0].w, e[1].w, e[2].w, e[3].w);
-      if (copy != nullptr) {
-        __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(e[0].w, e[1].w),
-                                  __floats2bfloat162_rn(e[2].w, e[3].w)};
-        *reinterpret_cast<uint2*>(copy + i) =
-            *reinterpret_cast<const uint2*>(pair);
-      }
+      if (copy != nullptr)
+        StoreBf16x4(e[0].w, e[1].w, e[2].w, e[3].w, copy + i);
     }
     scalar_begin = chunk.begin + 4 * quads;
   }

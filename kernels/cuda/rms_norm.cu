@@ -62,11 +62,15 @@ int QuadRowThreads(int64_t cols) {
   return static_cast<int>((threads + 31) / 32 * 32);
 }
 
-__device__ __forceinline__ const float4* QuadRow(ConstMatrixView v, int64_t r) {
-  return reinterpret_cast<const float4*>(v.data + r * v.stride);
-}
-__device__ __forceinline__ float4* QuadRow(MatrixView v, int64_t r) {
-  return reinterpret_cast<float4*>(v.data + r * v.stride);
+// body(k, q) for the quads q = threadIdx.x + k * blockDim.x (k < kMaxQuads)
+// of a row of `quads`: the thread's k-th float4 of the row, which it holds.
+template <typename Body>
+__device__ __forceinline__ void ForHeldQuads(int quads, const Body& body) {
+#pragma unroll
+  for (int k = 0; k < kMaxQuads; ++k) {
+    const int q = threadIdx.x + k * blockDim.x;
+    if (q < quads) body(k, q);
+  }
 }
 
 __device__ __forceinline__ double SumSquares(float4 v) {
@@ -78,30 +82,20 @@ __global__ void RmsNormForwardQuadKernel(ConstMatrixView x, const float* w,
                                          float eps, MatrixView y, float* rstd) {
   const int64_t r = blockIdx.x;
   const int quads = static_cast<int>(x.cols / 4);
-  const float4* xr = QuadRow(x, r);
   float4 held[kMaxQuads];
   double sum_sq = 0;
-#pragma unroll
-  for (int k = 0; k < kMaxQuads; ++k) {
-    const int q = threadIdx.x + k * blockDim.x;
-    if (q < quads) {
-      held[k] = xr[q];
-      sum_sq += SumSquares(held[k]);
-    }
-  }
+  ForHeldQuads(quads, [&](int k, int q) {
+    held[k] = QuadAt(x, r, 4 * q);
+    sum_sq += SumSquares(held[k]);
+  });
   const float inv =
       1.f / sqrtf(static_cast<float>(BlockSum(sum_sq) / x.cols) + eps);
   const float4* w4 = reinterpret_cast<const float4*>(w);
-  float4* yr = QuadRow(y, r);
-#pragma unroll
-  for (int k = 0; k < kMaxQuads; ++k) {
-    const int q = threadIdx.x + k * blockDim.x;
-    if (q < quads) {
-      const float4 a = held[k], g = w4[q];
-      yr[q] = make_float4(g.x * (a.x * inv), g.y * (a.y * inv),
-                          g.z * (a.z * inv), g.w * (a.w * inv));
-    }
-  }
+  ForHeldQuads(quads, [&](int k, int q) {
+    const float4 a = held[k], g = w4[q];
+    QuadAt(y, r, 4 * q) = make_float4(g.x * (a.x * inv), g.y * (a.y * inv),
+                                      g.z * (a.z * inv), g.w * (a.w * inv));
+  });
   if (rstd != nullptr && threadIdx.x == 0) rstd[r] = inv;
 }
 
@@ -122,35 +116,24 @@ __global__ void RmsNormBackwardQuadKernel(ConstMatrixView x, const float* w,
   const int64_t r = blockIdx.x;
   const float inv = rstd[r];
   const int quads = static_cast<int>(x.cols / 4);
-  const float4* xr = QuadRow(x, r);
-  const float4* dyr = QuadRow(dy, r);
   const float4* w4 = reinterpret_cast<const float4*>(w);
   float4 held_x[kMaxQuads], held_dy[kMaxQuads];
   double dot = 0;
-#pragma unroll
-  for (int k = 0; k < kMaxQuads; ++k) {
-    const int q = threadIdx.x + k * blockDim.x;
-    if (q < quads) {
-      held_x[k] = xr[q];
-      held_dy[k] = dyr[q];
-      dot += Dot(held_dy[k], w4[q], held_x[k], inv);
-    }
-  }
+  ForHeldQuads(quads, [&](int k, int q) {
+    held_x[k] = QuadAt(x, r, 4 * q);
+    held_dy[k] = QuadAt(dy, r, 4 * q);
+    dot += Dot(held_dy[k], w4[q], held_x[k], inv);
+  });
   const float mean_dot = static_cast<float>(BlockSum(dot) / x.cols);
-  float4* dxr = QuadRow(dx, r);
-#pragma unroll
-  for (int k = 0; k < kMaxQuads; ++k) {
-    const int q = threadIdx.x + k * blockDim.x;
-    if (q < quads) {
-      const float4 a = held_x[k], d = held_dy[k], g = w4[q];
-      float4 out = dxr[q];
-      out.x += NormGrad(inv, d.x, g.x, a.x, mean_dot);
-      out.y += NormGrad(inv, d.y, g.y, a.y, mean_dot);
-      out.z += NormGrad(inv, d.z, g.z, a.z, mean_dot);
-      out.w += NormGrad(inv, d.w, g.w, a.w, mean_dot);
-      dxr[q] = out;
-    }
-  }
+  ForHeldQuads(quads, [&](int k, int q) {
+    const float4 a = held_x[k], d = held_dy[k], g = w4[q];
+    float4 out = QuadAt(dx, r, 4 * q);
+    out.x += NormGrad(inv, d.x, g.x, a.x, mean_dot);
+    out.y += NormGrad(inv, d.y, g.y, a.y, mean_dot);
+    out.z += NormGrad(inv, d.z, g.z, a.z, mean_dot);
+    out.w += NormGrad(inv, d.w, g.w, a.w, mean_dot);
+    QuadAt(dx, r, 4 * q) = out;
+  });
 }
 
 // dw[c] = sum over rows of dy * x * rstd.
@@ -170,8 +153,7 @@ void RmsNormForward(CudaContext& ctx, ConstMatrixView x, const float* w,
                     float eps, MatrixView y, float* rstd) {
   assert(x.rows == y.rows && x.cols == y.cols);
   if (x.rows == 0 || x.cols == 0) return;
-  if (RowsFitRegisters(x.cols) && QuadAligned(x, y) &&
-      reinterpret_cast<uintptr_t>(w) % 16 == 0) {
+  if (RowsFitRegisters(x.cols) && QuadAligned(x, y) && AlignedTo(w, 16)) {
     RmsNormForwardQuadKernel<<<x.rows, QuadRowThreads(x.cols), 0,
                                ctx.stream()>>>(x, w, eps, y, rstd);
   } else {
@@ -189,7 +171,7 @@ void RmsNormBackward(CudaContext& ctx, ConstMatrixView x, const float* w,
   if (x.rows == 0 || x.cols == 0) return;
   if (!dx.empty()) {
     if (RowsFitRegisters(x.cols) && QuadAligned(x, dy, dx) &&
-        reinterpret_cast<uintptr_t>(w) % 16 == 0) {
+        AlignedTo(w, 16)) {
       RmsNormBackwardQuadKernel<<<x.rows, QuadRowThreads(x.cols), 0,
                                   ctx.stream()>>>(x, w, rstd, dy, dx);
     } else {

@@ -26,36 +26,38 @@ __global__ void SwiGluForwardQuadKernel(ConstMatrixView gate,
   });
 }
 
-// The gradients of one element into *dg and *du (either may be skipped).
-__device__ __forceinline__ void AddSwiGluGrads(float g, float u, float d,
-                                               float* dg, float* du) {
+// What one element adds to the gate's and the up projection's gradients.
+struct SwiGluGrads {
+  float dgate, dup;
+};
+__device__ __forceinline__ SwiGluGrads GradsOf(float g, float u, float d) {
   const float s = Sigmoid(g);
   // d silu / dg = s * (1 + g * (1 - s)).
-  if (dg != nullptr) *dg += d * u * s * (1.f + g * (1.f - s));
-  if (du != nullptr) *du += d * (g * s);
+  return {d * u * s * (1.f + g * (1.f - s)), d * (g * s)};
+}
+
+__device__ __forceinline__ float4 Add(float4 a, float x, float y, float z,
+                                      float w) {
+  return make_float4(a.x + x, a.y + y, a.z + z, a.w + w);
 }
 
 __global__ void SwiGluBackwardQuadKernel(ConstMatrixView gate,
                                          ConstMatrixView up,
                                          ConstMatrixView dout, MatrixView dgate,
                                          MatrixView dup) {
-  const bool want_dgate = dgate.data != nullptr, want_dup = dup.data != nullptr;
   ForEachQuad(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
     const float4 g = QuadAt(gate, r, c), u = QuadAt(up, r, c),
                  d = QuadAt(dout, r, c);
-    float4 dg = want_dgate ? QuadAt(dgate, r, c) : float4{};
-    float4 du = want_dup ? QuadAt(dup, r, c) : float4{};
-    float* dgp = want_dgate ? &dg.x : nullptr;
-    float* dup_p = want_dup ? &du.x : nullptr;
-    AddSwiGluGrads(g.x, u.x, d.x, dgp, dup_p);
-    AddSwiGluGrads(g.y, u.y, d.y, dgp ? &dg.y : nullptr,
-                   dup_p ? &du.y : nullptr);
-    AddSwiGluGrads(g.z, u.z, d.z, dgp ? &dg.z : nullptr,
-                   dup_p ? &du.z : nullptr);
-    AddSwiGluGrads(g.w, u.w, d.w, dgp ? &dg.w : nullptr,
-                   dup_p ? &du.w : nullptr);
-    if (want_dgate) QuadAt(dgate, r, c) = dg;
-    if (want_dup) QuadAt(dup, r, c) = du;
+    const SwiGluGrads e[4] = {GradsOf(g.x, u.x, d.x), GradsOf(g.y, u.y, d.y),
+                              GradsOf(g.z, u.z, d.z), GradsOf(g.w, u.w, d.w)};
+    if (dgate.data != nullptr) {
+      QuadAt(dgate, r, c) = Add(QuadAt(dgate, r, c), e[0].dgate, e[1].dgate,
+                                e[2].dgate, e[3].dgate);
+    }
+    if (dup.data != nullptr) {
+      QuadAt(dup, r, c) =
+          Add(QuadAt(dup, r, c), e[0].dup, e[1].dup, e[2].dup, e[3].dup);
+    }
   });
 }
 
@@ -72,9 +74,9 @@ __global__ void SwiGluBackwardKernel(ConstMatrixView gate, ConstMatrixView up,
                                      ConstMatrixView dout, MatrixView dgate,
                                      MatrixView dup) {
   ForEachElement(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
-    AddSwiGluGrads(At(gate, r, c), At(up, r, c), At(dout, r, c),
-                   dgate.data != nullptr ? &At(dgate, r, c) : nullptr,
-                   dup.data != nullptr ? &At(dup, r, c) : nullptr);
+    const SwiGluGrads e = GradsOf(At(gate, r, c), At(up, r, c), At(dout, r, c));
+    if (dgate.data != nullptr) At(dgate, r, c) += e.dgate;
+    if (dup.data != nullptr) At(dup, r, c) += e.dup;
   });
 }
 
