@@ -283,7 +283,9 @@ class Backend {
   // score[t, s] = sum_h w[t,h] * relu(scale * iq[t,h] . ik[s]) over keys s in
   // [seq_start[t], g]. Writes the min(topk, g - seq_start[t] + 1) best keys
   // per query, best first (ties: lower index first), -1 after them. keys
-  // [nq, topk].
+  // [nq, topk]. A query that sees no more than topk keys selects them all; a
+  // backend may list those in key order without scoring them (only the set
+  // matters downstream, up to the rounding of sums over slots).
   virtual void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                            ConstMatrixView w, const int32_t* seq_start,
                            int64_t query_offset, int64_t topk, float scale,

@@ -343,6 +343,21 @@ __global__ void SelectKernel(const float* scores, int64_t ld,
   }
 }
 
+// keys[t] for a query t that sees at most topk keys, so selects all of
+// them: seq_start[t] up to its own token g = query_offset + t, in key order,
+// then -1.
+__global__ void AllVisibleKeysKernel(const int32_t* seq_start,
+                                     int64_t query_offset, int topk,
+                                     int32_t* keys) {
+  const int64_t t = blockIdx.x;
+  const int32_t first = seq_start[t];
+  const int64_t seen = query_offset + t - first + 1;
+  int32_t* out = keys + t * topk;
+  for (int j = threadIdx.x; j < topk; j += blockDim.x) {
+    out[j] = j < seen ? static_cast<int32_t>(first + j) : -1;
+  }
+}
+
 int PowerOfTwoAtLeast(int64_t n) {
   int p = 1;
   while (p < n) p *= 2;
@@ -519,12 +534,14 @@ size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
 // a chunk whose dots with keys [0, key_end) are the rows
 // dots[(t - t0)*heads + h] (row length key_end). Keys are walked in order
 // (coalesced rows) and found in the query's slots through a key -> slot map;
-// the rows end as d loss / d dot, 0 at the keys not selected. dw sums per
-// thread over its keys, per head over each warp's lanes (a fixed butterfly),
-// then over the warps in order: deterministic.
+// d loss / d dot goes to the same rows of grads (bf16, leading dimension
+// grads_ld), 0 at the keys not selected. dw sums per thread over its keys,
+// per head over each warp's lanes (a fixed butterfly), then over the warps in
+// order: deterministic.
 __global__ void __launch_bounds__(kKlThreads, 5)
-    DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, float* dots,
-                     double* row_loss, MatrixView dw) {
+    DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, const float* dots,
+                     __nv_bfloat16* grads, int64_t grads_ld, double* row_loss,
+                     MatrixView dw) {
   extern __shared__ float target[];
   float* z = target + p.topk;
   auto* slot_of = reinterpret_cast<int16_t*>(z + p.topk);
@@ -533,7 +550,8 @@ __global__ void __launch_bounds__(kKlThreads, 5)
   const int64_t t = t0 + blockIdx.x;
   const int32_t* selected = p.keys + t * p.topk;
   const float* weights = RowOf(p.w, t);
-  float* row = dots + int64_t{blockIdx.x} * p.heads * key_end;
+  const float* row = dots + int64_t{blockIdx.x} * p.heads * key_end;
+  __nv_bfloat16* grad_rows = grads + int64_t{blockIdx.x} * p.heads * grads_ld;
   for (int s = threadIdx.x; s < key_end; s += kKlThreads) slot_of[s] = -1;
   __syncthreads();
   for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
@@ -554,14 +572,14 @@ __global__ void __launch_bounds__(kKlThreads, 5)
 #pragma unroll
     for (int h = 0; h < kMaxHeads; ++h) {
       if (h >= p.heads) break;
-      float* g = row + h * key_end + s;
+      __nv_bfloat16* g = grad_rows + h * grads_ld + s;
       if (j < 0) {
-        *g = 0.f;
+        *g = __float2bfloat16(0.f);
         continue;
       }
-      const float dot = *g;
+      const float dot = row[h * key_end + s];
       dw_part[h] += dz * fmaxf(p.scale * dot, 0.f);
-      *g = DotGrad(p, dot, dz, weights[h]);
+      *g = __float2bfloat16(DotGrad(p, dot, dz, weights[h]));
     }
   }
   if (dw.data == nullptr) return;
@@ -760,45 +778,52 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
 // The bf16 mode's loss where the selection is dense (each query selects at
 // least one in 8 of the keys): the dots of a block of queries' heads with
 // every key by one TF32 GEMM, the loss and the dots' gradients by one pass
-// over those rows in place (DenseKlRowKernel), then the gradients through the
-// products of those rows. TF32, not bf16: the ReLU's kink sees the fp32
-// path's values to about 1e-3 relative, and the fp32 operands need no
-// conversion pass. In self-attention (n == nk: query t is key token t, its
-// keys are <= t) a block of queries forms its dots with the keys up to its
-// last query only, about half the products and score traffic of every key.
-// Every sum runs in an order fixed by the shapes: deterministic.
+// over those rows (DenseKlRowKernel), then the gradients through the bf16
+// products of those gradients (rounded to bf16 as they are written, as every
+// product's output gradient is in this mode: half the bytes the products
+// read, which bound them). The dots stay TF32, not bf16: the ReLU's kink
+// and the softmax see the fp32 path's values to about 1e-3 relative, and the
+// fp32 operands need no conversion pass. In self-attention (n == nk: query t
+// is key token t, its keys are <= t) a block of queries forms its dots with
+// the keys up to its last query only, about half the products and score
+// traffic of every key. Every sum runs in an order fixed by the shapes:
+// deterministic.
 void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
                  MatrixView dik, MatrixView dw, float coeff, double* loss) {
   cudaStream_t stream = ctx.stream();
   const int64_t nk = p.ik.rows, heads = p.heads, dim = p.ik.cols;
-  const int64_t chunk = ChunkQueries(n, heads * nk * int64_t{sizeof(float)});
+  // Rows of bf16 gradients padded to 16 bytes for the products.
+  const int64_t grads_ld = (nk + 7) / 8 * 8;
+  const int64_t chunk = ChunkQueries(
+      n, heads * (nk * sizeof(float) + grads_ld * sizeof(__nv_bfloat16)));
   const size_t loss_bytes = ScratchAlignUp(n * sizeof(double));
+  const size_t dots_bytes = ScratchAlignUp(chunk * heads * nk * sizeof(float));
   // Linear takes the plain scratch: these live in the composite one.
   char* buffer = static_cast<char*>(
-      ctx.CompositeScratch(loss_bytes + chunk * heads * nk * sizeof(float)));
+      ctx.CompositeScratch(loss_bytes + dots_bytes +
+                           chunk * heads * grads_ld * sizeof(__nv_bfloat16)));
   auto* row_loss = reinterpret_cast<double*>(buffer);
   auto* dots = reinterpret_cast<float*>(buffer + loss_bytes);
+  auto* grads =
+      reinterpret_cast<__nv_bfloat16*>(buffer + loss_bytes + dots_bytes);
   WithPrecision tf32(ctx, Precision::kTf32);
   // Allowed once for the widest rows; each chunk launches with its own.
   AllowShared(DenseKlRowKernel, DenseKlRowShared(p.topk, nk));
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t count = std::min(chunk, n - t0);
     const int64_t key_end = VisibleKeyEnd(n, nk, t0 + count);
-    const MatrixView rows{dots, count * heads, key_end, key_end};
     const ConstMatrixView ik = p.ik.Rows(0, key_end);
-    auto chunk_rows = [&](auto view) {
-      return decltype(view){view.data + t0 * heads * view.stride, count * heads,
-                            dim, view.stride};
-    };
-    Linear(tf32, chunk_rows(p.iq), ik, rows, false);
+    const ConstMatrixView iq = p.iq.Rows(t0 * heads, count * heads);
+    Linear(tf32, iq, ik, MatrixView{dots, count * heads, key_end, key_end},
+           false);
     DenseKlRowKernel<<<count, kKlThreads, DenseKlRowShared(p.topk, key_end),
-                       stream>>>(p, t0, static_cast<int>(key_end), dots,
-                                 row_loss, dw);
+                       stream>>>(p, t0, static_cast<int>(key_end), dots, grads,
+                                 grads_ld, row_loss, dw);
     GLM_CUDA_CHECK_LAUNCH();
     if (diq.empty() && dik.empty()) continue;
-    LinearBackward(tf32, chunk_rows(p.iq), ik, rows,
-                   RowsOrEmpty(diq, t0 * heads, count * heads),
-                   RowsOrEmpty(dik, 0, key_end));
+    LinearBackwardBf16(ctx, iq, ik, grads, grads_ld,
+                       RowsOrEmpty(diq, t0 * heads, count * heads),
+                       RowsOrEmpty(dik, 0, key_end));
   }
   LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
   GLM_CUDA_CHECK_LAUNCH();
@@ -908,7 +933,17 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   float* dots = scores + score_bytes / sizeof(float);
   const int sort_size = PowerOfTwoAtLeast(topk);
   cudaStream_t stream = ctx.stream();
-  for (int64_t t0 = 0; t0 < nq; t0 += chunk) {
+  // The bf16 mode does not score queries whose token is among the first topk
+  // (each sees at most topk keys, so selects them all): at 4k tokens with
+  // top-2048 that is half the selections and a quarter of the products.
+  const int64_t all_visible =
+      gemm ? std::clamp<int64_t>(topk - query_offset, 0, nq) : 0;
+  if (all_visible > 0) {
+    AllVisibleKeysKernel<<<all_visible, kBlockThreads, 0, stream>>>(
+        seq_start, query_offset, static_cast<int>(topk), keys);
+    GLM_CUDA_CHECK_LAUNCH();
+  }
+  for (int64_t t0 = all_visible; t0 < nq; t0 += chunk) {
     const int64_t t1 = std::min(nq, t0 + chunk);
     if (gemm) {
       HeadScores(ctx, iq, ik, w, query_offset, t0, t1, scale, dots, scores, ld);

@@ -29,6 +29,7 @@ struct Operand {
   int64_t cols;
   int64_t ld;
   cudaDataType_t type;
+  int64_t batch_stride = 0;  // elements between batched products' operands
 };
 
 // cuBLASLt wants ld >= cols even for a single row, whose stride is free.
@@ -91,6 +92,21 @@ uint32_t Alignment(const void* p) {
       std::min<uintptr_t>(256, address & (~address + 1)));
 }
 
+// The alignment every batched operand keeps: its first one's, and no more
+// than its batch stride in bytes allows.
+uint32_t OperandAlignment(const void* data, int64_t batch_stride,
+                          size_t element_bytes) {
+  const uint32_t first = Alignment(data);
+  if (batch_stride == 0) return first;
+  const uintptr_t step = static_cast<uintptr_t>(batch_stride) * element_bytes;
+  return std::min(first, Alignment(reinterpret_cast<const void*>(step)));
+}
+uint32_t OperandAlignment(const Operand& o) {
+  return OperandAlignment(
+      o.data, o.batch_stride,
+      o.type == CUDA_R_16BF ? sizeof(__nv_bfloat16) : sizeof(float));
+}
+
 // Everything the algorithm choice depends on, in cuBLASLt's column-major
 // terms: D [m, n] = op(A) op(B) (+ C), op(A) [m, k], op(B) [k, n].
 struct PlanKey {
@@ -109,10 +125,15 @@ struct PlanKey {
   uint32_t align_b;
   uint32_t align_c;
   bool accumulate;
+  int64_t batches;
+  int64_t stride_a;
+  int64_t stride_b;
+  int64_t stride_c;
 
   auto Tie() const {
     return std::tie(handle, input_type, tf32, trans_a, trans_b, m, n, k, lda,
-                    ldb, ldc, align_a, align_b, align_c, accumulate);
+                    ldb, ldc, align_a, align_b, align_c, accumulate, batches,
+                    stride_a, stride_b, stride_c);
   }
   bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
@@ -143,12 +164,22 @@ void SetPreference(cublasLtMatmulPreference_t preference,
                                                         &value, sizeof(value)));
 }
 
+// One matrix of `batches` (at `batch_stride` elements from each other).
 cublasLtMatrixLayout_t MakeLayout(cudaDataType_t type, int64_t rows,
-                                  int64_t cols, int64_t ld) {
+                                  int64_t cols, int64_t ld, int64_t batches,
+                                  int64_t batch_stride) {
   cublasLtMatrixLayout_t layout;
   GLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type,
                                               static_cast<uint64_t>(rows),
                                               static_cast<uint64_t>(cols), ld));
+  if (batches > 1) {
+    const int32_t count = static_cast<int32_t>(batches);
+    GLM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    GLM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+        sizeof(batch_stride)));
+  }
   return layout;
 }
 
@@ -196,11 +227,16 @@ Plan MakePlan(const PlanKey& key) {
                    key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   SetDescAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
                    key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-  plan.a = key.trans_a ? MakeLayout(key.input_type, key.k, key.m, key.lda)
-                       : MakeLayout(key.input_type, key.m, key.k, key.lda);
-  plan.b = key.trans_b ? MakeLayout(key.input_type, key.n, key.k, key.ldb)
-                       : MakeLayout(key.input_type, key.k, key.n, key.ldb);
-  plan.c = MakeLayout(CUDA_R_32F, key.m, key.n, key.ldc);
+  const int64_t batches = key.batches;
+  plan.a = key.trans_a ? MakeLayout(key.input_type, key.k, key.m, key.lda,
+                                    batches, key.stride_a)
+                       : MakeLayout(key.input_type, key.m, key.k, key.lda,
+                                    batches, key.stride_a);
+  plan.b = key.trans_b ? MakeLayout(key.input_type, key.n, key.k, key.ldb,
+                                    batches, key.stride_b)
+                       : MakeLayout(key.input_type, key.k, key.n, key.ldb,
+                                    batches, key.stride_b);
+  plan.c = MakeLayout(CUDA_R_32F, key.m, key.n, key.ldc, batches, key.stride_c);
   plan.algo = ChooseAlgorithm(key, plan);
   return plan;
 }
@@ -218,10 +254,13 @@ const Plan& CachedPlan(const PlanKey& key) {
 }
 
 // Row-major C = op(A) op(B) (+ C when accumulate), op transposing where the
-// flag says so. cuBLASLt is column-major, where a row-major matrix is its
-// transpose: it computes C^T = op(B)^T op(A)^T, B as its first operand.
+// flag says so; `batches` such products when more than one, operand i of
+// each at i times its batch stride (c_stride for C). cuBLASLt is
+// column-major, where a row-major matrix is its transpose: it computes C^T =
+// op(B)^T op(A)^T, B as its first operand.
 void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
-            bool trans_b, MatrixView c, bool accumulate, void* workspace) {
+            bool trans_b, MatrixView c, bool accumulate, void* workspace,
+            int64_t batches = 1, int64_t c_stride = 0) {
   const int64_t k = trans_a ? a.rows : a.cols;
   assert((trans_a ? a.cols : a.rows) == c.rows);
   assert((trans_b ? b.cols : b.rows) == k);
@@ -238,10 +277,14 @@ void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
                     b.ld,
                     a.ld,
                     LeadingDim(c),
-                    Alignment(b.data),
-                    Alignment(a.data),
-                    Alignment(c.data),
-                    accumulate};
+                    OperandAlignment(b),
+                    OperandAlignment(a),
+                    OperandAlignment(c.data, c_stride, sizeof(float)),
+                    accumulate,
+                    batches,
+                    b.batch_stride,
+                    a.batch_stride,
+                    c_stride};
   const Plan& plan = CachedPlan(key);
   const float alpha = 1.f;
   const float beta = accumulate ? 1.f : 0.f;
@@ -271,6 +314,28 @@ void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
   const Operand w_op = operands.Make(w);
   Matmul(ctx, x_op, /*trans_a=*/false, w_op, /*trans_b=*/true, y, accumulate,
          scratch);
+}
+
+void InterleavedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+                       int64_t groups, float* y) {
+  assert(x.cols == w.cols && groups > 0);
+  assert(x.rows % groups == 0 && w.rows % groups == 0);
+  const int64_t n = x.rows / groups, m = w.rows / groups;
+  if (n == 0 || m == 0) return;
+  assert(x.cols > 0);
+  void* scratch = ctx.Scratch(ScratchBytes(ctx.precision(), {x, w}));
+  OperandMaker operands(ctx, scratch);
+  // Group h's rows of a made operand: every groups-th row from row h.
+  auto group_rows = [&](Operand o, int64_t rows) {
+    o.batch_stride = o.ld;
+    o.ld *= groups;
+    o.rows = rows;
+    return o;
+  };
+  const Operand x_op = group_rows(operands.Make(x), n);
+  const Operand w_op = group_rows(operands.Make(w), m);
+  Matmul(ctx, x_op, /*trans_a=*/false, w_op, /*trans_b=*/true,
+         MatrixView{y, n, m, m}, /*accumulate=*/false, scratch, groups, n * m);
 }
 
 namespace {

@@ -15,6 +15,13 @@ namespace glm::cuda {
 // y = x w^T (+ y when accumulate).
 void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
             MatrixView y, bool accumulate);
+// For each group h < groups: y_h = x_h w_h^T, where x_h is rows h, h +
+// groups, h + 2 groups, ... of x [n*groups, in] (one head's rows of a
+// token-major, head-minor matrix), w_h the same rows of w [m*groups, in],
+// and y_h [n, m] the contiguous block at y + h*n*m. One batched product (in
+// the bf16 mode over one bf16 copy of x and of w).
+void InterleavedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+                       int64_t groups, float* y);
 // dx += dy w; dw += dy^T x (each skipped when empty).
 void LinearBackward(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                     ConstMatrixView dy, MatrixView dx, MatrixView dw);

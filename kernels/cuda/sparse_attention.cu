@@ -830,14 +830,15 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
     GLM_CUDA_CHECK_LAUNCH();
     return;
   }
-  // Dense selections: each head's scores for a block of queries by one GEMM
-  // (Linear takes the plain scratch for itself, so the scores live in the
-  // composite scratch, at most kScoreBlockBytes for all heads), then the
-  // selected ones summed over heads in order. In self-attention (nq == nk:
-  // query t's keys are <= t) a block of queries forms its scores with the
-  // keys up to its last query only (VisibleKeyEnd). Blocks stay as large as
-  // the scratch allows: smaller ones would skip more keys but pay for more,
-  // smaller products (512-query blocks took twice the time at 4k).
+  // Dense selections: every head's scores for a block of queries by one
+  // batched GEMM over the heads (it takes the plain scratch for itself, so the
+  // scores live in the composite scratch, at most kScoreBlockBytes for all
+  // heads), then the selected ones summed over heads in order. In
+  // self-attention (nq == nk: query t's keys are <= t) a block of queries forms
+  // its scores with the keys up to its last query only (VisibleKeyEnd). Blocks
+  // stay as large as the scratch allows: smaller ones would skip more keys but
+  // pay for more, smaller products (512-query blocks took twice the time at
+  // 4k).
   constexpr int64_t kScoreBlockBytes = int64_t{512} << 20;
   const int64_t block_rows = std::max<int64_t>(
       1, kScoreBlockBytes / (heads * nk * int64_t{sizeof(float)}));
@@ -848,15 +849,8 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
   for (int64_t first = 0; first < nq; first += block_rows) {
     const int64_t rows = std::min(block_rows, nq - first);
     const int64_t key_end = VisibleKeyEnd(nq, nk, first + rows);
-    for (int64_t h = 0; h < heads; ++h) {
-      const ConstMatrixView q_head{q.data + (first * heads + h) * q.stride,
-                                   rows, q.cols, heads * q.stride};
-      const ConstMatrixView k_head{k.data + h * k.stride, key_end, k.cols,
-                                   heads * k.stride};
-      Linear(ctx, q_head, k_head,
-             MatrixView{scores + h * rows * key_end, rows, key_end, key_end},
-             false);
-    }
+    InterleavedLinear(ctx, q.Rows(first * heads, rows * heads),
+                      k.Rows(0, key_end * heads), heads, scores);
     HeadWeightsKernel<<<rows, kBlockThreads, (key_end + topk) * sizeof(float),
                         stream>>>(scores, rows, key_end, keys + first * topk,
                                   lse + first * heads, static_cast<int>(heads),
