@@ -48,7 +48,8 @@ echo "FLOPs per token (Megatron + DSA, no MTP): $flops" | tee "$out/bench.txt"
 # OURS_ONLY=1 skips transformers (a profiling run: GLM_OP_TIMES=1 makes the
 # worker log a table of op times at its end, kernels/op_timing_backend.h;
 # GLM_GPU_ACTIVITY=1 a line after each step's with the share of the step the
-# GPU was idle and its largest gaps, kernels/cuda/gpu_activity.h);
+# GPU was idle and its largest gaps, kernels/cuda/gpu_activity.h, and
+# GLM_GPU_ACTIVITY=kernels the step's kernels by total time as well);
 # PROFILE=1 adds a torch.profiler table of one transformers step.
 if [[ -z ${OURS_ONLY:-} ]]; then
   profile=()

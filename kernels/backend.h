@@ -131,8 +131,9 @@ class Backend {
   // out[rows[i]] += scale[i] * src[i] (scale may be null: 1).
   virtual void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                               const float* scale, MatrixView out) = 0;
-  // Backward of ScatterAddRows: dsrc[i] += scale[i] * dout[rows[i]];
-  // dscale[i] += src[i] . dout[rows[i]] (dscale may be null).
+  // Backward of ScatterAddRows: dsrc[i] = scale[i] * dout[rows[i]];
+  // dscale[i] = src[i] . dout[rows[i]] (dscale may be null). Written, not
+  // added: their callers' buffers start unfilled.
   virtual void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                                       const float* scale, ConstMatrixView dout,
                                       MatrixView dsrc, float* dscale) = 0;
@@ -157,6 +158,8 @@ class Backend {
   // out = silu(gate) * up.
   virtual void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                              MatrixView out) = 0;
+  // dgate = dout * up * silu'(gate), dup = dout * silu(gate): written, not
+  // added (their callers' buffers start unfilled); each skipped when empty.
   virtual void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                               ConstMatrixView dout, MatrixView dgate,
                               MatrixView dup) = 0;
@@ -283,9 +286,10 @@ class Backend {
   // score[t, s] = sum_h w[t,h] * relu(scale * iq[t,h] . ik[s]) over keys s in
   // [seq_start[t], g]. Writes the min(topk, g - seq_start[t] + 1) best keys
   // per query, best first (ties: lower index first), -1 after them. keys
-  // [nq, topk]. A query that sees no more than topk keys selects them all; a
-  // backend may list those in key order without scoring them (only the set
-  // matters downstream, up to the rounding of sums over slots).
+  // [nq, topk]. A backend whose scores are approximate (the CUDA bf16 mode)
+  // may list each query's selection in key order instead, and take every key
+  // of a query that sees no more than topk without scoring them: only the set
+  // matters downstream, up to the rounding of sums over slots.
   virtual void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                            ConstMatrixView w, const int32_t* seq_start,
                            int64_t query_offset, int64_t topk, float scale,

@@ -22,7 +22,8 @@ void MlpBackward(Backend& backend, MlpParameters& p, ConstMatrixView x,
                  const MlpActivations& acts, ConstMatrixView dout,
                  MatrixView dx) {
   const int64_t inter = p.gate_proj.value.dim(0);
-  Tensor dhidden({x.rows, inter}), dgate_up({x.rows, 2 * inter});
+  Tensor dhidden({x.rows, inter});
+  Tensor dgate_up = Tensor::ForOutput({x.rows, 2 * inter});
   backend.LinearBackward(acts.hidden.Matrix(), p.down_proj.value.Matrix(), dout,
                          dhidden.Matrix(), p.down_proj.grad.Matrix());
   ConstMatrixView gate_up = acts.gate_up.Matrix();

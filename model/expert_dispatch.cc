@@ -60,7 +60,8 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
                 experts = p.experts_down.value.dim(0), rows = e.grouping.rows();
   if (rows == 0) return;
   const ExpertGrouping& g = e.grouping;
-  Tensor dexpert_out({rows, dout.cols}), dweight({rows, 1});
+  Tensor dexpert_out = Tensor::ForOutput({rows, dout.cols}),
+         dweight = Tensor::ForOutput({rows, 1});
   backend.ScatterAddRowsBackward(e.out.Matrix(), g.tokens.data(),
                                  e.weight.data(), dout, dexpert_out.Matrix(),
                                  dweight.data());
@@ -68,7 +69,7 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
                          dweight_rows);
   // The data gradients are written, not added: their buffers start unfilled.
   Tensor dhidden = Tensor::ForOutput({rows, inter}),
-         dgate_up({rows, 2 * inter}),
+         dgate_up = Tensor::ForOutput({rows, 2 * inter}),
          dx_rows = Tensor::ForOutput({rows, dout.cols});
   backend.GroupedLinearBackward(
       e.mlp.hidden.Matrix(), nullptr, p.experts_down.value.Matrix(),

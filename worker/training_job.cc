@@ -118,10 +118,13 @@ std::string LayoutString(const std::vector<StageSlice>& stages) {
 // the step's start to its return, logged after the step's line
 // (kernels/cuda/gpu_activity.h). The step ends on reads from the device (the
 // gradient norm, the router biases), so its work is done when it returns;
-// whatever it leaves running shows as "busy after end". Nothing otherwise,
-// and nothing in a build without CUDA.
+// whatever it leaves running shows as "busy after end". GLM_GPU_ACTIVITY=
+// kernels adds the step's kernels by total time (the longest kKernelRows).
+// Nothing otherwise, and nothing in a build without CUDA.
 class StepActivity {
  public:
+  static constexpr int kKernelRows = 30;
+
   // Before the backend exists, so that CUPTI sees the device's context made.
   // A recorder that cannot start is logged and the job goes on without it.
   void Start(const std::string& device, const TrainingJobHooks& hooks) {
@@ -163,8 +166,14 @@ class StepActivity {
       absl::StatusOr<cuda::ActivityWindow> window =
           activity_->Summarize(start_, end_);
       if (!window.ok()) return window.status();
-      return absl::StrCat(" gpu activity of iteration ", iteration, " | ",
-                          cuda::FormatActivityWindow(*window));
+      std::string line =
+          absl::StrCat(" gpu activity of iteration ", iteration, " | ",
+                       cuda::FormatActivityWindow(*window));
+      if (activity_->kernel_times_asked()) {
+        absl::StrAppend(&line, "\n kernels of iteration ", iteration, ":\n",
+                        cuda::FormatKernelTimes(*window, kKernelRows));
+      }
+      return line;
     }
 #endif
     return std::string();

@@ -40,13 +40,13 @@ void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
       if (!dsrc.empty()) {
         const float s = scale ? scale[i] : 1.f;
         float* o = dsrc.Row(i);
-        for (int64_t c = 0; c < src.cols; ++c) o[c] += s * d[c];
+        for (int64_t c = 0; c < src.cols; ++c) o[c] = s * d[c];
       }
       if (dscale) {
         const float* in = src.Row(i);
         double dot = 0;
         for (int64_t c = 0; c < src.cols; ++c) dot += double{in[c]} * d[c];
-        dscale[i] += static_cast<float>(dot);
+        dscale[i] = static_cast<float>(dot);
       }
     }
   });

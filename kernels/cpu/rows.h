@@ -14,7 +14,8 @@ void GatherRows(ConstMatrixView table, const int32_t* ids, MatrixView out);
 // deterministic.
 void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                     const float* scale, MatrixView out);
-// dsrc[i] += scale[i] * dout[rows[i]]; dscale[i] += src[i] . dout[rows[i]].
+// dsrc[i] = scale[i] * dout[rows[i]]; dscale[i] = src[i] . dout[rows[i]]
+// (written, not added).
 void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                             const float* scale, ConstMatrixView dout,
                             MatrixView dsrc, float* dscale);

@@ -40,8 +40,8 @@ void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
             const float silu = g[c] * s;
             // d silu / dg = s * (1 + g * (1 - s)).
             if (!dgate.empty())
-              dgate.Row(r)[c] += d[c] * u[c] * s * (1.f + g[c] * (1.f - s));
-            if (!dup.empty()) dup.Row(r)[c] += d[c] * silu;
+              dgate.Row(r)[c] = d[c] * u[c] * s * (1.f + g[c] * (1.f - s));
+            if (!dup.empty()) dup.Row(r)[c] = d[c] * silu;
           }
         }
       });

@@ -1,6 +1,7 @@
 #include "kernels/cuda/activity_window.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,7 @@ ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
   ActivityWindow summary;
   summary.window = end > start ? end - start : 0;
   std::vector<Span> inside, after;
+  std::map<std::string_view, KernelTime> by_name;
   for (const ActivityInterval& work : intervals) {
     if (work.start == 0 || work.end < work.start) {
       ++summary.untimed;
@@ -78,6 +80,12 @@ ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
     const uint64_t lo = std::max(work.start, start);
     const uint64_t hi = std::min(work.end, end);
     if (lo < hi) inside.emplace_back(lo, hi);
+    if (counted && work.kind == ActivityKind::kKernel && !work.name.empty()) {
+      KernelTime& time = by_name[work.name];
+      time.name = work.name;
+      ++time.calls;
+      time.total += lo < hi ? hi - lo : 0;
+    }
     if (work.end > end) after.emplace_back(std::max(work.start, end), work.end);
   }
   summary.busy_after_end = UnionLength(std::move(after));
@@ -111,7 +119,49 @@ ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
                                                   : a.offset < b.offset;
                     });
   summary.largest_gaps.assign(gaps.begin(), gaps.begin() + kept);
+  for (const auto& [name, time] : by_name) {
+    summary.kernel_times.push_back(time);
+  }
+  // Stable: equal totals stay in name order.
+  std::stable_sort(summary.kernel_times.begin(), summary.kernel_times.end(),
+                   [](const KernelTime& a, const KernelTime& b) {
+                     return a.total > b.total;
+                   });
   return summary;
+}
+
+std::string FormatKernelTimes(const ActivityWindow& window, int top) {
+  const double busy = static_cast<double>(window.busy);
+  auto share = [&](uint64_t ns) {
+    return busy > 0 ? 100.0 * static_cast<double>(ns) / busy : 0.0;
+  };
+  std::string table =
+      "| kernel | calls | total ms | us per call | share of busy |\n"
+      "| --- | ---: | ---: | ---: | ---: |\n";
+  uint64_t rest = 0;
+  int64_t rest_calls = 0;
+  for (size_t i = 0; i < window.kernel_times.size(); ++i) {
+    const KernelTime& time = window.kernel_times[i];
+    if (static_cast<int>(i) >= top) {
+      rest += time.total;
+      rest_calls += time.calls;
+      continue;
+    }
+    const std::string_view name =
+        time.name.substr(0, std::min<size_t>(time.name.find('('), 90));
+    absl::StrAppend(
+        &table,
+        absl::StrFormat("| %s | %d | %.2f | %.1f | %.1f%% |\n", name,
+                        time.calls, Ms(time.total),
+                        1e3 * Ms(time.total) / time.calls, share(time.total)));
+  }
+  if (rest_calls > 0) {
+    absl::StrAppend(
+        &table, absl::StrFormat("| %d other kernels | %d | %.2f | | %.1f%% |\n",
+                                window.kernel_times.size() - top, rest_calls,
+                                Ms(rest), share(rest)));
+  }
+  return table;
 }
 
 std::string FormatActivityWindow(const ActivityWindow& window) {

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace glm::cuda {
@@ -28,6 +29,16 @@ struct ActivityInterval {
   uint64_t start = 0;
   uint64_t end = 0;
   ActivityKind kind = ActivityKind::kKernel;
+  // A kernel's name (its storage outlives the window's summary); empty for
+  // copies and memsets, and for kernels whose name was not recorded.
+  std::string_view name;
+};
+
+// The time one kernel (by name) ran inside a window.
+struct KernelTime {
+  std::string_view name;
+  int64_t calls = 0;
+  uint64_t total = 0;  // ns, clipped to the window
 };
 
 // An idle stretch of the window: where it begins, from the window's start,
@@ -66,6 +77,9 @@ struct ActivityWindow {
   uint64_t busy_after_end = 0;
   // Records the tracer lost for want of buffer space (set by the tracer).
   int64_t dropped = 0;
+  // Named kernels inside the window, the longest total first (ties: by
+  // name). Kernels that overlap each count in full.
+  std::vector<KernelTime> kernel_times;
 
   // busy / window and idle / window; 0 for an empty window.
   double busy_share() const;
@@ -84,6 +98,11 @@ ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
 // kernels: ... | copies: ... | memsets: ... | busy after end (ms): ... |
 // untimed: ... | dropped: ...".
 std::string FormatActivityWindow(const ActivityWindow& window);
+
+// The `top` longest of window.kernel_times as a markdown table (kernel, calls,
+// total ms, us per call, share of the busy time), each name cut at its
+// parameter list and to 90 characters, then a line for the rest.
+std::string FormatKernelTimes(const ActivityWindow& window, int top);
 
 }  // namespace glm::cuda
 

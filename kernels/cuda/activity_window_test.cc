@@ -158,5 +158,36 @@ TEST(ActivityWindowTest, KeepsAsManyGapsAsAsked) {
             std::string::npos);
 }
 
+// Kernel times per name: the longest total first, clipped to the window, a
+// kernel counted once per call, copies and unnamed kernels left out; the
+// table cuts names at their parameters and sums the rows past `top`.
+TEST(ActivityWindowTest, KernelTimesByName) {
+  const std::vector<ActivityInterval> work = {
+      {1'000, 3'000, kKernel, "void glm::Gemm<4>(float*, int)"},
+      {3'000, 4'000, kKernel, "Norm"},
+      {4'000, 7'000, kKernel, "void glm::Gemm<4>(float*, int)"},
+      {7'000, 7'500, kCopy},
+      {7'500, 8'000, kKernel},
+      {9'000, 11'000, kKernel, "Norm"},  // 1 us inside the window
+  };
+  const ActivityWindow window = SummarizeWindow(work, 0, 10'000);
+  ASSERT_EQ(window.kernel_times.size(), 2u);
+  EXPECT_EQ(window.kernel_times[0].name, "void glm::Gemm<4>(float*, int)");
+  EXPECT_EQ(window.kernel_times[0].calls, 2);
+  EXPECT_EQ(window.kernel_times[0].total, 5'000u);
+  EXPECT_EQ(window.kernel_times[1].name, "Norm");
+  EXPECT_EQ(window.kernel_times[1].calls, 2);
+  EXPECT_EQ(window.kernel_times[1].total, 2'000u);
+  EXPECT_EQ(window.busy, 8'000u);
+
+  const std::string table = FormatKernelTimes(window, /*top=*/1);
+  EXPECT_NE(table.find("| void glm::Gemm<4> | 2 | 0.01 | 2.5 | 62.5% |"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| 1 other kernels | 2 | 0.00 | | 25.0% |"),
+            std::string::npos)
+      << table;
+}
+
 }  // namespace
 }  // namespace glm::cuda

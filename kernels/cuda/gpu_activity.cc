@@ -2,10 +2,14 @@
 
 #include <cuda_runtime.h>
 #include <cupti.h>
+#include <cxxabi.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -33,6 +37,11 @@ struct Records {
   std::mutex mutex;
   bool recording = false;
   std::vector<ActivityInterval> intervals;
+  // Kernel names, demangled, kept for the process's life (the intervals'
+  // string_views point here), by their mangled names (copied: a record's
+  // name may live in the buffer freed after it is read).
+  std::unordered_set<std::string> names;
+  std::unordered_map<std::string, std::string_view> name_of;
 };
 
 Records& TheRecords() {
@@ -48,6 +57,20 @@ std::string CuptiError(CUptiResult result) {
   return text;
 }
 
+// The demangled name of a kernel CUPTI calls `mangled` (under the mutex).
+std::string_view KernelName(Records& records, const char* mangled) {
+  if (mangled == nullptr) return {};
+  const auto found = records.name_of.find(mangled);
+  if (found != records.name_of.end()) return found->second;
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  const std::string name = status == 0 ? demangled : mangled;
+  std::free(demangled);
+  const std::string_view kept = *records.names.insert(name).first;
+  records.name_of.emplace(mangled, kept);
+  return kept;
+}
+
 void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size,
                             size_t* max_records) {
   // malloc's alignment (16) meets CUPTI's 8 bytes; null: CUPTI drops
@@ -61,6 +84,7 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t,
                              size_t valid_bytes) {
   if (buffer == nullptr) return;
   std::vector<ActivityInterval> got;
+  std::vector<const char*> kernel_names;  // of got's kernels, in order
   CUpti_Activity* record = nullptr;
   // Stops at the buffer's end, or at a record CUPTI did not finish.
   while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) ==
@@ -70,6 +94,7 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t,
         const auto* kernel =
             reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         got.push_back({kernel->start, kernel->end, ActivityKind::kKernel});
+        kernel_names.push_back(kernel->name);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -94,12 +119,20 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t,
         break;
     }
   }
-  std::free(buffer);
   Records& records = TheRecords();
-  std::lock_guard<std::mutex> lock(records.mutex);
-  if (records.recording) {
-    records.intervals.insert(records.intervals.end(), got.begin(), got.end());
+  {
+    std::lock_guard<std::mutex> lock(records.mutex);
+    if (records.recording) {
+      size_t k = 0;
+      for (ActivityInterval& work : got) {
+        if (work.kind == ActivityKind::kKernel) {
+          work.name = KernelName(records, kernel_names[k++]);
+        }
+      }
+      records.intervals.insert(records.intervals.end(), got.begin(), got.end());
+    }
   }
+  std::free(buffer);  // after the names, which may point into it
 }
 
 // Once per process: zeroed buffers, the callbacks.
@@ -156,10 +189,11 @@ absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::Start() {
 
 absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::StartIfAsked() {
   const char* asked = std::getenv("GLM_GPU_ACTIVITY");
-  if (asked == nullptr || std::string(asked) != "1") {
-    return std::unique_ptr<GpuActivity>();
-  }
-  return Start();
+  const std::string mode = asked == nullptr ? "" : asked;
+  if (mode != "1" && mode != "kernels") return std::unique_ptr<GpuActivity>();
+  absl::StatusOr<std::unique_ptr<GpuActivity>> started = Start();
+  if (started.ok()) (*started)->kernel_times_asked_ = mode == "kernels";
+  return started;
 }
 
 GpuActivity::~GpuActivity() {

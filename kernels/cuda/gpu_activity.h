@@ -32,8 +32,13 @@ class GpuActivity {
   // recorder at a time; a second Start() while one lives is refused.
   static absl::StatusOr<std::unique_ptr<GpuActivity>> Start();
 
-  // GLM_GPU_ACTIVITY=1: Start(); otherwise null.
+  // GLM_GPU_ACTIVITY=1, or =kernels for per-kernel times too: Start();
+  // otherwise null.
   static absl::StatusOr<std::unique_ptr<GpuActivity>> StartIfAsked();
+
+  // Whether GLM_GPU_ACTIVITY=kernels asked for each window's kernel times
+  // (ActivityWindow::kernel_times, FormatKernelTimes) to be logged.
+  bool kernel_times_asked() const { return kernel_times_asked_; }
 
   // Stops recording and drops what is left.
   ~GpuActivity();
@@ -52,6 +57,8 @@ class GpuActivity {
 
  private:
   GpuActivity() = default;
+
+  bool kernel_times_asked_ = false;
 };
 
 }  // namespace glm::cuda

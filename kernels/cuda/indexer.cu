@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/cuda_check.h"
@@ -308,6 +309,39 @@ __device__ void BitonicSortDescending(uint64_t* keys, int size) {
   }
 }
 
+// A query's row of scores and the threshold that selects its best keys.
+struct RowSelection {
+  int64_t t;      // the query
+  int64_t first;  // its first key (its sequence's start)
+  int count;      // keys it sees
+  int kept;       // keys it selects: min(topk, count)
+  const float* row;
+  Threshold threshold;
+};
+
+// Query t0 + blockIdx.x's selection; called by the whole block.
+__device__ RowSelection SelectRow(const float* scores, int64_t ld,
+                                  const int32_t* seq_start,
+                                  int64_t query_offset, int64_t t0, int topk) {
+  RowSelection r;
+  r.t = t0 + blockIdx.x;
+  r.first = seq_start[r.t];
+  r.count =
+      static_cast<int>(std::max<int64_t>(0, query_offset + r.t - r.first + 1));
+  r.kept = min(topk, r.count);
+  r.row = scores + blockIdx.x * ld + r.first;
+  // Short rows keep every key: the empty threshold passes all.
+  if (r.count > topk) {
+    r.threshold = RadixThreshold(r.row, r.first, r.count, r.kept);
+  }
+  return r;
+}
+
+__device__ bool Selected(const RowSelection& r, int i) {
+  const uint64_t key = RankKey(r.row[i], r.first + i);
+  return (key & r.threshold.mask) >= r.threshold.prefix;
+}
+
 // One block per query of the chunk: its best keys, best first, -1 after them.
 // Shared memory: sort_size rank keys (sort_size: a power of two >= topk).
 __global__ void SelectKernel(const float* scores, int64_t ld,
@@ -316,31 +350,47 @@ __global__ void SelectKernel(const float* scores, int64_t ld,
                              int32_t* keys) {
   extern __shared__ uint64_t picked[];
   __shared__ int picked_count;
-  const int64_t t = t0 + blockIdx.x;
-  const int64_t first = seq_start[t];
-  const int count =
-      static_cast<int>(std::max<int64_t>(0, query_offset + t - first + 1));
-  const int kept = min(topk, count);
-  const float* row = scores + blockIdx.x * ld + first;
-  // Short rows keep every key: the empty threshold passes all.
-  const Threshold threshold =
-      count > topk ? RadixThreshold(row, first, count, kept) : Threshold();
+  const RowSelection r =
+      SelectRow(scores, ld, seq_start, query_offset, t0, topk);
   if (threadIdx.x == 0) picked_count = 0;
   for (int i = threadIdx.x; i < sort_size; i += blockDim.x) picked[i] = 0;
   __syncthreads();
   // Slots come in any order; the sort below fixes it.
-  for (int i = threadIdx.x; i < count; i += blockDim.x) {
-    const uint64_t key = RankKey(row[i], first + i);
-    if ((key & threshold.mask) >= threshold.prefix) {
-      picked[atomicAdd(&picked_count, 1)] = key;
+  for (int i = threadIdx.x; i < r.count; i += blockDim.x) {
+    if (Selected(r, i)) {
+      picked[atomicAdd(&picked_count, 1)] = RankKey(r.row[i], r.first + i);
     }
   }
   __syncthreads();
   BitonicSortDescending(picked, sort_size);
-  int32_t* out = keys + t * topk;
+  int32_t* out = keys + r.t * topk;
   for (int j = threadIdx.x; j < topk; j += blockDim.x) {
-    out[j] = j < kept ? TokenOf(picked[j]) : -1;
+    out[j] = j < r.kept ? TokenOf(picked[j]) : -1;
   }
+}
+
+// SelectKernel's selection listed in key order (no sort): each tile of
+// kSelectThreads keys writes its selected ones after the tiles before it.
+__global__ void SelectInKeyOrderKernel(const float* scores, int64_t ld,
+                                       const int32_t* seq_start,
+                                       int64_t query_offset, int64_t t0,
+                                       int topk, int32_t* keys) {
+  using Scan = cub::BlockScan<int, kSelectThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const RowSelection r =
+      SelectRow(scores, ld, seq_start, query_offset, t0, topk);
+  int32_t* out = keys + r.t * topk;
+  int written = 0;
+  for (int base = 0; base < r.count; base += kSelectThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const int selected = i < r.count && Selected(r, i) ? 1 : 0;
+    int slot, in_tile;
+    Scan(scan).ExclusiveSum(selected, slot, in_tile);
+    if (selected) out[written + slot] = static_cast<int32_t>(r.first + i);
+    written += in_tile;
+    __syncthreads();  // the next tile's scan reuses the storage
+  }
+  for (int j = r.kept + threadIdx.x; j < topk; j += blockDim.x) out[j] = -1;
 }
 
 // keys[t] for a query t that sees at most topk keys, so selects all of
@@ -933,9 +983,10 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   float* dots = scores + score_bytes / sizeof(float);
   const int sort_size = PowerOfTwoAtLeast(topk);
   cudaStream_t stream = ctx.stream();
-  // The bf16 mode does not score queries whose token is among the first topk
-  // (each sees at most topk keys, so selects them all): at 4k tokens with
-  // top-2048 that is half the selections and a quarter of the products.
+  // The bf16 mode lists each query's keys in key order (no sort), and does
+  // not score queries whose token is among the first topk (each sees at most
+  // topk keys, so selects them all): at 4k tokens with top-2048 that is half
+  // the selections and a quarter of the products.
   const int64_t all_visible =
       gemm ? std::clamp<int64_t>(topk - query_offset, 0, nq) : 0;
   if (all_visible > 0) {
@@ -954,9 +1005,15 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
           iq, ik, w, seq_start, query_offset, t0, t1, scale, scores, ld);
       GLM_CUDA_CHECK_LAUNCH();
     }
-    SelectKernel<<<t1 - t0, kSelectThreads, sort_size * sizeof(uint64_t),
-                   stream>>>(scores, ld, seq_start, query_offset, t0,
-                             static_cast<int>(topk), sort_size, keys);
+    if (gemm) {
+      SelectInKeyOrderKernel<<<t1 - t0, kSelectThreads, 0, stream>>>(
+          scores, ld, seq_start, query_offset, t0, static_cast<int>(topk),
+          keys);
+    } else {
+      SelectKernel<<<t1 - t0, kSelectThreads, sort_size * sizeof(uint64_t),
+                     stream>>>(scores, ld, seq_start, query_offset, t0,
+                               static_cast<int>(topk), sort_size, keys);
+    }
     GLM_CUDA_CHECK_LAUNCH();
   }
 }

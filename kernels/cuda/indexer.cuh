@@ -21,9 +21,10 @@ namespace glm::cuda {
 // TF32 GEMMs instead (its selections differ from the CPU's only between keys
 // whose scores are within about 1e-3 of the scores' scale). Writes keys [nq,
 // topk] (contiguous): the min(topk, g - seq_start[t] + 1) best keys, best
-// first (ties: lower index first), -1 after them; in the bf16 mode a query
-// whose token g < topk lists every key it sees in key order instead,
-// unscored (Backend::IndexerTopK allows it). topk <= 4096. Uses
+// first (ties: lower index first), -1 after them; the bf16 mode lists the
+// same selection in key order instead (Backend::IndexerTopK allows it), and a
+// query whose token g < topk there takes every key it sees unscored. topk <=
+// 4096. Uses
 // ctx.Scratch for a chunk of queries' scores (and, in the bf16 mode,
 // ctx.CompositeScratch for their dots as well).
 void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,

@@ -28,8 +28,9 @@ void EmbeddingBackward(CudaContext& ctx, ConstMatrixView dout,
 void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
                     const float* scale, MatrixView out);
 
-// dsrc[i] += scale[i] * dout[rows[i]] (dsrc empty: skipped);
-// dscale[i] += src[i] . dout[rows[i]], dot in double (dscale null: skipped).
+// dsrc[i] = scale[i] * dout[rows[i]] (dsrc empty: skipped);
+// dscale[i] = src[i] . dout[rows[i]], dot in double (dscale null: skipped).
+// Written, not added.
 void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
                             const int32_t* rows, const float* scale,
                             ConstMatrixView dout, MatrixView dsrc,

@@ -26,7 +26,7 @@ __global__ void SwiGluForwardQuadKernel(ConstMatrixView gate,
   });
 }
 
-// What one element adds to the gate's and the up projection's gradients.
+// One element's gradients of the gate and the up projection.
 struct SwiGluGrads {
   float dgate, dup;
 };
@@ -34,11 +34,6 @@ __device__ __forceinline__ SwiGluGrads GradsOf(float g, float u, float d) {
   const float s = Sigmoid(g);
   // d silu / dg = s * (1 + g * (1 - s)).
   return {d * u * s * (1.f + g * (1.f - s)), d * (g * s)};
-}
-
-__device__ __forceinline__ float4 Add(float4 a, float x, float y, float z,
-                                      float w) {
-  return make_float4(a.x + x, a.y + y, a.z + z, a.w + w);
 }
 
 __global__ void SwiGluBackwardQuadKernel(ConstMatrixView gate,
@@ -51,12 +46,11 @@ __global__ void SwiGluBackwardQuadKernel(ConstMatrixView gate,
     const SwiGluGrads e[4] = {GradsOf(g.x, u.x, d.x), GradsOf(g.y, u.y, d.y),
                               GradsOf(g.z, u.z, d.z), GradsOf(g.w, u.w, d.w)};
     if (dgate.data != nullptr) {
-      QuadAt(dgate, r, c) = Add(QuadAt(dgate, r, c), e[0].dgate, e[1].dgate,
-                                e[2].dgate, e[3].dgate);
+      QuadAt(dgate, r, c) =
+          make_float4(e[0].dgate, e[1].dgate, e[2].dgate, e[3].dgate);
     }
     if (dup.data != nullptr) {
-      QuadAt(dup, r, c) =
-          Add(QuadAt(dup, r, c), e[0].dup, e[1].dup, e[2].dup, e[3].dup);
+      QuadAt(dup, r, c) = make_float4(e[0].dup, e[1].dup, e[2].dup, e[3].dup);
     }
   });
 }
@@ -75,8 +69,8 @@ __global__ void SwiGluBackwardKernel(ConstMatrixView gate, ConstMatrixView up,
                                      MatrixView dup) {
   ForEachElement(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
     const SwiGluGrads e = GradsOf(At(gate, r, c), At(up, r, c), At(dout, r, c));
-    if (dgate.data != nullptr) At(dgate, r, c) += e.dgate;
-    if (dup.data != nullptr) At(dup, r, c) += e.dup;
+    if (dgate.data != nullptr) At(dgate, r, c) = e.dgate;
+    if (dup.data != nullptr) At(dup, r, c) = e.dup;
   });
 }
 

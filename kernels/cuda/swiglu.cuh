@@ -10,8 +10,8 @@ namespace glm::cuda {
 // gate, up, out: [rows, cols].
 void SwiGluForward(CudaContext& ctx, ConstMatrixView gate, ConstMatrixView up,
                    MatrixView out);
-// dgate += dout * up * silu'(gate); dup += dout * silu(gate) (each skipped
-// when empty).
+// dgate = dout * up * silu'(gate); dup = dout * silu(gate) (each written, not
+// added; skipped when empty).
 void SwiGluBackward(CudaContext& ctx, ConstMatrixView gate, ConstMatrixView up,
                     ConstMatrixView dout, MatrixView dgate, MatrixView dup);
 

@@ -1505,24 +1505,22 @@ void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
   const std::string label = absl::StrCat(
       tag, " src", Dims(src), " dout", Dims(dout), scaled ? "" : " no scale",
       want_dsrc ? "" : " no dsrc", want_dscale ? "" : " no dscale");
-  f.push_back({"ScatterAddRowsBackward", label, [=] {
-                 CaseBuilder b("ScatterAddRowsBackward", label);
-                 const int is = b.Input("src", src),
-                           ir = b.Ints("rows", rows(b.rng())),
-                           ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
-                           id = b.Input("dout", dout),
-                           ids = want_dsrc ? b.Accumulated("dsrc", dsrc) : -1,
-                           idc = want_dscale
-                                     ? b.Accumulated("dscale", Vec(src.rows))
-                                     : -1;
-                 return b.Build([=](Backend& be, const Bound& p) {
-                   be.ScatterAddRowsBackward(
-                       p.View(is), p.Ints(ir), ic >= 0 ? p.Floats(ic) : nullptr,
-                       p.View(id), ids >= 0 ? p.View(ids) : MatrixView{},
-                       idc >= 0 ? p.Floats(idc) : nullptr);
-                   return 0.0;
-                 });
-               }});
+  f.push_back(
+      {"ScatterAddRowsBackward", label, [=] {
+         CaseBuilder b("ScatterAddRowsBackward", label);
+         const int is = b.Input("src", src), ir = b.Ints("rows", rows(b.rng())),
+                   ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
+                   id = b.Input("dout", dout),
+                   ids = want_dsrc ? b.Written("dsrc", dsrc) : -1,
+                   idc = want_dscale ? b.Written("dscale", Vec(src.rows)) : -1;
+         return b.Build([=](Backend& be, const Bound& p) {
+           be.ScatterAddRowsBackward(
+               p.View(is), p.Ints(ir), ic >= 0 ? p.Floats(ic) : nullptr,
+               p.View(id), ids >= 0 ? p.View(ids) : MatrixView{},
+               idc >= 0 ? p.Floats(idc) : nullptr);
+           return 0.0;
+         });
+       }});
 }
 
 void AddRowsCases(Factories& f) {
@@ -1784,8 +1782,8 @@ void AddSwiGluBackward(Factories& f, const std::string& tag, int64_t rows,
                  const int ig = b.Input("gate", gate, 3.f),
                            iu = b.Input("up", up),
                            id = b.Input("dout", Dense(rows, cols)),
-                           idg = want_dgate ? b.Accumulated("dgate", gate) : -1,
-                           idu = want_dup ? b.Accumulated("dup", up) : -1;
+                           idg = want_dgate ? b.Written("dgate", gate) : -1,
+                           idu = want_dup ? b.Written("dup", up) : -1;
                  return b.Build([=](Backend& be, const Bound& p) {
                    be.SwiGluBackward(p.View(ig), p.View(iu), p.View(id),
                                      idg >= 0 ? p.View(idg) : MatrixView{},

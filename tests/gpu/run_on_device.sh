@@ -51,8 +51,9 @@ for name in "$@"; do
       MTP= OURS_ONLY=1 GRAPHS=0 GLM_GPU_ACTIVITY=1 part gaps_eager \
         "${GAPS_LIMIT:-120}" bench/gpu_train_bench.sh /tmp/gaps_eager
       cp /tmp/gaps_eager/ours.worker.txt "$out/gaps_eager.worker.txt" ;;
-    gaps)  # the 4k bench row, ours only, with the GPU's idle share of each step
-      MTP= OURS_ONLY=1 GLM_GPU_ACTIVITY=1 part gaps "${GAPS_LIMIT:-120}" \
+    gaps)  # the 4k bench row, ours only, with the GPU's idle share of each
+      # step and its kernels by total time (recorded, not serialized)
+      MTP= OURS_ONLY=1 GLM_GPU_ACTIVITY=kernels part gaps "${GAPS_LIMIT:-120}" \
         bench/gpu_train_bench.sh /tmp/gaps
       cp /tmp/gaps/ours.worker.txt "$out/gaps.worker.txt" ;;
     recompute)  # the 4k bench row with every layer recomputed, ours only
