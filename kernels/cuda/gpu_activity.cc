@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace glm::cuda {
 namespace {
@@ -64,7 +65,11 @@ std::string_view KernelName(Records& records, const char* mangled) {
   if (found != records.name_of.end()) return found->second;
   int status = 0;
   char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  const std::string name = status == 0 ? demangled : mangled;
+  // "<unnamed>" as Nsight names anonymous namespaces, so that the first '('
+  // of a name opens its parameters (FormatKernelTimes cuts there).
+  const std::string name =
+      absl::StrReplaceAll(status == 0 ? demangled : mangled,
+                          {{"(anonymous namespace)", "<unnamed>"}});
   std::free(demangled);
   const std::string_view kept = *records.names.insert(name).first;
   records.name_of.emplace(mangled, kept);
