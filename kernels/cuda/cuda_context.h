@@ -24,6 +24,24 @@ inline size_t ScratchAlignUp(size_t bytes) {
   return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
 }
 
+// Carves a call's pieces out of one scratch buffer, each at kScratchAlign.
+// Run once without a base to size the buffer, then on it.
+class Carver {
+ public:
+  explicit Carver(char* base = nullptr) : base_(base) {}
+  template <typename T>
+  T* Take(int64_t count) {
+    T* at = reinterpret_cast<T*>(base_ + used_);
+    used_ += ScratchAlignUp(count * sizeof(T));
+    return at;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
 // How matrix products round their inputs. kFp32: fp32 inputs and FMA (no
 // TF32), the mode the tight equivalence tests use. kBf16: inputs rounded to
 // bf16, fp32 accumulation and fp32 outputs. kTf32: fp32 operands read as TF32

@@ -154,24 +154,6 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
   return graph;
 }
 
-// Carves a call's pieces out of one scratch buffer, each at kScratchAlign.
-// Run once without a base to size the buffer, then on it.
-class Carver {
- public:
-  explicit Carver(char* base = nullptr) : base_(base) {}
-  template <typename T>
-  T* Take(int64_t count) {
-    T* at = reinterpret_cast<T*>(base_ + used_);
-    used_ += ScratchAlignUp(count * sizeof(T));
-    return at;
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
-
 // A call's bf16 operands, statistics, mask and workspace.
 struct Buffers {
   __nv_bfloat16 *q, *k, *v, *o, *dout, *dq, *dk, *dv, *bias;

@@ -572,31 +572,33 @@ __global__ void KlRowKernel(KlProblem p, int64_t t0, float* dot_grad,
   DotGrads(p, selected, z, weights, dots);
 }
 
-// Shared memory of DenseKlRowKernel: topk floats (targets), topk floats
-// (scores, then their gradients) and each key's slot. Kept small (about 24 KiB
-// at top-k 2048 and 4096 keys) so that eight blocks share an SM: the kernel
-// streams its rows twice and needs many in flight.
+// Shared memory of DenseKlRowKernel: per slot its target, its score (then
+// its gradient) and the heads whose dot is positive (a bit each), and each
+// key's slot. About 32 KiB at top-k 2048 and 4096 keys, so that several
+// blocks share an SM: the kernel streams its rows and needs many in flight.
 size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
-  return topk * 2 * sizeof(float) + key_end * sizeof(int16_t);
+  return topk * (2 * sizeof(float) + sizeof(uint32_t)) +
+         key_end * sizeof(int16_t);
 }
 
 // KlRowKernel for the dense path: one block per query t = t0 + blockIdx.x of
 // a chunk whose dots with keys [0, key_end) are the rows
-// dots[(t - t0)*heads + h] (row length key_end). Keys are walked in order
-// (coalesced rows) and found in the query's slots through a key -> slot map;
-// d loss / d dot goes to the same rows of grads (bf16, leading dimension
-// grads_ld), 0 at the keys not selected. dw sums per thread over its keys,
-// per head over each warp's lanes (a fixed butterfly), then over the warps in
-// order: deterministic.
+// dots[(t - t0)*heads + h] (row length key_end). One read of the selected
+// keys' dots gives each slot's score and the heads where its ReLU is active;
+// after the loss, the same rows of grads (bf16, leading dimension grads_ld)
+// get e[h][s] = d loss / d z_s * scale where head h's dot with key s is
+// positive, 0 elsewhere and at keys not selected: written, never read back.
+// d loss / d dot[h][s] = w[h] * e[h][s], and d loss / d w[h] = sum_s e[h][s]
+// dot[h][s], which DenseKlLoss takes from the product e ik (QueryGrads).
+// Keys are walked in order (coalesced rows) and found in the query's slots
+// through a key -> slot map.
 __global__ void __launch_bounds__(kKlThreads, 5)
     DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, const float* dots,
-                     __nv_bfloat16* grads, int64_t grads_ld, double* row_loss,
-                     MatrixView dw) {
+                     __nv_bfloat16* grads, int64_t grads_ld, double* row_loss) {
   extern __shared__ float target[];
   float* z = target + p.topk;
-  auto* slot_of = reinterpret_cast<int16_t*>(z + p.topk);
-  constexpr int kWarps = kKlThreads / 32;
-  __shared__ double dw_parts[kMaxHeads][kWarps];
+  auto* positive = reinterpret_cast<uint32_t*>(z + p.topk);
+  auto* slot_of = reinterpret_cast<int16_t*>(positive + p.topk);
   const int64_t t = t0 + blockIdx.x;
   const int32_t* selected = p.keys + t * p.topk;
   const float* weights = RowOf(p.w, t);
@@ -611,40 +613,63 @@ __global__ void __launch_bounds__(kKlThreads, 5)
   for (int s = threadIdx.x; s < key_end; s += kKlThreads) {
     const int j = slot_of[s];
     if (j < 0) continue;
-    z[j] = SlotScore(p, weights, [&](int h) { return row[h * key_end + s]; });
+    uint32_t active = 0;
+    z[j] = SlotScore(p, weights, [&](int h) {
+      const float dot = row[h * key_end + s];
+      active |= static_cast<uint32_t>(p.scale * dot > 0.f) << h;
+      return dot;
+    });
+    positive[j] = active;
   }
   __syncthreads();
   SlotLoss(p, t, selected, target, z, row_loss);
-  float dw_part[kMaxHeads] = {};
   for (int s = threadIdx.x; s < key_end; s += kKlThreads) {
     const int j = slot_of[s];
-    const float dz = j < 0 ? 0.f : z[j];
+    const float dz = j < 0 ? 0.f : z[j] * p.scale;
+    const uint32_t active = j < 0 ? 0u : positive[j];
 #pragma unroll
     for (int h = 0; h < kMaxHeads; ++h) {
       if (h >= p.heads) break;
-      __nv_bfloat16* g = grad_rows + h * grads_ld + s;
-      if (j < 0) {
-        *g = __float2bfloat16(0.f);
-        continue;
-      }
-      const float dot = row[h * key_end + s];
-      dw_part[h] += dz * fmaxf(p.scale * dot, 0.f);
-      *g = __float2bfloat16(DotGrad(p, dot, dz, weights[h]));
+      grad_rows[h * grads_ld + s] =
+          __float2bfloat16((active >> h & 1u) != 0 ? dz : 0.f);
     }
   }
-  if (dw.data == nullptr) return;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int h = 0; h < kMaxHeads; ++h) {
-    if (h >= p.heads) break;
-    const double warp_sum = WarpSum(static_cast<double>(dw_part[h]));
-    if (lane == 0) dw_parts[h][warp] = warp_sum;
+}
+
+// Rows [count*heads, dim] of iq scaled by their head weights: w[t,h] iq[t,h],
+// the operand whose product with e gives the key gradients.
+__global__ void WeightedQueriesKernel(KlProblem p, int64_t t0, int64_t count,
+                                      MatrixView out) {
+  ForEachElement(count * p.heads, p.iq.cols, [&](int64_t r, int64_t c) {
+    const int64_t t = t0 + r / p.heads;
+    At(out, r, c) =
+        RowOf(p.w, t)[r % p.heads] * At(p.iq, t * p.heads + r % p.heads, c);
+  });
+}
+
+// From e_ik [count*heads, dim] = e ik (DenseKlRowKernel's e): diq[t,h] +=
+// w[t,h] e_ik[t,h] and dw[t,h] += iq[t,h] . e_ik[t,h], one warp per row (a
+// fixed butterfly: deterministic). Empty views are skipped.
+__global__ void QueryGradsKernel(KlProblem p, int64_t t0, int64_t count,
+                                 ConstMatrixView e_ik, MatrixView diq,
+                                 MatrixView dw) {
+  const int64_t r = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= count * p.heads) return;
+  const int64_t t = t0 + r / p.heads;
+  const int h = static_cast<int>(r % p.heads);
+  const int64_t q_row = t * p.heads + h;
+  const float weight = RowOf(p.w, t)[h];
+  double dot = 0;
+  for (int64_t c = lane; c < p.iq.cols; c += 32) {
+    const float g = At(e_ik, r, c);
+    if (diq.data != nullptr) At(diq, q_row, c) += weight * g;
+    dot += double{At(p.iq, q_row, c)} * g;
   }
-  __syncthreads();
-  if (threadIdx.x >= p.heads) return;
-  double acc = 0;
-  for (int w = 0; w < kWarps; ++w) acc += dw_parts[threadIdx.x][w];
-  RowOf(dw, t)[threadIdx.x] += static_cast<float>(acc);
+  dot = WarpSum(dot);
+  if (dw.data != nullptr && lane == 0) {
+    RowOf(dw, t)[h] += static_cast<float>(dot);
+  }
 }
 
 // The gradient products below give each block an output tile of
@@ -827,17 +852,16 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
 
 // The bf16 mode's loss where the selection is dense (each query selects at
 // least one in 8 of the keys): the dots of a block of queries' heads with
-// every key by one TF32 GEMM, the loss and the dots' gradients by one pass
-// over those rows (DenseKlRowKernel), then the gradients through the bf16
-// products of those gradients (rounded to bf16 as they are written, as every
-// product's output gradient is in this mode: half the bytes the products
-// read, which bound them). The dots stay TF32, not bf16: the ReLU's kink
-// and the softmax see the fp32 path's values to about 1e-3 relative, and the
-// fp32 operands need no conversion pass. In self-attention (n == nk: query t
-// is key token t, its keys are <= t) a block of queries forms its dots with
-// the keys up to its last query only, about half the products and score
-// traffic of every key. Every sum runs in an order fixed by the shapes:
-// deterministic.
+// every key by one TF32 GEMM, the loss and e (DenseKlRowKernel) by one read
+// of those rows, then the gradients through two bf16 products of e (rounded
+// to bf16 as it is written, as every product's output gradient is in this
+// mode): e ik for the query and head-weight gradients, e^T (w iq) for the key
+// gradients. The dots stay TF32, not bf16: the ReLU's kink and the softmax
+// see the fp32 path's values to about 1e-3 relative, and the fp32 operands
+// need no conversion pass. In self-attention (n == nk: query t is key token
+// t, its keys are <= t) a block of queries forms its dots with the keys up to
+// its last query only, about half the products and score traffic of every
+// key. Every sum runs in an order fixed by the shapes: deterministic.
 void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
                  MatrixView dik, MatrixView dw, float coeff, double* loss) {
   cudaStream_t stream = ctx.stream();
@@ -845,37 +869,66 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   // Rows of bf16 gradients padded to 16 bytes for the products.
   const int64_t grads_ld = (nk + 7) / 8 * 8;
   const int64_t chunk = ChunkQueries(
-      n, heads * (nk * sizeof(float) + grads_ld * sizeof(__nv_bfloat16)));
-  const size_t loss_bytes = ScratchAlignUp(n * sizeof(double));
-  const size_t dots_bytes = ScratchAlignUp(chunk * heads * nk * sizeof(float));
+      n, heads * (nk * sizeof(float) + grads_ld * sizeof(__nv_bfloat16) +
+                  2 * dim * sizeof(float)));
+  Carver sizer;
+  auto carve = [&](Carver& c) {
+    struct {
+      double* row_loss;
+      float* dots;
+      __nv_bfloat16* grads;
+      float* e_ik;
+      float* weighted_iq;
+    } b;
+    b.row_loss = c.Take<double>(n);
+    b.dots = c.Take<float>(chunk * heads * nk);
+    b.grads = c.Take<__nv_bfloat16>(chunk * heads * grads_ld);
+    b.e_ik = c.Take<float>(chunk * heads * dim);
+    b.weighted_iq = c.Take<float>(chunk * heads * dim);
+    return b;
+  };
+  carve(sizer);
   // Linear takes the plain scratch: these live in the composite one.
-  char* buffer = static_cast<char*>(
-      ctx.CompositeScratch(loss_bytes + dots_bytes +
-                           chunk * heads * grads_ld * sizeof(__nv_bfloat16)));
-  auto* row_loss = reinterpret_cast<double*>(buffer);
-  auto* dots = reinterpret_cast<float*>(buffer + loss_bytes);
-  auto* grads =
-      reinterpret_cast<__nv_bfloat16*>(buffer + loss_bytes + dots_bytes);
+  Carver carver(static_cast<char*>(ctx.CompositeScratch(sizer.used())));
+  const auto b = carve(carver);
   WithPrecision tf32(ctx, Precision::kTf32);
   // Allowed once for the widest rows; each chunk launches with its own.
   AllowShared(DenseKlRowKernel, DenseKlRowShared(p.topk, nk));
+  const bool need_e_ik = !diq.empty() || !dw.empty();
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-    const int64_t count = std::min(chunk, n - t0);
+    const int64_t count = std::min(chunk, n - t0), rows = count * heads;
     const int64_t key_end = VisibleKeyEnd(n, nk, t0 + count);
     const ConstMatrixView ik = p.ik.Rows(0, key_end);
-    const ConstMatrixView iq = p.iq.Rows(t0 * heads, count * heads);
-    Linear(tf32, iq, ik, MatrixView{dots, count * heads, key_end, key_end},
-           false);
+    Linear(tf32, p.iq.Rows(t0 * heads, rows), ik,
+           MatrixView{b.dots, rows, key_end, key_end}, false);
     DenseKlRowKernel<<<count, kKlThreads, DenseKlRowShared(p.topk, key_end),
-                       stream>>>(p, t0, static_cast<int>(key_end), dots, grads,
-                                 grads_ld, row_loss, dw);
+                       stream>>>(p, t0, static_cast<int>(key_end), b.dots,
+                                 b.grads, grads_ld, b.row_loss);
     GLM_CUDA_CHECK_LAUNCH();
-    if (diq.empty() && dik.empty()) continue;
-    LinearBackwardBf16(ctx, iq, ik, grads, grads_ld,
-                       RowsOrEmpty(diq, t0 * heads, count * heads),
-                       RowsOrEmpty(dik, 0, key_end));
+    const MatrixView e_ik{b.e_ik, rows, dim, dim},
+        weighted_iq{b.weighted_iq, rows, dim, dim};
+    if (!dik.empty()) {
+      WeightedQueriesKernel<<<GridStrideBlocks(rows * dim), kBlockThreads, 0,
+                              stream>>>(p, t0, count, weighted_iq);
+      GLM_CUDA_CHECK_LAUNCH();
+    }
+    if (need_e_ik) {
+      GLM_CUDA_CHECK(
+          cudaMemsetAsync(b.e_ik, 0, rows * dim * sizeof(float), stream));
+    }
+    if (need_e_ik || !dik.empty()) {
+      LinearBackwardBf16(ctx, weighted_iq, ik, b.grads, grads_ld,
+                         need_e_ik ? e_ik : MatrixView{},
+                         RowsOrEmpty(dik, 0, key_end));
+    }
+    if (need_e_ik) {
+      QueryGradsKernel<<<(rows * 32 + kBlockThreads - 1) / kBlockThreads,
+                         kBlockThreads, 0, stream>>>(p, t0, count, e_ik, diq,
+                                                     dw);
+      GLM_CUDA_CHECK_LAUNCH();
+    }
   }
-  LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
+  LossKernel<<<1, kKlThreads, 0, stream>>>(b.row_loss, n, coeff, loss);
   GLM_CUDA_CHECK_LAUNCH();
 }
 
