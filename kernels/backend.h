@@ -201,21 +201,22 @@ class Backend {
   virtual void AddExpertLoads(const int32_t* offsets, int64_t experts,
                               int32_t* loads) = 0;
   // y[p] = x[p] w_e^T for every row p of expert e (offsets as above, rows =
-  // offsets[experts] = y.rows); w [experts * out, in]: expert e's weight is
-  // rows [e*out, (e+1)*out). With `x_rows` ([rows] indices into x), row p
-  // reads x[x_rows[p]] instead: the routed tokens straight from the layer's
-  // input, without a gathered copy. y [rows, out] is overwritten.
-  virtual void GroupedLinear(ConstMatrixView x, const int32_t* x_rows,
-                             ConstMatrixView w, const int32_t* offsets,
-                             int64_t experts, MatrixView y) = 0;
+  // offsets[experts] = y.rows = x.count); w [experts * out, in]: expert e's
+  // weight is rows [e*out, (e+1)*out). x may be read by index (IndexedRows):
+  // the routed tokens straight from the layer's input, without a gathered
+  // copy. y [rows, out] is overwritten.
+  virtual void GroupedLinear(IndexedRows x, ConstMatrixView w,
+                             const int32_t* offsets, int64_t experts,
+                             MatrixView y) = 0;
   // dx[p] += dy[p] w_e (dx[p] = without accumulate_dx: dx need not be
-  // initialized); dw_e += dy_e^T x_e (an expert without rows adds nothing);
-  // x_rows as in GroupedLinear (dx stays [rows, in], one row per p).
-  virtual void GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
-                                     ConstMatrixView w, const int32_t* offsets,
-                                     int64_t experts, ConstMatrixView dy,
-                                     MatrixView dx, bool accumulate_dx,
-                                     MatrixView dw) = 0;
+  // initialized); dw_e += dy_e^T x_e (an expert without rows adds nothing).
+  // x and dy may be read by index (dy: the combine's gradient, each routed
+  // row's token's output gradient times its routing weight); both have
+  // offsets[experts] rows, as dx [rows, in].
+  virtual void GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
+                                     const int32_t* offsets, int64_t experts,
+                                     IndexedRows dy, MatrixView dx,
+                                     bool accumulate_dx, MatrixView dw) = 0;
 
   // ---- loss ----
   // The loss ops add their value to a double in the backend's memory (*sum,

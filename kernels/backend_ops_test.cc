@@ -152,8 +152,8 @@ OpCase GroupedLinearCase(std::mt19937& rng) {
   op.inputs = {Random({7, 5}, rng), Random({12, 5}, rng)};
   op.forward = [](Backend& b, const Tensors& in) {
     Tensor y({7, 4});
-    b.GroupedLinear(in[0].Matrix(), nullptr, in[1].Matrix(),
-                    kExpertOffsets.data(), 3, y.Matrix());
+    b.GroupedLinear(in[0].Matrix(), in[1].Matrix(), kExpertOffsets.data(), 3,
+                    y.Matrix());
     return Tensors{y};
   };
   op.reference = [](const Tensors& in) {
@@ -168,7 +168,7 @@ OpCase GroupedLinearCase(std::mt19937& rng) {
   };
   op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
     Tensor dx = ZerosLike(in[0]), dw = ZerosLike(in[1]);
-    b.GroupedLinearBackward(in[0].Matrix(), nullptr, in[1].Matrix(),
+    b.GroupedLinearBackward(in[0].Matrix(), in[1].Matrix(),
                             kExpertOffsets.data(), 3, d[0].Matrix(),
                             dx.Matrix(), /*accumulate_dx=*/true, dw.Matrix());
     return Tensors{dx, dw};
@@ -717,30 +717,38 @@ TEST(BackendOps, GroupByExpertIsAStableCountingSort) {
   }
 }
 
-// Rows read by index (x_rows) give what the gathered copy gives, bitwise.
+// Rows read by index (IndexedRows) give what the gathered copy gives,
+// bitwise: x's rows, and dy's rows times their scales.
 TEST(BackendOps, GroupedLinearReadsRowsByIndex) {
   std::mt19937 rng(11);
   const Tensor x = Random({4, 5}, rng), w = Random({12, 5}, rng),
-               dy = Random({7, 4}, rng);
+               dy_tokens = Random({3, 4}, rng), dy_scale = Random({7}, rng);
   const std::vector<int32_t> rows = {3, 0, 0, 2, 1, 3, 2};
-  Tensor gathered({7, 5}, nullptr);
+  const std::vector<int32_t> dy_rows = {2, 0, 1, 1, 0, 2, 2};
+  Tensor gathered({7, 5}, nullptr), dy({7, 4}, nullptr);
   for (int p = 0; p < 7; ++p) {
     std::copy_n(x.data() + rows[p] * 5, 5, gathered.data() + p * 5);
+    for (int c = 0; c < 4; ++c) {
+      dy.data()[p * 4 + c] =
+          dy_scale.data()[p] * dy_tokens.data()[dy_rows[p] * 4 + c];
+    }
   }
   for (auto& backend : Backends()) {
     SCOPED_TRACE(backend->Name());
     Tensor y_rows({7, 4}, nullptr), y_copy({7, 4}, nullptr);
-    backend->GroupedLinear(x.Matrix(), rows.data(), w.Matrix(),
+    backend->GroupedLinear(IndexedRows(x.Matrix(), rows.data(), 7), w.Matrix(),
                            kExpertOffsets.data(), 3, y_rows.Matrix());
-    backend->GroupedLinear(gathered.Matrix(), nullptr, w.Matrix(),
-                           kExpertOffsets.data(), 3, y_copy.Matrix());
+    backend->GroupedLinear(gathered.Matrix(), w.Matrix(), kExpertOffsets.data(),
+                           3, y_copy.Matrix());
     EXPECT_EQ(y_rows.values(), y_copy.values());
     Tensor dx_rows({7, 5}, nullptr), dx_copy({7, 5}, nullptr),
         dw_rows({12, 5}, nullptr), dw_copy({12, 5}, nullptr);
-    backend->GroupedLinearBackward(x.Matrix(), rows.data(), w.Matrix(),
-                                   kExpertOffsets.data(), 3, dy.Matrix(),
-                                   dx_rows.Matrix(), false, dw_rows.Matrix());
-    backend->GroupedLinearBackward(gathered.Matrix(), nullptr, w.Matrix(),
+    backend->GroupedLinearBackward(
+        IndexedRows(x.Matrix(), rows.data(), 7), w.Matrix(),
+        kExpertOffsets.data(), 3,
+        IndexedRows(dy_tokens.Matrix(), dy_rows.data(), 7, dy_scale.data()),
+        dx_rows.Matrix(), false, dw_rows.Matrix());
+    backend->GroupedLinearBackward(gathered.Matrix(), w.Matrix(),
                                    kExpertOffsets.data(), 3, dy.Matrix(),
                                    dx_copy.Matrix(), false, dw_copy.Matrix());
     EXPECT_EQ(dx_rows.values(), dx_copy.values());

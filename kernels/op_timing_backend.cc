@@ -279,22 +279,24 @@ void OpTimingBackend::AddExpertLoads(const int32_t* offsets, int64_t experts,
         [&] { timed_->AddExpertLoads(offsets, experts, loads); });
 }
 
-void OpTimingBackend::GroupedLinear(ConstMatrixView x, const int32_t* x_rows,
-                                    ConstMatrixView w, const int32_t* offsets,
-                                    int64_t experts, MatrixView y) {
+void OpTimingBackend::GroupedLinear(IndexedRows x, ConstMatrixView w,
+                                    const int32_t* offsets, int64_t experts,
+                                    MatrixView y) {
   Timed(absl::StrCat("GroupedLinear w[", w.rows, ",", w.cols, "]"),
-        Flops(ProductFlops(y.rows, x.cols, w.rows / experts)),
-        [&] { timed_->GroupedLinear(x, x_rows, w, offsets, experts, y); });
+        Flops(ProductFlops(y.rows, x.x.cols, w.rows / experts)),
+        [&] { timed_->GroupedLinear(x, w, offsets, experts, y); });
 }
 
-void OpTimingBackend::GroupedLinearBackward(
-    ConstMatrixView x, const int32_t* x_rows, ConstMatrixView w,
-    const int32_t* offsets, int64_t experts, ConstMatrixView dy, MatrixView dx,
-    bool accumulate_dx, MatrixView dw) {
+void OpTimingBackend::GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
+                                            const int32_t* offsets,
+                                            int64_t experts, IndexedRows dy,
+                                            MatrixView dx, bool accumulate_dx,
+                                            MatrixView dw) {
   const double products = (dx.empty() ? 0 : 1) + (dw.empty() ? 0 : 1);
   Timed(absl::StrCat("GroupedLinearBackward w[", w.rows, ",", w.cols, "]"),
-        Flops(products * ProductFlops(dy.rows, x.cols, w.rows / experts)), [&] {
-          timed_->GroupedLinearBackward(x, x_rows, w, offsets, experts, dy, dx,
+        Flops(products * ProductFlops(dy.count, x.x.cols, w.rows / experts)),
+        [&] {
+          timed_->GroupedLinearBackward(x, w, offsets, experts, dy, dx,
                                         accumulate_dx, dw);
         });
 }

@@ -90,6 +90,27 @@ inline ConstMatrixView RowsOrEmpty(const ConstMatrixView& view, int64_t start,
   return view.empty() ? view : view.Rows(start, count);
 }
 
+// The rows an op reads: x's own, or `count` rows read by index, row p being
+// x[rows[p]] times scale[p] (scale null: 1), so that the op reads them where
+// they lie instead of from a gathered (and scaled) copy.
+struct IndexedRows {
+  ConstMatrixView x;
+  const int32_t* rows = nullptr;
+  const float* scale = nullptr;
+  int64_t count = 0;
+
+  IndexedRows() = default;
+  IndexedRows(ConstMatrixView view)  // NOLINT: a view is its own rows
+      : x(view), count(view.rows) {}
+  IndexedRows(MatrixView view)  // NOLINT: a view is its own rows
+      : IndexedRows(ConstMatrixView(view)) {}
+  IndexedRows(ConstMatrixView view, const int32_t* index, int64_t n,
+              const float* row_scale = nullptr)
+      : x(view), rows(index), scale(row_scale), count(n) {}
+
+  bool indexed() const { return rows != nullptr; }
+};
+
 // `size` contiguous floats [data, data + size) of one allocation, where its
 // owner keeps them (host memory or a backend's device): a FloatSpan to write
 // them, a ConstFloatSpan to read them.

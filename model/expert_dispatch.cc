@@ -42,13 +42,13 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
   e->mlp.hidden = Tensor::ForOutput({rows, inter});
   e->out = Tensor::ForOutput({rows, x.cols});
   MatrixView gate_up = e->mlp.gate_up.Matrix();
-  backend.GroupedLinear(x, g.tokens.data(), p.experts_gate_up.value.Matrix(),
-                        g.offsets.data(), experts, gate_up);
+  backend.GroupedLinear(IndexedRows(x, g.tokens.data(), rows),
+                        p.experts_gate_up.value.Matrix(), g.offsets.data(),
+                        experts, gate_up);
   backend.SwiGluForward(gate_up.Columns(0, inter),
                         gate_up.Columns(inter, inter), e->mlp.hidden.Matrix());
-  backend.GroupedLinear(e->mlp.hidden.Matrix(), nullptr,
-                        p.experts_down.value.Matrix(), g.offsets.data(),
-                        experts, e->out.Matrix());
+  backend.GroupedLinear(e->mlp.hidden.Matrix(), p.experts_down.value.Matrix(),
+                        g.offsets.data(), experts, e->out.Matrix());
   backend.ScatterAddRows(e->out.Matrix(), g.tokens.data(), e->weight.data(),
                          out);
 }
@@ -60,10 +60,12 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
                 experts = p.experts_down.value.dim(0), rows = e.grouping.rows();
   if (rows == 0) return;
   const ExpertGrouping& g = e.grouping;
-  Tensor dexpert_out = Tensor::ForOutput({rows, dout.cols}),
-         dweight = Tensor::ForOutput({rows, 1});
+  // The routing weights' gradients; the experts' output gradient, each
+  // row's token's dout times its weight, is read by index where the down
+  // projection's backward converts it (no [rows, hidden] copy).
+  Tensor dweight = Tensor::ForOutput({rows, 1});
   backend.ScatterAddRowsBackward(e.out.Matrix(), g.tokens.data(),
-                                 e.weight.data(), dout, dexpert_out.Matrix(),
+                                 e.weight.data(), dout, MatrixView{},
                                  dweight.data());
   backend.ScatterAddRows(dweight.Matrix(), g.slots.data(), nullptr,
                          dweight_rows);
@@ -72,18 +74,19 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
          dgate_up = Tensor::ForOutput({rows, 2 * inter}),
          dx_rows = Tensor::ForOutput({rows, dout.cols});
   backend.GroupedLinearBackward(
-      e.mlp.hidden.Matrix(), nullptr, p.experts_down.value.Matrix(),
-      g.offsets.data(), experts, dexpert_out.Matrix(), dhidden.Matrix(),
-      /*accumulate_dx=*/false, p.experts_down.grad.Matrix());
+      e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
+      experts, IndexedRows(dout, g.tokens.data(), rows, e.weight.data()),
+      dhidden.Matrix(), /*accumulate_dx=*/false, p.experts_down.grad.Matrix());
   ConstMatrixView gate_up = e.mlp.gate_up.Matrix();
   MatrixView dgu = dgate_up.Matrix();
   backend.SwiGluBackward(gate_up.Columns(0, inter),
                          gate_up.Columns(inter, inter), dhidden.Matrix(),
                          dgu.Columns(0, inter), dgu.Columns(inter, inter));
-  backend.GroupedLinearBackward(
-      e.source, g.tokens.data(), p.experts_gate_up.value.Matrix(),
-      g.offsets.data(), experts, dgu, dx_rows.Matrix(), /*accumulate_dx=*/false,
-      p.experts_gate_up.grad.Matrix());
+  backend.GroupedLinearBackward(IndexedRows(e.source, g.tokens.data(), rows),
+                                p.experts_gate_up.value.Matrix(),
+                                g.offsets.data(), experts, dgu,
+                                dx_rows.Matrix(), /*accumulate_dx=*/false,
+                                p.experts_gate_up.grad.Matrix());
   backend.ScatterAddRows(dx_rows.Matrix(), g.tokens.data(), nullptr, dx);
 }
 

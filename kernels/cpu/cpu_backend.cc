@@ -160,25 +160,26 @@ void CpuBackend::AddExpertLoads(const int32_t* offsets, int64_t experts,
   CheckHeld("AddExpertLoads", {offsets, loads});
   cpu::AddExpertLoads(offsets, experts, loads);
 }
-void CpuBackend::GroupedLinear(ConstMatrixView x, const int32_t* x_rows,
-                               ConstMatrixView w, const int32_t* offsets,
-                               int64_t experts, MatrixView y) {
-  CheckHeld("GroupedLinear", {x.data, x_rows, w.data, offsets, y.data});
-  cpu::GroupedLinearForward(x, x_rows, w, offsets, experts, y);
+void CpuBackend::GroupedLinear(IndexedRows x, ConstMatrixView w,
+                               const int32_t* offsets, int64_t experts,
+                               MatrixView y) {
+  CheckHeld("GroupedLinear",
+            {x.x.data, x.rows, x.scale, w.data, offsets, y.data});
+  cpu::GroupedLinearForward(x, w, offsets, experts, y);
 }
-void CpuBackend::GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
-                                       ConstMatrixView w,
+void CpuBackend::GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
                                        const int32_t* offsets, int64_t experts,
-                                       ConstMatrixView dy, MatrixView dx,
+                                       IndexedRows dy, MatrixView dx,
                                        bool accumulate_dx, MatrixView dw) {
   CheckHeld("GroupedLinearBackward",
-            {x.data, x_rows, w.data, offsets, dy.data, dx.data, dw.data});
+            {x.x.data, x.rows, x.scale, w.data, offsets, dy.x.data, dy.rows,
+             dy.scale, dx.data, dw.data});
   if (!accumulate_dx) {
     for (int64_t r = 0; r < dx.rows; ++r) {
       std::fill(dx.Row(r), dx.Row(r) + dx.cols, 0.f);
     }
   }
-  cpu::GroupedLinearBackward(x, x_rows, w, offsets, experts, dy, dx, dw);
+  cpu::GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
 }
 void CpuBackend::CrossEntropyForward(ConstMatrixView logits,
                                      const int32_t* targets, double divisor,

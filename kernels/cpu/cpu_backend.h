@@ -67,13 +67,12 @@ class CpuBackend : public Backend {
                      int32_t* offsets) override;
   void AddExpertLoads(const int32_t* offsets, int64_t experts,
                       int32_t* loads) override;
-  void GroupedLinear(ConstMatrixView x, const int32_t* x_rows,
-                     ConstMatrixView w, const int32_t* offsets, int64_t experts,
-                     MatrixView y) override;
-  void GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
-                             ConstMatrixView w, const int32_t* offsets,
-                             int64_t experts, ConstMatrixView dy, MatrixView dx,
-                             bool accumulate_dx, MatrixView dw) override;
+  void GroupedLinear(IndexedRows x, ConstMatrixView w, const int32_t* offsets,
+                     int64_t experts, MatrixView y) override;
+  void GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
+                             const int32_t* offsets, int64_t experts,
+                             IndexedRows dy, MatrixView dx, bool accumulate_dx,
+                             MatrixView dw) override;
   void CrossEntropyForward(ConstMatrixView logits, const int32_t* targets,
                            double divisor, double* sum) override;
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,

@@ -51,53 +51,55 @@ View ExpertWeight(View w, int64_t experts, int64_t e) {
   return w.Rows(e * out, out);
 }
 
-}  // namespace
-
-namespace {
-
-// Expert rows [first, first + rows): x's own, or x[x_rows[p]] copied into
-// *storage (one expert's rows, not all of them, at a time).
-ConstMatrixView ExpertInput(ConstMatrixView x, const int32_t* x_rows,
-                            int64_t first, int64_t rows,
-                            std::vector<float>* storage) {
-  if (x_rows == nullptr) return x.Rows(first, rows);
-  storage->resize(rows * x.cols);
+// Expert rows [first, first + rows): x's own, or the indexed rows (times
+// their scales) copied into *storage (one expert's rows, not all of them, at
+// a time).
+ConstMatrixView ExpertRows(const IndexedRows& x, int64_t first, int64_t rows,
+                           std::vector<float>* storage) {
+  if (!x.indexed()) return x.x.Rows(first, rows);
+  storage->resize(rows * x.x.cols);
   for (int64_t p = 0; p < rows; ++p) {
-    const int32_t from = x_rows[first + p];
-    assert(from >= 0 && from < x.rows);
-    std::copy(x.Row(from), x.Row(from) + x.cols, storage->data() + p * x.cols);
+    const int32_t from = x.rows[first + p];
+    assert(from >= 0 && from < x.x.rows);
+    const float* in = x.x.Row(from);
+    float* out = storage->data() + p * x.x.cols;
+    if (x.scale == nullptr) {
+      std::copy(in, in + x.x.cols, out);
+      continue;
+    }
+    const float s = x.scale[first + p];
+    for (int64_t c = 0; c < x.x.cols; ++c) out[c] = s * in[c];
   }
-  return {storage->data(), rows, x.cols, x.cols};
+  return {storage->data(), rows, x.x.cols, x.x.cols};
 }
 
 }  // namespace
 
-void GroupedLinearForward(ConstMatrixView x, const int32_t* x_rows,
-                          ConstMatrixView w, const int32_t* offsets,
-                          int64_t experts, MatrixView y) {
+void GroupedLinearForward(IndexedRows x, ConstMatrixView w,
+                          const int32_t* offsets, int64_t experts,
+                          MatrixView y) {
   assert(w.rows % experts == 0 && y.rows == offsets[experts]);
   std::vector<float> gathered;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[e], rows = offsets[e + 1] - first;
     if (rows == 0) continue;
-    LinearForward(ExpertInput(x, x_rows, first, rows, &gathered),
+    LinearForward(ExpertRows(x, first, rows, &gathered),
                   ExpertWeight(w, experts, e), y.Rows(first, rows), false);
   }
 }
 
-void GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
-                           ConstMatrixView w, const int32_t* offsets,
-                           int64_t experts, ConstMatrixView dy, MatrixView dx,
-                           MatrixView dw) {
-  assert(w.rows % experts == 0 && dy.rows == offsets[experts]);
-  std::vector<float> gathered;
+void GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
+                           const int32_t* offsets, int64_t experts,
+                           IndexedRows dy, MatrixView dx, MatrixView dw) {
+  assert(w.rows % experts == 0 && dy.count == offsets[experts]);
+  std::vector<float> gathered, gathered_dy;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[e], rows = offsets[e + 1] - first;
     if (rows == 0) continue;
-    LinearBackward(ExpertInput(x, x_rows, first, rows, &gathered),
-                   ExpertWeight(w, experts, e), dy.Rows(first, rows),
-                   RowsOrEmpty(dx, first, rows),
-                   dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
+    LinearBackward(
+        ExpertRows(x, first, rows, &gathered), ExpertWeight(w, experts, e),
+        ExpertRows(dy, first, rows, &gathered_dy), RowsOrEmpty(dx, first, rows),
+        dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
   }
 }
 

@@ -16,15 +16,14 @@ void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                     MatrixView dx, MatrixView dw);
 
 // Per expert e, rows [offsets[e], offsets[e+1]) against w's rows [e*out,
-// (e+1)*out) (Backend::GroupedLinear / GroupedLinearBackward); with x_rows,
-// row p reads x[x_rows[p]] (gathered one expert at a time).
-void GroupedLinearForward(ConstMatrixView x, const int32_t* x_rows,
-                          ConstMatrixView w, const int32_t* offsets,
-                          int64_t experts, MatrixView y);
-void GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
-                           ConstMatrixView w, const int32_t* offsets,
-                           int64_t experts, ConstMatrixView dy, MatrixView dx,
-                           MatrixView dw);
+// (e+1)*out) (Backend::GroupedLinear / GroupedLinearBackward); rows read by
+// index are gathered (and scaled) one expert at a time.
+void GroupedLinearForward(IndexedRows x, ConstMatrixView w,
+                          const int32_t* offsets, int64_t experts,
+                          MatrixView y);
+void GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
+                           const int32_t* offsets, int64_t experts,
+                           IndexedRows dy, MatrixView dx, MatrixView dw);
 
 }  // namespace glm::cpu
 

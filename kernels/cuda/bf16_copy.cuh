@@ -21,10 +21,12 @@ namespace glm::cuda {
 void PackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* keep,
               int64_t rows_per_token, __nv_bfloat16* out, int64_t ld);
 
-// out [count, x.cols] with leading dimension ld = bf16(x[rows[p]]) for
-// p < count: a gather and the conversion in one pass.
+// out [count, x.cols] with leading dimension ld = bf16(scale[p] x[rows[p]])
+// for p < count (scale null: 1): a gather, the scaling and the conversion in
+// one pass.
 void PackBf16Rows(CudaContext& ctx, ConstMatrixView x, const int32_t* rows,
-                  int64_t count, __nv_bfloat16* out, int64_t ld);
+                  const float* scale, int64_t count, __nv_bfloat16* out,
+                  int64_t ld);
 
 // y = x or y += x (accumulate) for x [y.rows, y.cols] contiguous bf16; rows
 // that `keep` drops (as PackBf16) get 0 (+= 0).

@@ -243,16 +243,15 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                       int32_t* loads) override {
     cuda::AddExpertLoads(*this, offsets, experts, loads);
   }
-  void GroupedLinear(ConstMatrixView x, const int32_t* x_rows,
-                     ConstMatrixView w, const int32_t* offsets, int64_t experts,
-                     MatrixView y) override {
-    cuda::GroupedLinear(*this, {x, x_rows}, w, offsets, experts, y);
+  void GroupedLinear(IndexedRows x, ConstMatrixView w, const int32_t* offsets,
+                     int64_t experts, MatrixView y) override {
+    cuda::GroupedLinear(*this, x, w, offsets, experts, y);
   }
-  void GroupedLinearBackward(ConstMatrixView x, const int32_t* x_rows,
-                             ConstMatrixView w, const int32_t* offsets,
-                             int64_t experts, ConstMatrixView dy, MatrixView dx,
-                             bool accumulate_dx, MatrixView dw) override {
-    cuda::GroupedLinearBackward(*this, {x, x_rows}, w, offsets, experts, dy, dx,
+  void GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
+                             const int32_t* offsets, int64_t experts,
+                             IndexedRows dy, MatrixView dx, bool accumulate_dx,
+                             MatrixView dw) override {
+    cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx,
                                 accumulate_dx, dw);
   }
   void CrossEntropyForward(ConstMatrixView logits, const int32_t* targets,

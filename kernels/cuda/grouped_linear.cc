@@ -57,30 +57,16 @@ bool UseGroupedGemm(CudaContext& ctx, int64_t in, int64_t out,
   return true;
 }
 
-// An operand of the grouped products: a view, or rows of one gathered by
-// index (ExpertInput).
-struct Operand {
-  ConstMatrixView v;
-  const int32_t* rows = nullptr;
-  int64_t count = 0;  // rows gathered
-
-  Operand(ConstMatrixView view) : v(view), count(view.rows) {}  // NOLINT
-  Operand(ExpertInput input, int64_t gathered)
-      : v(input.x),
-        rows(input.rows),
-        count(input.rows != nullptr ? gathered : input.x.rows) {}
-};
-
 // bf16 operands: the weights' kept copies, or copies of the views carved from
 // the composite scratch (the grouped GEMM takes the plain scratch for its own
 // arguments); gathered rows are converted as they are gathered.
 class Bf16Operands {
  public:
-  Bf16Operands(CudaContext& ctx, std::initializer_list<Operand> operands) {
+  Bf16Operands(CudaContext& ctx, std::initializer_list<IndexedRows> operands) {
     size_t bytes = 0;
-    for (const Operand& o : operands) bytes += Bytes(o);
+    for (const IndexedRows& o : operands) bytes += Bytes(o);
     char* next = static_cast<char*>(ctx.CompositeScratch(bytes));
-    for (const Operand& o : operands) {
+    for (const IndexedRows& o : operands) {
       copies_.push_back(Copy(ctx, o, next));
       next += Bytes(o);
     }
@@ -90,75 +76,75 @@ class Bf16Operands {
  private:
   // The weight's kept copy when it has one and is contiguous (the grouped
   // GEMM reads dense operands); else a copy made at `at`.
-  static const __nv_bfloat16* Copy(CudaContext& ctx, const Operand& o,
+  static const __nv_bfloat16* Copy(CudaContext& ctx, const IndexedRows& o,
                                    char* at) {
-    const ConstMatrixView v = o.v;
-    const __nv_bfloat16* kept = o.rows == nullptr && v.stride == v.cols
-                                    ? ctx.Bf16WeightCopy(v)
-                                    : nullptr;
+    const ConstMatrixView v = o.x;
+    const __nv_bfloat16* kept =
+        !o.indexed() && v.stride == v.cols ? ctx.Bf16WeightCopy(v) : nullptr;
     if (kept != nullptr) return kept;
     auto* copy = reinterpret_cast<__nv_bfloat16*>(at);
-    if (o.rows != nullptr) {
-      PackBf16Rows(ctx, v, o.rows, o.count, copy, v.cols);
+    if (o.indexed()) {
+      PackBf16Rows(ctx, v, o.rows, o.scale, o.count, copy, v.cols);
     } else if (!v.empty()) {
       PackBf16(ctx, v, nullptr, 1, copy, v.cols);
     }
     return copy;
   }
-  static size_t Bytes(const Operand& o) {
-    return ScratchAlignUp(o.count * o.v.cols * sizeof(__nv_bfloat16));
+  static size_t Bytes(const IndexedRows& o) {
+    return ScratchAlignUp(o.count * o.x.cols * sizeof(__nv_bfloat16));
   }
   std::vector<const __nv_bfloat16*> copies_;
 };
 
-// The per-expert path's fp32 rows: x itself, or its gathered rows in the
-// composite scratch.
-ConstMatrixView Fp32Rows(CudaContext& ctx, ExpertInput x, int64_t count) {
-  if (x.rows == nullptr) return x.x;
-  MatrixView gathered{static_cast<float*>(ctx.CompositeScratch(
-                          ScratchAlignUp(count * x.x.cols * sizeof(float)))),
-                      count, x.x.cols, x.x.cols};
-  EmbeddingForward(ctx, x.x, x.rows, gathered);
+// The per-expert path's fp32 rows: x itself, or its gathered (and scaled)
+// rows at `at` (Fp32RowsBytes of the composite scratch).
+size_t Fp32RowsBytes(const IndexedRows& x) {
+  return x.indexed() ? ScratchAlignUp(x.count * x.x.cols * sizeof(float)) : 0;
+}
+ConstMatrixView Fp32Rows(CudaContext& ctx, const IndexedRows& x, char* at) {
+  if (!x.indexed()) return x.x;
+  MatrixView gathered{reinterpret_cast<float*>(at), x.count, x.x.cols,
+                      x.x.cols};
+  GatherRows(ctx, x.x, x.rows, x.scale, gathered);
   return gathered;
 }
 
 }  // namespace
 
-void GroupedLinear(CudaContext& ctx, ExpertInput input, ConstMatrixView w,
+void GroupedLinear(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
                    const int32_t* offsets, int64_t experts, MatrixView y) {
-  assert(w.rows % experts == 0 && input.x.cols == w.cols);
-  assert(input.rows != nullptr || y.rows == input.x.rows);
+  assert(w.rows % experts == 0 && x.x.cols == w.cols && x.count == y.rows);
   const int64_t in = w.cols, out = w.rows / experts, rows = y.rows;
   if (rows == 0) return;
   if (UseGroupedGemm(ctx, in, out, {y})) {
-    const Bf16Operands bf16(ctx, {Operand(input, rows), w});
+    const Bf16Operands bf16(ctx, {x, w});
     GroupedGemm(ctx, bf16[0], bf16[1], offsets, experts, rows, in, out, y);
     return;
   }
-  const ConstMatrixView x = Fp32Rows(ctx, input, rows);
+  const ConstMatrixView rows_x = Fp32Rows(
+      ctx, x, static_cast<char*>(ctx.CompositeScratch(Fp32RowsBytes(x))));
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   assert(first[experts] == rows);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t count = first[e + 1] - first[e];
     if (count == 0) continue;
-    Linear(ctx, x.Rows(first[e], count), ExpertWeight(w, experts, e),
+    Linear(ctx, rows_x.Rows(first[e], count), ExpertWeight(w, experts, e),
            y.Rows(first[e], count), false);
   }
 }
 
-void GroupedLinearBackward(CudaContext& ctx, ExpertInput input,
-                           ConstMatrixView w, const int32_t* offsets,
-                           int64_t experts, ConstMatrixView dy, MatrixView dx,
-                           bool accumulate_dx, MatrixView dw) {
-  assert(w.rows % experts == 0 && input.x.cols == w.cols);
-  assert(input.rows != nullptr || dy.rows == input.x.rows);
-  const int64_t in = w.cols, out = w.rows / experts, rows = dy.rows;
+void GroupedLinearBackward(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
+                           const int32_t* offsets, int64_t experts,
+                           IndexedRows dy, MatrixView dx, bool accumulate_dx,
+                           MatrixView dw) {
+  assert(w.rows % experts == 0 && x.x.cols == w.cols && x.count == dy.count);
+  assert(dy.x.cols == w.rows / experts);
+  const int64_t in = w.cols, out = w.rows / experts, rows = dy.count;
   if (rows == 0) return;
   if (UseGroupedGemm(ctx, in, out, {dx, dw})) {
     // x is converted only for the weight gradient, which reads it.
-    const ConstMatrixView none;
     const Bf16Operands bf16(
-        ctx, {dw.empty() ? Operand(none) : Operand(input, rows), w, dy});
+        ctx, {dw.empty() ? IndexedRows() : x, IndexedRows(w), dy});
     if (!dx.empty()) {
       GroupedGemmDataGrad(ctx, bf16[2], bf16[1], offsets, experts, rows, in,
                           out, accumulate_dx, dx);
@@ -174,13 +160,19 @@ void GroupedLinearBackward(CudaContext& ctx, ExpertInput input,
                                      dx.cols * sizeof(float), dx.rows,
                                      ctx.stream()));
   }
-  const ConstMatrixView x = Fp32Rows(ctx, input, rows);
+  // Both gathers in one composite scratch buffer, x's first.
+  const size_t x_bytes = Fp32RowsBytes(x);
+  char* at =
+      static_cast<char*>(ctx.CompositeScratch(x_bytes + Fp32RowsBytes(dy)));
+  const ConstMatrixView rows_x = Fp32Rows(ctx, x, at);
+  const ConstMatrixView rows_dy = Fp32Rows(ctx, dy, at + x_bytes);
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t count = first[e + 1] - first[e];
     if (count == 0) continue;
-    LinearBackward(ctx, x.Rows(first[e], count), ExpertWeight(w, experts, e),
-                   dy.Rows(first[e], count), RowsOrEmpty(dx, first[e], count),
+    LinearBackward(ctx, rows_x.Rows(first[e], count),
+                   ExpertWeight(w, experts, e), rows_dy.Rows(first[e], count),
+                   RowsOrEmpty(dx, first[e], count),
                    dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
   }
 }

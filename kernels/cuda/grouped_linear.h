@@ -15,18 +15,14 @@ namespace glm::cuda {
 // leave the device. fp32 mode (and shapes the grouped GEMM does not take):
 // per expert through cuBLASLt (kernels/cuda/linear.cuh) after reading the
 // offsets to the host, one stream synchronization per call.
-// The rows a product reads: x's own, or x[rows[p]] (Backend::GroupedLinear's
-// x_rows), which the bf16 copy gathers as it converts.
-struct ExpertInput {
-  ConstMatrixView x;
-  const int32_t* rows = nullptr;
-};
-void GroupedLinear(CudaContext& ctx, ExpertInput x, ConstMatrixView w,
+// Rows read by index (IndexedRows) are gathered and scaled by the bf16 copy
+// as it converts.
+void GroupedLinear(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
                    const int32_t* offsets, int64_t experts, MatrixView y);
-void GroupedLinearBackward(CudaContext& ctx, ExpertInput x, ConstMatrixView w,
+void GroupedLinearBackward(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
                            const int32_t* offsets, int64_t experts,
-                           ConstMatrixView dy, MatrixView dx,
-                           bool accumulate_dx, MatrixView dw);
+                           IndexedRows dy, MatrixView dx, bool accumulate_dx,
+                           MatrixView dw);
 
 }  // namespace glm::cuda
 

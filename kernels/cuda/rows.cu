@@ -20,14 +20,19 @@ int KeyBits(int64_t count) {
 }
 
 // Kernels take raw pointers and row strides: the views' methods are host-only.
+// out[r] = table[ids[r]] (times scale[r] when given), one block per row.
 __global__ void GatherRowsKernel(const float* __restrict__ table,
                                  int64_t table_stride,
                                  const int32_t* __restrict__ ids,
+                                 const float* __restrict__ scale,
                                  float* __restrict__ out, int64_t out_stride,
                                  int64_t cols) {
   const float* in = table + ids[blockIdx.x] * table_stride;
   float* o = out + blockIdx.x * out_stride;
-  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) o[c] = in[c];
+  const float s = scale == nullptr ? 1.f : scale[blockIdx.x];
+  for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) {
+    o[c] = scale == nullptr ? in[c] : s * in[c];
+  }
 }
 
 __global__ void IotaKernel(int32_t* __restrict__ values, int64_t n) {
@@ -228,10 +233,15 @@ __global__ void AddExpertLoadsKernel(const int32_t* __restrict__ offsets,
 
 void EmbeddingForward(CudaContext& ctx, ConstMatrixView table,
                       const int32_t* ids, MatrixView out) {
-  assert(table.cols == out.cols);
+  GatherRows(ctx, table, ids, nullptr, out);
+}
+
+void GatherRows(CudaContext& ctx, ConstMatrixView x, const int32_t* rows,
+                const float* scale, MatrixView out) {
+  assert(x.cols == out.cols);
   if (out.rows == 0) return;
   GatherRowsKernel<<<out.rows, kBlockThreads, 0, ctx.stream()>>>(
-      table.data, table.stride, ids, out.data, out.stride, out.cols);
+      x.data, x.stride, rows, scale, out.data, out.stride, out.cols);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,6 +19,10 @@ namespace glm::cuda {
 void EmbeddingForward(CudaContext& ctx, ConstMatrixView table,
                       const int32_t* ids, MatrixView out);
 
+// out[p] = scale[p] * x[rows[p]] for p < out.rows (scale null: 1).
+void GatherRows(CudaContext& ctx, ConstMatrixView x, const int32_t* rows,
+                const float* scale, MatrixView out);
+
 // dtable[ids[i]] += dout[i] for i < dout.rows; ids in [0, dtable.rows).
 void EmbeddingBackward(CudaContext& ctx, ConstMatrixView dout,
                        const int32_t* ids, MatrixView dtable);

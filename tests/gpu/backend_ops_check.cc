@@ -1166,64 +1166,80 @@ void AddExpertLoadsCase(Factories& f, const std::string& tag, int64_t tokens,
 // Expert products over `rows` rows grouped by expert (ragged loads, or all on
 // expert `all_on`): in -> out per expert, the weights stacked [experts * out,
 // in]. With `tokens`, the rows are read by index from x [tokens, in] (the
-// routed experts' first product), random token per row.
+// routed experts' first product), random token per row. With `dy_tokens`,
+// the backward's dy rows are read by index from [dy_tokens, out] and scaled
+// (the combine's gradient: a token's dout times its routing weight).
 void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                       int64_t experts, int64_t in, int64_t out, int all_on,
                       WeightCopy copy = WeightCopy::kPerCall,
-                      int64_t tokens = 0) {
+                      int64_t tokens = 0, int64_t dy_tokens = 0) {
   const std::string label = absl::StrCat(
       tag, " rows", rows, " experts", experts, " ", in, "->", out,
       LabelOf(copy),
       tokens > 0 ? absl::StrCat(" read from ", tokens, " tokens") : "");
+  const std::string dy_label =
+      dy_tokens > 0 ? absl::StrCat(" dy scaled from ", dy_tokens, " tokens")
+                    : "";
   auto offsets_of = [=](CaseBuilder& b) {
     return OffsetsOf(ExpertLoads(rows, experts, all_on, b.rng()));
   };
   const int64_t x_rows = tokens > 0 ? tokens : rows;
-  // The x_rows operand (-1: none).
-  auto rows_of = [=](CaseBuilder& b) {
-    if (tokens == 0) return -1;
+  // An index operand of a random token per row (-1: none when from is 0).
+  auto rows_of = [=](CaseBuilder& b, const std::string& name, int64_t from) {
+    if (from == 0) return -1;
     std::vector<int32_t> index(rows);
-    for (int32_t& t : index) t = static_cast<int32_t>(b.rng()() % tokens);
-    return b.Ints("x_rows", index);
+    for (int32_t& t : index) t = static_cast<int32_t>(b.rng()() % from);
+    return b.Ints(name, index);
   };
-  auto index_of = [](const Bound& p, int id) {
-    return id < 0 ? nullptr : p.Ints(id);
+  // The operand's rows, by index when there is one (id >= 0).
+  auto indexed = [=](const Bound& p, int view, int id, int scale = -1) {
+    return id < 0 ? IndexedRows(p.View(view))
+                  : IndexedRows(p.View(view), p.Ints(id), rows,
+                                scale < 0 ? nullptr : p.Floats(scale));
   };
-  f.push_back({"GroupedLinear", label, [=] {
-                 CaseBuilder b("GroupedLinear", label);
-                 const int io = b.Ints("offsets", offsets_of(b)),
-                           ir = rows_of(b),
-                           ix = b.Input("x", Dense(x_rows, in)),
-                           iw = b.Input("w", Dense(experts * out, in)),
-                           iy = b.Written("y", Dense(rows, out));
-                 return b.Build([=](Backend& be, const Bound& p) {
-                   WithWeights(be, p, iw, copy, [&] {
-                     be.GroupedLinear(p.View(ix), index_of(p, ir), p.View(iw),
-                                      p.Ints(io), experts, p.View(iy));
+  // The forward reads no dy: its case is the dense-dy one's.
+  if (dy_tokens == 0) {
+    f.push_back({"GroupedLinear", label, [=] {
+                   CaseBuilder b("GroupedLinear", label);
+                   const int io = b.Ints("offsets", offsets_of(b)),
+                             ir = rows_of(b, "x_rows", tokens),
+                             ix = b.Input("x", Dense(x_rows, in)),
+                             iw = b.Input("w", Dense(experts * out, in)),
+                             iy = b.Written("y", Dense(rows, out));
+                   return b.Build([=](Backend& be, const Bound& p) {
+                     WithWeights(be, p, iw, copy, [&] {
+                       be.GroupedLinear(indexed(p, ix, ir), p.View(iw),
+                                        p.Ints(io), experts, p.View(iy));
+                     });
+                     return 0.0;
                    });
-                   return 0.0;
-                 });
-               }});
+                 }});
+  }
   // dx added to (the model's shared experts' way) or written (its routed
   // experts': the buffer starts poisoned).
   for (const bool accumulate_dx : {true, false}) {
     const std::string backward_label =
-        label + (accumulate_dx ? "" : " dx written");
+        label + dy_label + (accumulate_dx ? "" : " dx written");
     f.push_back(
         {"GroupedLinearBackward", backward_label, [=] {
            CaseBuilder b("GroupedLinearBackward", backward_label);
-           const int io = b.Ints("offsets", offsets_of(b)), ir = rows_of(b),
+           const int io = b.Ints("offsets", offsets_of(b)),
+                     ir = rows_of(b, "x_rows", tokens),
                      ix = b.Input("x", Dense(x_rows, in)),
                      iw = b.Input("w", Dense(experts * out, in)),
-                     idy = b.Input("dy", Dense(rows, out)),
+                     idyr = rows_of(b, "dy_rows", dy_tokens),
+                     idys = dy_tokens > 0 ? b.Input("dy_scale", Vec(rows)) : -1,
+                     idy = b.Input(
+                         "dy", Dense(dy_tokens > 0 ? dy_tokens : rows, out)),
                      idx = accumulate_dx ? b.Accumulated("dx", Dense(rows, in))
                                          : b.Written("dx", Dense(rows, in)),
                      idw = b.Accumulated("dw", Dense(experts * out, in));
            return b.Build([=](Backend& be, const Bound& p) {
              WithWeights(be, p, iw, copy, [&] {
                be.GroupedLinearBackward(
-                   p.View(ix), index_of(p, ir), p.View(iw), p.Ints(io), experts,
-                   p.View(idy), p.View(idx), accumulate_dx, p.View(idw));
+                   indexed(p, ix, ir), p.View(iw), p.Ints(io), experts,
+                   indexed(p, idy, idyr, idys), p.View(idx), accumulate_dx,
+                   p.View(idw));
              });
              return 0.0;
            });
@@ -1250,6 +1266,9 @@ void AddGroupedCases(Factories& f) {
   AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kPerCall, 5);
   AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,
                    2 * moe, -1, WeightCopy::kKept, 4096);
+  AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kPerCall, 0, 5);
+  AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
+                   -1, WeightCopy::kKept, 0, 4096);
 }
 
 void AddLinearCases(Factories& f) {
