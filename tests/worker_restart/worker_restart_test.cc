@@ -96,15 +96,13 @@ InterruptedRun RunWithOneKill(const TestCoordinator& server,
   server.WaitForWorkers(world_size);
   const std::string id = SubmitJob(server, spec);
   InterruptedRun run;
-  int attempt = 0;
   bool killed = false;
   run.ended = WatchToTheEnd(
       server, id, absl::Seconds(40), [&](const v1::JobEvent& event) {
-        if (event.has_state_change() &&
-            event.state_change().to() == v1::SCHEDULED) {
-          ++attempt;
-        }
         if (!event.has_metrics()) return;
+        // By the job's restarts, not by counting SCHEDULED events: the watch
+        // may begin after the first attempt was scheduled (a loaded machine).
+        const int attempt = event.job().restarts() + 1;
         run.metrics_by_attempt[attempt].push_back(event.metrics());
         if (!killed && event.metrics().iteration() == kSaveInterval + 2) {
           EXPECT_GT(event.job().checkpoints_size(), 0);
