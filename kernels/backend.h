@@ -171,6 +171,7 @@ class Backend {
   virtual void RopeForward(ConstMatrixView x, const int32_t* positions,
                            int64_t rows_per_position, float theta,
                            MatrixView y) = 0;
+  // The transpose rotation of dy into dx, written (not added).
   virtual void RopeBackward(ConstMatrixView dy, const int32_t* positions,
                             int64_t rows_per_position, float theta,
                             MatrixView dx) = 0;
@@ -264,7 +265,8 @@ class Backend {
                                       int64_t topk, int64_t full_queries,
                                       int64_t heads, float scale,
                                       MatrixView out, float* lse) = 0;
-  // out and lse as the forward wrote them.
+  // out and lse as the forward wrote them. Writes dq, dk and dv (not added;
+  // an empty view is not computed).
   virtual void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                        ConstMatrixView v, const int32_t* keys,
                                        int64_t topk, int64_t full_queries,

@@ -133,23 +133,23 @@ void IndexerBackward(Backend& backend, IndexerParameters& p,
                          draw_weights.Matrix(), no_input_grad,
                          p.weights_proj.grad.Matrix());
   // Queries.
-  Tensor dq_raw({n, spec.heads * dim});
+  // Both column ranges written (Copy, RopeBackward): unfilled buffers.
+  Tensor dq_raw = Tensor::ForOutput({n, spec.heads * dim});
   MatrixView dq_rows = dq_raw.Matrix().SplitRows(spec.heads);
   ConstMatrixView dq = acts.dq.Matrix();
-  backend.Axpy(1.f, dq.Columns(rope, dim - rope),
-               dq_rows.Columns(rope, dim - rope));
+  backend.Copy(dq.Columns(rope, dim - rope), dq_rows.Columns(rope, dim - rope));
   backend.RopeBackward(dq.Columns(0, rope), pos, spec.heads, spec.rope_theta,
                        dq_rows.Columns(0, rope));
   backend.LinearBackward(q_resid, p.wq_b.value.Matrix(), dq_raw.Matrix(),
                          no_input_grad, p.wq_b.grad.Matrix());
   // Keys: every chunk's queries chose among this chunk's keys.
-  Tensor dk_normed({n, dim}), dk_raw({n, dim});
+  Tensor dk_normed = Tensor::ForOutput({n, dim}), dk_raw({n, dim});
   const Tensor dk_chunk =
       parallel.cp() > 1
           ? parallel.ReduceScatterAll(acts.dk.Matrix(), layout.tokens)
           : Tensor();
   ConstMatrixView dk = parallel.cp() > 1 ? dk_chunk.Matrix() : acts.dk.Matrix();
-  backend.Axpy(1.f, dk.Columns(rope, dim - rope),
+  backend.Copy(dk.Columns(rope, dim - rope),
                dk_normed.Matrix().Columns(rope, dim - rope));
   backend.RopeBackward(dk.Columns(0, rope), pos, 1, spec.rope_theta,
                        dk_normed.Matrix().Columns(0, rope));

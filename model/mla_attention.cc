@@ -227,8 +227,10 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   Tensor dattn({n, heads * vdim});
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
-  Tensor dquery({n * heads, qk}), dkey({all * heads, qk}),
-      dkv({all, heads * (nope + vdim)});
+  // Written, not added, by the ops below: their buffers start unfilled.
+  Tensor dquery = Tensor::ForOutput({n * heads, qk}),
+         dkey = Tensor::ForOutput({all * heads, qk}),
+         dkv = Tensor::ForOutput({all, heads * (nope + vdim)});
   MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
   const int64_t topk = acts.topk->dim(1);
   backend.SparseAttentionBackward(
@@ -239,7 +241,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
       dattn.Matrix().SplitRows(heads), dquery.Matrix(), dkey.Matrix(),
       dkv_rows.Columns(nope, vdim));
   // Keys: nope part to kv_b_proj's output, rope part summed over heads.
-  backend.Axpy(1.f, dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
+  backend.Copy(dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
   Tensor dk_rope({all, rope});
   backend.SumRowGroups(dkey.Matrix().Columns(nope, rope), heads,
                        dk_rope.Matrix());
@@ -264,10 +266,10 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          dkv_a.Matrix(), dxc,
                          p.kv_a_proj_with_mqa.grad.Matrix());
   // Queries.
-  Tensor dq({n, heads * qk}), dq_resid({n, spec.q_lora_rank}),
-      dq_a({n, spec.q_lora_rank});
+  Tensor dq = Tensor::ForOutput({n, heads * qk}),
+         dq_resid({n, spec.q_lora_rank}), dq_a({n, spec.q_lora_rank});
   MatrixView dq_rows = dq.Matrix().SplitRows(heads);
-  backend.Axpy(1.f, dquery.Matrix().Columns(0, nope), dq_rows.Columns(0, nope));
+  backend.Copy(dquery.Matrix().Columns(0, nope), dq_rows.Columns(0, nope));
   backend.RopeBackward(dquery.Matrix().Columns(nope, rope), pos, heads,
                        spec.rope_theta, dq_rows.Columns(nope, rope));
   backend.LinearBackward(acts.q_resid.Matrix(), p.q_b_proj.value.Matrix(),

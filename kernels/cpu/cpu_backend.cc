@@ -174,11 +174,7 @@ void CpuBackend::GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
   CheckHeld("GroupedLinearBackward",
             {x.x.data, x.rows, x.scale, w.data, offsets, dy.x.data, dy.rows,
              dy.scale, dx.data, dw.data});
-  if (!accumulate_dx) {
-    for (int64_t r = 0; r < dx.rows; ++r) {
-      std::fill(dx.Row(r), dx.Row(r) + dx.cols, 0.f);
-    }
-  }
+  if (!accumulate_dx) cpu::Zero(dx);
   cpu::GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
 }
 void CpuBackend::CrossEntropyForward(ConstMatrixView logits,
@@ -229,6 +225,8 @@ void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
              dk.data, dv.data});
   cpu::CheckFullQueries("SparseAttentionBackward", keys, topk, full_queries,
                         q.rows / heads, k.rows / heads);
+  // The kernel adds into the gradients; the op writes them.
+  for (MatrixView grad : {dq, dk, dv}) cpu::Zero(grad);
   cpu::SparseAttentionBackward(q, k, v, keys, topk, heads, scale, out, lse,
                                dout, dq, dk, dv);
 }

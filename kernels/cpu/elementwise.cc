@@ -14,6 +14,15 @@ void Copy(ConstMatrixView x, MatrixView y) {
   });
 }
 
+void Zero(MatrixView y) {
+  if (y.empty()) return;
+  ParallelFor(y.rows, y.rows * y.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      std::fill(y.Row(r), y.Row(r) + y.cols, 0.f);
+    }
+  });
+}
+
 void Axpy(float alpha, ConstMatrixView x, MatrixView y) {
   assert(x.rows == y.rows && x.cols == y.cols);
   ParallelFor(x.rows, x.rows * x.cols, [&](int64_t begin, int64_t end) {

@@ -56,8 +56,8 @@ void RopeBackward(ConstMatrixView dy, const int32_t* positions,
         const float angle = pos * inv[i];
         const float c = std::cos(angle), s = std::sin(angle);
         const float d0 = d[i], d1 = d[half + i];
-        out[2 * i] += d0 * c + d1 * s;
-        out[2 * i + 1] += -d0 * s + d1 * c;
+        out[2 * i] = d0 * c + d1 * s;
+        out[2 * i + 1] = -d0 * s + d1 * c;
       }
     }
   });

@@ -9,8 +9,9 @@
 
 namespace glm::cpu {
 
-// Semantics in kernels/backend.h. The backward does not read `out`: it sums
-// p * (dout . v) over the keys instead, in double.
+// Semantics in kernels/backend.h, but for the backward adding into dq, dk
+// and dv (CpuBackend zeroes them first). The backward does not read `out`: it
+// sums p * (dout . v) over the keys instead, in double.
 void SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                             ConstMatrixView v, const int32_t* keys,
                             int64_t topk, int64_t heads, float scale,

@@ -296,6 +296,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                  heads, scale, out, lse, dout, dq, dk, dv);
       return;
     }
+    // These kernels add into the gradients; the op writes them.
+    for (MatrixView grad : {dq, dk, dv}) cuda::Zero(*this, grad);
     cuda::SparseAttentionBackward(*this, q, k, v, keys, topk, heads, scale,
                                   dout, dq, dk, dv);
   }

@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention_mask.cuh"
 #include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.cuh"
 
 namespace glm::cuda {
 namespace fe = cudnn_frontend;
@@ -370,9 +371,17 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
                               ConstMatrixView out, const float* lse,
                               ConstMatrixView dout, MatrixView dq,
                               MatrixView dk, MatrixView dv) {
-  // The chunks add into dk and dv (dq's rows are each one chunk's).
-  for (const Chunk& c : CallChunks(q.rows / heads, k.rows / heads, full_queries,
-                                   heads, q.cols, v.cols, scale, true)) {
+  // dq's rows are each one chunk's; one chunk writes dk and dv, several add
+  // into them from zeros (later chunks see more keys than earlier ones).
+  const std::vector<Chunk> chunks =
+      CallChunks(q.rows / heads, k.rows / heads, full_queries, heads, q.cols,
+                 v.cols, scale, true);
+  const bool add_keys = chunks.size() > 1;
+  if (add_keys) {
+    Zero(ctx, dk);
+    Zero(ctx, dv);
+  }
+  for (const Chunk& c : chunks) {
     const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
                   key_rows = c.k_end * heads;
     const Plan& plan = *PlanOf(c, heads, q.cols, v.cols, scale, true);
@@ -380,7 +389,8 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
                   v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
                   topk, heads, out.Rows(first, rows), lse + first,
                   dout.Rows(first, rows), RowsOrEmpty(dq, first, rows),
-                  RowsOrEmpty(dk, 0, key_rows), RowsOrEmpty(dv, 0, key_rows));
+                  RowsOrEmpty(dk, 0, key_rows), RowsOrEmpty(dv, 0, key_rows),
+                  add_keys);
   }
 }
 
@@ -403,13 +413,11 @@ void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
-void CudnnAttention::BackwardChunk(CudaContext& ctx, const Plan& plan,
-                                   ConstMatrixView q, ConstMatrixView k,
-                                   ConstMatrixView v, const int32_t* keys,
-                                   int64_t topk, int64_t heads,
-                                   ConstMatrixView out, const float* lse,
-                                   ConstMatrixView dout, MatrixView dq,
-                                   MatrixView dk, MatrixView dv) {
+void CudnnAttention::BackwardChunk(
+    CudaContext& ctx, const Plan& plan, ConstMatrixView q, ConstMatrixView k,
+    ConstMatrixView v, const int32_t* keys, int64_t topk, int64_t heads,
+    ConstMatrixView out, const float* lse, ConstMatrixView dout, MatrixView dq,
+    MatrixView dk, MatrixView dv, bool add_keys) {
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
   const Buffers b =
@@ -424,9 +432,9 @@ void CudnnAttention::BackwardChunk(CudaContext& ctx, const Plan& plan,
       {kStats, b.stats}, {kDQ, b.dq}, {kDK, b.dk}, {kDV, b.dv}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "backward");
-  if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, true, dq);
-  if (!dk.empty()) UnpackBf16(ctx, b.dk, nullptr, 1, true, dk);
-  if (!dv.empty()) UnpackBf16(ctx, b.dv, nullptr, 1, true, dv);
+  if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, false, dq);
+  if (!dk.empty()) UnpackBf16(ctx, b.dk, nullptr, 1, add_keys, dk);
+  if (!dv.empty()) UnpackBf16(ctx, b.dv, nullptr, 1, add_keys, dv);
 }
 
 }  // namespace glm::cuda

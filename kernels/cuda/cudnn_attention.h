@@ -85,11 +85,12 @@ class CudnnAttention {
   void ForwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
                     ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
                     int64_t topk, int64_t heads, MatrixView out, float* lse);
+  // Writes dq; adds into dk and dv when add_keys, else writes them.
   void BackwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
                      ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
                      int64_t topk, int64_t heads, ConstMatrixView out,
                      const float* lse, ConstMatrixView dout, MatrixView dq,
-                     MatrixView dk, MatrixView dv);
+                     MatrixView dk, MatrixView dv, bool add_keys);
 
   cudnnHandle_t handle_ = nullptr;
   int64_t max_pairs_per_call_;

@@ -51,6 +51,15 @@ void Copy(CudaContext& ctx, ConstMatrixView x, MatrixView y) {
   GLM_CUDA_CHECK_LAUNCH();
 }
 
+void Zero(CudaContext& ctx, MatrixView y) {
+  if (y.empty() || y.rows == 0 || y.cols == 0) return;
+  // A single row's stride is free; memset wants a pitch of its width or more.
+  const int64_t pitch = y.rows == 1 ? y.cols : y.stride;
+  GLM_CUDA_CHECK(cudaMemset2DAsync(y.data, pitch * sizeof(float), 0,
+                                   y.cols * sizeof(float), y.rows,
+                                   ctx.stream()));
+}
+
 void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y) {
   assert(x.rows == y.rows && x.cols == y.cols);
   if (x.rows == 0 || x.cols == 0) return;

@@ -10,6 +10,8 @@ namespace glm::cuda {
 
 // y = x (shapes equal).
 void Copy(CudaContext& ctx, ConstMatrixView x, MatrixView y);
+// y = 0, one strided memset (an empty view: nothing).
+void Zero(CudaContext& ctx, MatrixView y);
 // y += alpha * x.
 void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y);
 // y[r * repeats + i] = x[r].

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/grouped_gemm.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/rows.cuh"
@@ -155,11 +156,7 @@ void GroupedLinearBackward(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
     }
     return;
   }
-  if (!accumulate_dx && !dx.empty()) {
-    GLM_CUDA_CHECK(cudaMemset2DAsync(dx.data, dx.stride * sizeof(float), 0,
-                                     dx.cols * sizeof(float), dx.rows,
-                                     ctx.stream()));
-  }
+  if (!accumulate_dx) Zero(ctx, dx);
   // Both gathers in one composite scratch buffer, x's first.
   const size_t x_bytes = Fp32RowsBytes(x);
   char* at =

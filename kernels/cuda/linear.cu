@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/linear.cuh"
 
 namespace glm::cuda {
@@ -301,11 +302,7 @@ void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
   assert(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
   if (x.rows == 0 || w.rows == 0) return;
   if (x.cols == 0) {
-    if (!accumulate) {
-      GLM_CUDA_CHECK(cudaMemset2DAsync(y.data, LeadingDim(y) * sizeof(float), 0,
-                                       y.cols * sizeof(float), y.rows,
-                                       ctx.stream()));
-    }
+    if (!accumulate) Zero(ctx, y);
     return;
   }
   void* scratch = ctx.Scratch(ScratchBytes(ctx.precision(), {x, w}));

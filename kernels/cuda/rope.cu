@@ -59,8 +59,8 @@ __global__ void RopeBackwardKernel(ConstMatrixView dy, const int32_t* positions,
     float s, c;
     SinCos(positions, rows_per_position, r, inv.value[i], &s, &c);
     const float d0 = At(dy, r, i), d1 = At(dy, r, half + i);
-    At(dx, r, 2 * i) += d0 * c + d1 * s;
-    At(dx, r, 2 * i + 1) += -d0 * s + d1 * c;
+    At(dx, r, 2 * i) = d0 * c + d1 * s;
+    At(dx, r, 2 * i + 1) = -d0 * s + d1 * c;
   });
 }
 

@@ -18,7 +18,8 @@ constexpr int64_t kMaxRotaryDim = 512;
 // [rows, R], R even and at most kMaxRotaryDim; y is written.
 void RopeForward(CudaContext& ctx, ConstMatrixView x, const int32_t* positions,
                  int64_t rows_per_position, float theta, MatrixView y);
-// The transpose (inverse) rotation, half layout in, interleaved out; dx += ...
+// The transpose (inverse) rotation, half layout in, interleaved out; dx is
+// written.
 void RopeBackward(CudaContext& ctx, ConstMatrixView dy,
                   const int32_t* positions, int64_t rows_per_position,
                   float theta, MatrixView dx);

@@ -1876,7 +1876,7 @@ void AddRopeBackward(Factories& f, const std::string& tag, Layout dy, Layout dx,
                  CaseBuilder b("RopeBackward", label);
                  const int id = b.Input("dy", dy),
                            ip = b.Ints("positions", positions(b.rng())),
-                           ix = b.Accumulated("dx", dx);
+                           ix = b.Written("dx", dx);
                  return b.Build([=](Backend& be, const Bound& p) {
                    be.RopeBackward(p.View(id), p.Ints(ip), rows_per_position,
                                    theta, p.View(ix));
@@ -2416,16 +2416,16 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
          const int io = b.Values("out", Dense(rows, s.dv), fwd.out),
                    il = b.Values("lse", Dense(rows, 1), fwd.lse),
                    id = b.Input("dout", Dense(rows, s.dv)),
-                   idq = want_dq ? b.Accumulated("dq", Dense(rows, s.dqk)) : -1,
+                   idq = want_dq ? b.Written("dq", Dense(rows, s.dqk)) : -1,
                    idk = want_dkv
-                             ? b.Accumulated(
-                                   "dk", Dense(s.key_tokens * s.heads, s.dqk))
+                             ? b.Written("dk",
+                                         Dense(s.key_tokens * s.heads, s.dqk))
                              : -1,
-                   idv = want_dkv
-                             ? b.Accumulated("dv",
-                                             Cols(s.key_tokens * s.heads,
+                   idv =
+                       want_dkv
+                           ? b.Written("dv", Cols(s.key_tokens * s.heads,
                                                   s.v_stride, s.v_offset, s.dv))
-                             : -1;
+                           : -1;
          return b.Build([=](Backend& be, const Bound& p) {
            be.SparseAttentionBackward(
                p.View(in.q), p.View(in.k), p.View(in.v), p.Ints(in.keys),
