@@ -5,11 +5,23 @@
 # for a bounded time, runs the deployment checks (as root), and ends with
 # 'N passed, N failed'.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+
+# "part NAME: N s" after each part, and all of them again before the count.
+times=()
+part_start=$SECONDS
+part_done() {
+  times+=("$1 $((SECONDS - part_start)) s")
+  echo "part $1: $((SECONDS - part_start)) s"
+  part_start=$SECONDS
+}
+
 ./tools/bootstrap.sh
+part_done bootstrap
 
 log=$(mktemp)
 bazel test //... --keep_going --test_output=errors 2>&1 | tee "$log"
+part_done tests
 
 # The suite again under a sanitizer, in an output base of its own so that neither
 # build invalidates the other's cache, leaving the bazel-* links to the main build
@@ -26,12 +38,11 @@ asan_bazel=(bazel "--output_base=${GLM_ASAN_OUTPUT_BASE:-$(bazel info output_bas
 asan_log=$(mktemp)
 asan_targets=$(mktemp)
 bazel query 'tests(//...) except attr(tags, "manual", //...)' >"$asan_targets"
-start=$SECONDS
 "${asan_bazel[@]}" test --config=asan --experimental_convenience_symlinks=ignore \
   --target_pattern_file="$asan_targets" --keep_going --test_output=errors 2>&1 |
   tee "$asan_log"
-echo "asan: $((SECONDS - start)) s"
 asan_testlogs=$("${asan_bazel[@]}" info --config=asan bazel-testlogs 2>/dev/null)
+part_done asan
 
 checks=()
 echo "== Folder dependencies (bazel query): no cycles, libraries never on programs =="
@@ -46,6 +57,7 @@ if ./tools/format_check.sh; then
 else
   checks+=("format=fail")
 fi
+part_done dependencies_and_format
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "== CUDA kernels (--config=cuda, sm_90a): compile check =="
   mapfile -t cuda_targets < <(bazel query 'attr(tags, "\bcuda\b", //...)' 2>/dev/null)
@@ -56,6 +68,7 @@ if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   else
     checks+=("cuda_build=fail")
   fi
+  part_done cuda_build
 fi
 echo "== Fuzzers (clang, ASan, UBSan): every parser of untrusted input, 8 s each =="
 if ./tools/fuzz.sh 8; then
@@ -63,11 +76,16 @@ if ./tools/fuzz.sh 8; then
 else
   checks+=("fuzz=fail")
 fi
+part_done fuzz
 echo "== Deployment (deploy/tests): slurm, two hosts, Prometheus, manifests, image =="
 deploy_results=$(mktemp)
 ./deploy/tests/run_all.sh "$deploy_results"
 mapfile -t deploy_checks < "$deploy_results"
 checks+=("${deploy_checks[@]}")
+part_done deploy
+
+echo "== Time per part =="
+printf '%s\n' "${times[@]}"
 
 exec python3 tools/count_test_results.py "$log" "$(bazel info bazel-testlogs)" \
   --run asan "$asan_log" "$asan_testlogs" "${checks[@]}"
