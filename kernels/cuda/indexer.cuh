@@ -41,10 +41,11 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
 // bitwise the CPU's; diq and dw sum over slots in order, as the CPU does; a
 // key's dik row sums, in ascending (query, slot) order, each slot's heads
 // (no atomics: bitwise repeatable). In the bf16 mode, when each query selects
-// at least one in 8 of the keys, the dots and gradients go through TF32 GEMMs
-// over every head at once instead (ctx.CompositeScratch holds a chunk's dots
-// with every key). topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes
-// from ctx.Scratch.
+// at least one in 8 of the keys, the dots go through TF32 GEMMs over every
+// head at once and the gradients through bf16 products instead
+// (ctx.CompositeScratch holds a chunk's dots with every key and their bf16
+// gradients). topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes from
+// ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
