@@ -40,9 +40,9 @@ void SparseAttentionBackward(CudaContext& ctx, ConstMatrixView q,
                              MatrixView dk, MatrixView dv);
 
 // weights [nq, topk] = sum over heads of exp(scale q . k - lse) per selected
-// key (Backend::SparseAttentionKeyWeights). Dense selections: one GEMM per
-// head and block of queries (in the context's precision) and a gather of the
-// selected scores; sparse ones: the forward's gather kernel.
+// key (Backend::SparseAttentionKeyWeights). Dense selections: per block of
+// queries, one batched GEMM over the heads (in the context's precision) and a
+// gather of the selected scores; sparse ones: the forward's gather kernel.
 void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
                                ConstMatrixView k, const int32_t* keys,
                                int64_t topk, int64_t heads, float scale,
