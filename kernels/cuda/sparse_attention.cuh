@@ -29,7 +29,8 @@ void SparseAttentionForward(CudaContext& ctx, ConstMatrixView q,
                             float scale, MatrixView out, float* lse);
 
 // Accumulates (+=) dq [nq*heads, dqk], dk [nk*heads, dqk] and dv [nk*heads,
-// dv]; an empty view is not computed. The probabilities are recomputed into
+// dv] (the backend zeroes them first: its op writes them); an empty view is
+// not computed. The probabilities are recomputed into
 // scratch by the forward's kernels (bitwise those the forward used). Sums over
 // the queries that selected a key run in ascending query order, without
 // atomics.
