@@ -169,7 +169,7 @@ class StepActivity {
       std::string line =
           absl::StrCat(" gpu activity of iteration ", iteration, " | ",
                        cuda::FormatActivityWindow(*window));
-      if (activity_->kernel_times_asked()) {
+      if (activity_->kernel_names()) {
         absl::StrAppend(&line, "\n kernels of iteration ", iteration, ":\n",
                         cuda::FormatKernelTimes(*window, kKernelRows));
       }

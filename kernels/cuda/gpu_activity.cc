@@ -9,7 +9,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -38,11 +37,11 @@ struct Records {
   std::mutex mutex;
   bool recording = false;
   std::vector<ActivityInterval> intervals;
-  // Kernel names, demangled, kept for the process's life (the intervals'
-  // string_views point here), by their mangled names (copied: a record's
-  // name may live in the buffer freed after it is read).
-  std::unordered_set<std::string> names;
-  std::unordered_map<std::string, std::string_view> name_of;
+  bool kernel_names = false;  // name the kernels' intervals
+  // Demangled kernel names by mangled name (copied: a record's name may live
+  // in the buffer freed after it is read), kept for the process's life: the
+  // intervals' string_views point into the map's nodes, which never move.
+  std::unordered_map<std::string, std::string> demangled;
 };
 
 Records& TheRecords() {
@@ -61,19 +60,17 @@ std::string CuptiError(CUptiResult result) {
 // The demangled name of a kernel CUPTI calls `mangled` (under the mutex).
 std::string_view KernelName(Records& records, const char* mangled) {
   if (mangled == nullptr) return {};
-  const auto found = records.name_of.find(mangled);
-  if (found != records.name_of.end()) return found->second;
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  // "<unnamed>" as Nsight names anonymous namespaces, so that the first '('
-  // of a name opens its parameters (FormatKernelTimes cuts there).
-  const std::string name =
-      absl::StrReplaceAll(status == 0 ? demangled : mangled,
-                          {{"(anonymous namespace)", "<unnamed>"}});
-  std::free(demangled);
-  const std::string_view kept = *records.names.insert(name).first;
-  records.name_of.emplace(mangled, kept);
-  return kept;
+  auto [it, added] = records.demangled.try_emplace(mangled);
+  if (added) {
+    int status = 0;
+    char* name = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    // "<unnamed>" as Nsight names anonymous namespaces, so that the first
+    // '(' of a name opens its parameters (FormatKernelTimes cuts there).
+    it->second = absl::StrReplaceAll(status == 0 ? name : mangled,
+                                     {{"(anonymous namespace)", "<unnamed>"}});
+    std::free(name);
+  }
+  return it->second;
 }
 
 void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size,
@@ -99,7 +96,7 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t,
         const auto* kernel =
             reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         got.push_back({kernel->start, kernel->end, ActivityKind::kKernel});
-        kernel_names.push_back(kernel->name);
+        kernel_names.push_back(kernel->name);  // read only when wanted
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -130,9 +127,9 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t,
     if (records.recording) {
       size_t k = 0;
       for (ActivityInterval& work : got) {
-        if (work.kind == ActivityKind::kKernel) {
-          work.name = KernelName(records, kernel_names[k++]);
-        }
+        if (work.kind != ActivityKind::kKernel) continue;
+        const char* mangled = kernel_names[k++];
+        if (records.kernel_names) work.name = KernelName(records, mangled);
       }
       records.intervals.insert(records.intervals.end(), got.begin(), got.end());
     }
@@ -166,7 +163,8 @@ void DisableKinds() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::Start() {
+absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::Start(
+    bool kernel_names) {
   Records& records = TheRecords();
   {
     std::lock_guard<std::mutex> lock(records.mutex);
@@ -188,17 +186,16 @@ absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::Start() {
   }
   std::lock_guard<std::mutex> lock(records.mutex);
   records.recording = true;
+  records.kernel_names = kernel_names;
   records.intervals.clear();
-  return std::unique_ptr<GpuActivity>(new GpuActivity());
+  return std::unique_ptr<GpuActivity>(new GpuActivity(kernel_names));
 }
 
 absl::StatusOr<std::unique_ptr<GpuActivity>> GpuActivity::StartIfAsked() {
   const char* asked = std::getenv("GLM_GPU_ACTIVITY");
   const std::string mode = asked == nullptr ? "" : asked;
   if (mode != "1" && mode != "kernels") return std::unique_ptr<GpuActivity>();
-  absl::StatusOr<std::unique_ptr<GpuActivity>> started = Start();
-  if (started.ok()) (*started)->kernel_times_asked_ = mode == "kernels";
-  return started;
+  return Start(/*kernel_names=*/mode == "kernels");
 }
 
 GpuActivity::~GpuActivity() {

@@ -29,16 +29,19 @@ class GpuActivity {
  public:
   // Starts recording (before the CUDA context exists is best, so that no
   // work goes unrecorded). CUPTI's activity API is the process's: one
-  // recorder at a time; a second Start() while one lives is refused.
-  static absl::StatusOr<std::unique_ptr<GpuActivity>> Start();
+  // recorder at a time; a second Start() while one lives is refused. With
+  // kernel_names, kernels are recorded with their (demangled) names, which
+  // ActivityWindow::kernel_times needs; without, no name work is done.
+  static absl::StatusOr<std::unique_ptr<GpuActivity>> Start(
+      bool kernel_names = false);
 
   // GLM_GPU_ACTIVITY=1, or =kernels for per-kernel times too: Start();
   // otherwise null.
   static absl::StatusOr<std::unique_ptr<GpuActivity>> StartIfAsked();
 
-  // Whether GLM_GPU_ACTIVITY=kernels asked for each window's kernel times
-  // (ActivityWindow::kernel_times, FormatKernelTimes) to be logged.
-  bool kernel_times_asked() const { return kernel_times_asked_; }
+  // Whether kernels are recorded with their names (GLM_GPU_ACTIVITY=kernels
+  // asks for each window's kernel times, FormatKernelTimes, to be logged).
+  bool kernel_names() const { return kernel_names_; }
 
   // Stops recording and drops what is left.
   ~GpuActivity();
@@ -56,9 +59,9 @@ class GpuActivity {
   absl::StatusOr<ActivityWindow> Summarize(uint64_t start, uint64_t end);
 
  private:
-  GpuActivity() = default;
+  explicit GpuActivity(bool kernel_names) : kernel_names_(kernel_names) {}
 
-  bool kernel_times_asked_ = false;
+  bool kernel_names_;
 };
 
 }  // namespace glm::cuda

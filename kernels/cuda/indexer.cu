@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/linear.cuh"
 
@@ -912,10 +913,7 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
                               stream>>>(p, t0, count, weighted_iq);
       GLM_CUDA_CHECK_LAUNCH();
     }
-    if (need_e_ik) {
-      GLM_CUDA_CHECK(
-          cudaMemsetAsync(b.e_ik, 0, rows * dim * sizeof(float), stream));
-    }
+    if (need_e_ik) Zero(ctx, e_ik);
     if (need_e_ik || !dik.empty()) {
       LinearBackwardBf16(ctx, weighted_iq, ik, b.grads, grads_ld,
                          need_e_ik ? e_ik : MatrixView{},
