@@ -10,6 +10,11 @@
 // - An empty view (data == nullptr) as a gradient output means "not needed".
 // - Index arrays use -1 for "no entry" (a query with fewer selectable keys
 //   than k).
+// - Views carry their dtype (kernels/tensor.h). Every view is F32 except
+//   where an op says it takes ActivationType(): the x of the products
+//   (Linear, LinearBackward, GroupedLinear, GroupedLinearBackward,
+//   LinearCrossEntropy), RmsNormForward's y and SwiGluForward's out. A backend
+//   refuses any other dtype with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the
 // model allocates its activations and index arrays (kernels/device_memory.h),
@@ -82,6 +87,11 @@ class Backend {
   virtual std::string Name() const = 0;
   // Where tensors for this backend's ops live; null: host memory.
   virtual Allocator* allocator() { return nullptr; }
+  // The dtype the model keeps activations in whose only readers are the
+  // products' x (see the conventions above): BF16 where products read bf16
+  // operands (the CUDA bf16 mode), so that they are written once at half the
+  // bytes instead of converted before each product; F32 elsewhere.
+  virtual ElementType ActivationType() const { return ElementType::kF32; }
   // Returns once every op issued so far has finished. A device backend's ops
   // may return before their work is done; the CPU backend's never do.
   virtual void Synchronize() {}
@@ -139,7 +149,8 @@ class Backend {
                                       MatrixView dsrc, float* dscale) = 0;
 
   // ---- normalization ----
-  // y = x * rsqrt(mean(x^2) + eps) * w; rstd [rows] saved for backward.
+  // y = x * rsqrt(mean(x^2) + eps) * w; rstd [rows] saved for backward. y
+  // may be ActivationType(): the F32 value rounded to nearest even.
   virtual void RmsNormForward(ConstMatrixView x, const float* w, float eps,
                               MatrixView y, float* rstd) = 0;
   virtual void RmsNormBackward(ConstMatrixView x, const float* w,
@@ -155,7 +166,8 @@ class Backend {
                                  float* db) = 0;
 
   // ---- activations ----
-  // out = silu(gate) * up.
+  // out = silu(gate) * up. out may be ActivationType() (rounded to nearest
+  // even).
   virtual void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                              MatrixView out) = 0;
   // dgate = dout * up * silu'(gate), dup = dout * silu(gate): written, not

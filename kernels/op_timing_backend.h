@@ -41,6 +41,9 @@ class OpTimingBackend : public Backend {
 
   std::string Name() const override { return timed_->Name(); }
   Allocator* allocator() override { return timed_->allocator(); }
+  ElementType ActivationType() const override {
+    return timed_->ActivationType();
+  }
   void Synchronize() override { timed_->Synchronize(); }
 
   void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,

@@ -1,10 +1,10 @@
 // Host tensors and the strided matrix views the backend ops work on.
 //
-// A Tensor owns contiguous float32 storage with a shape, in host memory or on
-// a device (kernels/device_memory.h). Ops never see Tensors: they take
-// MatrixViews (pointer, rows, cols, row stride), so a column range of a tensor,
-// one head's rows, or one expert's weight slab is passed without a copy (as
-// ggml views do). A view points where its tensor lives.
+// A Tensor owns contiguous storage of one dtype with a shape, in host memory
+// or on a device (kernels/device_memory.h). Ops never see Tensors: they take
+// MatrixViews (pointer, rows, cols, row stride, dtype), so a column range of
+// a tensor, one head's rows, or one expert's weight slab is passed without a
+// copy (as ggml views do). A view points where its tensor lives.
 #ifndef GLM_KERNELS_TENSOR_H_
 #define GLM_KERNELS_TENSOR_H_
 
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,33 +21,70 @@
 
 namespace glm {
 
+// The element types activations come in. Almost everything is F32; a device
+// backend that computes its products in bf16 keeps the activations whose
+// only readers are products in BF16 (Backend::ActivationType), at half the
+// bytes and without a conversion before each product.
+enum class ElementType : uint8_t { kF32, kBF16 };
+
+constexpr int64_t ElementBytes(ElementType dtype) {
+  return dtype == ElementType::kBF16 ? 2 : 4;
+}
+inline const char* ElementTypeName(ElementType dtype) {
+  return dtype == ElementType::kBF16 ? "bf16" : "f32";
+}
+
+// The address `elements` elements of `dtype` past `data`.
+template <typename Pointer>
+Pointer ElementOffset(Pointer data, int64_t elements, ElementType dtype) {
+  if (dtype == ElementType::kF32) return data + elements;
+  using Byte =
+      std::conditional_t<std::is_const_v<std::remove_pointer_t<Pointer>>,
+                         const char, char>;
+  return reinterpret_cast<Pointer>(reinterpret_cast<Byte*>(data) +
+                                   elements * ElementBytes(dtype));
+}
+
 // A row-major matrix inside someone else's storage: element (r, c) is
-// data[r*stride + c].
+// element r*stride + c from data. `data` is typed for the common F32 case;
+// a BF16 view's elements are 2-byte bf16 values at that address, read only by
+// the ops that take BF16 (Backend says which) through Bf16Data(), never
+// through Row().
 struct MatrixView {
   float* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t stride = 0;
+  ElementType dtype = ElementType::kF32;
 
-  float* Row(int64_t r) const { return data + r * stride; }
+  float* Row(int64_t r) const {
+    assert(dtype == ElementType::kF32);
+    return data + r * stride;
+  }
+  // The elements of a BF16 view, as raw 16-bit patterns.
+  uint16_t* Bf16Data() const {
+    assert(dtype == ElementType::kBF16);
+    return reinterpret_cast<uint16_t*>(data);
+  }
   bool empty() const { return data == nullptr; }
   bool contiguous() const { return stride == cols; }
   // Columns [start, start + width) of every row.
   MatrixView Columns(int64_t start, int64_t width) const {
     assert(start >= 0 && start + width <= cols);
-    return {data + start, rows, width, stride};
+    return {ElementOffset(data, start, dtype), rows, width, stride, dtype};
   }
   // Rows [start, start + count).
   MatrixView Rows(int64_t start, int64_t count) const {
     assert(start >= 0 && start + count <= rows);
-    return {data + start * stride, count, cols, stride};
+    return {ElementOffset(data, start * stride, dtype), count, cols, stride,
+            dtype};
   }
   // The same memory with each row split into `parts` rows of cols/parts (for
   // example [tokens, heads*dim] as [tokens*heads, dim]). Needs a contiguous
   // view.
   MatrixView SplitRows(int64_t parts) const {
     assert(contiguous() && cols % parts == 0);
-    return {data, rows * parts, cols / parts, cols / parts};
+    return {data, rows * parts, cols / parts, cols / parts, dtype};
   }
 };
 
@@ -55,26 +93,40 @@ struct ConstMatrixView {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t stride = 0;
+  ElementType dtype = ElementType::kF32;
 
   ConstMatrixView() = default;
-  ConstMatrixView(const float* d, int64_t r, int64_t c, int64_t s)
-      : data(d), rows(r), cols(c), stride(s) {}
+  ConstMatrixView(const float* d, int64_t r, int64_t c, int64_t s,
+                  ElementType t = ElementType::kF32)
+      : data(d), rows(r), cols(c), stride(s), dtype(t) {}
   ConstMatrixView(const MatrixView& v)  // NOLINT: views convert to const views
-      : data(v.data), rows(v.rows), cols(v.cols), stride(v.stride) {}
+      : data(v.data),
+        rows(v.rows),
+        cols(v.cols),
+        stride(v.stride),
+        dtype(v.dtype) {}
 
-  const float* Row(int64_t r) const { return data + r * stride; }
+  const float* Row(int64_t r) const {
+    assert(dtype == ElementType::kF32);
+    return data + r * stride;
+  }
+  const uint16_t* Bf16Data() const {
+    assert(dtype == ElementType::kBF16);
+    return reinterpret_cast<const uint16_t*>(data);
+  }
   bool empty() const { return data == nullptr; }
   ConstMatrixView Columns(int64_t start, int64_t width) const {
     assert(start >= 0 && start + width <= cols);
-    return {data + start, rows, width, stride};
+    return {ElementOffset(data, start, dtype), rows, width, stride, dtype};
   }
   ConstMatrixView Rows(int64_t start, int64_t count) const {
     assert(start >= 0 && start + count <= rows);
-    return {data + start * stride, count, cols, stride};
+    return {ElementOffset(data, start * stride, dtype), count, cols, stride,
+            dtype};
   }
   ConstMatrixView SplitRows(int64_t parts) const {
     assert(stride == cols && cols % parts == 0);
-    return {data, rows * parts, cols / parts, cols / parts};
+    return {data, rows * parts, cols / parts, cols / parts, dtype};
   }
 };
 
@@ -229,19 +281,23 @@ class TensorStorage {
   DeviceBuffer device_;
 };
 
-// Owning, contiguous, zero-initialized float32 tensor, in host memory or on
-// the current allocator's device.
+// Owning, contiguous, zero-initialized tensor of one dtype (float32 unless
+// said), in host memory or on the current allocator's device. A BF16 tensor's
+// storage is its bf16 elements packed two to a 32-bit word; only its views
+// (Matrix(), Slab()) reach them.
 class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::vector<int64_t> shape)
       : Tensor(std::move(shape), CurrentAllocator()) {}
   // `allocator` null: host memory.
-  Tensor(std::vector<int64_t> shape, Allocator* allocator)
+  Tensor(std::vector<int64_t> shape, Allocator* allocator,
+         ElementType dtype = ElementType::kF32)
       : shape_(std::move(shape)),
-        storage_(NumElements(shape_), 0.f, allocator) {}
-  // A tensor whose elements are `device` (kernels/tensor_arena.h), contents
-  // as they are.
+        dtype_(dtype),
+        storage_(StorageWords(shape_, dtype), 0.f, allocator) {}
+  // A float32 tensor whose elements are `device` (kernels/tensor_arena.h),
+  // contents as they are.
   Tensor(std::vector<int64_t> shape, DeviceBuffer device)
       : shape_(std::move(shape)),
         storage_(NumElements(shape_), std::move(device)) {}
@@ -250,17 +306,23 @@ class Tensor {
   // zeroed on a device, which saves a memset per tensor; NaN in host memory
   // (and on a device when GLM_POISON_OUTPUTS=1), so that a read before the
   // write shows in every CPU test.
-  static Tensor ForOutput(std::vector<int64_t> shape) {
+  static Tensor ForOutput(std::vector<int64_t> shape,
+                          ElementType dtype = ElementType::kF32) {
     Tensor t;
     t.shape_ = std::move(shape);
-    t.storage_ = TensorStorage<float>(NumElements(t.shape_), CurrentAllocator(),
-                                      {PoisonOutputs()});
+    t.dtype_ = dtype;
+    t.storage_ = TensorStorage<float>(StorageWords(t.shape_, dtype),
+                                      CurrentAllocator(), {PoisonOutputs()});
     return t;
   }
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }
-  int64_t numel() const { return storage_.size(); }
+  ElementType dtype() const { return dtype_; }
+  // 0 for a default (shapeless) tensor, whose storage is empty.
+  int64_t numel() const {
+    return storage_.size() == 0 ? 0 : NumElements(shape_);
+  }
   bool empty() const { return storage_.size() == 0; }
   bool on_host() const { return storage_.on_host(); }
   // Null for host memory.
@@ -268,45 +330,67 @@ class Tensor {
   // The allocation this tensor is a view of (kernels/tensor_arena.h), the
   // same for every tensor of that arena; null when it owns its storage.
   const void* arena() const { return storage_.arena(); }
-  float* data() { return storage_.data(); }
-  const float* data() const { return storage_.data(); }
-  // The elements of a host tensor.
-  std::vector<float>& values() { return storage_.host(); }
-  const std::vector<float>& values() const { return storage_.host(); }
+  // The elements of a float32 tensor.
+  float* data() {
+    assert(dtype_ == ElementType::kF32);
+    return storage_.data();
+  }
+  const float* data() const {
+    assert(dtype_ == ElementType::kF32);
+    return storage_.data();
+  }
+  // The elements of a float32 host tensor.
+  std::vector<float>& values() {
+    assert(dtype_ == ElementType::kF32);
+    return storage_.host();
+  }
+  const std::vector<float>& values() const {
+    assert(dtype_ == ElementType::kF32);
+    return storage_.host();
+  }
   void SetZero() { storage_.SetZero(); }
   // A copy of this tensor on `allocator` (null: host memory).
   Tensor CopyTo(Allocator* allocator) const {
-    Tensor copy(shape_, allocator);
+    Tensor copy(shape_, allocator, dtype_);
     copy.storage_.CopyFrom(storage_);
     return copy;
   }
-  // Copies the elements of `other` (the same number) into this tensor.
-  void CopyFrom(const Tensor& other) { storage_.CopyFrom(other.storage_); }
+  // Copies the elements of `other` (the same number and dtype) into this
+  // tensor.
+  void CopyFrom(const Tensor& other) {
+    assert(other.dtype_ == dtype_);
+    storage_.CopyFrom(other.storage_);
+  }
 
   // The tensor as [numel / last dim, last dim].
   MatrixView Matrix() {
     const int64_t cols = shape_.empty() ? 1 : shape_.back();
-    return {data(), numel() / cols, cols, cols};
+    return {storage_.data(), numel() / cols, cols, cols, dtype_};
   }
   ConstMatrixView Matrix() const {
     const int64_t cols = shape_.empty() ? 1 : shape_.back();
-    return {data(), numel() / cols, cols, cols};
+    return {storage_.data(), numel() / cols, cols, cols, dtype_};
   }
   // Slab i of the leading dimension as a matrix over the last two dimensions
   // (one expert of a fused [E, out, in] weight).
   MatrixView Slab(int64_t i) {
     assert(shape_.size() == 3);
-    return {data() + i * shape_[1] * shape_[2], shape_[1], shape_[2],
-            shape_[2]};
+    return Matrix().Rows(i * shape_[1], shape_[1]);
   }
   ConstMatrixView Slab(int64_t i) const {
     assert(shape_.size() == 3);
-    return {data() + i * shape_[1] * shape_[2], shape_[1], shape_[2],
-            shape_[2]};
+    return Matrix().Rows(i * shape_[1], shape_[1]);
   }
 
  private:
+  // 32-bit words holding the elements of `shape` in `dtype`.
+  static int64_t StorageWords(const std::vector<int64_t>& shape,
+                              ElementType dtype) {
+    return (NumElements(shape) * ElementBytes(dtype) + 3) / 4;
+  }
+
   std::vector<int64_t> shape_;
+  ElementType dtype_ = ElementType::kF32;
   TensorStorage<float> storage_;
 };
 

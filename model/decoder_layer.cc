@@ -34,6 +34,22 @@ void SplitMlpBackward(Backend& backend, MlpParameters& p,
       1.f, parallel.ReduceScatterChunk(dx_chunk.Matrix(), tokens).Matrix(), dx);
 }
 
+// The dtype of the layer's normed inputs: the backend's activation type where
+// only products read them; F32 where a collective moves them too (the tensor
+// group's gather of the chunk, expert parallelism's dispatch), which moves
+// float32.
+ElementType AttentionInputType(Backend& backend, const DecoderLayerSpec& spec) {
+  const TokenParallel* parallel = spec.attention.parallel;
+  return parallel != nullptr && parallel->tp() > 1 ? ElementType::kF32
+                                                   : backend.ActivationType();
+}
+ElementType MlpInputType(Backend& backend, const DecoderLayerParameters& p,
+                         const DecoderLayerSpec& spec) {
+  const bool collective =
+      p.is_moe ? spec.experts != nullptr : TensorSplit(spec) != nullptr;
+  return collective ? ElementType::kF32 : backend.ActivationType();
+}
+
 }  // namespace
 
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
@@ -58,7 +74,8 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
                          const IndexTensor* shared_topk, MatrixView h_out,
                          DecoderLayerActivations* acts) {
   const int64_t n = h_in.rows, hidden = h_in.cols;
-  acts->attn_in = Tensor::ForOutput({n, hidden});
+  acts->attn_in =
+      Tensor::ForOutput({n, hidden}, AttentionInputType(backend, spec));
   acts->attn_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(h_in, p.input_layernorm.value.data(),
                          spec.rms_norm_eps, acts->attn_in.Matrix(),
@@ -68,7 +85,7 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
                    layout, shared_topk, acts->h_mid.Matrix(), &acts->attn);
   backend.Axpy(1.f, h_in, acts->h_mid.Matrix());
 
-  acts->mlp_in = Tensor::ForOutput({n, hidden});
+  acts->mlp_in = Tensor::ForOutput({n, hidden}, MlpInputType(backend, p, spec));
   acts->mlp_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(
       acts->h_mid.Matrix(), p.post_attention_layernorm.value.data(),

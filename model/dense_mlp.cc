@@ -6,7 +6,8 @@ void MlpForward(Backend& backend, const MlpParameters& p, ConstMatrixView x,
                 MatrixView out, bool accumulate, MlpActivations* acts) {
   const int64_t inter = p.gate_proj.value.dim(0);
   acts->gate_up = Tensor::ForOutput({x.rows, 2 * inter});
-  acts->hidden = Tensor::ForOutput({x.rows, inter});
+  // Read only by the down projection's products.
+  acts->hidden = Tensor::ForOutput({x.rows, inter}, backend.ActivationType());
   MatrixView gate_up = acts->gate_up.Matrix();
   backend.Linear(x, p.gate_proj.value.Matrix(), gate_up.Columns(0, inter),
                  false);

@@ -39,7 +39,7 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
   backend.EmbeddingForward(weight_rows, g.slots.data(), e->weight.Matrix());
   e->source = x;
   e->mlp.gate_up = Tensor::ForOutput({rows, 2 * inter});
-  e->mlp.hidden = Tensor::ForOutput({rows, inter});
+  e->mlp.hidden = Tensor::ForOutput({rows, inter}, backend.ActivationType());
   e->out = Tensor::ForOutput({rows, x.cols});
   MatrixView gate_up = e->mlp.gate_up.Matrix();
   backend.GroupedLinear(IndexedRows(x, g.tokens.data(), rows),

@@ -94,7 +94,8 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
     acts->kv_a = rows.parallel.GatherAll(acts->kv_a.Matrix(), all);
   }
   acts->kv_a_rstd = Tensor::ForOutput({all});
-  acts->latent = Tensor::ForOutput({all, spec.kv_lora_rank});
+  acts->latent =
+      Tensor::ForOutput({all, spec.kv_lora_rank}, backend.ActivationType());
   ConstMatrixView kv_a = acts->kv_a.Matrix();
   backend.RmsNormForward(kv_a.Columns(0, spec.kv_lora_rank),
                          p.kv_a_layernorm.value.data(), kLoraNormEps,
@@ -155,7 +156,10 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   // Queries.
   acts->q_a = Tensor::ForOutput({n, spec.q_lora_rank});
   acts->q_a_rstd = Tensor::ForOutput({n});
-  acts->q_resid = Tensor::ForOutput({n, spec.q_lora_rank});
+  // The normed latents are read only by products (q_b_proj, the indexer's
+  // wq_b, kv_b_proj).
+  acts->q_resid =
+      Tensor::ForOutput({n, spec.q_lora_rank}, backend.ActivationType());
   backend.Linear(xc, p.q_a_proj.value.Matrix(), acts->q_a.Matrix(), false);
   backend.RmsNormForward(acts->q_a.Matrix(), p.q_a_layernorm.value.data(),
                          kLoraNormEps, acts->q_resid.Matrix(),

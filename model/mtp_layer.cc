@@ -22,7 +22,8 @@ void MtpForward(Backend& backend, const MtpParameters& p,
   acts->embedded = Tensor::ForOutput({n, hidden});
   backend.EmbeddingForward(embed.value.Matrix(), acts->next_ids.data(),
                            acts->embedded.Matrix());
-  acts->concat = Tensor::ForOutput({n, 2 * hidden});
+  // The norms' outputs are read only by products (eh_proj, the head).
+  acts->concat = Tensor::ForOutput({n, 2 * hidden}, backend.ActivationType());
   acts->e_rstd = Tensor::ForOutput({n});
   acts->h_rstd = Tensor::ForOutput({n});
   MatrixView concat = acts->concat.Matrix();
@@ -37,7 +38,7 @@ void MtpForward(Backend& backend, const MtpParameters& p,
   acts->layer_out = Tensor::ForOutput({n, hidden});
   DecoderLayerForward(backend, p.layer, spec, acts->layer_in.Matrix(), layout,
                       shared_topk, acts->layer_out.Matrix(), &acts->layer);
-  acts->head_in = Tensor::ForOutput({n, hidden});
+  acts->head_in = Tensor::ForOutput({n, hidden}, backend.ActivationType());
   acts->head_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(acts->layer_out.Matrix(),
                          p.shared_head_norm.value.data(), spec.rms_norm_eps,

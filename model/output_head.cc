@@ -44,7 +44,9 @@ void OutputHeadForward(Backend& backend, ModelParameters& params,
                        HeadActivations* acts) {
   const ModelConfig& config = params.config();
   const int64_t n = rows.count();
-  acts->final_normed = Tensor::ForOutput({n, config.hidden_size});
+  // Read only by the head's products.
+  acts->final_normed =
+      Tensor::ForOutput({n, config.hidden_size}, backend.ActivationType());
   acts->final_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(last_hidden, params.norm.value.data(),
                          spec.rms_norm_eps, acts->final_normed.Matrix(),

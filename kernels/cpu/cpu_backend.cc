@@ -17,6 +17,7 @@
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/dtype_check.h"
 
 namespace glm {
 
@@ -37,44 +38,53 @@ void CpuBackend::CheckHeld(const char* op,
 void CpuBackend::Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
                         bool accumulate) {
   CheckHeld("Linear", {x.data, w.data, y.data});
+  CheckF32("CpuBackend::Linear", {x, w, y});
   cpu::LinearForward(x, w, y, accumulate);
 }
 void CpuBackend::LinearBackward(ConstMatrixView x, ConstMatrixView w,
                                 ConstMatrixView dy, MatrixView dx,
                                 MatrixView dw) {
   CheckHeld("LinearBackward", {x.data, w.data, dy.data, dx.data, dw.data});
+  CheckF32("CpuBackend::LinearBackward", {x, w, dy, dx, dw});
   cpu::LinearBackward(x, w, dy, dx, dw);
 }
 void CpuBackend::Copy(ConstMatrixView x, MatrixView y) {
   CheckHeld("Copy", {x.data, y.data});
+  CheckF32("CpuBackend::Copy", {x, y});
   cpu::Copy(x, y);
 }
 void CpuBackend::Axpy(float alpha, ConstMatrixView x, MatrixView y) {
   CheckHeld("Axpy", {x.data, y.data});
+  CheckF32("CpuBackend::Axpy", {x, y});
   cpu::Axpy(alpha, x, y);
 }
 void CpuBackend::RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y) {
   CheckHeld("RepeatRows", {x.data, y.data});
+  CheckF32("CpuBackend::RepeatRows", {x, y});
   cpu::RepeatRows(x, repeats, y);
 }
 void CpuBackend::SumRowGroups(ConstMatrixView x, int64_t repeats,
                               MatrixView y) {
   CheckHeld("SumRowGroups", {x.data, y.data});
+  CheckF32("CpuBackend::SumRowGroups", {x, y});
   cpu::SumRowGroups(x, repeats, y);
 }
 void CpuBackend::EmbeddingForward(ConstMatrixView table, const int32_t* ids,
                                   MatrixView out) {
   CheckHeld("EmbeddingForward", {table.data, ids, out.data});
+  CheckF32("CpuBackend::EmbeddingForward", {table, out});
   cpu::GatherRows(table, ids, out);
 }
 void CpuBackend::EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,
                                    MatrixView dtable) {
   CheckHeld("EmbeddingBackward", {dout.data, ids, dtable.data});
+  CheckF32("CpuBackend::EmbeddingBackward", {dout, dtable});
   cpu::ScatterAddRows(dout, ids, nullptr, dtable);
 }
 void CpuBackend::ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                                 const float* scale, MatrixView out) {
   CheckHeld("ScatterAddRows", {src.data, rows, scale, out.data});
+  CheckF32("CpuBackend::ScatterAddRows", {src, out});
   cpu::ScatterAddRows(src, rows, scale, out);
 }
 void CpuBackend::ScatterAddRowsBackward(ConstMatrixView src,
@@ -83,23 +93,27 @@ void CpuBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                         float* dscale) {
   CheckHeld("ScatterAddRowsBackward",
             {src.data, rows, scale, dout.data, dsrc.data, dscale});
+  CheckF32("CpuBackend::ScatterAddRowsBackward", {src, dout, dsrc});
   cpu::ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
 }
 void CpuBackend::RmsNormForward(ConstMatrixView x, const float* w, float eps,
                                 MatrixView y, float* rstd) {
   CheckHeld("RmsNormForward", {x.data, w, y.data, rstd});
+  CheckF32("CpuBackend::RmsNormForward", {x, y});
   cpu::RmsNormForward(x, w, eps, y, rstd);
 }
 void CpuBackend::RmsNormBackward(ConstMatrixView x, const float* w,
                                  const float* rstd, ConstMatrixView dy,
                                  MatrixView dx, float* dw) {
   CheckHeld("RmsNormBackward", {x.data, w, rstd, dy.data, dx.data, dw});
+  CheckF32("CpuBackend::RmsNormBackward", {x, dy, dx});
   cpu::RmsNormBackward(x, w, rstd, dy, dx, dw);
 }
 void CpuBackend::LayerNormForward(ConstMatrixView x, const float* w,
                                   const float* b, float eps, MatrixView y,
                                   float* mean, float* rstd) {
   CheckHeld("LayerNormForward", {x.data, w, b, y.data, mean, rstd});
+  CheckF32("CpuBackend::LayerNormForward", {x, y});
   cpu::LayerNormForward(x, w, b, eps, y, mean, rstd);
 }
 void CpuBackend::LayerNormBackward(ConstMatrixView x, const float* w,
@@ -108,11 +122,13 @@ void CpuBackend::LayerNormBackward(ConstMatrixView x, const float* w,
                                    float* db) {
   CheckHeld("LayerNormBackward",
             {x.data, w, mean, rstd, dy.data, dx.data, dw, db});
+  CheckF32("CpuBackend::LayerNormBackward", {x, dy, dx});
   cpu::LayerNormBackward(x, w, mean, rstd, dy, dx, dw, db);
 }
 void CpuBackend::SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                                MatrixView out) {
   CheckHeld("SwiGluForward", {gate.data, up.data, out.data});
+  CheckF32("CpuBackend::SwiGluForward", {gate, up, out});
   cpu::SwiGluForward(gate, up, out);
 }
 void CpuBackend::SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
@@ -120,18 +136,21 @@ void CpuBackend::SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                                 MatrixView dup) {
   CheckHeld("SwiGluBackward",
             {gate.data, up.data, dout.data, dgate.data, dup.data});
+  CheckF32("CpuBackend::SwiGluBackward", {gate, up, dout, dgate, dup});
   cpu::SwiGluBackward(gate, up, dout, dgate, dup);
 }
 void CpuBackend::RopeForward(ConstMatrixView x, const int32_t* positions,
                              int64_t rows_per_position, float theta,
                              MatrixView y) {
   CheckHeld("RopeForward", {x.data, positions, y.data});
+  CheckF32("CpuBackend::RopeForward", {x, y});
   cpu::RopeForward(x, positions, rows_per_position, theta, y);
 }
 void CpuBackend::RopeBackward(ConstMatrixView dy, const int32_t* positions,
                               int64_t rows_per_position, float theta,
                               MatrixView dx) {
   CheckHeld("RopeBackward", {dy.data, positions, dx.data});
+  CheckF32("CpuBackend::RopeBackward", {dy, dx});
   cpu::RopeBackward(dy, positions, rows_per_position, theta, dx);
 }
 void CpuBackend::RouterForward(ConstMatrixView logits, const float* bias,
@@ -139,6 +158,7 @@ void CpuBackend::RouterForward(ConstMatrixView logits, const float* bias,
                                MatrixView weights, int32_t* indices) {
   CheckHeld("RouterForward",
             {logits.data, bias, scores.data, weights.data, indices});
+  CheckF32("CpuBackend::RouterForward", {logits, scores, weights});
   cpu::RouterForward(logits, bias, spec, scores, weights, indices);
 }
 void CpuBackend::RouterBackward(ConstMatrixView scores, const int32_t* indices,
@@ -146,6 +166,7 @@ void CpuBackend::RouterBackward(ConstMatrixView scores, const int32_t* indices,
                                 const RouterSpec& spec, MatrixView dlogits) {
   CheckHeld("RouterBackward",
             {scores.data, indices, dweights.data, dlogits.data});
+  CheckF32("CpuBackend::RouterBackward", {scores, dweights, dlogits});
   cpu::RouterBackward(scores, indices, dweights, spec, dlogits);
 }
 void CpuBackend::GroupByExpert(const int32_t* expert, int64_t count,
@@ -165,6 +186,7 @@ void CpuBackend::GroupedLinear(IndexedRows x, ConstMatrixView w,
                                MatrixView y) {
   CheckHeld("GroupedLinear",
             {x.x.data, x.rows, x.scale, w.data, offsets, y.data});
+  CheckF32("CpuBackend::GroupedLinear", {x.x, w, y});
   cpu::GroupedLinearForward(x, w, offsets, experts, y);
 }
 void CpuBackend::GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
@@ -174,6 +196,7 @@ void CpuBackend::GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
   CheckHeld("GroupedLinearBackward",
             {x.x.data, x.rows, x.scale, w.data, offsets, dy.x.data, dy.rows,
              dy.scale, dx.data, dw.data});
+  CheckF32("CpuBackend::GroupedLinearBackward", {x.x, w, dy.x, dx, dw});
   if (!accumulate_dx) cpu::Zero(dx);
   cpu::GroupedLinearBackward(x, w, offsets, experts, dy, dx, dw);
 }
@@ -181,12 +204,14 @@ void CpuBackend::CrossEntropyForward(ConstMatrixView logits,
                                      const int32_t* targets, double divisor,
                                      double* sum) {
   CheckHeld("CrossEntropyForward", {logits.data, targets, sum});
+  CheckF32("CpuBackend::CrossEntropyForward", {logits});
   *sum += cpu::CrossEntropyForward(logits, targets) / divisor;
 }
 void CpuBackend::CrossEntropyBackward(ConstMatrixView logits,
                                       const int32_t* targets, float scale,
                                       MatrixView dlogits) {
   CheckHeld("CrossEntropyBackward", {logits.data, targets, dlogits.data});
+  CheckF32("CpuBackend::CrossEntropyBackward", {logits, dlogits});
   cpu::CrossEntropyBackward(logits, targets, scale, dlogits);
 }
 void CpuBackend::LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
@@ -195,6 +220,7 @@ void CpuBackend::LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
                                     MatrixView dx, MatrixView dw) {
   CheckHeld("LinearCrossEntropy",
             {x.data, w.data, targets, logits.data, sum, dx.data, dw.data});
+  CheckF32("CpuBackend::LinearCrossEntropy", {x, w, logits, dx, dw});
   cpu::LinearForward(x, w, logits, false);
   *sum += cpu::CrossEntropyForward(logits, targets) / divisor;
   std::vector<float> dlogits(logits.rows * logits.cols, 0.f);
@@ -209,6 +235,7 @@ void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                                         MatrixView out, float* lse) {
   CheckHeld("SparseAttentionForward",
             {q.data, k.data, v.data, keys, out.data, lse});
+  CheckF32("CpuBackend::SparseAttentionForward", {q, k, v, out});
   cpu::CheckFullQueries("SparseAttentionForward", keys, topk, full_queries,
                         q.rows / heads, k.rows / heads);
   cpu::SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, lse);
@@ -223,6 +250,8 @@ void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
   CheckHeld("SparseAttentionBackward",
             {q.data, k.data, v.data, keys, out.data, lse, dout.data, dq.data,
              dk.data, dv.data});
+  CheckF32("CpuBackend::SparseAttentionBackward",
+           {q, k, v, out, dout, dq, dk, dv});
   cpu::CheckFullQueries("SparseAttentionBackward", keys, topk, full_queries,
                         q.rows / heads, k.rows / heads);
   // The kernel adds into the gradients; the op writes them.
@@ -237,6 +266,7 @@ void CpuBackend::SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                            MatrixView weights) {
   CheckHeld("SparseAttentionKeyWeights",
             {q.data, k.data, keys, lse, weights.data});
+  CheckF32("CpuBackend::SparseAttentionKeyWeights", {q, k, weights});
   cpu::SparseAttentionKeyWeights(q, k, keys, topk, heads, scale, lse, weights);
 }
 void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
@@ -244,6 +274,7 @@ void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                              int64_t query_offset, int64_t topk, float scale,
                              int32_t* keys) {
   CheckHeld("IndexerTopK", {iq.data, ik.data, w.data, seq_start, keys});
+  CheckF32("CpuBackend::IndexerTopK", {iq, ik, w});
   cpu::IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale, keys);
 }
 void CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
@@ -254,6 +285,7 @@ void CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                double* sum) {
   CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, target.data,
                               diq.data, dik.data, dw.data, sum});
+  CheckF32("CpuBackend::IndexerKlLoss", {iq, ik, w, target, diq, dik, dw});
   *sum += cpu::IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, diq,
                              dik, dw);
 }

@@ -13,9 +13,9 @@ __device__ bool RowKept(const int32_t* keep, int64_t row,
   return keep == nullptr || keep[row / rows_per_token] != 0;
 }
 
-// kWidth columns per element of the loop: 4 (float4 loads, 8-byte stores)
-// or 1. Output row r reads x's row gather[r] (null: r) times scale[r] (null:
-// 1); `rows` output rows.
+// kWidth columns per element of the loop: 4 (16-byte loads of F32 x, 8-byte
+// loads of BF16 x; 8-byte stores) or 1. Output row r reads x's row gather[r]
+// (null: r) times scale[r] (null: 1); `rows` output rows.
 template <int kWidth>
 __global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* gather,
                                const float* scale, int64_t rows,
@@ -26,15 +26,14 @@ __global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* gather,
     const int64_t from = gather == nullptr ? r : gather[r];
     const int64_t c = group * kWidth;
     if constexpr (kWidth == 4) {
-      float4 v = kept ? *reinterpret_cast<const float4*>(&At(x, from, c))
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
+      float4 v = kept ? LoadQuad(x, from, c) : make_float4(0.f, 0.f, 0.f, 0.f);
       if (scale != nullptr) {
         const float s = scale[r];
         v = make_float4(s * v.x, s * v.y, s * v.z, s * v.w);
       }
       StoreBf16x4(v.x, v.y, v.z, v.w, out + r * ld + c);
     } else {
-      const float v = kept ? At(x, from, c) : 0.f;
+      const float v = kept ? Load(x, from, c) : 0.f;
       out[r * ld + c] = __float2bfloat16(scale != nullptr ? scale[r] * v : v);
     }
   });
@@ -59,8 +58,9 @@ void LaunchPackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* gather,
                     int64_t rows_per_token, __nv_bfloat16* out, int64_t ld) {
   assert(ld >= x.cols);
   if (rows == 0 || x.cols == 0) return;
-  const bool wide = x.cols % 4 == 0 && (x.rows == 1 || x.stride % 4 == 0) &&
-                    ld % 4 == 0 && AlignedTo(x.data, 16) && AlignedTo(out, 8);
+  const bool wide =
+      x.cols % 4 == 0 && (x.rows == 1 || x.stride % 4 == 0) && ld % 4 == 0 &&
+      AlignedTo(x.data, 4 * ElementBytes(x.dtype)) && AlignedTo(out, 8);
   if (wide) {
     PackBf16Kernel<4><<<GridStrideBlocks(rows * x.cols / 4), kBlockThreads, 0,
                         ctx.stream()>>>(x, gather, scale, rows, keep,

@@ -14,16 +14,16 @@
 namespace glm::cuda {
 
 // out [rows, cols] with leading dimension ld >= cols = bf16(x) (round to
-// nearest even; the columns past cols are not written); when `keep` is given,
-// rows r with keep[r / rows_per_token] == 0 are zeroed (attention: tokens
-// without keys). Four elements per access where the shapes and addresses
-// allow it.
+// nearest even; x F32, or BF16 copied as it is; the columns past cols are not
+// written); when `keep` is given, rows r with keep[r / rows_per_token] == 0 are
+// zeroed (attention: tokens without keys). Four elements per access where the
+// shapes and addresses allow it.
 void PackBf16(CudaContext& ctx, ConstMatrixView x, const int32_t* keep,
               int64_t rows_per_token, __nv_bfloat16* out, int64_t ld);
 
 // out [count, x.cols] with leading dimension ld = bf16(scale[p] x[rows[p]])
-// for p < count (scale null: 1): a gather, the scaling and the conversion in
-// one pass.
+// for p < count (scale null: 1; x F32 or BF16): a gather, the scaling and the
+// conversion in one pass.
 void PackBf16Rows(CudaContext& ctx, ConstMatrixView x, const int32_t* rows,
                   const float* scale, int64_t count, __nv_bfloat16* out,
                   int64_t ld);

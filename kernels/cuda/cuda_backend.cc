@@ -27,6 +27,7 @@
 #include "kernels/cuda/rows.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
 #include "kernels/cuda/swiglu.cuh"
+#include "kernels/dtype_check.h"
 
 namespace glm {
 namespace {
@@ -99,6 +100,10 @@ class CudaBackend : public Backend, public cuda::CudaContext {
         options_.precision == cuda::Precision::kBf16 ? " bf16" : " fp32");
   }
   Allocator* allocator() override { return allocator_.get(); }
+  ElementType ActivationType() const override {
+    return options_.precision == cuda::Precision::kBf16 ? ElementType::kBF16
+                                                        : ElementType::kF32;
+  }
 
   // ---- CudaContext ----
   cudaStream_t stream() const override { return stream_; }
@@ -151,86 +156,110 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   // ---- Backend ----
   void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
               bool accumulate) override {
+    CheckActivation("CudaBackend::Linear", "x", x, ActivationType());
+    CheckF32("CudaBackend::Linear", {w, y});
     cuda::Linear(*this, x, w, y, accumulate);
   }
   void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                       MatrixView dx, MatrixView dw) override {
+    CheckActivation("CudaBackend::LinearBackward", "x", x, ActivationType());
+    CheckF32("CudaBackend::LinearBackward", {w, dy, dx, dw});
     cuda::LinearBackward(*this, x, w, dy, dx, dw);
   }
   void Copy(ConstMatrixView x, MatrixView y) override {
+    CheckF32("CudaBackend::Copy", {x, y});
     cuda::Copy(*this, x, y);
   }
   void Axpy(float alpha, ConstMatrixView x, MatrixView y) override {
+    CheckF32("CudaBackend::Axpy", {x, y});
     cuda::Axpy(*this, alpha, x, y);
   }
   void RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y) override {
+    CheckF32("CudaBackend::RepeatRows", {x, y});
     cuda::RepeatRows(*this, x, repeats, y);
   }
   void SumRowGroups(ConstMatrixView x, int64_t repeats, MatrixView y) override {
+    CheckF32("CudaBackend::SumRowGroups", {x, y});
     cuda::SumRowGroups(*this, x, repeats, y);
   }
   void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
                         MatrixView out) override {
+    CheckF32("CudaBackend::EmbeddingForward", {table, out});
     cuda::EmbeddingForward(*this, table, ids, out);
   }
   void EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,
                          MatrixView dtable) override {
+    CheckF32("CudaBackend::EmbeddingBackward", {dout, dtable});
     cuda::EmbeddingBackward(*this, dout, ids, dtable);
   }
   void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                       const float* scale, MatrixView out) override {
+    CheckF32("CudaBackend::ScatterAddRows", {src, out});
     cuda::ScatterAddRows(*this, src, rows, scale, out);
   }
   void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                               const float* scale, ConstMatrixView dout,
                               MatrixView dsrc, float* dscale) override {
+    CheckF32("CudaBackend::ScatterAddRowsBackward", {src, dout, dsrc});
     cuda::ScatterAddRowsBackward(*this, src, rows, scale, dout, dsrc, dscale);
   }
   void RmsNormForward(ConstMatrixView x, const float* w, float eps,
                       MatrixView y, float* rstd) override {
+    CheckActivation("CudaBackend::RmsNormForward", "y", y, ActivationType());
+    CheckF32("CudaBackend::RmsNormForward", {x});
     cuda::RmsNormForward(*this, x, w, eps, y, rstd);
   }
   void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
                        ConstMatrixView dy, MatrixView dx, float* dw) override {
+    CheckF32("CudaBackend::RmsNormBackward", {x, dy, dx});
     cuda::RmsNormBackward(*this, x, w, rstd, dy, dx, dw);
   }
   void LayerNormForward(ConstMatrixView x, const float* w, const float* b,
                         float eps, MatrixView y, float* mean,
                         float* rstd) override {
+    CheckF32("CudaBackend::LayerNormForward", {x, y});
     cuda::LayerNormForward(*this, x, w, b, eps, y, mean, rstd);
   }
   void LayerNormBackward(ConstMatrixView x, const float* w, const float* mean,
                          const float* rstd, ConstMatrixView dy, MatrixView dx,
                          float* dw, float* db) override {
+    CheckF32("CudaBackend::LayerNormBackward", {x, dy, dx});
     cuda::LayerNormBackward(*this, x, w, mean, rstd, dy, dx, dw, db);
   }
   void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                      MatrixView out) override {
+    CheckActivation("CudaBackend::SwiGluForward", "out", out, ActivationType());
+    CheckF32("CudaBackend::SwiGluForward", {gate, up});
     cuda::SwiGluForward(*this, gate, up, out);
   }
   void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                       ConstMatrixView dout, MatrixView dgate,
                       MatrixView dup) override {
+    CheckF32("CudaBackend::SwiGluBackward", {gate, up, dout, dgate, dup});
     cuda::SwiGluBackward(*this, gate, up, dout, dgate, dup);
   }
   void RopeForward(ConstMatrixView x, const int32_t* positions,
                    int64_t rows_per_position, float theta,
                    MatrixView y) override {
+    CheckF32("CudaBackend::RopeForward", {x, y});
     cuda::RopeForward(*this, x, positions, rows_per_position, theta, y);
   }
   void RopeBackward(ConstMatrixView dy, const int32_t* positions,
                     int64_t rows_per_position, float theta,
                     MatrixView dx) override {
+    CheckF32("CudaBackend::RopeBackward", {dy, dx});
     cuda::RopeBackward(*this, dy, positions, rows_per_position, theta, dx);
   }
   void RouterForward(ConstMatrixView logits, const float* bias,
                      const RouterSpec& spec, MatrixView scores,
                      MatrixView weights, int32_t* indices) override {
+    CheckF32("CudaBackend::RouterForward", {logits, scores, weights});
     cuda::RouterForward(*this, logits, bias, spec, scores, weights, indices);
   }
   void RouterBackward(ConstMatrixView scores, const int32_t* indices,
                       ConstMatrixView dweights, const RouterSpec& spec,
                       MatrixView dlogits) override {
+    CheckF32("CudaBackend::RouterBackward", {scores, dweights, dlogits});
     cuda::RouterBackward(*this, scores, indices, dweights, spec, dlogits);
   }
   void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
@@ -245,28 +274,38 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void GroupedLinear(IndexedRows x, ConstMatrixView w, const int32_t* offsets,
                      int64_t experts, MatrixView y) override {
+    CheckActivation("CudaBackend::GroupedLinear", "x", x.x, ActivationType());
+    CheckF32("CudaBackend::GroupedLinear", {w, y});
     cuda::GroupedLinear(*this, x, w, offsets, experts, y);
   }
   void GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
                              const int32_t* offsets, int64_t experts,
                              IndexedRows dy, MatrixView dx, bool accumulate_dx,
                              MatrixView dw) override {
+    CheckActivation("CudaBackend::GroupedLinearBackward", "x", x.x,
+                    ActivationType());
+    CheckF32("CudaBackend::GroupedLinearBackward", {w, dy.x, dx, dw});
     cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx,
                                 accumulate_dx, dw);
   }
   void CrossEntropyForward(ConstMatrixView logits, const int32_t* targets,
                            double divisor, double* sum) override {
+    CheckF32("CudaBackend::CrossEntropyForward", {logits});
     cuda::CrossEntropyForward(*this, logits, targets, loss_);
     cuda::AddQuotient(*this, loss_, divisor, sum);
   }
   void CrossEntropyBackward(ConstMatrixView logits, const int32_t* targets,
                             float scale, MatrixView dlogits) override {
+    CheckF32("CudaBackend::CrossEntropyBackward", {logits, dlogits});
     cuda::CrossEntropyBackward(*this, logits, targets, scale, dlogits);
   }
   void LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
                           const int32_t* targets, double divisor, float scale,
                           MatrixView logits, double* sum, MatrixView dx,
                           MatrixView dw) override {
+    CheckActivation("CudaBackend::LinearCrossEntropy", "x", x,
+                    ActivationType());
+    CheckF32("CudaBackend::LinearCrossEntropy", {w, logits, dx, dw});
     cuda::LinearCrossEntropy(*this, x, w, targets, scale, logits, loss_, dx,
                              dw);
     cuda::AddQuotient(*this, loss_, divisor, sum);
@@ -276,6 +315,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                               int64_t topk, int64_t full_queries, int64_t heads,
                               float scale, MatrixView out,
                               float* lse) override {
+    CheckF32("CudaBackend::SparseAttentionForward", {q, k, v, out});
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, false)) {
       cudnn_attention_->Forward(*this, q, k, v, keys, topk, full_queries, heads,
                                 scale, out, lse);
@@ -291,6 +331,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                const float* lse, ConstMatrixView dout,
                                MatrixView dq, MatrixView dk,
                                MatrixView dv) override {
+    CheckF32("CudaBackend::SparseAttentionBackward",
+             {q, k, v, out, dout, dq, dk, dv});
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, true)) {
       cudnn_attention_->Backward(*this, q, k, v, keys, topk, full_queries,
                                  heads, scale, out, lse, dout, dq, dk, dv);
@@ -305,12 +347,14 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                  const int32_t* keys, int64_t topk,
                                  int64_t heads, float scale, const float* lse,
                                  MatrixView weights) override {
+    CheckF32("CudaBackend::SparseAttentionKeyWeights", {q, k, weights});
     cuda::SparseAttentionKeyWeights(*this, q, k, keys, topk, heads, scale, lse,
                                     weights);
   }
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
                    float scale, int32_t* keys) override {
+    CheckF32("CudaBackend::IndexerTopK", {iq, ik, w});
     cuda::IndexerTopK(*this, iq, ik, w, seq_start, query_offset, topk, scale,
                       keys);
   }
@@ -318,6 +362,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                      const int32_t* keys, int64_t topk, float scale,
                      ConstMatrixView target, float coeff, MatrixView diq,
                      MatrixView dik, MatrixView dw, double* sum) override {
+    CheckF32("CudaBackend::IndexerKlLoss", {iq, ik, w, target, diq, dik, dw});
     cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, target, coeff, diq,
                         dik, dw, loss_);
     cuda::AddQuotient(*this, loss_, 1.0, sum);

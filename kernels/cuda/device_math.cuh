@@ -50,6 +50,34 @@ __device__ __forceinline__ auto& At(const View& view, int64_t r, int64_t c) {
   return view.data[r * view.stride + c];
 }
 
+// Element (r, c) of a BF16 view.
+template <typename View>
+__device__ __forceinline__ auto& Bf16At(const View& view, int64_t r,
+                                        int64_t c) {
+  using Element = std::conditional_t<
+      std::is_const_v<std::remove_pointer_t<decltype(view.data)>>,
+      const __nv_bfloat16, __nv_bfloat16>;
+  return reinterpret_cast<Element*>(view.data)[r * view.stride + c];
+}
+
+// Element (r, c) of an F32 or BF16 view, as a float.
+__device__ __forceinline__ float Load(const ConstMatrixView& view, int64_t r,
+                                      int64_t c) {
+  return view.dtype == ElementType::kBF16 ? __bfloat162float(Bf16At(view, r, c))
+                                          : At(view, r, c);
+}
+
+// Writes `value` to element (r, c) of an F32 or BF16 view (rounded to
+// nearest even).
+__device__ __forceinline__ void Store(const MatrixView& view, int64_t r,
+                                      int64_t c, float value) {
+  if (view.dtype == ElementType::kBF16) {
+    Bf16At(view, r, c) = __float2bfloat16_rn(value);
+  } else {
+    At(view, r, c) = value;
+  }
+}
+
 // Calls body(r, c) for every element of a [rows, cols] space, spread over the
 // whole grid (a 1-D launch). Spaces under 2^31 elements (all but the largest)
 // index in 32 bits: a 64-bit division per element costs more issue slots
@@ -114,6 +142,30 @@ __device__ __forceinline__ auto& QuadAt(const View& view, int64_t r,
       std::is_const_v<std::remove_pointer_t<decltype(view.data)>>, const float4,
       float4>;
   return *reinterpret_cast<Quad*>(view.data + r * view.stride + c);
+}
+
+// Columns [c, c + 4) of row r of a QuadAligned F32 or BF16 view (one 16- or
+// 8-byte load).
+__device__ __forceinline__ float4 LoadQuad(const ConstMatrixView& view,
+                                           int64_t r, int64_t c) {
+  if (view.dtype != ElementType::kBF16) return QuadAt(view, r, c);
+  struct alignas(8) Bf16x4 {
+    __nv_bfloat162 lo, hi;
+  };
+  const Bf16x4 v = *reinterpret_cast<const Bf16x4*>(&Bf16At(view, r, c));
+  const float2 lo = __bfloat1622float2(v.lo), hi = __bfloat1622float2(v.hi);
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// Writes four values to columns [c, c + 4) of row r of a QuadAligned F32 or
+// BF16 view (one 16- or 8-byte store).
+__device__ __forceinline__ void StoreQuad(const MatrixView& view, int64_t r,
+                                          int64_t c, float4 v) {
+  if (view.dtype == ElementType::kBF16) {
+    StoreBf16x4(v.x, v.y, v.z, v.w, &Bf16At(view, r, c));
+  } else {
+    QuadAt(view, r, c) = v;
+  }
 }
 
 // ForEachElement over groups of four columns (cols a multiple of four):

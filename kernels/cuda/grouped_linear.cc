@@ -58,9 +58,10 @@ bool UseGroupedGemm(CudaContext& ctx, int64_t in, int64_t out,
   return true;
 }
 
-// bf16 operands: the weights' kept copies, or copies of the views carved from
-// the composite scratch (the grouped GEMM takes the plain scratch for its own
-// arguments); gathered rows are converted as they are gathered.
+// bf16 operands: BF16 views as they are, the weights' kept copies, or copies
+// of the views carved from the composite scratch (the grouped GEMM takes the
+// plain scratch for its own arguments); gathered rows are converted as they
+// are gathered.
 class Bf16Operands {
  public:
   Bf16Operands(CudaContext& ctx, std::initializer_list<IndexedRows> operands) {
@@ -75,11 +76,18 @@ class Bf16Operands {
   const __nv_bfloat16* operator[](size_t i) const { return copies_[i]; }
 
  private:
-  // The weight's kept copy when it has one and is contiguous (the grouped
-  // GEMM reads dense operands); else a copy made at `at`.
+  // A dense operand (the grouped GEMM reads those) that is bf16 already:
+  // needs no copy.
+  static bool UsedAsItIs(const IndexedRows& o) {
+    return !o.indexed() && o.x.dtype == ElementType::kBF16 &&
+           o.x.stride == o.x.cols;
+  }
+  // The operand itself, or the weight's kept copy when it has one and is
+  // contiguous; else a copy made at `at`.
   static const __nv_bfloat16* Copy(CudaContext& ctx, const IndexedRows& o,
                                    char* at) {
     const ConstMatrixView v = o.x;
+    if (UsedAsItIs(o)) return reinterpret_cast<const __nv_bfloat16*>(v.data);
     const __nv_bfloat16* kept =
         !o.indexed() && v.stride == v.cols ? ctx.Bf16WeightCopy(v) : nullptr;
     if (kept != nullptr) return kept;
@@ -92,18 +100,27 @@ class Bf16Operands {
     return copy;
   }
   static size_t Bytes(const IndexedRows& o) {
+    if (UsedAsItIs(o)) return 0;
     return ScratchAlignUp(o.count * o.x.cols * sizeof(__nv_bfloat16));
   }
   std::vector<const __nv_bfloat16*> copies_;
 };
 
-// The per-expert path's fp32 rows: x itself, or its gathered (and scaled)
-// rows at `at` (Fp32RowsBytes of the composite scratch).
-size_t Fp32RowsBytes(const IndexedRows& x) {
-  return x.indexed() ? ScratchAlignUp(x.count * x.x.cols * sizeof(float)) : 0;
+// The per-expert path's rows: x itself, or its gathered (and scaled) rows at
+// `at` (GatheredRowsBytes of the composite scratch), in x's dtype.
+size_t GatheredRowsBytes(const IndexedRows& x) {
+  return x.indexed()
+             ? ScratchAlignUp(x.count * x.x.cols * ElementBytes(x.x.dtype))
+             : 0;
 }
-ConstMatrixView Fp32Rows(CudaContext& ctx, const IndexedRows& x, char* at) {
+ConstMatrixView GatheredRows(CudaContext& ctx, const IndexedRows& x, char* at) {
   if (!x.indexed()) return x.x;
+  if (x.x.dtype == ElementType::kBF16) {
+    PackBf16Rows(ctx, x.x, x.rows, x.scale, x.count,
+                 reinterpret_cast<__nv_bfloat16*>(at), x.x.cols);
+    return {reinterpret_cast<const float*>(at), x.count, x.x.cols, x.x.cols,
+            ElementType::kBF16};
+  }
   MatrixView gathered{reinterpret_cast<float*>(at), x.count, x.x.cols,
                       x.x.cols};
   GatherRows(ctx, x.x, x.rows, x.scale, gathered);
@@ -122,8 +139,8 @@ void GroupedLinear(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
     GroupedGemm(ctx, bf16[0], bf16[1], offsets, experts, rows, in, out, y);
     return;
   }
-  const ConstMatrixView rows_x = Fp32Rows(
-      ctx, x, static_cast<char*>(ctx.CompositeScratch(Fp32RowsBytes(x))));
+  const ConstMatrixView rows_x = GatheredRows(
+      ctx, x, static_cast<char*>(ctx.CompositeScratch(GatheredRowsBytes(x))));
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   assert(first[experts] == rows);
   for (int64_t e = 0; e < experts; ++e) {
@@ -158,11 +175,11 @@ void GroupedLinearBackward(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
   }
   if (!accumulate_dx) Zero(ctx, dx);
   // Both gathers in one composite scratch buffer, x's first.
-  const size_t x_bytes = Fp32RowsBytes(x);
+  const size_t x_bytes = GatheredRowsBytes(x);
   char* at =
-      static_cast<char*>(ctx.CompositeScratch(x_bytes + Fp32RowsBytes(dy)));
-  const ConstMatrixView rows_x = Fp32Rows(ctx, x, at);
-  const ConstMatrixView rows_dy = Fp32Rows(ctx, dy, at + x_bytes);
+      static_cast<char*>(ctx.CompositeScratch(x_bytes + GatheredRowsBytes(dy)));
+  const ConstMatrixView rows_x = GatheredRows(ctx, x, at);
+  const ConstMatrixView rows_dy = GatheredRows(ctx, dy, at + x_bytes);
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t count = first[e + 1] - first[e];

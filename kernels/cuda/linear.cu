@@ -47,26 +47,31 @@ size_t Bf16Bytes(ConstMatrixView v) {
                         Bf16LeadingDim(v.cols));
 }
 
-// Scratch for one call: the workspace, then a bf16 copy of each view when
-// products run in bf16.
+// Scratch for one call: the workspace, then a bf16 copy of each F32 view
+// when products run in bf16.
 size_t ScratchBytes(Precision precision,
                     std::initializer_list<ConstMatrixView> views) {
   size_t bytes = kWorkspaceBytes;
   if (precision == Precision::kBf16) {
-    for (const ConstMatrixView& v : views) bytes += Bf16Bytes(v);
+    for (const ConstMatrixView& v : views) {
+      if (v.dtype == ElementType::kF32) bytes += Bf16Bytes(v);
+    }
   }
   return bytes;
 }
 
-// Turns views into operands: the views themselves in fp32 and tf32 modes; in
-// bf16 mode the weights' kept copies, or bf16 copies made here, each carved
-// out of the scratch after the workspace.
+// Turns views into operands: the views themselves in fp32 and tf32 modes and
+// for BF16 views; in bf16 mode the weights' kept copies, or bf16 copies of
+// F32 views made here, each carved out of the scratch after the workspace.
 class OperandMaker {
  public:
   OperandMaker(CudaContext& ctx, void* scratch)
       : ctx_(ctx), next_(static_cast<char*>(scratch) + kWorkspaceBytes) {}
 
   Operand Make(ConstMatrixView v) {
+    if (v.dtype == ElementType::kBF16) {
+      return {v.data, v.rows, v.cols, LeadingDim(v), CUDA_R_16BF};
+    }
     if (ctx_.precision() != Precision::kBf16) {
       return {v.data, v.rows, v.cols, LeadingDim(v), CUDA_R_32F};
     }

@@ -9,7 +9,8 @@ namespace glm::cuda {
 namespace {
 
 // One block per row. The sum of squares is in double and the reciprocal
-// square root in IEEE float, as on the CPU.
+// square root in IEEE float, as on the CPU. y may be BF16: the same value,
+// rounded.
 __global__ void RmsNormForwardKernel(ConstMatrixView x, const float* w,
                                      float eps, MatrixView y, float* rstd) {
   const int64_t r = blockIdx.x;
@@ -21,7 +22,7 @@ __global__ void RmsNormForwardKernel(ConstMatrixView x, const float* w,
   const float inv =
       1.f / sqrtf(static_cast<float>(BlockSum(sum_sq) / x.cols) + eps);
   for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) {
-    At(y, r, c) = w[c] * (At(x, r, c) * inv);
+    Store(y, r, c, w[c] * (At(x, r, c) * inv));
   }
   if (rstd != nullptr && threadIdx.x == 0) rstd[r] = inv;
 }
@@ -93,8 +94,9 @@ __global__ void RmsNormForwardQuadKernel(ConstMatrixView x, const float* w,
   const float4* w4 = reinterpret_cast<const float4*>(w);
   ForHeldQuads(quads, [&](int k, int q) {
     const float4 a = held[k], g = w4[q];
-    QuadAt(y, r, 4 * q) = make_float4(g.x * (a.x * inv), g.y * (a.y * inv),
-                                      g.z * (a.z * inv), g.w * (a.w * inv));
+    StoreQuad(y, r, 4 * q,
+              make_float4(g.x * (a.x * inv), g.y * (a.y * inv),
+                          g.z * (a.z * inv), g.w * (a.w * inv)));
   });
   if (rstd != nullptr && threadIdx.x == 0) rstd[r] = inv;
 }

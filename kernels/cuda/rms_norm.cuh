@@ -8,8 +8,8 @@
 
 namespace glm::cuda {
 
-// x, y: [rows, cols] (y may be x); w: [cols]; rstd (may be null): [rows],
-// written.
+// x, y: [rows, cols] (y may be x when both are F32; y may be BF16); w:
+// [cols]; rstd (may be null): [rows], written.
 void RmsNormForward(CudaContext& ctx, ConstMatrixView x, const float* w,
                     float eps, MatrixView y, float* rstd);
 // rstd from the forward. dx += ... (skipped when empty); dw [cols] += ...

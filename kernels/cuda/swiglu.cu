@@ -16,13 +16,14 @@ __device__ __forceinline__ float SwiGlu(float g, float u) {
 }
 
 // Four columns a step (QuadAligned views): the element-wise kernels are
-// bound by loads in flight.
+// bound by loads in flight. out may be BF16 (rounded to nearest even).
 __global__ void SwiGluForwardQuadKernel(ConstMatrixView gate,
                                         ConstMatrixView up, MatrixView out) {
   ForEachQuad(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
     const float4 g = QuadAt(gate, r, c), u = QuadAt(up, r, c);
-    QuadAt(out, r, c) = make_float4(SwiGlu(g.x, u.x), SwiGlu(g.y, u.y),
-                                    SwiGlu(g.z, u.z), SwiGlu(g.w, u.w));
+    StoreQuad(out, r, c,
+              make_float4(SwiGlu(g.x, u.x), SwiGlu(g.y, u.y), SwiGlu(g.z, u.z),
+                          SwiGlu(g.w, u.w)));
   });
 }
 
@@ -60,7 +61,7 @@ __global__ void SwiGluBackwardQuadKernel(ConstMatrixView gate,
 __global__ void SwiGluForwardKernel(ConstMatrixView gate, ConstMatrixView up,
                                     MatrixView out) {
   ForEachElement(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
-    At(out, r, c) = SwiGlu(At(gate, r, c), At(up, r, c));
+    Store(out, r, c, SwiGlu(At(gate, r, c), At(up, r, c)));
   });
 }
 

@@ -7,7 +7,7 @@
 
 namespace glm::cuda {
 
-// gate, up, out: [rows, cols].
+// gate, up, out: [rows, cols]; out F32 or BF16.
 void SwiGluForward(CudaContext& ctx, ConstMatrixView gate, ConstMatrixView up,
                    MatrixView out);
 // dgate = dout * up * silu'(gate); dup = dout * silu(gate) (each written, not

@@ -123,6 +123,10 @@ constexpr OpLimits kLimits[] = {
     {"LayerNormForward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"LayerNormBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"SwiGluForward", {kExact, kExact}, {0, 0}, {0, 0}},
+    // bf16: outputs in the activation type, rounded to bf16 (NMSE 1.3e-6
+    // expected from the rounding alone).
+    {"RmsNormForward to activation type", {kExact, 4e-6}, {0, 0}, {0, 0}},
+    {"SwiGluForward to activation type", {kExact, 4e-6}, {0, 0}, {0, 0}},
     {"SwiGluBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RopeForward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RopeBackward", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -986,6 +990,88 @@ const ModelConfig& Mini() {
   return *config;
 }
 
+// ---- operands in the backend's activation type ----
+//
+// Ops take some operands in Backend::ActivationType() (BF16 in the bf16
+// mode): products' x, and the outputs of RmsNormForward and SwiGluForward.
+// Their cases run on the CPU with the F32 operand as it is; on the CUDA
+// backend the input is rounded to bf16 here (the rounding the product would
+// apply to an F32 x), and the output is widened to F32 for the comparison.
+
+uint16_t RoundToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+float WidenBf16(uint16_t half) {
+  const uint32_t bits = uint32_t{half} << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+// x's rows*cols floats, row by row, from where the backend keeps them.
+std::vector<float> ReadRows(Backend& be, ConstMatrixView x) {
+  std::vector<float> host(x.rows * x.cols);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    be.allocator()->CopyToHost(host.data() + r * x.cols, x.Row(r),
+                               x.cols * sizeof(float));
+  }
+  return host;
+}
+
+// `x` as the backend's activation type: itself when that is F32, else a
+// dense bf16 copy held by `holder`.
+ConstMatrixView AsActivation(Backend& be, ConstMatrixView x, Tensor* holder) {
+  if (be.ActivationType() == ElementType::kF32) return x;
+  const std::vector<float> values = ReadRows(be, x);
+  std::vector<uint16_t> bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(), RoundToBf16);
+  *holder = Tensor({x.rows, x.cols}, be.allocator(), ElementType::kBF16);
+  be.allocator()->CopyFromHost(holder->Matrix().data, bits.data(),
+                               bits.size() * sizeof(uint16_t));
+  return holder->Matrix();
+}
+IndexedRows RowsAsActivation(Backend& be, const IndexedRows& x,
+                             Tensor* holder) {
+  IndexedRows converted = x;
+  converted.x = AsActivation(be, x.x, holder);
+  return converted;
+}
+
+// Runs write(y') for y' the output `y` in the backend's activation type:
+// y itself when that is F32, else a bf16 buffer poisoned with NaN, whose
+// values are then widened into y.
+template <typename Write>
+void IntoActivation(Backend& be, MatrixView y, const Write& write) {
+  if (be.ActivationType() == ElementType::kF32) {
+    write(y);
+    return;
+  }
+  Tensor out({y.rows, y.cols}, be.allocator(), ElementType::kBF16);
+  std::vector<uint16_t> bits(y.rows * y.cols, 0xffff);
+  be.allocator()->CopyFromHost(out.Matrix().data, bits.data(),
+                               bits.size() * sizeof(uint16_t));
+  write(out.Matrix());
+  be.allocator()->CopyToHost(bits.data(), out.Matrix().data,
+                             bits.size() * sizeof(uint16_t));
+  for (int64_t r = 0; r < y.rows; ++r) {
+    std::vector<float> row(y.cols);
+    for (int64_t c = 0; c < y.cols; ++c)
+      row[c] = WidenBf16(bits[r * y.cols + c]);
+    be.allocator()->CopyFromHost(y.Row(r), row.data(), y.cols * sizeof(float));
+  }
+}
+
+// Whether a case passes a product's x as F32 or in the activation type.
+enum class XType { kF32, kActivation };
+
+const char* LabelOf(XType type) {
+  return type == XType::kActivation ? " x in activation type" : "";
+}
+
 // ---- dense algebra ----
 
 // Whether a product's weight operand is converted by the op on every call, or
@@ -1008,18 +1094,24 @@ void WithWeights(Backend& be, const Bound& p, int w, WeightCopy copy, Op op) {
 
 void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
                Layout y, bool accumulate,
-               WeightCopy copy = WeightCopy::kPerCall) {
+               WeightCopy copy = WeightCopy::kPerCall,
+               XType x_type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " y", Dims(y),
-                   accumulate ? " +=" : "", LabelOf(copy));
+                   accumulate ? " +=" : "", LabelOf(copy), LabelOf(x_type));
   f.push_back({"Linear", label, [=] {
                  CaseBuilder b("Linear", label);
                  const int ix = b.Input("x", x), iw = b.Input("w", w);
                  const int iy =
                      accumulate ? b.Accumulated("y", y) : b.Written("y", y);
                  return b.Build([=](Backend& be, const Bound& p) {
+                   Tensor holder;
+                   const ConstMatrixView xv =
+                       x_type == XType::kActivation
+                           ? AsActivation(be, p.View(ix), &holder)
+                           : p.View(ix);
                    WithWeights(be, p, iw, copy, [&] {
-                     be.Linear(p.View(ix), p.View(iw), p.View(iy), accumulate);
+                     be.Linear(xv, p.View(iw), p.View(iy), accumulate);
                    });
                    return 0.0;
                  });
@@ -1029,10 +1121,12 @@ void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
 // dx or dw absent: that gradient is not asked for.
 void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                        Layout dy, bool want_dx, bool want_dw, Layout dx,
-                       Layout dw, WeightCopy copy = WeightCopy::kPerCall) {
-  const std::string label = absl::StrCat(
-      tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
-      want_dx ? "" : " no dx", want_dw ? "" : " no dw", LabelOf(copy));
+                       Layout dw, WeightCopy copy = WeightCopy::kPerCall,
+                       XType x_type = XType::kF32) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
+                   want_dx ? "" : " no dx", want_dw ? "" : " no dw",
+                   LabelOf(copy), LabelOf(x_type));
   f.push_back({"LinearBackward", label, [=] {
                  CaseBuilder b("LinearBackward", label);
                  const int ix = b.Input("x", x), iw = b.Input("w", w),
@@ -1040,8 +1134,13 @@ void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                  const int idx = want_dx ? b.Accumulated("dx", dx) : -1;
                  const int idw = want_dw ? b.Accumulated("dw", dw) : -1;
                  return b.Build([=](Backend& be, const Bound& p) {
+                   Tensor holder;
+                   const ConstMatrixView xv =
+                       x_type == XType::kActivation
+                           ? AsActivation(be, p.View(ix), &holder)
+                           : p.View(ix);
                    WithWeights(be, p, iw, copy, [&] {
-                     be.LinearBackward(p.View(ix), p.View(iw), p.View(idy),
+                     be.LinearBackward(xv, p.View(iw), p.View(idy),
                                        idx >= 0 ? p.View(idx) : MatrixView{},
                                        idw >= 0 ? p.View(idw) : MatrixView{});
                    });
@@ -1172,10 +1271,11 @@ void AddExpertLoadsCase(Factories& f, const std::string& tag, int64_t tokens,
 void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                       int64_t experts, int64_t in, int64_t out, int all_on,
                       WeightCopy copy = WeightCopy::kPerCall,
-                      int64_t tokens = 0, int64_t dy_tokens = 0) {
+                      int64_t tokens = 0, int64_t dy_tokens = 0,
+                      XType x_type = XType::kF32) {
   const std::string label = absl::StrCat(
       tag, " rows", rows, " experts", experts, " ", in, "->", out,
-      LabelOf(copy),
+      LabelOf(copy), LabelOf(x_type),
       tokens > 0 ? absl::StrCat(" read from ", tokens, " tokens") : "");
   const std::string dy_label =
       dy_tokens > 0 ? absl::StrCat(" dy scaled from ", dy_tokens, " tokens")
@@ -1197,6 +1297,12 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                   : IndexedRows(p.View(view), p.Ints(id), rows,
                                 scale < 0 ? nullptr : p.Floats(scale));
   };
+  // x's rows, in the activation type when the case says so.
+  auto x_rows_of = [=](Backend& be, const Bound& p, int view, int id,
+                       Tensor* holder) {
+    const IndexedRows x = indexed(p, view, id);
+    return x_type == XType::kActivation ? RowsAsActivation(be, x, holder) : x;
+  };
   // The forward reads no dy: its case is the dense-dy one's.
   if (dy_tokens == 0) {
     f.push_back({"GroupedLinear", label, [=] {
@@ -1207,9 +1313,11 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                              iw = b.Input("w", Dense(experts * out, in)),
                              iy = b.Written("y", Dense(rows, out));
                    return b.Build([=](Backend& be, const Bound& p) {
+                     Tensor holder;
+                     const IndexedRows xr = x_rows_of(be, p, ix, ir, &holder);
                      WithWeights(be, p, iw, copy, [&] {
-                       be.GroupedLinear(indexed(p, ix, ir), p.View(iw),
-                                        p.Ints(io), experts, p.View(iy));
+                       be.GroupedLinear(xr, p.View(iw), p.Ints(io), experts,
+                                        p.View(iy));
                      });
                      return 0.0;
                    });
@@ -1235,11 +1343,13 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                                          : b.Written("dx", Dense(rows, in)),
                      idw = b.Accumulated("dw", Dense(experts * out, in));
            return b.Build([=](Backend& be, const Bound& p) {
+             Tensor holder;
+             const IndexedRows xr = x_rows_of(be, p, ix, ir, &holder);
              WithWeights(be, p, iw, copy, [&] {
-               be.GroupedLinearBackward(
-                   indexed(p, ix, ir), p.View(iw), p.Ints(io), experts,
-                   indexed(p, idy, idyr, idys), p.View(idx), accumulate_dx,
-                   p.View(idw));
+               be.GroupedLinearBackward(xr, p.View(iw), p.Ints(io), experts,
+                                        indexed(p, idy, idyr, idys),
+                                        p.View(idx), accumulate_dx,
+                                        p.View(idw));
              });
              return 0.0;
            });
@@ -1269,6 +1379,14 @@ void AddGroupedCases(Factories& f) {
   AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kPerCall, 0, 5);
   AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
                    -1, WeightCopy::kKept, 0, 4096);
+  AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kPerCall, 5, 0,
+                   XType::kActivation);
+  AddGroupedLinear(f, "odd widths", 17, 4, 20, 12, -1, WeightCopy::kPerCall, 5,
+                   0, XType::kActivation);
+  AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,
+                   2 * moe, -1, WeightCopy::kKept, 4096, 0, XType::kActivation);
+  AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
+                   -1, WeightCopy::kKept, 0, 4096, XType::kActivation);
 }
 
 void AddLinearCases(Factories& f) {
@@ -1315,6 +1433,14 @@ void AddLinearCases(Factories& f) {
             WeightCopy::kKept);
   AddLinear(f, "expert down", Dense(1000, moe), Slab(3, hidden, moe, 1),
             Dense(1000, hidden), true, WeightCopy::kKept);
+  AddLinear(f, "odd", Dense(37, 45), Dense(29, 45), Dense(37, 29), true,
+            WeightCopy::kPerCall, XType::kActivation);
+  AddLinear(f, "q_a_proj", Dense(4096, hidden), Dense(m.q_lora_rank, hidden),
+            Dense(4096, m.q_lora_rank), false, WeightCopy::kKept,
+            XType::kActivation);
+  AddLinear(f, "kv_b_proj", Dense(4096, m.kv_lora_rank),
+            Dense(kv_b, m.kv_lora_rank), Dense(4096, kv_b), false,
+            WeightCopy::kKept, XType::kActivation);
 
   AddLinearBackward(f, "tiny", Dense(5, 7), Dense(3, 7), Dense(5, 3), true,
                     true, Dense(5, 7), Dense(3, 7));
@@ -1350,6 +1476,14 @@ void AddLinearCases(Factories& f) {
                     Slab(3, hidden, moe, 1), Dense(1000, hidden), true, true,
                     Dense(1000, moe), Slab(3, hidden, moe, 1),
                     WeightCopy::kKept);
+  AddLinearBackward(f, "odd", Dense(37, 45), Dense(29, 45), Dense(37, 29), true,
+                    true, Dense(37, 45), Dense(29, 45), WeightCopy::kPerCall,
+                    XType::kActivation);
+  AddLinearBackward(f, "q_b_proj", Dense(2048, m.q_lora_rank),
+                    Dense(heads * qk, m.q_lora_rank), Dense(2048, heads * qk),
+                    true, true, Dense(2048, m.q_lora_rank),
+                    Dense(heads * qk, m.q_lora_rank), WeightCopy::kKept,
+                    XType::kActivation);
 }
 
 void AddCopy(Factories& f, const std::string& tag, Layout x, Layout y) {
@@ -1616,18 +1750,29 @@ void AddRowsCases(Factories& f) {
 
 // ---- normalization ----
 
+// y_type kActivation: y in the backend's activation type (a dense y).
 void AddRmsNorm(Factories& f, const std::string& tag, Layout x, Layout y,
-                float eps) {
+                float eps, XType y_type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " y", Dims(y), " eps ", eps);
-  f.push_back({"RmsNormForward", label, [=] {
-                 CaseBuilder b("RmsNormForward", label);
+  const std::string op = y_type == XType::kActivation
+                             ? "RmsNormForward to activation type"
+                             : "RmsNormForward";
+  f.push_back({op, label, [=] {
+                 CaseBuilder b(op, label);
                  const int ix = b.Input("x", x), iw = b.Input("w", Vec(x.cols)),
                            iy = b.Written("y", y),
                            ir = b.Written("rstd", Vec(x.rows));
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.RmsNormForward(p.View(ix), p.Floats(iw), eps, p.View(iy),
-                                     p.Floats(ir));
+                   auto norm = [&](MatrixView out) {
+                     be.RmsNormForward(p.View(ix), p.Floats(iw), eps, out,
+                                       p.Floats(ir));
+                   };
+                   if (y_type == XType::kActivation) {
+                     IntoActivation(be, p.View(iy), norm);
+                   } else {
+                     norm(p.View(iy));
+                   }
                    return 0.0;
                  });
                }});
@@ -1729,6 +1874,12 @@ void AddNormCases(Factories& f) {
   AddRmsNorm(f, "q_a", Dense(tokens, m.q_lora_rank),
              Dense(tokens, m.q_lora_rank), lora_eps);
   AddRmsNorm(f, "hidden", Dense(tokens, hidden), Dense(tokens, hidden), eps);
+  AddRmsNorm(f, "tiny", Dense(5, 8), Dense(5, 8), eps, XType::kActivation);
+  AddRmsNorm(f, "odd", Dense(3, 1000), Dense(3, 1000), eps, XType::kActivation);
+  AddRmsNorm(f, "kv latent", Cols(tokens, kv_a, 0, lora), Dense(tokens, lora),
+             lora_eps, XType::kActivation);
+  AddRmsNorm(f, "hidden", Dense(tokens, hidden), Dense(tokens, hidden), eps,
+             XType::kActivation);
 
   AddRmsNormBackward(f, "tiny", Dense(5, 8), Dense(5, 8), true, true,
                      Dense(5, 8), eps);
@@ -1771,18 +1922,28 @@ void AddNormCases(Factories& f) {
 // gate and up are columns [0, cols) and [cols, 2 cols) of one [rows, 2 cols]
 // buffer, as the MLPs keep them; gate values spread wider to reach the
 // sigmoid's tails.
-void AddSwiGlu(Factories& f, const std::string& tag, int64_t rows,
-               int64_t cols) {
+void AddSwiGlu(Factories& f, const std::string& tag, int64_t rows, int64_t cols,
+               XType out_type = XType::kF32) {
   const std::string label = absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols,
                                          "] out[", rows, ",", cols, "]");
-  f.push_back({"SwiGluForward", label, [=] {
-                 CaseBuilder b("SwiGluForward", label);
+  const std::string op = out_type == XType::kActivation
+                             ? "SwiGluForward to activation type"
+                             : "SwiGluForward";
+  f.push_back({op, label, [=] {
+                 CaseBuilder b(op, label);
                  const int ig = b.Input("gate", Cols(rows, 2 * cols, 0, cols),
                                         3.f),
                            iu = b.Input("up", Cols(rows, 2 * cols, cols, cols)),
                            io = b.Written("out", Dense(rows, cols));
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.SwiGluForward(p.View(ig), p.View(iu), p.View(io));
+                   auto swiglu = [&](MatrixView out) {
+                     be.SwiGluForward(p.View(ig), p.View(iu), out);
+                   };
+                   if (out_type == XType::kActivation) {
+                     IntoActivation(be, p.View(io), swiglu);
+                   } else {
+                     swiglu(p.View(io));
+                   }
                    return 0.0;
                  });
                }});
@@ -1819,6 +1980,9 @@ void AddActivationCases(Factories& f) {
   AddSwiGlu(f, "odd", 37, 45);
   AddSwiGlu(f, "expert", 1000, moe);
   AddSwiGlu(f, "dense mlp", 2048, inter);
+  AddSwiGlu(f, "tiny", 4, 6, XType::kActivation);
+  AddSwiGlu(f, "odd", 37, 45, XType::kActivation);
+  AddSwiGlu(f, "expert", 1000, moe, XType::kActivation);
   AddSwiGluBackward(f, "tiny", 4, 6, true, true);
   AddSwiGluBackward(f, "odd", 37, 45, true, true);
   AddSwiGluBackward(f, "expert", 1000, moe, true, true);
@@ -2077,9 +2241,11 @@ SpecialCheck WorkBuffer() {
 }
 
 void AddLinearCrossEntropy(Factories& f, const std::string& tag, int64_t rows,
-                           int64_t hidden, int64_t vocab, float scale) {
-  const std::string label = absl::StrCat(tag, " x[", rows, ",", hidden, "] w[",
-                                         vocab, ",", hidden, "]");
+                           int64_t hidden, int64_t vocab, float scale,
+                           XType x_type = XType::kF32) {
+  const std::string label =
+      absl::StrCat(tag, " x[", rows, ",", hidden, "] w[", vocab, ",", hidden,
+                   "]", LabelOf(x_type));
   f.push_back({"LinearCrossEntropy", label, [=] {
                  CaseBuilder b("LinearCrossEntropy", label);
                  const int ix = b.Input("x", Dense(rows, hidden)),
@@ -2093,12 +2259,17 @@ void AddLinearCrossEntropy(Factories& f, const std::string& tag, int64_t rows,
                  return b.Build(
                      [=](Backend& be, const Bound& p) {
                        double loss = 0;
+                       Tensor holder;
+                       const ConstMatrixView xv =
+                           x_type == XType::kActivation
+                               ? AsActivation(be, p.View(ix), &holder)
+                               : p.View(ix);
                        WithWeights(be, p, iw, WeightCopy::kKept, [&] {
                          loss = LossOf(be, [&](double* sum) {
-                           be.LinearCrossEntropy(
-                               p.View(ix), p.View(iw), p.Ints(it),
-                               static_cast<double>(rows), scale, p.View(il),
-                               sum, p.View(idx), p.View(idw));
+                           be.LinearCrossEntropy(xv, p.View(iw), p.Ints(it),
+                                                 static_cast<double>(rows),
+                                                 scale, p.View(il), sum,
+                                                 p.View(idx), p.View(idw));
                          });
                        });
                        return loss;
@@ -2112,6 +2283,8 @@ void AddLossCases(Factories& f) {
   AddLinearCrossEntropy(f, "tiny", 5, 3, 7, 0.37f);
   AddLinearCrossEntropy(f, "glm5.2-mini", 64, Mini().hidden_size, vocab,
                         1.f / 64);
+  AddLinearCrossEntropy(f, "glm5.2-mini", 64, Mini().hidden_size, vocab,
+                        1.f / 64, XType::kActivation);
   AddCrossEntropy(f, "tiny", Dense(5, 7));
   AddCrossEntropy(f, "strided", Cols(9, 40, 5, 31));
   AddCrossEntropy(f, "vocab", Dense(tokens, vocab));
