@@ -10,11 +10,15 @@
 // - An empty view (data == nullptr) as a gradient output means "not needed".
 // - Index arrays use -1 for "no entry" (a query with fewer selectable keys
 //   than k).
-// - Views carry their dtype (kernels/tensor.h). Every view is F32 except
-//   where an op says it takes ActivationType(): the x of the products
+// - Views carry their element type (kernels/tensor.h). Every view is F32
+//   except these, which may also be ActivationType(): the x of the products
 //   (Linear, LinearBackward, GroupedLinear, GroupedLinearBackward,
-//   LinearCrossEntropy), RmsNormForward's y and SwiGluForward's out. A backend
-//   refuses any other dtype with an error naming the op.
+//   LinearCrossEntropy) and Linear's y when it does not accumulate; the
+//   outputs RmsNormForward's y, SwiGluForward's out, RopeForward's y,
+//   RepeatRows' y; both sides of Copy (which converts); the attention's q, k,
+//   v and out (SparseAttentionForward, SparseAttentionBackward) and
+//   SparseAttentionKeyWeights' q and k. Gradients are always F32. A backend
+//   refuses any other element type with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the
 // model allocates its activations and index arrays (kernels/device_memory.h),

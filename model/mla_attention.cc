@@ -100,11 +100,15 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
   backend.RmsNormForward(kv_a.Columns(0, spec.kv_lora_rank),
                          p.kv_a_layernorm.value.data(), kLoraNormEps,
                          acts->latent.Matrix(), acts->kv_a_rstd.data());
-  acts->kv = Tensor::ForOutput({all, heads * (nope + vdim)});
+  // The attention's operands (kv's value columns, the keys, the queries) and
+  // its output are read only by the attention and products: they are kept
+  // in the backend's activation type.
+  const ElementType type = backend.ActivationType();
+  acts->kv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
   backend.Linear(acts->latent.Matrix(), p.kv_b_proj.value.Matrix(),
                  acts->kv.Matrix(), false);
   ConstMatrixView kv_rows = acts->kv.Matrix().SplitRows(heads);
-  acts->key = Tensor::ForOutput({all * heads, spec.qk_dim()});
+  acts->key = Tensor::ForOutput({all * heads, spec.qk_dim()}, type);
   backend.Copy(kv_rows.Columns(0, nope), acts->key.Matrix().Columns(0, nope));
   Tensor k_rope = Tensor::ForOutput({all, rope});
   backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope),
@@ -167,7 +171,8 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   acts->q = Tensor::ForOutput({n, heads * qk});
   backend.Linear(acts->q_resid.Matrix(), p.q_b_proj.value.Matrix(),
                  acts->q.Matrix(), false);
-  acts->query = Tensor::ForOutput({n * heads, qk});
+  // In the activation type, as KeysForward's keys.
+  acts->query = Tensor::ForOutput({n * heads, qk}, backend.ActivationType());
   ConstMatrixView q_rows = acts->q.Matrix().SplitRows(heads);
   backend.Copy(q_rows.Columns(0, nope), acts->query.Matrix().Columns(0, nope));
   backend.RopeForward(q_rows.Columns(nope, rope), pos, heads, spec.rope_theta,
@@ -185,7 +190,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
     acts->topk = shared_topk;
   }
   const int64_t topk = acts->topk->dim(1);
-  acts->attn = Tensor::ForOutput({n, heads * vdim});
+  acts->attn = Tensor::ForOutput({n, heads * vdim}, backend.ActivationType());
   acts->lse = Tensor::ForOutput({n * heads});
   backend.SparseAttentionForward(
       acts->query.Matrix(), acts->key.Matrix(),

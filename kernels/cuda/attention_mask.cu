@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "kernels/cuda/attention_mask.cuh"
@@ -68,7 +69,24 @@ __global__ void LseToStatsKernel(const float* lse, int64_t nq, int64_t heads,
   });
 }
 
+__global__ void ClearRowsWithoutKeysKernel(const int32_t* has_key,
+                                           int64_t heads, MatrixView out) {
+  ForEachElement(out.rows, 1, [&](int64_t r, int64_t) {
+    if (has_key[r / heads] != 0) return;
+    for (int64_t c = 0; c < out.cols; ++c) Bf16At(out, r, c) = 0.f;
+  });
+}
+
 }  // namespace
+
+void ClearRowsWithoutKeys(CudaContext& ctx, const int32_t* has_key,
+                          int64_t heads, MatrixView out) {
+  assert(out.dtype == ElementType::kBF16);
+  if (out.rows == 0) return;
+  ClearRowsWithoutKeysKernel<<<GridStrideBlocks(out.rows), kBlockThreads, 0,
+                               ctx.stream()>>>(has_key, heads, out);
+  GLM_CUDA_CHECK_LAUNCH();
+}
 
 void SelectionBias(CudaContext& ctx, const int32_t* keys, int64_t nq,
                    int64_t topk, int64_t nk, __nv_bfloat16* bias,

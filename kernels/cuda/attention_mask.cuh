@@ -24,6 +24,12 @@ void SelectionBias(CudaContext& ctx, const int32_t* keys, int64_t nq,
                    int64_t topk, int64_t nk, __nv_bfloat16* bias,
                    int32_t* has_key);
 
+// Zeroes the rows r of a BF16 out [nq*heads, dv] (cuDNN's output, written
+// where it lies) whose token r / heads has no key: their scores were all
+// masked.
+void ClearRowsWithoutKeys(CudaContext& ctx, const int32_t* has_key,
+                          int64_t heads, MatrixView out);
+
 // lse [nq*heads] from cuDNN's stats [heads, nq]; -inf for tokens without keys
 // (has_key null: every token has keys).
 void StatsToLse(CudaContext& ctx, const float* stats, const int32_t* has_key,

@@ -4,8 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/bf16_weight_copies.h"
@@ -156,18 +159,19 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   // ---- Backend ----
   void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
               bool accumulate) override {
-    CheckActivation("CudaBackend::Linear", "x", x, ActivationType());
-    CheckF32("CudaBackend::Linear", {w, y});
+    CheckActivations("CudaBackend::Linear", {{"x", x}, {"y", y}});
+    CheckF32("CudaBackend::Linear", {w});
+    if (accumulate) CheckF32("CudaBackend::Linear accumulating", {y});
     cuda::Linear(*this, x, w, y, accumulate);
   }
   void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                       MatrixView dx, MatrixView dw) override {
-    CheckActivation("CudaBackend::LinearBackward", "x", x, ActivationType());
+    CheckActivations("CudaBackend::LinearBackward", {{"x", x}});
     CheckF32("CudaBackend::LinearBackward", {w, dy, dx, dw});
     cuda::LinearBackward(*this, x, w, dy, dx, dw);
   }
   void Copy(ConstMatrixView x, MatrixView y) override {
-    CheckF32("CudaBackend::Copy", {x, y});
+    CheckActivations("CudaBackend::Copy", {{"x", x}, {"y", y}});
     cuda::Copy(*this, x, y);
   }
   void Axpy(float alpha, ConstMatrixView x, MatrixView y) override {
@@ -175,7 +179,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cuda::Axpy(*this, alpha, x, y);
   }
   void RepeatRows(ConstMatrixView x, int64_t repeats, MatrixView y) override {
-    CheckF32("CudaBackend::RepeatRows", {x, y});
+    CheckActivations("CudaBackend::RepeatRows", {{"y", y}});
+    CheckF32("CudaBackend::RepeatRows", {x});
     cuda::RepeatRows(*this, x, repeats, y);
   }
   void SumRowGroups(ConstMatrixView x, int64_t repeats, MatrixView y) override {
@@ -205,7 +210,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void RmsNormForward(ConstMatrixView x, const float* w, float eps,
                       MatrixView y, float* rstd) override {
-    CheckActivation("CudaBackend::RmsNormForward", "y", y, ActivationType());
+    CheckActivations("CudaBackend::RmsNormForward", {{"y", y}});
     CheckF32("CudaBackend::RmsNormForward", {x});
     cuda::RmsNormForward(*this, x, w, eps, y, rstd);
   }
@@ -228,7 +233,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                      MatrixView out) override {
-    CheckActivation("CudaBackend::SwiGluForward", "out", out, ActivationType());
+    CheckActivations("CudaBackend::SwiGluForward", {{"out", out}});
     CheckF32("CudaBackend::SwiGluForward", {gate, up});
     cuda::SwiGluForward(*this, gate, up, out);
   }
@@ -241,7 +246,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void RopeForward(ConstMatrixView x, const int32_t* positions,
                    int64_t rows_per_position, float theta,
                    MatrixView y) override {
-    CheckF32("CudaBackend::RopeForward", {x, y});
+    CheckActivations("CudaBackend::RopeForward", {{"y", y}});
+    CheckF32("CudaBackend::RopeForward", {x});
     cuda::RopeForward(*this, x, positions, rows_per_position, theta, y);
   }
   void RopeBackward(ConstMatrixView dy, const int32_t* positions,
@@ -274,7 +280,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void GroupedLinear(IndexedRows x, ConstMatrixView w, const int32_t* offsets,
                      int64_t experts, MatrixView y) override {
-    CheckActivation("CudaBackend::GroupedLinear", "x", x.x, ActivationType());
+    CheckActivations("CudaBackend::GroupedLinear", {{"x", x.x}});
     CheckF32("CudaBackend::GroupedLinear", {w, y});
     cuda::GroupedLinear(*this, x, w, offsets, experts, y);
   }
@@ -282,8 +288,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                              const int32_t* offsets, int64_t experts,
                              IndexedRows dy, MatrixView dx, bool accumulate_dx,
                              MatrixView dw) override {
-    CheckActivation("CudaBackend::GroupedLinearBackward", "x", x.x,
-                    ActivationType());
+    CheckActivations("CudaBackend::GroupedLinearBackward", {{"x", x.x}});
     CheckF32("CudaBackend::GroupedLinearBackward", {w, dy.x, dx, dw});
     cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx,
                                 accumulate_dx, dw);
@@ -303,8 +308,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                           const int32_t* targets, double divisor, float scale,
                           MatrixView logits, double* sum, MatrixView dx,
                           MatrixView dw) override {
-    CheckActivation("CudaBackend::LinearCrossEntropy", "x", x,
-                    ActivationType());
+    CheckActivations("CudaBackend::LinearCrossEntropy", {{"x", x}});
     CheckF32("CudaBackend::LinearCrossEntropy", {w, logits, dx, dw});
     cuda::LinearCrossEntropy(*this, x, w, targets, scale, logits, loss_, dx,
                              dw);
@@ -315,14 +319,17 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                               int64_t topk, int64_t full_queries, int64_t heads,
                               float scale, MatrixView out,
                               float* lse) override {
-    CheckF32("CudaBackend::SparseAttentionForward", {q, k, v, out});
+    CheckActivations("CudaBackend::SparseAttentionForward",
+                     {{"q", q}, {"k", k}, {"v", v}, {"out", out}});
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, false)) {
       cudnn_attention_->Forward(*this, q, k, v, keys, topk, full_queries, heads,
                                 scale, out, lse);
       return;
     }
-    cuda::SparseAttentionForward(*this, q, k, v, keys, topk, heads, scale, out,
-                                 lse);
+    const std::vector<MatrixView> f = cuda::AsF32(*this, {q, k, v}, {out});
+    cuda::SparseAttentionForward(*this, f[0], f[1], f[2], keys, topk, heads,
+                                 scale, f[3], lse);
+    cuda::FromF32(*this, f[3], out);
   }
   void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
                                ConstMatrixView v, const int32_t* keys,
@@ -331,23 +338,28 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                const float* lse, ConstMatrixView dout,
                                MatrixView dq, MatrixView dk,
                                MatrixView dv) override {
-    CheckF32("CudaBackend::SparseAttentionBackward",
-             {q, k, v, out, dout, dq, dk, dv});
+    CheckActivations("CudaBackend::SparseAttentionBackward",
+                     {{"q", q}, {"k", k}, {"v", v}, {"out", out}});
+    CheckF32("CudaBackend::SparseAttentionBackward", {dout, dq, dk, dv});
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, true)) {
       cudnn_attention_->Backward(*this, q, k, v, keys, topk, full_queries,
                                  heads, scale, out, lse, dout, dq, dk, dv);
       return;
     }
-    // These kernels add into the gradients; the op writes them.
+    // These kernels add into the gradients; the op writes them. They
+    // recompute the probabilities and read no output.
     for (MatrixView grad : {dq, dk, dv}) cuda::Zero(*this, grad);
-    cuda::SparseAttentionBackward(*this, q, k, v, keys, topk, heads, scale,
-                                  dout, dq, dk, dv);
+    const std::vector<MatrixView> f = cuda::AsF32(*this, {q, k, v});
+    cuda::SparseAttentionBackward(*this, f[0], f[1], f[2], keys, topk, heads,
+                                  scale, dout, dq, dk, dv);
   }
   void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                  const int32_t* keys, int64_t topk,
                                  int64_t heads, float scale, const float* lse,
                                  MatrixView weights) override {
-    CheckF32("CudaBackend::SparseAttentionKeyWeights", {q, k, weights});
+    CheckActivations("CudaBackend::SparseAttentionKeyWeights",
+                     {{"q", q}, {"k", k}});
+    CheckF32("CudaBackend::SparseAttentionKeyWeights", {weights});
     cuda::SparseAttentionKeyWeights(*this, q, k, keys, topk, heads, scale, lse,
                                     weights);
   }
@@ -412,14 +424,23 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     return grown->buffer.data();
   }
 
+  // Refuses an operand that is neither F32 nor the activation type.
+  void CheckActivations(
+      const char* op,
+      std::initializer_list<std::pair<const char*, ConstMatrixView>> operands)
+      const {
+    for (const auto& [name, view] : operands) {
+      CheckActivation(op, name, view, ActivationType());
+    }
+  }
+
   // The bf16 mode's attention goes to cuDNN where it has a plan.
   bool UseCudnn(ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
                 int64_t topk, int64_t full_queries, int64_t heads, float scale,
                 bool backward) {
     return cudnn_attention_ != nullptr && q.rows > 0 &&
-           cudnn_attention_->Supports(q.rows / heads, k.rows / heads, topk,
-                                      full_queries, heads, q.cols, v.cols,
-                                      scale, backward);
+           cudnn_attention_->Supports(q, k, v, topk, full_queries, heads, scale,
+                                      backward);
   }
 
   // Reads the double an op left in loss_ (waits for the stream).

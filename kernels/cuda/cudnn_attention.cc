@@ -35,14 +35,21 @@ namespace {
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kDO, kDQ, kDK, kDV };
 
 // Token-major, head-minor rows [tokens*heads, dim] as cuDNN's [b=1, heads,
-// tokens, dim] (the BSHD layout).
+// tokens, dim] (the BSHD layout); consecutive rows `row_stride` elements
+// apart (dim: dense).
 fe::graph::Tensor_attributes Rows(const char* name, Uid uid, int64_t tokens,
-                                  int64_t heads, int64_t dim) {
+                                  int64_t heads, int64_t dim,
+                                  int64_t row_stride) {
   return fe::graph::Tensor_attributes()
       .set_name(name)
       .set_uid(uid)
       .set_dim({1, heads, tokens, dim})
-      .set_stride({tokens * heads * dim, dim, heads * dim, 1});
+      .set_stride(
+          {tokens * heads * row_stride, row_stride, heads * row_stride, 1});
+}
+fe::graph::Tensor_attributes Rows(const char* name, Uid uid, int64_t tokens,
+                                  int64_t heads, int64_t dim) {
+  return Rows(name, uid, tokens, heads, dim, dim);
 }
 
 void SetRows(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid,
@@ -84,11 +91,13 @@ struct Inputs {
   std::shared_ptr<fe::graph::Tensor_attributes> q, k, v, bias;
 };
 
+// v's rows `v_stride` elements apart (the activation-type values read where
+// they lie, as columns of the kv projection's rows).
 Inputs AddInputs(fe::graph::Graph& graph, int64_t nq, int64_t nk, int64_t heads,
-                 int64_t dqk, int64_t dv, bool masked) {
+                 int64_t dqk, int64_t dv, int64_t v_stride, bool masked) {
   return {graph.tensor(Rows("q", kQ, nq, heads, dqk)),
           graph.tensor(Rows("k", kK, nk, heads, dqk)),
-          graph.tensor(Rows("v", kV, nk, heads, dv)),
+          graph.tensor(Rows("v", kV, nk, heads, dv, v_stride)),
           masked ? graph.tensor(Bias(nq, nk)) : nullptr};
 }
 
@@ -108,13 +117,11 @@ void SetMask(Attributes& options, const Inputs& in, int64_t causal_offset) {
   }
 }
 
-std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
-                                               int64_t heads, int64_t dqk,
-                                               int64_t dv, float scale,
-                                               int64_t causal_offset,
-                                               bool masked) {
+std::shared_ptr<fe::graph::Graph> ForwardGraph(
+    int64_t nq, int64_t nk, int64_t heads, int64_t dqk, int64_t dv,
+    int64_t v_stride, float scale, int64_t causal_offset, bool masked) {
   auto graph = NewGraph();
-  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, masked);
+  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, v_stride, masked);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sparse_attention")
                      .set_generate_stats(true)
@@ -132,13 +139,11 @@ std::shared_ptr<fe::graph::Graph> ForwardGraph(int64_t nq, int64_t nk,
 
 // Deterministic: dK and dV summed without atomics, so two runs are bitwise
 // equal.
-std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
-                                                int64_t heads, int64_t dqk,
-                                                int64_t dv, float scale,
-                                                int64_t causal_offset,
-                                                bool masked) {
+std::shared_ptr<fe::graph::Graph> BackwardGraph(
+    int64_t nq, int64_t nk, int64_t heads, int64_t dqk, int64_t dv,
+    int64_t v_stride, float scale, int64_t causal_offset, bool masked) {
   auto graph = NewGraph();
-  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, masked);
+  const Inputs in = AddInputs(*graph, nq, nk, heads, dqk, dv, v_stride, masked);
   auto o = graph->tensor(Rows("o", kO, nq, heads, dv));
   auto dout = graph->tensor(Rows("dout", kDO, nq, heads, dv));
   auto stats = graph->tensor(Stats(nq, heads));
@@ -155,26 +160,33 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(int64_t nq, int64_t nk,
   return graph;
 }
 
-// A call's bf16 operands, statistics, mask and workspace.
+// A call's bf16 operands, statistics, mask and workspace. Operands given in
+// bf16 (views of the activation type) are read and written where they lie;
+// the others get bf16 copies here.
 struct Buffers {
-  __nv_bfloat16 *q, *k, *v, *o, *dout, *dq, *dk, *dv, *bias;
+  const __nv_bfloat16 *q, *k, *v;
+  __nv_bfloat16 *o, *dout, *dq, *dk, *dv, *bias;
   float* stats;
   int32_t* has_key;
   void* workspace;
 };
 
+int64_t CopyElements(ConstMatrixView view) {
+  return view.dtype == ElementType::kBF16 ? 0 : view.rows * view.cols;
+}
+
 // A chunk without the selection (masked false) gets no mask and no has_key:
 // every query there has keys.
 Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
-              ConstMatrixView v, int64_t heads, int64_t workspace_bytes,
-              bool backward, bool masked) {
+              ConstMatrixView v, ConstMatrixView out, int64_t heads,
+              int64_t workspace_bytes, bool backward, bool masked) {
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
   const int64_t gradients = backward ? 1 : 0;
   Buffers b{};
-  b.q = carve.Take<__nv_bfloat16>(q.rows * q.cols);
-  b.k = carve.Take<__nv_bfloat16>(k.rows * k.cols);
-  b.v = carve.Take<__nv_bfloat16>(v.rows * v.cols);
-  b.o = carve.Take<__nv_bfloat16>(q.rows * v.cols);
+  b.q = carve.Take<__nv_bfloat16>(CopyElements(q));
+  b.k = carve.Take<__nv_bfloat16>(CopyElements(k));
+  b.v = carve.Take<__nv_bfloat16>(CopyElements(v));
+  b.o = carve.Take<__nv_bfloat16>(CopyElements(out));
   b.dout = carve.Take<__nv_bfloat16>(gradients * q.rows * v.cols);
   b.dq = carve.Take<__nv_bfloat16>(gradients * q.rows * q.cols);
   b.dk = carve.Take<__nv_bfloat16>(gradients * k.rows * k.cols);
@@ -189,26 +201,46 @@ Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
 }
 
 Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
-                     ConstMatrixView v, int64_t heads, int64_t workspace_bytes,
-                     bool backward, bool masked) {
+                     ConstMatrixView v, ConstMatrixView out, int64_t heads,
+                     int64_t workspace_bytes, bool backward, bool masked) {
   Carver sizer;
-  Carve(sizer, q, k, v, heads, workspace_bytes, backward, masked);
+  Carve(sizer, q, k, v, out, heads, workspace_bytes, backward, masked);
   Carver carver(static_cast<char*>(ctx.Scratch(sizer.used())));
-  return Carve(carver, q, k, v, heads, workspace_bytes, backward, masked);
+  return Carve(carver, q, k, v, out, heads, workspace_bytes, backward, masked);
+}
+
+// The view itself when it is bf16 (q, k and the output must be dense rows;
+// v may be strided, as the plan says), else a bf16 copy at `copy`.
+const __nv_bfloat16* Operand(CudaContext& ctx, ConstMatrixView view,
+                             const __nv_bfloat16* copy) {
+  if (view.dtype == ElementType::kBF16) {
+    return reinterpret_cast<const __nv_bfloat16*>(view.data);
+  }
+  auto* out = const_cast<__nv_bfloat16*>(copy);
+  PackBf16(ctx, view, nullptr, 1, out, view.cols);
+  return out;
+}
+
+// The rows apart that a plan reads v's rows at: its own stride when v is read
+// where it lies (bf16), else the dense copy's.
+int64_t VStride(ConstMatrixView v) {
+  return v.dtype == ElementType::kBF16 ? v.stride : v.cols;
 }
 
 // The mask (of a masked chunk) and the bf16 queries, keys and values both
 // passes read.
 void PackInputs(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                 ConstMatrixView v, const int32_t* keys, int64_t topk,
-                int64_t heads, const Buffers& b) {
+                int64_t heads, Buffers& b) {
+  assert(q.dtype == ElementType::kF32 || q.stride == q.cols);
+  assert(k.dtype == ElementType::kF32 || k.stride == k.cols);
   if (b.bias != nullptr) {
     SelectionBias(ctx, keys, q.rows / heads, topk, k.rows / heads, b.bias,
                   b.has_key);
   }
-  PackBf16(ctx, q, nullptr, 1, b.q, q.cols);
-  PackBf16(ctx, k, nullptr, 1, b.k, k.cols);
-  PackBf16(ctx, v, nullptr, 1, b.v, v.cols);
+  b.q = Operand(ctx, q, b.q);
+  b.k = Operand(ctx, k, b.k);
+  b.v = Operand(ctx, v, b.v);
 }
 
 void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
@@ -249,7 +281,8 @@ CudnnAttention::~CudnnAttention() {
 CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
   auto found = plans_.find(shape);
   if (found != plans_.end()) return found->second.get();
-  const auto [nq, nk, heads, dqk, dv, scale, backward, masked, causal] = shape;
+  const auto [nq, nk, heads, dqk, dv, v_stride, scale, backward, masked,
+              causal] = shape;
   std::shared_ptr<fe::graph::Graph> graph;
   fe::error_t status;
   bool built_causal = false;
@@ -257,9 +290,10 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
     if (try_causal && !causal) continue;
     if (!try_causal && !masked) break;
     const int64_t offset = try_causal ? nk - nq : kNotCausal;
-    graph = backward
-                ? BackwardGraph(nq, nk, heads, dqk, dv, scale, offset, masked)
-                : ForwardGraph(nq, nk, heads, dqk, dv, scale, offset, masked);
+    graph = backward ? BackwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
+                                     offset, masked)
+                     : ForwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
+                                    offset, masked);
     status =
         graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
     built_causal = try_causal;
@@ -276,11 +310,12 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
     fe::error_t copy = status;
     std::fprintf(stderr,
                  "cuDNN attention: no plan for %s%s q%lld k%lld h%lld dqk%lld "
-                 "dv%lld (%s); using the sparse kernels\n",
+                 "dv%lld v rows %lld apart (%s); using the sparse kernels\n",
                  masked ? "" : "unmasked ", backward ? "backward" : "forward",
                  static_cast<long long>(nq), static_cast<long long>(nk),
                  static_cast<long long>(heads), static_cast<long long>(dqk),
-                 static_cast<long long>(dv), copy.get_message().c_str());
+                 static_cast<long long>(dv), static_cast<long long>(v_stride),
+                 copy.get_message().c_str());
   }
   return plans_.emplace(shape, std::move(plan)).first->second.get();
 }
@@ -306,11 +341,10 @@ std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
   return chunks;
 }
 
-CudnnAttention::Plan* CudnnAttention::PlanOf(const Chunk& c, int64_t heads,
-                                             int64_t dqk, int64_t dv,
-                                             float scale, bool backward) {
-  return PlanFor({c.q1 - c.q0, c.k_end, heads, dqk, dv, scale, backward,
-                  c.masked, c.causal});
+CudnnAttention::Plan* CudnnAttention::PlanOf(const Chunk& c, const HeadDims& d,
+                                             bool backward) {
+  return PlanFor({c.q1 - c.q0, c.k_end, d.heads, d.qk, d.v, d.v_stride, d.scale,
+                  backward, c.masked, c.causal});
 }
 
 // Splitting off the full queries pays only when the masked rest after them
@@ -321,8 +355,8 @@ CudnnAttention::Plan* CudnnAttention::PlanOf(const Chunk& c, int64_t heads,
 // call (bench/NOTES.md, 2026-12-03); its chunks after the first are not
 // causal, as before.
 std::vector<CudnnAttention::Chunk> CudnnAttention::CallChunks(
-    int64_t nq, int64_t nk, int64_t full_queries, int64_t heads, int64_t dqk,
-    int64_t dv, float scale, bool backward) {
+    int64_t nq, int64_t nk, int64_t full_queries, const HeadDims& d,
+    bool backward) {
   if (backward) {
     std::vector<Chunk> chunks = Chunks(nq, nk, 0);
     for (Chunk& c : chunks) c.causal = c.causal && c.q0 == 0;
@@ -331,20 +365,38 @@ std::vector<CudnnAttention::Chunk> CudnnAttention::CallChunks(
   std::vector<Chunk> chunks = Chunks(nq, nk, full_queries);
   for (const Chunk& c : chunks) {
     if (!c.masked || c.q0 == 0 || !c.causal) continue;
-    const Plan* plan = PlanOf(c, heads, dqk, dv, scale, backward);
+    const Plan* plan = PlanOf(c, d, backward);
     if (plan == nullptr || !plan->causal) return Chunks(nq, nk, 0);
   }
   return chunks;
 }
 
-bool CudnnAttention::Supports(int64_t nq, int64_t nk, int64_t topk,
-                              int64_t full_queries, int64_t heads, int64_t dqk,
-                              int64_t dv, float scale, bool backward) {
-  const bool dims = dqk % 16 == 0 && dv % 16 == 0 && dqk <= 256 && dv <= 256;
+CudnnAttention::HeadDims CudnnAttention::DimsOf(ConstMatrixView q,
+                                                ConstMatrixView v,
+                                                int64_t heads, float scale) {
+  return {heads, q.cols, v.cols, VStride(v), scale};
+}
+
+bool CudnnAttention::Supports(ConstMatrixView q, ConstMatrixView k,
+                              ConstMatrixView v, int64_t topk,
+                              int64_t full_queries, int64_t heads, float scale,
+                              bool backward) {
+  const int64_t nq = q.rows / heads, nk = k.rows / heads;
+  const HeadDims d = DimsOf(q, v, heads, scale);
+  const bool dims = d.qk % 16 == 0 && d.v % 16 == 0 && d.qk <= 256 &&
+                    d.v <= 256 && d.v_stride % 8 == 0;
+  // bf16 operands are read where they lie: 16-byte aligned, q and k dense.
+  auto readable = [](ConstMatrixView view, bool dense) {
+    return view.dtype != ElementType::kBF16 ||
+           (reinterpret_cast<uintptr_t>(view.data) % 16 == 0 &&
+            (!dense || view.stride == view.cols));
+  };
+  if (!readable(q, true) || !readable(k, true) || !readable(v, false)) {
+    return false;
+  }
   if (!dims || nq == 0 || nk == 0 || topk == 0) return false;
-  for (const Chunk& c :
-       CallChunks(nq, nk, full_queries, heads, dqk, dv, scale, backward)) {
-    if (PlanOf(c, heads, dqk, dv, scale, backward) == nullptr) return false;
+  for (const Chunk& c : CallChunks(nq, nk, full_queries, d, backward)) {
+    if (PlanOf(c, d, backward) == nullptr) return false;
   }
   return true;
 }
@@ -354,10 +406,11 @@ void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
                              const int32_t* keys, int64_t topk,
                              int64_t full_queries, int64_t heads, float scale,
                              MatrixView out, float* lse) {
-  for (const Chunk& c : CallChunks(q.rows / heads, k.rows / heads, full_queries,
-                                   heads, q.cols, v.cols, scale, false)) {
+  const HeadDims d = DimsOf(q, v, heads, scale);
+  for (const Chunk& c :
+       CallChunks(q.rows / heads, k.rows / heads, full_queries, d, false)) {
     const int64_t rows = (c.q1 - c.q0) * heads, key_rows = c.k_end * heads;
-    const Plan& plan = *PlanOf(c, heads, q.cols, v.cols, scale, false);
+    const Plan& plan = *PlanOf(c, d, false);
     ForwardChunk(ctx, plan, q.Rows(c.q0 * heads, rows), k.Rows(0, key_rows),
                  v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
                  topk, heads, out.Rows(c.q0 * heads, rows), lse + c.q0 * heads);
@@ -373,9 +426,9 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
                               MatrixView dk, MatrixView dv) {
   // dq's rows are each one chunk's; one chunk writes dk and dv, several add
   // into them from zeros (later chunks see more keys than earlier ones).
+  const HeadDims d = DimsOf(q, v, heads, scale);
   const std::vector<Chunk> chunks =
-      CallChunks(q.rows / heads, k.rows / heads, full_queries, heads, q.cols,
-                 v.cols, scale, true);
+      CallChunks(q.rows / heads, k.rows / heads, full_queries, d, true);
   const bool add_keys = chunks.size() > 1;
   if (add_keys) {
     Zero(ctx, dk);
@@ -384,7 +437,7 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
   for (const Chunk& c : chunks) {
     const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
                   key_rows = c.k_end * heads;
-    const Plan& plan = *PlanOf(c, heads, q.cols, v.cols, scale, true);
+    const Plan& plan = *PlanOf(c, d, true);
     BackwardChunk(ctx, plan, q.Rows(first, rows), k.Rows(0, key_rows),
                   v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
                   topk, heads, out.Rows(first, rows), lse + first,
@@ -402,14 +455,26 @@ void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
                                   float* lse) {
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
-  const Buffers b =
-      CarveScratch(ctx, q, k, v, heads, plan.workspace_bytes, false, masked);
+  Buffers b = CarveScratch(ctx, q, k, v, out, heads, plan.workspace_bytes,
+                           false, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
+  // A bf16 output is written where it lies.
+  const bool out_bf16 = out.dtype == ElementType::kBF16;
+  assert(!out_bf16 || out.stride == out.cols);
+  if (out_bf16) b.o = reinterpret_cast<__nv_bfloat16*>(out.data);
   std::unordered_map<int64_t, void*> pack = {
-      {kQ, b.q}, {kK, b.k}, {kV, b.v}, {kO, b.o}, {kStats, b.stats}};
+      {kQ, const_cast<__nv_bfloat16*>(b.q)},
+      {kK, const_cast<__nv_bfloat16*>(b.k)},
+      {kV, const_cast<__nv_bfloat16*>(b.v)},
+      {kO, b.o},
+      {kStats, b.stats}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "forward");
-  UnpackBf16(ctx, b.o, b.has_key, heads, false, out);
+  if (!out_bf16) {
+    UnpackBf16(ctx, b.o, b.has_key, heads, false, out);
+  } else if (masked) {
+    ClearRowsWithoutKeys(ctx, b.has_key, heads, out);
+  }
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
@@ -420,16 +485,24 @@ void CudnnAttention::BackwardChunk(
     MatrixView dk, MatrixView dv, bool add_keys) {
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
-  const Buffers b =
-      CarveScratch(ctx, q, k, v, heads, plan.workspace_bytes, true, masked);
+  Buffers b = CarveScratch(ctx, q, k, v, out, heads, plan.workspace_bytes, true,
+                           masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
-  PackBf16(ctx, out, nullptr, 1, b.o, out.cols);
+  assert(out.dtype == ElementType::kF32 || out.stride == out.cols);
+  auto* o = const_cast<__nv_bfloat16*>(Operand(ctx, out, b.o));
   // A query without keys contributes nothing: its output gradient is zeroed.
   PackBf16(ctx, dout, b.has_key, heads, b.dout, dout.cols);
   LseToStats(ctx, lse, nq, heads, b.stats);
   std::unordered_map<int64_t, void*> pack = {
-      {kQ, b.q},         {kK, b.k},   {kV, b.v},   {kO, b.o},  {kDO, b.dout},
-      {kStats, b.stats}, {kDQ, b.dq}, {kDK, b.dk}, {kDV, b.dv}};
+      {kQ, const_cast<__nv_bfloat16*>(b.q)},
+      {kK, const_cast<__nv_bfloat16*>(b.k)},
+      {kV, const_cast<__nv_bfloat16*>(b.v)},
+      {kO, o},
+      {kDO, b.dout},
+      {kStats, b.stats},
+      {kDQ, b.dq},
+      {kDK, b.dk},
+      {kDV, b.dv}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "backward");
   if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, false, dq);

@@ -6,7 +6,8 @@
 // selections (long sequences) stay with kernels/cuda/sparse_attention.cuh.
 //
 // Semantics are Backend::SparseAttentionForward / Backward's (kernels/
-// backend.h); operands go to bf16 copies, results come back to fp32 views.
+// backend.h); F32 operands go to bf16 copies and F32 results come back from
+// them, BF16 ones (the activation type) are read and written where they lie.
 #ifndef GLM_KERNELS_CUDA_CUDNN_ATTENTION_H_
 #define GLM_KERNELS_CUDA_CUDNN_ATTENTION_H_
 
@@ -38,8 +39,8 @@ class CudnnAttention {
   // past one key in 8 selected (sequences over 16k with DSA's top-2048) that
   // is still far faster than the gather kernels, which ran a 16k layer's
   // forward in 336 ms (bench/NOTES.md, 2026-12-02).
-  bool Supports(int64_t nq, int64_t nk, int64_t topk, int64_t full_queries,
-                int64_t heads, int64_t dqk, int64_t dv, float scale,
+  bool Supports(ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
+                int64_t topk, int64_t full_queries, int64_t heads, float scale,
                 bool backward);
 
   // Require Supports(...) for the call's shapes. A call of more than
@@ -62,10 +63,18 @@ class CudnnAttention {
                 MatrixView dq, MatrixView dk, MatrixView dv);
 
  private:
-  // nq, nk, heads, dqk, dv, scale, backward, masked, causal.
-  using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                           bool, bool, bool>;
+  // nq, nk, heads, dqk, dv, v_stride, scale, backward, masked, causal.
+  using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           float, bool, bool, bool>;
   struct Plan;
+  // What a plan needs of a call beyond its chunk: heads, head dims, the
+  // elements between v's rows as the plan reads them, and the scale.
+  struct HeadDims {
+    int64_t heads, qk, v, v_stride;
+    float scale;
+  };
+  static HeadDims DimsOf(ConstMatrixView q, ConstMatrixView v, int64_t heads,
+                         float scale);
 
   // The shape's plan, built on first use; null when cuDNN has none.
   Plan* PlanFor(const Shape& shape);
@@ -78,10 +87,8 @@ class CudnnAttention {
   };
   std::vector<Chunk> Chunks(int64_t nq, int64_t nk, int64_t full_queries) const;
   std::vector<Chunk> CallChunks(int64_t nq, int64_t nk, int64_t full_queries,
-                                int64_t heads, int64_t dqk, int64_t dv,
-                                float scale, bool backward);
-  Plan* PlanOf(const Chunk& c, int64_t heads, int64_t dqk, int64_t dv,
-               float scale, bool backward);
+                                const HeadDims& d, bool backward);
+  Plan* PlanOf(const Chunk& c, const HeadDims& d, bool backward);
   void ForwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
                     ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
                     int64_t topk, int64_t heads, MatrixView out, float* lse);

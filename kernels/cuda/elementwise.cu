@@ -7,9 +7,10 @@
 namespace glm::cuda {
 namespace {
 
+// x and y F32 or BF16 (a conversion when they differ).
 __global__ void CopyKernel(ConstMatrixView x, MatrixView y) {
   ForEachElement(x.rows, x.cols,
-                 [&](int64_t r, int64_t c) { At(y, r, c) = At(x, r, c); });
+                 [&](int64_t r, int64_t c) { Store(y, r, c, Load(x, r, c)); });
 }
 
 __global__ void AxpyKernel(float alpha, ConstMatrixView x, MatrixView y) {
@@ -21,7 +22,7 @@ __global__ void AxpyKernel(float alpha, ConstMatrixView x, MatrixView y) {
 __global__ void RepeatRowsKernel(ConstMatrixView x, int64_t repeats,
                                  MatrixView y) {
   ForEachElement(y.rows, y.cols, [&](int64_t r, int64_t c) {
-    At(y, r, c) = At(x, r / repeats, c);
+    Store(y, r, c, At(x, r / repeats, c));
   });
 }
 
@@ -55,9 +56,9 @@ void Zero(CudaContext& ctx, MatrixView y) {
   if (y.empty() || y.rows == 0 || y.cols == 0) return;
   // A single row's stride is free; memset wants a pitch of its width or more.
   const int64_t pitch = y.rows == 1 ? y.cols : y.stride;
-  GLM_CUDA_CHECK(cudaMemset2DAsync(y.data, pitch * sizeof(float), 0,
-                                   y.cols * sizeof(float), y.rows,
-                                   ctx.stream()));
+  const int64_t bytes = ElementBytes(y.dtype);
+  GLM_CUDA_CHECK(cudaMemset2DAsync(y.data, pitch * bytes, 0, y.cols * bytes,
+                                   y.rows, ctx.stream()));
 }
 
 void Axpy(CudaContext& ctx, float alpha, ConstMatrixView x, MatrixView y) {
@@ -84,6 +85,41 @@ void SumRowGroups(CudaContext& ctx, ConstMatrixView x, int64_t repeats,
   SumRowGroupsKernel<<<GridStrideBlocks(y.rows * y.cols), kBlockThreads, 0,
                        ctx.stream()>>>(x, repeats, y);
   GLM_CUDA_CHECK_LAUNCH();
+}
+
+std::vector<MatrixView> AsF32(CudaContext& ctx,
+                              std::initializer_list<ConstMatrixView> inputs,
+                              std::initializer_list<MatrixView> outputs) {
+  auto copy_bytes = [](ConstMatrixView v) {
+    return v.dtype == ElementType::kBF16
+               ? ScratchAlignUp(v.rows * v.cols * sizeof(float))
+               : size_t{0};
+  };
+  size_t bytes = 0;
+  for (ConstMatrixView v : inputs) bytes += copy_bytes(v);
+  for (ConstMatrixView v : outputs) bytes += copy_bytes(v);
+  char* next = static_cast<char*>(ctx.CompositeScratch(bytes));
+  std::vector<MatrixView> views;
+  auto stand_in = [&](ConstMatrixView v, bool widen) {
+    if (v.dtype != ElementType::kBF16) {
+      views.push_back({const_cast<float*>(v.data), v.rows, v.cols, v.stride});
+      return;
+    }
+    const MatrixView copy{reinterpret_cast<float*>(next), v.rows, v.cols,
+                          v.cols};
+    next += copy_bytes(v);
+    if (widen) Copy(ctx, v, copy);
+    views.push_back(copy);
+  };
+  for (ConstMatrixView v : inputs) stand_in(v, true);
+  for (ConstMatrixView v : outputs) stand_in(v, false);
+  return views;
+}
+
+void FromF32(CudaContext& ctx, ConstMatrixView f32, MatrixView original) {
+  if (original.dtype == ElementType::kBF16 && !original.empty()) {
+    Copy(ctx, f32, original);
+  }
 }
 
 void AddQuotient(CudaContext& ctx, const double* value, double divisor,

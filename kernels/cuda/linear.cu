@@ -118,6 +118,7 @@ uint32_t OperandAlignment(const Operand& o) {
 struct PlanKey {
   cublasLtHandle_t handle;
   cudaDataType_t input_type;
+  cudaDataType_t output_type;
   bool tf32;
   bool trans_a;
   bool trans_b;
@@ -137,9 +138,9 @@ struct PlanKey {
   int64_t stride_c;
 
   auto Tie() const {
-    return std::tie(handle, input_type, tf32, trans_a, trans_b, m, n, k, lda,
-                    ldb, ldc, align_a, align_b, align_c, accumulate, batches,
-                    stride_a, stride_b, stride_c);
+    return std::tie(handle, input_type, output_type, tf32, trans_a, trans_b, m,
+                    n, k, lda, ldb, ldc, align_a, align_b, align_c, accumulate,
+                    batches, stride_a, stride_b, stride_c);
   }
   bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
@@ -223,7 +224,7 @@ cublasLtMatmulAlgo_t ChooseAlgorithm(const PlanKey& key, const Plan& plan) {
 
 // fp32 accumulation and scale type in every precision: CUBLAS_COMPUTE_32F
 // never uses TF32 (unless asked with the FAST_TF32 compute type), and bf16
-// inputs accumulate in fp32 into fp32 outputs.
+// inputs accumulate in fp32 into fp32 outputs (or bf16 ones, rounded once).
 Plan MakePlan(const PlanKey& key) {
   Plan plan;
   GLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(
@@ -242,7 +243,8 @@ Plan MakePlan(const PlanKey& key) {
                                     batches, key.stride_b)
                        : MakeLayout(key.input_type, key.k, key.n, key.ldb,
                                     batches, key.stride_b);
-  plan.c = MakeLayout(CUDA_R_32F, key.m, key.n, key.ldc, batches, key.stride_c);
+  plan.c =
+      MakeLayout(key.output_type, key.m, key.n, key.ldc, batches, key.stride_c);
   plan.algo = ChooseAlgorithm(key, plan);
   return plan;
 }
@@ -272,8 +274,12 @@ void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
   assert((trans_b ? b.cols : b.rows) == k);
   assert((trans_b ? b.rows : b.cols) == c.cols);
   assert(a.type == b.type);
+  // A BF16 output (the activation type) is the fp32 result rounded once.
+  const bool bf16_out = c.dtype == ElementType::kBF16;
+  assert(!(bf16_out && accumulate));
   const PlanKey key{ctx.cublas_lt(),
                     a.type,
+                    bf16_out ? CUDA_R_16BF : CUDA_R_32F,
                     ctx.precision() == Precision::kTf32,
                     trans_b,
                     trans_a,
@@ -285,7 +291,7 @@ void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
                     LeadingDim(c),
                     OperandAlignment(b),
                     OperandAlignment(a),
-                    OperandAlignment(c.data, c_stride, sizeof(float)),
+                    OperandAlignment(c.data, c_stride, ElementBytes(c.dtype)),
                     accumulate,
                     batches,
                     b.batch_stride,

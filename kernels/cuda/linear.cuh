@@ -12,7 +12,8 @@
 
 namespace glm::cuda {
 
-// y = x w^T (+ y when accumulate).
+// y = x w^T (+ y when accumulate). x F32 or BF16; y F32, or BF16 (rounded
+// once from the fp32 result) without accumulate.
 void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
             MatrixView y, bool accumulate);
 // For each group h < groups: y_h = x_h w_h^T, where x_h is rows h, h +

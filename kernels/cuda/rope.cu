@@ -46,8 +46,8 @@ __global__ void RopeForwardKernel(ConstMatrixView x, const int32_t* positions,
     float s, c;
     SinCos(positions, rows_per_position, r, inv.value[i], &s, &c);
     const float x0 = At(x, r, 2 * i), x1 = At(x, r, 2 * i + 1);
-    At(y, r, i) = x0 * c - x1 * s;
-    At(y, r, half + i) = x1 * c + x0 * s;
+    Store(y, r, i, x0 * c - x1 * s);
+    Store(y, r, half + i, x1 * c + x0 * s);
   });
 }
 

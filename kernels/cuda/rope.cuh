@@ -15,7 +15,7 @@ namespace glm::cuda {
 constexpr int64_t kMaxRotaryDim = 512;
 
 // Row r uses positions[r / rows_per_position] (device int32 array). x, y:
-// [rows, R], R even and at most kMaxRotaryDim; y is written.
+// [rows, R], R even and at most kMaxRotaryDim; y (F32 or BF16) is written.
 void RopeForward(CudaContext& ctx, ConstMatrixView x, const int32_t* positions,
                  int64_t rows_per_position, float theta, MatrixView y);
 // The transpose (inverse) rotation, half layout in, interleaved out; dx is

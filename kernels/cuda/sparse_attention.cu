@@ -3,10 +3,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cub/cub.cuh>
+#include <vector>
 
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
 
@@ -823,8 +825,10 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
     char* scratch = static_cast<char*>(ctx.Scratch(plan.total));
     MatrixView probs{reinterpret_cast<float*>(scratch + plan.probs), q.rows,
                      topk, topk};
-    RunForward(ctx, q, k, k, keys, nullptr, topk, heads, scale, {}, probs,
-               nullptr);
+    // The gather kernel reads F32: bf16 queries and keys are widened.
+    const std::vector<MatrixView> f = AsF32(ctx, {q, k});
+    RunForward(ctx, f[0], f[1], f[1], keys, nullptr, topk, heads, scale, {},
+               probs, nullptr);
     HeadSumKernel<<<GridStrideBlocks(nq * topk), kBlockThreads, 0, stream>>>(
         probs, static_cast<int>(heads), weights);
     GLM_CUDA_CHECK_LAUNCH();

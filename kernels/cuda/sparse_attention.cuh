@@ -44,6 +44,7 @@ void SparseAttentionBackward(CudaContext& ctx, ConstMatrixView q,
 // key (Backend::SparseAttentionKeyWeights). Dense selections: per block of
 // queries, one batched GEMM over the heads (in the context's precision) and a
 // gather of the selected scores; sparse ones: the forward's gather kernel.
+// q and k F32 or BF16 (the activation type); the other ops here read F32.
 void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
                                ConstMatrixView k, const int32_t* keys,
                                int64_t topk, int64_t heads, float scale,
