@@ -17,8 +17,12 @@
 //   outputs RmsNormForward's y, SwiGluForward's out, RopeForward's y,
 //   RepeatRows' y; both sides of Copy (which converts); the attention's q, k,
 //   v and out (SparseAttentionForward, SparseAttentionBackward) and
-//   SparseAttentionKeyWeights' q and k. Gradients are always F32. A backend
-//   refuses any other element type with an error naming the op.
+//   SparseAttentionKeyWeights' q and k. Gradients are F32, except those only
+//   products read: the dy of LinearBackward and of GroupedLinearBackward
+//   (read as it lies, not by index), which their producers may write in
+//   ActivationType(): SwiGluBackward's dgate and dup, RopeBackward's dx (its
+//   dy too), SparseAttentionBackward's dq, dk and dv. A backend refuses any
+//   other element type with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the
 // model allocates its activations and index arrays (kernels/device_memory.h),

@@ -24,7 +24,9 @@ void MlpBackward(Backend& backend, MlpParameters& p, ConstMatrixView x,
                  MatrixView dx) {
   const int64_t inter = p.gate_proj.value.dim(0);
   Tensor dhidden({x.rows, inter});
-  Tensor dgate_up = Tensor::ForOutput({x.rows, 2 * inter});
+  // Read only by the gate and up products' backward.
+  Tensor dgate_up =
+      Tensor::ForOutput({x.rows, 2 * inter}, backend.ActivationType());
   backend.LinearBackward(acts.hidden.Matrix(), p.down_proj.value.Matrix(), dout,
                          dhidden.Matrix(), p.down_proj.grad.Matrix());
   ConstMatrixView gate_up = acts.gate_up.Matrix();

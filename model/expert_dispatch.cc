@@ -70,8 +70,11 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
   backend.ScatterAddRows(dweight.Matrix(), g.slots.data(), nullptr,
                          dweight_rows);
   // The data gradients are written, not added: their buffers start unfilled.
+  // dgate_up is read only by the gate/up products' backward: the activation
+  // type.
   Tensor dhidden = Tensor::ForOutput({rows, inter}),
-         dgate_up = Tensor::ForOutput({rows, 2 * inter}),
+         dgate_up =
+             Tensor::ForOutput({rows, 2 * inter}, backend.ActivationType()),
          dx_rows = Tensor::ForOutput({rows, dout.cols});
   backend.GroupedLinearBackward(
       e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),

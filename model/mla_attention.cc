@@ -236,10 +236,14 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   Tensor dattn({n, heads * vdim});
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
-  // Written, not added, by the ops below: their buffers start unfilled.
-  Tensor dquery = Tensor::ForOutput({n * heads, qk}),
+  // Written, not added, by the ops below: their buffers start unfilled. The
+  // query and kv gradients are read only by copies, RoPE and the q_b and
+  // kv_b products: the activation type; the keys' rope part is summed over
+  // heads in F32.
+  const ElementType type = backend.ActivationType();
+  Tensor dquery = Tensor::ForOutput({n * heads, qk}, type),
          dkey = Tensor::ForOutput({all * heads, qk}),
-         dkv = Tensor::ForOutput({all, heads * (nope + vdim)});
+         dkv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
   MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
   const int64_t topk = acts.topk->dim(1);
   backend.SparseAttentionBackward(
@@ -275,7 +279,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          dkv_a.Matrix(), dxc,
                          p.kv_a_proj_with_mqa.grad.Matrix());
   // Queries.
-  Tensor dq = Tensor::ForOutput({n, heads * qk}),
+  Tensor dq = Tensor::ForOutput({n, heads * qk}, type),
          dq_resid({n, spec.q_lora_rank}), dq_a({n, spec.q_lora_rank});
   MatrixView dq_rows = dq.Matrix().SplitRows(heads);
   backend.Copy(dquery.Matrix().Columns(0, nope), dq_rows.Columns(0, nope));

@@ -166,8 +166,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                       MatrixView dx, MatrixView dw) override {
-    CheckActivations("CudaBackend::LinearBackward", {{"x", x}});
-    CheckF32("CudaBackend::LinearBackward", {w, dy, dx, dw});
+    CheckActivations("CudaBackend::LinearBackward", {{"x", x}, {"dy", dy}});
+    CheckF32("CudaBackend::LinearBackward", {w, dx, dw});
     cuda::LinearBackward(*this, x, w, dy, dx, dw);
   }
   void Copy(ConstMatrixView x, MatrixView y) override {
@@ -240,7 +240,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                       ConstMatrixView dout, MatrixView dgate,
                       MatrixView dup) override {
-    CheckF32("CudaBackend::SwiGluBackward", {gate, up, dout, dgate, dup});
+    CheckActivations("CudaBackend::SwiGluBackward",
+                     {{"dgate", dgate}, {"dup", dup}});
+    CheckF32("CudaBackend::SwiGluBackward", {gate, up, dout});
     cuda::SwiGluBackward(*this, gate, up, dout, dgate, dup);
   }
   void RopeForward(ConstMatrixView x, const int32_t* positions,
@@ -253,7 +255,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void RopeBackward(ConstMatrixView dy, const int32_t* positions,
                     int64_t rows_per_position, float theta,
                     MatrixView dx) override {
-    CheckF32("CudaBackend::RopeBackward", {dy, dx});
+    CheckActivations("CudaBackend::RopeBackward", {{"dy", dy}, {"dx", dx}});
     cuda::RopeBackward(*this, dy, positions, rows_per_position, theta, dx);
   }
   void RouterForward(ConstMatrixView logits, const float* bias,
@@ -289,7 +291,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                              IndexedRows dy, MatrixView dx, bool accumulate_dx,
                              MatrixView dw) override {
     CheckActivations("CudaBackend::GroupedLinearBackward", {{"x", x.x}});
-    CheckF32("CudaBackend::GroupedLinearBackward", {w, dy.x, dx, dw});
+    // A dy read by index (the combine's gradient) is the output gradient.
+    if (dy.indexed()) {
+      CheckF32("CudaBackend::GroupedLinearBackward", {dy.x});
+    } else {
+      CheckActivations("CudaBackend::GroupedLinearBackward", {{"dy", dy.x}});
+    }
+    CheckF32("CudaBackend::GroupedLinearBackward", {w, dx, dw});
     cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx,
                                 accumulate_dx, dw);
   }
@@ -338,20 +346,30 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                const float* lse, ConstMatrixView dout,
                                MatrixView dq, MatrixView dk,
                                MatrixView dv) override {
-    CheckActivations("CudaBackend::SparseAttentionBackward",
-                     {{"q", q}, {"k", k}, {"v", v}, {"out", out}});
-    CheckF32("CudaBackend::SparseAttentionBackward", {dout, dq, dk, dv});
+    CheckActivations("CudaBackend::SparseAttentionBackward", {{"q", q},
+                                                              {"k", k},
+                                                              {"v", v},
+                                                              {"out", out},
+                                                              {"dq", dq},
+                                                              {"dk", dk},
+                                                              {"dv", dv}});
+    CheckF32("CudaBackend::SparseAttentionBackward", {dout});
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, true)) {
       cudnn_attention_->Backward(*this, q, k, v, keys, topk, full_queries,
                                  heads, scale, out, lse, dout, dq, dk, dv);
       return;
     }
-    // These kernels add into the gradients; the op writes them. They
-    // recompute the probabilities and read no output.
-    for (MatrixView grad : {dq, dk, dv}) cuda::Zero(*this, grad);
-    const std::vector<MatrixView> f = cuda::AsF32(*this, {q, k, v});
+    // These kernels read and write F32, adding into the gradients (the op
+    // writes them: zeroed first); they recompute the probabilities and read
+    // no output.
+    const std::vector<MatrixView> f =
+        cuda::AsF32(*this, {q, k, v}, {dq, dk, dv});
+    for (int i : {3, 4, 5}) cuda::Zero(*this, f[i]);
     cuda::SparseAttentionBackward(*this, f[0], f[1], f[2], keys, topk, heads,
-                                  scale, dout, dq, dk, dv);
+                                  scale, dout, f[3], f[4], f[5]);
+    cuda::FromF32(*this, f[3], dq);
+    cuda::FromF32(*this, f[4], dk);
+    cuda::FromF32(*this, f[5], dv);
   }
   void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                  const int32_t* keys, int64_t topk,

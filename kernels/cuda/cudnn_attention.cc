@@ -175,22 +175,37 @@ int64_t CopyElements(ConstMatrixView view) {
   return view.dtype == ElementType::kBF16 ? 0 : view.rows * view.cols;
 }
 
+// Whether cuDNN writes a gradient where it lies: bf16 dense rows.
+bool WrittenInPlace(MatrixView grad) {
+  return grad.dtype == ElementType::kBF16 && grad.stride == grad.cols;
+}
+
 // A chunk without the selection (masked false) gets no mask and no has_key:
 // every query there has keys.
+// The gradients a backward chunk writes (none for the forward).
+struct Gradients {
+  MatrixView dq, dk, dv;
+};
+
 Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
               ConstMatrixView v, ConstMatrixView out, int64_t heads,
-              int64_t workspace_bytes, bool backward, bool masked) {
+              int64_t workspace_bytes, const Gradients* grads, bool masked) {
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
-  const int64_t gradients = backward ? 1 : 0;
+  // A gradient's bf16 buffer, unless it is written in place.
+  auto gradient = [&](MatrixView grad, int64_t rows, int64_t cols) {
+    return grads == nullptr || WrittenInPlace(grad) ? 0 : rows * cols;
+  };
   Buffers b{};
   b.q = carve.Take<__nv_bfloat16>(CopyElements(q));
   b.k = carve.Take<__nv_bfloat16>(CopyElements(k));
   b.v = carve.Take<__nv_bfloat16>(CopyElements(v));
   b.o = carve.Take<__nv_bfloat16>(CopyElements(out));
-  b.dout = carve.Take<__nv_bfloat16>(gradients * q.rows * v.cols);
-  b.dq = carve.Take<__nv_bfloat16>(gradients * q.rows * q.cols);
-  b.dk = carve.Take<__nv_bfloat16>(gradients * k.rows * k.cols);
-  b.dv = carve.Take<__nv_bfloat16>(gradients * v.rows * v.cols);
+  b.dout = carve.Take<__nv_bfloat16>(grads ? q.rows * v.cols : 0);
+  if (grads != nullptr) {
+    b.dq = carve.Take<__nv_bfloat16>(gradient(grads->dq, q.rows, q.cols));
+    b.dk = carve.Take<__nv_bfloat16>(gradient(grads->dk, k.rows, k.cols));
+    b.dv = carve.Take<__nv_bfloat16>(gradient(grads->dv, v.rows, v.cols));
+  }
   b.stats = carve.Take<float>(nq * heads);
   if (masked) {
     b.bias = carve.Take<__nv_bfloat16>(nq * nk);
@@ -202,11 +217,45 @@ Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
 
 Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                      ConstMatrixView v, ConstMatrixView out, int64_t heads,
-                     int64_t workspace_bytes, bool backward, bool masked) {
+                     int64_t workspace_bytes, const Gradients* grads,
+                     bool masked) {
   Carver sizer;
-  Carve(sizer, q, k, v, out, heads, workspace_bytes, backward, masked);
+  Carve(sizer, q, k, v, out, heads, workspace_bytes, grads, masked);
   Carver carver(static_cast<char*>(ctx.Scratch(sizer.used())));
-  return Carve(carver, q, k, v, out, heads, workspace_bytes, backward, masked);
+  Buffers b =
+      Carve(carver, q, k, v, out, heads, workspace_bytes, grads, masked);
+  if (grads != nullptr) {
+    auto in_place = [](MatrixView grad, __nv_bfloat16* buffer) {
+      return WrittenInPlace(grad) ? reinterpret_cast<__nv_bfloat16*>(grad.data)
+                                  : buffer;
+    };
+    b.dq = in_place(grads->dq, b.dq);
+    b.dk = in_place(grads->dk, b.dk);
+    b.dv = in_place(grads->dv, b.dv);
+  }
+  return b;
+}
+
+// A gradient from cuDNN's bf16 `buffer` into `grad`: unpacked to F32 (added
+// when `add`), or, for a bf16 grad, copied unless cuDNN wrote it in place;
+// rows r whose token r / rows_per_token has no key (keep, when given) get
+// zeros.
+void WriteGradient(CudaContext& ctx, const __nv_bfloat16* buffer,
+                   const int32_t* keep, int64_t rows_per_token, bool add,
+                   MatrixView grad) {
+  if (grad.empty()) return;
+  if (grad.dtype != ElementType::kBF16) {
+    UnpackBf16(ctx, buffer, keep, rows_per_token, add, grad);
+    return;
+  }
+  assert(!add);
+  if (!WrittenInPlace(grad)) {
+    Copy(ctx,
+         ConstMatrixView(reinterpret_cast<const float*>(buffer), grad.rows,
+                         grad.cols, grad.cols, ElementType::kBF16),
+         grad);
+  }
+  if (keep != nullptr) ClearRowsWithoutKeys(ctx, keep, rows_per_token, grad);
 }
 
 // The view itself when it is bf16 (q, k and the output must be dense rows;
@@ -430,9 +479,12 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
   const std::vector<Chunk> chunks =
       CallChunks(q.rows / heads, k.rows / heads, full_queries, d, true);
   const bool add_keys = chunks.size() > 1;
+  // Added over chunks: in F32 (stand-ins for bf16 ones), from zeros.
+  const std::vector<MatrixView> sums =
+      add_keys ? AsF32(ctx, {}, {dk, dv}) : std::vector<MatrixView>{dk, dv};
   if (add_keys) {
-    Zero(ctx, dk);
-    Zero(ctx, dv);
+    Zero(ctx, sums[0]);
+    Zero(ctx, sums[1]);
   }
   for (const Chunk& c : chunks) {
     const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
@@ -442,8 +494,12 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
                   v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
                   topk, heads, out.Rows(first, rows), lse + first,
                   dout.Rows(first, rows), RowsOrEmpty(dq, first, rows),
-                  RowsOrEmpty(dk, 0, key_rows), RowsOrEmpty(dv, 0, key_rows),
-                  add_keys);
+                  RowsOrEmpty(sums[0], 0, key_rows),
+                  RowsOrEmpty(sums[1], 0, key_rows), add_keys);
+  }
+  if (add_keys) {
+    FromF32(ctx, sums[0], dk);
+    FromF32(ctx, sums[1], dv);
   }
 }
 
@@ -456,7 +512,7 @@ void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
   Buffers b = CarveScratch(ctx, q, k, v, out, heads, plan.workspace_bytes,
-                           false, masked);
+                           nullptr, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
   // A bf16 output is written where it lies.
   const bool out_bf16 = out.dtype == ElementType::kBF16;
@@ -485,8 +541,9 @@ void CudnnAttention::BackwardChunk(
     MatrixView dk, MatrixView dv, bool add_keys) {
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
-  Buffers b = CarveScratch(ctx, q, k, v, out, heads, plan.workspace_bytes, true,
-                           masked);
+  const Gradients grads{dq, dk, dv};
+  Buffers b = CarveScratch(ctx, q, k, v, out, heads, plan.workspace_bytes,
+                           &grads, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
   assert(out.dtype == ElementType::kF32 || out.stride == out.cols);
   auto* o = const_cast<__nv_bfloat16*>(Operand(ctx, out, b.o));
@@ -505,9 +562,9 @@ void CudnnAttention::BackwardChunk(
       {kDV, b.dv}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "backward");
-  if (!dq.empty()) UnpackBf16(ctx, b.dq, b.has_key, heads, false, dq);
-  if (!dk.empty()) UnpackBf16(ctx, b.dk, nullptr, 1, add_keys, dk);
-  if (!dv.empty()) UnpackBf16(ctx, b.dv, nullptr, 1, add_keys, dv);
+  WriteGradient(ctx, b.dq, b.has_key, heads, false, dq);
+  WriteGradient(ctx, b.dk, nullptr, 1, add_keys, dk);
+  WriteGradient(ctx, b.dv, nullptr, 1, add_keys, dv);
 }
 
 }  // namespace glm::cuda

@@ -58,9 +58,9 @@ __global__ void RopeBackwardKernel(ConstMatrixView dy, const int32_t* positions,
   ForEachElement(dy.rows, half, [&](int64_t r, int64_t i) {
     float s, c;
     SinCos(positions, rows_per_position, r, inv.value[i], &s, &c);
-    const float d0 = At(dy, r, i), d1 = At(dy, r, half + i);
-    At(dx, r, 2 * i) = d0 * c + d1 * s;
-    At(dx, r, 2 * i + 1) = -d0 * s + d1 * c;
+    const float d0 = Load(dy, r, i), d1 = Load(dy, r, half + i);
+    Store(dx, r, 2 * i, d0 * c + d1 * s);
+    Store(dx, r, 2 * i + 1, -d0 * s + d1 * c);
   });
 }
 

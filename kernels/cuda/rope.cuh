@@ -19,7 +19,7 @@ constexpr int64_t kMaxRotaryDim = 512;
 void RopeForward(CudaContext& ctx, ConstMatrixView x, const int32_t* positions,
                  int64_t rows_per_position, float theta, MatrixView y);
 // The transpose (inverse) rotation, half layout in, interleaved out; dx is
-// written.
+// written. dy and dx F32 or BF16.
 void RopeBackward(CudaContext& ctx, ConstMatrixView dy,
                   const int32_t* positions, int64_t rows_per_position,
                   float theta, MatrixView dx);

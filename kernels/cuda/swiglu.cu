@@ -47,11 +47,11 @@ __global__ void SwiGluBackwardQuadKernel(ConstMatrixView gate,
     const SwiGluGrads e[4] = {GradsOf(g.x, u.x, d.x), GradsOf(g.y, u.y, d.y),
                               GradsOf(g.z, u.z, d.z), GradsOf(g.w, u.w, d.w)};
     if (dgate.data != nullptr) {
-      QuadAt(dgate, r, c) =
-          make_float4(e[0].dgate, e[1].dgate, e[2].dgate, e[3].dgate);
+      StoreQuad(dgate, r, c,
+                make_float4(e[0].dgate, e[1].dgate, e[2].dgate, e[3].dgate));
     }
     if (dup.data != nullptr) {
-      QuadAt(dup, r, c) = make_float4(e[0].dup, e[1].dup, e[2].dup, e[3].dup);
+      StoreQuad(dup, r, c, make_float4(e[0].dup, e[1].dup, e[2].dup, e[3].dup));
     }
   });
 }
@@ -70,8 +70,8 @@ __global__ void SwiGluBackwardKernel(ConstMatrixView gate, ConstMatrixView up,
                                      MatrixView dup) {
   ForEachElement(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
     const SwiGluGrads e = GradsOf(At(gate, r, c), At(up, r, c), At(dout, r, c));
-    if (dgate.data != nullptr) At(dgate, r, c) = e.dgate;
-    if (dup.data != nullptr) At(dup, r, c) = e.dup;
+    if (dgate.data != nullptr) Store(dgate, r, c, e.dgate);
+    if (dup.data != nullptr) Store(dup, r, c, e.dup);
   });
 }
 

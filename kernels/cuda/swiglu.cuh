@@ -11,7 +11,7 @@ namespace glm::cuda {
 void SwiGluForward(CudaContext& ctx, ConstMatrixView gate, ConstMatrixView up,
                    MatrixView out);
 // dgate = dout * up * silu'(gate); dup = dout * silu(gate) (each written, not
-// added; skipped when empty).
+// added, F32 or BF16; skipped when empty).
 void SwiGluBackward(CudaContext& ctx, ConstMatrixView gate, ConstMatrixView up,
                     ConstMatrixView dout, MatrixView dgate, MatrixView dup);
 

@@ -132,6 +132,9 @@ constexpr OpLimits kLimits[] = {
     {"RepeatRows to activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     // Exact where both sides are bf16 (a bf16 input is the rounding already).
     {"Copy in activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    {"SwiGluBackward to activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    // Both sides rounded: dy's rounding and dx's.
+    {"RopeBackward in activation type", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RopeForward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RopeBackward", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -1053,31 +1056,53 @@ IndexedRows RowsAsActivation(Backend& be, const IndexedRows& x,
   return converted;
 }
 
-// Runs write(y') for y' the output `y` in the backend's activation type:
-// y itself when that is F32, else a bf16 buffer with y's row stride poisoned
-// with NaN, whose view's values are then widened into y.
+// Runs write(ys') for ys' the outputs `ys` in the backend's activation type:
+// ys themselves when that is F32, else bf16 buffers with each y's row stride
+// poisoned with NaN, whose views' values are then widened into the ys. Empty
+// views stay empty.
 template <typename Write>
-void IntoActivation(Backend& be, MatrixView y, const Write& write) {
+void IntoActivations(Backend& be, const std::vector<MatrixView>& ys,
+                     const Write& write) {
   if (be.ActivationType() == ElementType::kF32) {
-    write(y);
+    write(ys);
     return;
   }
-  const int64_t stride = std::max(y.stride, y.cols);
-  std::vector<uint16_t> bits(std::max<int64_t>(1, y.rows * stride), 0xffff);
-  Tensor out({static_cast<int64_t>(bits.size())}, be.allocator(),
-             ElementType::kBF16);
-  be.allocator()->CopyFromHost(out.Matrix().data, bits.data(),
-                               bits.size() * sizeof(uint16_t));
-  write(MatrixView{out.Matrix().data, y.rows, y.cols, stride,
-                   ElementType::kBF16});
-  be.allocator()->CopyToHost(bits.data(), out.Matrix().data,
-                             bits.size() * sizeof(uint16_t));
-  std::vector<float> row(y.cols);
-  for (int64_t r = 0; r < y.rows; ++r) {
-    for (int64_t c = 0; c < y.cols; ++c)
-      row[c] = WidenBf16(bits[r * stride + c]);
-    be.allocator()->CopyFromHost(y.Row(r), row.data(), y.cols * sizeof(float));
+  std::vector<Tensor> buffers(ys.size());
+  std::vector<MatrixView> views(ys.size());
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const MatrixView y = ys[i];
+    if (y.empty()) continue;
+    const int64_t stride = std::max(y.stride, y.cols);
+    const std::vector<uint16_t> poison(std::max<int64_t>(1, y.rows * stride),
+                                       0xffff);
+    buffers[i] = Tensor({static_cast<int64_t>(poison.size())}, be.allocator(),
+                        ElementType::kBF16);
+    be.allocator()->CopyFromHost(buffers[i].Matrix().data, poison.data(),
+                                 poison.size() * sizeof(uint16_t));
+    views[i] = {buffers[i].Matrix().data, y.rows, y.cols, stride,
+                ElementType::kBF16};
   }
+  write(views);
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const MatrixView y = ys[i];
+    if (y.empty()) continue;
+    std::vector<uint16_t> bits(buffers[i].numel());
+    be.allocator()->CopyToHost(bits.data(), buffers[i].Matrix().data,
+                               bits.size() * sizeof(uint16_t));
+    std::vector<float> row(y.cols);
+    for (int64_t r = 0; r < y.rows; ++r) {
+      for (int64_t c = 0; c < y.cols; ++c) {
+        row[c] = WidenBf16(bits[r * views[i].stride + c]);
+      }
+      be.allocator()->CopyFromHost(y.Row(r), row.data(),
+                                   y.cols * sizeof(float));
+    }
+  }
+}
+template <typename Write>
+void IntoActivation(Backend& be, MatrixView y, const Write& write) {
+  IntoActivations(
+      be, {y}, [&](const std::vector<MatrixView>& views) { write(views[0]); });
 }
 
 // Whether a case passes a product's x as F32 or in the activation type.
@@ -1146,11 +1171,13 @@ void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
 void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                        Layout dy, bool want_dx, bool want_dw, Layout dx,
                        Layout dw, WeightCopy copy = WeightCopy::kPerCall,
-                       XType x_type = XType::kF32) {
-  const std::string label =
-      absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
-                   want_dx ? "" : " no dx", want_dw ? "" : " no dw",
-                   LabelOf(copy), LabelOf(x_type));
+                       XType x_type = XType::kF32,
+                       XType dy_type = XType::kF32) {
+  const std::string label = absl::StrCat(
+      tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
+      want_dx ? "" : " no dx", want_dw ? "" : " no dw", LabelOf(copy),
+      LabelOf(x_type),
+      dy_type == XType::kActivation ? " dy in activation type" : "");
   f.push_back({"LinearBackward", label, [=] {
                  CaseBuilder b("LinearBackward", label);
                  const int ix = b.Input("x", x), iw = b.Input("w", w),
@@ -1158,13 +1185,17 @@ void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                  const int idx = want_dx ? b.Accumulated("dx", dx) : -1;
                  const int idw = want_dw ? b.Accumulated("dw", dw) : -1;
                  return b.Build([=](Backend& be, const Bound& p) {
-                   Tensor holder;
+                   Tensor holder, dy_holder;
                    const ConstMatrixView xv =
                        x_type == XType::kActivation
                            ? AsActivation(be, p.View(ix), &holder)
                            : p.View(ix);
+                   const ConstMatrixView dyv =
+                       dy_type == XType::kActivation
+                           ? AsActivation(be, p.View(idy), &dy_holder)
+                           : p.View(idy);
                    WithWeights(be, p, iw, copy, [&] {
-                     be.LinearBackward(xv, p.View(iw), p.View(idy),
+                     be.LinearBackward(xv, p.View(iw), dyv,
                                        idx >= 0 ? p.View(idx) : MatrixView{},
                                        idw >= 0 ? p.View(idw) : MatrixView{});
                    });
@@ -1303,7 +1334,8 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
       tokens > 0 ? absl::StrCat(" read from ", tokens, " tokens") : "");
   const std::string dy_label =
       dy_tokens > 0 ? absl::StrCat(" dy scaled from ", dy_tokens, " tokens")
-                    : "";
+      : x_type == XType::kActivation ? " dy in activation type"
+                                     : "";
   auto offsets_of = [=](CaseBuilder& b) {
     return OffsetsOf(ExpertLoads(rows, experts, all_on, b.rng()));
   };
@@ -1367,12 +1399,17 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                                          : b.Written("dx", Dense(rows, in)),
                      idw = b.Accumulated("dw", Dense(experts * out, in));
            return b.Build([=](Backend& be, const Bound& p) {
-             Tensor holder;
+             Tensor holder, dy_holder;
              const IndexedRows xr = x_rows_of(be, p, ix, ir, &holder);
+             // A dense dy goes in the activation type with x (as SwiGLU's
+             // backward writes the gate/up products' dy).
+             IndexedRows dyr = indexed(p, idy, idyr, idys);
+             if (x_type == XType::kActivation && !dyr.indexed()) {
+               dyr = RowsAsActivation(be, dyr, &dy_holder);
+             }
              WithWeights(be, p, iw, copy, [&] {
                be.GroupedLinearBackward(xr, p.View(iw), p.Ints(io), experts,
-                                        indexed(p, idy, idyr, idys),
-                                        p.View(idx), accumulate_dx,
+                                        dyr, p.View(idx), accumulate_dx,
                                         p.View(idw));
              });
              return 0.0;
@@ -1513,6 +1550,15 @@ void AddLinearCases(Factories& f) {
                     true, true, Dense(2048, m.q_lora_rank),
                     Dense(heads * qk, m.q_lora_rank), WeightCopy::kKept,
                     XType::kActivation);
+  AddLinearBackward(f, "q_b_proj", Dense(2048, m.q_lora_rank),
+                    Dense(heads * qk, m.q_lora_rank), Dense(2048, heads * qk),
+                    true, true, Dense(2048, m.q_lora_rank),
+                    Dense(heads * qk, m.q_lora_rank), WeightCopy::kKept,
+                    XType::kActivation, XType::kActivation);
+  AddLinearBackward(f, "mlp gate", Dense(512, hidden), Dense(inter, hidden),
+                    Cols(512, 2 * inter, 0, inter), true, true,
+                    Dense(512, hidden), Dense(inter, hidden),
+                    WeightCopy::kPerCall, XType::kF32, XType::kActivation);
 }
 
 // x_type, y_type kActivation: that side in the activation type (a
@@ -2018,27 +2064,40 @@ void AddSwiGlu(Factories& f, const std::string& tag, int64_t rows, int64_t cols,
 }
 
 // dgate and dup are the two column halves of one [rows, 2 cols] buffer.
+// type kActivation: dgate and dup in the activation type.
 void AddSwiGluBackward(Factories& f, const std::string& tag, int64_t rows,
-                       int64_t cols, bool want_dgate, bool want_dup) {
+                       int64_t cols, bool want_dgate, bool want_dup,
+                       XType type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols, "]",
                    want_dgate ? "" : " no dgate", want_dup ? "" : " no dup");
-  f.push_back({"SwiGluBackward", label, [=] {
-                 CaseBuilder b("SwiGluBackward", label);
-                 const Layout gate = Cols(rows, 2 * cols, 0, cols),
-                              up = Cols(rows, 2 * cols, cols, cols);
-                 const int ig = b.Input("gate", gate, 3.f),
-                           iu = b.Input("up", up),
-                           id = b.Input("dout", Dense(rows, cols)),
-                           idg = want_dgate ? b.Written("dgate", gate) : -1,
-                           idu = want_dup ? b.Written("dup", up) : -1;
-                 return b.Build([=](Backend& be, const Bound& p) {
-                   be.SwiGluBackward(p.View(ig), p.View(iu), p.View(id),
-                                     idg >= 0 ? p.View(idg) : MatrixView{},
-                                     idu >= 0 ? p.View(idu) : MatrixView{});
-                   return 0.0;
-                 });
-               }});
+  const std::string op = type == XType::kActivation
+                             ? "SwiGluBackward to activation type"
+                             : "SwiGluBackward";
+  f.push_back(
+      {op, label, [=] {
+         CaseBuilder b(op, label);
+         const Layout gate = Cols(rows, 2 * cols, 0, cols),
+                      up = Cols(rows, 2 * cols, cols, cols);
+         const int ig = b.Input("gate", gate, 3.f), iu = b.Input("up", up),
+                   id = b.Input("dout", Dense(rows, cols)),
+                   idg = want_dgate ? b.Written("dgate", gate) : -1,
+                   idu = want_dup ? b.Written("dup", up) : -1;
+         return b.Build([=](Backend& be, const Bound& p) {
+           const std::vector<MatrixView> grads = {
+               idg >= 0 ? p.View(idg) : MatrixView{},
+               idu >= 0 ? p.View(idu) : MatrixView{}};
+           auto backward = [&](const std::vector<MatrixView>& g) {
+             be.SwiGluBackward(p.View(ig), p.View(iu), p.View(id), g[0], g[1]);
+           };
+           if (type == XType::kActivation) {
+             IntoActivations(be, grads, backward);
+           } else {
+             backward(grads);
+           }
+           return 0.0;
+         });
+       }});
 }
 
 void AddActivationCases(Factories& f) {
@@ -2057,6 +2116,9 @@ void AddActivationCases(Factories& f) {
   AddSwiGluBackward(f, "expert", 1000, moe, false, true);
   AddSwiGluBackward(f, "expert", 1000, moe, true, false);
   AddSwiGluBackward(f, "dense mlp", 2048, inter, true, true);
+  AddSwiGluBackward(f, "tiny", 4, 6, true, true, XType::kActivation);
+  AddSwiGluBackward(f, "expert", 1000, moe, true, true, XType::kActivation);
+  AddSwiGluBackward(f, "expert", 1000, moe, false, true, XType::kActivation);
 }
 
 // ---- rotary embedding ----
@@ -2109,20 +2171,36 @@ void AddRope(Factories& f, const std::string& tag, Layout x, Layout y,
                }});
 }
 
+// type kActivation: dy and dx in the activation type.
 void AddRopeBackward(Factories& f, const std::string& tag, Layout dy, Layout dx,
                      int64_t rows_per_position, float theta,
-                     PositionMaker positions) {
+                     PositionMaker positions, XType type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " dy", Dims(dy), " dx", Dims(dx), " rows/pos ",
                    rows_per_position, " theta ", theta);
-  f.push_back({"RopeBackward", label, [=] {
-                 CaseBuilder b("RopeBackward", label);
+  const std::string op = type == XType::kActivation
+                             ? "RopeBackward in activation type"
+                             : "RopeBackward";
+  f.push_back({op, label, [=] {
+                 CaseBuilder b(op, label);
                  const int id = b.Input("dy", dy),
                            ip = b.Ints("positions", positions(b.rng())),
                            ix = b.Written("dx", dx);
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.RopeBackward(p.View(id), p.Ints(ip), rows_per_position,
-                                   theta, p.View(ix));
+                   Tensor holder;
+                   const ConstMatrixView dyv =
+                       type == XType::kActivation
+                           ? AsActivation(be, p.View(id), &holder)
+                           : p.View(id);
+                   auto backward = [&](MatrixView out) {
+                     be.RopeBackward(dyv, p.Ints(ip), rows_per_position, theta,
+                                     out);
+                   };
+                   if (type == XType::kActivation) {
+                     IntoActivation(be, p.View(ix), backward);
+                   } else {
+                     backward(p.View(ix));
+                   }
                    return 0.0;
                  });
                }});
@@ -2172,6 +2250,12 @@ void AddRopeCases(Factories& f) {
                   theta, far);
   AddRopeBackward(f, "q", q_rope, q_rope, heads, theta, packed);
   AddRopeBackward(f, "k", Dense(tokens, rope), k_rope, 1, theta, packed);
+  AddRopeBackward(f, "tiny", Dense(6, 8), Dense(6, 8), 2, 100.f, tiny,
+                  XType::kActivation);
+  AddRopeBackward(f, "misaligned", Cols(33, 7, 1, 6), Cols(33, 9, 1, 6), 3,
+                  1e4f, odd, XType::kActivation);
+  AddRopeBackward(f, "dquery into dq", q_rope, q_rope, heads, theta, packed,
+                  XType::kActivation);
 }
 
 // ---- router ----
@@ -2697,7 +2781,8 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
   const std::string label =
       AttentionLabel(tag, s, q, gaps) + (want_dq ? "" : " no dq") +
       (want_dkv ? "" : " no dk dv") +
-      (type == XType::kActivation ? " q k v out in activation type" : "");
+      (type == XType::kActivation ? " q k v out and grads in activation type"
+                                  : "");
   const int64_t full = FullQueries(s, q);
   f.push_back(
       {"SparseAttentionBackward", label, [=] {
@@ -2726,12 +2811,20 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
                type == XType::kActivation
                    ? AsActivation(be, p.View(io), &out_holder)
                    : p.View(io);
-           be.SparseAttentionBackward(ops.q, ops.k, ops.v, p.Ints(in.keys),
-                                      s.topk, full, s.heads, s.scale, out,
-                                      p.View(il).data, p.View(id),
-                                      idq >= 0 ? p.View(idq) : MatrixView{},
-                                      idk >= 0 ? p.View(idk) : MatrixView{},
-                                      idv >= 0 ? p.View(idv) : MatrixView{});
+           const std::vector<MatrixView> grads = {
+               idq >= 0 ? p.View(idq) : MatrixView{},
+               idk >= 0 ? p.View(idk) : MatrixView{},
+               idv >= 0 ? p.View(idv) : MatrixView{}};
+           auto backward = [&](const std::vector<MatrixView>& g) {
+             be.SparseAttentionBackward(
+                 ops.q, ops.k, ops.v, p.Ints(in.keys), s.topk, full, s.heads,
+                 s.scale, out, p.View(il).data, p.View(id), g[0], g[1], g[2]);
+           };
+           if (type == XType::kActivation) {
+             IntoActivations(be, grads, backward);
+           } else {
+             backward(grads);
+           }
            return 0.0;
          });
        }});
@@ -2920,6 +3013,9 @@ void AddAttentionCases(Factories& f) {
   AddAttention(f, "sparse", sparse, sparse_q, true, act);
   AddAttentionBackward(f, "mini self", self, self_q, false, true, true, act);
   AddAttentionBackward(f, "tiny", tiny, TinyQueries(), false, true, true, act);
+  // Two query chunks: dk and dv added over them in F32 stand-ins.
+  AddAttentionBackward(f, "mini self sparse", self_sparse, self_sparse_q, false,
+                       true, true, act);
   AddKeyWeights(f, "mini self", self, self_q, false, act);
   AddKeyWeights(f, "sparse", sparse, sparse_q, true, act);
 
