@@ -6,10 +6,11 @@
 // (device memory).
 //
 //   bazel run --config=cuda //kernels/cuda:backend_ops_check --
-//       [--precision=fp32|bf16|both] [--device=N] [--filter=SUBSTRING]
+//       [--precision=fp32|bf16|both] [--device=N] [--filter=SUBSTRING[|...]]
 //       [--verbose]
 //
-// --filter keeps the cases whose "op label" contains SUBSTRING; --verbose
+// --filter keeps the cases whose "op label" contains SUBSTRING (any of
+// several, separated by |); --verbose
 // prints every check of a case, not only the worst.
 //
 // How outputs are compared:
@@ -58,6 +59,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/parallel.h"
@@ -3170,7 +3172,7 @@ struct Flags {
 
 constexpr char kUsage[] =
     "usage: backend_ops_check [--precision=fp32|bf16|both] [--device=N]\n"
-    "                         [--filter=SUBSTRING] [--verbose]\n";
+    "                         [--filter=SUBSTRING[|...]] [--verbose]\n";
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
   for (int i = 1; i < argc; ++i) {
@@ -3195,6 +3197,14 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     }
   }
   return true;
+}
+
+// Whether `name` contains any of the |-separated substrings of `filter`.
+bool MatchesFilter(const std::string& name, const std::string& filter) {
+  for (absl::string_view part : absl::StrSplit(filter, '|')) {
+    if (absl::StrContains(name, part)) return true;
+  }
+  return false;
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -3266,7 +3276,7 @@ int Main(int argc, char** argv) {
   int run = 0;
   for (const Factory& factory : AllCases()) {
     const std::string name = factory.op + " " + factory.label;
-    if (!absl::StrContains(name, flags.filter)) continue;
+    if (!MatchesFilter(name, flags.filter)) continue;
     std::snprintf(g_running, sizeof g_running, "%s", name.c_str());
     PhaseSeconds seconds;
     Stopwatch watch;
