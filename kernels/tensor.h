@@ -48,8 +48,9 @@ Pointer ElementOffset(Pointer data, int64_t elements, ElementType dtype) {
 // A row-major matrix inside someone else's storage: element (r, c) is
 // element r*stride + c from data. `data` is typed for the common F32 case;
 // a BF16 view's elements are 2-byte bf16 values at that address, read only by
-// the ops that take BF16 (Backend says which) through Bf16Data(), never
-// through Row().
+// the ops that take BF16 (kernels/backend.h says which; device code reads
+// them with kernels/cuda/device_math.cuh's Load and Bf16At), never through
+// Row().
 struct MatrixView {
   float* data = nullptr;
   int64_t rows = 0;
@@ -60,11 +61,6 @@ struct MatrixView {
   float* Row(int64_t r) const {
     assert(dtype == ElementType::kF32);
     return data + r * stride;
-  }
-  // The elements of a BF16 view, as raw 16-bit patterns.
-  uint16_t* Bf16Data() const {
-    assert(dtype == ElementType::kBF16);
-    return reinterpret_cast<uint16_t*>(data);
   }
   bool empty() const { return data == nullptr; }
   bool contiguous() const { return stride == cols; }
@@ -109,10 +105,6 @@ struct ConstMatrixView {
   const float* Row(int64_t r) const {
     assert(dtype == ElementType::kF32);
     return data + r * stride;
-  }
-  const uint16_t* Bf16Data() const {
-    assert(dtype == ElementType::kBF16);
-    return reinterpret_cast<const uint16_t*>(data);
   }
   bool empty() const { return data == nullptr; }
   ConstMatrixView Columns(int64_t start, int64_t width) const {
