@@ -175,36 +175,44 @@ int64_t CopyElements(ConstMatrixView view) {
   return view.dtype == ElementType::kBF16 ? 0 : view.rows * view.cols;
 }
 
-// Whether cuDNN writes a gradient where it lies: bf16 dense rows.
-bool WrittenInPlace(MatrixView grad) {
-  return grad.dtype == ElementType::kBF16 && grad.stride == grad.cols;
+// Whether cuDNN writes a result (the forward's output, a gradient) where it
+// lies: bf16 dense rows.
+bool WrittenInPlace(MatrixView result) {
+  return result.dtype == ElementType::kBF16 && result.stride == result.cols;
 }
 
-// A chunk without the selection (masked false) gets no mask and no has_key:
-// every query there has keys.
-// The gradients a backward chunk writes (none for the forward).
-struct Gradients {
-  MatrixView dq, dk, dv;
+// What a chunk's graph writes: the forward its output, the backward the
+// gradients.
+struct Results {
+  MatrixView out, dq, dk, dv;
 };
 
+// A chunk without the selection (masked false) gets no mask and no has_key:
+// every query there has keys. read_out: the output a backward chunk reads
+// (empty: a forward chunk).
 Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
-              ConstMatrixView v, ConstMatrixView out, int64_t heads,
-              int64_t workspace_bytes, const Gradients* grads, bool masked) {
+              ConstMatrixView v, ConstMatrixView read_out,
+              const Results& written, int64_t heads, int64_t workspace_bytes,
+              bool masked) {
   const int64_t nq = q.rows / heads, nk = k.rows / heads;
-  // A gradient's bf16 buffer, unless it is written in place.
-  auto gradient = [&](MatrixView grad, int64_t rows, int64_t cols) {
-    return grads == nullptr || WrittenInPlace(grad) ? 0 : rows * cols;
+  const bool backward = !read_out.empty();
+  // Where cuDNN writes a [rows, cols] result: in place, or a bf16 buffer
+  // (also for a gradient nobody asked for: the graph writes it all the same).
+  auto result = [&](MatrixView view, int64_t rows, int64_t cols) {
+    return WrittenInPlace(view) ? reinterpret_cast<__nv_bfloat16*>(view.data)
+                                : carve.Take<__nv_bfloat16>(rows * cols);
   };
   Buffers b{};
   b.q = carve.Take<__nv_bfloat16>(CopyElements(q));
   b.k = carve.Take<__nv_bfloat16>(CopyElements(k));
   b.v = carve.Take<__nv_bfloat16>(CopyElements(v));
-  b.o = carve.Take<__nv_bfloat16>(CopyElements(out));
-  b.dout = carve.Take<__nv_bfloat16>(grads ? q.rows * v.cols : 0);
-  if (grads != nullptr) {
-    b.dq = carve.Take<__nv_bfloat16>(gradient(grads->dq, q.rows, q.cols));
-    b.dk = carve.Take<__nv_bfloat16>(gradient(grads->dk, k.rows, k.cols));
-    b.dv = carve.Take<__nv_bfloat16>(gradient(grads->dv, v.rows, v.cols));
+  b.o = backward ? carve.Take<__nv_bfloat16>(CopyElements(read_out))
+                 : result(written.out, q.rows, v.cols);
+  if (backward) {
+    b.dout = carve.Take<__nv_bfloat16>(q.rows * v.cols);
+    b.dq = result(written.dq, q.rows, q.cols);
+    b.dk = result(written.dk, k.rows, k.cols);
+    b.dv = result(written.dv, v.rows, v.cols);
   }
   b.stats = carve.Take<float>(nq * heads);
   if (masked) {
@@ -216,46 +224,36 @@ Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
 }
 
 Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
-                     ConstMatrixView v, ConstMatrixView out, int64_t heads,
-                     int64_t workspace_bytes, const Gradients* grads,
-                     bool masked) {
+                     ConstMatrixView v, ConstMatrixView read_out,
+                     const Results& written, int64_t heads,
+                     int64_t workspace_bytes, bool masked) {
   Carver sizer;
-  Carve(sizer, q, k, v, out, heads, workspace_bytes, grads, masked);
+  Carve(sizer, q, k, v, read_out, written, heads, workspace_bytes, masked);
   Carver carver(static_cast<char*>(ctx.Scratch(sizer.used())));
-  Buffers b =
-      Carve(carver, q, k, v, out, heads, workspace_bytes, grads, masked);
-  if (grads != nullptr) {
-    auto in_place = [](MatrixView grad, __nv_bfloat16* buffer) {
-      return WrittenInPlace(grad) ? reinterpret_cast<__nv_bfloat16*>(grad.data)
-                                  : buffer;
-    };
-    b.dq = in_place(grads->dq, b.dq);
-    b.dk = in_place(grads->dk, b.dk);
-    b.dv = in_place(grads->dv, b.dv);
-  }
-  return b;
+  return Carve(carver, q, k, v, read_out, written, heads, workspace_bytes,
+               masked);
 }
 
-// A gradient from cuDNN's bf16 `buffer` into `grad`: unpacked to F32 (added
-// when `add`), or, for a bf16 grad, copied unless cuDNN wrote it in place;
+// A result from cuDNN's bf16 `buffer` into `view`: unpacked to F32 (added
+// when `add`), or, for a bf16 view, copied unless cuDNN wrote it in place;
 // rows r whose token r / rows_per_token has no key (keep, when given) get
 // zeros.
-void WriteGradient(CudaContext& ctx, const __nv_bfloat16* buffer,
-                   const int32_t* keep, int64_t rows_per_token, bool add,
-                   MatrixView grad) {
-  if (grad.empty()) return;
-  if (grad.dtype != ElementType::kBF16) {
-    UnpackBf16(ctx, buffer, keep, rows_per_token, add, grad);
+void WriteResult(CudaContext& ctx, const __nv_bfloat16* buffer,
+                 const int32_t* keep, int64_t rows_per_token, bool add,
+                 MatrixView view) {
+  if (view.empty()) return;
+  if (view.dtype != ElementType::kBF16) {
+    UnpackBf16(ctx, buffer, keep, rows_per_token, add, view);
     return;
   }
   assert(!add);
-  if (!WrittenInPlace(grad)) {
+  if (!WrittenInPlace(view)) {
     Copy(ctx,
-         ConstMatrixView(reinterpret_cast<const float*>(buffer), grad.rows,
-                         grad.cols, grad.cols, ElementType::kBF16),
-         grad);
+         ConstMatrixView(reinterpret_cast<const float*>(buffer), view.rows,
+                         view.cols, view.cols, ElementType::kBF16),
+         view);
   }
-  if (keep != nullptr) ClearRowsWithoutKeys(ctx, keep, rows_per_token, grad);
+  if (keep != nullptr) ClearRowsWithoutKeys(ctx, keep, rows_per_token, view);
 }
 
 // The view itself when it is bf16 (q, k and the output must be dense rows;
@@ -511,13 +509,9 @@ void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
                                   float* lse) {
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
-  Buffers b = CarveScratch(ctx, q, k, v, out, heads, plan.workspace_bytes,
-                           nullptr, masked);
+  Buffers b = CarveScratch(ctx, q, k, v, {}, Results{out}, heads,
+                           plan.workspace_bytes, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
-  // A bf16 output is written where it lies.
-  const bool out_bf16 = out.dtype == ElementType::kBF16;
-  assert(!out_bf16 || out.stride == out.cols);
-  if (out_bf16) b.o = reinterpret_cast<__nv_bfloat16*>(out.data);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, const_cast<__nv_bfloat16*>(b.q)},
       {kK, const_cast<__nv_bfloat16*>(b.k)},
@@ -526,11 +520,7 @@ void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
       {kStats, b.stats}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "forward");
-  if (!out_bf16) {
-    UnpackBf16(ctx, b.o, b.has_key, heads, false, out);
-  } else if (masked) {
-    ClearRowsWithoutKeys(ctx, b.has_key, heads, out);
-  }
+  WriteResult(ctx, b.o, b.has_key, heads, false, out);
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
@@ -541,9 +531,8 @@ void CudnnAttention::BackwardChunk(
     MatrixView dk, MatrixView dv, bool add_keys) {
   const int64_t nq = q.rows / heads;
   const bool masked = keys != nullptr;
-  const Gradients grads{dq, dk, dv};
-  Buffers b = CarveScratch(ctx, q, k, v, out, heads, plan.workspace_bytes,
-                           &grads, masked);
+  Buffers b = CarveScratch(ctx, q, k, v, out, Results{{}, dq, dk, dv}, heads,
+                           plan.workspace_bytes, masked);
   PackInputs(ctx, q, k, v, keys, topk, heads, b);
   assert(out.dtype == ElementType::kF32 || out.stride == out.cols);
   auto* o = const_cast<__nv_bfloat16*>(Operand(ctx, out, b.o));
@@ -562,9 +551,9 @@ void CudnnAttention::BackwardChunk(
       {kDV, b.dv}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "backward");
-  WriteGradient(ctx, b.dq, b.has_key, heads, false, dq);
-  WriteGradient(ctx, b.dk, nullptr, 1, add_keys, dk);
-  WriteGradient(ctx, b.dv, nullptr, 1, add_keys, dv);
+  WriteResult(ctx, b.dq, b.has_key, heads, false, dq);
+  WriteResult(ctx, b.dk, nullptr, 1, add_keys, dk);
+  WriteResult(ctx, b.dv, nullptr, 1, add_keys, dv);
 }
 
 }  // namespace glm::cuda
