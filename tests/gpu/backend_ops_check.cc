@@ -1032,11 +1032,38 @@ std::vector<float> ReadRows(Backend& be, ConstMatrixView x) {
   return host;
 }
 
-// `x` as the backend's activation type: itself when that is F32, else a
-// bf16 copy with x's row stride (a strided view stays strided) held by
-// `holder`; the gaps between rows hold NaN.
-ConstMatrixView AsActivation(Backend& be, ConstMatrixView x, Tensor* holder) {
-  if (be.ActivationType() == ElementType::kF32) return x;
+// Whether a case passes an operand as F32 or in the activation type.
+enum class XType { kF32, kActivation };
+
+const char* LabelOf(XType type) {
+  return type == XType::kActivation ? " x in activation type" : "";
+}
+
+// `op`, or "op how activation type" for a case whose outputs are in the
+// activation type (the limits of kLimits differ).
+std::string ActivationOp(const char* op, const char* how, XType type) {
+  return type == XType::kActivation
+             ? absl::StrCat(op, " ", how, " activation type")
+             : std::string(op);
+}
+
+// A bf16 tensor on the backend holding `bits`.
+Tensor UploadBf16(Backend& be, const std::vector<uint16_t>& bits) {
+  Tensor t({static_cast<int64_t>(bits.size())}, be.allocator(),
+           ElementType::kBF16);
+  be.allocator()->CopyFromHost(t.Matrix().data, bits.data(),
+                               bits.size() * sizeof(uint16_t));
+  return t;
+}
+
+// `x` as the case passes it: itself for kF32 or where the backend's
+// activation type is F32, else a bf16 copy with x's row stride (a strided
+// view stays strided) held by `holder`; the gaps between rows hold NaN.
+ConstMatrixView AsActivation(Backend& be, XType type, ConstMatrixView x,
+                             Tensor* holder) {
+  if (type == XType::kF32 || be.ActivationType() == ElementType::kF32) {
+    return x;
+  }
   const std::vector<float> values = ReadRows(be, x);
   const int64_t stride = std::max(x.stride, x.cols);
   std::vector<uint16_t> bits(std::max<int64_t>(1, x.rows * stride), 0xffff);
@@ -1045,27 +1072,24 @@ ConstMatrixView AsActivation(Backend& be, ConstMatrixView x, Tensor* holder) {
       bits[r * stride + c] = RoundToBf16(values[r * x.cols + c]);
     }
   }
-  *holder = Tensor({static_cast<int64_t>(bits.size())}, be.allocator(),
-                   ElementType::kBF16);
-  be.allocator()->CopyFromHost(holder->Matrix().data, bits.data(),
-                               bits.size() * sizeof(uint16_t));
+  *holder = UploadBf16(be, bits);
   return {holder->Matrix().data, x.rows, x.cols, stride, ElementType::kBF16};
 }
-IndexedRows RowsAsActivation(Backend& be, const IndexedRows& x,
+IndexedRows RowsAsActivation(Backend& be, XType type, const IndexedRows& x,
                              Tensor* holder) {
   IndexedRows converted = x;
-  converted.x = AsActivation(be, x.x, holder);
+  converted.x = AsActivation(be, type, x.x, holder);
   return converted;
 }
 
-// Runs write(ys') for ys' the outputs `ys` in the backend's activation type:
-// ys themselves when that is F32, else bf16 buffers with each y's row stride
-// poisoned with NaN, whose views' values are then widened into the ys. Empty
-// views stay empty.
+// Runs write(ys') for ys' the outputs `ys` as the case passes them: ys
+// themselves for kF32 or where the backend's activation type is F32, else
+// bf16 buffers with each y's row stride poisoned with NaN, whose views'
+// values are then widened into the ys. Empty views stay empty.
 template <typename Write>
-void IntoActivations(Backend& be, const std::vector<MatrixView>& ys,
+void IntoActivations(Backend& be, XType type, const std::vector<MatrixView>& ys,
                      const Write& write) {
-  if (be.ActivationType() == ElementType::kF32) {
+  if (type == XType::kF32 || be.ActivationType() == ElementType::kF32) {
     write(ys);
     return;
   }
@@ -1075,12 +1099,9 @@ void IntoActivations(Backend& be, const std::vector<MatrixView>& ys,
     const MatrixView y = ys[i];
     if (y.empty()) continue;
     const int64_t stride = std::max(y.stride, y.cols);
-    const std::vector<uint16_t> poison(std::max<int64_t>(1, y.rows * stride),
-                                       0xffff);
-    buffers[i] = Tensor({static_cast<int64_t>(poison.size())}, be.allocator(),
-                        ElementType::kBF16);
-    be.allocator()->CopyFromHost(buffers[i].Matrix().data, poison.data(),
-                                 poison.size() * sizeof(uint16_t));
+    buffers[i] = UploadBf16(
+        be,
+        std::vector<uint16_t>(std::max<int64_t>(1, y.rows * stride), 0xffff));
     views[i] = {buffers[i].Matrix().data, y.rows, y.cols, stride,
                 ElementType::kBF16};
   }
@@ -1102,16 +1123,10 @@ void IntoActivations(Backend& be, const std::vector<MatrixView>& ys,
   }
 }
 template <typename Write>
-void IntoActivation(Backend& be, MatrixView y, const Write& write) {
-  IntoActivations(
-      be, {y}, [&](const std::vector<MatrixView>& views) { write(views[0]); });
-}
-
-// Whether a case passes a product's x as F32 or in the activation type.
-enum class XType { kF32, kActivation };
-
-const char* LabelOf(XType type) {
-  return type == XType::kActivation ? " x in activation type" : "";
+void IntoActivation(Backend& be, XType type, MatrixView y, const Write& write) {
+  IntoActivations(be, type, {y}, [&](const std::vector<MatrixView>& views) {
+    write(views[0]);
+  });
 }
 
 // ---- dense algebra ----
@@ -1151,18 +1166,12 @@ void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
                  return b.Build([=](Backend& be, const Bound& p) {
                    Tensor holder;
                    const ConstMatrixView xv =
-                       x_type == XType::kActivation
-                           ? AsActivation(be, p.View(ix), &holder)
-                           : p.View(ix);
+                       AsActivation(be, x_type, p.View(ix), &holder);
                    WithWeights(be, p, iw, copy, [&] {
                      auto product = [&](MatrixView y_view) {
                        be.Linear(xv, p.View(iw), y_view, accumulate);
                      };
-                     if (y_type == XType::kActivation) {
-                       IntoActivation(be, p.View(iy), product);
-                     } else {
-                       product(p.View(iy));
-                     }
+                     IntoActivation(be, y_type, p.View(iy), product);
                    });
                    return 0.0;
                  });
@@ -1189,13 +1198,9 @@ void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                  return b.Build([=](Backend& be, const Bound& p) {
                    Tensor holder, dy_holder;
                    const ConstMatrixView xv =
-                       x_type == XType::kActivation
-                           ? AsActivation(be, p.View(ix), &holder)
-                           : p.View(ix);
+                       AsActivation(be, x_type, p.View(ix), &holder);
                    const ConstMatrixView dyv =
-                       dy_type == XType::kActivation
-                           ? AsActivation(be, p.View(idy), &dy_holder)
-                           : p.View(idy);
+                       AsActivation(be, dy_type, p.View(idy), &dy_holder);
                    WithWeights(be, p, iw, copy, [&] {
                      be.LinearBackward(xv, p.View(iw), dyv,
                                        idx >= 0 ? p.View(idx) : MatrixView{},
@@ -1358,8 +1363,7 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
   // x's rows, in the activation type when the case says so.
   auto x_rows_of = [=](Backend& be, const Bound& p, int view, int id,
                        Tensor* holder) {
-    const IndexedRows x = indexed(p, view, id);
-    return x_type == XType::kActivation ? RowsAsActivation(be, x, holder) : x;
+    return RowsAsActivation(be, x_type, indexed(p, view, id), holder);
   };
   // The forward reads no dy: its case is the dense-dy one's.
   if (dy_tokens == 0) {
@@ -1405,10 +1409,11 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
              const IndexedRows xr = x_rows_of(be, p, ix, ir, &holder);
              // A dense dy goes in the activation type with x (as SwiGLU's
              // backward writes the gate/up products' dy).
-             IndexedRows dyr = indexed(p, idy, idyr, idys);
-             if (x_type == XType::kActivation && !dyr.indexed()) {
-               dyr = RowsAsActivation(be, dyr, &dy_holder);
-             }
+             const IndexedRows dy_rows = indexed(p, idy, idyr, idys);
+             const IndexedRows dyr =
+                 dy_rows.indexed()
+                     ? dy_rows
+                     : RowsAsActivation(be, x_type, dy_rows, &dy_holder);
              WithWeights(be, p, iw, copy, [&] {
                be.GroupedLinearBackward(xr, p.View(iw), p.Ints(io), experts,
                                         dyr, p.View(idx), accumulate_dx,
@@ -1579,15 +1584,9 @@ void AddCopy(Factories& f, const std::string& tag, Layout x, Layout y,
                  return b.Build([=](Backend& be, const Bound& p) {
                    Tensor holder;
                    const ConstMatrixView xv =
-                       x_type == XType::kActivation
-                           ? AsActivation(be, p.View(ix), &holder)
-                           : p.View(ix);
+                       AsActivation(be, x_type, p.View(ix), &holder);
                    auto copy = [&](MatrixView out) { be.Copy(xv, out); };
-                   if (y_type == XType::kActivation) {
-                     IntoActivation(be, p.View(iy), copy);
-                   } else {
-                     copy(p.View(iy));
-                   }
+                   IntoActivation(be, y_type, p.View(iy), copy);
                    return 0.0;
                  });
                }});
@@ -1611,9 +1610,7 @@ void AddRepeatRows(Factories& f, const std::string& tag, int64_t repeats,
                    Layout x, Layout y, XType y_type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " repeats ", repeats, " y", Dims(y));
-  const std::string op = y_type == XType::kActivation
-                             ? "RepeatRows to activation type"
-                             : "RepeatRows";
+  const std::string op = ActivationOp("RepeatRows", "to", y_type);
   f.push_back({op, label, [=] {
                  CaseBuilder b(op, label);
                  const int ix = b.Input("x", x), iy = b.Written("y", y);
@@ -1621,11 +1618,7 @@ void AddRepeatRows(Factories& f, const std::string& tag, int64_t repeats,
                    auto repeat = [&](MatrixView out) {
                      be.RepeatRows(p.View(ix), repeats, out);
                    };
-                   if (y_type == XType::kActivation) {
-                     IntoActivation(be, p.View(iy), repeat);
-                   } else {
-                     repeat(p.View(iy));
-                   }
+                   IntoActivation(be, y_type, p.View(iy), repeat);
                    return 0.0;
                  });
                }});
@@ -1871,9 +1864,7 @@ void AddRmsNorm(Factories& f, const std::string& tag, Layout x, Layout y,
                 float eps, XType y_type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " y", Dims(y), " eps ", eps);
-  const std::string op = y_type == XType::kActivation
-                             ? "RmsNormForward to activation type"
-                             : "RmsNormForward";
+  const std::string op = ActivationOp("RmsNormForward", "to", y_type);
   f.push_back({op, label, [=] {
                  CaseBuilder b(op, label);
                  const int ix = b.Input("x", x), iw = b.Input("w", Vec(x.cols)),
@@ -1884,11 +1875,7 @@ void AddRmsNorm(Factories& f, const std::string& tag, Layout x, Layout y,
                      be.RmsNormForward(p.View(ix), p.Floats(iw), eps, out,
                                        p.Floats(ir));
                    };
-                   if (y_type == XType::kActivation) {
-                     IntoActivation(be, p.View(iy), norm);
-                   } else {
-                     norm(p.View(iy));
-                   }
+                   IntoActivation(be, y_type, p.View(iy), norm);
                    return 0.0;
                  });
                }});
@@ -2042,9 +2029,7 @@ void AddSwiGlu(Factories& f, const std::string& tag, int64_t rows, int64_t cols,
                XType out_type = XType::kF32) {
   const std::string label = absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols,
                                          "] out[", rows, ",", cols, "]");
-  const std::string op = out_type == XType::kActivation
-                             ? "SwiGluForward to activation type"
-                             : "SwiGluForward";
+  const std::string op = ActivationOp("SwiGluForward", "to", out_type);
   f.push_back({op, label, [=] {
                  CaseBuilder b(op, label);
                  const int ig = b.Input("gate", Cols(rows, 2 * cols, 0, cols),
@@ -2055,11 +2040,7 @@ void AddSwiGlu(Factories& f, const std::string& tag, int64_t rows, int64_t cols,
                    auto swiglu = [&](MatrixView out) {
                      be.SwiGluForward(p.View(ig), p.View(iu), out);
                    };
-                   if (out_type == XType::kActivation) {
-                     IntoActivation(be, p.View(io), swiglu);
-                   } else {
-                     swiglu(p.View(io));
-                   }
+                   IntoActivation(be, out_type, p.View(io), swiglu);
                    return 0.0;
                  });
                }});
@@ -2073,9 +2054,7 @@ void AddSwiGluBackward(Factories& f, const std::string& tag, int64_t rows,
   const std::string label =
       absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols, "]",
                    want_dgate ? "" : " no dgate", want_dup ? "" : " no dup");
-  const std::string op = type == XType::kActivation
-                             ? "SwiGluBackward to activation type"
-                             : "SwiGluBackward";
+  const std::string op = ActivationOp("SwiGluBackward", "to", type);
   f.push_back(
       {op, label, [=] {
          CaseBuilder b(op, label);
@@ -2092,11 +2071,7 @@ void AddSwiGluBackward(Factories& f, const std::string& tag, int64_t rows,
            auto backward = [&](const std::vector<MatrixView>& g) {
              be.SwiGluBackward(p.View(ig), p.View(iu), p.View(id), g[0], g[1]);
            };
-           if (type == XType::kActivation) {
-             IntoActivations(be, grads, backward);
-           } else {
-             backward(grads);
-           }
+           IntoActivations(be, type, grads, backward);
            return 0.0;
          });
        }});
@@ -2150,9 +2125,7 @@ void AddRope(Factories& f, const std::string& tag, Layout x, Layout y,
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " y", Dims(y), " rows/pos ",
                    rows_per_position, " theta ", theta);
-  const std::string op = y_type == XType::kActivation
-                             ? "RopeForward to activation type"
-                             : "RopeForward";
+  const std::string op = ActivationOp("RopeForward", "to", y_type);
   f.push_back({op, label, [=] {
                  CaseBuilder b(op, label);
                  const int ix = b.Input("x", x),
@@ -2163,11 +2136,7 @@ void AddRope(Factories& f, const std::string& tag, Layout x, Layout y,
                      be.RopeForward(p.View(ix), p.Ints(ip), rows_per_position,
                                     theta, out);
                    };
-                   if (y_type == XType::kActivation) {
-                     IntoActivation(be, p.View(iy), rope);
-                   } else {
-                     rope(p.View(iy));
-                   }
+                   IntoActivation(be, y_type, p.View(iy), rope);
                    return 0.0;
                  });
                }});
@@ -2180,9 +2149,7 @@ void AddRopeBackward(Factories& f, const std::string& tag, Layout dy, Layout dx,
   const std::string label =
       absl::StrCat(tag, " dy", Dims(dy), " dx", Dims(dx), " rows/pos ",
                    rows_per_position, " theta ", theta);
-  const std::string op = type == XType::kActivation
-                             ? "RopeBackward in activation type"
-                             : "RopeBackward";
+  const std::string op = ActivationOp("RopeBackward", "in", type);
   f.push_back({op, label, [=] {
                  CaseBuilder b(op, label);
                  const int id = b.Input("dy", dy),
@@ -2191,18 +2158,12 @@ void AddRopeBackward(Factories& f, const std::string& tag, Layout dy, Layout dx,
                  return b.Build([=](Backend& be, const Bound& p) {
                    Tensor holder;
                    const ConstMatrixView dyv =
-                       type == XType::kActivation
-                           ? AsActivation(be, p.View(id), &holder)
-                           : p.View(id);
+                       AsActivation(be, type, p.View(id), &holder);
                    auto backward = [&](MatrixView out) {
                      be.RopeBackward(dyv, p.Ints(ip), rows_per_position, theta,
                                      out);
                    };
-                   if (type == XType::kActivation) {
-                     IntoActivation(be, p.View(ix), backward);
-                   } else {
-                     backward(p.View(ix));
-                   }
+                   IntoActivation(be, type, p.View(ix), backward);
                    return 0.0;
                  });
                }});
@@ -2432,9 +2393,7 @@ void AddLinearCrossEntropy(Factories& f, const std::string& tag, int64_t rows,
                        double loss = 0;
                        Tensor holder;
                        const ConstMatrixView xv =
-                           x_type == XType::kActivation
-                               ? AsActivation(be, p.View(ix), &holder)
-                               : p.View(ix);
+                           AsActivation(be, x_type, p.View(ix), &holder);
                        WithWeights(be, p, iw, WeightCopy::kKept, [&] {
                          loss = LossOf(be, [&](double* sum) {
                            be.LinearCrossEntropy(xv, p.View(iw), p.Ints(it),
@@ -2696,13 +2655,9 @@ struct AttentionOperands {
 };
 void MakeAttentionOperands(Backend& be, const Bound& p, const AttentionIds& in,
                            XType type, AttentionOperands* ops) {
-  ops->q = p.View(in.q);
-  ops->k = p.View(in.k);
-  ops->v = p.View(in.v);
-  if (type != XType::kActivation) return;
-  ops->q = AsActivation(be, ops->q, &ops->holders[0]);
-  ops->k = AsActivation(be, ops->k, &ops->holders[1]);
-  ops->v = AsActivation(be, ops->v, &ops->holders[2]);
+  ops->q = AsActivation(be, type, p.View(in.q), &ops->holders[0]);
+  ops->k = AsActivation(be, type, p.View(in.k), &ops->holders[1]);
+  ops->v = AsActivation(be, type, p.View(in.v), &ops->holders[2]);
 }
 
 // type kActivation: q, k, v and out in the activation type.
@@ -2726,11 +2681,7 @@ void AddAttention(Factories& f, const std::string& tag, AttentionShape s,
                          ops.q, ops.k, ops.v, p.Ints(in.keys), s.topk, full,
                          s.heads, s.scale, out, p.View(il).data);
                    };
-                   if (type == XType::kActivation) {
-                     IntoActivation(be, p.View(io), attend);
-                   } else {
-                     attend(p.View(io));
-                   }
+                   IntoActivation(be, type, p.View(io), attend);
                    return 0.0;
                  });
                }});
@@ -2810,9 +2761,7 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
            MakeAttentionOperands(be, p, in, type, &ops);
            Tensor out_holder;
            const ConstMatrixView out =
-               type == XType::kActivation
-                   ? AsActivation(be, p.View(io), &out_holder)
-                   : p.View(io);
+               AsActivation(be, type, p.View(io), &out_holder);
            const std::vector<MatrixView> grads = {
                idq >= 0 ? p.View(idq) : MatrixView{},
                idk >= 0 ? p.View(idk) : MatrixView{},
@@ -2822,11 +2771,7 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
                  ops.q, ops.k, ops.v, p.Ints(in.keys), s.topk, full, s.heads,
                  s.scale, out, p.View(il).data, p.View(id), g[0], g[1], g[2]);
            };
-           if (type == XType::kActivation) {
-             IntoActivations(be, grads, backward);
-           } else {
-             backward(grads);
-           }
+           IntoActivations(be, type, grads, backward);
            return 0.0;
          });
        }});
