@@ -13,16 +13,20 @@
 // - Views carry their element type (kernels/tensor.h). Every view is F32
 //   except these, which may also be ActivationType(): the x of the products
 //   (Linear, LinearBackward, GroupedLinear, GroupedLinearBackward,
-//   LinearCrossEntropy) and Linear's y when it does not accumulate; the
-//   outputs RmsNormForward's y, SwiGluForward's out, RopeForward's y,
-//   RepeatRows' y; both sides of Copy (which converts); the attention's q, k,
-//   v and out (SparseAttentionForward, SparseAttentionBackward) and
-//   SparseAttentionKeyWeights' q and k. Gradients are F32, except those only
-//   products read: the dy of LinearBackward and of GroupedLinearBackward
-//   (read as it lies, not by index), which their producers may write in
-//   ActivationType(): SwiGluBackward's dgate and dup, RopeBackward's dx (its
-//   dy too), SparseAttentionBackward's dq, dk and dv. A backend refuses any
-//   other element type with an error naming the op.
+//   LinearCrossEntropy), Linear's y when it does not accumulate and
+//   GroupedLinear's y; the outputs RmsNormForward's y, SwiGluForward's out,
+//   RopeForward's y, RepeatRows' y; both sides of Copy (which converts); the
+//   attention's q, k, v and out (SparseAttentionForward,
+//   SparseAttentionBackward) and SparseAttentionKeyWeights' q and k; what
+//   reads the experts' products: SwiGLU's gate and up (both directions), the
+//   combine's src (ScatterAddRows, ScatterAddRowsBackward). Gradients are
+//   F32, except those only products or the combine read: the dy of
+//   LinearBackward and of GroupedLinearBackward (read as it lies, not by
+//   index), which their producers may write in ActivationType():
+//   SwiGluBackward's dgate and dup (its dout too), RopeBackward's dx (its dy
+//   too), SparseAttentionBackward's dq, dk and dv, and GroupedLinearBackward's
+//   dx when written (not accumulated). A backend refuses any other element
+//   type with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the
 // model allocates its activations and index arrays (kernels/device_memory.h),
@@ -174,8 +178,8 @@ class Backend {
                                  float* db) = 0;
 
   // ---- activations ----
-  // out = silu(gate) * up. out may be ActivationType() (rounded to nearest
-  // even).
+  // out = silu(gate) * up. gate, up and out may be ActivationType() (out
+  // rounded to nearest even).
   virtual void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                              MatrixView out) = 0;
   // dgate = dout * up * silu'(gate), dup = dout * silu(gate): written, not
@@ -225,7 +229,8 @@ class Backend {
   // offsets[experts] = y.rows = x.count); w [experts * out, in]: expert e's
   // weight is rows [e*out, (e+1)*out). x may be read by index (IndexedRows):
   // the routed tokens straight from the layer's input, without a gathered
-  // copy. y [rows, out] is overwritten.
+  // copy. y [rows, out] is overwritten (in ActivationType(): rounded to
+  // nearest even from the fp32 sums).
   virtual void GroupedLinear(IndexedRows x, ConstMatrixView w,
                              const int32_t* offsets, int64_t experts,
                              MatrixView y) = 0;

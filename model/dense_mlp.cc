@@ -5,8 +5,10 @@ namespace glm {
 void MlpForward(Backend& backend, const MlpParameters& p, ConstMatrixView x,
                 MatrixView out, bool accumulate, MlpActivations* acts) {
   const int64_t inter = p.gate_proj.value.dim(0);
-  acts->gate_up = Tensor::ForOutput({x.rows, 2 * inter});
-  // Read only by the down projection's products.
+  // gate_up is read only by SwiGLU (both directions), hidden only by the down
+  // projection's products: the activation type.
+  acts->gate_up =
+      Tensor::ForOutput({x.rows, 2 * inter}, backend.ActivationType());
   acts->hidden = Tensor::ForOutput({x.rows, inter}, backend.ActivationType());
   MatrixView gate_up = acts->gate_up.Matrix();
   backend.Linear(x, p.gate_proj.value.Matrix(), gate_up.Columns(0, inter),

@@ -38,9 +38,12 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
   e->weight = Tensor::ForOutput({rows, 1});
   backend.EmbeddingForward(weight_rows, g.slots.data(), e->weight.Matrix());
   e->source = x;
-  e->mlp.gate_up = Tensor::ForOutput({rows, 2 * inter});
-  e->mlp.hidden = Tensor::ForOutput({rows, inter}, backend.ActivationType());
-  e->out = Tensor::ForOutput({rows, x.cols});
+  // The products' outputs, read only by SwiGLU and the combine (and kept for
+  // their backward): in the activation type, as the hidden rows.
+  const ElementType activation = backend.ActivationType();
+  e->mlp.gate_up = Tensor::ForOutput({rows, 2 * inter}, activation);
+  e->mlp.hidden = Tensor::ForOutput({rows, inter}, activation);
+  e->out = Tensor::ForOutput({rows, x.cols}, activation);
   MatrixView gate_up = e->mlp.gate_up.Matrix();
   backend.GroupedLinear(IndexedRows(x, g.tokens.data(), rows),
                         p.experts_gate_up.value.Matrix(), g.offsets.data(),
@@ -70,12 +73,12 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
   backend.ScatterAddRows(dweight.Matrix(), g.slots.data(), nullptr,
                          dweight_rows);
   // The data gradients are written, not added: their buffers start unfilled.
-  // dgate_up is read only by the gate/up products' backward: the activation
-  // type.
-  Tensor dhidden = Tensor::ForOutput({rows, inter}),
-         dgate_up =
-             Tensor::ForOutput({rows, 2 * inter}, backend.ActivationType()),
-         dx_rows = Tensor::ForOutput({rows, dout.cols});
+  // Each is read only by SwiGLU's backward, the gate/up products' backward or
+  // the combine: the activation type.
+  const ElementType activation = backend.ActivationType();
+  Tensor dhidden = Tensor::ForOutput({rows, inter}, activation),
+         dgate_up = Tensor::ForOutput({rows, 2 * inter}, activation),
+         dx_rows = Tensor::ForOutput({rows, dout.cols}, activation);
   backend.GroupedLinearBackward(
       e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
       experts, IndexedRows(dout, g.tokens.data(), rows, e.weight.data()),

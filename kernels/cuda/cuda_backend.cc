@@ -199,13 +199,15 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                       const float* scale, MatrixView out) override {
-    CheckF32("CudaBackend::ScatterAddRows", {src, out});
+    CheckActivations("CudaBackend::ScatterAddRows", {{"src", src}});
+    CheckF32("CudaBackend::ScatterAddRows", {out});
     cuda::ScatterAddRows(*this, src, rows, scale, out);
   }
   void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                               const float* scale, ConstMatrixView dout,
                               MatrixView dsrc, float* dscale) override {
-    CheckF32("CudaBackend::ScatterAddRowsBackward", {src, dout, dsrc});
+    CheckActivations("CudaBackend::ScatterAddRowsBackward", {{"src", src}});
+    CheckF32("CudaBackend::ScatterAddRowsBackward", {dout, dsrc});
     cuda::ScatterAddRowsBackward(*this, src, rows, scale, dout, dsrc, dscale);
   }
   void RmsNormForward(ConstMatrixView x, const float* w, float eps,
@@ -233,16 +235,18 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void SwiGluForward(ConstMatrixView gate, ConstMatrixView up,
                      MatrixView out) override {
-    CheckActivations("CudaBackend::SwiGluForward", {{"out", out}});
-    CheckF32("CudaBackend::SwiGluForward", {gate, up});
+    CheckActivations("CudaBackend::SwiGluForward",
+                     {{"gate", gate}, {"up", up}, {"out", out}});
     cuda::SwiGluForward(*this, gate, up, out);
   }
   void SwiGluBackward(ConstMatrixView gate, ConstMatrixView up,
                       ConstMatrixView dout, MatrixView dgate,
                       MatrixView dup) override {
-    CheckActivations("CudaBackend::SwiGluBackward",
-                     {{"dgate", dgate}, {"dup", dup}});
-    CheckF32("CudaBackend::SwiGluBackward", {gate, up, dout});
+    CheckActivations("CudaBackend::SwiGluBackward", {{"gate", gate},
+                                                     {"up", up},
+                                                     {"dout", dout},
+                                                     {"dgate", dgate},
+                                                     {"dup", dup}});
     cuda::SwiGluBackward(*this, gate, up, dout, dgate, dup);
   }
   void RopeForward(ConstMatrixView x, const int32_t* positions,
@@ -282,8 +286,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void GroupedLinear(IndexedRows x, ConstMatrixView w, const int32_t* offsets,
                      int64_t experts, MatrixView y) override {
-    CheckActivations("CudaBackend::GroupedLinear", {{"x", x.x}});
-    CheckF32("CudaBackend::GroupedLinear", {w, y});
+    CheckActivations("CudaBackend::GroupedLinear", {{"x", x.x}, {"y", y}});
+    CheckF32("CudaBackend::GroupedLinear", {w});
     cuda::GroupedLinear(*this, x, w, offsets, experts, y);
   }
   void GroupedLinearBackward(IndexedRows x, ConstMatrixView w,
@@ -297,7 +301,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     } else {
       CheckActivations("CudaBackend::GroupedLinearBackward", {{"dy", dy.x}});
     }
-    CheckF32("CudaBackend::GroupedLinearBackward", {w, dx, dw});
+    // A written dx may be the activation type; one added to is F32.
+    if (accumulate_dx) {
+      CheckF32("CudaBackend::GroupedLinearBackward", {dx});
+    } else {
+      CheckActivations("CudaBackend::GroupedLinearBackward", {{"dx", dx}});
+    }
+    CheckF32("CudaBackend::GroupedLinearBackward", {w, dw});
     cuda::GroupedLinearBackward(*this, x, w, offsets, experts, dy, dx,
                                 accumulate_dx, dw);
   }

@@ -44,16 +44,21 @@ using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
 using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
 
 // The grouped GEMM for one operand layout pair. ElementC void: no source,
-// D = A B; float: D = A B + C with C = D (the accumulating calls).
-template <typename LayoutA, typename LayoutB, typename ElementC>
+// D = A B; float: D = A B + C with C = D (the accumulating calls). ElementD:
+// float, or bf16 (the products' outputs the activation type holds, rounded
+// to nearest even from the fp32 accumulators).
+template <typename LayoutA, typename LayoutB, typename ElementC,
+          typename ElementD = float>
 struct GroupedKernel {
+  // 16 bytes of D (and of C) a TMA store or load.
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape,
       ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float,
-      float, ElementC, RowMajor*, kGroupedGemmOutputAlign, float, RowMajor*,
-      kGroupedGemmOutputAlign,
+      float, ElementC, RowMajor*, kAlignD, ElementD, RowMajor*, kAlignD,
       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<float, float>>::CollectiveOp;
+      cutlass::epilogue::fusion::LinearCombination<ElementD,
+                                                   float>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf16, LayoutA*,
       kGroupedGemmAlign, Bf16, LayoutB*, kGroupedGemmAlign, float, TileShape,
@@ -68,8 +73,11 @@ struct GroupedKernel {
 // CUTLASS's A is [M, K], B is [N, K], D is [M, N].
 // Forward: A = x_e (K-major), B = w_e (K-major, i.e. column-major w_e^T).
 using ForwardGemm = GroupedKernel<RowMajor, ColumnMajor, void>::Gemm;
-// Data grad: A = dy_e (K-major), B(n, k) = w_e[k, n] (N-major).
+using ForwardBf16Gemm = GroupedKernel<RowMajor, ColumnMajor, void, Bf16>::Gemm;
+// Data grad: A = dy_e (K-major), B(n, k) = w_e[k, n] (N-major); written in
+// bf16 only (nothing accumulates into a bf16 gradient).
 using DataGradGemm = GroupedKernel<RowMajor, RowMajor, float>::Gemm;
+using DataGradBf16Gemm = GroupedKernel<RowMajor, RowMajor, void, Bf16>::Gemm;
 // Weight grad: A(m, k) = dy_e[k, m] (M-major), B(n, k) = x_e[k, n] (N-major).
 using WeightGradGemm = GroupedKernel<ColumnMajor, RowMajor, float>::Gemm;
 
@@ -103,10 +111,11 @@ struct GroupedOperand {
 // One call's operands and extents. The group's row count is M (forward, data
 // grad) or K (weight grad, ragged_k); m, n, k give the other two (the field
 // of the ragged one is unused).
+template <typename ElementD>
 struct GroupedProblem {
   GroupedOperand<const Bf16> a;
   GroupedOperand<const Bf16> b;
-  GroupedOperand<float> d;
+  GroupedOperand<ElementD> d;
   int64_t m;
   int64_t n;
   int64_t k;
@@ -127,7 +136,7 @@ struct GroupArrays {
   typename Kernel::InternalStrideB* stride_b = nullptr;
   const typename Kernel::ElementC** c = nullptr;
   typename Kernel::InternalStrideC* stride_c = nullptr;
-  float** d = nullptr;
+  typename Kernel::ElementD** d = nullptr;
   typename Kernel::InternalStrideD* stride_d = nullptr;
 
   // Lays the arrays out one after another from address `base` and returns
@@ -158,8 +167,11 @@ struct GroupArrays {
 // rows gets the empty problem (0, 0, 0): the tile scheduler gives it no tiles,
 // so nothing of it is read or written (its dw stays as it was).
 template <typename Gemm>
+using ProblemOf = GroupedProblem<typename Gemm::GemmKernel::ElementD>;
+
+template <typename Gemm>
 __global__ void SetupGroupsKernel(const int32_t* offsets, int64_t experts,
-                                  int64_t rows, GroupedProblem problem,
+                                  int64_t rows, ProblemOf<Gemm> problem,
                                   GroupArrays<Gemm> arrays) {
   using Kernel = typename Gemm::GemmKernel;
   const int64_t step = int64_t{gridDim.x} * blockDim.x;
@@ -216,7 +228,7 @@ void CheckCutlass(cutlass::Status status, const char* what) {
 // without `accumulate` runs with beta 0, where its epilogue reads no source.
 template <typename Gemm>
 void RunGrouped(CudaContext& ctx, const int32_t* offsets, int64_t experts,
-                int64_t rows, const GroupedProblem& problem,
+                int64_t rows, const ProblemOf<Gemm>& problem,
                 bool accumulate = true) {
   using Arrays = GroupArrays<Gemm>;
   int device = 0;
@@ -293,9 +305,26 @@ const Bf16* Input(const __nv_bfloat16* p) {
 
 void RequireOutput(const MatrixView& v, int64_t rows, int64_t cols) {
   GLM_GROUPED_GEMM_REQUIRE(v.rows == rows && v.cols == cols);
-  GLM_GROUPED_GEMM_REQUIRE(v.stride >= cols &&
-                           v.stride % kGroupedGemmOutputAlign == 0);
-  GLM_GROUPED_GEMM_REQUIRE(v.data != nullptr && Aligned16(v.data));
+  GLM_GROUPED_GEMM_REQUIRE(v.stride >= cols && GroupedGemmStores(v));
+}
+
+// A product whose groups are row ranges of A and D (the forward and the data
+// grad): A [rows, k] (rows k apart), B per expert (b_rows rows each, ldb
+// apart), D [rows, n] in its view's element type.
+template <typename Gemm>
+void RunRowGroups(CudaContext& ctx, const Bf16* a, int64_t k, const Bf16* b,
+                  int64_t ldb, int64_t b_rows, const int32_t* offsets,
+                  int64_t experts, MatrixView d, bool accumulate) {
+  using ElementD = typename Gemm::GemmKernel::ElementD;
+  ProblemOf<Gemm> problem;
+  problem.a = {a, k, 0};
+  problem.b = {b, ldb, b_rows};
+  problem.d = {reinterpret_cast<ElementD*>(d.data), d.stride, 0};
+  problem.m = 0;
+  problem.n = d.cols;
+  problem.k = k;
+  problem.ragged_k = false;
+  RunGrouped<Gemm>(ctx, offsets, experts, d.rows, problem, accumulate);
 }
 
 }  // namespace
@@ -306,15 +335,13 @@ void GroupedGemm(CudaContext& ctx, const __nv_bfloat16* x,
                  MatrixView y) {
   RequireShapes(experts, rows, in, out);
   RequireOutput(y, rows, out);
-  GroupedProblem problem;
-  problem.a = {Input(x), in, 0};
-  problem.b = {Input(w), in, out};
-  problem.d = {y.data, y.stride, 0};
-  problem.m = 0;
-  problem.n = out;
-  problem.k = in;
-  problem.ragged_k = false;
-  RunGrouped<ForwardGemm>(ctx, offsets, experts, rows, problem);
+  if (y.dtype == ElementType::kBF16) {
+    RunRowGroups<ForwardBf16Gemm>(ctx, Input(x), in, Input(w), in, out, offsets,
+                                  experts, y, false);
+  } else {
+    RunRowGroups<ForwardGemm>(ctx, Input(x), in, Input(w), in, out, offsets,
+                              experts, y, false);
+  }
 }
 
 void GroupedGemmDataGrad(CudaContext& ctx, const __nv_bfloat16* dy,
@@ -323,15 +350,14 @@ void GroupedGemmDataGrad(CudaContext& ctx, const __nv_bfloat16* dy,
                          bool accumulate, MatrixView dx) {
   RequireShapes(experts, rows, in, out);
   RequireOutput(dx, rows, in);
-  GroupedProblem problem;
-  problem.a = {Input(dy), out, 0};
-  problem.b = {Input(w), in, out};
-  problem.d = {dx.data, dx.stride, 0};
-  problem.m = 0;
-  problem.n = in;
-  problem.k = out;
-  problem.ragged_k = false;
-  RunGrouped<DataGradGemm>(ctx, offsets, experts, rows, problem, accumulate);
+  if (dx.dtype == ElementType::kBF16) {
+    GLM_GROUPED_GEMM_REQUIRE(!accumulate);
+    RunRowGroups<DataGradBf16Gemm>(ctx, Input(dy), out, Input(w), in, out,
+                                   offsets, experts, dx, false);
+  } else {
+    RunRowGroups<DataGradGemm>(ctx, Input(dy), out, Input(w), in, out, offsets,
+                               experts, dx, accumulate);
+  }
 }
 
 void GroupedGemmWeightGrad(CudaContext& ctx, const __nv_bfloat16* dy,
@@ -340,7 +366,8 @@ void GroupedGemmWeightGrad(CudaContext& ctx, const __nv_bfloat16* dy,
                            int64_t out, MatrixView dw) {
   RequireShapes(experts, rows, in, out);
   RequireOutput(dw, experts * out, in);
-  GroupedProblem problem;
+  GLM_GROUPED_GEMM_REQUIRE(dw.dtype == ElementType::kF32);
+  ProblemOf<WeightGradGemm> problem;
   problem.a = {Input(dy), out, 0};
   problem.b = {Input(x), in, 0};
   problem.d = {dw.data, dw.stride, out};

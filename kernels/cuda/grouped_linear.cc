@@ -39,11 +39,6 @@ View ExpertWeight(View w, int64_t experts, int64_t e) {
   return w.Rows(e * out, out);
 }
 
-bool OutputFits(MatrixView v) {
-  return v.empty() || (v.stride % kGroupedGemmOutputAlign == 0 &&
-                       reinterpret_cast<uintptr_t>(v.data) % 16 == 0);
-}
-
 // Whether the grouped GEMM takes these products: bf16 mode, widths in
 // 16-byte units, outputs it can store with TMA.
 bool UseGroupedGemm(CudaContext& ctx, int64_t in, int64_t out,
@@ -53,7 +48,7 @@ bool UseGroupedGemm(CudaContext& ctx, int64_t in, int64_t out,
     return false;
   }
   for (MatrixView v : outputs) {
-    if (!OutputFits(v)) return false;
+    if (!GroupedGemmStores(v)) return false;
   }
   return true;
 }
@@ -173,22 +168,33 @@ void GroupedLinearBackward(CudaContext& ctx, IndexedRows x, ConstMatrixView w,
     }
     return;
   }
-  if (!accumulate_dx) Zero(ctx, dx);
-  // Both gathers in one composite scratch buffer, x's first.
-  const size_t x_bytes = GatheredRowsBytes(x);
+  // Both gathers in one composite scratch buffer, x's first, then an F32
+  // stand-in for a BF16 dx (written, never added to): the products add in
+  // F32, and it is rounded once at the end.
+  const size_t x_bytes = GatheredRowsBytes(x), dy_bytes = GatheredRowsBytes(dy);
+  const bool dx_stand_in = dx.dtype == ElementType::kBF16;
+  const size_t dx_bytes =
+      dx_stand_in ? ScratchAlignUp(dx.rows * dx.cols * sizeof(float)) : 0;
   char* at =
-      static_cast<char*>(ctx.CompositeScratch(x_bytes + GatheredRowsBytes(dy)));
+      static_cast<char*>(ctx.CompositeScratch(x_bytes + dy_bytes + dx_bytes));
   const ConstMatrixView rows_x = GatheredRows(ctx, x, at);
   const ConstMatrixView rows_dy = GatheredRows(ctx, dy, at + x_bytes);
+  const MatrixView dx_sum =
+      dx_stand_in
+          ? MatrixView{reinterpret_cast<float*>(at + x_bytes + dy_bytes),
+                       dx.rows, dx.cols, dx.cols}
+          : dx;
+  if (!accumulate_dx) Zero(ctx, dx_sum);
   const std::vector<int32_t> first = HostOffsets(ctx, offsets, experts);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t count = first[e + 1] - first[e];
     if (count == 0) continue;
     LinearBackward(ctx, rows_x.Rows(first[e], count),
                    ExpertWeight(w, experts, e), rows_dy.Rows(first[e], count),
-                   RowsOrEmpty(dx, first[e], count),
+                   RowsOrEmpty(dx_sum, first[e], count),
                    dw.empty() ? MatrixView{} : ExpertWeight(dw, experts, e));
   }
+  if (dx_stand_in) FromF32(ctx, dx_sum, dx);
 }
 
 }  // namespace glm::cuda

@@ -73,8 +73,7 @@ constexpr int kScatterBatch = 4;
 // and its tail both add through here.
 template <int kCount>
 __device__ __forceinline__ float AddSources(float acc,
-                                            const float* __restrict__ src,
-                                            int64_t src_stride,
+                                            const ConstMatrixView& src,
                                             const int32_t* __restrict__ order,
                                             const float* __restrict__ scale,
                                             int64_t k, int64_t c) {
@@ -83,7 +82,7 @@ __device__ __forceinline__ float AddSources(float acc,
   for (int b = 0; b < kCount; ++b) {
     const int32_t i = order[k + b];
     s[b] = scale ? scale[i] : 1.f;
-    x[b] = src[i * src_stride + c];
+    x[b] = Load(src, i, c);
   }
 #pragma unroll
   for (int b = 0; b < kCount; ++b) acc += s[b] * x[b];
@@ -95,8 +94,7 @@ __device__ __forceinline__ float AddSources(float acc,
 // position of each run of equal ids works: it adds that destination row's
 // sources in ascending source order, each add rounded as the CPU's serial
 // loop does.
-__global__ void ScatterAddSortedKernel(const float* __restrict__ src,
-                                       int64_t src_stride, int64_t n,
+__global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
                                        const int32_t* __restrict__ sorted_rows,
                                        const int32_t* __restrict__ order,
                                        const float* __restrict__ scale,
@@ -112,10 +110,10 @@ __global__ void ScatterAddSortedKernel(const float* __restrict__ src,
     float acc = *o;
     int64_t k = head;
     for (; k + kScatterBatch <= end; k += kScatterBatch) {
-      acc = AddSources<kScatterBatch>(acc, src, src_stride, order, scale, k, c);
+      acc = AddSources<kScatterBatch>(acc, src, order, scale, k, c);
     }
     for (; k < end; ++k) {
-      acc = AddSources<1>(acc, src, src_stride, order, scale, k, c);
+      acc = AddSources<1>(acc, src, order, scale, k, c);
     }
     *o = acc;
   }
@@ -132,7 +130,6 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
   using Vector = std::conditional_t<kWidth == 4, float4, float>;
   const int64_t i = blockIdx.x;
   const auto* d = reinterpret_cast<const Vector*>(&At(dout, rows[i], 0));
-  const auto* in = reinterpret_cast<const Vector*>(&At(src, i, 0));
   auto* out = dsrc.data == nullptr ? nullptr
                                    : reinterpret_cast<Vector*>(&At(dsrc, i, 0));
   const float s = scale ? scale[i] : 1.f;
@@ -144,13 +141,13 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
         out[c] = make_float4(s * g.x, s * g.y, s * g.z, s * g.w);
       }
       if (dscale != nullptr) {
-        const float4 x = in[c];
+        const float4 x = LoadQuad(src, i, 4 * c);
         dot += double{x.x} * g.x + double{x.y} * g.y + double{x.z} * g.z +
                double{x.w} * g.w;
       }
     } else {
       if (out != nullptr) out[c] = s * g;
-      if (dscale != nullptr) dot += double{in[c]} * g;
+      if (dscale != nullptr) dot += double{Load(src, i, c)} * g;
     }
   }
   if (dscale == nullptr) return;
@@ -267,8 +264,8 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
   const dim3 grid(static_cast<unsigned>(src.rows),
                   static_cast<unsigned>(column_blocks));
   ScatterAddSortedKernel<<<grid, kBlockThreads, 0, ctx.stream()>>>(
-      src.data, src.stride, src.rows, inverse.sorted_rows, inverse.order, scale,
-      out.data, out.stride, out.cols);
+      src, src.rows, inverse.sorted_rows, inverse.order, scale, out.data,
+      out.stride, out.cols);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

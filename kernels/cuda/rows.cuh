@@ -28,13 +28,14 @@ void EmbeddingBackward(CudaContext& ctx, ConstMatrixView dout,
                        const int32_t* ids, MatrixView dtable);
 
 // out[rows[i]] += scale[i] * src[i] for i < src.rows (scale null: 1); rows in
-// [0, out.rows). Scratch: 3 int32 arrays of src.rows plus CUB's sort storage.
+// [0, out.rows); src F32 or BF16. Scratch: 3 int32 arrays of src.rows plus
+// CUB's sort storage.
 void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
                     const float* scale, MatrixView out);
 
 // dsrc[i] = scale[i] * dout[rows[i]] (dsrc empty: skipped);
-// dscale[i] = src[i] . dout[rows[i]], dot in double (dscale null: skipped).
-// Written, not added.
+// dscale[i] = src[i] . dout[rows[i]], dot in double (dscale null: skipped);
+// src F32 or BF16. Written, not added.
 void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
                             const int32_t* rows, const float* scale,
                             ConstMatrixView dout, MatrixView dsrc,

@@ -16,11 +16,12 @@ __device__ __forceinline__ float SwiGlu(float g, float u) {
 }
 
 // Four columns a step (QuadAligned views): the element-wise kernels are
-// bound by loads in flight. out may be BF16 (rounded to nearest even).
+// bound by loads in flight. Every view may be BF16 (read widened, written
+// rounded to nearest even).
 __global__ void SwiGluForwardQuadKernel(ConstMatrixView gate,
                                         ConstMatrixView up, MatrixView out) {
   ForEachQuad(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
-    const float4 g = QuadAt(gate, r, c), u = QuadAt(up, r, c);
+    const float4 g = LoadQuad(gate, r, c), u = LoadQuad(up, r, c);
     StoreQuad(out, r, c,
               make_float4(SwiGlu(g.x, u.x), SwiGlu(g.y, u.y), SwiGlu(g.z, u.z),
                           SwiGlu(g.w, u.w)));
@@ -42,8 +43,8 @@ __global__ void SwiGluBackwardQuadKernel(ConstMatrixView gate,
                                          ConstMatrixView dout, MatrixView dgate,
                                          MatrixView dup) {
   ForEachQuad(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
-    const float4 g = QuadAt(gate, r, c), u = QuadAt(up, r, c),
-                 d = QuadAt(dout, r, c);
+    const float4 g = LoadQuad(gate, r, c), u = LoadQuad(up, r, c),
+                 d = LoadQuad(dout, r, c);
     const SwiGluGrads e[4] = {GradsOf(g.x, u.x, d.x), GradsOf(g.y, u.y, d.y),
                               GradsOf(g.z, u.z, d.z), GradsOf(g.w, u.w, d.w)};
     if (dgate.data != nullptr) {
@@ -61,7 +62,7 @@ __global__ void SwiGluBackwardQuadKernel(ConstMatrixView gate,
 __global__ void SwiGluForwardKernel(ConstMatrixView gate, ConstMatrixView up,
                                     MatrixView out) {
   ForEachElement(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
-    Store(out, r, c, SwiGlu(At(gate, r, c), At(up, r, c)));
+    Store(out, r, c, SwiGlu(Load(gate, r, c), Load(up, r, c)));
   });
 }
 
@@ -69,7 +70,8 @@ __global__ void SwiGluBackwardKernel(ConstMatrixView gate, ConstMatrixView up,
                                      ConstMatrixView dout, MatrixView dgate,
                                      MatrixView dup) {
   ForEachElement(gate.rows, gate.cols, [&](int64_t r, int64_t c) {
-    const SwiGluGrads e = GradsOf(At(gate, r, c), At(up, r, c), At(dout, r, c));
+    const SwiGluGrads e =
+        GradsOf(Load(gate, r, c), Load(up, r, c), Load(dout, r, c));
     if (dgate.data != nullptr) Store(dgate, r, c, e.dgate);
     if (dup.data != nullptr) Store(dup, r, c, e.dup);
   });

@@ -7,11 +7,11 @@
 
 namespace glm::cuda {
 
-// gate, up, out: [rows, cols]; out F32 or BF16.
+// gate, up, out: [rows, cols], each F32 or BF16.
 void SwiGluForward(CudaContext& ctx, ConstMatrixView gate, ConstMatrixView up,
                    MatrixView out);
 // dgate = dout * up * silu'(gate); dup = dout * silu(gate) (each written, not
-// added, F32 or BF16; skipped when empty).
+// added; skipped when empty); every view F32 or BF16.
 void SwiGluBackward(CudaContext& ctx, ConstMatrixView gate, ConstMatrixView up,
                     ConstMatrixView dout, MatrixView dgate, MatrixView dup);
 

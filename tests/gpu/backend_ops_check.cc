@@ -135,6 +135,19 @@ constexpr OpLimits kLimits[] = {
     // Exact where both sides are bf16 (a bf16 input is the rounding already).
     {"Copy in activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward to activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    // Every operand in the activation type, as the MLPs run it: gate, up (and
+    // dout) rounded as the products write them, the outputs rounded too;
+    // three or four roundings of 2.5e-6 each, the gate's scaled by silu's
+    // log-slope (about 1.3 on average at the cases' gate spread): about 1e-5.
+    {"SwiGluForward in activation type", {kExact, 3e-5}, {0, 0}, {0, 0}},
+    {"SwiGluBackward in activation type", {kExact, 3e-5}, {0, 0}, {0, 0}},
+    // The combine reading the experts' outputs in the activation type: one
+    // rounding of each source (dscale: of each term of its dot).
+    {"ScatterAddRows from activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    {"ScatterAddRowsBackward from activation type",
+     {kExact, 1e-5},
+     {0, 0},
+     {0, 0}},
     // Both sides rounded: dy's rounding and dx's.
     {"RopeBackward in activation type", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -1003,7 +1016,8 @@ const ModelConfig& Mini() {
 // ---- operands in the backend's activation type ----
 //
 // Ops take some operands in Backend::ActivationType() (BF16 in the bf16
-// mode): products' x, and the outputs of RmsNormForward and SwiGluForward.
+// mode): those kernels/backend.h names (products' x, producers' outputs, the
+// readers of the experts' products, the gradients only products read).
 // Their cases run on the CPU with the F32 operand as it is; on the CUDA
 // backend the input is rounded to bf16 here (the rounding the product would
 // apply to an F32 x), and the output is widened to F32 for the comparison.
@@ -1039,7 +1053,7 @@ const char* LabelOf(XType type) {
   return type == XType::kActivation ? " x in activation type" : "";
 }
 
-// `op`, or "op how activation type" for a case whose outputs are in the
+// `op`, or "op how activation type" for a case with operands in the
 // activation type (the limits of kLimits differ).
 std::string ActivationOp(const char* op, const char* how, XType type) {
   return type == XType::kActivation
@@ -1330,15 +1344,18 @@ void AddExpertLoadsCase(Factories& f, const std::string& tag, int64_t tokens,
 // routed experts' first product), random token per row. With `dy_tokens`,
 // the backward's dy rows are read by index from [dy_tokens, out] and scaled
 // (the combine's gradient: a token's dout times its routing weight).
+// With y_type kActivation, the forward's y and the backward's written dx are
+// in the activation type (the routed experts' products; no accumulated dx).
 void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                       int64_t experts, int64_t in, int64_t out, int all_on,
                       WeightCopy copy = WeightCopy::kPerCall,
                       int64_t tokens = 0, int64_t dy_tokens = 0,
-                      XType x_type = XType::kF32) {
+                      XType x_type = XType::kF32, XType y_type = XType::kF32) {
   const std::string label = absl::StrCat(
       tag, " rows", rows, " experts", experts, " ", in, "->", out,
       LabelOf(copy), LabelOf(x_type),
-      tokens > 0 ? absl::StrCat(" read from ", tokens, " tokens") : "");
+      tokens > 0 ? absl::StrCat(" read from ", tokens, " tokens") : "",
+      y_type == XType::kActivation ? " y/dx in activation type" : "");
   const std::string dy_label =
       dy_tokens > 0 ? absl::StrCat(" dy scaled from ", dy_tokens, " tokens")
       : x_type == XType::kActivation ? " dy in activation type"
@@ -1367,27 +1384,30 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
   };
   // The forward reads no dy: its case is the dense-dy one's.
   if (dy_tokens == 0) {
-    f.push_back({"GroupedLinear", label, [=] {
-                   CaseBuilder b("GroupedLinear", label);
-                   const int io = b.Ints("offsets", offsets_of(b)),
-                             ir = rows_of(b, "x_rows", tokens),
-                             ix = b.Input("x", Dense(x_rows, in)),
-                             iw = b.Input("w", Dense(experts * out, in)),
-                             iy = b.Written("y", Dense(rows, out));
-                   return b.Build([=](Backend& be, const Bound& p) {
-                     Tensor holder;
-                     const IndexedRows xr = x_rows_of(be, p, ix, ir, &holder);
-                     WithWeights(be, p, iw, copy, [&] {
-                       be.GroupedLinear(xr, p.View(iw), p.Ints(io), experts,
-                                        p.View(iy));
-                     });
-                     return 0.0;
-                   });
-                 }});
+    f.push_back(
+        {"GroupedLinear", label, [=] {
+           CaseBuilder b("GroupedLinear", label);
+           const int io = b.Ints("offsets", offsets_of(b)),
+                     ir = rows_of(b, "x_rows", tokens),
+                     ix = b.Input("x", Dense(x_rows, in)),
+                     iw = b.Input("w", Dense(experts * out, in)),
+                     iy = b.Written("y", Dense(rows, out));
+           return b.Build([=](Backend& be, const Bound& p) {
+             Tensor holder;
+             const IndexedRows xr = x_rows_of(be, p, ix, ir, &holder);
+             WithWeights(be, p, iw, copy, [&] {
+               IntoActivation(be, y_type, p.View(iy), [&](MatrixView y) {
+                 be.GroupedLinear(xr, p.View(iw), p.Ints(io), experts, y);
+               });
+             });
+             return 0.0;
+           });
+         }});
   }
   // dx added to (the model's shared experts' way) or written (its routed
   // experts': the buffer starts poisoned).
   for (const bool accumulate_dx : {true, false}) {
+    if (accumulate_dx && y_type == XType::kActivation) continue;
     const std::string backward_label =
         label + dy_label + (accumulate_dx ? "" : " dx written");
     f.push_back(
@@ -1415,9 +1435,10 @@ void AddGroupedLinear(Factories& f, const std::string& tag, int64_t rows,
                      ? dy_rows
                      : RowsAsActivation(be, x_type, dy_rows, &dy_holder);
              WithWeights(be, p, iw, copy, [&] {
-               be.GroupedLinearBackward(xr, p.View(iw), p.Ints(io), experts,
-                                        dyr, p.View(idx), accumulate_dx,
-                                        p.View(idw));
+               IntoActivation(be, y_type, p.View(idx), [&](MatrixView dx) {
+                 be.GroupedLinearBackward(xr, p.View(iw), p.Ints(io), experts,
+                                          dyr, dx, accumulate_dx, p.View(idw));
+               });
              });
              return 0.0;
            });
@@ -1455,6 +1476,23 @@ void AddGroupedCases(Factories& f) {
                    2 * moe, -1, WeightCopy::kKept, 4096, 0, XType::kActivation);
   AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
                    -1, WeightCopy::kKept, 0, 4096, XType::kActivation);
+  // As the routed experts run in the bf16 mode: every row-side operand in
+  // the activation type but the combine's gradient (read by index).
+  const XType act = XType::kActivation;
+  AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kPerCall, 5, 0,
+                   act, act);
+  AddGroupedLinear(f, "odd widths", 17, 4, 20, 12, -1, WeightCopy::kPerCall, 5,
+                   0, act, act);
+  AddGroupedLinear(f, "tiny", 17, 4, 24, 16, -1, WeightCopy::kPerCall, 0, 5,
+                   act, act);
+  AddGroupedLinear(f, "odd widths", 17, 4, 20, 12, -1, WeightCopy::kPerCall, 0,
+                   5, act, act);
+  AddGroupedLinear(f, "glm5.2-mini gate_up", 4096 * top_k, experts, hidden,
+                   2 * moe, -1, WeightCopy::kKept, 4096, 0, act, act);
+  AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
+                   -1, WeightCopy::kKept, 0, 4096, act, act);
+  AddGroupedLinear(f, "glm5.2-mini down", 4096 * top_k, experts, moe, hidden,
+                   -1, WeightCopy::kKept, 0, 0, act, act);
 }
 
 void AddLinearCases(Factories& f) {
@@ -1742,43 +1780,51 @@ void AddEmbeddingBackward(Factories& f, const std::string& tag, Layout dout,
                }});
 }
 
+// src_type kActivation: src in the activation type (the experts' outputs).
 void AddScatter(Factories& f, const std::string& tag, Layout src, Layout out,
-                bool scaled, IdMaker rows) {
+                bool scaled, IdMaker rows, XType src_type = XType::kF32) {
   const std::string label = absl::StrCat(tag, " src", Dims(src), " out",
                                          Dims(out), scaled ? "" : " no scale");
-  f.push_back({"ScatterAddRows", label, [=] {
-                 CaseBuilder b("ScatterAddRows", label);
-                 const int is = b.Input("src", src),
-                           ir = b.Ints("rows", rows(b.rng())),
-                           ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
-                           io = b.Accumulated("out", out);
-                 return b.Build([=](Backend& be, const Bound& p) {
-                   be.ScatterAddRows(p.View(is), p.Ints(ir),
-                                     ic >= 0 ? p.Floats(ic) : nullptr,
-                                     p.View(io));
-                   return 0.0;
-                 });
-               }});
+  const std::string op = ActivationOp("ScatterAddRows", "from", src_type);
+  f.push_back(
+      {op, label, [=] {
+         CaseBuilder b(op, label);
+         const int is = b.Input("src", src), ir = b.Ints("rows", rows(b.rng())),
+                   ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
+                   io = b.Accumulated("out", out);
+         return b.Build([=](Backend& be, const Bound& p) {
+           Tensor holder;
+           be.ScatterAddRows(AsActivation(be, src_type, p.View(is), &holder),
+                             p.Ints(ir), ic >= 0 ? p.Floats(ic) : nullptr,
+                             p.View(io));
+           return 0.0;
+         });
+       }});
 }
 
 void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
                         Layout dout, bool scaled, bool want_dsrc,
-                        bool want_dscale, Layout dsrc, IdMaker rows) {
+                        bool want_dscale, Layout dsrc, IdMaker rows,
+                        XType src_type = XType::kF32) {
   const std::string label = absl::StrCat(
       tag, " src", Dims(src), " dout", Dims(dout), scaled ? "" : " no scale",
       want_dsrc ? "" : " no dsrc", want_dscale ? "" : " no dscale");
+  const std::string op =
+      ActivationOp("ScatterAddRowsBackward", "from", src_type);
   f.push_back(
-      {"ScatterAddRowsBackward", label, [=] {
-         CaseBuilder b("ScatterAddRowsBackward", label);
+      {op, label, [=] {
+         CaseBuilder b(op, label);
          const int is = b.Input("src", src), ir = b.Ints("rows", rows(b.rng())),
                    ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
                    id = b.Input("dout", dout),
                    ids = want_dsrc ? b.Written("dsrc", dsrc) : -1,
                    idc = want_dscale ? b.Written("dscale", Vec(src.rows)) : -1;
          return b.Build([=](Backend& be, const Bound& p) {
+           Tensor holder;
            be.ScatterAddRowsBackward(
-               p.View(is), p.Ints(ir), ic >= 0 ? p.Floats(ic) : nullptr,
-               p.View(id), ids >= 0 ? p.View(ids) : MatrixView{},
+               AsActivation(be, src_type, p.View(is), &holder), p.Ints(ir),
+               ic >= 0 ? p.Floats(ic) : nullptr, p.View(id),
+               ids >= 0 ? p.View(ids) : MatrixView{},
                idc >= 0 ? p.Floats(idc) : nullptr);
            return 0.0;
          });
@@ -1855,6 +1901,28 @@ void AddRowsCases(Factories& f) {
                      Dense(tokens, hidden), true, false, true, {}, some_tokens);
   AddScatterBackward(f, "hot rows", Dense(tokens, hidden), Dense(8, hidden),
                      true, true, true, Dense(tokens, hidden), hot);
+
+  // The routed experts' outputs in the activation type, combined onto their
+  // tokens as the MoE layers do: every token's top-k rows, grouped by expert
+  // (a shuffle of the tokens, each top-k times).
+  const IdMaker combine = [=](std::mt19937_64& rng) {
+    std::vector<int32_t> rows(slots);
+    for (int64_t i = 0; i < slots; ++i)
+      rows[i] = static_cast<int32_t>(i % tokens);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    return rows;
+  };
+  const XType act = XType::kActivation;
+  AddScatter(f, "tiny", Dense(6, 4), Dense(7, 4), true, tiny, act);
+  AddScatter(f, "strided", Cols(6, 9, 2, 5), Cols(7, 8, 1, 5), true, tiny, act);
+  AddScatter(f, "combine", Dense(slots, hidden), Dense(tokens, hidden), true,
+             combine, act);
+  AddScatterBackward(f, "tiny", Dense(6, 4), Dense(7, 4), true, true, true,
+                     Dense(6, 4), tiny, act);
+  AddScatterBackward(f, "strided", Cols(6, 9, 2, 5), Cols(7, 8, 1, 5), true,
+                     true, true, Cols(6, 11, 3, 5), tiny, act);
+  AddScatterBackward(f, "combine", Dense(slots, hidden), Dense(tokens, hidden),
+                     true, false, true, {}, combine, act);
 }
 
 // ---- normalization ----
@@ -2025,36 +2093,50 @@ void AddNormCases(Factories& f) {
 // gate and up are columns [0, cols) and [cols, 2 cols) of one [rows, 2 cols]
 // buffer, as the MLPs keep them; gate values spread wider to reach the
 // sigmoid's tails.
+// The op a SwiGLU case runs as: its inputs (gate, up; dout in the backward)
+// in the activation type as well as its outputs, or only its outputs.
+std::string SwiGluOp(const char* op, XType out_type, XType in_type) {
+  return in_type == XType::kActivation ? absl::StrCat(op, " in activation type")
+                                       : ActivationOp(op, "to", out_type);
+}
+
+// in_type kActivation: gate and up too (out_type kActivation).
 void AddSwiGlu(Factories& f, const std::string& tag, int64_t rows, int64_t cols,
-               XType out_type = XType::kF32) {
+               XType out_type = XType::kF32, XType in_type = XType::kF32) {
   const std::string label = absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols,
                                          "] out[", rows, ",", cols, "]");
-  const std::string op = ActivationOp("SwiGluForward", "to", out_type);
-  f.push_back({op, label, [=] {
-                 CaseBuilder b(op, label);
-                 const int ig = b.Input("gate", Cols(rows, 2 * cols, 0, cols),
-                                        3.f),
-                           iu = b.Input("up", Cols(rows, 2 * cols, cols, cols)),
-                           io = b.Written("out", Dense(rows, cols));
-                 return b.Build([=](Backend& be, const Bound& p) {
-                   auto swiglu = [&](MatrixView out) {
-                     be.SwiGluForward(p.View(ig), p.View(iu), out);
-                   };
-                   IntoActivation(be, out_type, p.View(io), swiglu);
-                   return 0.0;
-                 });
-               }});
+  const std::string op = SwiGluOp("SwiGluForward", out_type, in_type);
+  f.push_back(
+      {op, label, [=] {
+         CaseBuilder b(op, label);
+         const int ig = b.Input("gate", Cols(rows, 2 * cols, 0, cols), 3.f),
+                   iu = b.Input("up", Cols(rows, 2 * cols, cols, cols)),
+                   io = b.Written("out", Dense(rows, cols));
+         return b.Build([=](Backend& be, const Bound& p) {
+           Tensor gate_holder, up_holder;
+           const ConstMatrixView gate = AsActivation(be, in_type, p.View(ig),
+                                                     &gate_holder),
+                                 up = AsActivation(be, in_type, p.View(iu),
+                                                   &up_holder);
+           auto swiglu = [&](MatrixView out) {
+             be.SwiGluForward(gate, up, out);
+           };
+           IntoActivation(be, out_type, p.View(io), swiglu);
+           return 0.0;
+         });
+       }});
 }
 
 // dgate and dup are the two column halves of one [rows, 2 cols] buffer.
-// type kActivation: dgate and dup in the activation type.
+// type kActivation: dgate and dup in the activation type; in_type
+// kActivation: gate, up and dout too (type kActivation).
 void AddSwiGluBackward(Factories& f, const std::string& tag, int64_t rows,
                        int64_t cols, bool want_dgate, bool want_dup,
-                       XType type = XType::kF32) {
+                       XType type = XType::kF32, XType in_type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " gate_up[", rows, ",", 2 * cols, "]",
                    want_dgate ? "" : " no dgate", want_dup ? "" : " no dup");
-  const std::string op = ActivationOp("SwiGluBackward", "to", type);
+  const std::string op = SwiGluOp("SwiGluBackward", type, in_type);
   f.push_back(
       {op, label, [=] {
          CaseBuilder b(op, label);
@@ -2068,8 +2150,15 @@ void AddSwiGluBackward(Factories& f, const std::string& tag, int64_t rows,
            const std::vector<MatrixView> grads = {
                idg >= 0 ? p.View(idg) : MatrixView{},
                idu >= 0 ? p.View(idu) : MatrixView{}};
+           Tensor holders[3];
+           const ConstMatrixView gate = AsActivation(be, in_type, p.View(ig),
+                                                     &holders[0]),
+                                 up = AsActivation(be, in_type, p.View(iu),
+                                                   &holders[1]),
+                                 dout = AsActivation(be, in_type, p.View(id),
+                                                     &holders[2]);
            auto backward = [&](const std::vector<MatrixView>& g) {
-             be.SwiGluBackward(p.View(ig), p.View(iu), p.View(id), g[0], g[1]);
+             be.SwiGluBackward(gate, up, dout, g[0], g[1]);
            };
            IntoActivations(be, type, grads, backward);
            return 0.0;
@@ -2096,6 +2185,17 @@ void AddActivationCases(Factories& f) {
   AddSwiGluBackward(f, "tiny", 4, 6, true, true, XType::kActivation);
   AddSwiGluBackward(f, "expert", 1000, moe, true, true, XType::kActivation);
   AddSwiGluBackward(f, "expert", 1000, moe, false, true, XType::kActivation);
+  // As the MLPs run in the bf16 mode: gate_up from the products in the
+  // activation type (the routed experts' dout too).
+  const XType act = XType::kActivation;
+  AddSwiGlu(f, "tiny", 4, 6, act, act);
+  AddSwiGlu(f, "odd", 37, 45, act, act);
+  AddSwiGlu(f, "expert", 1000, moe, act, act);
+  AddSwiGlu(f, "dense mlp", 2048, inter, act, act);
+  AddSwiGluBackward(f, "tiny", 4, 6, true, true, act, act);
+  AddSwiGluBackward(f, "odd", 37, 45, true, true, act, act);
+  AddSwiGluBackward(f, "expert", 1000, moe, true, true, act, act);
+  AddSwiGluBackward(f, "dense mlp", 2048, inter, true, true, act, act);
 }
 
 // ---- rotary embedding ----
