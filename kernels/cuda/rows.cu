@@ -67,55 +67,78 @@ __device__ int64_t RunEnd(const int32_t* __restrict__ sorted, int64_t head,
 // Sources added per batch of loads (issued together, added in order).
 constexpr int kScatterBatch = 4;
 
-// `acc` with column c of sources order[k, k + kCount) added, each times its
-// scale (1 when scale is null): every load issued first, then the adds in
-// source order, each rounded as the CPU's serial loop does. The batched loop
-// and its tail both add through here.
-template <int kCount>
-__device__ __forceinline__ float AddSources(float acc,
-                                            const ConstMatrixView& src,
-                                            const int32_t* __restrict__ order,
-                                            const float* __restrict__ scale,
-                                            int64_t k, int64_t c) {
-  float s[kCount], x[kCount];
+// Columns [c, c + kWidth) of row r of an F32 or BF16 view, widened (kWidth
+// 4: a QuadAligned view, one 16- or 8-byte load).
+template <int kWidth>
+__device__ __forceinline__ void LoadColumns(const ConstMatrixView& view,
+                                            int64_t r, int64_t c,
+                                            float (&x)[kWidth]) {
+  if constexpr (kWidth == 4) {
+    const float4 q = LoadQuad(view, r, c);
+    x[0] = q.x;
+    x[1] = q.y;
+    x[2] = q.z;
+    x[3] = q.w;
+  } else {
+    x[0] = Load(view, r, c);
+  }
+}
+
+// `acc` with columns [c, c + kWidth) of sources order[k, k + kCount) added,
+// each times its scale (1 when scale is null): every load issued first, then
+// the adds in source order, each rounded as the CPU's serial loop does. The
+// batched loop and its tail both add through here.
+template <int kCount, int kWidth>
+__device__ __forceinline__ void AddSources(float (&acc)[kWidth],
+                                           const ConstMatrixView& src,
+                                           const int32_t* __restrict__ order,
+                                           const float* __restrict__ scale,
+                                           int64_t k, int64_t c) {
+  float s[kCount], x[kCount][kWidth];
 #pragma unroll
   for (int b = 0; b < kCount; ++b) {
     const int32_t i = order[k + b];
     s[b] = scale ? scale[i] : 1.f;
-    x[b] = Load(src, i, c);
+    LoadColumns<kWidth>(src, i, c, x[b]);
   }
 #pragma unroll
-  for (int b = 0; b < kCount; ++b) acc += s[b] * x[b];
-  return acc;
+  for (int b = 0; b < kCount; ++b) {
+#pragma unroll
+    for (int w = 0; w < kWidth; ++w) acc[w] += s[b] * x[b][w];
+  }
 }
 
-// Block (p, y) for position p of the sorted row ids and columns y *
-// blockDim.x + threadIdx.x, stepping gridDim.y * blockDim.x; only the first
-// position of each run of equal ids works: it adds that destination row's
-// sources in ascending source order, each add rounded as the CPU's serial
-// loop does.
+// Block (p, y) for position p of the sorted row ids and column groups y *
+// blockDim.x + threadIdx.x of kWidth columns each (4: QuadAligned views, so
+// a source row's group is one 16- or 8-byte load), stepping gridDim.y *
+// blockDim.x groups; only the first position of each run of equal ids works:
+// it adds that destination row's sources in ascending source order, each add
+// rounded as the CPU's serial loop does.
+template <int kWidth>
 __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
                                        const int32_t* __restrict__ sorted_rows,
                                        const int32_t* __restrict__ order,
                                        const float* __restrict__ scale,
-                                       float* __restrict__ out,
-                                       int64_t out_stride, int64_t cols) {
+                                       MatrixView out) {
   const int64_t head = blockIdx.x;
   const int32_t row = sorted_rows[head];
   if (head > 0 && sorted_rows[head - 1] == row) return;
   const int64_t end = RunEnd(sorted_rows, head, n, row);
-  for (int64_t c = int64_t{blockIdx.y} * blockDim.x + threadIdx.x; c < cols;
-       c += int64_t{gridDim.y} * blockDim.x) {
-    float* o = out + row * out_stride + c;
-    float acc = *o;
+  for (int64_t c = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * kWidth;
+       c < out.cols; c += int64_t{gridDim.y} * blockDim.x * kWidth) {
+    // The destination row is read and written once, its sources kScatterBatch
+    // at a time: those gathered loads are what the kernel waits on.
+    float* o = &At(out, row, c);
+    float acc[kWidth];
+#pragma unroll
+    for (int w = 0; w < kWidth; ++w) acc[w] = o[w];
     int64_t k = head;
     for (; k + kScatterBatch <= end; k += kScatterBatch) {
-      acc = AddSources<kScatterBatch>(acc, src, order, scale, k, c);
+      AddSources<kScatterBatch>(acc, src, order, scale, k, c);
     }
-    for (; k < end; ++k) {
-      acc = AddSources<1>(acc, src, order, scale, k, c);
-    }
-    *o = acc;
+    for (; k < end; ++k) AddSources<1>(acc, src, order, scale, k, c);
+#pragma unroll
+    for (int w = 0; w < kWidth; ++w) o[w] = acc[w];
   }
 }
 
@@ -252,20 +275,26 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
   assert(src.cols == out.cols);
   if (src.rows == 0) return;
   const InverseIndex inverse = SortRowIds(ctx, rows, src.rows, out.rows);
+  const bool quads = QuadAligned(src, out);
+  const int64_t groups = quads ? src.cols / 4 : src.cols;
   // Sources onto as many rows or more (embedding gradients: a frequent token
   // is one long run) spread each row's columns over blocks; onto fewer rows
   // (MoE's unpermute: runs of top-k), one block per position, since each
   // extra block row would mostly be positions inside runs that do nothing.
   const int64_t column_blocks =
       out.rows >= src.rows
-          ? std::min<int64_t>((src.cols + kBlockThreads - 1) / kBlockThreads,
+          ? std::min<int64_t>((groups + kBlockThreads - 1) / kBlockThreads,
                               65535)
           : 1;
   const dim3 grid(static_cast<unsigned>(src.rows),
                   static_cast<unsigned>(column_blocks));
-  ScatterAddSortedKernel<<<grid, kBlockThreads, 0, ctx.stream()>>>(
-      src, src.rows, inverse.sorted_rows, inverse.order, scale, out.data,
-      out.stride, out.cols);
+  if (quads) {
+    ScatterAddSortedKernel<4><<<grid, kBlockThreads, 0, ctx.stream()>>>(
+        src, src.rows, inverse.sorted_rows, inverse.order, scale, out);
+  } else {
+    ScatterAddSortedKernel<1><<<grid, kBlockThreads, 0, ctx.stream()>>>(
+        src, src.rows, inverse.sorted_rows, inverse.order, scale, out);
+  }
   GLM_CUDA_CHECK_LAUNCH();
 }
 
