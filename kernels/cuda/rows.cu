@@ -142,8 +142,12 @@ __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
   }
 }
 
-// One block per source row i; kWidth columns a step (4: QuadAligned views,
-// 16-byte loads). dsrc empty: skipped; dscale null: skipped.
+constexpr int kRowsPerBlock = kBlockThreads / 32;
+
+// One warp per source row i (rows are a few thousand floats: a block's
+// reduction and barriers would cost more than the row's loads); kWidth
+// columns a step (4: QuadAligned views, 16-byte loads). dsrc empty: skipped;
+// dscale null: skipped.
 template <int kWidth>
 __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
                                              const int32_t* __restrict__ rows,
@@ -151,13 +155,15 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
                                              ConstMatrixView dout,
                                              MatrixView dsrc, float* dscale) {
   using Vector = std::conditional_t<kWidth == 4, float4, float>;
-  const int64_t i = blockIdx.x;
+  const int64_t i = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= src.rows) return;  // the whole warp
   const auto* d = reinterpret_cast<const Vector*>(&At(dout, rows[i], 0));
   auto* out = dsrc.data == nullptr ? nullptr
                                    : reinterpret_cast<Vector*>(&At(dsrc, i, 0));
   const float s = scale ? scale[i] : 1.f;
   double dot = 0;
-  for (int64_t c = threadIdx.x; c < src.cols / kWidth; c += kBlockThreads) {
+  for (int64_t c = lane; c < src.cols / kWidth; c += 32) {
     const Vector g = d[c];
     if constexpr (kWidth == 4) {
       if (out != nullptr) {
@@ -174,8 +180,8 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
     }
   }
   if (dscale == nullptr) return;
-  const double total = BlockSum(dot);
-  if (threadIdx.x == 0) dscale[i] = static_cast<float>(total);
+  const double total = WarpSum(dot);
+  if (lane == 0) dscale[i] = static_cast<float>(total);
 }
 
 // The inverse of a row-id array: sorted_rows[k] ascending and order[k] the
@@ -307,14 +313,13 @@ void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
   if (src.rows == 0 || (dsrc.empty() && dscale == nullptr)) return;
   const bool quads =
       QuadAligned(src, dout) && (dsrc.empty() || QuadAligned(dsrc));
+  const int64_t blocks = (src.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (quads) {
-    ScatterAddRowsBackwardKernel<4>
-        <<<src.rows, kBlockThreads, 0, ctx.stream()>>>(src, rows, scale, dout,
-                                                       dsrc, dscale);
+    ScatterAddRowsBackwardKernel<4><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, rows, scale, dout, dsrc, dscale);
   } else {
-    ScatterAddRowsBackwardKernel<1>
-        <<<src.rows, kBlockThreads, 0, ctx.stream()>>>(src, rows, scale, dout,
-                                                       dsrc, dscale);
+    ScatterAddRowsBackwardKernel<1><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, rows, scale, dout, dsrc, dscale);
   }
   GLM_CUDA_CHECK_LAUNCH();
 }
