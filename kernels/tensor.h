@@ -387,6 +387,11 @@ class Tensor {
     assert(dtype_ == ElementType::kF32);
     return storage_.host();
   }
+  // The elements of a float32 tensor, copied to a host vector wherever they
+  // live (none for a default tensor, which has a shape of one element).
+  std::vector<float> HostValues() const {
+    return empty() ? std::vector<float>() : CopyTo(nullptr).values();
+  }
   void SetZero() { storage_.SetZero(); }
   // A copy of this tensor on `allocator` (null: host memory).
   Tensor CopyTo(Allocator* allocator) const {
