@@ -312,7 +312,7 @@ TEST(HfWeightLoaderTest, LoadsAModelFolder) {
   EXPECT_EQ((*params)->config().index_sharing.topk_freq, 4);
   absl::StatusOr<SafetensorsFolder> folder = SafetensorsFolder::Open(dir);
   ASSERT_TRUE(folder.ok());
-  EXPECT_EQ((*params)->lm_head.value.values(),
+  EXPECT_EQ((*params)->lm_head.value.HostValues(),
             *folder->FileOf("lm_head.weight")->ReadFloat32("lm_head.weight"));
 
   const std::string empty = TempDir("empty_model");
@@ -386,7 +386,7 @@ TEST(HfWeightLoaderTest, LoadsTheHeldPartsOfAModelFolder) {
     for (size_t i = 0; i < expected.size(); ++i) {
       EXPECT_EQ(loaded[i].value->shape(), expected[i].value->shape())
           << expected[i].name;
-      EXPECT_EQ(loaded[i].value->values(), expected[i].value->values())
+      EXPECT_EQ(loaded[i].value->HostValues(), expected[i].value->HostValues())
           << expected[i].name;
       held_elements += loaded[i].value->numel();
     }

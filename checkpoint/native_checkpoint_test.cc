@@ -270,7 +270,7 @@ class CorruptionTest : public ::testing::Test {
         LoadCheckpoint(dir_, map_, 0, &target.state()).status();
     if (!status.ok()) {
       for (const StateTensor& entry : target.state().model) {
-        for (float value : entry.tensor->values()) EXPECT_EQ(value, 0.f);
+        for (float value : entry.tensor->HostValues()) EXPECT_EQ(value, 0.f);
       }
       EXPECT_EQ(target.state().iteration, 0);
     }
@@ -352,7 +352,7 @@ TEST_F(CorruptionTest, WrongShapeAndMissingTensorChangeNothing) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(status.message(), name)) << status;
   for (const StateTensor& entry : target.state().model) {
-    for (float value : entry.tensor->values()) ASSERT_EQ(value, 0.f);
+    for (float value : entry.tensor->HostValues()) ASSERT_EQ(value, 0.f);
   }
 
   RankState missing(map_, 0, 1, true);

@@ -1,10 +1,11 @@
 // Host tensors and the strided matrix views the backend ops work on.
 //
-// A Tensor owns contiguous storage of one dtype with a shape, in host memory
-// or on a device (kernels/device_memory.h). Ops never see Tensors: they take
-// MatrixViews (pointer, rows, cols, row stride, dtype), so a column range of
-// a tensor, one head's rows, or one expert's weight slab is passed without a
-// copy (as ggml views do). A view points where its tensor lives.
+// A Tensor has contiguous storage of one dtype with a shape, in host memory
+// or on a device (kernels/device_memory.h), its own or a view of an arena
+// shared with other tensors (kernels/tensor_arena.h). Ops never see Tensors:
+// they take MatrixViews (pointer, rows, cols, row stride, dtype), so a column
+// range of a tensor, one head's rows, or one expert's weight slab is passed
+// without a copy (as ggml views do). A view points where its tensor lives.
 #ifndef GLM_KERNELS_TENSOR_H_
 #define GLM_KERNELS_TENSOR_H_
 
@@ -12,6 +13,7 @@
 #include <cassert>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <type_traits>
 #include <utility>
@@ -171,9 +173,11 @@ inline int64_t NumElements(const std::vector<int64_t>& shape) {
                          [](int64_t a, int64_t b) { return a * b; });
 }
 
-// The elements of a tensor: a host vector, or a DeviceBuffer from the
-// allocator that was current when the tensor was made (kernels/
-// device_memory.h). Copies stay where the original lives.
+// The elements of a tensor: a host vector, a view of a shared host
+// allocation (kernels/tensor_arena.h), or a DeviceBuffer from the allocator
+// that was current when the tensor was made (kernels/device_memory.h), itself
+// perhaps a view of a shared device allocation. Copies stay where the original
+// lives and own their elements (a view's copy too).
 template <typename T>
 class TensorStorage {
  public:
@@ -184,6 +188,10 @@ class TensorStorage {
       : size_(size), device_(std::move(device)) {
     assert(device_.bytes() >= size * sizeof(T));
   }
+  // `size` elements at `data`, inside the host allocation `host_arena`,
+  // which the view keeps alive.
+  TensorStorage(int64_t size, std::shared_ptr<void> host_arena, T* data)
+      : size_(size), host_arena_(std::move(host_arena)), host_view_(data) {}
   // Elements an op is about to overwrite: on a device nothing is written
   // (no memset) unless `poison`, which fills them with 0xff bytes (NaN for
   // floats, -1 for integers) as host memory always is, so that reading one
@@ -215,10 +223,31 @@ class TensorStorage {
       allocator->Fill(device_.data(), fill == T{0} ? 0 : 0xff,
                       size * sizeof(T));
   }
+  // A copy of a host view owns its elements, as a device view's copy does
+  // (DeviceBuffer).
+  TensorStorage(const TensorStorage& other)
+      : size_(other.size_), host_(other.host_), device_(other.device_) {
+    if (other.host_view()) host_.assign(other.data(), other.data() + size_);
+  }
+  TensorStorage& operator=(const TensorStorage& other) {
+    if (this != &other) *this = TensorStorage(other);
+    return *this;
+  }
+  TensorStorage(TensorStorage&& other) noexcept { *this = std::move(other); }
+  TensorStorage& operator=(TensorStorage&& other) noexcept {
+    if (this == &other) return *this;
+    size_ = std::exchange(other.size_, 0);
+    host_ = std::move(other.host_);
+    host_arena_ = std::move(other.host_arena_);
+    host_view_ = std::exchange(other.host_view_, nullptr);
+    device_ = std::move(other.device_);
+    return *this;
+  }
 
   // The same elements when they are a view of an arena (no copy);
   // otherwise a copy.
   TensorStorage Alias() const {
+    if (host_view()) return TensorStorage(size_, host_arena_, host_view_);
     if (on_host()) return *this;
     return TensorStorage(size_, device_.Alias());
   }
@@ -227,24 +256,29 @@ class TensorStorage {
   bool on_host() const { return device_.allocator() == nullptr; }
   Allocator* allocator() const { return device_.allocator(); }
   // The allocation these elements are a view of; null when they own theirs.
-  const void* arena() const { return device_.shared_data(); }
+  const void* arena() const {
+    return host_view() ? host_arena_.get() : device_.shared_data();
+  }
   T* data() {
+    if (host_view()) return host_view_;
     return on_host() ? host_.data() : static_cast<T*>(device_.data());
   }
   const T* data() const {
+    if (host_view()) return host_view_;
     return on_host() ? host_.data() : static_cast<const T*>(device_.data());
   }
+  // The elements of host storage that owns them (not a view).
   std::vector<T>& host() {
-    assert(on_host());
+    assert(on_host() && !host_view());
     return host_;
   }
   const std::vector<T>& host() const {
-    assert(on_host());
+    assert(on_host() && !host_view());
     return host_;
   }
   void SetZero() {
     if (on_host()) {
-      std::fill(host_.begin(), host_.end(), T{0});
+      std::fill_n(data(), size_, T{0});
     } else if (size_ > 0) {
       allocator()->Fill(device_.data(), 0, size_ * sizeof(T));
     }
@@ -256,9 +290,9 @@ class TensorStorage {
     const size_t bytes = size_ * sizeof(T);
     if (bytes == 0) return;
     if (on_host() && other.on_host()) {
-      std::copy(other.host_.begin(), other.host_.end(), host_.begin());
+      std::copy_n(other.data(), size_, data());
     } else if (on_host()) {
-      other.allocator()->CopyToHost(host_.data(), other.data(), bytes);
+      other.allocator()->CopyToHost(data(), other.data(), bytes);
     } else if (other.on_host()) {
       allocator()->CopyFromHost(device_.data(), other.data(), bytes);
     } else {
@@ -268,13 +302,19 @@ class TensorStorage {
   }
 
  private:
+  bool host_view() const { return host_arena_ != nullptr; }
+
   int64_t size_ = 0;
   std::vector<T> host_;
+  // Set for a view of a host arena: the allocation and the first element.
+  std::shared_ptr<void> host_arena_;
+  T* host_view_ = nullptr;
   DeviceBuffer device_;
 };
 
-// Owning, contiguous, zero-initialized tensor of one dtype (float32 unless
-// said), in host memory or on the current allocator's device. A BF16 tensor's
+// Contiguous, zero-initialized tensor of one dtype (float32 unless said), in
+// host memory or on the current allocator's device: owning, or a view of an
+// arena (kernels/tensor_arena.h) whose copies own theirs. A BF16 tensor's
 // storage is its bf16 elements packed two to a 32-bit word; only its views
 // (Matrix(), Slab()) reach them.
 class Tensor {
@@ -293,6 +333,12 @@ class Tensor {
   Tensor(std::vector<int64_t> shape, DeviceBuffer device)
       : shape_(std::move(shape)),
         storage_(NumElements(shape_), std::move(device)) {}
+  // A float32 host tensor whose elements are at `data` in `host_arena`
+  // (kernels/tensor_arena.h), contents as they are.
+  Tensor(std::vector<int64_t> shape, std::shared_ptr<void> host_arena,
+         float* data)
+      : shape_(std::move(shape)),
+        storage_(NumElements(shape_), std::move(host_arena), data) {}
   // A tensor on the current allocator for an op to overwrite in full (a
   // forward op's output, a gradient an op assigns rather than adds to): not
   // zeroed on a device, which saves a memset per tensor; NaN in host memory
@@ -331,7 +377,8 @@ class Tensor {
     assert(dtype_ == ElementType::kF32);
     return storage_.data();
   }
-  // The elements of a float32 host tensor.
+  // The elements of a float32 host tensor that owns them: not for a view of
+  // an arena (read one through data(), or CopyTo(nullptr).values()).
   std::vector<float>& values() {
     assert(dtype_ == ElementType::kF32);
     return storage_.host();
@@ -339,6 +386,11 @@ class Tensor {
   const std::vector<float>& values() const {
     assert(dtype_ == ElementType::kF32);
     return storage_.host();
+  }
+  // The elements of a float32 tensor, copied to a host vector wherever they
+  // live (none for a default tensor, which has a shape of one element).
+  std::vector<float> HostValues() const {
+    return empty() ? std::vector<float>() : CopyTo(nullptr).values();
   }
   void SetZero() { storage_.SetZero(); }
   // A copy of this tensor on `allocator` (null: host memory).

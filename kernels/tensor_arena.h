@@ -1,6 +1,7 @@
-// Many tensors in one device allocation (a device model's values, its
-// gradients; a micro batch's index arrays): one allocation instead of
-// hundreds, and one pass (a fill, a copy, a collective) over all of them.
+// Many tensors in one allocation, in host memory or on a device (a model's
+// values, its gradients, AdamW's moments; a micro batch's index arrays): one
+// allocation instead of hundreds, and one pass (a fill, a copy, a collective)
+// over all of them.
 #ifndef GLM_KERNELS_TENSOR_ARENA_H_
 #define GLM_KERNELS_TENSOR_ARENA_H_
 
@@ -15,12 +16,13 @@ namespace glm {
 
 // The floats of one arena, gaps between its tensors included.
 struct ArenaRange {
-  Allocator* allocator = nullptr;
+  Allocator* allocator = nullptr;  // null: host memory
   float* data = nullptr;
   int64_t size = 0;
 
   bool empty() const { return data == nullptr; }
-  // Sets every float of the arena to zero (one fill on the device's stream).
+  // Sets every float of the arena to zero: one fill on the device's stream,
+  // or in host memory a range of it on each core.
   void SetZero() const;
 };
 
@@ -37,7 +39,8 @@ struct TensorSpans {
   // between them. Nothing writes a gap (it keeps the arena's zeros), and an
   // element-wise collective adds gap elements only to each other.
   std::vector<FloatSpan> spans;
-  // The tensors that own their storage (an allocation each), in order.
+  // The tensors that own their storage (an allocation each: LoRA adapters,
+  // copies), in order.
   std::vector<Tensor*> owning;
 };
 
@@ -46,10 +49,11 @@ struct TensorSpans {
 // one arena laid out alike, or each its own) get the same span sizes.
 TensorSpans SpansOf(const std::vector<Tensor*>& tensors);
 
-// Tensors of `shapes`, zeros, in one allocation of `allocator` (each at a
-// 256-byte boundary; a shape without elements gives an empty tensor of that
-// shape); the arena lives while any of them does. *range (if given) gets its
-// floats.
+// Tensors of `shapes`, zeros, in one allocation of `allocator` (null: host
+// memory; each tensor at a 256-byte boundary; a shape without elements gives
+// an empty tensor of that shape); the arena lives while any of them does.
+// *range (if given) gets its floats. Host memory is zeroed on every core as it
+// is first touched, which for billions of elements takes seconds per core.
 std::vector<Tensor> ZerosInOneAllocation(
     Allocator* allocator, const std::vector<std::vector<int64_t>>& shapes,
     ArenaRange* range = nullptr);

@@ -154,5 +154,56 @@ TEST(TensorArenaTest, SpansJoinNeighboursOfOneArena) {
   EXPECT_NE(b[0].arena(), a[0].arena());
 }
 
+TEST(TensorArenaTest, HostTensorsAreViewsOfOneAllocation) {
+  ArenaRange range;
+  std::vector<Tensor> t =
+      ZerosInOneAllocation(nullptr, {{3, 5}, {7}, {0, 4}, {65}}, &range);
+  EXPECT_EQ(range.allocator, nullptr);
+  EXPECT_EQ(range.size, 64 + 64 + 128);
+  for (int i : {0, 1, 3}) {
+    EXPECT_TRUE(t[i].on_host());
+    EXPECT_EQ(t[i].arena(), range.data);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t[i].data()) % 256, 0u);
+  }
+  EXPECT_TRUE(t[2].empty());
+  EXPECT_EQ(t[2].arena(), nullptr);
+  EXPECT_EQ(t[1].data(), t[0].data() + 64);
+  EXPECT_EQ(t[3].data(), t[1].data() + 64);
+  EXPECT_EQ(std::vector<float>(range.data, range.data + range.size),
+            std::vector<float>(range.size, 0.f));
+  Tensor b({7}, nullptr);
+  b.values() = Counting(7, 100.f);
+  t[1].CopyFrom(b);
+  EXPECT_EQ(t[1].CopyTo(nullptr).values(), Counting(7, 100.f));
+  // A copy of a view owns its elements: writes to either stay apart.
+  Tensor copy = t[1];
+  EXPECT_EQ(copy.arena(), nullptr);
+  EXPECT_EQ(copy.values(), Counting(7, 100.f));
+  range.SetZero();
+  EXPECT_EQ(t[1].CopyTo(nullptr).values(), std::vector<float>(7, 0.f));
+  EXPECT_EQ(copy.values(), Counting(7, 100.f));
+  t[1] = copy;
+  EXPECT_EQ(t[1].arena(), nullptr);
+}
+
+TEST(TensorArenaTest, HostViewsKeepTheirArenaAlive) {
+  std::vector<Tensor> t = ZerosInOneAllocation(nullptr, {{4}, {9}});
+  t[1].data()[8] = 3.f;
+  Tensor last = std::move(t[1]);
+  t.clear();
+  EXPECT_EQ(last.numel(), 9);
+  EXPECT_EQ(last.CopyTo(nullptr).values().back(), 3.f);
+}
+
+TEST(TensorArenaTest, HostSpansJoinNeighbours) {
+  std::vector<Tensor> a = ZerosInOneAllocation(nullptr, {{3, 5}, {7}, {10}});
+  Tensor own({4}, nullptr);
+  const TensorSpans spans = SpansOf({&a[0], &a[1], &own, &a[2]});
+  ASSERT_EQ(spans.spans.size(), 1u);
+  EXPECT_EQ(spans.spans[0].data, a[0].data());
+  EXPECT_EQ(spans.spans[0].size, 64 + 64 + 10);
+  EXPECT_EQ(spans.owning, (std::vector<Tensor*>{&own}));
+}
+
 }  // namespace
 }  // namespace glm

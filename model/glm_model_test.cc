@@ -334,7 +334,7 @@ TEST_F(GlmModelTest, GradientsOfAllWeightsMatchFiniteDifferences) {
       [](const std::string& name) { return !IsIndexerWeight(name); });
   for (const NamedTensor& t : params_.Named()) {
     if (!IsIndexerWeight(t.name)) continue;
-    for (float g : t.grad->values()) ASSERT_EQ(g, 0.f) << t.name;
+    for (float g : t.grad->HostValues()) ASSERT_EQ(g, 0.f) << t.name;
   }
 }
 
@@ -363,8 +363,9 @@ TEST_F(GlmModelTest, ForwardAndBackwardAreDeterministic) {
     std::vector<float> all = r->logits.values();
     all.push_back(static_cast<float>(r->total_loss));
     for (const NamedTensor& t : params_.Named()) {
-      if (t.grad)
-        all.insert(all.end(), t.grad->values().begin(), t.grad->values().end());
+      if (!t.grad) continue;
+      const std::vector<float> grad = t.grad->HostValues();
+      all.insert(all.end(), grad.begin(), grad.end());
     }
     runs.push_back(std::move(all));
   }
@@ -387,7 +388,7 @@ GradientRun RunGradients(ModelParameters& params, Backend& backend,
   EXPECT_TRUE(model.Backward().ok());
   GradientRun run{{}, *std::move(r)};
   for (const NamedTensor& t : params.Named()) {
-    if (t.grad) run.grads.push_back(t.grad->values());
+    if (t.grad) run.grads.push_back(t.grad->HostValues());
   }
   return run;
 }

@@ -184,7 +184,7 @@ TEST_F(LayersTest, AttentionOnComputingLayerGradients) {
   ExpectDirectionalGradients(loss, MlaTargets(p), kStep, kTol, kAbsTol,
                              [&] { return last == key_sets; });
   // Without the indexer loss, the indexer learns nothing.
-  for (float g : p.indexer.wq_b.grad.values()) ASSERT_EQ(g, 0.f);
+  for (float g : p.indexer.wq_b.grad.HostValues()) ASSERT_EQ(g, 0.f);
 }
 
 // A skip layer attends over the keys its source layer chose.
@@ -228,7 +228,7 @@ TEST_F(LayersTest, IndexerLossGradientsReachOnlyIndexerWeights) {
   AttentionBackward(backend_, p, spec, x_.Matrix(), layout_, acts,
                     zero_dout.Matrix(), dx_.Matrix());
   for (float g : dx_.values()) ASSERT_EQ(g, 0.f);
-  for (float g : p.q_a_proj.grad.values()) ASSERT_EQ(g, 0.f);
+  for (float g : p.q_a_proj.grad.HostValues()) ASSERT_EQ(g, 0.f);
   const std::vector<std::vector<int32_t>> keys = KeySets(acts.own_topk);
   std::vector<std::vector<int32_t>> last;
   auto loss = [&] {

@@ -1,7 +1,6 @@
 #include "model/parameters.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
 #include <cmath>
 
@@ -85,15 +84,6 @@ void CopyPart(const Tensor& whole, const TensorPart& part, Tensor* out) {
       whole.allocator()->CopyWithin(to, from, runs.length * sizeof(float));
     }
   }
-}
-
-// `part` of `whole` (a copy, where `whole` lives).
-Tensor CopyPart(const Tensor& whole, const TensorPart& part) {
-  std::vector<int64_t> shape = whole.shape();
-  shape[part.dim] = part.count;
-  Tensor out(std::move(shape), whole.allocator());
-  CopyPart(whole, part, &out);
-  return out;
 }
 
 void AddParameter(const std::string& name, Parameter* p,
@@ -201,54 +191,34 @@ HeldShapes ShapesOfHeld(
   return shapes;
 }
 
-// Allocates (zeros) the held part of each of `tensors`, value and gradient.
-// On a device, every value in one allocation and every gradient in another
-// (each tensor a view, kernels/tensor_arena.h); returns the gradients' range.
-// In host memory the kernel zeroes pages as they are first touched, seconds
-// per core for a model of billions of elements, so host tensors are allocated
-// on every core; each thread takes the next tensor, as tensors differ in size
-// by orders of magnitude.
+// Allocates (zeros) the held part of each of `tensors`, value and gradient,
+// where the current allocator allocates: every value in one allocation and
+// every gradient in another (each tensor a view, kernels/tensor_arena.h), so
+// that one fill zeroes every gradient and collectives run on the gradients
+// where they lie. Returns the gradients' range.
 ArenaRange AllocateHeld(
     const std::vector<NamedTensor>& tensors, const HeldTensors& held,
     const std::map<std::string, std::vector<int64_t>>& wholes) {
   Allocator* allocator = CurrentAllocator();
-  if (allocator != nullptr) {
-    const HeldShapes shapes = ShapesOfHeld(tensors, held, wholes);
-    std::vector<Tensor> values = ZerosInOneAllocation(allocator, shapes.values);
-    ArenaRange grad_range;
-    std::vector<Tensor> grads =
-        ZerosInOneAllocation(allocator, shapes.grads, &grad_range);
-    size_t g = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      *tensors[i].value = std::move(values[i]);
-      if (tensors[i].grad != nullptr) *tensors[i].grad = std::move(grads[g++]);
-    }
-    return grad_range;
+  const HeldShapes shapes = ShapesOfHeld(tensors, held, wholes);
+  std::vector<Tensor> values = ZerosInOneAllocation(allocator, shapes.values);
+  ArenaRange grad_range;
+  std::vector<Tensor> grads =
+      ZerosInOneAllocation(allocator, shapes.grads, &grad_range);
+  size_t g = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    *tensors[i].value = std::move(values[i]);
+    if (tensors[i].grad != nullptr) *tensors[i].grad = std::move(grads[g++]);
   }
-  auto allocate = [&](const NamedTensor& named) {
-    *named.value =
-        Tensor(held.PartShape(named.name, wholes.at(named.name)), nullptr);
-    if (named.grad != nullptr) {
-      *named.grad = Tensor(named.value->shape(), nullptr);
-    }
-  };
-  int64_t elements = 0;
-  for (const NamedTensor& named : tensors) {
-    elements += NumElements(held.PartShape(named.name, wholes.at(named.name)));
-  }
-  std::atomic<size_t> next{0};
-  cpu::ParallelFor(cpu::NumThreads(), elements, [&](int64_t, int64_t) {
-    for (size_t i; (i = next++) < tensors.size();) allocate(tensors[i]);
-  });
-  return {};
+  return grad_range;
 }
 
-// Lays `tensors` (a model's, on `allocator`) out again as AllocateHeld lays
-// out a model of `held` there: a new arena of values holds the held part of
-// each value (a tensor not held becomes empty), another of gradients the
-// gradients of tensors that keep their shape and zeros for the cut ones.
-// The values move before the gradients are allocated, so the old values'
-// arena is freed first. Returns the new gradients' range.
+// Lays `tensors` (a model's, on `allocator`; null: host memory) out again as
+// AllocateHeld lays out a model of `held` there: a new arena of values holds
+// the held part of each value (a tensor not held becomes empty), another of
+// gradients the gradients of tensors that keep their shape and zeros for the
+// cut ones. The values move before the gradients are allocated, so the old
+// values' arena is freed first. Returns the new gradients' range.
 ArenaRange RelayOut(Allocator* allocator,
                     const std::vector<NamedTensor>& tensors,
                     const HeldTensors& held,
@@ -376,10 +346,11 @@ void ModelParameters::InitRandom(uint64_t seed, float std) {
   for (NamedTensor& t : Named()) {
     if (!held_.Holds(t.name)) continue;
     const std::vector<int64_t>& whole = WholeShape(t.name);
-    std::vector<float>& v = t.value->values();
+    float* v = t.value->data();
+    const int64_t n = t.value->numel();
     if (t.grad == nullptr || whole.size() == 1) {
       // Buffers and 1-D parameters: norms 1, biases 0.
-      std::fill(v.begin(), v.end(), IsNormWeight(t.name) ? 1.f : 0.f);
+      std::fill_n(v, n, IsNormWeight(t.name) ? 1.f : 0.f);
       continue;
     }
     const uint64_t key =
@@ -387,9 +358,8 @@ void ModelParameters::InitRandom(uint64_t seed, float std) {
     const PartRuns runs = RunsOf(held_.PartOf(t.name, whole), whole);
     // Each element's draw depends on its index alone, so every core takes a
     // contiguous range of the tensor and the values do not depend on the split.
-    const int64_t n = static_cast<int64_t>(v.size());
     cpu::ParallelFor(n, n, [&](int64_t begin, int64_t end) {
-      DrawHeldElements(key, std, runs, begin, end, v.data());
+      DrawHeldElements(key, std, runs, begin, end, v);
     });
   }
 }
@@ -420,25 +390,9 @@ absl::Status ModelParameters::KeepHeld(const HeldTensors& held) {
                    : !named.value->empty();
   }
   held_ = held;
-  if (!changes) return absl::OkStatus();
-  if (allocator != nullptr) {
+  if (changes) {
     grad_arena_.range = RelayOut(allocator, Named(), held, whole_shapes_);
-    return absl::OkStatus();
   }
-  for (const NamedTensor& named : Named()) {
-    const auto part = held.parts.find(named.name);
-    if (!held.Holds(named.name)) {
-      *named.value = Tensor();
-      if (named.grad != nullptr) *named.grad = Tensor();
-    } else if (part != held.parts.end() &&
-               named.value->dim(part->second.dim) != part->second.count) {
-      *named.value = CopyPart(*named.value, part->second);
-      if (named.grad != nullptr) {
-        *named.grad = Tensor(named.value->shape(), nullptr);
-      }
-    }
-  }
-  grad_arena_.range = {};
   return absl::OkStatus();
 }
 

@@ -135,9 +135,10 @@ struct HeldTensors {
 class ModelParameters {
  public:
   // Allocates (zeros) the part of every tensor of `config` that `held` names,
-  // where the current allocator allocates; the other tensors are empty. On a
-  // device, the values sit in one allocation and the gradients in another
-  // (each Parameter a view of the two; ZeroGrad is one fill).
+  // where the current allocator allocates (null: host memory); the other
+  // tensors are empty. The values sit in one allocation and the gradients in
+  // another (each Parameter a view of the two, kernels/tensor_arena.h;
+  // ZeroGrad is one fill).
   explicit ModelParameters(const ModelConfig& config,
                            const HeldTensors& held = HeldTensors());
 
@@ -159,10 +160,10 @@ class ModelParameters {
   // Keeps of each tensor only what `held` names (a subset of what is held
   // now): tensors not named become empty, whole tensors are cut to their
   // part (with a zero gradient); a tensor that already has its part's shape
-  // stays. The kept tensors stay where the model lives: on a device they are
-  // laid out again as a device model of `held` is (its values in one new
-  // allocation, its gradients in another, the old ones freed), unless nothing
-  // changes. InvalidArgument naming the tensor when its shape is neither.
+  // stays. The kept tensors stay where the model lives, laid out again as a
+  // new model of `held` is there (its values in one new allocation, its
+  // gradients in another, the old ones freed), unless nothing changes.
+  // InvalidArgument naming the tensor when its shape is neither.
   absl::Status KeepHeld(const HeldTensors& held);
   // One fill over the gradient arena when there is one, else one per tensor.
   void ZeroGrad();
@@ -194,8 +195,8 @@ class ModelParameters {
     OwnArena(OwnArena&&) = default;
     OwnArena& operator=(OwnArena&&) = default;
   };
-  // Set when the tensors are allocated on a device (KeepHeld sets it to the
-  // gradients' new allocation when it lays them out again).
+  // Set when the tensors are allocated (KeepHeld sets it to the gradients'
+  // new allocation when it lays them out again).
   OwnArena grad_arena_;
   std::map<std::string, std::vector<int64_t>> whole_shapes_;
 };

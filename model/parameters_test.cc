@@ -103,7 +103,8 @@ TEST(ModelParametersTest, HeldPartsInitializeAsInTheWholeModel) {
   ModelParameters some(TinyTestConfig(), SomeTensors());
   some.InitRandom(7);
   ExpectHeldPartsOfWhole(some, whole);
-  EXPECT_EQ(ValueOf(some, kNorm)->values(), ValueOf(whole, kNorm)->values());
+  EXPECT_EQ(ValueOf(some, kNorm)->HostValues(),
+            ValueOf(whole, kNorm)->HostValues());
 }
 
 // Matrices ~ N(0, std) with draws independent across elements, tensors and
@@ -115,7 +116,7 @@ TEST(ModelParametersTest, InitRandomDrawsNormalValues) {
   double sum = 0, squares = 0, lag_products = 0;
   int64_t n = 0;
   for (const NamedTensor& named : params.Named()) {
-    const std::vector<float>& v = named.value->values();
+    const std::vector<float> v = named.value->HostValues();
     if (named.grad == nullptr || named.value->shape().size() == 1) {
       const float constant =
           named.name.find("norm.weight") != std::string::npos ? 1.f : 0.f;
@@ -139,10 +140,10 @@ TEST(ModelParametersTest, InitRandomDrawsNormalValues) {
   ModelParameters other_seed(TinyTestConfig());
   other_seed.InitRandom(8, kStd);
   const std::string same_shape = "model.layers.2.self_attn.q_a_proj.weight";
-  EXPECT_NE(ValueOf(params, kWhole)->values(),
-            ValueOf(params, same_shape)->values());
-  EXPECT_NE(ValueOf(params, kWhole)->values(),
-            ValueOf(other_seed, kWhole)->values());
+  EXPECT_NE(ValueOf(params, kWhole)->HostValues(),
+            ValueOf(params, same_shape)->HostValues());
+  EXPECT_NE(ValueOf(params, kWhole)->HostValues(),
+            ValueOf(other_seed, kWhole)->HostValues());
 }
 
 // The draw InitRandom gives element `index` of the sequence `key`, written
@@ -172,7 +173,7 @@ void ExpectReferenceDraws(ModelParameters& whole, uint64_t seed, float std) {
     if (named.grad == nullptr || named.value->shape().size() == 1) continue;
     const uint64_t key =
         XXH3_64bits_withSeed(named.name.data(), named.name.size(), seed);
-    const std::vector<float>& v = named.value->values();
+    const std::vector<float> v = named.value->HostValues();
     for (size_t i = 0; i < v.size(); ++i) {
       ASSERT_EQ(Bits(v[i]), Bits(std * ReferenceNormalAt(key, i)))
           << named.name << " element " << i;
@@ -243,7 +244,7 @@ TEST(ModelParametersTest, DeviceMirrorLivesInTwoArenas) {
     std::vector<NamedTensor> want = host.Named(), got = mirror->Named();
     ASSERT_EQ(want.size(), got.size());
     for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_EQ(got[i].value->CopyTo(nullptr).values(), want[i].value->values())
+      EXPECT_EQ(got[i].value->HostValues(), want[i].value->HostValues())
           << want[i].name;
       if (got[i].grad == nullptr) continue;
       EXPECT_EQ(got[i].grad->shape(), want[i].grad->shape());
@@ -253,16 +254,45 @@ TEST(ModelParametersTest, DeviceMirrorLivesInTwoArenas) {
     // A copy owns its tensors: its ZeroGrad leaves the mirror's gradients.
     ModelParameters copy = *mirror;
     copy.ZeroGrad();
-    EXPECT_EQ(mirror->embed_tokens.grad.CopyTo(nullptr).values(),
-              host.embed_tokens.value.values());
+    EXPECT_EQ(mirror->embed_tokens.grad.HostValues(),
+              host.embed_tokens.value.HostValues());
     mirror->ZeroGrad();
     for (const NamedTensor& t : mirror->Named()) {
       if (t.grad == nullptr) continue;
-      const Tensor grad = t.grad->CopyTo(nullptr);
-      for (float g : grad.values()) ASSERT_EQ(g, 0.f) << t.name;
+      for (float g : t.grad->HostValues()) ASSERT_EQ(g, 0.f) << t.name;
     }
   }
   EXPECT_EQ(device.bytes_in_use(), 0);
+}
+
+// In host memory too, every value is a view of one arena and every gradient
+// of another, and ZeroGrad clears every gradient with one fill.
+TEST(ModelParametersTest, HostModelLivesInTwoArenas) {
+  ModelParameters params(TinyTestConfig());
+  params.InitRandom(3);
+  std::set<const void*> value_arenas, grad_arenas;
+  for (NamedTensor& t : params.Named()) {
+    EXPECT_TRUE(t.value->on_host());
+    value_arenas.insert(t.value->arena());
+    if (t.grad == nullptr) continue;
+    grad_arenas.insert(t.grad->arena());
+    t.grad->CopyFrom(*t.value);
+  }
+  ASSERT_EQ(value_arenas.size(), 1u);
+  ASSERT_EQ(grad_arenas.size(), 1u);
+  EXPECT_NE(*value_arenas.begin(), nullptr);
+  EXPECT_NE(*grad_arenas.begin(), *value_arenas.begin());
+  // A copy owns its tensors: its ZeroGrad leaves the original's gradients.
+  ModelParameters copy = params;
+  EXPECT_EQ(copy.embed_tokens.grad.arena(), nullptr);
+  copy.ZeroGrad();
+  EXPECT_EQ(params.embed_tokens.grad.HostValues(),
+            params.embed_tokens.value.HostValues());
+  params.ZeroGrad();
+  for (const NamedTensor& t : params.Named()) {
+    if (t.grad == nullptr) continue;
+    for (float g : t.grad->HostValues()) ASSERT_EQ(g, 0.f) << t.name;
+  }
 }
 
 }  // namespace
@@ -315,9 +345,10 @@ TEST(ModelParametersTest, KeepHeldOnADeviceKeepsTheModelInItsArenas) {
   for (const NamedTensor& named : back.Named()) {
     if (named.grad == nullptr || named.grad->empty()) continue;
     if (SomeTensors().parts.count(named.name) > 0) {
-      for (float g : named.grad->values()) ASSERT_EQ(g, 0.f) << named.name;
+      for (float g : named.grad->HostValues()) ASSERT_EQ(g, 0.f) << named.name;
     } else {
-      EXPECT_EQ(named.grad->values(), named.value->values()) << named.name;
+      EXPECT_EQ(named.grad->HostValues(), named.value->HostValues())
+          << named.name;
     }
   }
   // ZeroGrad clears the new gradient arena.
@@ -325,7 +356,7 @@ TEST(ModelParametersTest, KeepHeldOnADeviceKeepsTheModelInItsArenas) {
   CopyGradients(*mirror, back);
   for (const NamedTensor& named : back.Named()) {
     if (named.grad == nullptr) continue;
-    for (float g : named.grad->values()) ASSERT_EQ(g, 0.f) << named.name;
+    for (float g : named.grad->HostValues()) ASSERT_EQ(g, 0.f) << named.name;
   }
 }
 

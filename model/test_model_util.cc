@@ -45,7 +45,7 @@ ModelConfig TinyTestConfig() {
 std::vector<std::vector<float>> GradientValues(ModelParameters& params) {
   std::vector<std::vector<float>> grads;
   for (const NamedTensor& t : params.Named()) {
-    if (t.grad) grads.push_back(t.grad->values());
+    if (t.grad) grads.push_back(t.grad->HostValues());
   }
   return grads;
 }
@@ -76,12 +76,14 @@ int ExpectDirectionalGradients(const std::function<double()>& loss,
   std::normal_distribution<float> normal(0.f, 1.f);
   int skipped = 0;
   for (const GradientTarget& target : targets) {
-    std::vector<float>& values = target.value->values();
-    const std::vector<float> saved = values;
-    std::vector<float> direction(values.size());
+    // Host tensors, views of a model's arena or of their own.
+    float* values = target.value->data();
+    const size_t n = target.value->numel();
+    const std::vector<float> saved(values, values + n);
+    std::vector<float> direction(n);
     // Loss at saved + step * direction, or nullopt when a decision flipped.
     auto loss_at = [&](double step) -> std::optional<double> {
-      for (size_t i = 0; i < values.size(); ++i)
+      for (size_t i = 0; i < n; ++i)
         values[i] = saved[i] + static_cast<float>(step) * direction[i];
       const double value = loss();
       if (same_decisions && !same_decisions()) return std::nullopt;
@@ -121,9 +123,9 @@ int ExpectDirectionalGradients(const std::function<double()>& loss,
     bool checked = false;
     for (int k = 0; k < kDirectionsPerTarget && !checked; ++k) {
       double analytic = 0;
-      for (size_t i = 0; i < values.size(); ++i) {
+      for (size_t i = 0; i < n; ++i) {
         direction[i] = normal(rng);
-        analytic += double{direction[i]} * target.grad->values()[i];
+        analytic += double{direction[i]} * target.grad->data()[i];
       }
       for (double h : {eps, eps / 4, eps / 16}) {
         const std::optional<Estimate> numeric = estimate_at(h);
@@ -138,7 +140,7 @@ int ExpectDirectionalGradients(const std::function<double()>& loss,
       }
       if (!checked) ++skipped;
     }
-    values = saved;
+    std::copy(saved.begin(), saved.end(), values);
     EXPECT_TRUE(checked) << target.name << ": every direction and step (" << eps
                          << " to " << eps / 16
                          << ") changed a discrete decision";

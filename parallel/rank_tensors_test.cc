@@ -63,17 +63,18 @@ void ExpectRankHoldsItsShareOfTheWholeModel(const RankShare& share) {
     }
     const int dim = TensorParallelDim(name);
     if (share.tp > 1 && dim >= 0) {
-      EXPECT_EQ(mine.values(),
-                TensorParallelPart(all, dim, share.tp, share.tp_rank).values())
+      EXPECT_EQ(
+          mine.HostValues(),
+          TensorParallelPart(all, dim, share.tp, share.tp_rank).HostValues())
           << name;
     } else if (share.ep > 1 && IsRoutedExperts(name)) {
       ASSERT_EQ(mine.dim(0), experts.count) << name;
       const int64_t slab = all.numel() / all.dim(0);
-      EXPECT_TRUE(std::equal(mine.values().begin(), mine.values().end(),
+      EXPECT_TRUE(std::equal(mine.data(), mine.data() + mine.numel(),
                              all.data() + experts.first * slab))
           << name;
     } else {
-      EXPECT_EQ(mine.values(), all.values()) << name;
+      EXPECT_EQ(mine.HostValues(), all.HostValues()) << name;
     }
   }
   // Each rank holds less than the whole model.

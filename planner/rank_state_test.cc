@@ -162,7 +162,7 @@ int64_t LoraMomentBytes(Trainer& trainer) {
   int64_t bytes = 0;
   for (const StateTensor& moment : state.optimizer) {
     if (moment.name.rfind("exp_avg_sq/", 0) != 0) continue;
-    const std::vector<float>& v = moment.tensor->values();
+    const std::vector<float> v = moment.tensor->HostValues();
     if (std::any_of(v.begin(), v.end(), [](float x) { return x != 0; })) {
       bytes += 2 * kFp32Bytes * moment.tensor->numel();
     }

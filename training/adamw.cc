@@ -8,23 +8,16 @@
 namespace glm {
 namespace {
 
-// Zero moments shaped like `values` into `moments`: on a device, views of one
-// allocation per moment kind; in host memory, a tensor each.
+// Zero moments shaped like `values` into `moments`: views of one allocation
+// per moment kind where the values live (kernels/tensor_arena.h).
 void MakeZeroMoments(const std::vector<const Tensor*>& values,
                      const std::vector<AdamMoments*>& moments) {
   if (values.empty()) return;
   Allocator* allocator = values.front()->allocator();
   std::vector<std::vector<int64_t>> shapes;
   for (const Tensor* value : values) {
-    assert(value->allocator() == allocator && "weights on one device");
+    assert(value->allocator() == allocator && "weights in one place");
     shapes.push_back(value->shape());
-  }
-  if (allocator == nullptr) {
-    for (size_t i = 0; i < values.size(); ++i) {
-      moments[i]->exp_avg = Tensor(shapes[i], nullptr);
-      moments[i]->exp_avg_sq = Tensor(shapes[i], nullptr);
-    }
-    return;
   }
   std::vector<Tensor> exp_avg = ZerosInOneAllocation(allocator, shapes);
   std::vector<Tensor> exp_avg_sq = ZerosInOneAllocation(allocator, shapes);

@@ -34,11 +34,10 @@ struct AdamWOptions {
 };
 
 // First and second moments of one tensor. The moments AdamW makes at once
-// (see MomentsOf) for weights on a device are views of one allocation per
-// moment kind there, laid out as the device model's arenas are (kernels/
-// tensor_arena.h: in order, each tensor at a 256-byte boundary), so that a
-// step's update runs over two flat buffers; in host memory each moment is a
-// tensor of its own.
+// (see MomentsOf) are views of one allocation per moment kind where their
+// weights live (host memory or a device), laid out as a model's arenas are
+// (kernels/tensor_arena.h: in order, each tensor at a 256-byte boundary), so
+// that a step's update runs over two flat buffers.
 struct AdamMoments {
   Tensor exp_avg;
   Tensor exp_avg_sq;
@@ -58,8 +57,8 @@ class AdamW {
   int64_t steps() const { return steps_; }
   // The moments of each of `params`, in order (zeros until its first
   // update), for steps, checkpoints and distributed-optimizer gathers. The
-  // ones this call creates share one allocation per moment kind when their
-  // weights live on a device (all on the same one).
+  // ones this call creates share one allocation per moment kind where their
+  // weights live (all in the same place).
   std::vector<AdamMoments*> MomentsOf(
       const std::vector<TrainableTensor>& params);
   void set_steps(int64_t steps) { steps_ = steps; }

@@ -124,10 +124,10 @@ TEST(AdamWTest, DeviceMomentsAreFlatViewsAndUpdateBitwiseAsOnTheHost) {
     EXPECT_EQ(t.device_w[i].CopyTo(nullptr).values(), t.host_w[i].values())
         << i;
     EXPECT_EQ(flat[i]->exp_avg.CopyTo(nullptr).values(),
-              host[i]->exp_avg.values())
+              host[i]->exp_avg.HostValues())
         << i;
     EXPECT_EQ(flat[i]->exp_avg_sq.CopyTo(nullptr).values(),
-              host[i]->exp_avg_sq.values())
+              host[i]->exp_avg_sq.HostValues())
         << i;
   }
 }

@@ -71,7 +71,7 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
   const TrainingState state = (*trainer)->State();
   for (const auto* tensors : {&state.model, &state.optimizer}) {
     for (const StateTensor& t : *tensors) {
-      run.state[t.name] = t.tensor->values();
+      run.state[t.name] = t.tensor->HostValues();
     }
   }
   return run;

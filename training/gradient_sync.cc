@@ -7,13 +7,35 @@
 
 namespace glm {
 
+absl::Status AllReducePacked(Collectives& group,
+                             const std::vector<Tensor*>& tensors) {
+  if (tensors.empty()) return absl::OkStatus();
+  int64_t total = 0;
+  for (const Tensor* tensor : tensors) total += tensor->numel();
+  std::vector<float> flat(total);
+  float* next = flat.data();
+  for (const Tensor* tensor : tensors) {
+    next = std::copy_n(tensor->data(), tensor->numel(), next);
+  }
+  if (absl::Status status = group.AllReduce(flat.data(), total, ReduceOp::kSum);
+      !status.ok()) {
+    return status;
+  }
+  const float* from = flat.data();
+  for (Tensor* tensor : tensors) {
+    std::copy_n(from, tensor->numel(), tensor->data());
+    from += tensor->numel();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AllReduceGradients(Collectives& group,
                                 const std::vector<TrainableTensor>& params) {
   std::vector<Tensor*> grads;
   for (const TrainableTensor& p : params) grads.push_back(p.grad);
   const TensorSpans spans = SpansOf(grads);
-  // Gradients in an arena (a model's on an allocator): one call per run of
-  // them, on the arena itself.
+  // Gradients in an arena (a model's): one call per run of them, on the
+  // arena itself.
   for (const FloatSpan& span : spans.spans) {
     if (absl::Status status =
             group.AllReduce(span.data, span.size, ReduceOp::kSum);
@@ -21,27 +43,9 @@ absl::Status AllReduceGradients(Collectives& group,
       return status;
     }
   }
-  // Gradients of an allocation each (host tensors, LoRA adapters) lie
-  // scattered: they travel packed, one call for all of them rather than one
-  // per tensor.
-  if (spans.owning.empty()) return absl::OkStatus();
-  int64_t total = 0;
-  for (const Tensor* grad : spans.owning) total += grad->numel();
-  std::vector<float> flat(total);
-  float* next = flat.data();
-  for (const Tensor* grad : spans.owning) {
-    next = std::copy_n(grad->data(), grad->numel(), next);
-  }
-  if (absl::Status status = group.AllReduce(flat.data(), total, ReduceOp::kSum);
-      !status.ok()) {
-    return status;
-  }
-  const float* from = flat.data();
-  for (Tensor* grad : spans.owning) {
-    std::copy_n(from, grad->numel(), grad->data());
-    from += grad->numel();
-  }
-  return absl::OkStatus();
+  // Gradients of an allocation each (LoRA adapters) lie scattered: they
+  // travel packed, one call for all of them rather than one per tensor.
+  return AllReducePacked(group, spans.owning);
 }
 
 absl::StatusOr<double> SumInRankOrder(Collectives& group, double value) {

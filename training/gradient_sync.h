@@ -1,10 +1,11 @@
 // Data-parallel gradient reduction: every rank's gradients summed over the
 // group in as few collectives as their layout allows. Gradients in an arena
-// (kernels/tensor_arena.h: a model's on an allocator) are reduced where they
-// lie, one call per run of consecutive tensors (all of them for the whole
-// model; a list that skips tensors, such as the dense ones under expert
-// parallelism, breaks into runs); gradients that are an allocation each are
-// packed into one flat buffer, one call for all of them.
+// (kernels/tensor_arena.h: a model's, in host memory or on a device) are
+// reduced where they lie, one call per run of consecutive tensors (all of
+// them for the whole model; a list that skips tensors, such as the dense ones
+// under expert parallelism, breaks into runs); gradients that are an
+// allocation each (LoRA adapters) are packed into one flat buffer, one call
+// for all of them.
 #ifndef GLM_TRAINING_GRADIENT_SYNC_H_
 #define GLM_TRAINING_GRADIENT_SYNC_H_
 
@@ -16,6 +17,13 @@
 #include "training/adamw.h"
 
 namespace glm {
+
+// In place: each of `tensors` (host memory) becomes its sum over `group`,
+// the same on every member, packed into one flat buffer wherever each lies:
+// one call, so members whose tensors are placed differently (an arena on one,
+// tensors of their own on another) still make the same calls.
+absl::Status AllReducePacked(Collectives& group,
+                             const std::vector<Tensor*>& tensors);
 
 // In place: each gradient becomes the sum of that gradient over `group`,
 // the same on every member. Every member passes tensors of the same shapes

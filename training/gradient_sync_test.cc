@@ -1,8 +1,9 @@
-// Gradients in an arena are all-reduced where they lie, one call per run of
-// consecutive tensors, and end where packed copies of the same gradients end
-// (bit for bit with two ranks); a data-parallel trainer whose weights live
-// in arenas takes the steps of one whose weights are host tensors, bit for
-// bit, with one all-reduce over its whole gradient arena per step.
+// Gradients in an arena (host or device) are all-reduced where they lie, one
+// call per run of consecutive tensors, and end where packed copies of the
+// same gradients end (bit for bit with two ranks); a data-parallel trainer
+// whose weights are handed to it on an allocator takes the steps of one that
+// makes its own host model, bit for bit, and both reduce with one all-reduce
+// over their whole gradient arena per step.
 #include "training/gradient_sync.h"
 
 #include <cassert>
@@ -101,8 +102,9 @@ void Fill(int rank, std::vector<Tensor>* tensors) {
   }
 }
 
-// The same gradients twice: in an arena (shapes in order) and as host
-// tensors of their own, with `names` the ones the list holds.
+// The same gradients twice: in an arena (shapes in order; host memory when
+// `device` is null) and as host tensors of their own, with `names` the ones
+// the list holds.
 struct TwoLayouts {
   std::vector<Tensor> arena, host;
   std::vector<TrainableTensor> arena_list, host_list;
@@ -136,11 +138,10 @@ void ExpectSameBits(const TwoLayouts& l) {
 const std::vector<std::vector<int64_t>> kShapes = {
     {3, 5}, {7}, {0, 4}, {2, 2, 2}, {10}, {65}, {4, 33}};
 
-TEST(GradientSyncTest, ArenaRunsAreReducedWhereTheyLie) {
-  SeparateMemoryAllocator device;
+void ExpectArenaRunsReducedWhereTheyLie(Allocator* memory) {
   // Tensor 4 is not in the list (as a routed expert is not in the dense
   // list): tensors 0-3 form one run, 5-6 another.
-  TwoLayouts l = MakeLayouts(&device, 0, kShapes, {0, 1, 2, 3, 5, 6});
+  TwoLayouts l = MakeLayouts(memory, 0, kShapes, {0, 1, 2, 3, 5, 6});
   Tensor own({6}, nullptr);  // an adapter, say: an allocation of its own
   Tensor own_copy({6}, nullptr);
   for (int i = 0; i < 6; ++i) own.values()[i] = own_copy.values()[i] = i - 2.5f;
@@ -168,6 +169,15 @@ TEST(GradientSyncTest, ArenaRunsAreReducedWhereTheyLie) {
   // Left out of the list: unchanged.
   Fill(0, &l.host);
   EXPECT_EQ(l.arena[4].CopyTo(nullptr).values(), l.host[4].values());
+}
+
+TEST(GradientSyncTest, DeviceArenaRunsAreReducedWhereTheyLie) {
+  SeparateMemoryAllocator device;
+  ExpectArenaRunsReducedWhereTheyLie(&device);
+}
+
+TEST(GradientSyncTest, HostArenaRunsAreReducedWhereTheyLie) {
+  ExpectArenaRunsReducedWhereTheyLie(nullptr);
 }
 
 TEST(GradientSyncTest, NothingToReduceCallsNothing) {
@@ -242,11 +252,11 @@ struct RankRun {
 };
 
 // One of two data-parallel ranks (EP2 over the same ranks when
-// `expert_parallel`); `memory` (null: host tensors) is where the weights
-// given to the trainer live, as they do when a worker hands over weights on
-// an allocator. They are given whole: under EP2 the trainer cuts them to the
-// rank's experts where they live. The backend computes in host memory either
-// way.
+// `expert_parallel`); `memory` (null: the trainer's own host model) is where
+// the weights given to the trainer live, as they do when a worker hands over
+// weights on an allocator. They are given whole: under EP2 the trainer cuts
+// them to the rank's experts where they live. The backend computes in host
+// memory either way.
 RankRun TrainRank(gloo::rendezvous::HashStore& store, const std::string& prefix,
                   int rank, bool expert_parallel, Allocator* memory) {
   RankRun run;
@@ -312,6 +322,31 @@ std::vector<RankRun> TrainTwoRanks(bool expert_parallel, Allocator* memory) {
   return runs;
 }
 
+// Every all-reduce of `run` but the scalars' lies inside its gradient arena:
+// without experts one call per step over the whole arena, with them calls
+// that start inside it.
+void ExpectReducedInTheGradientArena(const RankRun& run, bool expert_parallel,
+                                     const std::string& where) {
+  int64_t whole_arena_calls = 0, arena_calls = 0;
+  for (const RecordingGroup::Call& call : run.calls) {
+    const bool inside =
+        call.data >= run.first_grad && call.data + call.count <= run.grads_end;
+    if (call.data == run.first_grad &&
+        call.count == run.grads_end - run.first_grad) {
+      ++whole_arena_calls;
+    }
+    if (inside) ++arena_calls;
+    EXPECT_TRUE(inside || call.count <= 3) << where << ": " << call.count;
+  }
+  if (expert_parallel) {
+    EXPECT_GT(arena_calls, 2) << where;
+    EXPECT_EQ(whole_arena_calls, 0) << where;
+  } else {
+    EXPECT_EQ(whole_arena_calls, 2) << where;
+    EXPECT_EQ(arena_calls, 2) << where;
+  }
+}
+
 TEST(GradientSyncTest, TrainerReducesArenaGradientsWhereTheyLie) {
   SeparateMemoryAllocator memory;
   for (const bool expert_parallel : {false, true}) {
@@ -329,32 +364,9 @@ TEST(GradientSyncTest, TrainerReducesArenaGradientsWhereTheyLie) {
             << where;
       }
       EXPECT_EQ(arena[rank].state, host[rank].state) << where;
-      // Host tensors: one packed call of every (dense) gradient per step.
-      // Arena: no call of that size; without experts one call per step over
-      // the whole gradient arena, with them calls that start inside it.
-      const RankRun& a = arena[rank];
-      int64_t packed_calls = 0, whole_arena_calls = 0, arena_calls = 0;
-      for (const RecordingGroup::Call& call : host[rank].calls) {
-        if (call.count > 3) ++packed_calls;
-      }
-      EXPECT_EQ(packed_calls, 2) << where;
-      for (const RecordingGroup::Call& call : a.calls) {
-        const bool inside =
-            call.data >= a.first_grad && call.data + call.count <= a.grads_end;
-        if (call.data == a.first_grad &&
-            call.count == a.grads_end - a.first_grad) {
-          ++whole_arena_calls;
-        }
-        if (inside) ++arena_calls;
-        EXPECT_TRUE(inside || call.count <= 3) << where << ": " << call.count;
-      }
-      if (expert_parallel) {
-        EXPECT_GT(arena_calls, 2) << where;
-        EXPECT_EQ(whole_arena_calls, 0) << where;
-      } else {
-        EXPECT_EQ(whole_arena_calls, 2) << where;
-        EXPECT_EQ(arena_calls, 2) << where;
-      }
+      ExpectReducedInTheGradientArena(host[rank], expert_parallel,
+                                      where + " (host model)");
+      ExpectReducedInTheGradientArena(arena[rank], expert_parallel, where);
     }
   }
 }

@@ -26,13 +26,13 @@ Batch ShortBatch() {
 TEST(LoraTest, StartsFromTheBaseModel) {
   ModelParameters params = TinyModel();
   const std::vector<float> before =
-      params.layers[2].self_attn.q_a_proj.value.values();
+      params.layers[2].self_attn.q_a_proj.value.HostValues();
   auto lora = LoraAdapters::Create(&params, {4, 8, {"q_a_proj", "o_proj"}}, 1);
   ASSERT_TRUE(lora.ok()) << lora.status();
   EXPECT_EQ(lora->targets(), 2 * 9);  // 8 layers + MTP
   CpuBackend backend;
   lora->Merge(backend);
-  EXPECT_EQ(params.layers[2].self_attn.q_a_proj.value.values(), before);
+  EXPECT_EQ(params.layers[2].self_attn.q_a_proj.value.HostValues(), before);
   EXPECT_EQ(lora->Trainable()[0].name,
             "model.layers.0.self_attn.q_a_proj.lora_A.weight");
 }
@@ -52,7 +52,10 @@ TEST(LoraTest, AdapterGradientsMatchFiniteDifferences) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.f, 0.05f);
   for (const TrainableTensor& t : lora->Trainable()) {
-    for (float& x : t.value->values()) x += normal(rng);  // B nonzero too
+    float* v = t.value->data();
+    for (int64_t i = 0; i < t.value->numel(); ++i) {
+      v[i] += normal(rng);  // B nonzero too
+    }
   }
   CpuBackend backend;
   GlmModel model(&params, &backend, LossOptions{0.1f, 0.f});
@@ -68,7 +71,7 @@ TEST(LoraTest, AdapterGradientsMatchFiniteDifferences) {
   for (int which : {0, 1, 6, 7}) {  // A and B of two layers
     const TrainableTensor& t = adapters[which];
     for (int64_t i : {int64_t{0}, t.value->numel() / 2}) {
-      float& x = t.value->values()[i];
+      float& x = t.value->data()[i];
       const float saved = x, h = 1e-2f;
       x = saved + h;
       const double up = loss();
@@ -76,7 +79,7 @@ TEST(LoraTest, AdapterGradientsMatchFiniteDifferences) {
       const double down = loss();
       x = saved;
       const double numeric = (up - down) / (2 * h);
-      EXPECT_NEAR(t.grad->values()[i], numeric,
+      EXPECT_NEAR(t.grad->data()[i], numeric,
                   2e-3 * std::max(1.0, std::abs(numeric)))
           << t.name << "[" << i << "]";
     }
@@ -105,17 +108,17 @@ TEST(LoraTest, TrainerUpdatesOnlyAdapters) {
   };
   auto params = std::make_unique<ModelParameters>(options.model);
   params->InitRandom(5);
-  const std::vector<float> embed = params->embed_tokens.value.values();
+  const std::vector<float> embed = params->embed_tokens.value.HostValues();
   const std::vector<float> bias =
-      params->layers[3].moe.e_score_correction_bias.values();
+      params->layers[3].moe.e_score_correction_bias.HostValues();
   auto trainer = Trainer::Create(
       options, std::make_unique<PretrainData>(std::make_unique<Text>()),
       std::move(params), std::make_unique<CpuBackend>());
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   while (!(*trainer)->Done()) ASSERT_TRUE((*trainer)->Step().ok());
   ModelParameters& p = (*trainer)->params();
-  EXPECT_EQ(p.embed_tokens.value.values(), embed);
-  EXPECT_EQ(p.layers[3].moe.e_score_correction_bias.values(), bias);
+  EXPECT_EQ(p.embed_tokens.value.HostValues(), embed);
+  EXPECT_EQ(p.layers[3].moe.e_score_correction_bias.HostValues(), bias);
   const TrainingState state = (*trainer)->State();
   ASSERT_FALSE(state.model.empty());
   for (const StateTensor& t : state.model) {

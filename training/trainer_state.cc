@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/tensor_parallel_shard.h"
+#include "training/gradient_sync.h"
 #include "training/token_parallel_gradients.h"
 #include "training/trainer.h"
 
@@ -69,22 +70,9 @@ absl::Status Trainer::GatherLoraAdapters() {
       tensors.push_back(tensor);
     }
   }
-  std::vector<float> packed;
-  for (const Tensor* tensor : tensors) {
-    packed.insert(packed.end(), tensor->values().begin(),
-                  tensor->values().end());
-  }
-  if (absl::Status status = pipeline_->forward->AllReduce(
-          packed.data(), static_cast<int64_t>(packed.size()), ReduceOp::kSum);
-      !status.ok()) {
-    return status;
-  }
-  auto next = packed.begin();
-  for (Tensor* tensor : tensors) {
-    std::copy_n(next, tensor->numel(), tensor->values().begin());
-    next += tensor->numel();
-  }
-  return absl::OkStatus();
+  // Packed: another pp rank may hold the moments of these adapters in other
+  // arenas, or none.
+  return AllReducePacked(*pipeline_->forward, tensors);
 }
 
 Tensor* Trainer::WholeTensor(const std::string& key, const std::string& param,

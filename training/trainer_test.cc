@@ -91,8 +91,8 @@ TEST(TrainerTest, SeparateBackendMemoryTrainsBitwiseEqual) {
   const std::vector<double> b = Losses(separate.get());
   ASSERT_EQ(a.size(), 4u);
   EXPECT_EQ(a, b);
-  EXPECT_EQ(host->params().lm_head.value.values(),
-            separate->params().lm_head.value.values());
+  EXPECT_EQ(host->params().lm_head.value.HostValues(),
+            separate->params().lm_head.value.HostValues());
   // The weights and gradients the model computes on live there.
   int64_t weights = 0;
   for (const NamedTensor& t : host->params().Named())
@@ -116,7 +116,7 @@ TEST(TrainerTest, RecomputedLayersTrainBitwiseEqualInLessMemory) {
                            got = recomputed->params().Named();
   ASSERT_EQ(want.size(), got.size());
   for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_TRUE(want[i].value->values() == got[i].value->values())
+    EXPECT_TRUE(want[i].value->HostValues() == got[i].value->HostValues())
         << want[i].name;
   }
   EXPECT_LT(recomputed_memory.peak_bytes(), kept_memory.peak_bytes());
@@ -197,8 +197,8 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
   ASSERT_EQ(rest.size(), 2u);
   EXPECT_EQ(rest[0], expected[2]);
   EXPECT_EQ(rest[1], expected[3]);
-  EXPECT_EQ(resumed->params().lm_head.value.values(),
-            whole->params().lm_head.value.values());
+  EXPECT_EQ(resumed->params().lm_head.value.HostValues(),
+            whole->params().lm_head.value.HostValues());
 }
 
 // Counts the compute-copy refreshes a trainer asks its backend for.
@@ -280,15 +280,16 @@ TEST(TrainerTest, DeterministicRerunIsBitwiseEqual) {
   const std::vector<double> b = Losses(second.get());
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << i;
-  EXPECT_EQ(first->params().lm_head.value.values(),
-            second->params().lm_head.value.values());
+  EXPECT_EQ(first->params().lm_head.value.HostValues(),
+            second->params().lm_head.value.HostValues());
 }
 
 TEST(TrainerTest, NonFiniteGradientsSkipTheIterationAndCountIt) {
   auto trainer = MakeTrainer(TinyOptions(3));
   trainer->params().norm.value.data()[0] =
       std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> before = trainer->params().lm_head.value.values();
+  const std::vector<float> before =
+      trainer->params().lm_head.value.HostValues();
   absl::StatusOr<v1::StepMetrics> metrics = trainer->Step();
   ASSERT_TRUE(metrics.ok());
   EXPECT_EQ(metrics->skipped_iterations(), 1);
@@ -296,7 +297,7 @@ TEST(TrainerTest, NonFiniteGradientsSkipTheIterationAndCountIt) {
   EXPECT_EQ(metrics->iteration(), 1);
   EXPECT_EQ(metrics->consumed_samples(), 4);
   // A skipped iteration leaves the weights alone.
-  EXPECT_EQ(trainer->params().lm_head.value.values(), before);
+  EXPECT_EQ(trainer->params().lm_head.value.HostValues(), before);
 }
 
 TEST(TrainerTest, MetricsCarryScheduleAndThroughput) {
@@ -317,7 +318,7 @@ TEST(TrainerTest, MetricsCarryScheduleAndThroughput) {
   double squares = 0;
   for (const NamedTensor& t : trainer->params().Named()) {
     if (t.grad == nullptr) continue;
-    for (float g : t.grad->values()) squares += double{g} * g;
+    for (float g : t.grad->HostValues()) squares += double{g} * g;
   }
   EXPECT_NEAR(metrics->grad_norm(), std::sqrt(squares) / 2,
               1e-9 * metrics->grad_norm());

@@ -96,7 +96,8 @@ std::map<std::string, std::vector<float>> CheckpointState(
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   std::map<std::string, std::vector<float>> values;
   for (const auto* tensors : {&state.model, &state.optimizer}) {
-    for (const StateTensor& t : *tensors) values[t.name] = t.tensor->values();
+    for (const StateTensor& t : *tensors)
+      values[t.name] = t.tensor->HostValues();
   }
   return values;
 }
@@ -364,8 +365,9 @@ void ExpectLoraOfOneProcess(
   ASSERT_EQ(got.size(), want.size());
   int changed = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    ExpectNear(got[i].value->values(), want[i].value->values(), want[i].name);
-    changed += want[i].value->values() != before[i].value->values();
+    ExpectNear(got[i].value->HostValues(), want[i].value->HostValues(),
+               want[i].name);
+    changed += want[i].value->HostValues() != before[i].value->HostValues();
   }
   // The targeted weights of 8 layers and the MTP layer moved.
   EXPECT_EQ(changed, 27);
