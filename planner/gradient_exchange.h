@@ -9,9 +9,9 @@
 // more (parallel/gloo_collectives.cc), plus the rank's own block
 // (training/distributed_optimizer.cc). Megatron (--precision=bf16) reduces
 // its contiguous gradient buffer in place and gathers weights in place: 0.
-// A model's gradients now lie in one host arena and are all-reduced there
-// without the flat copy (only LoRA adapters' are packed), so outside ZeRO-1
-// this is an upper bound.
+// A model's gradients now lie in one host arena and are reduced there
+// without the flat copy, ZeRO-1's too (only LoRA adapters' are packed), so
+// for whole-model training this is an upper bound.
 #ifndef GLM_PLANNER_GRADIENT_EXCHANGE_H_
 #define GLM_PLANNER_GRADIENT_EXCHANGE_H_
 

@@ -213,8 +213,8 @@ const RankCoordinates& FirstRankOf(const SplitPlan& plan, int pp_rank) {
 // ranks (routed experts over expert-data ranks), mostly behind compute.
 // This trainer all-reduces fp32 gradients over the context and tensor
 // groups, then over the data-parallel group (under ZeRO-1 an all-reduce of
-// the packed shards and an all-gather of the weights), routed experts over
-// the expert-data group.
+// the gradients and an all-gather of the weights, each shard broadcast from
+// its rank), routed experts over the expert-data group.
 double ExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
                        const ClusterSpec& cluster, const KernelRates& rates,
                        const RankCoordinates& c) {

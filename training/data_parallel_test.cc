@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
+#include "kernels/tensor_arena.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/pipeline_layout.h"
 #include "training/distributed_optimizer.h"
@@ -351,6 +352,69 @@ TEST(DataParallelTest, ShardsAreContiguousBalancedAndMayBeEmpty) {
   EXPECT_EQ(three.end(0), 1);
   EXPECT_EQ(three.first(1), three.end(1));  // nothing left for rank 1's share
   EXPECT_EQ(three.end(2), 3);
+}
+
+// ZeRO-1's exchanges on tensors in an arena (run where they lie) end as on
+// tensors of their own (packed into blocks): each rank's shard summed, then
+// every shard's values on every rank, bit for bit with two ranks.
+TEST(DataParallelTest, ShardsInAnArenaExchangeAsPackedOnes) {
+  const std::vector<std::vector<int64_t>> shapes = {{10}, {3, 5}, {1}, {70}};
+  const ParameterShards shards({10, 15, 1, 70}, 2);
+  // Rank r's value of element i of tensor t.
+  auto value = [](int r, size_t t, int64_t i) {
+    return std::sin(1.f + r * 7.f + t * 3.f + i * 0.37f) * (t + 1);
+  };
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto group = GlooCollectives::Connect(store, "zero", rank, 2, {});
+      ASSERT_TRUE(group.ok()) << group.status();
+      std::vector<Tensor> arena = ZerosInOneAllocation(nullptr, shapes), owned;
+      for (size_t t = 0; t < shapes.size(); ++t) {
+        for (int64_t i = 0; i < arena[t].numel(); ++i) {
+          arena[t].data()[i] = value(rank, t, i);
+        }
+        owned.push_back(Tensor(shapes[t]));
+        owned[t].CopyFrom(arena[t]);
+      }
+      auto pointers = [](std::vector<Tensor>& tensors) {
+        std::vector<Tensor*> out;
+        for (Tensor& t : tensors) out.push_back(&t);
+        return out;
+      };
+      ASSERT_NE(arena[0].arena(), nullptr);
+      ASSERT_EQ(owned[0].arena(), nullptr);
+      for (std::vector<Tensor>* tensors : {&arena, &owned}) {
+        ASSERT_TRUE(shards.ReduceScatter(**group, pointers(*tensors)).ok());
+      }
+      for (int64_t t = shards.first(rank); t < shards.end(rank); ++t) {
+        for (int64_t i = 0; i < arena[t].numel(); ++i) {
+          EXPECT_EQ(arena[t].data()[i], value(0, t, i) + value(1, t, i));
+          EXPECT_EQ(arena[t].data()[i], owned[t].data()[i]);
+        }
+      }
+      // Each rank's weights as its shard's rank would have updated them.
+      for (std::vector<Tensor>* tensors : {&arena, &owned}) {
+        for (size_t t = 0; t < shapes.size(); ++t) {
+          for (int64_t i = 0; i < (*tensors)[t].numel(); ++i) {
+            (*tensors)[t].data()[i] = value(rank, t, i) * 2 + 1;
+          }
+        }
+        ASSERT_TRUE(shards.AllGather(**group, pointers(*tensors)).ok());
+      }
+      for (int r = 0; r < 2; ++r) {
+        for (int64_t t = shards.first(r); t < shards.end(r); ++t) {
+          for (int64_t i = 0; i < arena[t].numel(); ++i) {
+            EXPECT_EQ(arena[t].data()[i], value(r, t, i) * 2 + 1);
+            EXPECT_EQ(arena[t].data()[i], owned[t].data()[i]);
+          }
+        }
+      }
+      EXPECT_TRUE((*group)->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 TEST(DataParallelTest, RejectsMicroBatchesThatDoNotDivideOverRanks) {

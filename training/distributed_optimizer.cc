@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/tensor_arena.h"
+
 namespace glm {
 namespace {
 
@@ -45,6 +47,20 @@ ParameterShards::ParameterShards(const std::vector<int64_t>& sizes, int ranks) {
 
 absl::Status ParameterShards::ReduceScatter(
     Collectives& group, const std::vector<Tensor*>& tensors) const {
+  const TensorSpans spans = SpansOf(tensors);
+  if (spans.owning.empty()) {
+    // In an arena: summed where they lie, every shard's (a reduce-scatter of
+    // whole tensors would need them laid out in equal blocks; Gloo's runs as
+    // an all-reduce of such a packed copy anyway).
+    for (const FloatSpan& span : spans.spans) {
+      if (absl::Status status =
+              group.AllReduce(span.data, span.size, ReduceOp::kSum);
+          !status.ok()) {
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  }
   const int ranks = group.size();
   std::vector<float> flat(block_ * ranks, 0.f);
   for (int r = 0; r < ranks; ++r) {
@@ -62,6 +78,21 @@ absl::Status ParameterShards::ReduceScatter(
 
 absl::Status ParameterShards::AllGather(
     Collectives& group, const std::vector<Tensor*>& tensors) const {
+  if (SpansOf(tensors).owning.empty()) {
+    // In an arena: each rank's shard sent from where it lies to where the
+    // others keep it, one broadcast per run of its tensors.
+    for (int r = 0; r < group.size(); ++r) {
+      const std::vector<Tensor*> shard(tensors.begin() + first(r),
+                                       tensors.begin() + end(r));
+      for (const FloatSpan& span : SpansOf(shard).spans) {
+        if (absl::Status status = group.Broadcast(span.data, span.size, r);
+            !status.ok()) {
+          return status;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   const int ranks = group.size();
   std::vector<float> mine(block_, 0.f);
   Pack(tensors, first(group.rank()), end(group.rank()), mine.data());
