@@ -44,7 +44,8 @@ def main():
     runs = {r: losses(state, r) for r in
             ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16",
              "cuda_bf16_graphs", "cuda_fp32_recompute", "resume_gpu",
-             "resume_cpu", "shared_gpu_one", "shared_gpu_dp2", "shared_gpu_pp2",
+             "resume_cpu", "shared_gpu_one", "shared_gpu_dp2",
+             "shared_gpu_dp2_zero", "shared_gpu_pp2",
               "shared_gpu_ep2", "sft", "sft_graphs", "lora", "long_context",
               "cpu_50", "cpu_50_dp2"]}
     rows = []
@@ -100,11 +101,12 @@ def main():
     else:
         check("CPU resume of the CUDA checkpoint", False, "did not finish", "")
     one = runs["shared_gpu_one"]
-    for parallel in ["dp2", "pp2", "ep2"]:
+    for parallel in ["dp2", "dp2_zero", "pp2", "ep2"]:
         shared = runs[f"shared_gpu_{parallel}"]
         ok = len(shared) == 50 and len(one) == 50
         rel = max_rel(shared, one, range(1, 51)) if ok else float("nan")
-        check(f"{parallel.upper()}, two workers on one GPU, vs one worker (1-50)",
+        name = parallel.upper().replace("_ZERO", " with ZeRO-1")
+        check(f"{name}, two workers on one GPU, vs one worker (1-50)",
               ok and rel <= 1e-3, f"max rel {rel:.2e}", "1e-3")
     for mode, steps in [("sft", 20), ("lora", 20), ("long_context", 10)]:
         run = runs[mode]
