@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "kernels/tensor_arena.h"
+#include "training/gradient_sync.h"
 
 namespace glm {
 namespace {
@@ -47,19 +48,11 @@ ParameterShards::ParameterShards(const std::vector<int64_t>& sizes, int ranks) {
 
 absl::Status ParameterShards::ReduceScatter(
     Collectives& group, const std::vector<Tensor*>& tensors) const {
-  const TensorSpans spans = SpansOf(tensors);
-  if (spans.owning.empty()) {
+  if (SpansOf(tensors).owning.empty()) {
     // In an arena: summed where they lie, every shard's (a reduce-scatter of
     // whole tensors would need them laid out in equal blocks; Gloo's runs as
     // an all-reduce of such a packed copy anyway).
-    for (const FloatSpan& span : spans.spans) {
-      if (absl::Status status =
-              group.AllReduce(span.data, span.size, ReduceOp::kSum);
-          !status.ok()) {
-        return status;
-      }
-    }
-    return absl::OkStatus();
+    return AllReduceWhereTheyLie(group, tensors);
   }
   const int ranks = group.size();
   std::vector<float> flat(block_ * ranks, 0.f);

@@ -29,13 +29,11 @@ absl::Status AllReducePacked(Collectives& group,
   return absl::OkStatus();
 }
 
-absl::Status AllReduceGradients(Collectives& group,
-                                const std::vector<TrainableTensor>& params) {
-  std::vector<Tensor*> grads;
-  for (const TrainableTensor& p : params) grads.push_back(p.grad);
-  const TensorSpans spans = SpansOf(grads);
-  // Gradients in an arena (a model's): one call per run of them, on the
-  // arena itself.
+absl::Status AllReduceWhereTheyLie(Collectives& group,
+                                   const std::vector<Tensor*>& tensors) {
+  const TensorSpans spans = SpansOf(tensors);
+  // Tensors in an arena (a model's): one call per run of them, on the arena
+  // itself.
   for (const FloatSpan& span : spans.spans) {
     if (absl::Status status =
             group.AllReduce(span.data, span.size, ReduceOp::kSum);
@@ -43,9 +41,16 @@ absl::Status AllReduceGradients(Collectives& group,
       return status;
     }
   }
-  // Gradients of an allocation each (LoRA adapters) lie scattered: they
-  // travel packed, one call for all of them rather than one per tensor.
+  // Tensors of an allocation each (LoRA adapters) lie scattered: they travel
+  // packed, one call for all of them rather than one per tensor.
   return AllReducePacked(group, spans.owning);
+}
+
+absl::Status AllReduceGradients(Collectives& group,
+                                const std::vector<TrainableTensor>& params) {
+  std::vector<Tensor*> grads;
+  for (const TrainableTensor& p : params) grads.push_back(p.grad);
+  return AllReduceWhereTheyLie(group, grads);
 }
 
 absl::StatusOr<double> SumInRankOrder(Collectives& group, double value) {

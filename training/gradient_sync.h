@@ -25,13 +25,18 @@ namespace glm {
 absl::Status AllReducePacked(Collectives& group,
                              const std::vector<Tensor*>& tensors);
 
-// In place: each gradient becomes the sum of that gradient over `group`,
-// the same on every member. Every member passes tensors of the same shapes
-// placed alike, so that all make the same calls (kernels/tensor_arena.h
-// SpansOf). With two members the sums are those of the packed path bit for
-// bit; with more, a collective may add an element's contributions in an
-// order set by its place in the call's buffer (Gloo's ring does), so the
-// arena's sums and a packed copy's agree to rounding.
+// In place: each of `tensors` becomes its sum over `group`, the same on
+// every member: those in an arena where they lie, one call per run of them,
+// those of their own packed (AllReducePacked). Every member passes tensors of
+// the same shapes placed alike, so that all make the same calls
+// (kernels/tensor_arena.h SpansOf). With two members the sums are those of
+// the packed path bit for bit; with more, a collective may add an element's
+// contributions in an order set by its place in the call's buffer (Gloo's
+// ring does), so the arena's sums and a packed copy's agree to rounding.
+absl::Status AllReduceWhereTheyLie(Collectives& group,
+                                   const std::vector<Tensor*>& tensors);
+
+// AllReduceWhereTheyLie over the gradients of `params`.
 absl::Status AllReduceGradients(Collectives& group,
                                 const std::vector<TrainableTensor>& params);
 
