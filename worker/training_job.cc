@@ -123,7 +123,7 @@ std::string LayoutString(const std::vector<StageSlice>& stages) {
 // Nothing otherwise, and nothing in a build without CUDA.
 class StepActivity {
  public:
-  static constexpr int kKernelRows = 30;
+  static constexpr int kKernelRows = 100;
 
   // Before the backend exists, so that CUPTI sees the device's context made.
   // A recorder that cannot start is logged and the job goes on without it.

@@ -21,6 +21,9 @@ namespace {
 
 // cuBLASLt workspace (lets the heuristic choose split-K algorithms).
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// After it, the fp32 partial products of a product split over its inner
+// dimension (KSlices).
+constexpr size_t kPartialBytes = size_t{16} << 20;
 
 // A row-major [rows, cols] matrix as a product reads it: leading dimension
 // `ld` in elements of `type`.
@@ -47,11 +50,11 @@ size_t Bf16Bytes(ConstMatrixView v) {
                         Bf16LeadingDim(v.cols));
 }
 
-// Scratch for one call: the workspace, then a bf16 copy of each F32 view
+// Scratch for one call: the workspace, the partial products, then a bf16 copy of each F32 view
 // when products run in bf16.
 size_t ScratchBytes(Precision precision,
                     std::initializer_list<ConstMatrixView> views) {
-  size_t bytes = kWorkspaceBytes;
+  size_t bytes = kWorkspaceBytes + kPartialBytes;
   if (precision == Precision::kBf16) {
     for (const ConstMatrixView& v : views) {
       if (v.dtype == ElementType::kF32) bytes += Bf16Bytes(v);
@@ -62,11 +65,13 @@ size_t ScratchBytes(Precision precision,
 
 // Turns views into operands: the views themselves in fp32 and tf32 modes and
 // for BF16 views; in bf16 mode the weights' kept copies, or bf16 copies of
-// F32 views made here, each carved out of the scratch after the workspace.
+// F32 views made here, each carved out of the scratch after the workspace
+// and the partial products.
 class OperandMaker {
  public:
   OperandMaker(CudaContext& ctx, void* scratch)
-      : ctx_(ctx), next_(static_cast<char*>(scratch) + kWorkspaceBytes) {}
+      : ctx_(ctx),
+        next_(static_cast<char*>(scratch) + kWorkspaceBytes + kPartialBytes) {}
 
   Operand Make(ConstMatrixView v) {
     if (v.dtype == ElementType::kBF16) {
@@ -266,9 +271,9 @@ const Plan& CachedPlan(const PlanKey& key) {
 // each at i times its batch stride (c_stride for C). cuBLASLt is
 // column-major, where a row-major matrix is its transpose: it computes C^T =
 // op(B)^T op(A)^T, B as its first operand.
-void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
-            bool trans_b, MatrixView c, bool accumulate, void* workspace,
-            int64_t batches = 1, int64_t c_stride = 0) {
+void CublasMatmul(CudaContext& ctx, const Operand& a, bool trans_a,
+                  const Operand& b, bool trans_b, MatrixView c, bool accumulate,
+                  void* workspace, int64_t batches = 1, int64_t c_stride = 0) {
   const int64_t k = trans_a ? a.rows : a.cols;
   assert((trans_a ? a.cols : a.rows) == c.rows);
   assert((trans_b ? b.cols : b.rows) == k);
@@ -304,6 +309,70 @@ void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
                                   a.data, plan.b, &beta, c.data, plan.c, c.data,
                                   plan.c, &plan.algo, workspace,
                                   kWorkspaceBytes, ctx.stream()));
+}
+
+// How many slices of its inner dimension k a product with an fp32 output
+// [m, n] runs as. One whose output is a few tiles over a long k leaves most
+// SMs idle under cuBLASLt's heuristic: the indexer KL loss's key gradients
+// ([4096 keys, 128] summed over 32,768 rows) ran as 16 tiles of 128x256 on
+// 16 of an H200's 132 SMs, 315 us a call (bench/NOTES.md, 2026-12-03). Such
+// a product runs as one batched product over equal slices of k, about two
+// waves of 128x128 tiles in all, each slice at least kMinSlice deep and a
+// multiple of 8 (16-byte aligned batches), its partials within
+// kPartialBytes. A function of the shapes alone: every product here stays
+// deterministic.
+int64_t KSlices(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kTile = 128, kTargetTiles = 256, kMaxSlices = 16,
+                    kMinSlice = 512;
+  const int64_t tiles = ((m + kTile - 1) / kTile) * ((n + kTile - 1) / kTile);
+  int64_t slices = 1;
+  while (2 * slices <= kMaxSlices && 2 * slices * tiles <= kTargetTiles &&
+         k % (2 * slices * 8) == 0 && k / (2 * slices) >= kMinSlice &&
+         2 * slices * m * n * sizeof(float) <= kPartialBytes) {
+    slices *= 2;
+  }
+  return slices;
+}
+
+// Slice 0 of `slices` equal slices of an operand's k (its rows when
+// k_in_rows, else its columns); the batch stride steps to the next slice.
+Operand KSlice(Operand o, bool k_in_rows, int64_t slices) {
+  if (k_in_rows) {
+    o.rows /= slices;
+    o.batch_stride = o.rows * o.ld;
+  } else {
+    o.cols /= slices;
+    o.batch_stride = o.cols;
+  }
+  return o;
+}
+
+// Row-major C = op(A) op(B) (+ C when accumulate), as CublasMatmul; a single
+// product with an fp32 C that KSlices splits runs as its slices' products
+// into partials in the scratch after the workspace (slice s's row i at
+// row i * slices + s), summed into C in slice order.
+void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
+            bool trans_b, MatrixView c, bool accumulate, void* workspace,
+            int64_t batches = 1, int64_t c_stride = 0) {
+  const int64_t k = trans_a ? a.rows : a.cols;
+  const int64_t slices = batches == 1 && c.dtype == ElementType::kF32
+                             ? KSlices(c.rows, c.cols, k)
+                             : 1;
+  if (slices == 1) {
+    CublasMatmul(ctx, a, trans_a, b, trans_b, c, accumulate, workspace,
+                 batches, c_stride);
+    return;
+  }
+  auto* partials = reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                            kWorkspaceBytes);
+  CublasMatmul(ctx, KSlice(a, trans_a, slices), trans_a,
+               KSlice(b, !trans_b, slices), trans_b,
+               MatrixView{partials, c.rows, c.cols, slices * c.cols},
+               /*accumulate=*/false, workspace, slices, c.cols);
+  if (!accumulate) Zero(ctx, c);
+  SumRowGroups(ctx,
+               ConstMatrixView{partials, c.rows * slices, c.cols, c.cols},
+               slices, c);
 }
 
 }  // namespace

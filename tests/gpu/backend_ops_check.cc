@@ -1524,6 +1524,11 @@ void AddLinearCases(Factories& f) {
   AddLinear(f, "router gate", Dense(4096, hidden),
             Dense(m.n_routed_experts, hidden), Dense(4096, m.n_routed_experts),
             false);
+  // Few output tiles over a long k: the CUDA backend splits k (four slices
+  // here, added into y).
+  AddLinear(f, "router gate", Dense(4096, hidden),
+            Dense(m.n_routed_experts, hidden), Dense(4096, m.n_routed_experts),
+            true);
   AddLinear(f, "mlp up into gate_up", Dense(1024, hidden), Dense(inter, hidden),
             Cols(1024, 2 * inter, inter, inter), false);
   AddLinear(f, "expert gate_up slab", Dense(1000, hidden),
@@ -1571,6 +1576,11 @@ void AddLinearCases(Factories& f) {
                     Dense(heads * qk, m.q_lora_rank), Dense(2048, heads * qk),
                     true, true, Dense(2048, m.q_lora_rank),
                     Dense(heads * qk, m.q_lora_rank));
+  // dw [32, 2048] over 4,096 tokens: eight slices of k on the CUDA backend.
+  AddLinearBackward(f, "indexer weights_proj", Dense(4096, hidden),
+                    Dense(m.index_n_heads, hidden),
+                    Dense(4096, m.index_n_heads), true, true,
+                    Dense(4096, hidden), Dense(m.index_n_heads, hidden));
   AddLinearBackward(f, "mlp gate", Dense(512, hidden), Dense(inter, hidden),
                     Cols(512, 2 * inter, 0, inter), true, true,
                     Dense(512, hidden), Dense(inter, hidden));
