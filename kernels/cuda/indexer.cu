@@ -10,6 +10,7 @@
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/indexer.cuh"
+#include "kernels/cuda/indexer_scores.cuh"
 #include "kernels/cuda/linear.cuh"
 
 namespace glm::cuda {
@@ -170,40 +171,6 @@ __global__ void ScoreKernel(ConstMatrixView iq, ConstMatrixView ik,
   ForTileDots(rows, keys, score, [&](int r, int k, float value) {
     scores[(row0 - t0 + r) * ld + s0 + k] = value;
   });
-}
-
-// The bf16 mode's scores of queries [t0, t1) against the keys they can see,
-// [0, key_end): every (query, head) row's dots by one TF32 GEMM into dots
-// [(t1 - t0) * heads, key_end], then each score's heads summed in head order.
-__global__ void SumHeadsKernel(const float* dots, ConstMatrixView w, int64_t t0,
-                               int64_t count, int64_t key_end, float scale,
-                               float* scores, int64_t ld) {
-  const int64_t heads = w.cols;
-  ForEachElement(count, key_end, [&](int64_t r, int64_t s) {
-    const float* weights = RowOf(w, t0 + r);
-    const float* dot = dots + r * heads * key_end + s;
-    float score = 0.f;
-    for (int64_t h = 0; h < heads; ++h) {
-      score = MulAdd(weights[h], fmaxf(scale * dot[h * key_end], 0.f), score);
-    }
-    scores[r * ld + s] = score;
-  });
-}
-
-void HeadScores(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
-                ConstMatrixView w, int64_t query_offset, int64_t t0, int64_t t1,
-                float scale, float* dots, float* scores, int64_t ld) {
-  const int64_t heads = w.cols, count = t1 - t0, key_end = query_offset + t1;
-  WithPrecision tf32(ctx, Precision::kTf32);
-  Linear(tf32,
-         ConstMatrixView{iq.data + t0 * heads * iq.stride, count * heads,
-                         iq.cols, iq.stride},
-         ConstMatrixView{ik.data, key_end, ik.cols, ik.stride},
-         MatrixView{dots, count * heads, key_end, key_end}, false);
-  SumHeadsKernel<<<GridStrideBlocks(count * key_end), kBlockThreads, 0,
-                   ctx.stream()>>>(dots, w, t0, count, key_end, scale, scores,
-                                   ld);
-  GLM_CUDA_CHECK_LAUNCH();
 }
 
 // ---- Top-k: selection per query ----
@@ -583,44 +550,37 @@ size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
 }
 
 // KlRowKernel for the dense path: one block per query t = t0 + blockIdx.x of
-// a chunk whose dots with keys [0, key_end) are the rows
-// dots[(t - t0)*heads + h] (row length key_end). One read of the selected
-// keys' dots gives each slot's score and the heads where its ReLU is active;
-// after the loss, the same rows of grads (bf16, leading dimension grads_ld)
-// get e[h][s] = d loss / d z_s * scale where head h's dot with key s is
-// positive, 0 elsewhere and at keys not selected: written, never read back.
-// d loss / d dot[h][s] = w[h] * e[h][s], and d loss / d w[h] = sum_s e[h][s]
-// dot[h][s], which DenseKlLoss takes from the product e ik (QueryGrads).
-// Keys are walked in order (coalesced rows) and found in the query's slots
-// through a key -> slot map.
+// a chunk whose scores with keys [0, key_end) are the row scores[(t - t0) *
+// key_end + s], the heads whose dots are positive the same row of
+// positive_heads (IndexerScores). The selected keys' entries give each
+// slot's score and active heads; after the loss, the query's rows of grads
+// (bf16, leading dimension grads_ld; row (t - t0)*heads + h) get e[h][s] =
+// d loss / d z_s * scale where head h's dot with key s is positive, 0
+// elsewhere and at keys not selected: written, never read back. d loss / d
+// dot[h][s] = w[h] * e[h][s], and d loss / d w[h] = sum_s e[h][s] dot[h][s],
+// which DenseKlLoss takes from the product e ik (QueryGrads). Keys are
+// walked in order (coalesced rows) and found in the query's slots through a
+// key -> slot map.
 __global__ void __launch_bounds__(kKlThreads, 5)
-    DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, const float* dots,
-                     __nv_bfloat16* grads, int64_t grads_ld, double* row_loss) {
+    DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, const float* scores,
+                     const uint32_t* positive_heads, __nv_bfloat16* grads,
+                     int64_t grads_ld, double* row_loss) {
   extern __shared__ float target[];
   float* z = target + p.topk;
   auto* positive = reinterpret_cast<uint32_t*>(z + p.topk);
   auto* slot_of = reinterpret_cast<int16_t*>(positive + p.topk);
   const int64_t t = t0 + blockIdx.x;
   const int32_t* selected = p.keys + t * p.topk;
-  const float* weights = RowOf(p.w, t);
-  const float* row = dots + int64_t{blockIdx.x} * p.heads * key_end;
+  const int64_t row = int64_t{blockIdx.x} * key_end;
   __nv_bfloat16* grad_rows = grads + int64_t{blockIdx.x} * p.heads * grads_ld;
   for (int s = threadIdx.x; s < key_end; s += kKlThreads) slot_of[s] = -1;
   __syncthreads();
   for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
-    if (selected[j] >= 0) slot_of[selected[j]] = static_cast<int16_t>(j);
-  }
-  __syncthreads();
-  for (int s = threadIdx.x; s < key_end; s += kKlThreads) {
-    const int j = slot_of[s];
-    if (j < 0) continue;
-    uint32_t active = 0;
-    z[j] = SlotScore(p, weights, [&](int h) {
-      const float dot = row[h * key_end + s];
-      active |= static_cast<uint32_t>(p.scale * dot > 0.f) << h;
-      return dot;
-    });
-    positive[j] = active;
+    const int32_t s = selected[j];
+    if (s < 0) continue;
+    slot_of[s] = static_cast<int16_t>(j);
+    z[j] = scores[row + s];
+    positive[j] = positive_heads[row + s];
   }
   __syncthreads();
   SlotLoss(p, t, selected, target, z, row_loss);
@@ -852,17 +812,19 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
 }
 
 // The bf16 mode's loss where the selection is dense (each query selects at
-// least one in 8 of the keys): the dots of a block of queries' heads with
-// every key by one TF32 GEMM, the loss and e (DenseKlRowKernel) by one read
-// of those rows, then the gradients through two bf16 products of e (rounded
-// to bf16 as it is written, as every product's output gradient is in this
-// mode): e ik for the query and head-weight gradients, e^T (w iq) for the key
-// gradients. The dots stay TF32, not bf16: the ReLU's kink and the softmax
-// see the fp32 path's values to about 1e-3 relative, and the fp32 operands
-// need no conversion pass. In self-attention (n == nk: query t is key token
-// t, its keys are <= t) a block of queries forms its dots with the keys up to
-// its last query only, about half the products and score traffic of every
-// key. Every sum runs in an order fixed by the shapes: deterministic.
+// least one in 8 of the keys): a block of queries' scores with every key and
+// their heads with positive dots by IndexerScores (TF32 tensor-core products
+// summed over heads in registers: the dots are never stored), the loss and e
+// (DenseKlRowKernel) from the selected keys' entries, then the gradients
+// through two bf16 products of e (rounded to bf16 as it is written, as every
+// product's output gradient is in this mode): e ik for the query and
+// head-weight gradients, e^T (w iq) for the key gradients. The products stay
+// TF32, not bf16: the ReLU's kink and the softmax see the fp32 path's values
+// to about 1e-3 relative, and the fp32 operands need no conversion pass. In
+// self-attention (n == nk: query t is key token t, its keys are <= t) a
+// block of queries scores the keys up to its last query only, about half the
+// products of every key. Every sum runs in an order fixed by the shapes:
+// deterministic.
 void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
                  MatrixView dik, MatrixView dw, float coeff, double* loss) {
   cudaStream_t stream = ctx.stream();
@@ -870,19 +832,22 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   // Rows of bf16 gradients padded to 16 bytes for the products.
   const int64_t grads_ld = (nk + 7) / 8 * 8;
   const int64_t chunk = ChunkQueries(
-      n, heads * (nk * sizeof(float) + grads_ld * sizeof(__nv_bfloat16) +
-                  2 * dim * sizeof(float)));
+      n,
+      nk * (sizeof(float) + sizeof(uint32_t)) +
+          heads * (grads_ld * sizeof(__nv_bfloat16) + 2 * dim * sizeof(float)));
   Carver sizer;
   auto carve = [&](Carver& c) {
     struct {
       double* row_loss;
-      float* dots;
+      float* scores;
+      uint32_t* positive;
       __nv_bfloat16* grads;
       float* e_ik;
       float* weighted_iq;
     } b;
     b.row_loss = c.Take<double>(n);
-    b.dots = c.Take<float>(chunk * heads * nk);
+    b.scores = c.Take<float>(chunk * nk);
+    b.positive = c.Take<uint32_t>(chunk * nk);
     b.grads = c.Take<__nv_bfloat16>(chunk * heads * grads_ld);
     b.e_ik = c.Take<float>(chunk * heads * dim);
     b.weighted_iq = c.Take<float>(chunk * heads * dim);
@@ -892,19 +857,19 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   // Linear takes the plain scratch: these live in the composite one.
   Carver carver(static_cast<char*>(ctx.CompositeScratch(sizer.used())));
   const auto b = carve(carver);
-  WithPrecision tf32(ctx, Precision::kTf32);
   // Allowed once for the widest rows; each chunk launches with its own.
   AllowShared(DenseKlRowKernel, DenseKlRowShared(p.topk, nk));
+  const int64_t causal_offset = n == nk ? 0 : -1;
   const bool need_e_ik = !diq.empty() || !dw.empty();
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t count = std::min(chunk, n - t0), rows = count * heads;
     const int64_t key_end = VisibleKeyEnd(n, nk, t0 + count);
     const ConstMatrixView ik = p.ik.Rows(0, key_end);
-    Linear(tf32, p.iq.Rows(t0 * heads, rows), ik,
-           MatrixView{b.dots, rows, key_end, key_end}, false);
+    IndexerScores(ctx, p.iq, p.ik, p.w, t0, count, key_end, causal_offset,
+                  p.scale, b.scores, b.positive, key_end);
     DenseKlRowKernel<<<count, kKlThreads, DenseKlRowShared(p.topk, key_end),
-                       stream>>>(p, t0, static_cast<int>(key_end), b.dots,
-                                 b.grads, grads_ld, b.row_loss);
+                       stream>>>(p, t0, static_cast<int>(key_end), b.scores,
+                                 b.positive, b.grads, grads_ld, b.row_loss);
     GLM_CUDA_CHECK_LAUNCH();
     const MatrixView e_ik{b.e_ik, rows, dim, dim},
         weighted_iq{b.weighted_iq, rows, dim, dim};
@@ -1018,20 +983,15 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   assert(query_offset >= 0 && query_offset + nq <= nk && nk <= INT_MAX);
   assert(topk > 0 && topk <= kMaxTopK);
   if (nq == 0) return;
-  const bool gemm = ctx.precision() == Precision::kBf16;
-  // Scores span the keys any of these queries can see; the bf16 mode's
-  // products keep each head's dots of a chunk beside them.
+  // The bf16 mode scores on the tensor cores (IndexerScores) where the
+  // shapes allow, and lists each query's keys in key order.
+  const bool approximate = ctx.precision() == Precision::kBf16;
+  const bool tensor_cores =
+      approximate && IndexerScoresSupported(iq, ik, heads);
+  // Scores span the keys any of these queries can see.
   const int64_t ld = query_offset + nq;
-  const int64_t chunk =
-      ChunkQueries(nq, (gemm ? heads + 1 : 1) * ld * sizeof(float));
-  const size_t score_bytes = ScratchAlignUp(chunk * ld * sizeof(float));
-  // Linear takes the plain scratch: the GEMM path's buffers live in the
-  // composite one.
-  auto* scores = static_cast<float*>(
-      gemm ? ctx.CompositeScratch(score_bytes +
-                                  chunk * heads * ld * sizeof(float))
-           : ctx.Scratch(score_bytes));
-  float* dots = scores + score_bytes / sizeof(float);
+  const int64_t chunk = ChunkQueries(nq, ld * sizeof(float));
+  auto* scores = static_cast<float*>(ctx.Scratch(chunk * ld * sizeof(float)));
   const int sort_size = PowerOfTwoAtLeast(topk);
   cudaStream_t stream = ctx.stream();
   // The bf16 mode lists each query's keys in key order (no sort), and does
@@ -1039,7 +999,7 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   // topk keys, so selects them all): at 4k tokens with top-2048 that is half
   // the selections and a quarter of the products.
   const int64_t all_visible =
-      gemm ? std::clamp<int64_t>(topk - query_offset, 0, nq) : 0;
+      approximate ? std::clamp<int64_t>(topk - query_offset, 0, nq) : 0;
   if (all_visible > 0) {
     AllVisibleKeysKernel<<<all_visible, kBlockThreads, 0, stream>>>(
         seq_start, query_offset, static_cast<int>(topk), keys);
@@ -1047,8 +1007,9 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   }
   for (int64_t t0 = all_visible; t0 < nq; t0 += chunk) {
     const int64_t t1 = std::min(nq, t0 + chunk);
-    if (gemm) {
-      HeadScores(ctx, iq, ik, w, query_offset, t0, t1, scale, dots, scores, ld);
+    if (tensor_cores) {
+      IndexerScores(ctx, iq, ik, w, t0, t1 - t0, query_offset + t1,
+                    query_offset, scale, scores, nullptr, ld);
     } else {
       const dim3 grid((query_offset + t1 + kTileB - 1) / kTileB,
                       (t1 - t0 + kTileA - 1) / kTileA);
@@ -1056,7 +1017,7 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
           iq, ik, w, seq_start, query_offset, t0, t1, scale, scores, ld);
       GLM_CUDA_CHECK_LAUNCH();
     }
-    if (gemm) {
+    if (approximate) {
       SelectInKeyOrderKernel<<<t1 - t0, kSelectThreads, 0, stream>>>(
           scores, ld, seq_start, query_offset, t0, static_cast<int>(topk),
           keys);
@@ -1097,7 +1058,8 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                     scale,
                     coeff / static_cast<float>(n)};
   // Dense: each key's slot fits an int16 in shared memory (nk <= 32768).
-  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows) {
+  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows &&
+      IndexerScoresSupported(iq, ik, heads)) {
     DenseKlLoss(ctx, p, n, diq, dik, dw, coeff, loss);
     return;
   }

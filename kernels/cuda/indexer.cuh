@@ -17,16 +17,15 @@ namespace glm::cuda {
 // token g = query_offset + t. score[t, s] = sum_h w[t,h] * relu(scale *
 // iq[t,h] . ik[s]) over keys s in [seq_start[t], g], in fp32 with each dot
 // summed over d in order and no fused multiply-add: bitwise the CPU's scores,
-// so both backends select the same keys. The bf16 mode computes the dots by
-// TF32 GEMMs instead (its selections differ from the CPU's only between keys
-// whose scores are within about 1e-3 of the scores' scale). Writes keys [nq,
+// so both backends select the same keys. The bf16 mode computes the dots as
+// TF32 tensor-core products instead (IndexerScores, where its shapes allow:
+// its selections differ from the CPU's only between keys whose scores are
+// within about 1e-3 of the scores' scale). Writes keys [nq,
 // topk] (contiguous): the min(topk, g - seq_start[t] + 1) best keys, best
 // first (ties: lower index first), -1 after them; the bf16 mode lists the
 // same selection in key order instead (Backend::IndexerTopK allows it), and a
 // query whose token g < topk there takes every key it sees unscored. topk <=
-// 4096. Uses
-// ctx.Scratch for a chunk of queries' scores (and, in the bf16 mode,
-// ctx.CompositeScratch for their dots as well).
+// 4096. Uses ctx.Scratch for a chunk of queries' scores.
 void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                  ConstMatrixView w, const int32_t* seq_start,
                  int64_t query_offset, int64_t topk, float scale,
@@ -41,11 +40,11 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
 // bitwise the CPU's; diq and dw sum over slots in order, as the CPU does; a
 // key's dik row sums, in ascending (query, slot) order, each slot's heads
 // (no atomics: bitwise repeatable). In the bf16 mode, when each query selects
-// at least one in 8 of the keys, the dots go through TF32 GEMMs over every
-// head at once and the gradients through bf16 products instead
-// (ctx.CompositeScratch holds a chunk's dots with every key and their bf16
-// gradients). topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes from
-// ctx.Scratch.
+// at least one in 8 of the keys, a chunk's scores with every key come from
+// IndexerScores (TF32 tensor-core products, the dots never stored) and the
+// gradients from bf16 products (ctx.CompositeScratch holds the chunk's
+// scores, their positive heads and the dots' bf16 gradients). topk <= 4096.
+// Takes IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,

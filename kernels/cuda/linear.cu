@@ -50,8 +50,8 @@ size_t Bf16Bytes(ConstMatrixView v) {
                         Bf16LeadingDim(v.cols));
 }
 
-// Scratch for one call: the workspace, the partial products, then a bf16 copy of each F32 view
-// when products run in bf16.
+// Scratch for one call: the workspace, the partial products, then a bf16 copy
+// of each F32 view when products run in bf16.
 size_t ScratchBytes(Precision precision,
                     std::initializer_list<ConstMatrixView> views) {
   size_t bytes = kWorkspaceBytes + kPartialBytes;
@@ -359,19 +359,18 @@ void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
                              ? KSlices(c.rows, c.cols, k)
                              : 1;
   if (slices == 1) {
-    CublasMatmul(ctx, a, trans_a, b, trans_b, c, accumulate, workspace,
-                 batches, c_stride);
+    CublasMatmul(ctx, a, trans_a, b, trans_b, c, accumulate, workspace, batches,
+                 c_stride);
     return;
   }
-  auto* partials = reinterpret_cast<float*>(static_cast<char*>(workspace) +
-                                            kWorkspaceBytes);
+  auto* partials =
+      reinterpret_cast<float*>(static_cast<char*>(workspace) + kWorkspaceBytes);
   CublasMatmul(ctx, KSlice(a, trans_a, slices), trans_a,
                KSlice(b, !trans_b, slices), trans_b,
                MatrixView{partials, c.rows, c.cols, slices * c.cols},
                /*accumulate=*/false, workspace, slices, c.cols);
   if (!accumulate) Zero(ctx, c);
-  SumRowGroups(ctx,
-               ConstMatrixView{partials, c.rows * slices, c.cols, c.cols},
+  SumRowGroups(ctx, ConstMatrixView{partials, c.rows * slices, c.cols, c.cols},
                slices, c);
 }
 
