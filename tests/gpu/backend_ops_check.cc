@@ -3093,6 +3093,11 @@ void AddAttentionCases(Factories& f) {
   top64.key_tokens = 1024;
   top64.topk = 64;
   AddTopK(f, "causal", top64, 0, std::vector<int32_t>(1024, 0));
+  // 12 heads of 64 dims (the bf16 mode's tensor-core tiles pad both), 333
+  // queries (a partial last block) of two sequences from token 100.
+  std::vector<int32_t> two(333);
+  for (int64_t t = 0; t < 333; ++t) two[t] = t < 150 ? 0 : 250;
+  AddTopK(f, "12 heads", IndexerShape{12, 64, 700, 50, 0.3f}, 100, two);
 
   AddIndexerKl(f, "tiny", index_tiny, TinyQueries(), 3, 0.7f, true, true);
   AddIndexerKl(f, "tiny", index_tiny, TinyQueries(), 1, 0.7f, true, false);
