@@ -11,28 +11,31 @@ namespace {
 
 // A block scores kQueries queries (kMaxHeads head rows each, zeros past the
 // last head) against up to kTilesPerBlock tiles of kKeys keys, the query
-// rows loaded once. Eight warps: warp w takes query w / 2 and the tile's keys
-// [kWarpKeys * (w % 2), +kWarpKeys), as two m16 x four n8 accumulator tiles
-// of mma.sync m16n8k8 (TF32): all of a query's heads in one warp, so its
-// score sums them by shuffles. Two blocks share an SM (96 KiB of shared
-// memory each): one loads while the other multiplies.
+// rows loaded once and each key tile's copy in flight while the one before
+// it is multiplied (two buffers). Eight warps: warp w takes query w / 2 and
+// the tile's keys [kWarpKeys * (w % 2), +kWarpKeys), as two m16 x four n8
+// accumulator tiles of mma.sync m16n8k8 (TF32): all of a query's heads in one
+// warp, so its score sums them by shuffles. Rows are kMaxDim floats, zeros
+// past dim: the unrolled product always runs kMaxDim / 8 steps.
 constexpr int kMaxHeads = 32;
 constexpr int kQueries = 4;
 constexpr int kRows = kQueries * kMaxHeads;
 constexpr int kKeys = 64;
 constexpr int kWarpKeys = 32;
 constexpr int kMaxDim = 128;
-constexpr int kTilesPerBlock = 8;
+constexpr int kChunks = kMaxDim / 4;  // 16-byte chunks a row
+constexpr int kSteps = kMaxDim / 8;   // k8 steps of a product
+constexpr int kTilesPerBlock = 16;
 constexpr int kThreads = 256;
 static_assert(kThreads / 32 == kQueries * (kKeys / kWarpKeys),
               "a warp per query and half key tile");
 
-// Operand rows in shared memory, kMaxDim floats each. 16-byte chunk c of row
-// r lies at chunk c ^ (r % 8): ldmatrix's eight rows of one chunk then fall
-// in eight different bank groups.
+// Operand rows in shared memory. 16-byte chunk c of row r lies at chunk c ^
+// (r % 8): ldmatrix's eight rows of one chunk then fall in eight different
+// bank groups.
 struct SharedTiles {
   float a[kRows * kMaxDim];
-  float b[kKeys * kMaxDim];
+  float b[2][kKeys * kMaxDim];
 };
 
 __device__ __forceinline__ int Swizzled(int row, int chunk) {
@@ -47,6 +50,16 @@ __device__ __forceinline__ void CopyChunk(float* dst, const float* src,
                "l"(src), "r"(valid ? 16 : 0));
 }
 
+__device__ __forceinline__ void CommitCopies() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Waits for this thread's copies but the `pending` latest groups.
+template <int kPending>
+__device__ __forceinline__ void WaitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 // x rounded to TF32 (to nearest, ties away from zero), as cuBLAS's TF32
 // products read their fp32 operands.
 __device__ __forceinline__ float RoundTf32(float x) {
@@ -55,24 +68,27 @@ __device__ __forceinline__ float RoundTf32(float x) {
   return __uint_as_float(bits);
 }
 
-// Copies `rows` rows of dim floats (row r from row_of(r); null: zeros) into
-// swizzled shared rows, then rounds them to TF32, each thread the chunks it
-// copied. Ends with a barrier. any_row: a readable address for the zero
-// fills to name.
+// Starts copying `rows` rows of dim floats (row r from row_of(r); null:
+// zeros), zeros past dim, into swizzled shared rows; any_row: a readable
+// address for the zero fills to name.
 template <typename RowFn>
-__device__ void LoadTile(float* tile, int rows, int dim, const float* any_row,
-                         RowFn row_of) {
-  const int chunks = dim / 4;
-  for (int i = threadIdx.x; i < rows * chunks; i += kThreads) {
-    const int r = i / chunks, c = i % chunks;
+__device__ void StartTile(float* tile, int rows, int dim, const float* any_row,
+                          RowFn row_of) {
+  for (int i = threadIdx.x; i < rows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
     const float* row = row_of(r);
-    CopyChunk(tile + Swizzled(r, c), row == nullptr ? any_row : row + 4 * c,
-              row != nullptr);
+    const bool valid = row != nullptr && 4 * c < dim;
+    CopyChunk(tile + Swizzled(r, c), valid ? row + 4 * c : any_row, valid);
   }
-  asm volatile("cp.async.wait_all;\n" ::);
-  for (int i = threadIdx.x; i < rows * chunks; i += kThreads) {
+  CommitCopies();
+}
+
+// Rounds to TF32 the chunks of a tile this thread copied (StartTile's
+// mapping), once they have landed.
+__device__ void RoundTile(float* tile, int rows) {
+  for (int i = threadIdx.x; i < rows * kChunks; i += kThreads) {
     auto* chunk =
-        reinterpret_cast<float4*>(tile + Swizzled(i / chunks, i % chunks));
+        reinterpret_cast<float4*>(tile + Swizzled(i / kChunks, i % kChunks));
     float4 v = *chunk;
     v.x = RoundTf32(v.x);
     v.y = RoundTf32(v.y);
@@ -80,7 +96,6 @@ __device__ void LoadTile(float* tile, int rows, int dim, const float* any_row,
     v.w = RoundTf32(v.w);
     *chunk = v;
   }
-  __syncthreads();
 }
 
 // Four 8x4 fp32 matrices (ldmatrix's 8x8 b16 ones): lane l names row l % 8
@@ -108,34 +123,50 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4],
 // (g = lane / 4, t = lane % 4).
 using WarpAcc = float[2][4][4];
 
-__device__ void WarpDots(const SharedTiles& sh, int query, int key0, int dim,
-                         WarpAcc& acc) {
+// One k8 step's fragments: A rows 0-7 / 8-15 of dims 8k..8k+3, then of
+// 8k+4..8k+7 (a0..a3) for each m16 tile; B keys 16 p + 0..7 (b0, b1 of n8
+// tile 2p), then 16 p + 8..15.
+struct Fragments {
+  uint32_t a[2][4];
+  uint32_t b[2][4];
+};
+
+__device__ __forceinline__ void LoadFragments(const float* a, const float* b,
+                                              int query, int key0, int k,
+                                              Fragments& f) {
   const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = query * kMaxHeads + 16 * i + (lane & 15);
+    LoadMatrices(a + Swizzled(row, 2 * k + (lane >> 4)), f.a[i]);
+  }
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const int key = key0 + 16 * p + ((lane >> 4) << 3) + (lane & 7);
+    LoadMatrices(b + Swizzled(key, 2 * k + ((lane >> 3) & 1)), f.b[p]);
+  }
+}
+
+// The next step's fragments load while this step's products run.
+__device__ void WarpDots(const float* a, const float* b, int query, int key0,
+                         WarpAcc& acc) {
   for (auto& tile : acc) {
     for (auto& n : tile) {
       for (float& x : n) x = 0.f;
     }
   }
-  for (int k = 0; k < dim / 8; ++k) {
-    // A: rows 0-7 / 8-15 of dims 8k..8k+3, then of 8k+4..8k+7 (a0..a3).
-    uint32_t a[2][4];
+  Fragments f[2];
+  LoadFragments(a, b, query, key0, 0, f[0]);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = query * kMaxHeads + 16 * i + (lane & 15);
-      LoadMatrices(sh.a + Swizzled(row, 2 * k + (lane >> 4)), a[i]);
-    }
-    // B: keys 16 p + 0..7 (b0, b1 of n8 tile 2p), then 16 p + 8..15.
-    uint32_t b[2][4];
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const int key = key0 + 16 * p + ((lane >> 4) << 3) + (lane & 7);
-      LoadMatrices(sh.b + Swizzled(key, 2 * k + ((lane >> 3) & 1)), b[p]);
-    }
+  for (int k = 0; k < kSteps; ++k) {
+    if (k + 1 < kSteps) LoadFragments(a, b, query, key0, k + 1, f[(k + 1) % 2]);
+    const Fragments& now = f[k % 2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        Mma(acc[i][j], a[i], b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]);
+        Mma(acc[i][j], now.a[i], now.b[j / 2][2 * (j % 2)],
+            now.b[j / 2][2 * (j % 2) + 1]);
       }
     }
   }
@@ -189,7 +220,7 @@ __device__ void WriteScores(const WarpAcc& acc, const float* weights, int heads,
 // Block (x, y): queries t0 + [q0, q0 + kQueries) with q0 counted from the
 // last block down (the latest queries see the most keys: they start
 // first), keys of tiles [y * kTilesPerBlock, +kTilesPerBlock).
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, 1)
     IndexerScoresKernel(ConstMatrixView iq, ConstMatrixView ik,
                         ConstMatrixView w, int64_t t0, int64_t count,
                         int64_t key_end, int64_t causal_offset, float scale,
@@ -207,31 +238,47 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t block_end = visible_end(q0 + queries - 1);
   const int64_t first_key = int64_t{blockIdx.y} * kTilesPerBlock * kKeys;
   if (first_key >= block_end) return;
+  const int64_t last_key =
+      std::min(block_end, first_key + kTilesPerBlock * kKeys);
+  const int tiles =
+      static_cast<int>((last_key - first_key + kKeys - 1) / kKeys);
   const int heads = static_cast<int>(w.cols), dim = static_cast<int>(iq.cols);
-  LoadTile(sh.a, kRows, dim, iq.data, [&](int r) -> const float* {
+  StartTile(sh.a, kRows, dim, iq.data, [&](int r) -> const float* {
     const int q = r / kMaxHeads, h = r % kMaxHeads;
     return q < queries && h < heads ? &At(iq, (t0 + q0 + q) * heads + h, 0)
                                     : nullptr;
   });
+  auto start_keys = [&](int tile) {
+    const int64_t s0 = first_key + int64_t{tile} * kKeys;
+    StartTile(sh.b[tile % 2], kKeys, dim, ik.data, [&](int r) -> const float* {
+      return s0 + r < block_end ? &At(ik, s0 + r, 0) : nullptr;
+    });
+  };
+  start_keys(0);
   const int warp = threadIdx.x / 32, query = warp / 2;
   const int key_offset = (warp % 2) * kWarpKeys;
   const int64_t query_end = visible_end(q0 + query);
-  const int64_t last_key =
-      std::min(block_end, first_key + kTilesPerBlock * kKeys);
-  for (int64_t s0 = first_key; s0 < last_key; s0 += kKeys) {
-    LoadTile(sh.b, kKeys, dim, ik.data, [&](int r) -> const float* {
-      return s0 + r < block_end ? &At(ik, s0 + r, 0) : nullptr;
-    });
+  for (int tile = 0; tile < tiles; ++tile) {
+    if (tile + 1 < tiles) {
+      start_keys(tile + 1);
+      WaitCopies<1>();
+    } else {
+      WaitCopies<0>();
+    }
+    if (tile == 0) RoundTile(sh.a, kRows);
+    RoundTile(sh.b[tile % 2], kKeys);
+    __syncthreads();
+    const int64_t s0 = first_key + int64_t{tile} * kKeys + key_offset;
     // Uniform over the warp: its shuffles and ldmatrix need every lane.
-    if (query < queries && s0 + key_offset < query_end) {
+    if (query < queries && s0 < query_end) {
       WarpAcc acc;
-      WarpDots(sh, query, key_offset, dim, acc);
+      WarpDots(sh.a, sh.b[tile % 2], query, key_offset, acc);
       const int64_t row = q0 + query;
-      WriteScores(acc, &At(w, t0 + row, 0), heads, scale, s0 + key_offset,
-                  query_end, scores + row * ld,
+      WriteScores(acc, &At(w, t0 + row, 0), heads, scale, s0, query_end,
+                  scores + row * ld,
                   positive == nullptr ? nullptr : positive + row * ld);
     }
-    __syncthreads();  // the next tile overwrites sh.b
+    __syncthreads();  // the copy after next overwrites this buffer
   }
 }
 
@@ -260,7 +307,7 @@ void IndexerScores(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   const dim3 grid(
       static_cast<unsigned>((count + kQueries - 1) / kQueries),
       static_cast<unsigned>((key_end + kBlockKeys - 1) / kBlockKeys));
-  AllowShared(IndexerScoresKernel, sizeof(SharedTiles));
+  AllowShared(IndexerScoresKernel, sizeof(SharedTiles));  // 128 KiB
   IndexerScoresKernel<<<grid, kThreads, sizeof(SharedTiles), ctx.stream()>>>(
       iq, ik, w, t0, count, key_end, causal_offset, scale, scores, positive,
       ld);
