@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
@@ -10,36 +12,44 @@ namespace glm::cuda {
 namespace {
 
 // A block scores kQueries queries (kMaxHeads head rows each, zeros past the
-// last head) against up to kTilesPerBlock tiles of kKeys keys, the query
-// rows loaded once and each key tile's copy in flight while the one before
-// it is multiplied (two buffers). Eight warps: warp w takes query w / 2 and
-// the tile's keys [kWarpKeys * (w % 2), +kWarpKeys), as two m16 x four n8
-// accumulator tiles of mma.sync m16n8k8 (TF32): all of a query's heads in one
-// warp, so its score sums them by shuffles. Rows are kMaxDim floats, zeros
-// past dim: the unrolled product always runs kMaxDim / 8 steps.
+// last head) against up to kTilesPerBlock tiles of kKeys keys: the query rows
+// are loaded once, each key tile's copy is in flight while the tile before it
+// is multiplied (two buffers). Two warpgroups: warpgroup g multiplies rows
+// [64 g, 64 g + 64) (queries 2g and 2g + 1) by the key tile with Hopper's
+// wgmma (m64n64k8, TF32, both operands read from shared memory); in its
+// accumulators warp w of the group holds heads 16 (w % 2) + [0, 16) of query
+// 2g + w / 2, so a score sums a warp's heads by shuffles and the two warps'
+// halves through shared memory. Rows are kMaxDim floats, zeros past dim.
 constexpr int kMaxHeads = 32;
 constexpr int kQueries = 4;
 constexpr int kRows = kQueries * kMaxHeads;
 constexpr int kKeys = 64;
-constexpr int kWarpKeys = 32;
 constexpr int kMaxDim = 128;
 constexpr int kChunks = kMaxDim / 4;  // 16-byte chunks a row
-constexpr int kSteps = kMaxDim / 8;   // k8 steps of a product
+constexpr int kAtomFloats = 32;       // a 128-byte swizzle atom's row
+constexpr int kAtoms = kMaxDim / kAtomFloats;
+constexpr int kSteps = kMaxDim / 8;  // k8 steps of a product
 constexpr int kTilesPerBlock = 16;
 constexpr int kThreads = 256;
-static_assert(kThreads / 32 == kQueries * (kKeys / kWarpKeys),
-              "a warp per query and half key tile");
+constexpr int kGroupRows = 64;  // rows a warpgroup multiplies
+static_assert(kThreads / 128 * kGroupRows == kRows, "a warpgroup per 64 rows");
 
-// Operand rows in shared memory. 16-byte chunk c of row r lies at chunk c ^
-// (r % 8): ldmatrix's eight rows of one chunk then fall in eight different
-// bank groups.
+// Operand tiles in wgmma's K-major layout with 128-byte swizzling: dims
+// [32 a, 32 a + 32) of row r are atom a's row r (128 bytes), whose 16-byte
+// chunk c lies at chunk c ^ (r % 8). Each atom block starts 1024-byte
+// aligned, as the swizzle requires.
 struct SharedTiles {
-  float a[kRows * kMaxDim];
-  float b[2][kKeys * kMaxDim];
+  float a[kAtoms][kRows * kAtomFloats];
+  float b[2][kAtoms][kKeys * kAtomFloats];
+  float half_scores[kQueries][kKeys];  // the odd warps' halves of a score
+  uint32_t half_bits[kQueries][kKeys];
 };
+constexpr size_t kSharedBytes = sizeof(SharedTiles) + 1024;  // + alignment
 
-__device__ __forceinline__ int Swizzled(int row, int chunk) {
-  return row * kMaxDim + ((chunk ^ (row & 7)) << 2);
+// Float offset of 16-byte chunk c (of kChunks) of row r in a tile of `rows`.
+__device__ __forceinline__ int Swizzled(int rows, int r, int c) {
+  return (c / 8) * rows * kAtomFloats + r * kAtomFloats +
+         (((c % 8) ^ (r & 7)) << 2);
 }
 
 // cp.async of 16 bytes, zero-filled (src not read) when !valid.
@@ -50,11 +60,7 @@ __device__ __forceinline__ void CopyChunk(float* dst, const float* src,
                "l"(src), "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void CommitCopies() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// Waits for this thread's copies but the `pending` latest groups.
+// Waits for this thread's copies but the kPending latest groups.
 template <int kPending>
 __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
@@ -69,8 +75,8 @@ __device__ __forceinline__ float RoundTf32(float x) {
 }
 
 // Starts copying `rows` rows of dim floats (row r from row_of(r); null:
-// zeros), zeros past dim, into swizzled shared rows; any_row: a readable
-// address for the zero fills to name.
+// zeros), zeros past dim, into a swizzled tile; any_row: a readable address
+// for the zero fills to name.
 template <typename RowFn>
 __device__ void StartTile(float* tile, int rows, int dim, const float* any_row,
                           RowFn row_of) {
@@ -78,17 +84,19 @@ __device__ void StartTile(float* tile, int rows, int dim, const float* any_row,
     const int r = i / kChunks, c = i % kChunks;
     const float* row = row_of(r);
     const bool valid = row != nullptr && 4 * c < dim;
-    CopyChunk(tile + Swizzled(r, c), valid ? row + 4 * c : any_row, valid);
+    CopyChunk(tile + Swizzled(rows, r, c), valid ? row + 4 * c : any_row,
+              valid);
   }
-  CommitCopies();
+  asm volatile("cp.async.commit_group;\n" ::);
 }
 
 // Rounds to TF32 the chunks of a tile this thread copied (StartTile's
-// mapping), once they have landed.
+// mapping) once they have landed, and makes its writes visible to the
+// tensor cores' reads (the async proxy).
 __device__ void RoundTile(float* tile, int rows) {
   for (int i = threadIdx.x; i < rows * kChunks; i += kThreads) {
-    auto* chunk =
-        reinterpret_cast<float4*>(tile + Swizzled(i / kChunks, i % kChunks));
+    auto* chunk = reinterpret_cast<float4*>(
+        tile + Swizzled(rows, i / kChunks, i % kChunks));
     float4 v = *chunk;
     v.x = RoundTf32(v.x);
     v.y = RoundTf32(v.y);
@@ -96,123 +104,88 @@ __device__ void RoundTile(float* tile, int rows) {
     v.w = RoundTf32(v.w);
     *chunk = v;
   }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Four 8x4 fp32 matrices (ldmatrix's 8x8 b16 ones): lane l names row l % 8
-// of matrix l / 8 and gets element (l / 4, l % 4) of each.
-__device__ __forceinline__ void LoadMatrices(const float* row,
-                                             uint32_t (&m)[4]) {
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
-      : "r"(address));
+// A wgmma descriptor of a K-major, 128-byte swizzled operand starting at
+// `start` (8-row groups 1024 bytes apart).
+__device__ __forceinline__ uint64_t Descriptor(const float* start) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ =
+      static_cast<uint16_t>(__cvta_generic_to_shared(start) >> 4);
+  d.bitfield.leading_byte_offset_ = 1;  // unused with swizzling
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ =
+      static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::B128);
+  return d.desc_;
 }
 
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4],
-                                    uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// The warpgroup's dots: d[4 j + 2 half + col] is its row 16 w + g + 8 half
+// against key 8 j + 2 t + col (w: the warp in the group, g = lane / 4, t =
+// lane % 4). a: the group's 64 rows of each atom block; b: a key tile.
+using GroupAcc = float[32];
 
-// The warp's dots in mma's accumulator layout: acc[i][j][2 * half + col] is
-// head 16 i + g + 8 half of the query against key key0 + 8 j + 2 t + col
-// (g = lane / 4, t = lane % 4).
-using WarpAcc = float[2][4][4];
-
-// One k8 step's fragments: A rows 0-7 / 8-15 of dims 8k..8k+3, then of
-// 8k+4..8k+7 (a0..a3) for each m16 tile; B keys 16 p + 0..7 (b0, b1 of n8
-// tile 2p), then 16 p + 8..15.
-struct Fragments {
-  uint32_t a[2][4];
-  uint32_t b[2][4];
-};
-
-__device__ __forceinline__ void LoadFragments(const float* a, const float* b,
-                                              int query, int key0, int k,
-                                              Fragments& f) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = query * kMaxHeads + 16 * i + (lane & 15);
-    LoadMatrices(a + Swizzled(row, 2 * k + (lane >> 4)), f.a[i]);
-  }
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    const int key = key0 + 16 * p + ((lane >> 4) << 3) + (lane & 7);
-    LoadMatrices(b + Swizzled(key, 2 * k + ((lane >> 3) & 1)), f.b[p]);
-  }
-}
-
-// The next step's fragments load while this step's products run.
-__device__ void WarpDots(const float* a, const float* b, int query, int key0,
-                         WarpAcc& acc) {
-  for (auto& tile : acc) {
-    for (auto& n : tile) {
-      for (float& x : n) x = 0.f;
-    }
-  }
-  Fragments f[2];
-  LoadFragments(a, b, query, key0, 0, f[0]);
+__device__ void GroupDots(const SharedTiles& sh, int group, int buffer,
+                          GroupAcc& d) {
+  using Mma = cute::SM90::GMMA::MMA_64x64x8_F32TF32TF32_SS_TN<>;
+  for (float& x : d) x = 0.f;
+  for (float& x : d) cute::warpgroup_fence_operand(x);
+  cute::warpgroup_arrive();
 #pragma unroll
   for (int k = 0; k < kSteps; ++k) {
-    if (k + 1 < kSteps) LoadFragments(a, b, query, key0, k + 1, f[(k + 1) % 2]);
-    const Fragments& now = f[k % 2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        Mma(acc[i][j], now.a[i], now.b[j / 2][2 * (j % 2)],
-            now.b[j / 2][2 * (j % 2) + 1]);
-      }
-    }
+    // k8 step k: atom k / 4, 32 bytes per step inside it.
+    const int atom = k / 4, offset = (k % 4) * 8;
+    const uint64_t a =
+        Descriptor(sh.a[atom] + group * kGroupRows * kAtomFloats + offset);
+    const uint64_t b = Descriptor(sh.b[buffer][atom] + offset);
+    Mma::fma(a, b, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9],
+             d[10], d[11], d[12], d[13], d[14], d[15], d[16], d[17], d[18],
+             d[19], d[20], d[21], d[22], d[23], d[24], d[25], d[26], d[27],
+             d[28], d[29], d[30], d[31],
+             k == 0 ? cute::SM90::GMMA::ScaleOut::Zero
+                    : cute::SM90::GMMA::ScaleOut::One);
   }
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
+  for (float& x : d) cute::warpgroup_fence_operand(x);
 }
 
-// Sums the warp's dots over heads into scores (and their positive heads'
-// bits) for keys s0 + [0, kWarpKeys) below key_limit: each lane its four
-// heads, then a butterfly over the eight lanes that share its keys.
-__device__ void WriteScores(const WarpAcc& acc, const float* weights, int heads,
-                            float scale, int64_t s0, int64_t key_limit,
-                            float* scores, uint32_t* positive) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  float weight[2][2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int h = 16 * i + g + 8 * half;
-      weight[i][half] = h < heads ? weights[h] : 0.f;
-    }
+// A warp's 16 heads summed for each of the tile's keys: lanes 0-3 end with
+// key 8 j + 2 t + col's sum in score[j][col] and its positive heads' bits
+// (first_head: the warp's first head) in bits[j][col].
+struct HalfScores {
+  float score[8][2];
+  uint32_t bits[8][2];
+};
+
+__device__ void SumWarpHeads(const GroupAcc& d, const float* weights, int heads,
+                             int first_head, float scale, HalfScores& out) {
+  const int g = (threadIdx.x % 32) / 4;
+  float weight[2];
+  for (int half = 0; half < 2; ++half) {
+    const int h = first_head + g + 8 * half;
+    weight[half] = h < heads ? weights[h] : 0.f;
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < 8; ++j) {
 #pragma unroll
     for (int col = 0; col < 2; ++col) {
       float score = 0.f;
       uint32_t bits = 0;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const float x = scale * acc[i][j][2 * half + col];
-          score += weight[i][half] * fmaxf(x, 0.f);
-          bits |= static_cast<uint32_t>(x > 0.f) << (16 * i + g + 8 * half);
-        }
+      for (int half = 0; half < 2; ++half) {
+        const float x = scale * d[4 * j + 2 * half + col];
+        score += weight[half] * fmaxf(x, 0.f);
+        bits |= static_cast<uint32_t>(x > 0.f) << (first_head + g + 8 * half);
       }
 #pragma unroll
       for (int offset = 4; offset < 32; offset *= 2) {
         score += __shfl_xor_sync(0xffffffffu, score, offset);
         bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
       }
-      const int64_t s = s0 + 8 * j + 2 * t + col;
-      if (g == 0 && s < key_limit) {
-        scores[s] = score;
-        if (positive != nullptr) positive[s] = bits;
-      }
+      out.score[j][col] = score;
+      out.bits[j][col] = bits;
     }
   }
 }
@@ -225,17 +198,18 @@ __global__ void __launch_bounds__(kThreads, 1)
                         ConstMatrixView w, int64_t t0, int64_t count,
                         int64_t key_end, int64_t causal_offset, float scale,
                         float* scores, uint32_t* positive, int64_t ld) {
-  extern __shared__ __align__(16) float shared[];
-  SharedTiles& sh = *reinterpret_cast<SharedTiles*>(shared);
+  extern __shared__ __align__(16) char shared_bytes[];
+  SharedTiles& sh = *reinterpret_cast<SharedTiles*>(
+      (reinterpret_cast<uintptr_t>(shared_bytes) + 1023) / 1024 * 1024);
   const int64_t q0 = int64_t{gridDim.x - 1 - blockIdx.x} * kQueries;
   const int queries = static_cast<int>(std::min<int64_t>(kQueries, count - q0));
-  // Keys any of the block's queries sees, and those of the warp's query.
-  auto visible_end = [&](int64_t query) {
+  // Keys the block's queries see (query: counted from q0), each and all.
+  auto visible_end = [&](int query) {
     return causal_offset < 0
                ? key_end
-               : std::min(key_end, causal_offset + t0 + query + 1);
+               : std::min(key_end, causal_offset + t0 + q0 + query + 1);
   };
-  const int64_t block_end = visible_end(q0 + queries - 1);
+  const int64_t block_end = visible_end(queries - 1);
   const int64_t first_key = int64_t{blockIdx.y} * kTilesPerBlock * kKeys;
   if (first_key >= block_end) return;
   const int64_t last_key =
@@ -243,21 +217,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles =
       static_cast<int>((last_key - first_key + kKeys - 1) / kKeys);
   const int heads = static_cast<int>(w.cols), dim = static_cast<int>(iq.cols);
-  StartTile(sh.a, kRows, dim, iq.data, [&](int r) -> const float* {
+  StartTile(&sh.a[0][0], kRows, dim, iq.data, [&](int r) -> const float* {
     const int q = r / kMaxHeads, h = r % kMaxHeads;
     return q < queries && h < heads ? &At(iq, (t0 + q0 + q) * heads + h, 0)
                                     : nullptr;
   });
   auto start_keys = [&](int tile) {
     const int64_t s0 = first_key + int64_t{tile} * kKeys;
-    StartTile(sh.b[tile % 2], kKeys, dim, ik.data, [&](int r) -> const float* {
-      return s0 + r < block_end ? &At(ik, s0 + r, 0) : nullptr;
-    });
+    StartTile(&sh.b[tile % 2][0][0], kKeys, dim, ik.data,
+              [&](int r) -> const float* {
+                return s0 + r < block_end ? &At(ik, s0 + r, 0) : nullptr;
+              });
   };
   start_keys(0);
-  const int warp = threadIdx.x / 32, query = warp / 2;
-  const int key_offset = (warp % 2) * kWarpKeys;
-  const int64_t query_end = visible_end(q0 + query);
+  const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+  const int query = 2 * group + warp / 2, lane = threadIdx.x % 32;
+  // Uniform over the warpgroup (wgmma needs all of it): its first query
+  // exists and sees the tile (the second sees no fewer keys).
+  const int64_t group_end = visible_end(std::min(2 * group + 1, queries - 1));
+  const int64_t query_end = visible_end(query);
+  const float* weights = query < queries ? &At(w, t0 + q0 + query, 0) : w.data;
   for (int tile = 0; tile < tiles; ++tile) {
     if (tile + 1 < tiles) {
       start_keys(tile + 1);
@@ -265,18 +244,42 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       WaitCopies<0>();
     }
-    if (tile == 0) RoundTile(sh.a, kRows);
-    RoundTile(sh.b[tile % 2], kKeys);
+    if (tile == 0) RoundTile(&sh.a[0][0], kRows);
+    RoundTile(&sh.b[tile % 2][0][0], kKeys);
     __syncthreads();
-    const int64_t s0 = first_key + int64_t{tile} * kKeys + key_offset;
-    // Uniform over the warp: its shuffles and ldmatrix need every lane.
-    if (query < queries && s0 < query_end) {
-      WarpAcc acc;
-      WarpDots(sh.a, sh.b[tile % 2], query, key_offset, acc);
-      const int64_t row = q0 + query;
-      WriteScores(acc, &At(w, t0 + row, 0), heads, scale, s0, query_end,
-                  scores + row * ld,
-                  positive == nullptr ? nullptr : positive + row * ld);
+    const int64_t s0 = first_key + int64_t{tile} * kKeys;
+    const bool active = 2 * group < queries && s0 < group_end;
+    HalfScores half;
+    if (active) {
+      GroupAcc d;
+      GroupDots(sh, group, tile % 2, d);
+      SumWarpHeads(d, weights, heads, 16 * (warp % 2), scale, half);
+      if (warp % 2 == 1 && lane < 4) {
+        for (int j = 0; j < 8; ++j) {
+          for (int col = 0; col < 2; ++col) {
+            const int key = 8 * j + 2 * lane + col;
+            sh.half_scores[query][key] = half.score[j][col];
+            sh.half_bits[query][key] = half.bits[j][col];
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (active && warp % 2 == 0 && lane < 4 && query < queries) {
+      float* score_row = scores + (q0 + query) * ld;
+      uint32_t* bits_row =
+          positive == nullptr ? nullptr : positive + (q0 + query) * ld;
+      for (int j = 0; j < 8; ++j) {
+        for (int col = 0; col < 2; ++col) {
+          const int key = 8 * j + 2 * lane + col;
+          const int64_t s = s0 + key;
+          if (s >= query_end) continue;
+          score_row[s] = half.score[j][col] + sh.half_scores[query][key];
+          if (bits_row != nullptr) {
+            bits_row[s] = half.bits[j][col] | sh.half_bits[query][key];
+          }
+        }
+      }
     }
     __syncthreads();  // the copy after next overwrites this buffer
   }
@@ -307,8 +310,8 @@ void IndexerScores(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   const dim3 grid(
       static_cast<unsigned>((count + kQueries - 1) / kQueries),
       static_cast<unsigned>((key_end + kBlockKeys - 1) / kBlockKeys));
-  AllowShared(IndexerScoresKernel, sizeof(SharedTiles));  // 128 KiB
-  IndexerScoresKernel<<<grid, kThreads, sizeof(SharedTiles), ctx.stream()>>>(
+  AllowShared(IndexerScoresKernel, kSharedBytes);
+  IndexerScoresKernel<<<grid, kThreads, kSharedBytes, ctx.stream()>>>(
       iq, ik, w, t0, count, key_end, causal_offset, scale, scores, positive,
       ld);
   GLM_CUDA_CHECK_LAUNCH();
