@@ -32,9 +32,18 @@ PY
 fi
 out=${NCU_OUT:?NCU_OUT: folder for the kernel times}
 mkdir -p "$out"
-ncu --target-processes all --metrics gpu__time_duration.sum \
+# NCU_KERNEL=REGEX: the launches of the kernels it names instead (NCU_SKIP and
+# NCU_COUNT count those), each in detail (throughputs, memory, occupancy, warp
+# stalls) into $NCU_OUT/detail.txt.
+report=(--metrics gpu__time_duration.sum --csv --log-file "$out/kernels.csv")
+if [[ -n ${NCU_KERNEL:-} ]]; then
+  report=(--kernel-name "regex:$NCU_KERNEL" --section SpeedOfLight
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
+    --section WarpStateStats --section SchedulerStats
+    --log-file "$out/detail.txt")
+fi
+ncu --target-processes all "${report[@]}" \
   --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-2000}" \
-  --csv --log-file "$out/kernels.csv" \
   "$(dirname "$(command -v glmctl)")/glm-worker" "$@" &
 profiler=$!
 # glmctl stops its workers with SIGTERM: the worker gets it, and the profiler
