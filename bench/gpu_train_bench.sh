@@ -49,7 +49,8 @@ echo "FLOPs per token (Megatron + DSA, no MTP): $flops" | tee "$out/bench.txt"
 # worker log a table of op times at its end, kernels/op_timing_backend.h;
 # GLM_GPU_ACTIVITY=1 a line after each step's with the share of the step the
 # GPU was idle and its largest gaps, kernels/cuda/gpu_activity.h, and
-# GLM_GPU_ACTIVITY=kernels the step's kernels by total time as well);
+# GLM_GPU_ACTIVITY=kernels the step's kernels by total time as well, and
+# with GLM_OP_TIMES=1 too each kernel under the op that launched it);
 # PROFILE=1 adds a torch.profiler table of one transformers step.
 if [[ -z ${OURS_ONLY:-} ]]; then
   profile=()

@@ -40,7 +40,14 @@ OpCost Flops(double flops) { return {flops, 0}; }
 // (an accumulated output both).
 OpCost Moves(double bytes) { return {0, bytes}; }
 
+OpTimingBackend::OpHook& TheOpHook() {
+  static auto* hook = new OpTimingBackend::OpHook;
+  return *hook;
+}
+
 }  // namespace
+
+void OpTimingBackend::SetOpHook(OpHook hook) { TheOpHook() = std::move(hook); }
 
 OpTimingBackend::OpTimingBackend(std::unique_ptr<Backend> timed,
                                  std::ostream* report)
@@ -59,6 +66,7 @@ auto OpTimingBackend::Timed(const std::string& name, OpCost cost, Op op) {
     started_ = true;
     first_op_ = start;
   }
+  if (TheOpHook()) TheOpHook()(&name);
   struct Record {
     OpTimingBackend* self;
     const std::string& name;
@@ -66,6 +74,7 @@ auto OpTimingBackend::Timed(const std::string& name, OpCost cost, Op op) {
     Clock::time_point start;
     ~Record() {
       self->timed_->Synchronize();
+      if (TheOpHook()) TheOpHook()(nullptr);
       Group& group = self->groups_[name];
       const double seconds =
           std::chrono::duration<double>(Clock::now() - start).count();

@@ -16,6 +16,7 @@
 #define GLM_KERNELS_OP_TIMING_BACKEND_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -139,6 +140,15 @@ class OpTimingBackend : public Backend {
 
   // The report so far (also written when destroyed).
   void WriteReport(std::ostream& out) const;
+
+  // Told, on the thread that runs each timed op, where it begins (its
+  // group's name) and where it ends (null), each time once the device has
+  // caught up: a recorder of the device's work attributes kernels to ops
+  // with it (GLM_OP_TIMES=1 with GLM_GPU_ACTIVITY=kernels,
+  // worker/training_job.cc). Process-wide, for every OpTimingBackend; an
+  // empty hook: none.
+  using OpHook = std::function<void(const std::string* group)>;
+  static void SetOpHook(OpHook hook);
 
  private:
   using Clock = std::chrono::steady_clock;

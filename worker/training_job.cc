@@ -13,6 +13,7 @@
 #include "data/gpt_dataset.h"
 #include "jobspec/device_rules.h"
 #include "kernels/backend_factory.h"
+#include "kernels/op_timing_backend.h"
 #include "parallel/rank_tensors.h"
 #include "training/log_line.h"
 #include "worker/job_groups.h"
@@ -143,6 +144,24 @@ class StepActivity {
           "gpu activity: recording the device's kernels, copies and memsets "
           "(GLM_GPU_ACTIVITY=1)");
     }
+    // With op times (GLM_OP_TIMES=1: every op waits for the device at both
+    // ends), each kernel is attributed to the op it started in.
+    if (activity_ && activity_->kernel_names()) {
+      cuda::GpuActivity* activity = activity_.get();
+      OpTimingBackend::SetOpHook([activity](const std::string* group) {
+        if (group != nullptr) {
+          activity->OpBegan(*group);
+        } else {
+          activity->OpEnded();
+        }
+      });
+    }
+#endif
+  }
+
+  ~StepActivity() {
+#ifdef GLM_WITH_CUDA
+    if (activity_ && activity_->kernel_names()) OpTimingBackend::SetOpHook({});
 #endif
   }
 
@@ -172,6 +191,11 @@ class StepActivity {
       if (activity_->kernel_names()) {
         absl::StrAppend(&line, "\n kernels of iteration ", iteration, ":\n",
                         cuda::FormatKernelTimes(*window, kKernelRows));
+      }
+      if (!window->kernels_by_op.empty()) {
+        absl::StrAppend(&line, "\n kernels by op of iteration ", iteration,
+                        " (each op synchronized):\n",
+                        cuda::FormatKernelsByOp(*window, kKernelRows));
       }
       return line;
     }

@@ -38,6 +38,21 @@ size_t GapClass(uint64_t length) {
 
 double Ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 
+// The op whose span holds `at` (spans sorted by start), kOutsideOps if none.
+std::string_view OpAt(const std::vector<OpSpan>& spans, uint64_t at) {
+  auto after = std::upper_bound(
+      spans.begin(), spans.end(), at,
+      [](uint64_t t, const OpSpan& span) { return t < span.start; });
+  if (after == spans.begin()) return kOutsideOps;
+  const OpSpan& span = *(after - 1);
+  return at < span.end ? span.op : kOutsideOps;
+}
+
+// A kernel's name up to its parameters, at most 90 characters.
+std::string_view ShortName(std::string_view name) {
+  return name.substr(0, std::min<size_t>(name.find('('), 90));
+}
+
 }  // namespace
 
 double ActivityWindow::busy_share() const {
@@ -51,11 +66,15 @@ double ActivityWindow::idle_share() const {
 }
 
 ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
-                               uint64_t start, uint64_t end, int largest) {
+                               uint64_t start, uint64_t end, int largest,
+                               std::vector<OpSpan> ops) {
   ActivityWindow summary;
   summary.window = end > start ? end - start : 0;
   std::vector<Span> inside, after;
   std::map<std::string_view, KernelTime> by_name;
+  std::sort(ops.begin(), ops.end(),
+            [](const OpSpan& a, const OpSpan& b) { return a.start < b.start; });
+  std::map<std::pair<std::string_view, std::string_view>, OpKernelTime> by_op;
   for (const ActivityInterval& work : intervals) {
     if (work.start == 0 || work.end < work.start) {
       ++summary.untimed;
@@ -85,6 +104,14 @@ ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
       time.name = work.name;
       ++time.calls;
       time.total += lo < hi ? hi - lo : 0;
+      if (!ops.empty()) {
+        const std::string_view op = OpAt(ops, work.start);
+        OpKernelTime& row = by_op[{op, work.name}];
+        row.op = op;
+        row.kernel = work.name;
+        ++row.calls;
+        row.total += lo < hi ? hi - lo : 0;
+      }
     }
     if (work.end > end) after.emplace_back(std::max(work.start, end), work.end);
   }
@@ -127,41 +154,74 @@ ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
                    [](const KernelTime& a, const KernelTime& b) {
                      return a.total > b.total;
                    });
+  for (const auto& [key, row] : by_op) summary.kernels_by_op.push_back(row);
+  // Stable: equal totals stay in (op, kernel) order.
+  std::stable_sort(summary.kernels_by_op.begin(), summary.kernels_by_op.end(),
+                   [](const OpKernelTime& a, const OpKernelTime& b) {
+                     return a.total > b.total;
+                   });
   return summary;
 }
 
-std::string FormatKernelTimes(const ActivityWindow& window, int top) {
+namespace {
+
+// The `top` longest of `rows` (longest first) as a markdown table: the label
+// columns `labels` writes for a row (each cell "| x "), calls, total ms, us
+// per call, share of the window's busy time; then a line for the rest, whose
+// label cells are "| N other <what> " and `padding`.
+template <typename Row, typename Labels>
+std::string TimeTable(const ActivityWindow& window,
+                      const std::vector<Row>& rows, int top,
+                      std::string_view header, std::string_view what,
+                      std::string_view padding, Labels labels) {
   const double busy = static_cast<double>(window.busy);
   auto share = [&](uint64_t ns) {
     return busy > 0 ? 100.0 * static_cast<double>(ns) / busy : 0.0;
   };
-  std::string table =
-      "| kernel | calls | total ms | us per call | share of busy |\n"
-      "| --- | ---: | ---: | ---: | ---: |\n";
+  std::string table(header);
   uint64_t rest = 0;
   int64_t rest_calls = 0;
-  for (size_t i = 0; i < window.kernel_times.size(); ++i) {
-    const KernelTime& time = window.kernel_times[i];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
     if (static_cast<int>(i) >= top) {
-      rest += time.total;
-      rest_calls += time.calls;
+      rest += row.total;
+      rest_calls += row.calls;
       continue;
     }
-    const std::string_view name =
-        time.name.substr(0, std::min<size_t>(time.name.find('('), 90));
     absl::StrAppend(
-        &table,
-        absl::StrFormat("| %s | %d | %.2f | %.1f | %.1f%% |\n", name,
-                        time.calls, Ms(time.total),
-                        1e3 * Ms(time.total) / time.calls, share(time.total)));
+        &table, labels(row),
+        absl::StrFormat("| %d | %.2f | %.1f | %.1f%% |\n", row.calls,
+                        Ms(row.total), 1e3 * Ms(row.total) / row.calls,
+                        share(row.total)));
   }
   if (rest_calls > 0) {
     absl::StrAppend(
-        &table, absl::StrFormat("| %d other kernels | %d | %.2f | | %.1f%% |\n",
-                                window.kernel_times.size() - top, rest_calls,
+        &table, absl::StrFormat("| %d other %s %s| %d | %.2f | | %.1f%% |\n",
+                                rows.size() - top, what, padding, rest_calls,
                                 Ms(rest), share(rest)));
   }
   return table;
+}
+
+}  // namespace
+
+std::string FormatKernelTimes(const ActivityWindow& window, int top) {
+  return TimeTable(window, window.kernel_times, top,
+                   "| kernel | calls | total ms | us per call | share of busy "
+                   "|\n| --- | ---: | ---: | ---: | ---: |\n",
+                   "kernels", "", [](const KernelTime& time) {
+                     return absl::StrFormat("| %s ", ShortName(time.name));
+                   });
+}
+
+std::string FormatKernelsByOp(const ActivityWindow& window, int top) {
+  return TimeTable(
+      window, window.kernels_by_op, top,
+      "| op group | kernel | calls | total ms | us per call | "
+      "share of busy |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
+      "rows", "| ", [](const OpKernelTime& row) {
+        return absl::StrFormat("| %s | %s ", row.op, ShortName(row.kernel));
+      });
 }
 
 std::string FormatActivityWindow(const ActivityWindow& window) {

@@ -41,6 +41,25 @@ struct KernelTime {
   uint64_t total = 0;  // ns, clipped to the window
 };
 
+// One op's stretch of host time [start, end) on the records' clock: an op
+// that waits for the device before it begins and after it ends (GLM_OP_TIMES'
+// ops, kernels/op_timing_backend.h), so the kernels it launched start inside
+// its stretch. op: its group's name (storage outlives the window's summary).
+struct OpSpan {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  std::string_view op;
+};
+
+// The time the kernels of one name ran that started inside one op group's
+// spans.
+struct OpKernelTime {
+  std::string_view op;
+  std::string_view kernel;
+  int64_t calls = 0;
+  uint64_t total = 0;  // ns, clipped to the window
+};
+
 // An idle stretch of the window: where it begins, from the window's start,
 // and how long it lasts (ns).
 struct IdleGap {
@@ -80,17 +99,25 @@ struct ActivityWindow {
   // Named kernels inside the window, the longest total first (ties: by
   // name). Kernels that overlap each count in full.
   std::vector<KernelTime> kernel_times;
+  // Those kernels by the op span each started in (given op spans only; a
+  // kernel outside every span under kOutsideOps), the longest total first
+  // (ties: by op, then kernel).
+  std::vector<OpKernelTime> kernels_by_op;
 
   // busy / window and idle / window; 0 for an empty window.
   double busy_share() const;
   double idle_share() const;
 };
 
+inline constexpr std::string_view kOutsideOps = "outside ops";
+
 // The window [start, end) of `intervals` (any order, overlaps allowed);
 // intervals reaching outside it are clipped to it. Keeps the `largest` longest
-// gaps (ties: the earlier first).
+// gaps (ties: the earlier first). With `ops` (any order, not overlapping),
+// named kernels are attributed to them as well (kernels_by_op).
 ActivityWindow SummarizeWindow(std::vector<ActivityInterval> intervals,
-                               uint64_t start, uint64_t end, int largest = 3);
+                               uint64_t start, uint64_t end, int largest = 3,
+                               std::vector<OpSpan> ops = {});
 
 // One log line's worth: "window (ms): 1234.5 | busy: 97.21% | idle (ms):
 // 34.412 | launch-gap share: 2.79% in 5123 gaps | largest gaps (ms at ms):
@@ -103,6 +130,11 @@ std::string FormatActivityWindow(const ActivityWindow& window);
 // total ms, us per call, share of the busy time), each name cut at its
 // parameter list and to 90 characters, then a line for the rest.
 std::string FormatKernelTimes(const ActivityWindow& window, int top);
+
+// The `top` longest rows of window.kernels_by_op as a markdown table (op
+// group, kernel, calls, total ms, us per call, share of the busy time), names
+// cut as FormatKernelTimes cuts them, then a line for the rest.
+std::string FormatKernelsByOp(const ActivityWindow& window, int top);
 
 }  // namespace glm::cuda
 

@@ -189,5 +189,43 @@ TEST(ActivityWindowTest, KernelTimesByName) {
       << table;
 }
 
+// Kernels by the op span each starts in: a kernel that runs past its op's
+// end stays that op's; one starting between spans, or with no spans at all,
+// is none's; rows sum per (op, kernel), the longest first.
+TEST(ActivityWindowTest, KernelsByOpSpan) {
+  const std::vector<ActivityInterval> work = {
+      {1'000, 2'000, kKernel, "Gemm(float*)"},
+      {2'000, 2'500, kKernel, "Norm"},
+      {5'000, 9'000, kKernel, "Gemm(float*)"},  // starts in Linear's 2nd span
+      {9'500, 9'700, kKernel, "Norm"},          // between spans
+      {9'700, 9'800, kMemset},
+  };
+  const std::vector<OpSpan> ops = {
+      {4'500, 8'000, "Linear"},  // any order
+      {500, 2'100, "Linear"},
+      {2'100, 3'000, "RmsNorm"},
+  };
+  const ActivityWindow window = SummarizeWindow(work, 0, 10'000, 3, ops);
+  ASSERT_EQ(window.kernels_by_op.size(), 3u);
+  EXPECT_EQ(window.kernels_by_op[0].op, "Linear");
+  EXPECT_EQ(window.kernels_by_op[0].kernel, "Gemm(float*)");
+  EXPECT_EQ(window.kernels_by_op[0].calls, 2);
+  EXPECT_EQ(window.kernels_by_op[0].total, 5'000u);
+  // Norm at 2,000 started inside Linear's first span, which ends at 2,100.
+  EXPECT_EQ(window.kernels_by_op[1].op, "Linear");
+  EXPECT_EQ(window.kernels_by_op[1].kernel, "Norm");
+  EXPECT_EQ(window.kernels_by_op[1].total, 500u);
+  EXPECT_EQ(window.kernels_by_op[2].op, kOutsideOps);
+  EXPECT_EQ(window.kernels_by_op[2].total, 200u);
+
+  const std::string table = FormatKernelsByOp(window, /*top=*/2);
+  EXPECT_NE(table.find("| Linear | Gemm | 2 | 0.01 | 2.5 | "),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| 1 other rows | | 1 | 0.00 | | "), std::string::npos)
+      << table;
+  EXPECT_TRUE(SummarizeWindow(work, 0, 10'000).kernels_by_op.empty());
+}
+
 }  // namespace
 }  // namespace glm::cuda

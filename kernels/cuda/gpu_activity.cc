@@ -238,9 +238,20 @@ absl::StatusOr<ActivityWindow> GpuActivity::Summarize(uint64_t start,
     std::lock_guard<std::mutex> lock(records.mutex);
     intervals.swap(records.intervals);
   }
-  ActivityWindow window = SummarizeWindow(std::move(intervals), start, end);
+  ActivityWindow window = SummarizeWindow(std::move(intervals), start, end,
+                                          /*largest=*/3, std::move(op_spans_));
+  op_spans_.clear();
   window.dropped = static_cast<int64_t>(dropped);
   return window;
+}
+
+void GpuActivity::OpBegan(const std::string& op) {
+  open_op_ = OpSpan{Now(), 0, *op_names_.insert(op).first};
+}
+
+void GpuActivity::OpEnded() {
+  open_op_.end = Now();
+  op_spans_.push_back(open_op_);
 }
 
 }  // namespace glm::cuda

@@ -19,6 +19,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/activity_window.h"
@@ -55,13 +58,24 @@ class GpuActivity {
   // The device's work over [start, end) (SummarizeWindow), called after the
   // window ends: waits for the calling thread's device, flushes the records
   // and then drops them all, so windows are summarized in order, each after
-  // the previous one's Summarize().
+  // the previous one's Summarize(). The op spans marked since the last one
+  // attribute its kernels to ops (ActivityWindow::kernels_by_op).
   absl::StatusOr<ActivityWindow> Summarize(uint64_t start, uint64_t end);
+
+  // Where an op of group `op` begins and ends, on the records' clock, for
+  // ops that wait for the device at both ends (GLM_OP_TIMES,
+  // kernels/op_timing_backend.h): the kernels that start inside its span
+  // are its. One thread's ops, one at a time.
+  void OpBegan(const std::string& op);
+  void OpEnded();
 
  private:
   explicit GpuActivity(bool kernel_names) : kernel_names_(kernel_names) {}
 
   bool kernel_names_;
+  std::set<std::string> op_names_;  // the spans' names (nodes never move)
+  std::vector<OpSpan> op_spans_;
+  OpSpan open_op_;
 };
 
 }  // namespace glm::cuda

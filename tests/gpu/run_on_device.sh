@@ -2,8 +2,8 @@
 # The GPU machine's checks in one call, each part under its own time limit so a
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
-# parts from: ops gemm oracle training bench optimes eager gaps gaps_eager
-# recompute long (MTP=1 adds the MTP row to the bench part only). Each part's
+# parts from: ops gemm oracle training bench optimes opkernels eager gaps
+# gaps_eager recompute long (MTP=1 adds the MTP row to the bench part only). Each part's
 # output goes to OUT/PART.txt; logs of the multi-run parts are packed into
 # OUT/PART-logs.tgz (the device tool returns at most 8 files).
 set -uo pipefail
@@ -51,6 +51,11 @@ for name in "$@"; do
       MTP= OURS_ONLY=1 GRAPHS=0 GLM_GPU_ACTIVITY=1 part gaps_eager \
         "${GAPS_LIMIT:-120}" bench/gpu_train_bench.sh /tmp/gaps_eager
       cp /tmp/gaps_eager/ours.worker.txt "$out/gaps_eager.worker.txt" ;;
+    opkernels)  # the 4k bench row, ours only, each op synchronized and its
+      # kernels listed under it (which op launches which kernel)
+      MTP= OURS_ONLY=1 GLM_OP_TIMES=1 GLM_GPU_ACTIVITY=kernels part opkernels \
+        "${OPKERNELS_LIMIT:-150}" bench/gpu_train_bench.sh /tmp/opkernels
+      cp /tmp/opkernels/ours.worker.txt "$out/opkernels.worker.txt" ;;
     gaps)  # the 4k bench row, ours only, with the GPU's idle share of each
       # step and its kernels by total time (recorded, not serialized)
       MTP= OURS_ONLY=1 GLM_GPU_ACTIVITY=kernels part gaps "${GAPS_LIMIT:-120}" \
