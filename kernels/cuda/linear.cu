@@ -312,11 +312,11 @@ void CublasMatmul(CudaContext& ctx, const Operand& a, bool trans_a,
 }
 
 // How many slices of its inner dimension k a product with an fp32 output
-// [m, n] runs as. One whose output is a few tiles over a long k leaves most
-// SMs idle under cuBLASLt's heuristic: the indexer KL loss's key gradients
-// ([4096 keys, 128] summed over 32,768 rows) ran as 16 tiles of 128x256 on
-// 16 of an H200's 132 SMs, 315 us a call (bench/NOTES.md, 2026-12-03). Such
-// a product runs as one batched product over equal slices of k, about two
+// [m, n] runs as. One whose output is a few tiles over a long k can leave
+// most SMs idle: the indexer KL loss's key gradients ([key_end, 128] summed
+// over count * 32 rows) and narrow weight gradients ([32, 2048] over 4,096
+// tokens) are a few dozen 128x128 tiles on an H200's 132 SMs. Such a
+// product runs as one batched product over equal slices of k, about two
 // waves of 128x128 tiles in all, each slice at least kMinSlice deep and a
 // multiple of 8 (16-byte aligned batches), its partials within
 // kPartialBytes. A function of the shapes alone: every product here stays
