@@ -99,3 +99,15 @@ if [[ -n ${MTP:-} ]]; then
   mtp_flops=$(model_flops "$work/mini.json" "$seq")
   ours ours_mtp "$work/job_mtp.json" "$mtp_flops" "ours, MTP layer on"
 fi
+# Last, the ratio of our tokens/s to transformers'.
+python3 - "$out/bench.txt" <<'PY'
+import re, sys
+rows = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(
+    r"^\| ([^|]+) \| [0-9.]+ \| ([0-9.]+) \|", open(sys.argv[1]).read(), re.M)}
+ours = rows.get("ours (CUDA backend, bf16, fp32 AdamW)")
+theirs = rows.get("transformers (sdpa, bf16, AdamW)")
+if ours and theirs:
+    line = f"ratio ours / transformers (tokens/s): {ours / theirs:.2f}"
+    print(line)
+    open(sys.argv[1], "a").write(line + "\n")
+PY
