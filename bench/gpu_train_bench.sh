@@ -99,11 +99,13 @@ if [[ -n ${MTP:-} ]]; then
   mtp_flops=$(model_flops "$work/mini.json" "$seq")
   ours ours_mtp "$work/job_mtp.json" "$mtp_flops" "ours, MTP layer on"
 fi
-# Last, the ratio of our tokens/s to transformers'.
-python3 - "$out/bench.txt" <<'PY'
-import re, sys
+# Last, the ratio of our tokens/s to transformers' (whose row is in
+# transformers.txt).
+python3 - "$out/bench.txt" "$out/transformers.txt" <<'PY'
+import os, re, sys
+text = "".join(open(f).read() for f in sys.argv[1:] if os.path.exists(f))
 rows = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(
-    r"^\| ([^|]+) \| [0-9.]+ \| ([0-9.]+) \|", open(sys.argv[1]).read(), re.M)}
+    r"^\| ([^|]+) \| [0-9.]+ \| ([0-9.]+) \|", text, re.M)}
 ours = rows.get("ours (CUDA backend, bf16, fp32 AdamW)")
 theirs = rows.get("transformers (sdpa, bf16, AdamW)")
 if ours and theirs:

@@ -3062,10 +3062,13 @@ void AddAttentionCases(Factories& f) {
   AddKeyWeights(f, "mini self", self, self_q, false);
   // Operands in the activation type: read where they lie by cuDNN (v strided
   // as the kv projection's columns), widened for the fp32 kernels (tiny,
-  // sparse: shapes cuDNN does not take).
+  // sparse: shapes cuDNN does not take). At top-128 of 2048 most of a
+  // query's key tiles, at times its first, hold none of its keys: masked
+  // scores must not turn into infinities there.
   const XType act = XType::kActivation;
   AddAttention(f, "mini self", self, self_q, false, act);
   AddAttention(f, "mini self", self_masked, self_q, false, act);
+  AddAttention(f, "mini self sparse", self_sparse, self_sparse_q, false, act);
   AddAttention(f, "tiny", tiny, TinyQueries(), false, act);
   AddAttention(f, "sparse", sparse, sparse_q, true, act);
   AddAttentionBackward(f, "mini self", self, self_q, false, true, true, act);
