@@ -14,19 +14,19 @@
 //   except these, which may also be ActivationType(): the x of the products
 //   (Linear, LinearBackward, GroupedLinear, GroupedLinearBackward,
 //   LinearCrossEntropy), Linear's y when it does not accumulate and
-//   GroupedLinear's y; the outputs RmsNormForward's y, SwiGluForward's out,
-//   RopeForward's y, RepeatRows' y; both sides of Copy (which converts); the
-//   attention's q, k, v and out (SparseAttentionForward,
-//   SparseAttentionBackward) and SparseAttentionKeyWeights' q and k; what
-//   reads the experts' products: SwiGLU's gate and up (both directions), the
-//   combine's src (ScatterAddRows, ScatterAddRowsBackward). Gradients are
-//   F32, except those only products or the combine read: the dy of
-//   LinearBackward and of GroupedLinearBackward (read as it lies, not by
-//   index), which their producers may write in ActivationType():
-//   SwiGluBackward's dgate and dup (its dout too), RopeBackward's dx (its dy
-//   too), SparseAttentionBackward's dq, dk and dv, and GroupedLinearBackward's
-//   dx when written (not accumulated). A backend refuses any other element
-//   type with an error naming the op.
+//   GroupedLinear's y, LinearCrossEntropy's logits (a work buffer); the outputs
+//   RmsNormForward's y, SwiGluForward's out, RopeForward's y, RepeatRows' y;
+//   both sides of Copy (which converts); the attention's q, k, v and out
+//   (SparseAttentionForward, SparseAttentionBackward) and
+//   SparseAttentionKeyWeights' q and k; what reads the experts' products:
+//   SwiGLU's gate and up (both directions), the combine's src (ScatterAddRows,
+//   ScatterAddRowsBackward). Gradients are F32, except those only products or
+//   the combine read: the dy of LinearBackward and of GroupedLinearBackward
+//   (read as it lies, not by index), which their producers may write in
+//   ActivationType(): SwiGluBackward's dgate and dup (its dout too),
+//   RopeBackward's dx (its dy too), SparseAttentionBackward's dq, dk and dv,
+//   and GroupedLinearBackward's dx when written (not accumulated). A backend
+//   refuses any other element type with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the
 // model allocates its activations and index arrays (kernels/device_memory.h),
@@ -264,8 +264,10 @@ class Backend {
   // buffer, [x.rows, w.rows]), *sum += their CrossEntropyForward (divisor),
   // then dx += dlogits w and dw += dlogits^T x for dlogits =
   // CrossEntropyBackward's (scale). dlogits is not kept: a device backend forms
-  // it in its compute precision only. On return `logits` holds no defined
-  // values.
+  // it in its compute precision only. Logits in the activation type are
+  // rounded to it as the product writes them (as transformers' bf16 logits),
+  // and their buffer takes dlogits in place. On return `logits` holds no
+  // defined values.
   virtual void LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
                                   const int32_t* targets, double divisor,
                                   float scale, MatrixView logits, double* sum,

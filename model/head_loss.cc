@@ -24,9 +24,9 @@ void AddGradient(Backend& backend, ConstMatrixView x, Parameter& head,
 
 }  // namespace
 
-int64_t FusedChunkRows(int64_t rows, int64_t vocab, int64_t chunk_bytes) {
-  const int64_t fit =
-      std::max<int64_t>(1, chunk_bytes / (2 * vocab * int64_t{sizeof(float)}));
+int64_t FusedChunkRows(int64_t rows, int64_t vocab, int64_t chunk_bytes,
+                       int64_t logit_bytes) {
+  const int64_t fit = std::max<int64_t>(1, chunk_bytes / (vocab * logit_bytes));
   if (fit >= rows) return std::max<int64_t>(rows, 1);
   // Whole tiles of rows for the GEMMs where the chunk allows.
   return fit >= kChunkRowMultiple ? fit / kChunkRowMultiple * kChunkRowMultiple
@@ -50,8 +50,13 @@ void HeadLossForward(Backend& backend, ConstMatrixView x, Parameter& head,
   }
   acts->dx = Tensor({rows, x.cols});
   if (acts->count == 0 || rows == 0) return;
-  const int64_t chunk = FusedChunkRows(rows, vocab, chunk_bytes);
-  Tensor logits = Tensor::ForOutput({chunk, vocab});
+  // In the activation type: bf16 logits as the product writes them, their
+  // gradient in place (Backend::LinearCrossEntropy).
+  const ElementType type = backend.ActivationType();
+  const int64_t chunk = FusedChunkRows(
+      rows, vocab, chunk_bytes,
+      type == ElementType::kBF16 ? kBf16LogitBytes : kFp32LogitBytes);
+  Tensor logits = Tensor::ForOutput({chunk, vocab}, type);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t count = std::min(chunk, rows - r0);
     const MatrixView chunk_logits = logits.Matrix().Rows(0, count);

@@ -29,13 +29,19 @@ struct HeadLossActivations {
 };
 
 // What a fused chunk's logits and their gradient take by default: 2 GiB, so
-// chunks of 1,728 tokens at glm5.2-mini's 154,880 words (GEMMs of that many
-// rows by the whole vocabulary keep the tensor cores busy).
+// chunks of 1,728 tokens at glm5.2-mini's 154,880 words in fp32, 6,912 in
+// bf16 (GEMMs of that many rows by the whole vocabulary keep the tensor cores
+// busy).
 inline constexpr int64_t kDefaultHeadChunkBytes = int64_t{2} << 30;
 
 // Rows per chunk of the fused loss: its logits and their gradient take at
-// most about chunk_bytes (one row at the least).
-int64_t FusedChunkRows(int64_t rows, int64_t vocab, int64_t chunk_bytes);
+// most about chunk_bytes (one row at the least), logit_bytes a word of the
+// vocabulary: kFp32LogitBytes, or kBf16LogitBytes for logits in bf16, the
+// activation type of the bf16 mode, whose gradient takes their place.
+inline constexpr int64_t kFp32LogitBytes = 2 * 4;
+inline constexpr int64_t kBf16LogitBytes = 2;
+int64_t FusedChunkRows(int64_t rows, int64_t vocab, int64_t chunk_bytes,
+                       int64_t logit_bytes);
 
 // Adds this rank's part of the mean loss to *sum (device memory on a device
 // backend); acts->targets, count and scale must be set. chunk_bytes > 0: the

@@ -295,7 +295,10 @@ std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
   const int64_t vocab = job.model.vocab_size;
   Terms head;
   head.Add("fused head loss chunk (logits and their gradient)",
-           2 * FusedChunkRows(t.local, vocab, kDefaultHeadChunkBytes) * vocab);
+           2 *
+               FusedChunkRows(t.local, vocab, kDefaultHeadChunkBytes,
+                              kFp32LogitBytes) *
+               vocab);
   std::vector<MemoryTerm> head_terms = head.Take();
   return TotalBytes(head_terms) > TotalBytes(indexer_terms) ? head_terms
                                                             : indexer_terms;

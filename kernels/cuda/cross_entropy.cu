@@ -45,6 +45,21 @@ __device__ Floats<kVec> LoadFloats(const float* p) {
   }
 }
 
+// bf16 logits (kVec 4: one 8-byte load), widened.
+template <int kVec>
+__device__ Floats<kVec> LoadFloats(const __nv_bfloat16* p) {
+  if constexpr (kVec == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const float2 lo =
+        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+    const float2 hi =
+        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+    return {{lo.x, lo.y, hi.x, hi.y}};
+  } else {
+    return {{__bfloat162float(*p)}};
+  }
+}
+
 // Adds kVec values to a running log-sum-exp (their max first, so one rescale
 // per group); -inf values add nothing.
 template <int kVec>
@@ -64,8 +79,8 @@ __device__ void AddToMaxSum(const Floats<kVec>& v, MaxSum* part) {
 // max and sum of exp(x - max) over one row, in one pass, kVec values a load
 // (kVec 4 needs cols % 4 == 0 and a 16-byte aligned row); every thread gets
 // the result, summed in an order fixed by the shapes.
-template <int kVec = 1>
-__device__ MaxSum RowMaxSum(const float* __restrict__ row, int64_t cols) {
+template <int kVec = 1, typename In = float>
+__device__ MaxSum RowMaxSum(const In* __restrict__ row, int64_t cols) {
   using BlockReduce = cub::BlockReduce<MaxSum, kBlockThreads>;
   __shared__ typename BlockReduce::TempStorage reduce_storage;
   __shared__ MaxSum result;
@@ -147,18 +162,18 @@ __device__ void StoreGrads(const Floats<4>& g, __nv_bfloat16* out) {
 // The loss of row blockIdx.x into row_loss (as RowLossKernel) and its
 // gradient scale * (softmax - onehot) written (not added) to its dlogits row,
 // zeros on rows without a target: the values CrossEntropyBackward adds, then
-// rounded once to Out. dlogits may be the logits themselves (Out float):
+// rounded once to Out. dlogits may be the logits themselves (In = Out):
 // each element is read before it is written, by the thread that writes it.
 // kVec 4: rows of whole, aligned groups of four (LossAndGrad checks).
-template <int kVec, typename Out>
-__global__ void LossAndGradKernel(const float* logits, int64_t stride,
+template <int kVec, typename In, typename Out>
+__global__ void LossAndGradKernel(const In* logits, int64_t stride,
                                   int64_t cols,
                                   const int32_t* __restrict__ targets,
                                   float scale, double* __restrict__ row_loss,
                                   Out* dlogits, int64_t dstride) {
   const int64_t r = blockIdx.x;
   const int32_t target = targets[r];
-  const float* row = logits + r * stride;
+  const In* row = logits + r * stride;
   Out* d = dlogits + r * dstride;
   if (target < 0) {
     if (threadIdx.x == 0) row_loss[r] = 0;
@@ -168,7 +183,7 @@ __global__ void LossAndGradKernel(const float* logits, int64_t stride,
     return;
   }
   // Read before RowMaxSum's barriers: the loop below may overwrite it.
-  const float target_logit = row[target];
+  const float target_logit = LoadFloats<1>(row + target).x[0];
   const MaxSum lse = RowMaxSum<kVec>(row, cols);
   if (threadIdx.x == 0) {
     row_loss[r] = double{lse.max} + log(double{lse.sum}) - target_logit;
@@ -211,22 +226,22 @@ void SumRowLosses(CudaContext& ctx, ConstMatrixView logits, double* loss,
   GLM_CUDA_CHECK_LAUNCH();
 }
 
-template <typename Out>
+template <typename In, typename Out>
 void LossAndGrad(CudaContext& ctx, ConstMatrixView logits,
                  const int32_t* targets, float scale, double* loss,
                  Out* dlogits, int64_t dstride) {
-  const bool four =
-      FourAligned(logits.data, logits.stride, logits.cols, sizeof(float)) &&
-      FourAligned(dlogits, dstride, logits.cols, sizeof(Out));
+  const auto* in = reinterpret_cast<const In*>(logits.data);
+  const bool four = FourAligned(in, logits.stride, logits.cols, sizeof(In)) &&
+                    FourAligned(dlogits, dstride, logits.cols, sizeof(Out));
   SumRowLosses(ctx, logits, loss, [&](double* row_loss) {
     if (four) {
       LossAndGradKernel<4><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
-          logits.data, logits.stride, logits.cols, targets, scale, row_loss,
-          dlogits, dstride);
+          in, logits.stride, logits.cols, targets, scale, row_loss, dlogits,
+          dstride);
     } else {
       LossAndGradKernel<1><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
-          logits.data, logits.stride, logits.cols, targets, scale, row_loss,
-          dlogits, dstride);
+          in, logits.stride, logits.cols, targets, scale, row_loss, dlogits,
+          dstride);
     }
   });
 }
@@ -237,14 +252,20 @@ void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
                              const int32_t* targets, float scale, double* loss,
                              MatrixView dlogits) {
   assert(dlogits.rows == logits.rows && dlogits.cols == logits.cols);
-  LossAndGrad(ctx, logits, targets, scale, loss, dlogits.data, dlogits.stride);
+  assert(logits.dtype == ElementType::kF32);
+  LossAndGrad<float>(ctx, logits, targets, scale, loss, dlogits.data,
+                     dlogits.stride);
 }
 
 void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
                              const int32_t* targets, float scale, double* loss,
                              __nv_bfloat16* dlogits, int64_t ld) {
   assert(ld >= logits.cols);
-  LossAndGrad(ctx, logits, targets, scale, loss, dlogits, ld);
+  if (logits.dtype == ElementType::kBF16) {
+    LossAndGrad<__nv_bfloat16>(ctx, logits, targets, scale, loss, dlogits, ld);
+  } else {
+    LossAndGrad<float>(ctx, logits, targets, scale, loss, dlogits, ld);
+  }
 }
 
 void CrossEntropyForward(CudaContext& ctx, ConstMatrixView logits,

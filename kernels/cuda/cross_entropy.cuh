@@ -33,7 +33,8 @@ void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
                              const int32_t* targets, float scale, double* loss,
                              MatrixView dlogits);
 // The same with dlogits in bf16, row-major with leading dimension ld (each
-// value rounded once, as PackBf16 rounds CrossEntropyBackward's).
+// value rounded once, as PackBf16 rounds CrossEntropyBackward's). Logits F32
+// or BF16; bf16 dlogits may be bf16 logits themselves (ld their stride).
 void CrossEntropyLossAndGrad(CudaContext& ctx, ConstMatrixView logits,
                              const int32_t* targets, float scale, double* loss,
                              __nv_bfloat16* dlogits, int64_t ld);

@@ -326,8 +326,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                           const int32_t* targets, double divisor, float scale,
                           MatrixView logits, double* sum, MatrixView dx,
                           MatrixView dw) override {
-    CheckActivations("CudaBackend::LinearCrossEntropy", {{"x", x}});
-    CheckF32("CudaBackend::LinearCrossEntropy", {w, logits, dx, dw});
+    CheckActivations("CudaBackend::LinearCrossEntropy",
+                     {{"x", x}, {"logits", logits}});
+    CheckF32("CudaBackend::LinearCrossEntropy", {w, dx, dw});
     cuda::LinearCrossEntropy(*this, x, w, targets, scale, logits, loss_, dx,
                              dw);
     cuda::AddQuotient(*this, loss_, divisor, sum);

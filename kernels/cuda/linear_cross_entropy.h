@@ -2,8 +2,9 @@
 // (Backend::LinearCrossEntropy): the logits by one product, the loss and its
 // gradient by one pass over them, then the two gradient products. In the bf16
 // mode the gradient is written in bf16, the products' operand type, so its
-// fp32 form and the conversion pass over it never exist; other modes write it
-// over the logits.
+// fp32 form and the conversion pass over it never exist: over the logits when
+// they are bf16 (the activation type, as the product writes them), else in a
+// scratch copy; other modes write it over the fp32 logits.
 #ifndef GLM_KERNELS_CUDA_LINEAR_CROSS_ENTROPY_H_
 #define GLM_KERNELS_CUDA_LINEAR_CROSS_ENTROPY_H_
 
@@ -16,8 +17,8 @@ namespace glm::cuda {
 
 // logits = x w^T; *loss = the summed cross-entropy of rows with targets >= 0
 // (as CrossEntropyForward); dx += dlogits w and dw += dlogits^T x for dlogits
-// = scale * (softmax - onehot). Takes a bf16 [rows, vocab] buffer from
-// ctx.CompositeScratch in the bf16 mode.
+// = scale * (softmax - onehot). logits is F32, or BF16 in the bf16 mode; F32
+// logits there take a bf16 [rows, vocab] buffer from ctx.CompositeScratch.
 void LinearCrossEntropy(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                         const int32_t* targets, float scale, MatrixView logits,
                         double* loss, MatrixView dx, MatrixView dw);

@@ -157,7 +157,8 @@ constexpr OpLimits kLimits[] = {
     {"RouterBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"CrossEntropyForward", {0, 0}, {kExactLoss, kExactLoss}, {0, 0}},
     {"CrossEntropyBackward", {kExact, kExact}, {0, 0}, {0, 0}},
-    // bf16: logits from bf16 products and their gradient rounded to bf16.
+    // bf16: logits from bf16 products (rounded to bf16 where the case passes
+    // them in the activation type) and their gradient rounded to bf16.
     {"LinearCrossEntropy", {kExact, 1e-4}, {kExactLoss, 1e-3}, {0, 0}},
     // bf16: cuDNN's fused attention where it has a plan (glm5.2-mini's dims:
     // bf16 operands and probabilities; measured 9.8e-6 forward, 1.1e-5
@@ -2485,37 +2486,41 @@ SpecialCheck WorkBuffer() {
 void AddLinearCrossEntropy(Factories& f, const std::string& tag, int64_t rows,
                            int64_t hidden, int64_t vocab, float scale,
                            XType x_type = XType::kF32) {
-  const std::string label =
-      absl::StrCat(tag, " x[", rows, ",", hidden, "] w[", vocab, ",", hidden,
-                   "]", LabelOf(x_type));
-  f.push_back({"LinearCrossEntropy", label, [=] {
-                 CaseBuilder b("LinearCrossEntropy", label);
-                 const int ix = b.Input("x", Dense(rows, hidden)),
-                           iw = b.Input("w", Dense(vocab, hidden), 0.05f),
-                           it =
-                               b.Ints("targets", Targets(rows, vocab, b.rng())),
-                           il = b.Written("logits", Dense(rows, vocab)),
-                           idx = b.Accumulated("dx", Dense(rows, hidden)),
-                           idw = b.Accumulated("dw", Dense(vocab, hidden));
-                 b.Special(WorkBuffer(), {il});
-                 return b.Build(
-                     [=](Backend& be, const Bound& p) {
-                       double loss = 0;
-                       Tensor holder;
-                       const ConstMatrixView xv =
-                           AsActivation(be, x_type, p.View(ix), &holder);
-                       WithWeights(be, p, iw, WeightCopy::kKept, [&] {
-                         loss = LossOf(be, [&](double* sum) {
-                           be.LinearCrossEntropy(xv, p.View(iw), p.Ints(it),
-                                                 static_cast<double>(rows),
-                                                 scale, p.View(il), sum,
-                                                 p.View(idx), p.View(idw));
-                         });
-                       });
-                       return loss;
-                     },
-                     /*returns_loss=*/true);
-               }});
+  const std::string label = absl::StrCat(
+      tag, " x[", rows, ",", hidden, "] w[", vocab, ",", hidden, "]",
+      x_type == XType::kActivation ? " x and logits in activation type" : "");
+  f.push_back(
+      {"LinearCrossEntropy", label, [=] {
+         CaseBuilder b("LinearCrossEntropy", label);
+         const int ix = b.Input("x", Dense(rows, hidden)),
+                   iw = b.Input("w", Dense(vocab, hidden), 0.05f),
+                   it = b.Ints("targets", Targets(rows, vocab, b.rng())),
+                   il = b.Written("logits", Dense(rows, vocab)),
+                   idx = b.Accumulated("dx", Dense(rows, hidden)),
+                   idw = b.Accumulated("dw", Dense(vocab, hidden));
+         b.Special(WorkBuffer(), {il});
+         return b.Build(
+             [=](Backend& be, const Bound& p) {
+               double loss = 0;
+               Tensor holder;
+               const ConstMatrixView xv =
+                   AsActivation(be, x_type, p.View(ix), &holder);
+               // The logits work buffer in x's type, as the model
+               // passes it.
+               auto run = [&](MatrixView logits) {
+                 loss = LossOf(be, [&](double* sum) {
+                   be.LinearCrossEntropy(xv, p.View(iw), p.Ints(it),
+                                         static_cast<double>(rows), scale,
+                                         logits, sum, p.View(idx), p.View(idw));
+                 });
+               };
+               WithWeights(be, p, iw, WeightCopy::kKept, [&] {
+                 IntoActivation(be, x_type, p.View(il), run);
+               });
+               return loss;
+             },
+             /*returns_loss=*/true);
+       }});
 }
 
 void AddLossCases(Factories& f) {
