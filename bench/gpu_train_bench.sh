@@ -92,24 +92,26 @@ print(row)
 open(f"{out}/bench.txt", "a").write(row + "\n")
 PY
 }
-ours ours "$work/job.json" "$flops" "ours (CUDA backend, bf16, fp32 AdamW)"
+ours_label="ours (CUDA backend, bf16, fp32 AdamW)"
+ours ours "$work/job.json" "$flops" "$ours_label"
 # MTP=1 adds our run with glm5.2-mini's MTP layer on (transformers has none),
 # counted with the MTP layer's FLOPs.
 if [[ -n ${MTP:-} ]]; then
   mtp_flops=$(model_flops "$work/mini.json" "$seq")
   ours ours_mtp "$work/job_mtp.json" "$mtp_flops" "ours, MTP layer on"
 fi
-# Last, the ratio of our tokens/s to transformers' (whose row is in
+# Last, the ratio of our main row's tokens/s to transformers' (whose row is in
 # transformers.txt).
-python3 - "$out/bench.txt" "$out/transformers.txt" <<'PY'
+python3 - "$ours_label" "$out/bench.txt" "$out/transformers.txt" <<'PY'
 import os, re, sys
-text = "".join(open(f).read() for f in sys.argv[1:] if os.path.exists(f))
+label, files = sys.argv[1], sys.argv[2:]
+text = "".join(open(f).read() for f in files if os.path.exists(f))
 rows = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(
     r"^\| ([^|]+) \| [0-9.]+ \| ([0-9.]+) \|", text, re.M)}
-ours = rows.get("ours (CUDA backend, bf16, fp32 AdamW)")
-theirs = rows.get("transformers (sdpa, bf16, AdamW)")
+ours = rows.get(label)
+theirs = next((v for k, v in rows.items() if k.startswith("transformers")), None)
 if ours and theirs:
     line = f"ratio ours / transformers (tokens/s): {ours / theirs:.2f}"
     print(line)
-    open(sys.argv[1], "a").write(line + "\n")
+    open(files[0], "a").write(line + "\n")
 PY

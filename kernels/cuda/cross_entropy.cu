@@ -77,8 +77,8 @@ __device__ void AddToMaxSum(const Floats<kVec>& v, MaxSum* part) {
 }
 
 // max and sum of exp(x - max) over one row, in one pass, kVec values a load
-// (kVec 4 needs cols % 4 == 0 and a 16-byte aligned row); every thread gets
-// the result, summed in an order fixed by the shapes.
+// (kVec 4 needs cols % 4 == 0 and a row aligned to four values); every thread
+// gets the result, summed in an order fixed by the shapes.
 template <int kVec = 1, typename In = float>
 __device__ MaxSum RowMaxSum(const In* __restrict__ row, int64_t cols) {
   using BlockReduce = cub::BlockReduce<MaxSum, kBlockThreads>;
