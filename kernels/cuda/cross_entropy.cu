@@ -45,10 +45,22 @@ __device__ Floats<kVec> LoadFloats(const float* p) {
   }
 }
 
-// bf16 logits (kVec 4: one 8-byte load), widened.
+// bf16 logits (kVec 8: one 16-byte load, kVec 4: one 8-byte load), widened.
 template <int kVec>
 __device__ Floats<kVec> LoadFloats(const __nv_bfloat16* p) {
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    Floats<8> out;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(
+          *reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+      out.x[2 * i] = f.x;
+      out.x[2 * i + 1] = f.y;
+    }
+    return out;
+  } else if constexpr (kVec == 4) {
     const uint2 v = *reinterpret_cast<const uint2*>(p);
     const float2 lo =
         __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
@@ -77,8 +89,9 @@ __device__ void AddToMaxSum(const Floats<kVec>& v, MaxSum* part) {
 }
 
 // max and sum of exp(x - max) over one row, in one pass, kVec values a load
-// (kVec 4 needs cols % 4 == 0 and a row aligned to four values); every thread
-// gets the result, summed in an order fixed by the shapes.
+// (kVec 4 or 8 needs cols a multiple of it and a row aligned to a load of
+// kVec values); every thread gets the result, summed in an order fixed by the
+// shapes.
 template <int kVec = 1, typename In = float>
 __device__ MaxSum RowMaxSum(const In* __restrict__ row, int64_t cols) {
   using BlockReduce = cub::BlockReduce<MaxSum, kBlockThreads>;
@@ -158,6 +171,18 @@ __device__ void StoreGrads(const Floats<4>& g, float* out) {
 __device__ void StoreGrads(const Floats<4>& g, __nv_bfloat16* out) {
   StoreBf16x4(g.x[0], g.x[1], g.x[2], g.x[3], out);
 }
+// Eight bf16 gradients: one 16-byte store.
+__device__ void StoreGrads(const Floats<8>& g, __nv_bfloat16* out) {
+  uint4 v;
+  uint32_t* words = &v.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair =
+        __floats2bfloat162_rn(g.x[2 * i], g.x[2 * i + 1]);
+    words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  *reinterpret_cast<uint4*>(out) = v;
+}
 
 // The loss of row blockIdx.x into row_loss (as RowLossKernel) and its
 // gradient scale * (softmax - onehot) written (not added) to its dlogits row,
@@ -233,7 +258,21 @@ void LossAndGrad(CudaContext& ctx, ConstMatrixView logits,
   const auto* in = reinterpret_cast<const In*>(logits.data);
   const bool four = FourAligned(in, logits.stride, logits.cols, sizeof(In)) &&
                     FourAligned(dlogits, dstride, logits.cols, sizeof(Out));
+  // bf16 both ways: 16-byte loads and stores of eight (the pass is bound by
+  // the bytes in flight, one block per row).
+  constexpr bool kBf16 = sizeof(In) == 2 && sizeof(Out) == 2;
+  const bool eight = kBf16 && four && logits.cols % 8 == 0 &&
+                     logits.stride % 8 == 0 && dstride % 8 == 0 &&
+                     AlignedTo(in, 16) && AlignedTo(dlogits, 16);
   SumRowLosses(ctx, logits, loss, [&](double* row_loss) {
+    if constexpr (kBf16) {
+      if (eight) {
+        LossAndGradKernel<8><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
+            in, logits.stride, logits.cols, targets, scale, row_loss, dlogits,
+            dstride);
+        return;
+      }
+    }
     if (four) {
       LossAndGradKernel<4><<<logits.rows, kBlockThreads, 0, ctx.stream()>>>(
           in, logits.stride, logits.cols, targets, scale, row_loss, dlogits,
