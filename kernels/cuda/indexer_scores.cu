@@ -1,12 +1,12 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
-#include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/indexer_scores.cuh"
+#include "kernels/cuda/wgmma_tiles.cuh"
 
 namespace glm::cuda {
 namespace {
@@ -38,10 +38,8 @@ constexpr int kThreads = 256;
 constexpr int kGroupRows = 64;  // rows a warpgroup multiplies
 static_assert(kThreads / 128 * kGroupRows == kRows, "a warpgroup per 64 rows");
 
-// Operand tiles in wgmma's K-major layout with 128-byte swizzling: dims
-// [32 a, 32 a + 32) of row r are atom a's row r (128 bytes), whose 16-byte
-// chunk c lies at chunk c ^ (r % 8). Each atom block starts 1024-byte
-// aligned, as the swizzle requires.
+// Operand tiles in wgmma_tiles.cuh's swizzled layout (dims [32 a, 32 a + 32)
+// of a row in atom a).
 struct SharedTiles {
   float a[kAtoms][kRows * kAtomFloats];
   float b[2][kAtoms][kKeys * kAtomFloats];
@@ -52,22 +50,7 @@ constexpr size_t kSharedBytes = sizeof(SharedTiles) + 1024;  // + alignment
 
 // Float offset of 16-byte chunk c (of kChunks) of row r in a tile of `rows`.
 __device__ __forceinline__ int Swizzled(int rows, int r, int c) {
-  return (c / 8) * rows * kAtomFloats + r * kAtomFloats +
-         (((c % 8) ^ (r & 7)) << 2);
-}
-
-// cp.async of 16 bytes, zero-filled (src not read) when !valid.
-__device__ __forceinline__ void CopyChunk(float* dst, const float* src,
-                                          bool valid) {
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
-// Waits for this thread's copies but the kPending latest groups.
-template <int kPending>
-__device__ __forceinline__ void WaitCopies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+  return SwizzledChunk(rows, r, c) / static_cast<int>(sizeof(float));
 }
 
 // x rounded to TF32 (to nearest, ties away from zero), as cuBLAS's TF32
@@ -100,7 +83,7 @@ __device__ void StartTile(float* tile, int rows, int dim, const float* any_row,
     const float* row = in_dim ? row_of(r) : nullptr;
     CopyChunk(dst, row != nullptr ? row + 4 * c : any_row, row != nullptr);
   }
-  asm volatile("cp.async.commit_group;\n" ::);
+  CommitCopies();
 }
 
 // Rounds to TF32 the chunks of a tile this thread copied (StartTile's
@@ -118,21 +101,7 @@ __device__ void RoundTile(float* tile, int rows) {
     *chunk = v;
     chunk += kRowStep * kAtomFloats / 4;
   }
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// A wgmma descriptor of a K-major, 128-byte swizzled operand starting at
-// `start` (8-row groups 1024 bytes apart).
-__device__ __forceinline__ uint64_t Descriptor(const float* start) {
-  cute::GmmaDescriptor d;
-  d.bitfield.start_address_ =
-      static_cast<uint16_t>(__cvta_generic_to_shared(start) >> 4);
-  d.bitfield.leading_byte_offset_ = 1;  // unused with swizzling
-  d.bitfield.stride_byte_offset_ = 1024 >> 4;
-  d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ =
-      static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::B128);
-  return d.desc_;
+  FenceForTensorCores();
 }
 
 // The warpgroup's dots: d[4 j + 2 half + col] is its row 16 w + g + 8 half
@@ -244,8 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         int64_t key_end, int64_t causal_offset, float scale,
                         float* scores, uint32_t* positive, int64_t ld) {
   extern __shared__ __align__(16) char shared_bytes[];
-  SharedTiles& sh = *reinterpret_cast<SharedTiles*>(
-      (reinterpret_cast<uintptr_t>(shared_bytes) + 1023) / 1024 * 1024);
+  SharedTiles& sh = AlignedShared<SharedTiles>(shared_bytes);
   const int64_t q0 = int64_t{gridDim.x - 1 - blockIdx.x} * kQueries;
   const int queries = static_cast<int>(std::min<int64_t>(kQueries, count - q0));
   // Keys the block's queries see (query: counted from q0), each and all.
@@ -282,8 +250,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t group_end = visible_end(std::min(2 * group + 1, queries - 1));
   const int64_t query_end = visible_end(query);
   const float* weights = query < queries ? &At(w, t0 + q0 + query, 0) : w.data;
-  const uint64_t a = Descriptor(sh.a[0] + group * kGroupRows * kAtomFloats);
-  const uint64_t b0 = Descriptor(sh.b[0][0]), b1 = Descriptor(sh.b[1][0]);
+  const uint64_t a =
+      SwizzledDescriptor(sh.a[0] + group * kGroupRows * kAtomFloats);
+  const uint64_t b0 = SwizzledDescriptor(sh.b[0][0]),
+                 b1 = SwizzledDescriptor(sh.b[1][0]);
   // This lane's keys of a tile after SumWarpHeads: key0 and key0 + 1.
   const int key0 = 8 * (lane / 4) + 2 * (lane % 4);
   for (int tile = 0; tile < tiles; ++tile) {

@@ -5,6 +5,7 @@
 #include <cub/cub.cuh>
 #include <vector>
 
+#include "kernels/cuda/attention_key_sums.cuh"
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
@@ -443,6 +444,15 @@ __global__ void HeadWeightsKernel(const float* scores, int64_t rows, int64_t nk,
   }
 }
 
+// weights[t, j] = sums[t * ld + keys[t, j]] (0 on -1 slots).
+__global__ void GatherKeySumsKernel(const float* sums, int64_t ld,
+                                    const int32_t* keys, MatrixView weights) {
+  ForEachElement(weights.rows, weights.cols, [&](int64_t t, int64_t j) {
+    const int32_t key = keys[t * weights.cols + j];
+    At(weights, t, j) = key < 0 ? 0.f : sums[t * ld + key];
+  });
+}
+
 // Block (query tile, head): the first walk sums p * (dout . v) per row (in
 // double, as QueryGradKernel), the second forms ds = p * (dout . v - that) *
 // scale, saves it to ds (when not null) and accumulates dq += ds k.
@@ -806,6 +816,36 @@ void SparseAttentionForward(CudaContext& ctx, ConstMatrixView q,
   RunForward(ctx, q, k, v, keys, &lists, topk, heads, scale, out, {}, lse);
 }
 
+namespace {
+
+// Dense selections with bf16 operands: the heads' sums for every visible key
+// of a block of queries (AttentionKeySums, the scores never stored), then
+// gathered at the selected keys. Blocks keep the sums within
+// kSumsBlockBytes (at 4k all queries are one block; at 64k, 1,024).
+void KeyWeightsFromSums(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
+                        const int32_t* keys, int64_t heads, float scale,
+                        const float* lse, MatrixView weights) {
+  constexpr int64_t kSumsBlockBytes = int64_t{256} << 20;
+  const int64_t nq = q.rows / heads, nk = k.rows / heads, topk = weights.cols;
+  const int64_t ld = (nk + 3) / 4 * 4;
+  const int64_t block_rows =
+      std::max<int64_t>(1, kSumsBlockBytes / (ld * int64_t{sizeof(float)}));
+  float* sums = static_cast<float*>(
+      ctx.Scratch(std::min(nq, block_rows) * ld * sizeof(float)));
+  for (int64_t first = 0; first < nq; first += block_rows) {
+    const int64_t rows = std::min(block_rows, nq - first);
+    const int64_t key_end = VisibleKeyEnd(nq, nk, first + rows);
+    AttentionKeySums(ctx, q, k, heads, scale, lse, first, rows, key_end,
+                     nq == nk, sums, ld);
+    GatherKeySumsKernel<<<GridStrideBlocks(rows * topk), kBlockThreads, 0,
+                          ctx.stream()>>>(sums, ld, keys + first * topk,
+                                          weights.Rows(first, rows));
+    GLM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
 void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
                                ConstMatrixView k, const int32_t* keys,
                                int64_t topk, int64_t heads, float scale,
@@ -832,6 +872,10 @@ void SparseAttentionKeyWeights(CudaContext& ctx, ConstMatrixView q,
     HeadSumKernel<<<GridStrideBlocks(nq * topk), kBlockThreads, 0, stream>>>(
         probs, static_cast<int>(heads), weights);
     GLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (AttentionKeySumsSupported(q, k, heads)) {
+    KeyWeightsFromSums(ctx, q, k, keys, heads, scale, lse, weights);
     return;
   }
   // Dense selections: every head's scores for a block of queries by one

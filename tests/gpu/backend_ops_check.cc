@@ -3081,7 +3081,16 @@ void AddAttentionCases(Factories& f) {
   // Two query chunks: dk and dv added over them in F32 stand-ins.
   AddAttentionBackward(f, "mini self sparse", self_sparse, self_sparse_q, false,
                        true, true, act);
+  // bf16 operands of dense selections: the heads' sums on the tensor cores
+  // (AttentionKeySums), causal in self-attention, every key otherwise; 1000
+  // tokens leave a part-filled last query block and key tile.
   AddKeyWeights(f, "mini self", self, self_q, false, act);
+  AddKeyWeights(f, "glm5.2-mini", mini, mini_q, false, act);
+  AttentionShape self_uneven = self;
+  self_uneven.key_tokens = 1000;
+  self_uneven.topk = 500;
+  AddKeyWeights(f, "mini self uneven", self_uneven, ShortAndLong(1000, 0, 1000),
+                false, act);
   AddKeyWeights(f, "sparse", sparse, sparse_q, true, act);
 
   const IndexerShape index_tiny{2, 4, 5, 2, 0.5f};
