@@ -14,7 +14,9 @@
 //   except these, which may also be ActivationType(): the x of the products
 //   (Linear, LinearBackward, GroupedLinear, GroupedLinearBackward,
 //   LinearCrossEntropy), Linear's y when it does not accumulate and
-//   GroupedLinear's y, LinearCrossEntropy's logits (a work buffer); the outputs
+//   GroupedLinear's y, LinearCrossEntropy's logits (a work buffer),
+//   EmbeddingForward's table and out (out F32 needs an F32 table: the MoE
+//   gathers its experts' input rows with it), SumRowGroups' x; the outputs
 //   RmsNormForward's y, SwiGluForward's out, RopeForward's y, RepeatRows' y;
 //   both sides of Copy (which converts); the attention's q, k, v and out
 //   (SparseAttentionForward, SparseAttentionBackward) and

@@ -37,17 +37,17 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
   const ExpertGrouping& g = e->grouping;
   e->weight = Tensor::ForOutput({rows, 1});
   backend.EmbeddingForward(weight_rows, g.slots.data(), e->weight.Matrix());
-  e->source = x;
-  // The products' outputs, read only by SwiGLU and the combine (and kept for
-  // their backward): in the activation type, as the hidden rows.
+  // The products' inputs and outputs, read only by products, SwiGLU and the
+  // combine (and kept for their backward): in the activation type.
   const ElementType activation = backend.ActivationType();
+  e->inputs = Tensor::ForOutput({rows, x.cols}, activation);
+  backend.EmbeddingForward(x, g.tokens.data(), e->inputs.Matrix());
   e->mlp.gate_up = Tensor::ForOutput({rows, 2 * inter}, activation);
   e->mlp.hidden = Tensor::ForOutput({rows, inter}, activation);
   e->out = Tensor::ForOutput({rows, x.cols}, activation);
   MatrixView gate_up = e->mlp.gate_up.Matrix();
-  backend.GroupedLinear(IndexedRows(x, g.tokens.data(), rows),
-                        p.experts_gate_up.value.Matrix(), g.offsets.data(),
-                        experts, gate_up);
+  backend.GroupedLinear(e->inputs.Matrix(), p.experts_gate_up.value.Matrix(),
+                        g.offsets.data(), experts, gate_up);
   backend.SwiGluForward(gate_up.Columns(0, inter),
                         gate_up.Columns(inter, inter), e->mlp.hidden.Matrix());
   backend.GroupedLinear(e->mlp.hidden.Matrix(), p.experts_down.value.Matrix(),
@@ -88,11 +88,10 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
   backend.SwiGluBackward(gate_up.Columns(0, inter),
                          gate_up.Columns(inter, inter), dhidden.Matrix(),
                          dgu.Columns(0, inter), dgu.Columns(inter, inter));
-  backend.GroupedLinearBackward(IndexedRows(e.source, g.tokens.data(), rows),
-                                p.experts_gate_up.value.Matrix(),
-                                g.offsets.data(), experts, dgu,
-                                dx_rows.Matrix(), /*accumulate_dx=*/false,
-                                p.experts_gate_up.grad.Matrix());
+  backend.GroupedLinearBackward(
+      e.inputs.Matrix(), p.experts_gate_up.value.Matrix(), g.offsets.data(),
+      experts, dgu, dx_rows.Matrix(), /*accumulate_dx=*/false,
+      p.experts_gate_up.grad.Matrix());
   backend.ScatterAddRows(dx_rows.Matrix(), g.tokens.data(), nullptr, dx);
 }
 

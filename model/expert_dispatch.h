@@ -34,17 +34,17 @@ ExpertGrouping GroupRowsByExpert(Backend& backend, const int32_t* expert,
 struct ExpertRows {
   ExpertGrouping grouping;
   Tensor weight;  // [rows, 1] router weight per row
-  // The tokens the rows read (row p is source[grouping.tokens[p]]), not
-  // copied: whoever made the forward keeps them until the backward.
-  ConstMatrixView source;
+  // [rows, hidden] the rows the experts read (row p is x[grouping.tokens[p]]),
+  // gathered once in the activation type: the first grouped product reads
+  // them in both passes (its backward would gather them again).
+  Tensor inputs;
   MlpActivations mlp;  // gate_up [rows, 2I], hidden [rows, I]
   Tensor out;          // [rows, hidden] before weighting
 };
 
 // out[tokens] += weight * SwiGLU_expert(x[tokens]) for every grouped row:
 // two grouped products (the first reading x's rows by index), one SwiGLU and
-// one weighted scatter, the experts' sizes never leaving the device. x must
-// live until ExpertsBackward.
+// one weighted scatter, the experts' sizes never leaving the device.
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* rows,
                     MatrixView out);

@@ -237,12 +237,12 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
   // Written, not added, by the ops below: their buffers start unfilled. The
-  // query and kv gradients are read only by copies, RoPE and the q_b and
-  // kv_b products: the activation type; the keys' rope part is summed over
-  // heads in F32.
+  // query, key and kv gradients are read only by copies, RoPE, the sum of the
+  // keys' rope part over heads (into F32) and the q_b and kv_b products: the
+  // activation type.
   const ElementType type = backend.ActivationType();
   Tensor dquery = Tensor::ForOutput({n * heads, qk}, type),
-         dkey = Tensor::ForOutput({all * heads, qk}),
+         dkey = Tensor::ForOutput({all * heads, qk}, type),
          dkv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
   MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
   const int64_t topk = acts.topk->dim(1);

@@ -191,8 +191,7 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   Terms attention(Recompute::kNone);
   attention.Add("hidden-state gradients", 2 * t.local * d.hidden * kBf16);
   attention.Add("query, key and value gradients",
-                t.chunk * d.heads * (2 * d.qk + d.v) * kBf16 +
-                    t.chunk * d.heads * d.qk * kFp32);
+                t.chunk * d.heads * (3 * d.qk + d.v) * kBf16);
   if (split.cp > 1) {
     attention.Add("keys and values gathered over cp",
                   (t.all - t.chunk) * d.heads * (d.qk + d.v) * kBf16);

@@ -106,10 +106,10 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
   terms->Add("expert offsets of the layer's choices", d.experts + 1);
   terms->Add("shared expert gate|up and SwiGLU", n * 3 * d.shared_inter);
   const int64_t rows = t.routed;
-  // The first grouped product reads its rows from the layer's input by
-  // index; expert parallelism keeps the rows it received (with their router
-  // weights) instead.
-  terms->Add("routed rows: outputs", rows * d.hidden);
+  // The first grouped product's rows, gathered from the layer's input (or,
+  // under expert parallelism, from the rows received, kept with their router
+  // weights) once and read again by its backward.
+  terms->Add("routed rows: gathered inputs and outputs", 2 * rows * d.hidden);
   if (expert_parallel) {
     terms->Add("routed rows: received inputs and router weights",
                rows * (d.hidden + 1));

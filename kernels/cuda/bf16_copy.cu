@@ -39,12 +39,12 @@ __global__ void PackBf16Kernel(ConstMatrixView x, const int32_t* gather,
   });
 }
 
-__global__ void UnpackBf16Kernel(const __nv_bfloat16* x, const int32_t* keep,
-                                 int64_t rows_per_token, bool accumulate,
-                                 MatrixView y) {
+__global__ void UnpackBf16Kernel(const __nv_bfloat16* x, int64_t ld,
+                                 const int32_t* keep, int64_t rows_per_token,
+                                 bool accumulate, MatrixView y) {
   ForEachElement(y.rows, y.cols, [&](int64_t r, int64_t c) {
     const float value = RowKept(keep, r, rows_per_token)
-                            ? __bfloat162float(x[r * y.cols + c])
+                            ? __bfloat162float(x[r * ld + c])
                             : 0.f;
     float& out = At(y, r, c);
     out = accumulate ? out + value : value;
@@ -87,10 +87,13 @@ void PackBf16Rows(CudaContext& ctx, ConstMatrixView x, const int32_t* rows,
   LaunchPackBf16(ctx, x, rows, scale, count, nullptr, 1, out, ld);
 }
 
-void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x, const int32_t* keep,
-                int64_t rows_per_token, bool accumulate, MatrixView y) {
+void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x, int64_t ld,
+                const int32_t* keep, int64_t rows_per_token, bool accumulate,
+                MatrixView y) {
+  assert(ld >= y.cols);
   UnpackBf16Kernel<<<GridStrideBlocks(y.rows * y.cols), kBlockThreads, 0,
-                     ctx.stream()>>>(x, keep, rows_per_token, accumulate, y);
+                     ctx.stream()>>>(x, ld, keep, rows_per_token, accumulate,
+                                     y);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,10 +28,11 @@ void PackBf16Rows(CudaContext& ctx, ConstMatrixView x, const int32_t* rows,
                   const float* scale, int64_t count, __nv_bfloat16* out,
                   int64_t ld);
 
-// y = x or y += x (accumulate) for x [y.rows, y.cols] contiguous bf16; rows
-// that `keep` drops (as PackBf16) get 0 (+= 0).
-void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x, const int32_t* keep,
-                int64_t rows_per_token, bool accumulate, MatrixView y);
+// y = x or y += x (accumulate) for x [y.rows, y.cols] bf16 with rows ld
+// elements apart; rows that `keep` drops (as PackBf16) get 0 (+= 0).
+void UnpackBf16(CudaContext& ctx, const __nv_bfloat16* x, int64_t ld,
+                const int32_t* keep, int64_t rows_per_token, bool accumulate,
+                MatrixView y);
 
 }  // namespace glm::cuda
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/bf16_weight_copies.h"
 #include "kernels/cuda/captured_graph.h"
 #include "kernels/cuda/cross_entropy.cuh"
@@ -184,12 +185,21 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cuda::RepeatRows(*this, x, repeats, y);
   }
   void SumRowGroups(ConstMatrixView x, int64_t repeats, MatrixView y) override {
-    CheckF32("CudaBackend::SumRowGroups", {x, y});
+    CheckActivations("CudaBackend::SumRowGroups", {{"x", x}});
+    CheckF32("CudaBackend::SumRowGroups", {y});
     cuda::SumRowGroups(*this, x, repeats, y);
   }
   void EmbeddingForward(ConstMatrixView table, const int32_t* ids,
                         MatrixView out) override {
-    CheckF32("CudaBackend::EmbeddingForward", {table, out});
+    CheckActivations("CudaBackend::EmbeddingForward",
+                     {{"table", table}, {"out", out}});
+    if (out.dtype == ElementType::kBF16) {  // gathered and converted at once
+      cuda::PackBf16Rows(*this, table, ids, nullptr, out.rows,
+                         reinterpret_cast<__nv_bfloat16*>(out.data),
+                         out.stride);
+      return;
+    }
+    CheckF32("CudaBackend::EmbeddingForward", {table});
     cuda::EmbeddingForward(*this, table, ids, out);
   }
   void EmbeddingBackward(ConstMatrixView dout, const int32_t* ids,

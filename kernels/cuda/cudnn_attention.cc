@@ -53,11 +53,12 @@ fe::graph::Tensor_attributes Rows(const char* name, Uid uid, int64_t tokens,
 }
 
 void SetRows(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid,
-             int64_t tokens, int64_t heads, int64_t dim) {
+             int64_t tokens, int64_t heads, int64_t dim, int64_t row_stride) {
   t->set_output(true)
       .set_uid(uid)
       .set_dim({1, heads, tokens, dim})
-      .set_stride({tokens * heads * dim, dim, heads * dim, 1});
+      .set_stride(
+          {tokens * heads * row_stride, row_stride, heads * row_stride, 1});
 }
 
 fe::graph::Tensor_attributes Stats(int64_t nq, int64_t heads) {
@@ -128,7 +129,7 @@ std::shared_ptr<fe::graph::Graph> ForwardGraph(
                      .set_attn_scale(scale);
   SetMask(options, in, causal_offset);
   auto [o, stats] = graph->sdpa(in.q, in.k, in.v, options);
-  SetRows(o, kO, nq, heads, dv);
+  SetRows(o, kO, nq, heads, dv, dv);
   stats->set_output(true)
       .set_uid(kStats)
       .set_dim({1, heads, nq, 1})
@@ -154,9 +155,10 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(
   SetMask(options, in, causal_offset);
   auto [dq, dk, dv_] =
       graph->sdpa_backward(in.q, in.k, in.v, o, dout, stats, options);
-  SetRows(dq, kDQ, nq, heads, dqk);
-  SetRows(dk, kDK, nk, heads, dqk);
-  SetRows(dv_, kDV, nk, heads, dv);
+  // dV's rows lie as v's: the kv projection's gradient takes it in place.
+  SetRows(dq, kDQ, nq, heads, dqk, dqk);
+  SetRows(dk, kDK, nk, heads, dqk, dqk);
+  SetRows(dv_, kDV, nk, heads, dv, v_stride);
   return graph;
 }
 
@@ -175,10 +177,16 @@ int64_t CopyElements(ConstMatrixView view) {
   return view.dtype == ElementType::kBF16 ? 0 : view.rows * view.cols;
 }
 
+// The rows apart that a plan reads v's rows at: its own stride when v is read
+// where it lies (bf16), else the dense copy's.
+int64_t VStride(ConstMatrixView v) {
+  return v.dtype == ElementType::kBF16 ? v.stride : v.cols;
+}
+
 // Whether cuDNN writes a result (the forward's output, a gradient) where it
-// lies: bf16 dense rows.
-bool WrittenInPlace(MatrixView result) {
-  return result.dtype == ElementType::kBF16 && result.stride == result.cols;
+// lies: bf16 rows `ld` elements apart, as the graph writes them.
+bool WrittenInPlace(MatrixView result, int64_t ld) {
+  return result.dtype == ElementType::kBF16 && result.stride == ld;
 }
 
 // What a chunk's graph writes: the forward its output, the backward the
@@ -198,9 +206,10 @@ Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
   const bool backward = !read_out.empty();
   // Where cuDNN writes a [rows, cols] result: in place, or a bf16 buffer
   // (also for a gradient nobody asked for: the graph writes it all the same).
-  auto result = [&](MatrixView view, int64_t rows, int64_t cols) {
-    return WrittenInPlace(view) ? reinterpret_cast<__nv_bfloat16*>(view.data)
-                                : carve.Take<__nv_bfloat16>(rows * cols);
+  auto result = [&](MatrixView view, int64_t rows, int64_t ld) {
+    return WrittenInPlace(view, ld)
+               ? reinterpret_cast<__nv_bfloat16*>(view.data)
+               : carve.Take<__nv_bfloat16>(rows * ld);
   };
   Buffers b{};
   b.q = carve.Take<__nv_bfloat16>(CopyElements(q));
@@ -212,7 +221,7 @@ Buffers Carve(Carver& carve, ConstMatrixView q, ConstMatrixView k,
     b.dout = carve.Take<__nv_bfloat16>(q.rows * v.cols);
     b.dq = result(written.dq, q.rows, q.cols);
     b.dk = result(written.dk, k.rows, k.cols);
-    b.dv = result(written.dv, v.rows, v.cols);
+    b.dv = result(written.dv, v.rows, VStride(v));
   }
   b.stats = carve.Take<float>(nq * heads);
   if (masked) {
@@ -234,23 +243,23 @@ Buffers CarveScratch(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                masked);
 }
 
-// A result from cuDNN's bf16 `buffer` into `view`: unpacked to F32 (added
-// when `add`), or, for a bf16 view, copied unless cuDNN wrote it in place;
-// rows r whose token r / rows_per_token has no key (keep, when given) get
-// zeros.
-void WriteResult(CudaContext& ctx, const __nv_bfloat16* buffer,
+// A result from cuDNN's bf16 `buffer` (rows ld elements apart) into `view`:
+// unpacked to F32 (added when `add`), or, for a bf16 view, copied unless
+// cuDNN wrote it in place; rows r whose token r / rows_per_token has no key
+// (keep, when given) get zeros.
+void WriteResult(CudaContext& ctx, const __nv_bfloat16* buffer, int64_t ld,
                  const int32_t* keep, int64_t rows_per_token, bool add,
                  MatrixView view) {
   if (view.empty()) return;
   if (view.dtype != ElementType::kBF16) {
-    UnpackBf16(ctx, buffer, keep, rows_per_token, add, view);
+    UnpackBf16(ctx, buffer, ld, keep, rows_per_token, add, view);
     return;
   }
   assert(!add);
-  if (!WrittenInPlace(view)) {
+  if (!WrittenInPlace(view, ld)) {
     Copy(ctx,
          ConstMatrixView(reinterpret_cast<const float*>(buffer), view.rows,
-                         view.cols, view.cols, ElementType::kBF16),
+                         view.cols, ld, ElementType::kBF16),
          view);
   }
   if (keep != nullptr) ClearRowsWithoutKeys(ctx, keep, rows_per_token, view);
@@ -266,12 +275,6 @@ const __nv_bfloat16* Operand(CudaContext& ctx, ConstMatrixView view,
   auto* out = const_cast<__nv_bfloat16*>(copy);
   PackBf16(ctx, view, nullptr, 1, out, view.cols);
   return out;
-}
-
-// The rows apart that a plan reads v's rows at: its own stride when v is read
-// where it lies (bf16), else the dense copy's.
-int64_t VStride(ConstMatrixView v) {
-  return v.dtype == ElementType::kBF16 ? v.stride : v.cols;
 }
 
 // The mask (of a masked chunk) and the bf16 queries, keys and values both
@@ -520,7 +523,7 @@ void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
       {kStats, b.stats}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "forward");
-  WriteResult(ctx, b.o, b.has_key, heads, false, out);
+  WriteResult(ctx, b.o, out.cols, b.has_key, heads, false, out);
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
@@ -551,9 +554,9 @@ void CudnnAttention::BackwardChunk(
       {kDV, b.dv}};
   if (masked) pack[kBias] = b.bias;
   Execute(handle_, *plan.graph, pack, b.workspace, "backward");
-  WriteResult(ctx, b.dq, b.has_key, heads, false, dq);
-  WriteResult(ctx, b.dk, nullptr, 1, add_keys, dk);
-  WriteResult(ctx, b.dv, nullptr, 1, add_keys, dv);
+  WriteResult(ctx, b.dq, dq.cols, b.has_key, heads, false, dq);
+  WriteResult(ctx, b.dk, dk.cols, nullptr, 1, add_keys, dk);
+  WriteResult(ctx, b.dv, VStride(v), nullptr, 1, add_keys, dv);
 }
 
 }  // namespace glm::cuda

@@ -48,7 +48,7 @@ __global__ void SumRowGroupsKernel(ConstMatrixView x, int64_t repeats,
   ForEachElement(y.rows, y.cols, [&](int64_t r, int64_t c) {
     float sum = At(y, r, c);
     for (int64_t i = 0; i < repeats; ++i) {
-      sum = __fadd_rn(sum, At(x, r * repeats + i, c));
+      sum = __fadd_rn(sum, Load(x, r * repeats + i, c));
     }
     At(y, r, c) = sum;
   });

@@ -134,6 +134,8 @@ constexpr OpLimits kLimits[] = {
     {"RepeatRows to activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     // Exact where both sides are bf16 (a bf16 input is the rounding already).
     {"Copy in activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    {"EmbeddingForward in activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    {"SumRowGroups from activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward to activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     // Every operand in the activation type, as the MLPs run it: gate, up (and
     // dout) rounded as the products write them, the outputs rounded too;
@@ -1673,15 +1675,20 @@ void AddRepeatRows(Factories& f, const std::string& tag, int64_t repeats,
                }});
 }
 
+// x_type kActivation: x in the activation type (the keys' gradients).
 void AddSumRowGroups(Factories& f, const std::string& tag, int64_t repeats,
-                     Layout x, Layout y) {
+                     Layout x, Layout y, XType x_type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " repeats ", repeats, " y", Dims(y));
-  f.push_back({"SumRowGroups", label, [=] {
-                 CaseBuilder b("SumRowGroups", label);
+  const std::string op = ActivationOp("SumRowGroups", "from", x_type);
+  f.push_back({op, label, [=] {
+                 CaseBuilder b(op, label);
                  const int ix = b.Input("x", x), iy = b.Accumulated("y", y);
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.SumRowGroups(p.View(ix), repeats, p.View(iy));
+                   Tensor holder;
+                   be.SumRowGroups(
+                       AsActivation(be, x_type, p.View(ix), &holder), repeats,
+                       p.View(iy));
                    return 0.0;
                  });
                }});
@@ -1720,6 +1727,12 @@ void AddElementwiseCases(Factories& f) {
   AddSumRowGroups(f, "tiny", 3, Dense(15, 7), Dense(5, 7));
   AddSumRowGroups(f, "every head's dk_rope", heads,
                   Cols(tokens * heads, qk, nope, rope), Dense(tokens, rope));
+  AddSumRowGroups(f, "every head's dk_rope", heads,
+                  Cols(tokens * heads, qk, nope, rope), Dense(tokens, rope),
+                  XType::kActivation);
+  AddCopy(f, "dkey nope into the kv gradient",
+          Cols(tokens * heads, qk, 0, nope),
+          Cols(tokens * heads, kv_row, 0, nope), act, act);
 
   AddAxpy(f, "tiny", 0.7f, Dense(5, 7), Dense(5, 7));
   AddAxpy(f, "misaligned", -1.25f, Cols(17, 40, 3, 29), Cols(17, 37, 5, 29));
@@ -1759,17 +1772,25 @@ std::vector<int32_t> ExpertTokens(int64_t tokens, int64_t count,
 
 using IdMaker = std::function<std::vector<int32_t>(std::mt19937_64&)>;
 
+// type kActivation: table and out in the activation type (the MoE's gather
+// of its experts' input rows).
 void AddEmbedding(Factories& f, const std::string& tag, Layout table,
-                  Layout out, IdMaker ids) {
+                  Layout out, IdMaker ids, XType type = XType::kF32) {
   const std::string label =
       absl::StrCat(tag, " table", Dims(table), " out", Dims(out));
-  f.push_back({"EmbeddingForward", label, [=] {
-                 CaseBuilder b("EmbeddingForward", label);
+  const std::string op = ActivationOp("EmbeddingForward", "in", type);
+  f.push_back({op, label, [=] {
+                 CaseBuilder b(op, label);
                  const int it = b.Input("table", table),
                            ii = b.Ints("ids", ids(b.rng())),
                            io = b.Written("out", out);
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.EmbeddingForward(p.View(it), p.Ints(ii), p.View(io));
+                   Tensor holder;
+                   const ConstMatrixView t =
+                       AsActivation(be, type, p.View(it), &holder);
+                   IntoActivation(be, type, p.View(io), [&](MatrixView o) {
+                     be.EmbeddingForward(t, p.Ints(ii), o);
+                   });
                    return 0.0;
                  });
                }});
@@ -1861,6 +1882,12 @@ void AddRowsCases(Factories& f) {
   AddEmbedding(f, "vocab", Dense(vocab, hidden), Dense(tokens, hidden), skewed);
   AddEmbedding(f, "expert weights by slot", Dense(slots, 1), Dense(1000, 1),
                expert_slots);
+  // An expert's input rows: each of 1000 rows one of the 4096 tokens.
+  const IdMaker expert_tokens = [=](std::mt19937_64& rng) {
+    return ExpertTokens(tokens, 1000, rng);
+  };
+  AddEmbedding(f, "expert inputs", Dense(tokens, hidden), Dense(1000, hidden),
+               expert_tokens, XType::kActivation);
 
   AddEmbeddingBackward(f, "tiny", Dense(6, 4), Dense(7, 4), tiny);
   AddEmbeddingBackward(f, "strided", Cols(6, 9, 2, 5), Cols(9, 8, 1, 5), tiny);
