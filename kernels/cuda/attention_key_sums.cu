@@ -195,13 +195,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool AttentionKeySumsSupported(ConstMatrixView q, ConstMatrixView k,
                                int64_t heads) {
-  auto rows_aligned = [](ConstMatrixView v) {
-    return v.dtype == ElementType::kBF16 &&
-           reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.stride % 8 == 0;
-  };
   return heads > 0 && q.cols == k.cols && q.cols > 0 && q.cols % 8 == 0 &&
          q.cols <= kMaxDim && q.rows % heads == 0 && k.rows % heads == 0 &&
-         rows_aligned(q) && rows_aligned(k);
+         ChunkAlignedRows(q, ElementType::kBF16) &&
+         ChunkAlignedRows(k, ElementType::kBF16);
 }
 
 void AttentionKeySums(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,

@@ -302,13 +302,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool IndexerScoresSupported(ConstMatrixView iq, ConstMatrixView ik,
                             int64_t heads) {
-  auto rows_aligned = [](ConstMatrixView v) {
-    return v.dtype == ElementType::kF32 &&
-           reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.stride % 4 == 0;
-  };
   return heads > 0 && heads <= kMaxHeads && iq.cols == ik.cols && iq.cols > 0 &&
-         iq.cols % 8 == 0 && iq.cols <= kMaxDim && rows_aligned(iq) &&
-         rows_aligned(ik);
+         iq.cols % 8 == 0 && iq.cols <= kMaxDim &&
+         ChunkAlignedRows(iq, ElementType::kF32) &&
+         ChunkAlignedRows(ik, ElementType::kF32);
 }
 
 void IndexerScores(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,

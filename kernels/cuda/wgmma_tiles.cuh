@@ -10,11 +10,21 @@
 #include <cstdint>
 #include <cute/arch/mma_sm90_desc.hpp>
 
+#include "kernels/tensor.h"
+
 namespace glm::cuda {
 
 constexpr int kSwizzleBytes = 128;  // an atom's row
 constexpr int kChunkBytes = 16;     // a cp.async copy
 constexpr int kAtomChunks = kSwizzleBytes / kChunkBytes;
+
+// Whether the rows of `view` are `type` and copyable in 16-byte chunks: the
+// data 16-byte aligned and the rows a whole number of chunks apart.
+inline bool ChunkAlignedRows(ConstMatrixView view, ElementType type) {
+  return view.dtype == type &&
+         reinterpret_cast<uintptr_t>(view.data) % kChunkBytes == 0 &&
+         view.stride * ElementBytes(type) % kChunkBytes == 0;
+}
 
 // Byte offset of 16-byte chunk c of row r in a tile of `rows` rows.
 __device__ __forceinline__ int SwizzledChunk(int rows, int r, int c) {
