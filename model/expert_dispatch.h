@@ -43,8 +43,9 @@ struct ExpertRows {
 };
 
 // out[tokens] += weight * SwiGLU_expert(x[tokens]) for every grouped row:
-// two grouped products (the first reading x's rows by index), one SwiGLU and
-// one weighted scatter, the experts' sizes never leaving the device.
+// one gather of x's rows (kept in rows->inputs), two grouped products, one
+// SwiGLU and one weighted scatter, the experts' sizes never leaving the
+// device.
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* rows,
                     MatrixView out);
