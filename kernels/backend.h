@@ -25,9 +25,10 @@
 //   ScatterAddRowsBackward). Gradients are F32, except those only products or
 //   the combine read: the dy of LinearBackward and of GroupedLinearBackward
 //   (read as it lies, not by index), which their producers may write in
-//   ActivationType(): SwiGluBackward's dgate and dup (its dout too),
-//   RopeBackward's dx (its dy too), SparseAttentionBackward's dq, dk and dv,
-//   and GroupedLinearBackward's dx when written (not accumulated). A backend
+//   ActivationType(): ScatterAddRowsBackward's dsrc, SwiGluBackward's dgate
+//   and dup (its dout too), RopeBackward's dx (its dy too),
+//   SparseAttentionBackward's dq, dk and dv, and GroupedLinearBackward's dx
+//   when written (not accumulated). A backend
 //   refuses any other element type with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the

@@ -63,26 +63,26 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
                 experts = p.experts_down.value.dim(0), rows = e.grouping.rows();
   if (rows == 0) return;
   const ExpertGrouping& g = e.grouping;
-  // The routing weights' gradients; the experts' output gradient, each
-  // row's token's dout times its weight, is read by index where the down
-  // projection's backward converts it (no [rows, hidden] copy).
+  // The data gradients are written, not added: their buffers start unfilled.
+  // Each is read only by a product, SwiGLU's backward or the combine: the
+  // activation type.
+  const ElementType activation = backend.ActivationType();
+  Tensor dout_rows = Tensor::ForOutput({rows, dout.cols}, activation),
+         dhidden = Tensor::ForOutput({rows, inter}, activation),
+         dgate_up = Tensor::ForOutput({rows, 2 * inter}, activation),
+         dx_rows = Tensor::ForOutput({rows, dout.cols}, activation);
+  // The routing weights' gradients and, in the same pass over dout, the
+  // experts' output gradient: each row's token's dout times its weight.
   Tensor dweight = Tensor::ForOutput({rows, 1});
   backend.ScatterAddRowsBackward(e.out.Matrix(), g.tokens.data(),
-                                 e.weight.data(), dout, MatrixView{},
+                                 e.weight.data(), dout, dout_rows.Matrix(),
                                  dweight.data());
   backend.ScatterAddRows(dweight.Matrix(), g.slots.data(), nullptr,
                          dweight_rows);
-  // The data gradients are written, not added: their buffers start unfilled.
-  // Each is read only by SwiGLU's backward, the gate/up products' backward or
-  // the combine: the activation type.
-  const ElementType activation = backend.ActivationType();
-  Tensor dhidden = Tensor::ForOutput({rows, inter}, activation),
-         dgate_up = Tensor::ForOutput({rows, 2 * inter}, activation),
-         dx_rows = Tensor::ForOutput({rows, dout.cols}, activation);
   backend.GroupedLinearBackward(
       e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
-      experts, IndexedRows(dout, g.tokens.data(), rows, e.weight.data()),
-      dhidden.Matrix(), /*accumulate_dx=*/false, p.experts_down.grad.Matrix());
+      experts, dout_rows.Matrix(), dhidden.Matrix(), /*accumulate_dx=*/false,
+      p.experts_down.grad.Matrix());
   ConstMatrixView gate_up = e.mlp.gate_up.Matrix();
   MatrixView dgu = dgate_up.Matrix();
   backend.SwiGluBackward(gate_up.Columns(0, inter),

@@ -216,8 +216,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                               const float* scale, ConstMatrixView dout,
                               MatrixView dsrc, float* dscale) override {
-    CheckActivations("CudaBackend::ScatterAddRowsBackward", {{"src", src}});
-    CheckF32("CudaBackend::ScatterAddRowsBackward", {dout, dsrc});
+    CheckActivations("CudaBackend::ScatterAddRowsBackward",
+                     {{"src", src}, {"dsrc", dsrc}});
+    CheckF32("CudaBackend::ScatterAddRowsBackward", {dout});
     cuda::ScatterAddRowsBackward(*this, src, rows, scale, dout, dsrc, dscale);
   }
   void RmsNormForward(ConstMatrixView x, const float* w, float eps,

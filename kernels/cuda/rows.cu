@@ -146,8 +146,8 @@ constexpr int kRowsPerBlock = kBlockThreads / 32;
 
 // One warp per source row i (rows are a few thousand floats: a block's
 // reduction and barriers would cost more than the row's loads); kWidth
-// columns a step (4: QuadAligned views, 16-byte loads). dsrc empty: skipped;
-// dscale null: skipped.
+// columns a step (4: QuadAligned views, 16-byte loads). dsrc (F32 or BF16)
+// empty: skipped; dscale null: skipped.
 template <int kWidth>
 __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
                                              const int32_t* __restrict__ rows,
@@ -159,15 +159,15 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
   const int lane = threadIdx.x % 32;
   if (i >= src.rows) return;  // the whole warp
   const auto* d = reinterpret_cast<const Vector*>(&At(dout, rows[i], 0));
-  auto* out = dsrc.data == nullptr ? nullptr
-                                   : reinterpret_cast<Vector*>(&At(dsrc, i, 0));
+  const bool out = dsrc.data != nullptr;
   const float s = scale ? scale[i] : 1.f;
   double dot = 0;
   for (int64_t c = lane; c < src.cols / kWidth; c += 32) {
     const Vector g = d[c];
     if constexpr (kWidth == 4) {
-      if (out != nullptr) {
-        out[c] = make_float4(s * g.x, s * g.y, s * g.z, s * g.w);
+      if (out) {
+        StoreQuad(dsrc, i, 4 * c,
+                  make_float4(s * g.x, s * g.y, s * g.z, s * g.w));
       }
       if (dscale != nullptr) {
         const float4 x = LoadQuad(src, i, 4 * c);
@@ -175,7 +175,7 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
                double{x.w} * g.w;
       }
     } else {
-      if (out != nullptr) out[c] = s * g;
+      if (out) Store(dsrc, i, c, s * g);
       if (dscale != nullptr) dot += double{Load(src, i, c)} * g;
     }
   }

@@ -144,9 +144,10 @@ constexpr OpLimits kLimits[] = {
     {"SwiGluForward in activation type", {kExact, 3e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward in activation type", {kExact, 3e-5}, {0, 0}, {0, 0}},
     // The combine reading the experts' outputs in the activation type: one
-    // rounding of each source (dscale: of each term of its dot).
+    // rounding of each source (dscale: of each term of its dot); its
+    // backward's dsrc, written in the activation type, one rounding.
     {"ScatterAddRows from activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
-    {"ScatterAddRowsBackward from activation type",
+    {"ScatterAddRowsBackward in activation type",
      {kExact, 1e-5},
      {0, 0},
      {0, 0}},
@@ -1841,8 +1842,7 @@ void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
   const std::string label = absl::StrCat(
       tag, " src", Dims(src), " dout", Dims(dout), scaled ? "" : " no scale",
       want_dsrc ? "" : " no dsrc", want_dscale ? "" : " no dscale");
-  const std::string op =
-      ActivationOp("ScatterAddRowsBackward", "from", src_type);
+  const std::string op = ActivationOp("ScatterAddRowsBackward", "in", src_type);
   f.push_back(
       {op, label, [=] {
          CaseBuilder b(op, label);
@@ -1853,11 +1853,15 @@ void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
                    idc = want_dscale ? b.Written("dscale", Vec(src.rows)) : -1;
          return b.Build([=](Backend& be, const Bound& p) {
            Tensor holder;
-           be.ScatterAddRowsBackward(
-               AsActivation(be, src_type, p.View(is), &holder), p.Ints(ir),
-               ic >= 0 ? p.Floats(ic) : nullptr, p.View(id),
-               ids >= 0 ? p.View(ids) : MatrixView{},
-               idc >= 0 ? p.Floats(idc) : nullptr);
+           const ConstMatrixView x =
+               AsActivation(be, src_type, p.View(is), &holder);
+           IntoActivation(be, src_type, ids >= 0 ? p.View(ids) : MatrixView{},
+                          [&](MatrixView dsrc) {
+                            be.ScatterAddRowsBackward(
+                                x, p.Ints(ir), ic >= 0 ? p.Floats(ic) : nullptr,
+                                p.View(id), dsrc,
+                                idc >= 0 ? p.Floats(idc) : nullptr);
+                          });
            return 0.0;
          });
        }});
@@ -1960,7 +1964,7 @@ void AddRowsCases(Factories& f) {
   AddScatterBackward(f, "strided", Cols(6, 9, 2, 5), Cols(7, 8, 1, 5), true,
                      true, true, Cols(6, 11, 3, 5), tiny, act);
   AddScatterBackward(f, "combine", Dense(slots, hidden), Dense(tokens, hidden),
-                     true, false, true, {}, combine, act);
+                     true, true, true, Dense(slots, hidden), combine, act);
 }
 
 // ---- normalization ----
