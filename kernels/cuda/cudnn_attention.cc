@@ -293,10 +293,7 @@ void PackInputs(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
   b.v = Operand(ctx, v, b.v);
 }
 
-void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
-             std::unordered_map<int64_t, void*>& pack, void* workspace,
-             const char* what) {
-  fe::error_t status = graph.execute(handle, pack, workspace);
+void Check(fe::error_t status, const char* what) {
   if (status.is_bad()) {
     std::fprintf(stderr, "cuDNN attention %s: %s\n", what,
                  status.get_message().c_str());
@@ -304,13 +301,205 @@ void Execute(cudnnHandle_t handle, const fe::graph::Graph& graph,
   }
 }
 
+// Calls whose plans are timed against each other: tuning builds every plan
+// cuDNN offers (seconds of compilation each) and runs each a few times,
+// which pays only where a call's work dwarfs it (glm5.2-mini's 4k layers:
+// 4,096 x 4,096 pairs x 16 heads).
+constexpr int64_t kTunedPairs = int64_t{1} << 26;
+
+// Plans whose workspace exceeds this are not tried: the activations'
+// headroom goes to kept tensors, not to a scratch buffer.
+constexpr int64_t kTunedWorkspaceBytes = int64_t{1} << 30;
+
+// A plan replaces cuDNN's first choice only when this much faster, so that
+// timing noise between processes does not pick different kernels (and
+// different rounding) for the same job.
+constexpr float kTunedMargin = 0.9f;
+
+// One plan of a graph: what a call may run.
+struct Candidate {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t index = 0;
+
+  int64_t WorkspaceBytes() const {
+    int64_t bytes = -1;
+    if (graph->get_workspace_size_plan_at_index(index, bytes).is_bad()) {
+      return -1;
+    }
+    return bytes;
+  }
+  std::string Name() const {
+    std::string name;
+    if (graph->get_plan_name_at_index(index, name).is_bad()) return "?";
+    return name;
+  }
+};
+
+// Each plan of `graph`, cuDNN's first choice first.
+std::vector<Candidate> PlansOf(const std::shared_ptr<fe::graph::Graph>& graph) {
+  std::vector<Candidate> plans;
+  for (int64_t i = 0; i < graph->get_execution_plan_count(); ++i) {
+    plans.push_back({graph, i});
+  }
+  return plans;
+}
+
+// The heuristics offer few plans for the fused attention engines (one for
+// the backward at glm5.2-mini's shapes) and at times not the fastest (the
+// masked forward's first choice took 0.51 ms a layer, another of its plans
+// 0.29; bench/NOTES.md, 2026-12-04). The first plan's engine takes other
+// values of each of its knobs (kernel configuration, stages), one knob at a
+// time: each value no plan has becomes a graph of its own (from make_graph)
+// with that one plan, where cuDNN supports and builds it.
+template <typename MakeGraph>
+void AddKnobVariants(cudnnHandle_t handle, const MakeGraph& make_graph,
+                     const char* what, std::vector<Candidate>* plans) {
+  constexpr int kMostValues = 64;  // per knob
+  using Knobs = std::unordered_map<fe::KnobType_t, int64_t>;
+  fe::graph::Graph& first = *plans->front().graph;
+  int64_t engine = 0;
+  Knobs knobs;
+  std::vector<fe::Knob> ranges;
+  if (first.get_engine_and_knobs_at_index(plans->front().index, engine, knobs)
+          .is_bad() ||
+      first.get_knobs_for_engine(engine, ranges).is_bad()) {
+    return;
+  }
+  std::vector<Knobs> listed;
+  for (const Candidate& c : *plans) {
+    int64_t e = 0;
+    Knobs k;
+    if (c.graph->get_engine_and_knobs_at_index(c.index, e, k).is_good() &&
+        e == engine) {
+      listed.push_back(k);
+    }
+  }
+  int tried = 0, built = 0;
+  for (const fe::Knob& range : ranges) {
+    const int64_t step = std::max<int64_t>(range.stride, 1);
+    for (int64_t v = range.minValue, n = 0;
+         v <= range.maxValue && n < kMostValues; v += step, ++n) {
+      Knobs config = knobs;
+      config[range.type] = v;
+      if (std::find(listed.begin(), listed.end(), config) != listed.end()) {
+        continue;
+      }
+      listed.push_back(config);
+      ++tried;
+      std::shared_ptr<fe::graph::Graph> graph = make_graph();
+      if (graph->validate().is_good() &&
+          graph->build_operation_graph(handle).is_good() &&
+          graph->create_execution_plan(engine, config).is_good() &&
+          graph->check_support().is_good() &&
+          graph->build_plans(fe::BuildPlanPolicy_t::ALL).is_good() &&
+          graph->get_execution_plan_count() > 0) {
+        plans->push_back({graph, 0});
+        ++built;
+      }
+    }
+  }
+  std::fprintf(stderr,
+               "cuDNN attention: %s: engine %lld, %d of %d other knob values "
+               "supported\n",
+               what, static_cast<long long>(engine), built, tried);
+}
+
+// The workspace a plan's calls carve: its first candidate's, with more to
+// try the most any of them needs up to kTunedWorkspaceBytes; -1 when cuDNN
+// cannot say for the first.
+int64_t MostWorkspace(const std::vector<Candidate>& plans) {
+  int64_t most = -1;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const int64_t bytes = plans[i].WorkspaceBytes();
+    if (i == 0 && bytes < 0) return -1;
+    if (i == 0 || bytes <= kTunedWorkspaceBytes) most = std::max(most, bytes);
+  }
+  return most;
+}
+
 }  // namespace
 
+// The plan a call runs (cuDNN's first choice until tuned) and, until the
+// first call outside a capture has timed them, the others to try.
 struct CudnnAttention::Plan {
-  std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspace_bytes = 0;
+  Candidate chosen;
+  std::vector<Candidate> untried;  // cuDNN's first choice first
+  int64_t workspace_bytes = 0;     // the chosen plan's; before tuning, the most
   bool causal = false;  // skips the pairs after the (offset) diagonal
+  std::string what;     // names the call in messages
+
+  void Run(cudnnHandle_t handle, cudaStream_t stream,
+           std::unordered_map<int64_t, void*>& pack, void* workspace);
+  void Tune(cudnnHandle_t handle, cudaStream_t stream,
+            std::unordered_map<int64_t, void*>& pack, void* workspace);
 };
+
+void CudnnAttention::Plan::Run(cudnnHandle_t handle, cudaStream_t stream,
+                               std::unordered_map<int64_t, void*>& pack,
+                               void* workspace) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  GLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (!untried.empty() && capture == cudaStreamCaptureStatusNone) {
+    Tune(handle, stream, pack, workspace);
+  }
+  Check(chosen.graph->execute_plan_at_index(handle, pack, workspace,
+                                            chosen.index),
+        what.c_str());
+}
+
+// Times every candidate on the call's own operands (each writes the same
+// results, which the call's run then writes again) and keeps the fastest
+// when it beats cuDNN's first choice by kTunedMargin; prints the table.
+void CudnnAttention::Plan::Tune(cudnnHandle_t handle, cudaStream_t stream,
+                                std::unordered_map<int64_t, void*>& pack,
+                                void* workspace) {
+  std::vector<Candidate> plans = std::move(untried);
+  untried.clear();
+  cudaEvent_t start, stop;
+  GLM_CUDA_CHECK(cudaEventCreate(&start));
+  GLM_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(plans.size(), -1.0f);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const Candidate& c = plans[i];
+    const int64_t bytes = c.WorkspaceBytes();
+    if (bytes < 0 || bytes > workspace_bytes ||
+        c.graph->execute_plan_at_index(handle, pack, workspace, c.index)
+            .is_bad()) {
+      continue;  // not runnable here: left out of the choice
+    }
+    float best = 0.0f;
+    for (int run = 0; run < 3; ++run) {
+      GLM_CUDA_CHECK(cudaEventRecord(start, stream));
+      Check(c.graph->execute_plan_at_index(handle, pack, workspace, c.index),
+            what.c_str());
+      GLM_CUDA_CHECK(cudaEventRecord(stop, stream));
+      GLM_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0.0f;
+      GLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      best = run == 0 ? t : std::min(best, t);
+    }
+    ms[i] = best;
+  }
+  GLM_CUDA_CHECK(cudaEventDestroy(start));
+  GLM_CUDA_CHECK(cudaEventDestroy(stop));
+  size_t pick = 0, fastest = 0;
+  for (size_t i = 1; i < plans.size(); ++i) {
+    if (ms[i] >= 0 && (fastest == 0 || ms[i] < ms[fastest])) fastest = i;
+  }
+  if (fastest > 0 && (ms[0] < 0 || ms[fastest] < kTunedMargin * ms[0])) {
+    pick = fastest;
+  }
+  chosen = plans[pick];
+  workspace_bytes = chosen.WorkspaceBytes();
+  std::fprintf(stderr,
+               "cuDNN attention: %zu plans for %s, ms each:", plans.size(),
+               what.c_str());
+  for (size_t i = 0; i < plans.size(); ++i) {
+    std::fprintf(stderr, " %s%s %.3f", i == pick ? "*" : "",
+                 plans[i].Name().c_str(), ms[i]);
+  }
+  std::fprintf(stderr, "\n");
+}
 
 CudnnAttention::CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call)
     : max_pairs_per_call_(max_pairs_per_call) {
@@ -333,39 +522,65 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
   if (found != plans_.end()) return found->second.get();
   const auto [nq, nk, heads, dqk, dv, v_stride, scale, backward, masked,
               causal] = shape;
+  char what[160];
+  std::snprintf(what, sizeof(what),
+                "%s%s q%lld k%lld h%lld dqk%lld dv%lld v rows %lld apart",
+                masked ? "" : "unmasked ", backward ? "backward" : "forward",
+                static_cast<long long>(nq), static_cast<long long>(nk),
+                static_cast<long long>(heads), static_cast<long long>(dqk),
+                static_cast<long long>(dv), static_cast<long long>(v_stride));
+  bool tune = nq * nk * heads >= kTunedPairs;
   std::shared_ptr<fe::graph::Graph> graph;
   fe::error_t status;
   bool built_causal = false;
+  int64_t offset = kNotCausal;
+  auto make_graph = [&] {
+    return backward ? BackwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
+                                    offset, masked)
+                    : ForwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
+                                   offset, masked);
+  };
   for (const bool try_causal : {true, false}) {
     if (try_causal && !causal) continue;
     if (!try_causal && !masked) break;
-    const int64_t offset = try_causal ? nk - nq : kNotCausal;
-    graph = backward ? BackwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
-                                     offset, masked)
-                     : ForwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
-                                    offset, masked);
-    status =
-        graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    offset = try_causal ? nk - nq : kNotCausal;
+    // Every plan for a tuned call; cuDNN's first alone where that fails.
+    for (const bool all : {true, false}) {
+      if (all && !tune) continue;
+      graph = make_graph();
+      status =
+          graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK},
+                       all ? fe::BuildPlanPolicy_t::ALL
+                           : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE);
+      tune = all && status.is_good();
+      if (status.is_good()) break;
+    }
     built_causal = try_causal;
     if (status.is_good()) break;
   }
   std::unique_ptr<Plan> plan;
   if (graph != nullptr && status.is_good()) {
+    std::vector<Candidate> plans = PlansOf(graph);
+    if (tune) AddKnobVariants(handle_, make_graph, what, &plans);
     plan = std::make_unique<Plan>();
-    plan->graph = graph;
+    plan->chosen = plans.front();
     plan->causal = built_causal;
-    if (graph->get_workspace_size(plan->workspace_bytes).is_bad()) plan.reset();
+    plan->what = what;
+    plan->workspace_bytes = MostWorkspace(plans);
+    if (plans.size() > 1) {
+      plan->untried = std::move(plans);
+    } else if (tune) {
+      std::fprintf(stderr, "cuDNN attention: one plan for %s: %s\n", what,
+                   plans.front().Name().c_str());
+    }
+    if (plan->workspace_bytes < 0) plan.reset();
   } else {
     // Said once per shape: the call falls back to the gather kernels.
     fe::error_t copy = status;
     std::fprintf(stderr,
-                 "cuDNN attention: no plan for %s%s q%lld k%lld h%lld dqk%lld "
-                 "dv%lld v rows %lld apart (%s); using the sparse kernels\n",
-                 masked ? "" : "unmasked ", backward ? "backward" : "forward",
-                 static_cast<long long>(nq), static_cast<long long>(nk),
-                 static_cast<long long>(heads), static_cast<long long>(dqk),
-                 static_cast<long long>(dv), static_cast<long long>(v_stride),
-                 copy.get_message().c_str());
+                 "cuDNN attention: no plan for %s (%s); using the sparse "
+                 "kernels\n",
+                 what, copy.get_message().c_str());
   }
   return plans_.emplace(shape, std::move(plan)).first->second.get();
 }
@@ -460,7 +675,7 @@ void CudnnAttention::Forward(CudaContext& ctx, ConstMatrixView q,
   for (const Chunk& c :
        CallChunks(q.rows / heads, k.rows / heads, full_queries, d, false)) {
     const int64_t rows = (c.q1 - c.q0) * heads, key_rows = c.k_end * heads;
-    const Plan& plan = *PlanOf(c, d, false);
+    Plan& plan = *PlanOf(c, d, false);
     ForwardChunk(ctx, plan, q.Rows(c.q0 * heads, rows), k.Rows(0, key_rows),
                  v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
                  topk, heads, out.Rows(c.q0 * heads, rows), lse + c.q0 * heads);
@@ -490,7 +705,7 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
   for (const Chunk& c : chunks) {
     const int64_t first = c.q0 * heads, rows = (c.q1 - c.q0) * heads,
                   key_rows = c.k_end * heads;
-    const Plan& plan = *PlanOf(c, d, true);
+    Plan& plan = *PlanOf(c, d, true);
     BackwardChunk(ctx, plan, q.Rows(first, rows), k.Rows(0, key_rows),
                   v.Rows(0, key_rows), c.masked ? keys + c.q0 * topk : nullptr,
                   topk, heads, out.Rows(first, rows), lse + first,
@@ -505,7 +720,7 @@ void CudnnAttention::Backward(CudaContext& ctx, ConstMatrixView q,
 }
 
 // keys null: an unmasked chunk (causal over all its keys).
-void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
+void CudnnAttention::ForwardChunk(CudaContext& ctx, Plan& plan,
                                   ConstMatrixView q, ConstMatrixView k,
                                   ConstMatrixView v, const int32_t* keys,
                                   int64_t topk, int64_t heads, MatrixView out,
@@ -522,13 +737,13 @@ void CudnnAttention::ForwardChunk(CudaContext& ctx, const Plan& plan,
       {kO, b.o},
       {kStats, b.stats}};
   if (masked) pack[kBias] = b.bias;
-  Execute(handle_, *plan.graph, pack, b.workspace, "forward");
+  plan.Run(handle_, ctx.stream(), pack, b.workspace);
   WriteResult(ctx, b.o, out.cols, b.has_key, heads, false, out);
   StatsToLse(ctx, b.stats, b.has_key, nq, heads, lse);
 }
 
 void CudnnAttention::BackwardChunk(
-    CudaContext& ctx, const Plan& plan, ConstMatrixView q, ConstMatrixView k,
+    CudaContext& ctx, Plan& plan, ConstMatrixView q, ConstMatrixView k,
     ConstMatrixView v, const int32_t* keys, int64_t topk, int64_t heads,
     ConstMatrixView out, const float* lse, ConstMatrixView dout, MatrixView dq,
     MatrixView dk, MatrixView dv, bool add_keys) {
@@ -553,7 +768,7 @@ void CudnnAttention::BackwardChunk(
       {kDK, b.dk},
       {kDV, b.dv}};
   if (masked) pack[kBias] = b.bias;
-  Execute(handle_, *plan.graph, pack, b.workspace, "backward");
+  plan.Run(handle_, ctx.stream(), pack, b.workspace);
   WriteResult(ctx, b.dq, dq.cols, b.has_key, heads, false, dq);
   WriteResult(ctx, b.dk, dk.cols, nullptr, 1, add_keys, dk);
   WriteResult(ctx, b.dv, VStride(v), nullptr, 1, add_keys, dv);

@@ -89,11 +89,11 @@ class CudnnAttention {
   std::vector<Chunk> CallChunks(int64_t nq, int64_t nk, int64_t full_queries,
                                 const HeadDims& d, bool backward);
   Plan* PlanOf(const Chunk& c, const HeadDims& d, bool backward);
-  void ForwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
+  void ForwardChunk(CudaContext& ctx, Plan& plan, ConstMatrixView q,
                     ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
                     int64_t topk, int64_t heads, MatrixView out, float* lse);
   // Writes dq; adds into dk and dv when add_keys, else writes them.
-  void BackwardChunk(CudaContext& ctx, const Plan& plan, ConstMatrixView q,
+  void BackwardChunk(CudaContext& ctx, Plan& plan, ConstMatrixView q,
                      ConstMatrixView k, ConstMatrixView v, const int32_t* keys,
                      int64_t topk, int64_t heads, ConstMatrixView out,
                      const float* lse, ConstMatrixView dout, MatrixView dq,
