@@ -301,10 +301,12 @@ void Check(fe::error_t status, const char* what) {
   }
 }
 
-// Calls whose plans are timed against each other: tuning builds every plan
-// cuDNN offers (seconds of compilation each) and runs each a few times,
-// which pays only where a call's work dwarfs it (glm5.2-mini's 4k layers:
-// 4,096 x 4,096 pairs x 16 heads).
+// Calls whose plans are timed against each other. cuDNN's heuristics list a
+// few plans and their first is not always the fastest: for glm5.2-mini's
+// masked forward (2,048 queries over 4,096 keys) it took 0.51 ms, another of
+// the five 0.29 (bench/NOTES.md, 2026-12-04). Tuning builds every listed plan
+// (runtime compilation) and runs each a few times, which pays only where a
+// call's work dwarfs it (4k layers: 4,096 x 4,096 pairs x 16 heads).
 constexpr int64_t kTunedPairs = int64_t{1} << 26;
 
 // Plans whose workspace exceeds this are not tried: the activations'
@@ -342,66 +344,6 @@ std::vector<Candidate> PlansOf(const std::shared_ptr<fe::graph::Graph>& graph) {
     plans.push_back({graph, i});
   }
   return plans;
-}
-
-// The heuristics offer few plans for the fused attention engines (one for
-// the backward at glm5.2-mini's shapes) and at times not the fastest (the
-// masked forward's first choice took 0.51 ms a layer, another of its plans
-// 0.29; bench/NOTES.md, 2026-12-04). The first plan's engine takes other
-// values of each of its knobs (kernel configuration, stages), one knob at a
-// time: each value no plan has becomes a graph of its own (from make_graph)
-// with that one plan, where cuDNN supports and builds it.
-template <typename MakeGraph>
-void AddKnobVariants(cudnnHandle_t handle, const MakeGraph& make_graph,
-                     const char* what, std::vector<Candidate>* plans) {
-  constexpr int kMostValues = 64;  // per knob
-  using Knobs = std::unordered_map<fe::KnobType_t, int64_t>;
-  fe::graph::Graph& first = *plans->front().graph;
-  int64_t engine = 0;
-  Knobs knobs;
-  std::vector<fe::Knob> ranges;
-  if (first.get_engine_and_knobs_at_index(plans->front().index, engine, knobs)
-          .is_bad() ||
-      first.get_knobs_for_engine(engine, ranges).is_bad()) {
-    return;
-  }
-  std::vector<Knobs> listed;
-  for (const Candidate& c : *plans) {
-    int64_t e = 0;
-    Knobs k;
-    if (c.graph->get_engine_and_knobs_at_index(c.index, e, k).is_good() &&
-        e == engine) {
-      listed.push_back(k);
-    }
-  }
-  int tried = 0, built = 0;
-  for (const fe::Knob& range : ranges) {
-    const int64_t step = std::max<int64_t>(range.stride, 1);
-    for (int64_t v = range.minValue, n = 0;
-         v <= range.maxValue && n < kMostValues; v += step, ++n) {
-      Knobs config = knobs;
-      config[range.type] = v;
-      if (std::find(listed.begin(), listed.end(), config) != listed.end()) {
-        continue;
-      }
-      listed.push_back(config);
-      ++tried;
-      std::shared_ptr<fe::graph::Graph> graph = make_graph();
-      if (graph->validate().is_good() &&
-          graph->build_operation_graph(handle).is_good() &&
-          graph->create_execution_plan(engine, config).is_good() &&
-          graph->check_support().is_good() &&
-          graph->build_plans(fe::BuildPlanPolicy_t::ALL).is_good() &&
-          graph->get_execution_plan_count() > 0) {
-        plans->push_back({graph, 0});
-        ++built;
-      }
-    }
-  }
-  std::fprintf(stderr,
-               "cuDNN attention: %s: engine %lld, %d of %d other knob values "
-               "supported\n",
-               what, static_cast<long long>(engine), built, tried);
 }
 
 // The workspace a plan's calls carve: its first candidate's, with more to
@@ -561,7 +503,6 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
   std::unique_ptr<Plan> plan;
   if (graph != nullptr && status.is_good()) {
     std::vector<Candidate> plans = PlansOf(graph);
-    if (tune) AddKnobVariants(handle_, make_graph, what, &plans);
     plan = std::make_unique<Plan>();
     plan->chosen = plans.front();
     plan->causal = built_causal;
