@@ -3112,6 +3112,16 @@ void AddAttentionCases(Factories& f) {
   // Two query chunks: dk and dv added over them in F32 stand-ins.
   AddAttentionBackward(f, "mini self sparse", self_sparse, self_sparse_q, false,
                        true, true, act);
+  // cuDNN's calls of 2^26 query-key pairs x heads and more run the plan
+  // their first call timed fastest: 32 heads over 2,048 tokens (top-1024)
+  // put the chunks of 2^21 pairs over that (the forward's masked rest, the
+  // backward's second chunk), at head dims small enough for a quick CPU
+  // reference.
+  const AttentionShape many_heads{32, 32, 32, 32, 0, 2048, 1024, 0.177f};
+  const Queries many_heads_q = ShortAndLong(2048, 0, 2048);
+  AddAttention(f, "many heads", many_heads, many_heads_q, false, act);
+  AddAttentionBackward(f, "many heads", many_heads, many_heads_q, false, true,
+                       true, act);
   // bf16 operands of dense selections: the heads' sums on the tensor cores
   // (AttentionKeySums), causal in self-attention, every key otherwise; 1000
   // tokens leave a part-filled last query block and key tile.
