@@ -35,6 +35,8 @@ job["training"].update(trainIters=steps, globalBatchSize=global_batch,
                        warmupIters=1, lrDecayIters=steps)
 job["training"]["recomputeActivations"] = recompute
 job["training"]["cudaGraphs"] = graphs
+# Speed as a user gets it who lets the attention time its cuDNN plans.
+job["training"]["deterministic"] = False
 if data:
     job["data"]["sources"] = [{"path": data, "weight": 1.0}]
 for key in ["saveDir", "exportHfDir"]:

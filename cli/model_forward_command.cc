@@ -44,7 +44,8 @@ absl::Status Forward(const CommandFlags& flags) {
       LoadHfModel(flags.Get("hf"));
   if (!params.ok()) return params.status();
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      MakeBackend(flags.Get("device"), flags.Get("precision"));
+      MakeBackend(flags.Get("device"), flags.Get("precision"),
+                  /*deterministic=*/true);
   if (!backend.ok()) return backend.status();
   std::unique_ptr<ModelParameters> on_device =
       (*backend)->allocator() == nullptr

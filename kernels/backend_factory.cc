@@ -91,7 +91,8 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
-    const std::string& device, const std::string& precision) {
+    const std::string& device, const std::string& precision,
+    bool deterministic) {
   const bool gpu = device != "cpu";
   if (absl::Status status = CheckPrecision(precision, gpu); !status.ok()) {
     return status;
@@ -103,6 +104,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   options.device = *CudaOrdinal(device);
   options.precision =
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
+  options.time_attention_plans = !deterministic;
   return TimedIfAsked(MakeCudaBackend(options));
 }
 
@@ -123,7 +125,7 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
-    const std::string& device, const std::string& precision) {
+    const std::string& device, const std::string& precision, bool) {
   if (absl::Status status = CheckPrecision(precision, device != "cpu");
       !status.ok()) {
     return status;

@@ -27,9 +27,13 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device);
 
 // `precision`: "fp32" (every product in fp32; the only one on the CPU) or
 // "bf16" (matrix products round their inputs to bf16, accumulate in fp32);
-// empty picks bf16 on a GPU and fp32 on the CPU.
+// empty picks bf16 on a GPU and fp32 on the CPU. `deterministic`: every
+// kernel choice a function of the shapes (a job's training.deterministic),
+// so that separate processes round alike; else a GPU backend may time
+// alternatives on their first call and keep the fastest.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
-    const std::string& device, const std::string& precision);
+    const std::string& device, const std::string& precision,
+    bool deterministic);
 
 }  // namespace glm
 

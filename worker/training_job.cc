@@ -97,7 +97,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
                     RankShareOf(pipeline, expert_parallel, token_parallel)));
   if (!params.ok()) return params.status();
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      MakeBackend(device, spec.precision());
+      MakeBackend(device, spec.precision(), spec.training().deterministic());
   if (!backend.ok()) return backend.status();
   return Trainer::Create(options, std::move(*data), std::move(*params),
                          *std::move(backend), data_parallel,

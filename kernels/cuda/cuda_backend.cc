@@ -69,7 +69,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
         std::make_unique<cuda::CudaAllocator>(options_.device, stream_);
     if (options_.precision == cuda::Precision::kBf16) {
       cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(
-          stream_, options_.attention_pairs_per_call);
+          stream_, options_.attention_pairs_per_call,
+          options_.time_attention_plans);
     }
     loss_ = static_cast<double*>(allocator_->Allocate(sizeof(double)));
   }

@@ -21,6 +21,11 @@ struct CudaBackendOptions {
   // a chunk of queries at a time (kernels/cuda/cudnn_attention.h). The ops
   // harness sets it low so its cases cross chunks.
   int64_t attention_pairs_per_call = int64_t{1} << 28;
+  // Whether the largest cuDNN attention calls may run the plan their first
+  // call timed fastest (kernels/cuda/cudnn_attention.h); false keeps every
+  // kernel choice a function of the shapes, so that separate processes
+  // round alike (a job's training.deterministic).
+  bool time_attention_plans = true;
 };
 
 // Fails with a message naming the device when it does not exist.

@@ -443,8 +443,9 @@ void CudnnAttention::Plan::Tune(cudnnHandle_t handle, cudaStream_t stream,
   std::fprintf(stderr, "\n");
 }
 
-CudnnAttention::CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call)
-    : max_pairs_per_call_(max_pairs_per_call) {
+CudnnAttention::CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call,
+                               bool time_plans)
+    : max_pairs_per_call_(max_pairs_per_call), time_plans_(time_plans) {
   GLM_CUDNN_CHECK(cudnnCreate(&handle_));
   GLM_CUDNN_CHECK(cudnnSetStream(handle_, stream));
 }
@@ -471,7 +472,7 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
                 static_cast<long long>(nq), static_cast<long long>(nk),
                 static_cast<long long>(heads), static_cast<long long>(dqk),
                 static_cast<long long>(dv), static_cast<long long>(v_stride));
-  bool tune = nq * nk * heads >= kTunedPairs;
+  bool tune = time_plans_ && nq * nk * heads >= kTunedPairs;
   std::shared_ptr<fe::graph::Graph> graph;
   fe::error_t status;
   bool built_causal = false;

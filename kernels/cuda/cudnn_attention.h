@@ -26,8 +26,13 @@ namespace glm::cuda {
 
 class CudnnAttention {
  public:
-  // Ops run on ctx's stream; max_pairs_per_call: see Forward.
-  CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call);
+  // Ops run on ctx's stream; max_pairs_per_call: see Forward. time_plans:
+  // the largest calls time every plan cuDNN lists on their first call and
+  // keep the fastest (a choice that may differ between processes, and with
+  // it the rounding); else every call runs cuDNN's first choice, a function
+  // of the shapes, the cuDNN version and the GPU.
+  CudnnAttention(cudaStream_t stream, int64_t max_pairs_per_call,
+                 bool time_plans);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -101,6 +106,7 @@ class CudnnAttention {
 
   cudnnHandle_t handle_ = nullptr;
   int64_t max_pairs_per_call_;
+  bool time_plans_;
   std::map<Shape, std::unique_ptr<Plan>> plans_;
 };
 

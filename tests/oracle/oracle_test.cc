@@ -54,7 +54,7 @@ class OracleTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(params.ok()) << params.status();
     params_ = *std::move(params);
     absl::StatusOr<std::unique_ptr<Backend>> backend =
-        MakeBackend(kDevice, kBf16 ? "bf16" : "fp32");
+        MakeBackend(kDevice, kBf16 ? "bf16" : "fp32", /*deterministic=*/true);
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
     if (backend_->allocator() != nullptr) {
