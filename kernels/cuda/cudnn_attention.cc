@@ -379,10 +379,12 @@ struct CudnnAttention::Plan {
 void CudnnAttention::Plan::Run(cudnnHandle_t handle, cudaStream_t stream,
                                std::unordered_map<int64_t, void*>& pack,
                                void* workspace) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  GLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (!untried.empty() && capture == cudaStreamCaptureStatusNone) {
-    Tune(handle, stream, pack, workspace);
+  if (!untried.empty()) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    GLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {
+      Tune(handle, stream, pack, workspace);
+    }
   }
   Check(chosen.graph->execute_plan_at_index(handle, pack, workspace,
                                             chosen.index),
@@ -472,30 +474,26 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
                 static_cast<long long>(nq), static_cast<long long>(nk),
                 static_cast<long long>(heads), static_cast<long long>(dqk),
                 static_cast<long long>(dv), static_cast<long long>(v_stride));
-  bool tune = time_plans_ && nq * nk * heads >= kTunedPairs;
+  const bool tune = time_plans_ && nq * nk * heads >= kTunedPairs;
   std::shared_ptr<fe::graph::Graph> graph;
   fe::error_t status;
-  bool built_causal = false;
-  int64_t offset = kNotCausal;
-  auto make_graph = [&] {
-    return backward ? BackwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
-                                    offset, masked)
-                    : ForwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
-                                   offset, masked);
-  };
+  bool built_causal = false, built_all = false;
   for (const bool try_causal : {true, false}) {
     if (try_causal && !causal) continue;
     if (!try_causal && !masked) break;
-    offset = try_causal ? nk - nq : kNotCausal;
+    const int64_t offset = try_causal ? nk - nq : kNotCausal;
     // Every plan for a tuned call; cuDNN's first alone where that fails.
     for (const bool all : {true, false}) {
       if (all && !tune) continue;
-      graph = make_graph();
+      graph = backward ? BackwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
+                                       offset, masked)
+                       : ForwardGraph(nq, nk, heads, dqk, dv, v_stride, scale,
+                                      offset, masked);
       status =
           graph->build(handle_, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK},
                        all ? fe::BuildPlanPolicy_t::ALL
                            : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE);
-      tune = all && status.is_good();
+      built_all = all;
       if (status.is_good()) break;
     }
     built_causal = try_causal;
@@ -511,7 +509,7 @@ CudnnAttention::Plan* CudnnAttention::PlanFor(const Shape& shape) {
     plan->workspace_bytes = MostWorkspace(plans);
     if (plans.size() > 1) {
       plan->untried = std::move(plans);
-    } else if (tune) {
+    } else if (built_all) {
       std::fprintf(stderr, "cuDNN attention: one plan for %s: %s\n", what,
                    plans.front().Name().c_str());
     }
