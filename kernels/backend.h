@@ -28,8 +28,8 @@
 //   ActivationType(): ScatterAddRowsBackward's dsrc, SwiGluBackward's dgate
 //   and dup (its dout too), RopeBackward's dx (its dy too),
 //   SparseAttentionBackward's dq, dk and dv, and GroupedLinearBackward's dx
-//   when written (not accumulated). A backend
-//   refuses any other element type with an error naming the op.
+//   when written (not accumulated). A backend refuses any other element type
+//   with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the
 // model allocates its activations and index arrays (kernels/device_memory.h),

@@ -3117,7 +3117,8 @@ void AddAttentionCases(Factories& f) {
   // put the chunks of 2^21 pairs over that (the forward's masked rest, the
   // backward's second chunk), at head dims small enough for a quick CPU
   // reference.
-  const AttentionShape many_heads{32, 32, 32, 32, 0, 2048, 1024, 0.177f};
+  const AttentionShape many_heads{32, 32,   32,   32,
+                                  0,  2048, 1024, 1.f / std::sqrt(32.f)};
   const Queries many_heads_q = ShortAndLong(2048, 0, 2048);
   AddAttention(f, "many heads", many_heads, many_heads_q, false, act);
   AddAttentionBackward(f, "many heads", many_heads, many_heads_q, false, true,
