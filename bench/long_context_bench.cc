@@ -83,7 +83,7 @@ double IndexerSeconds(CpuBackend& backend, int64_t seq, int64_t topk,
   return Seconds([&] {
     backend.IndexerTopK(iq.Matrix(), ik.Matrix(), w.Matrix(), seq_start.data(),
                         0, topk, 1.f / std::sqrt(float(kIndexDim)),
-                        keys.data());
+                        /*keep_for_loss=*/false, keys.data());
   });
 }
 

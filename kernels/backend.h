@@ -323,10 +323,16 @@ class Backend {
   // may list each query's selection in key order instead, and take every key
   // of a query that sees no more than topk without scoring them: only the set
   // matters downstream, up to the rounding of sums over slots.
+  // keep_for_loss: the caller's promise that the next IndexerKlLoss call is
+  // over these same iq, ik and w (any selection of these keys), none of them
+  // changed in between; a backend that scores the loss's pairs as it scores
+  // the selection's (the CUDA bf16 mode) may keep this call's scores for it
+  // instead of scoring them twice. Any other IndexerTopK call, or a loss call
+  // over other operands, drops what was kept.
   virtual void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                            ConstMatrixView w, const int32_t* seq_start,
                            int64_t query_offset, int64_t topk, float scale,
-                           int32_t* keys) = 0;
+                           bool keep_for_loss, int32_t* keys) = 0;
   // KL(target || softmax(index scores over the selected keys)), averaged over
   // the nq queries (w's rows) and times coeff; keys index ik's nk rows.
   // target [nq, topk]: the attention each selected key receives

@@ -686,7 +686,8 @@ TEST(BackendOps, IndexerTopKMatchesNaiveRanking) {
   for (auto& backend : Backends()) {
     std::vector<int32_t> keys(kTokens * topk, 7);
     backend->IndexerTopK(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
-                         kSeqStart.data(), 0, topk, 0.5f, keys.data());
+                         kSeqStart.data(), 0, topk, 0.5f,
+                         /*keep_for_loss=*/false, keys.data());
     for (int64_t t = 0; t < kTokens; ++t) {
       std::vector<std::pair<double, int32_t>> ranked;
       for (int32_t s = kSeqStart[t]; s <= t; ++s)
@@ -900,7 +901,8 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
     std::vector<int32_t> chosen(count * kTopK);
     b.IndexerTopK(idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
                   idx[1].Matrix(), idx[2].Matrix().Rows(begin, count),
-                  kSeqStart.data() + begin, begin, kTopK, 0.5f, chosen.data());
+                  kSeqStart.data() + begin, begin, kTopK, 0.5f,
+                  /*keep_for_loss=*/false, chosen.data());
     for (int64_t i = 0; i < count * kTopK; ++i)
       selected.data()[i] = static_cast<float>(chosen[i]);
     Tensor loss({1}), diq({count * idx_heads, idx_dim}),

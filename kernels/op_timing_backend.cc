@@ -379,11 +379,12 @@ void OpTimingBackend::SparseAttentionKeyWeights(
 void OpTimingBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                                   ConstMatrixView w, const int32_t* seq_start,
                                   int64_t query_offset, int64_t topk,
-                                  float scale, int32_t* keys) {
+                                  float scale, bool keep_for_loss,
+                                  int32_t* keys) {
   Timed("IndexerTopK (FLOPs: all keys)",
         Flops(ProductFlops(iq.rows, iq.cols, ik.rows)), [&] {
           timed_->IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale,
-                              keys);
+                              keep_for_loss, keys);
         });
 }
 

@@ -38,8 +38,8 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
                     const TokenRows& chunk, const int32_t* pos,
-                    TokenParallel& parallel, IndexerActivations* acts,
-                    IndexTensor* topk) {
+                    TokenParallel& parallel, bool loss_follows,
+                    IndexerActivations* acts, IndexTensor* topk) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
   // Queries: [rope | pass] per head, RoPE on the first rope_dim.
   acts->q_raw = Tensor::ForOutput({n, spec.heads * dim});
@@ -84,13 +84,18 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
                               : TokenRange{0, n};
   *topk = IndexTensor({mine.count, width}, -1);
   // One call per run of consecutive queries (two under context parallelism).
+  const std::vector<TokenRange> runs = chunk.Sub(mine).runs;
+  // The loss reads the same operands only where one call covers every row.
+  const bool keep_for_loss =
+      loss_follows && runs.size() == 1 && mine.count == n;
   int64_t row = mine.begin;
-  for (const TokenRange& run : chunk.Sub(mine).runs) {
+  for (const TokenRange& run : runs) {
     backend.IndexerTopK(
         acts->q.Matrix().Rows(row * spec.heads, run.count * spec.heads),
         acts->k.Matrix(), acts->weights.Matrix().Rows(row, run.count),
         layout.op_seq_start.data() + run.begin, run.begin, width,
-        ScoreScale(spec), topk->data() + (row - mine.begin) * width);
+        ScoreScale(spec), keep_for_loss,
+        topk->data() + (row - mine.begin) * width);
     row += run.count;
   }
   if (parallel.tp() > 1) *topk = ShareTopK(parallel, *topk, layout.tokens);

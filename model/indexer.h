@@ -38,12 +38,15 @@ struct IndexerActivations {
 // x and q_resid are the n tokens of `chunk` (all tokens without context
 // parallelism), `positions` theirs. Computes the indexer activations and
 // their top-k keys [n, topk] (-1 padded) among all tokens of the layout.
+// loss_follows: the next indexer op is IndexerLossForward over all n rows,
+// with these activations unchanged (where one call selects every row, the
+// backend may keep its scores for the loss: Backend::IndexerTopK).
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
                     const TokenRows& chunk, const int32_t* positions,
-                    TokenParallel& parallel, IndexerActivations* acts,
-                    IndexTensor* topk);
+                    TokenParallel& parallel, bool loss_follows,
+                    IndexerActivations* acts, IndexTensor* topk);
 // The KL loss of the chunk's queries `rows` (chunk-relative) against the
 // attention each of their selected keys receives, summed over the main
 // attention's heads [rows.count, topk]; keeps

@@ -181,9 +181,13 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   KeysForward(backend, p, spec, xc, layout, rows, acts);
   // Key selection.
   if (p.has_indexer) {
+    // IndexerLoss below reads the indexer's operands over every row when
+    // the tensor ranks do not split them.
+    const bool loss_follows =
+        spec.indexer_loss_coeff != 0.f && rows.parallel.tp() == 1;
     IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
                    layout, rows.chunk, rows.op_positions(), rows.parallel,
-                   &acts->indexer, &acts->own_topk);
+                   loss_follows, &acts->indexer, &acts->own_topk);
     acts->topk = &acts->own_topk;
   } else {
     assert(shared_topk != nullptr);

@@ -272,6 +272,7 @@ void CpuBackend::SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
 void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* seq_start,
                              int64_t query_offset, int64_t topk, float scale,
+                             bool /*keep_for_loss: the loss scores again*/,
                              int32_t* keys) {
   CheckHeld("IndexerTopK", {iq.data, ik.data, w.data, seq_start, keys});
   CheckF32("CpuBackend::IndexerTopK", {iq, ik, w});

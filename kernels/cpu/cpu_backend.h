@@ -98,7 +98,7 @@ class CpuBackend : public Backend {
                                  MatrixView weights) override;
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
-                   float scale, int32_t* keys) override;
+                   float scale, bool keep_for_loss, int32_t* keys) override;
   void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      const int32_t* keys, int64_t topk, float scale,
                      ConstMatrixView target, float coeff, MatrixView diq,

@@ -78,6 +78,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   ~CudaBackend() override {
     scratch_ = Grown();
     composite_scratch_ = Grown();
+    kept_scratch_ = Grown();
     weight_copies_ = cuda::Bf16WeightCopies();
     cudnn_attention_.reset();
     allocator_->Free(loss_);
@@ -117,6 +118,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void* Scratch(size_t bytes) override { return Grow(&scratch_, bytes); }
   void* CompositeScratch(size_t bytes) override {
     return Grow(&composite_scratch_, bytes);
+  }
+  void* KeptScratch(size_t bytes) override {
+    return Grow(&kept_scratch_, bytes);
   }
   const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const override {
     return weight_copies_.Find(v);
@@ -406,10 +410,11 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
-                   float scale, int32_t* keys) override {
+                   float scale, bool keep_for_loss, int32_t* keys) override {
     CheckF32("CudaBackend::IndexerTopK", {iq, ik, w});
+    kept_indexer_scores_ = cuda::KeptIndexerScores();
     cuda::IndexerTopK(*this, iq, ik, w, seq_start, query_offset, topk, scale,
-                      keys);
+                      keys, keep_for_loss ? &kept_indexer_scores_ : nullptr);
   }
   void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      const int32_t* keys, int64_t topk, float scale,
@@ -417,7 +422,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                      MatrixView dik, MatrixView dw, double* sum) override {
     CheckF32("CudaBackend::IndexerKlLoss", {iq, ik, w, target, diq, dik, dw});
     cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, target, coeff, diq,
-                        dik, dw, loss_);
+                        dik, dw, kept_indexer_scores_, loss_);
+    kept_indexer_scores_ = cuda::KeptIndexerScores();
     cuda::AddQuotient(*this, loss_, 1.0, sum);
   }
   void RefreshComputeCopies(
@@ -495,7 +501,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;
   std::unique_ptr<cuda::CudaAllocator> allocator_;
-  Grown scratch_, composite_scratch_;
+  Grown scratch_, composite_scratch_, kept_scratch_;
+  // What the last IndexerTopK kept for the next IndexerKlLoss.
+  cuda::KeptIndexerScores kept_indexer_scores_;
   bool recording_ = false;
   std::string recording_failure_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;

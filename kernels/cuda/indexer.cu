@@ -21,6 +21,10 @@ constexpr int64_t kMaxTopK = 4096;
 // What one chunk of queries may hold in scratch (scores or score gradients).
 constexpr size_t kChunkBytes = size_t{512} << 20;
 constexpr int64_t kMaxChunk = 65535;
+// The most IndexerTopK keeps for the loss (scores and positive-head bits, 8
+// bytes a pair): 67 MB for a 4k sequence's queries past top-2048, 403 MB at
+// 8k; longer sequences score their loss again instead.
+constexpr size_t kKeptScoresBytes = size_t{1} << 30;
 
 // Queries per chunk when each takes `bytes_per_query` of scratch; at most
 // kMaxChunk, so a chunk fits a grid's y dimension.
@@ -551,7 +555,7 @@ size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
 
 // KlRowKernel for the dense path: one block per query t = t0 + blockIdx.x of
 // a chunk whose scores with keys [0, key_end) are the row scores[(t - t0) *
-// key_end + s], the heads whose dots are positive the same row of
+// scores_ld + s], the heads whose dots are positive the same row of
 // positive_heads (IndexerScores). The selected keys' entries give each
 // slot's score and active heads; after the loss, the query's rows of grads
 // (bf16, leading dimension grads_ld; row (t - t0)*heads + h) get e[h][s] =
@@ -563,15 +567,15 @@ size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
 // key -> slot map.
 __global__ void __launch_bounds__(kKlThreads, 5)
     DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, const float* scores,
-                     const uint32_t* positive_heads, __nv_bfloat16* grads,
-                     int64_t grads_ld, double* row_loss) {
+                     const uint32_t* positive_heads, int64_t scores_ld,
+                     __nv_bfloat16* grads, int64_t grads_ld, double* row_loss) {
   extern __shared__ float target[];
   float* z = target + p.topk;
   auto* positive = reinterpret_cast<uint32_t*>(z + p.topk);
   auto* slot_of = reinterpret_cast<int16_t*>(positive + p.topk);
   const int64_t t = t0 + blockIdx.x;
   const int32_t* selected = p.keys + t * p.topk;
-  const int64_t row = int64_t{blockIdx.x} * key_end;
+  const int64_t row = int64_t{blockIdx.x} * scores_ld;
   __nv_bfloat16* grad_rows = grads + int64_t{blockIdx.x} * p.heads * grads_ld;
   for (int s = threadIdx.x; s < key_end; s += kKlThreads) slot_of[s] = -1;
   __syncthreads();
@@ -823,10 +827,14 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
 // to about 1e-3 relative, and the fp32 operands need no conversion pass. In
 // self-attention (n == nk: query t is key token t, its keys are <= t) a
 // block of queries scores the keys up to its last query only, about half the
-// products of every key. Every sum runs in an order fixed by the shapes:
-// deterministic.
+// products of every key. Queries from kept_from on (n when none) take their
+// scores and positive heads from `kept` (IndexerTopK's, bitwise what
+// IndexerScores gives here) instead. Every sum runs in an order fixed by the
+// shapes: deterministic.
 void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
-                 MatrixView dik, MatrixView dw, float coeff, double* loss) {
+                 MatrixView dik, MatrixView dw, float coeff,
+                 const KeptIndexerScores& kept, int64_t kept_from,
+                 double* loss) {
   cudaStream_t stream = ctx.stream();
   const int64_t nk = p.ik.rows, heads = p.heads, dim = p.ik.cols;
   // Rows of bf16 gradients padded to 16 bytes for the products.
@@ -861,15 +869,27 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   AllowShared(DenseKlRowKernel, DenseKlRowShared(p.topk, nk));
   const int64_t causal_offset = n == nk ? 0 : -1;
   const bool need_e_ik = !diq.empty() || !dw.empty();
-  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-    const int64_t count = std::min(chunk, n - t0), rows = count * heads;
+  for (int64_t t0 = 0, count = 0; t0 < n; t0 += count) {
+    // Chunks end where the kept rows begin.
+    count = std::min({chunk, n - t0, t0 < kept_from ? kept_from - t0 : n});
+    const int64_t rows = count * heads;
     const int64_t key_end = VisibleKeyEnd(n, nk, t0 + count);
     const ConstMatrixView ik = p.ik.Rows(0, key_end);
-    IndexerScores(ctx, p.iq, p.ik, p.w, t0, count, key_end, causal_offset,
-                  p.scale, b.scores, b.positive, key_end);
+    const float* scores = b.scores;
+    const uint32_t* positive = b.positive;
+    int64_t scores_ld = key_end;
+    if (t0 >= kept_from) {
+      scores_ld = kept.ld;
+      scores = kept.scores + (t0 - kept.first) * scores_ld;
+      positive = kept.positive + (t0 - kept.first) * scores_ld;
+    } else {
+      IndexerScores(ctx, p.iq, p.ik, p.w, t0, count, key_end, causal_offset,
+                    p.scale, b.scores, b.positive, key_end);
+    }
     DenseKlRowKernel<<<count, kKlThreads, DenseKlRowShared(p.topk, key_end),
-                       stream>>>(p, t0, static_cast<int>(key_end), b.scores,
-                                 b.positive, b.grads, grads_ld, b.row_loss);
+                       stream>>>(p, t0, static_cast<int>(key_end), scores,
+                                 positive, scores_ld, b.grads, grads_ld,
+                                 b.row_loss);
     GLM_CUDA_CHECK_LAUNCH();
     const MatrixView e_ik{b.e_ik, rows, dim, dim},
         weighted_iq{b.weighted_iq, rows, dim, dim};
@@ -893,6 +913,30 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
   }
   LossKernel<<<1, kKlThreads, 0, stream>>>(b.row_loss, n, coeff, loss);
   GLM_CUDA_CHECK_LAUNCH();
+}
+
+// Whether the loss takes the dense path (DenseKlLoss) for these operands:
+// the bf16 mode's tensor-core scores where each query selects at least one
+// in 8 of the keys (each key's slot then fits an int16 in shared memory:
+// nk <= 8 * kMaxTopK).
+bool DenseKlApplies(const CudaContext& ctx, ConstMatrixView iq,
+                    ConstMatrixView ik, int64_t heads, int64_t topk) {
+  return ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows &&
+         IndexerScoresSupported(iq, ik, heads);
+}
+
+bool SameView(ConstMatrixView a, ConstMatrixView b) {
+  return a.data == b.data && a.rows == b.rows && a.cols == b.cols &&
+         a.stride == b.stride;
+}
+
+// The first of the n self-attention queries whose scores `kept` holds for
+// p's operands; n where it holds none of them.
+int64_t KeptFrom(const KeptIndexerScores& kept, const KlProblem& p, int64_t n) {
+  const bool same = kept.scores != nullptr && n == p.ik.rows &&
+                    SameView(kept.iq, p.iq) && SameView(kept.ik, p.ik) &&
+                    SameView(kept.w, p.w);
+  return same ? kept.first : n;
 }
 
 // Byte offsets of the loss's pieces inside its one scratch buffer.
@@ -976,8 +1020,8 @@ void AccumulateKeyGrads(CudaContext& ctx, const KlProblem& p, int64_t t0,
 
 void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                  ConstMatrixView w, const int32_t* seq_start,
-                 int64_t query_offset, int64_t topk, float scale,
-                 int32_t* keys) {
+                 int64_t query_offset, int64_t topk, float scale, int32_t* keys,
+                 KeptIndexerScores* keep) {
   const int64_t nq = w.rows, nk = ik.rows, heads = w.cols;
   assert(iq.rows == nq * heads && iq.cols == ik.cols);
   assert(query_offset >= 0 && query_offset + nq <= nk && nk <= INT_MAX);
@@ -990,8 +1034,6 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
       approximate && IndexerScoresSupported(iq, ik, heads);
   // Scores span the keys any of these queries can see.
   const int64_t ld = query_offset + nq;
-  const int64_t chunk = ChunkQueries(nq, ld * sizeof(float));
-  auto* scores = static_cast<float*>(ctx.Scratch(chunk * ld * sizeof(float)));
   const int sort_size = PowerOfTwoAtLeast(topk);
   cudaStream_t stream = ctx.stream();
   // The bf16 mode lists each query's keys in key order (no sort), and does
@@ -1000,6 +1042,26 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   // the selections and a quarter of the products.
   const int64_t all_visible =
       approximate ? std::clamp<int64_t>(topk - query_offset, 0, nq) : 0;
+  // Scores the loss would compute again are scored once, all queries at a
+  // time, into the kept buffer; otherwise a chunk at a time into scratch.
+  const int64_t scored = nq - all_visible;
+  const size_t kept_bytes = scored * ld * (sizeof(float) + sizeof(uint32_t));
+  const bool keeping = keep != nullptr && tensor_cores && nq == nk &&
+                       scored > 0 && scored <= kMaxChunk &&
+                       kept_bytes <= kKeptScoresBytes &&
+                       DenseKlApplies(ctx, iq, ik, heads, topk);
+  int64_t chunk = scored;
+  float* scores = nullptr;
+  uint32_t* positive = nullptr;
+  if (keeping) {
+    auto* kept = static_cast<char*>(ctx.KeptScratch(kept_bytes));
+    scores = reinterpret_cast<float*>(kept);
+    positive = reinterpret_cast<uint32_t*>(kept + scored * ld * sizeof(float));
+    *keep = {iq, ik, w, all_visible, ld, scores, positive};
+  } else {
+    chunk = ChunkQueries(nq, ld * sizeof(float));
+    scores = static_cast<float*>(ctx.Scratch(chunk * ld * sizeof(float)));
+  }
   if (all_visible > 0) {
     AllVisibleKeysKernel<<<all_visible, kBlockThreads, 0, stream>>>(
         seq_start, query_offset, static_cast<int>(topk), keys);
@@ -1009,7 +1071,7 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
     const int64_t t1 = std::min(nq, t0 + chunk);
     if (tensor_cores) {
       IndexerScores(ctx, iq, ik, w, t0, t1 - t0, query_offset + t1,
-                    query_offset, scale, scores, nullptr, ld);
+                    query_offset, scale, scores, positive, ld);
     } else {
       const dim3 grid((query_offset + t1 + kTileB - 1) / kTileB,
                       (t1 - t0 + kTileA - 1) / kTileA);
@@ -1039,7 +1101,7 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
                    MatrixView diq, MatrixView dik, MatrixView dw,
-                   double* loss) {
+                   const KeptIndexerScores& kept, double* loss) {
   const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
   assert(iq.rows == n * heads && iq.cols == dim);
   assert(heads > 0 && heads <= kMaxHeads && topk > 0 && topk <= kMaxTopK);
@@ -1057,10 +1119,9 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                     static_cast<int>(heads),
                     scale,
                     coeff / static_cast<float>(n)};
-  // Dense: each key's slot fits an int16 in shared memory (nk <= 32768).
-  if (ctx.precision() == Precision::kBf16 && 8 * topk >= ik.rows &&
-      IndexerScoresSupported(iq, ik, heads)) {
-    DenseKlLoss(ctx, p, n, diq, dik, dw, coeff, loss);
+  if (DenseKlApplies(ctx, iq, ik, heads, topk)) {
+    DenseKlLoss(ctx, p, n, diq, dik, dw, coeff, kept, KeptFrom(kept, p, n),
+                loss);
     return;
   }
   cudaStream_t stream = ctx.stream();

@@ -13,6 +13,19 @@
 
 namespace glm::cuda {
 
+// What IndexerTopK keeps for the IndexerKlLoss of the same operands
+// (Backend::IndexerTopK's keep_for_loss): in self-attention (query t is key
+// token t), the scores and positive-head bits (IndexerScores) of queries
+// [first, queries) with every key up to their own, row t - first at
+// (t - first) * ld in ctx.KeptScratch. The operands' data, rows and strides
+// identify them; a default-constructed one keeps nothing.
+struct KeptIndexerScores {
+  ConstMatrixView iq, ik, w;
+  int64_t first = 0, ld = 0;
+  const float* scores = nullptr;
+  const uint32_t* positive = nullptr;
+};
+
 // iq [nq*heads, d], ik [nk, d], w [nq, heads], seq_start [nq]; query t is key
 // token g = query_offset + t. score[t, s] = sum_h w[t,h] * relu(scale *
 // iq[t,h] . ik[s]) over keys s in [seq_start[t], g], in fp32 with each dot
@@ -25,11 +38,16 @@ namespace glm::cuda {
 // first (ties: lower index first), -1 after them; the bf16 mode lists the
 // same selection in key order instead (Backend::IndexerTopK allows it), and a
 // query whose token g < topk there takes every key it sees unscored. topk <=
-// 4096. Uses ctx.Scratch for a chunk of queries' scores.
+// 4096. Uses ctx.Scratch for a chunk of queries' scores. With `keep` (not
+// null) and a selection the loss scores the same way (the bf16 mode's
+// tensor-core scores, self-attention, each query selecting at least one in 8
+// of the keys, and the kept rows within 1 GiB), scores all of
+// them at once into ctx.KeptScratch with their positive-head bits and
+// describes them in *keep; otherwise leaves *keep as it is.
 void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                  ConstMatrixView w, const int32_t* seq_start,
-                 int64_t query_offset, int64_t topk, float scale,
-                 int32_t* keys);
+                 int64_t query_offset, int64_t topk, float scale, int32_t* keys,
+                 KeptIndexerScores* keep);
 
 // KL(target || softmax(index scores over the selected keys)), averaged over
 // the n queries (w's rows) and times coeff, written to *loss. keys [n, topk]
@@ -43,12 +61,15 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
 // at least one in 8 of the keys, a chunk's scores with every key come from
 // IndexerScores (TF32 tensor-core products, the dots never stored) and the
 // gradients from bf16 products (ctx.CompositeScratch holds the chunk's
-// scores, their positive heads and the dots' bf16 gradients). topk <= 4096.
-// Takes IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
+// scores, their positive heads and the dots' bf16 gradients); the queries
+// whose scores `kept` holds for these operands are read from it, not scored
+// again. topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes from
+// ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
-                   MatrixView diq, MatrixView dik, MatrixView dw, double* loss);
+                   MatrixView diq, MatrixView dik, MatrixView dw,
+                   const KeptIndexerScores& kept, double* loss);
 
 // n per-query losses in double, plus per chunk of queries their score
 // gradients per (head, slot) and, when need_dik, each slot's contribution to

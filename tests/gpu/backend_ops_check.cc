@@ -171,6 +171,12 @@ constexpr OpLimits kLimits[] = {
     {"SparseAttentionKeyWeights", {kExact, 4e-5}, {0, 0}, {0, 0}},
     {"IndexerTopK", {0, 0}, {0, 0}, {kExactTie, 1e-3}},
     {"IndexerKlLoss", {kExact, 4e-5}, {kExactLoss, 5e-4}, {0, 0}},
+    // The loss over the scores its top-k call kept (the bf16 mode), and that
+    // call's keys.
+    {"IndexerKlLoss after a top-k keeping its scores",
+     {kExact, 4e-5},
+     {kExactLoss, 5e-4},
+     {kExactTie, 1e-3}},
     // Compared bitwise (CheckAdamW).
     {"AdamWStep", {0, 0}, {0, 0}, {0, 0}},
 };
@@ -2951,7 +2957,8 @@ void AddTopK(Factories& f, const std::string& tag, IndexerShape s,
                  return b.Build([=](Backend& be, const Bound& p) {
                    be.IndexerTopK(p.View(a.iq), p.View(a.ik), p.View(a.w),
                                   p.Ints(a.seq_start), a.query_offset, a.topk,
-                                  a.scale, p.Ints(a.keys));
+                                  a.scale, /*keep_for_loss=*/false,
+                                  p.Ints(a.keys));
                    return 0.0;
                  });
                }});
@@ -3026,6 +3033,61 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
                      p.View(iiq), p.View(iik), p.View(iw), p.Ints(ikeys),
                      s.topk, s.scale, p.View(ip), coeff, p.View(idq),
                      idk >= 0 ? p.View(idk) : MatrixView{}, p.View(idw), sum);
+               });
+             },
+             /*returns_loss=*/true);
+       }});
+}
+
+// IndexerTopK with keep_for_loss, then IndexerKlLoss over the same operands
+// and another selection of the same keys (random, as in AddIndexerKl): in
+// self-attention over the sequences `seq_start` gives each token, the bf16
+// mode's loss reads the scores the top-k call kept for its queries past
+// top-k. Both the keys and the loss's outputs are checked.
+void AddIndexerKlAfterTopK(Factories& f, const std::string& tag, IndexerShape s,
+                           std::vector<int32_t> seq_start) {
+  const int64_t n = static_cast<int64_t>(seq_start.size());
+  const std::string op = "IndexerKlLoss after a top-k keeping its scores";
+  const std::string label =
+      absl::StrCat(tag, " q", n, " h", s.heads, "x", s.dim, " top", s.topk);
+  f.push_back(
+      {op, label, [=] {
+         CaseBuilder b(op, label);
+         const Layout iq = Dense(n * s.heads, s.dim), ik = Dense(n, s.dim);
+         TopKArgs a{};
+         a.iq = b.Values("iq", iq, SignedRows(iq, b.rng()));
+         std::vector<float> key_values = Normal(ik.size, b.rng()(), 1.f);
+         for (float& x : key_values) x = std::abs(x);
+         a.ik = b.Values("ik", ik, key_values);
+         a.w = b.Input("w", Dense(n, s.heads), 1.f / std::sqrt(float(s.heads)));
+         a.seq_start = b.Ints("seq_start", seq_start);
+         a.keys = b.WrittenInts("top-k keys", n * s.topk);
+         a.topk = s.topk;
+         a.scale = s.scale;
+         b.Special(TopKCheck(a), {a.keys});
+         Queries q;
+         for (int64_t t = 0; t < n; ++t) {
+           q.position.push_back(t);
+           q.start.push_back(seq_start[t]);
+         }
+         const std::vector<int32_t> keys =
+             RandomKeys(q, s.topk, false, b.rng());
+         const int ikeys = b.Ints("keys", keys),
+                   ip = b.Values("target", Dense(n, s.topk),
+                                 KeyTargets(keys, n, s.topk, 16.f, b.rng())),
+                   idq = b.Accumulated("diq", iq),
+                   idk = b.Accumulated("dik", ik),
+                   idw = b.Accumulated("dw", Dense(n, s.heads));
+         return b.Build(
+             [=](Backend& be, const Bound& p) {
+               be.IndexerTopK(p.View(a.iq), p.View(a.ik), p.View(a.w),
+                              p.Ints(a.seq_start), 0, s.topk, s.scale,
+                              /*keep_for_loss=*/true, p.Ints(a.keys));
+               return LossOf(be, [&](double* sum) {
+                 be.IndexerKlLoss(p.View(a.iq), p.View(a.ik), p.View(a.w),
+                                  p.Ints(ikeys), s.topk, s.scale, p.View(ip),
+                                  0.3f, p.View(idq), p.View(idk), p.View(idw),
+                                  sum);
                });
              },
              /*returns_loss=*/true);
@@ -3176,6 +3238,16 @@ void AddAttentionCases(Factories& f) {
   }
   AddIndexerKl(f, "packed", IndexerShape{12, 128, 1100, 300, 0.2f}, packed, 8,
                0.5f, false, true);
+  // glm5.2-mini's indexer heads over 1,024 tokens at top-256 (768 queries
+  // kept); 12 heads of 64 dims over two packed sequences at top-100.
+  IndexerShape top256 = index_mini;
+  top256.key_tokens = 1024;
+  top256.topk = 256;
+  AddIndexerKlAfterTopK(f, "mini heads", top256, std::vector<int32_t>(1024, 0));
+  std::vector<int32_t> two_sequences(700);
+  for (int64_t t = 0; t < 700; ++t) two_sequences[t] = t < 380 ? 0 : 380;
+  AddIndexerKlAfterTopK(f, "packed", IndexerShape{12, 64, 700, 100, 0.3f},
+                        two_sequences);
 }
 
 Factories AllCases() {
