@@ -29,14 +29,28 @@ using ProblemShape =
     cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 using GroupShape = ProblemShape::UnderlyingProblemShape;
 
-// 128x256x64 tiles, cooperative (both consumer warpgroups on one 128x256 tile,
-// 64 rows each): the largest tile whose fp32 accumulators fit the registers,
-// so each loaded operand byte feeds the most MMAs; CUTLASS's fastest bf16
-// configuration on Hopper. M is the ragged side (a group's rows) in the
-// forward and data-grad GEMMs, where 128 rows keep the partial last tile of
-// a small group cheap; N (out or in, 768 to 2048 here) is a multiple of 256
-// or close to one.
-using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+// How a kernel's two consumer warpgroups share its tiles.
+// Cooperative: both on one 128x256x64 tile (64 rows each), the largest tile
+// whose fp32 accumulators fit the registers, so each loaded operand byte
+// feeds the most MMAs; CUTLASS's fastest bf16 configuration on Hopper. M is
+// the ragged side (a group's rows) in the forward and data-grad GEMMs, where
+// 128 rows keep the partial last tile of a small group cheap; N (out or in,
+// 768 to 2048 here) is a multiple of 256 or close to one.
+struct Cooperative {
+  using Tile = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+// Pingpong: each warpgroup its own 128x128x64 tile, one's epilogue running
+// while the other's mainloop does. For the weight grad, whose epilogue reads
+// and writes fp32 gradients (8 bytes an output) after a mainloop over one
+// expert's ~1,000 rows, the two phases take about as long as each other on
+// a 128x256 tile: overlapped rather than in turn.
+struct Pingpong {
+  using Tile = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
 // Clusters of two CTAs along M: both need the same B tile (a slab of the
 // expert's weight in the forward and data grad), which TMA multicasts to the
 // pair, halving its L2 traffic. A group with an odd number of M tiles leaves
@@ -48,15 +62,16 @@ using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
 // float, or bf16 (the products' outputs the activation type holds, rounded
 // to nearest even from the fp32 accumulators).
 template <typename LayoutA, typename LayoutB, typename ElementC,
-          typename ElementD = float>
+          typename ElementD = float, typename Schedule = Cooperative>
 struct GroupedKernel {
+  using TileShape = typename Schedule::Tile;
   // 16 bytes of D (and of C) a TMA store or load.
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape,
       ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float,
       float, ElementC, RowMajor*, kAlignD, ElementD, RowMajor*, kAlignD,
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      typename Schedule::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<ElementD,
                                                    float>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -65,7 +80,7 @@ struct GroupedKernel {
       ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Schedule::Mainloop>::CollectiveOp;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>>;
 };
@@ -79,7 +94,8 @@ using ForwardBf16Gemm = GroupedKernel<RowMajor, ColumnMajor, void, Bf16>::Gemm;
 using DataGradGemm = GroupedKernel<RowMajor, RowMajor, float>::Gemm;
 using DataGradBf16Gemm = GroupedKernel<RowMajor, RowMajor, void, Bf16>::Gemm;
 // Weight grad: A(m, k) = dy_e[k, m] (M-major), B(n, k) = x_e[k, n] (N-major).
-using WeightGradGemm = GroupedKernel<ColumnMajor, RowMajor, float>::Gemm;
+using WeightGradGemm =
+    GroupedKernel<ColumnMajor, RowMajor, float, float, Pingpong>::Gemm;
 
 // A CUTLASS stride (M or N mode, K mode, batch mode) with its one dynamic
 // mode, the leading dimension, set to `ld` elements.
