@@ -22,14 +22,16 @@
 //   (SparseAttentionForward, SparseAttentionBackward) and
 //   SparseAttentionKeyWeights' q and k; what reads the experts' products:
 //   SwiGLU's gate and up (both directions), the combine's src (ScatterAddRows,
-//   ScatterAddRowsBackward). Gradients are F32, except those only products or
-//   the combine read: the dy of LinearBackward and of GroupedLinearBackward
-//   (read as it lies, not by index), which their producers may write in
+//   ScatterAddRowsBackward). Gradients are F32, except those only products,
+//   the combine or the attention read: the dy of LinearBackward and of
+//   GroupedLinearBackward (read as it lies, not by index) and
+//   SparseAttentionBackward's dout, which their producers may write in
 //   ActivationType(): ScatterAddRowsBackward's dsrc, SwiGluBackward's dgate
 //   and dup (its dout too), RopeBackward's dx (its dy too),
-//   SparseAttentionBackward's dq, dk and dv, and GroupedLinearBackward's dx
-//   when written (not accumulated). A backend refuses any other element type
-//   with an error naming the op.
+//   SparseAttentionBackward's dq, dk and dv, and LinearBackward's and
+//   GroupedLinearBackward's dx when written (not accumulated: a
+//   LinearBackward dx in ActivationType()). A backend refuses any other
+//   element type with an error naming the op.
 //
 // A device backend owns the memory its ops read: allocator() is where the
 // model allocates its activations and index arrays (kernels/device_memory.h),
@@ -130,7 +132,9 @@ class Backend {
   // y = x w^T (+ y when accumulate). x [n, in], w [out, in], y [n, out].
   virtual void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
                       bool accumulate) = 0;
-  // dx += dy w; dw += dy^T x.
+  // dx += dy w; dw += dy^T x. A dx in ActivationType() other than F32 is
+  // written instead: dx = dy w, rounded once (nothing adds into a rounded
+  // gradient).
   virtual void LinearBackward(ConstMatrixView x, ConstMatrixView w,
                               ConstMatrixView dy, MatrixView dx,
                               MatrixView dw) = 0;

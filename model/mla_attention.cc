@@ -237,14 +237,19 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                 nope = spec.nope_dim, rope = spec.rope_dim, qk = spec.qk_dim(),
                 vdim = spec.v_dim;
   const int32_t* pos = rows.op_positions();
-  Tensor dattn({n, heads * vdim});
+  // The attention's output gradient is read only by its backward: in the
+  // activation type, which LinearBackward writes (where that is F32, a
+  // zeroed buffer it adds into).
+  const ElementType type = backend.ActivationType();
+  Tensor dattn = type == ElementType::kF32
+                     ? Tensor({n, heads * vdim})
+                     : Tensor::ForOutput({n, heads * vdim}, type);
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
   // Written, not added, by the ops below: their buffers start unfilled. The
   // query, key and kv gradients are read only by copies, RoPE, the sum of the
   // keys' rope part over heads (into F32) and the q_b and kv_b products: the
   // activation type.
-  const ElementType type = backend.ActivationType();
   Tensor dquery = Tensor::ForOutput({n * heads, qk}, type),
          dkey = Tensor::ForOutput({all * heads, qk}, type),
          dkv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);

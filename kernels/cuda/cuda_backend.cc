@@ -172,8 +172,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                       MatrixView dx, MatrixView dw) override {
-    CheckActivations("CudaBackend::LinearBackward", {{"x", x}, {"dy", dy}});
-    CheckF32("CudaBackend::LinearBackward", {w, dx, dw});
+    CheckActivations("CudaBackend::LinearBackward",
+                     {{"x", x}, {"dy", dy}, {"dx", dx}});
+    CheckF32("CudaBackend::LinearBackward", {w, dw});
     cuda::LinearBackward(*this, x, w, dy, dx, dw);
   }
   void Copy(ConstMatrixView x, MatrixView y) override {
@@ -377,10 +378,10 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                                               {"k", k},
                                                               {"v", v},
                                                               {"out", out},
+                                                              {"dout", dout},
                                                               {"dq", dq},
                                                               {"dk", dk},
                                                               {"dv", dv}});
-    CheckF32("CudaBackend::SparseAttentionBackward", {dout});
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, true)) {
       cudnn_attention_->Backward(*this, q, k, v, keys, topk, full_queries,
                                  heads, scale, out, lse, dout, dq, dk, dv);
@@ -390,13 +391,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     // writes them: zeroed first); they recompute the probabilities and read
     // no output.
     const std::vector<MatrixView> f =
-        cuda::AsF32(*this, {q, k, v}, {dq, dk, dv});
-    for (int i : {3, 4, 5}) cuda::Zero(*this, f[i]);
+        cuda::AsF32(*this, {q, k, v, dout}, {dq, dk, dv});
+    for (int i : {4, 5, 6}) cuda::Zero(*this, f[i]);
     cuda::SparseAttentionBackward(*this, f[0], f[1], f[2], keys, topk, heads,
-                                  scale, dout, f[3], f[4], f[5]);
-    cuda::FromF32(*this, f[3], dq);
-    cuda::FromF32(*this, f[4], dk);
-    cuda::FromF32(*this, f[5], dv);
+                                  scale, f[3], f[4], f[5], f[6]);
+    cuda::FromF32(*this, f[4], dq);
+    cuda::FromF32(*this, f[5], dk);
+    cuda::FromF32(*this, f[6], dv);
   }
   void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                  const int32_t* keys, int64_t topk,

@@ -416,14 +416,15 @@ void InterleavedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
 
 namespace {
 
-// dx += dy w; dw += dy^T x for dy already an operand; scratch holds the
-// workspace (and the operand copies `operands` makes).
+// dx += dy w (dx = dy w for a BF16 dx); dw += dy^T x for dy already an
+// operand; scratch holds the workspace (and the operand copies `operands`
+// makes).
 void BackwardProducts(CudaContext& ctx, const Operand& dy, ConstMatrixView x,
                       ConstMatrixView w, MatrixView dx, MatrixView dw,
                       OperandMaker& operands, void* scratch) {
   if (!dx.empty()) {
     Matmul(ctx, dy, /*trans_a=*/false, operands.Make(w), /*trans_b=*/false, dx,
-           /*accumulate=*/true, scratch);
+           /*accumulate=*/dx.dtype == ElementType::kF32, scratch);
   }
   if (!dw.empty()) {
     Matmul(ctx, dy, /*trans_a=*/true, operands.Make(x), /*trans_b=*/false, dw,

@@ -23,7 +23,8 @@ void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
 // the bf16 mode over one bf16 copy of x and of w).
 void InterleavedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                        int64_t groups, float* y);
-// dx += dy w; dw += dy^T x (each skipped when empty).
+// dx += dy w (a BF16 dx: dx = dy w, rounded once); dw += dy^T x (each
+// skipped when empty).
 void LinearBackward(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
                     ConstMatrixView dy, MatrixView dx, MatrixView dw);
 // LinearBackward for a dy its producer wrote in bf16 (row-major [x.rows,

@@ -1202,22 +1202,42 @@ void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
                }});
 }
 
-// dx or dw absent: that gradient is not asked for.
+// Zeroes a view of the backend's memory (host memory where it has no
+// allocator).
+void ZeroView(Backend& be, MatrixView v) {
+  const std::vector<float> zeros(v.cols, 0.f);
+  for (int64_t r = 0; r < v.rows; ++r) {
+    if (be.allocator() == nullptr) {
+      std::fill(v.Row(r), v.Row(r) + v.cols, 0.f);
+    } else {
+      be.allocator()->CopyFromHost(v.Row(r), zeros.data(),
+                                   v.cols * sizeof(float));
+    }
+  }
+}
+
+// dx or dw absent: that gradient is not asked for. dx_type kActivation: dx
+// in the activation type, which the op writes rather than adds into (an F32
+// activation type gets a zeroed dx to add into, as the model's).
 void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                        Layout dy, bool want_dx, bool want_dw, Layout dx,
                        Layout dw, WeightCopy copy = WeightCopy::kPerCall,
-                       XType x_type = XType::kF32,
-                       XType dy_type = XType::kF32) {
+                       XType x_type = XType::kF32, XType dy_type = XType::kF32,
+                       XType dx_type = XType::kF32) {
   const std::string label = absl::StrCat(
       tag, " x", Dims(x), " w", Dims(w), " dy", Dims(dy),
       want_dx ? "" : " no dx", want_dw ? "" : " no dw", LabelOf(copy),
       LabelOf(x_type),
-      dy_type == XType::kActivation ? " dy in activation type" : "");
+      dy_type == XType::kActivation ? " dy in activation type" : "",
+      dx_type == XType::kActivation ? " dx in activation type, written" : "");
+  const bool written = dx_type == XType::kActivation;
   f.push_back({"LinearBackward", label, [=] {
                  CaseBuilder b("LinearBackward", label);
                  const int ix = b.Input("x", x), iw = b.Input("w", w),
                            idy = b.Input("dy", dy);
-                 const int idx = want_dx ? b.Accumulated("dx", dx) : -1;
+                 const int idx = !want_dx  ? -1
+                                 : written ? b.Written("dx", dx)
+                                           : b.Accumulated("dx", dx);
                  const int idw = want_dw ? b.Accumulated("dw", dw) : -1;
                  return b.Build([=](Backend& be, const Bound& p) {
                    Tensor holder, dy_holder;
@@ -1225,11 +1245,20 @@ void AddLinearBackward(Factories& f, const std::string& tag, Layout x, Layout w,
                        AsActivation(be, x_type, p.View(ix), &holder);
                    const ConstMatrixView dyv =
                        AsActivation(be, dy_type, p.View(idy), &dy_holder);
-                   WithWeights(be, p, iw, copy, [&] {
-                     be.LinearBackward(xv, p.View(iw), dyv,
-                                       idx >= 0 ? p.View(idx) : MatrixView{},
-                                       idw >= 0 ? p.View(idw) : MatrixView{});
-                   });
+                   auto backward = [&](MatrixView dxv) {
+                     if (written && dxv.dtype == ElementType::kF32) {
+                       ZeroView(be, dxv);
+                     }
+                     WithWeights(be, p, iw, copy, [&] {
+                       be.LinearBackward(xv, p.View(iw), dyv, dxv,
+                                         idw >= 0 ? p.View(idw) : MatrixView{});
+                     });
+                   };
+                   if (idx >= 0) {
+                     IntoActivation(be, dx_type, p.View(idx), backward);
+                   } else {
+                     backward(MatrixView{});
+                   }
                    return 0.0;
                  });
                }});
@@ -1624,6 +1653,16 @@ void AddLinearCases(Factories& f) {
                     Cols(512, 2 * inter, 0, inter), true, true,
                     Dense(512, hidden), Dense(inter, hidden),
                     WeightCopy::kPerCall, XType::kF32, XType::kActivation);
+  // o_proj as the attention's backward runs it: dy F32 (the residual
+  // stream's gradient), x and the written dx in the activation type.
+  AddLinearBackward(f, "o_proj", Dense(2048, heads * m.v_head_dim),
+                    Dense(hidden, heads * m.v_head_dim), Dense(2048, hidden),
+                    true, true, Dense(2048, heads * m.v_head_dim),
+                    Dense(hidden, heads * m.v_head_dim), WeightCopy::kKept,
+                    XType::kActivation, XType::kF32, XType::kActivation);
+  AddLinearBackward(f, "odd", Dense(37, 45), Dense(29, 45), Dense(37, 29), true,
+                    false, Cols(37, 50, 3, 45), {}, WeightCopy::kPerCall,
+                    XType::kF32, XType::kF32, XType::kActivation);
 }
 
 // x_type, y_type kActivation: that side in the activation type (a
@@ -2886,8 +2925,9 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
   const std::string label =
       AttentionLabel(tag, s, q, gaps) + (want_dq ? "" : " no dq") +
       (want_dkv ? "" : " no dk dv") +
-      (type == XType::kActivation ? " q k v out and grads in activation type"
-                                  : "");
+      (type == XType::kActivation
+           ? " q k v out dout and grads in activation type"
+           : "");
   const int64_t full = FullQueries(s, q);
   f.push_back(
       {"SparseAttentionBackward", label, [=] {
@@ -2911,9 +2951,11 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
          return b.Build([=](Backend& be, const Bound& p) {
            AttentionOperands ops;
            MakeAttentionOperands(be, p, in, type, &ops);
-           Tensor out_holder;
+           Tensor out_holder, dout_holder;
            const ConstMatrixView out =
                AsActivation(be, type, p.View(io), &out_holder);
+           const ConstMatrixView dout =
+               AsActivation(be, type, p.View(id), &dout_holder);
            const std::vector<MatrixView> grads = {
                idq >= 0 ? p.View(idq) : MatrixView{},
                idk >= 0 ? p.View(idk) : MatrixView{},
@@ -2921,7 +2963,7 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
            auto backward = [&](const std::vector<MatrixView>& g) {
              be.SparseAttentionBackward(
                  ops.q, ops.k, ops.v, p.Ints(in.keys), s.topk, full, s.heads,
-                 s.scale, out, p.View(il).data, p.View(id), g[0], g[1], g[2]);
+                 s.scale, out, p.View(il).data, dout, g[0], g[1], g[2]);
            };
            IntoActivations(be, type, grads, backward);
            return 0.0;
