@@ -52,6 +52,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -3022,6 +3023,16 @@ std::vector<float> SignedRows(const Layout& l, std::mt19937_64& rng) {
   return v;
 }
 
+// The index queries and keys as SignedRows describes them, far from ReLU's
+// kink; returns their operand ids.
+std::pair<int, int> KinkFreeIndexOperands(CaseBuilder& b, Layout iq,
+                                          Layout ik) {
+  const int iiq = b.Values("iq", iq, SignedRows(iq, b.rng()));
+  std::vector<float> keys = Normal(ik.size, b.rng()(), 1.f);
+  for (float& x : keys) x = std::abs(x);
+  return {iiq, b.Values("ik", ik, std::move(keys))};
+}
+
 // A positive target per selected slot (0 on -1 slots), unnormalized as
 // SparseAttentionKeyWeights gives it: `heads` probabilities summed.
 std::vector<float> KeyTargets(const std::vector<int32_t>& keys, int64_t nq,
@@ -3051,10 +3062,7 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
            iiq = b.Input("iq", iq);
            iik = b.Input("ik", ik);
          } else {
-           iiq = b.Values("iq", iq, SignedRows(iq, b.rng()));
-           std::vector<float> keys = Normal(ik.size, b.rng()(), 1.f);
-           for (float& x : keys) x = std::abs(x);
-           iik = b.Values("ik", ik, keys);
+           std::tie(iiq, iik) = KinkFreeIndexOperands(b, iq, ik);
          }
          const int iw =
              b.Input("w", Dense(nq, s.heads), 1.f / std::sqrt(float(s.heads)));
@@ -3097,10 +3105,7 @@ void AddIndexerKlAfterTopK(Factories& f, const std::string& tag, IndexerShape s,
          CaseBuilder b(op, label);
          const Layout iq = Dense(n * s.heads, s.dim), ik = Dense(n, s.dim);
          TopKArgs a{};
-         a.iq = b.Values("iq", iq, SignedRows(iq, b.rng()));
-         std::vector<float> key_values = Normal(ik.size, b.rng()(), 1.f);
-         for (float& x : key_values) x = std::abs(x);
-         a.ik = b.Values("ik", ik, key_values);
+         std::tie(a.iq, a.ik) = KinkFreeIndexOperands(b, iq, ik);
          a.w = b.Input("w", Dense(n, s.heads), 1.f / std::sqrt(float(s.heads)));
          a.seq_start = b.Ints("seq_start", seq_start);
          a.keys = b.WrittenInts("top-k keys", n * s.topk);
