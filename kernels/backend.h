@@ -44,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -132,6 +133,11 @@ class Backend {
   // y = x w^T (+ y when accumulate). x [n, in], w [out, in], y [n, out].
   virtual void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
                       bool accumulate) = 0;
+  // y = x w^T + addend, written: a residual stream's sum formed by the
+  // product (its epilogue reads the addend) instead of a pass of its own.
+  // addend and y F32, the same shape; addend may be y (Linear accumulating).
+  virtual void LinearAdd(ConstMatrixView x, ConstMatrixView w,
+                         ConstMatrixView addend, MatrixView y) = 0;
   // dx += dy w; dw += dy^T x. A dx in ActivationType() other than F32 is
   // written instead: dx = dy w, rounded once (nothing adds into a rounded
   // gradient).
@@ -172,9 +178,14 @@ class Backend {
   // may be ActivationType(): the F32 value rounded to nearest even.
   virtual void RmsNormForward(ConstMatrixView x, const float* w, float eps,
                               MatrixView y, float* rstd) = 0;
+  // dx += the input gradient, or, where `residual` is given (F32, dx's
+  // shape), dx = residual + the input gradient, written (dx may start
+  // unfilled): a residual branch's gradient joins in the same pass. dw +=
+  // the weight gradient (skipped when null; dx skipped when empty).
   virtual void RmsNormBackward(ConstMatrixView x, const float* w,
                                const float* rstd, ConstMatrixView dy,
-                               MatrixView dx, float* dw) = 0;
+                               ConstMatrixView residual, MatrixView dx,
+                               float* dw) = 0;
   // y = (x - mean) * rstd * w + b; mean, rstd [rows] saved.
   virtual void LayerNormForward(ConstMatrixView x, const float* w,
                                 const float* b, float eps, MatrixView y,
@@ -372,6 +383,17 @@ class Backend {
   virtual void AdamWStep(const AdamWHyperparameters& hyper,
                          const std::vector<AdamWTensor>& tensors) = 0;
 };
+
+// A buffer for an input gradient that LinearBackward produces and only
+// products or elementwise ops read: in the activation type, which
+// LinearBackward writes (left unfilled); where that is F32, a zeroed one it
+// adds into.
+inline Tensor WrittenInputGradient(const Backend& backend,
+                                   std::vector<int64_t> shape) {
+  const ElementType type = backend.ActivationType();
+  return type == ElementType::kF32 ? Tensor(std::move(shape))
+                                   : Tensor::ForOutput(std::move(shape), type);
+}
 
 }  // namespace glm
 

@@ -283,7 +283,7 @@ OpCase RmsNormCase(std::mt19937& rng) {
     b.RmsNormForward(in[0].Matrix(), in[1].data(), 1e-5f, y.Matrix(),
                      rstd.data());
     b.RmsNormBackward(in[0].Matrix(), in[1].data(), rstd.data(), d[0].Matrix(),
-                      dx.Matrix(), dw.data());
+                      {}, dx.Matrix(), dw.data());
     return Tensors{dx, dw};
   };
   return op;

@@ -137,6 +137,12 @@ void OpTimingBackend::Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
         [&] { timed_->Linear(x, w, y, accumulate); });
 }
 
+void OpTimingBackend::LinearAdd(ConstMatrixView x, ConstMatrixView w,
+                                ConstMatrixView addend, MatrixView y) {
+  Timed("LinearAdd w" + Shape(w), Flops(ProductFlops(x.rows, w.cols, w.rows)),
+        [&] { timed_->LinearAdd(x, w, addend, y); });
+}
+
 void OpTimingBackend::LinearBackward(ConstMatrixView x, ConstMatrixView w,
                                      ConstMatrixView dy, MatrixView dx,
                                      MatrixView dw) {
@@ -204,9 +210,11 @@ void OpTimingBackend::RmsNormForward(ConstMatrixView x, const float* w,
 
 void OpTimingBackend::RmsNormBackward(ConstMatrixView x, const float* w,
                                       const float* rstd, ConstMatrixView dy,
-                                      MatrixView dx, float* dw) {
+                                      ConstMatrixView residual, MatrixView dx,
+                                      float* dw) {
+  // x and dy read; dx read and written, or residual read and dx written.
   Timed("RmsNormBackward", Moves(2 * Bytes(x) + 2 * Bytes(dx)),
-        [&] { timed_->RmsNormBackward(x, w, rstd, dy, dx, dw); });
+        [&] { timed_->RmsNormBackward(x, w, rstd, dy, residual, dx, dw); });
 }
 
 void OpTimingBackend::LayerNormForward(ConstMatrixView x, const float* w,

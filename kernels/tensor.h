@@ -84,6 +84,11 @@ struct MatrixView {
     assert(contiguous() && cols % parts == 0);
     return {data, rows * parts, cols / parts, cols / parts, dtype};
   }
+  // The inverse of SplitRows: each `parts` consecutive rows as one.
+  MatrixView JoinRows(int64_t parts) const {
+    assert(contiguous() && rows % parts == 0);
+    return {data, rows / parts, cols * parts, cols * parts, dtype};
+  }
 };
 
 struct ConstMatrixView {

@@ -66,6 +66,13 @@ TEST(TensorTest, Bf16TensorsHoldTwoBytesAnElementAndTheirViewsStepByThem) {
   EXPECT_EQ(heads.dtype, ElementType::kBF16);
   EXPECT_EQ(heads.rows, 30);
   EXPECT_EQ(heads.cols, 3);
+  // JoinRows undoes SplitRows: the same memory, rows of every head again.
+  const MatrixView tokens = m.SplitRows(2).JoinRows(2);
+  EXPECT_EQ(tokens.data, m.data);
+  EXPECT_EQ(tokens.rows, m.rows);
+  EXPECT_EQ(tokens.cols, m.cols);
+  EXPECT_EQ(tokens.stride, m.cols);
+  EXPECT_EQ(tokens.dtype, ElementType::kBF16);
   // An odd count still gets whole bytes for its last element.
   EXPECT_EQ(Tensor({3}, nullptr, ElementType::kBF16).Matrix().cols, 3);
 }

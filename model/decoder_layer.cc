@@ -16,8 +16,8 @@ void SplitMlpForward(Backend& backend, const MlpParameters& p,
                      MatrixView out, DecoderLayerActivations* acts) {
   acts->mlp_chunk_in = parallel.GatherChunk(x, tokens);
   Tensor partial = Tensor::ForOutput({acts->mlp_chunk_in.dim(0), out.cols});
-  MlpForward(backend, p, acts->mlp_chunk_in.Matrix(), partial.Matrix(),
-             /*accumulate=*/false, &acts->mlp);
+  MlpForward(backend, p, acts->mlp_chunk_in.Matrix(), {}, partial.Matrix(),
+             &acts->mlp);
   backend.Copy(parallel.ReduceScatterChunk(partial.Matrix(), tokens).Matrix(),
                out);
 }
@@ -80,28 +80,29 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
   backend.RmsNormForward(h_in, p.input_layernorm.value.data(),
                          spec.rms_norm_eps, acts->attn_in.Matrix(),
                          acts->attn_rstd.data());
+  // The residual sums are formed by the branches' output products.
   acts->h_mid = Tensor::ForOutput({n, hidden});
   AttentionForward(backend, p.self_attn, spec.attention, acts->attn_in.Matrix(),
-                   layout, shared_topk, acts->h_mid.Matrix(), &acts->attn);
-  backend.Axpy(1.f, h_in, acts->h_mid.Matrix());
+                   layout, shared_topk, /*residual=*/h_in, acts->h_mid.Matrix(),
+                   &acts->attn);
 
   acts->mlp_in = Tensor::ForOutput({n, hidden}, MlpInputType(backend, p, spec));
   acts->mlp_rstd = Tensor::ForOutput({n});
   backend.RmsNormForward(
       acts->h_mid.Matrix(), p.post_attention_layernorm.value.data(),
       spec.rms_norm_eps, acts->mlp_in.Matrix(), acts->mlp_rstd.data());
+  ConstMatrixView h_mid = acts->h_mid.Matrix();
   if (p.is_moe) {
     LocalExpertDispatcher local;
-    MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_out,
+    MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_mid, h_out,
                &acts->moe, spec.experts ? *spec.experts : local);
   } else if (TokenParallel* split = TensorSplit(spec)) {
     SplitMlpForward(backend, p.mlp, *split, layout.tokens,
                     acts->mlp_in.Matrix(), h_out, acts);
+    backend.Axpy(1.f, h_mid, h_out);
   } else {
-    MlpForward(backend, p.mlp, acts->mlp_in.Matrix(), h_out,
-               /*accumulate=*/false, &acts->mlp);
+    MlpForward(backend, p.mlp, acts->mlp_in.Matrix(), h_mid, h_out, &acts->mlp);
   }
-  backend.Axpy(1.f, acts->h_mid.Matrix(), h_out);
 }
 
 void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
@@ -111,6 +112,7 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
                           ConstMatrixView dh_out, MatrixView dh_in) {
   const int64_t n = h_in.rows, hidden = h_in.cols;
   Tensor dmlp_in({n, hidden});
+  // Written by the norms' backward, each with its residual branch's gradient.
   Tensor dh_mid = Tensor::ForOutput({n, hidden});
   if (p.is_moe) {
     LocalExpertDispatcher local;
@@ -123,18 +125,17 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
     MlpBackward(backend, p.mlp, acts.mlp_in.Matrix(), acts.mlp, dh_out,
                 dmlp_in.Matrix());
   }
-  backend.Copy(dh_out, dh_mid.Matrix());
   backend.RmsNormBackward(
       acts.h_mid.Matrix(), p.post_attention_layernorm.value.data(),
-      acts.mlp_rstd.data(), dmlp_in.Matrix(), dh_mid.Matrix(),
-      p.post_attention_layernorm.grad.data());
+      acts.mlp_rstd.data(), dmlp_in.Matrix(), /*residual=*/dh_out,
+      dh_mid.Matrix(), p.post_attention_layernorm.grad.data());
 
   Tensor dattn_in({n, hidden});
   AttentionBackward(backend, p.self_attn, spec.attention, acts.attn_in.Matrix(),
                     layout, acts.attn, dh_mid.Matrix(), dattn_in.Matrix());
-  backend.Axpy(1.f, dh_mid.Matrix(), dh_in);
   backend.RmsNormBackward(h_in, p.input_layernorm.value.data(),
-                          acts.attn_rstd.data(), dattn_in.Matrix(), dh_in,
+                          acts.attn_rstd.data(), dattn_in.Matrix(),
+                          /*residual=*/dh_mid.Matrix(), dh_in,
                           p.input_layernorm.grad.data());
 }
 

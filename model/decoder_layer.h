@@ -45,7 +45,8 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
                          const TokenLayout& layout,
                          const IndexTensor* shared_topk, MatrixView h_out,
                          DecoderLayerActivations* acts);
-// dh_in += d(h_out)/d(h_in)^T dh_out; weight gradients accumulate.
+// dh_in = d(h_out)/d(h_in)^T dh_out, written (dh_in may start unfilled);
+// weight gradients accumulate.
 void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
                           const DecoderLayerSpec& spec, ConstMatrixView h_in,
                           const TokenLayout& layout,

@@ -3,7 +3,8 @@
 namespace glm {
 
 void MlpForward(Backend& backend, const MlpParameters& p, ConstMatrixView x,
-                MatrixView out, bool accumulate, MlpActivations* acts) {
+                ConstMatrixView residual, MatrixView out,
+                MlpActivations* acts) {
   const int64_t inter = p.gate_proj.value.dim(0);
   // gate_up is read only by SwiGLU (both directions), hidden only by the down
   // projection's products: the activation type.
@@ -17,15 +18,21 @@ void MlpForward(Backend& backend, const MlpParameters& p, ConstMatrixView x,
                  false);
   backend.SwiGluForward(gate_up.Columns(0, inter),
                         gate_up.Columns(inter, inter), acts->hidden.Matrix());
-  backend.Linear(acts->hidden.Matrix(), p.down_proj.value.Matrix(), out,
-                 accumulate);
+  if (residual.data != nullptr) {
+    backend.LinearAdd(acts->hidden.Matrix(), p.down_proj.value.Matrix(),
+                      residual, out);
+  } else {
+    backend.Linear(acts->hidden.Matrix(), p.down_proj.value.Matrix(), out,
+                   /*accumulate=*/false);
+  }
 }
 
 void MlpBackward(Backend& backend, MlpParameters& p, ConstMatrixView x,
                  const MlpActivations& acts, ConstMatrixView dout,
                  MatrixView dx) {
   const int64_t inter = p.gate_proj.value.dim(0);
-  Tensor dhidden({x.rows, inter});
+  // Read only by SwiGLU's backward.
+  Tensor dhidden = WrittenInputGradient(backend, {x.rows, inter});
   // Read only by the gate and up products' backward.
   Tensor dgate_up =
       Tensor::ForOutput({x.rows, 2 * inter}, backend.ActivationType());

@@ -13,9 +13,10 @@ struct MlpActivations {
   Tensor hidden;   // [n, I]
 };
 
-// out = mlp(x), or out += mlp(x) when accumulate.
+// out = mlp(x), or out = mlp(x) + residual where residual is given (F32,
+// out's shape: a residual stream's sum, formed by the down projection).
 void MlpForward(Backend& backend, const MlpParameters& p, ConstMatrixView x,
-                MatrixView out, bool accumulate, MlpActivations* acts);
+                ConstMatrixView residual, MatrixView out, MlpActivations* acts);
 // Accumulates weight gradients and dx.
 void MlpBackward(Backend& backend, MlpParameters& p, ConstMatrixView x,
                  const MlpActivations& acts, ConstMatrixView dout,

@@ -211,7 +211,7 @@ absl::Status GlmModel::Backward() {
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     DecoderLayerActivations recomputed;
     if (options_.recompute_layers) RecomputeLayer(i, &recomputed);
-    Tensor dh_in({n, hidden});
+    Tensor dh_in = Tensor::ForOutput({n, hidden});
     DecoderLayerBackward(*backend_, params_->layers[i], spec_,
                          hidden_[i].Matrix(), layout_,
                          options_.recompute_layers ? recomputed : layers_[i],

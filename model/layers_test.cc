@@ -24,6 +24,12 @@ constexpr double kStep = 5e-3;
 // kinks.
 constexpr double kIndexerStep = 1e-3;
 constexpr double kTol = 2e-2;
+// The MoE's loss sums its experts' rows, each a product over the hidden
+// size: on CPUs whose BLAS orders those sums otherwise (AVX-512 kernels) its
+// rounding reaches about 1e-5, which a 5e-3 step turns into a 5% error on
+// the experts' gate_up direction; at 2e-2 the estimate stays inside kTol
+// and the routing decisions still hold (steps shrink where they flip).
+constexpr double kMoeStep = 2e-2;
 constexpr double kAbsTol = 1e-6;
 
 // sum(out . r) in double.
@@ -87,12 +93,12 @@ TEST_F(LayersTest, DenseMlpGradients) {
   auto loss = [&] {
     Tensor out(x_.shape());
     MlpActivations acts;
-    MlpForward(backend_, p, x_.Matrix(), out.Matrix(), false, &acts);
+    MlpForward(backend_, p, x_.Matrix(), {}, out.Matrix(), &acts);
     return Project(out.Matrix(), r_);
   };
   Tensor out(x_.shape());
   MlpActivations acts;
-  MlpForward(backend_, p, x_.Matrix(), out.Matrix(), false, &acts);
+  MlpForward(backend_, p, x_.Matrix(), {}, out.Matrix(), &acts);
   MlpBackward(backend_, p, x_.Matrix(), acts, r_.Matrix(), dx_.Matrix());
   ExpectDirectionalGradients(loss,
                              {Target("gate_proj", p.gate_proj),
@@ -140,7 +146,7 @@ TEST_F(LayersTest, MoeGradientsThroughRouterExpertsAndSharedExpert) {
        Target("shared.up_proj", p.shared_experts.up_proj),
        Target("shared.down_proj", p.shared_experts.down_proj),
        {"x", &x_, &dx_}},
-      kStep, kTol, kAbsTol, [&] { return last == choice; });
+      kMoeStep, kTol, kAbsTol, [&] { return last == choice; });
 }
 
 // Attention of a computing layer (indexer loss off): gradients of every MLA
@@ -151,7 +157,7 @@ TEST_F(LayersTest, AttentionOnComputingLayerGradients) {
   const AttentionSpec spec = MakeAttentionSpec(config_, 0.f);
   AttentionActivations acts;
   Tensor out(x_.shape());
-  AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr,
+  AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr, {},
                    out.Matrix(), &acts);
   // Keys are causal, inside the query's own sequence, and as many as allowed.
   const IndexTensor& keys = acts.own_topk;
@@ -176,7 +182,7 @@ TEST_F(LayersTest, AttentionOnComputingLayerGradients) {
   auto loss = [&] {
     AttentionActivations a;
     Tensor o(x_.shape());
-    AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr,
+    AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr, {},
                      o.Matrix(), &a);
     last = KeySets(a.own_topk);
     return Project(o.Matrix(), r_);
@@ -193,13 +199,13 @@ TEST_F(LayersTest, AttentionOnSkipLayerUsesSourceKeysAndGradients) {
   AttentionActivations source;
   Tensor source_out(x_.shape());
   AttentionForward(backend_, params_.layers[1].self_attn, spec, x_.Matrix(),
-                   layout_, nullptr, source_out.Matrix(), &source);
+                   layout_, nullptr, {}, source_out.Matrix(), &source);
   AttentionParameters& p = params_.layers[2].self_attn;
   ASSERT_FALSE(p.has_indexer);
   AttentionActivations acts;
   Tensor out(x_.shape());
   AttentionForward(backend_, p, spec, x_.Matrix(), layout_, &source.own_topk,
-                   out.Matrix(), &acts);
+                   {}, out.Matrix(), &acts);
   EXPECT_EQ(acts.topk, &source.own_topk);
   AttentionBackward(backend_, p, spec, x_.Matrix(), layout_, acts, r_.Matrix(),
                     dx_.Matrix());
@@ -207,7 +213,7 @@ TEST_F(LayersTest, AttentionOnSkipLayerUsesSourceKeysAndGradients) {
     AttentionActivations a;
     Tensor o(x_.shape());
     AttentionForward(backend_, p, spec, x_.Matrix(), layout_, &source.own_topk,
-                     o.Matrix(), &a);
+                     {}, o.Matrix(), &a);
     return Project(o.Matrix(), r_);
   };
   ExpectDirectionalGradients(loss, MlaTargets(p), kStep);
@@ -221,7 +227,7 @@ TEST_F(LayersTest, IndexerLossGradientsReachOnlyIndexerWeights) {
   spec.indexer_loss_sum = &indexer_loss;
   AttentionActivations acts;
   Tensor out(x_.shape());
-  AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr,
+  AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr, {},
                    out.Matrix(), &acts);
   EXPECT_GT(indexer_loss, 0.0);
   const Tensor zero_dout(x_.shape());
@@ -235,7 +241,7 @@ TEST_F(LayersTest, IndexerLossGradientsReachOnlyIndexerWeights) {
     AttentionActivations a;
     Tensor o(x_.shape());
     indexer_loss = 0;
-    AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr,
+    AttentionForward(backend_, p, spec, x_.Matrix(), layout_, nullptr, {},
                      o.Matrix(), &a);
     last = KeySets(a.own_topk);
     return indexer_loss;
@@ -256,7 +262,8 @@ TEST_F(LayersTest, MtpLayerGradients) {
   AttentionActivations source;
   Tensor source_out(x_.shape());
   AttentionForward(backend_, params_.layers[1].self_attn, spec.attention,
-                   x_.Matrix(), layout_, nullptr, source_out.Matrix(), &source);
+                   x_.Matrix(), layout_, nullptr, {}, source_out.Matrix(),
+                   &source);
   std::vector<int32_t> ids;
   for (int64_t t = 0; t < kTokens; ++t)
     ids.push_back(static_cast<int32_t>((7 * t + 3) % config_.vocab_size));

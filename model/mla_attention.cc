@@ -147,7 +147,8 @@ void IndexerLoss(Backend& backend, const AttentionSpec& spec,
 void AttentionForward(Backend& backend, const AttentionParameters& p,
                       const AttentionSpec& spec, ConstMatrixView x,
                       const TokenLayout& layout, const IndexTensor* shared_topk,
-                      MatrixView out, AttentionActivations* acts) {
+                      ConstMatrixView residual, MatrixView out,
+                      AttentionActivations* acts) {
   TokenParallel one_rank(nullptr, nullptr);
   AttentionRows rows = RowsOf(spec, layout, one_rank);
   // Sequence parallelism: the chunk's queries need every tensor rank's rows.
@@ -168,15 +169,17 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   backend.RmsNormForward(acts->q_a.Matrix(), p.q_a_layernorm.value.data(),
                          kLoraNormEps, acts->q_resid.Matrix(),
                          acts->q_a_rstd.data());
-  acts->q = Tensor::ForOutput({n, heads * qk});
-  backend.Linear(acts->q_resid.Matrix(), p.q_b_proj.value.Matrix(),
-                 acts->q.Matrix(), false);
-  // In the activation type, as KeysForward's keys.
+  // In the activation type, as KeysForward's keys: q_b_proj writes every
+  // head's row in place, and RoPE rotates the rope columns from an F32 copy
+  // of them (it cannot run in place: each output reads another's pair).
   acts->query = Tensor::ForOutput({n * heads, qk}, backend.ActivationType());
-  ConstMatrixView q_rows = acts->q.Matrix().SplitRows(heads);
-  backend.Copy(q_rows.Columns(0, nope), acts->query.Matrix().Columns(0, nope));
-  backend.RopeForward(q_rows.Columns(nope, rope), pos, heads, spec.rope_theta,
-                      acts->query.Matrix().Columns(nope, rope));
+  MatrixView query = acts->query.Matrix();
+  backend.Linear(acts->q_resid.Matrix(), p.q_b_proj.value.Matrix(),
+                 query.JoinRows(heads), false);
+  Tensor q_rope = Tensor::ForOutput({n * heads, rope});
+  backend.Copy(query.Columns(nope, rope), q_rope.Matrix());
+  backend.RopeForward(q_rope.Matrix(), pos, heads, spec.rope_theta,
+                      query.Columns(nope, rope));
   // Keys and values from the compressed latent; k_rope is shared by all heads.
   KeysForward(backend, p, spec, xc, layout, rows, acts);
   // Key selection.
@@ -211,6 +214,10 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
         rows.parallel.ReduceScatterChunk(partial.Matrix(), layout.tokens)
             .Matrix(),
         out);
+    if (residual.data != nullptr) backend.Axpy(1.f, residual, out);
+  } else if (residual.data != nullptr) {
+    backend.LinearAdd(acts->attn.Matrix(), p.o_proj.value.Matrix(), residual,
+                      out);
   } else {
     backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
   }
@@ -237,19 +244,15 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                 nope = spec.nope_dim, rope = spec.rope_dim, qk = spec.qk_dim(),
                 vdim = spec.v_dim;
   const int32_t* pos = rows.op_positions();
-  // The attention's output gradient is read only by its backward: in the
-  // activation type, which LinearBackward writes (where that is F32, a
-  // zeroed buffer it adds into).
-  const ElementType type = backend.ActivationType();
-  Tensor dattn = type == ElementType::kF32
-                     ? Tensor({n, heads * vdim})
-                     : Tensor::ForOutput({n, heads * vdim}, type);
+  // The attention's output gradient is read only by its backward.
+  Tensor dattn = WrittenInputGradient(backend, {n, heads * vdim});
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
   // Written, not added, by the ops below: their buffers start unfilled. The
   // query, key and kv gradients are read only by copies, RoPE, the sum of the
   // keys' rope part over heads (into F32) and the q_b and kv_b products: the
   // activation type.
+  const ElementType type = backend.ActivationType();
   Tensor dquery = Tensor::ForOutput({n * heads, qk}, type),
          dkey = Tensor::ForOutput({all * heads, qk}, type),
          dkv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
@@ -277,7 +280,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          p.kv_b_proj.grad.Matrix());
   backend.RmsNormBackward(acts.kv_a.Matrix().Columns(0, spec.kv_lora_rank),
                           p.kv_a_layernorm.value.data(), acts.kv_a_rstd.data(),
-                          dlatent.Matrix(),
+                          dlatent.Matrix(), {},
                           dkv_a.Matrix().Columns(0, spec.kv_lora_rank),
                           p.kv_a_layernorm.grad.data());
   // Every chunk's queries read this chunk's keys.
@@ -288,17 +291,19 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          dkv_a.Matrix(), dxc,
                          p.kv_a_proj_with_mqa.grad.Matrix());
   // Queries.
-  Tensor dq = Tensor::ForOutput({n, heads * qk}, type),
-         dq_resid({n, spec.q_lora_rank}), dq_a({n, spec.q_lora_rank});
-  MatrixView dq_rows = dq.Matrix().SplitRows(heads);
-  backend.Copy(dquery.Matrix().Columns(0, nope), dq_rows.Columns(0, nope));
-  backend.RopeBackward(dquery.Matrix().Columns(nope, rope), pos, heads,
-                       spec.rope_theta, dq_rows.Columns(nope, rope));
+  // The rope columns' gradient rotated back in place of dquery's (from a
+  // copy), whose rows are then q_b_proj's output gradient.
+  Tensor dq_resid({n, spec.q_lora_rank}), dq_a({n, spec.q_lora_rank});
+  MatrixView dq_rows = dquery.Matrix();
+  Tensor dq_rope = Tensor::ForOutput({n * heads, rope}, type);
+  backend.Copy(dq_rows.Columns(nope, rope), dq_rope.Matrix());
+  backend.RopeBackward(dq_rope.Matrix(), pos, heads, spec.rope_theta,
+                       dq_rows.Columns(nope, rope));
   backend.LinearBackward(acts.q_resid.Matrix(), p.q_b_proj.value.Matrix(),
-                         dq.Matrix(), dq_resid.Matrix(),
+                         dq_rows.JoinRows(heads), dq_resid.Matrix(),
                          p.q_b_proj.grad.Matrix());
   backend.RmsNormBackward(acts.q_a.Matrix(), p.q_a_layernorm.value.data(),
-                          acts.q_a_rstd.data(), dq_resid.Matrix(),
+                          acts.q_a_rstd.data(), dq_resid.Matrix(), {},
                           dq_a.Matrix(), p.q_a_layernorm.grad.data());
   backend.LinearBackward(xc, p.q_a_proj.value.Matrix(), dq_a.Matrix(), dxc,
                          p.q_a_proj.grad.Matrix());

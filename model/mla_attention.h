@@ -45,8 +45,9 @@ struct AttentionActivations {
   Tensor x_chunk;        // the input gathered over the tensor group (tp > 1)
   Tensor q_a, q_a_rstd;  // [n, q_lora_rank]
   Tensor q_resid;        // RMSNorm(q_a)
-  Tensor q;              // [n, heads * qk] q_b_proj(q_resid)
-  Tensor query;          // [n * heads, qk]: nope | RoPE(rope) (half layout)
+  // [n * heads, qk]: q_b_proj(q_resid) per head, nope | RoPE(rope) (half
+  // layout)
+  Tensor query;
   // Keys and values of all N tokens:
   Tensor kv_a, kv_a_rstd;  // [N, kv_lora_rank + rope]
   Tensor latent;           // RMSNorm(kv_a latent part) [N, kv_lora_rank]
@@ -59,13 +60,15 @@ struct AttentionActivations {
   const IndexTensor* topk = nullptr;  // the keys attended (own or the source's)
 };
 
-// out = attention(x) for this rank's rows of the layout's tokens (all of them
-// on one rank). `shared_topk` is the source layer's top-k on skip layers (and
-// ignored on computing layers).
+// out = attention(x) (+ residual where given: F32, out's shape) for this
+// rank's rows of the layout's tokens (all of them on one rank).
+// `shared_topk` is the source layer's top-k on skip layers (and ignored on
+// computing layers).
 void AttentionForward(Backend& backend, const AttentionParameters& p,
                       const AttentionSpec& spec, ConstMatrixView x,
                       const TokenLayout& layout, const IndexTensor* shared_topk,
-                      MatrixView out, AttentionActivations* acts);
+                      ConstMatrixView residual, MatrixView out,
+                      AttentionActivations* acts);
 // dx += ...; weight gradients accumulate. The indexer weights get the gradient
 // of the indexer loss only.
 void AttentionBackward(Backend& backend, AttentionParameters& p,

@@ -50,11 +50,12 @@ void MtpBackward(Backend& backend, MtpParameters& p, Parameter& embed,
                  ConstMatrixView h_main, const MtpActivations& acts,
                  ConstMatrixView dhead_in, MatrixView dh_main) {
   const int64_t n = h_main.rows, hidden = h_main.cols;
-  Tensor dlayer_out({n, hidden}), dlayer_in({n, hidden});
+  Tensor dlayer_out({n, hidden});
+  Tensor dlayer_in = Tensor::ForOutput({n, hidden});
   backend.RmsNormBackward(acts.layer_out.Matrix(),
                           p.shared_head_norm.value.data(),
-                          acts.head_rstd.data(), dhead_in, dlayer_out.Matrix(),
-                          p.shared_head_norm.grad.data());
+                          acts.head_rstd.data(), dhead_in, {},
+                          dlayer_out.Matrix(), p.shared_head_norm.grad.data());
   DecoderLayerBackward(backend, p.layer, spec, acts.layer_in.Matrix(), layout,
                        acts.layer, dlayer_out.Matrix(), dlayer_in.Matrix());
   Tensor dconcat({n, 2 * hidden}), dembedded({n, hidden});
@@ -63,12 +64,12 @@ void MtpBackward(Backend& backend, MtpParameters& p, Parameter& embed,
                          p.eh_proj.grad.Matrix());
   ConstMatrixView dcat = dconcat.Matrix();
   backend.RmsNormBackward(acts.embedded.Matrix(), p.enorm.value.data(),
-                          acts.e_rstd.data(), dcat.Columns(0, hidden),
+                          acts.e_rstd.data(), dcat.Columns(0, hidden), {},
                           dembedded.Matrix(), p.enorm.grad.data());
   backend.EmbeddingBackward(dembedded.Matrix(), acts.next_ids.data(),
                             embed.grad.Matrix());
   backend.RmsNormBackward(h_main, p.hnorm.value.data(), acts.h_rstd.data(),
-                          dcat.Columns(hidden, hidden), dh_main,
+                          dcat.Columns(hidden, hidden), {}, dh_main,
                           p.hnorm.grad.data());
 }
 

@@ -80,7 +80,7 @@ void OutputHeadBackward(Backend& backend, ModelParameters& params,
       HeadLossBackward(backend, acts.final_normed.Matrix(), params.OutputHead(),
                        acts.lm, &owned);
   backend.RmsNormBackward(last_hidden, params.norm.value.data(),
-                          acts.final_rstd.data(), dnormed, dh,
+                          acts.final_rstd.data(), dnormed, {}, dh,
                           params.norm.grad.data());
   if (acts.mtp.empty()) return;
   Tensor mtp_owned;

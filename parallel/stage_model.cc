@@ -168,7 +168,7 @@ absl::Status StageModel::Backward(const StageActivations& acts,
     dh = d_output.CopyTo(backend_->allocator());
   }
   for (int i = end_ - 1; i >= first_; --i) {
-    Tensor dh_in({n, hidden});
+    Tensor dh_in = Tensor::ForOutput({n, hidden});
     DecoderLayerBackward(*backend_, params_->layers[i], spec_,
                          acts.hidden[i - first_].Matrix(), acts.layout,
                          acts.layers[i - first_], dh.Matrix(), dh_in.Matrix());

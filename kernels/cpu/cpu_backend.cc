@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -40,6 +41,20 @@ void CpuBackend::Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
   CheckHeld("Linear", {x.data, w.data, y.data});
   CheckF32("CpuBackend::Linear", {x, w, y});
   cpu::LinearForward(x, w, y, accumulate);
+}
+void CpuBackend::LinearAdd(ConstMatrixView x, ConstMatrixView w,
+                           ConstMatrixView addend, MatrixView y) {
+  CheckHeld("LinearAdd", {x.data, w.data, addend.data, y.data});
+  CheckF32("CpuBackend::LinearAdd", {x, w, addend, y});
+  assert(addend.rows == y.rows && addend.cols == y.cols);
+  // The product rounded, then the addend added: the sum Linear and Axpy
+  // give, whatever order the product's own sums take.
+  if (addend.data == y.data) {
+    cpu::LinearForward(x, w, y, /*accumulate=*/true);
+    return;
+  }
+  cpu::LinearForward(x, w, y, /*accumulate=*/false);
+  cpu::Axpy(1.f, addend, y);
 }
 void CpuBackend::LinearBackward(ConstMatrixView x, ConstMatrixView w,
                                 ConstMatrixView dy, MatrixView dx,
@@ -104,10 +119,12 @@ void CpuBackend::RmsNormForward(ConstMatrixView x, const float* w, float eps,
 }
 void CpuBackend::RmsNormBackward(ConstMatrixView x, const float* w,
                                  const float* rstd, ConstMatrixView dy,
-                                 MatrixView dx, float* dw) {
-  CheckHeld("RmsNormBackward", {x.data, w, rstd, dy.data, dx.data, dw});
-  CheckF32("CpuBackend::RmsNormBackward", {x, dy, dx});
-  cpu::RmsNormBackward(x, w, rstd, dy, dx, dw);
+                                 ConstMatrixView residual, MatrixView dx,
+                                 float* dw) {
+  CheckHeld("RmsNormBackward",
+            {x.data, w, rstd, dy.data, residual.data, dx.data, dw});
+  CheckF32("CpuBackend::RmsNormBackward", {x, dy, residual, dx});
+  cpu::RmsNormBackward(x, w, rstd, dy, residual, dx, dw);
 }
 void CpuBackend::LayerNormForward(ConstMatrixView x, const float* w,
                                   const float* b, float eps, MatrixView y,

@@ -20,6 +20,8 @@ class CpuBackend : public Backend {
 
   void Linear(ConstMatrixView x, ConstMatrixView w, MatrixView y,
               bool accumulate) override;
+  void LinearAdd(ConstMatrixView x, ConstMatrixView w, ConstMatrixView addend,
+                 MatrixView y) override;
   void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                       MatrixView dx, MatrixView dw) override;
   void Copy(ConstMatrixView x, MatrixView y) override;
@@ -38,7 +40,8 @@ class CpuBackend : public Backend {
   void RmsNormForward(ConstMatrixView x, const float* w, float eps,
                       MatrixView y, float* rstd) override;
   void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
-                       ConstMatrixView dy, MatrixView dx, float* dw) override;
+                       ConstMatrixView dy, ConstMatrixView residual,
+                       MatrixView dx, float* dw) override;
   void LayerNormForward(ConstMatrixView x, const float* w, const float* b,
                         float eps, MatrixView y, float* mean,
                         float* rstd) override;

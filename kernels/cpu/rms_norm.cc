@@ -25,7 +25,10 @@ void RmsNormForward(ConstMatrixView x, const float* w, float eps, MatrixView y,
 }
 
 void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
-                     ConstMatrixView dy, MatrixView dx, float* dw) {
+                     ConstMatrixView dy, ConstMatrixView residual,
+                     MatrixView dx, float* dw) {
+  assert(residual.empty() ||
+         (residual.rows == dx.rows && residual.cols == dx.cols && !dx.empty()));
   const int64_t n = x.cols;
   if (!dx.empty()) {
     ParallelFor(x.rows, x.rows * x.cols, [&](int64_t begin, int64_t end) {
@@ -39,8 +42,9 @@ void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
           dot += double{d[c]} * w[c] * in[c] * inv;
         const float mean_dot = static_cast<float>(dot / n);
         float* out = dx.Row(r);
+        const float* base = residual.empty() ? out : residual.Row(r);
         for (int64_t c = 0; c < n; ++c) {
-          out[c] += inv * (d[c] * w[c] - in[c] * inv * mean_dot);
+          out[c] = base[c] + inv * (d[c] * w[c] - in[c] * inv * mean_dot);
         }
       }
     });

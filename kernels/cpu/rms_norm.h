@@ -8,9 +8,11 @@ namespace glm::cpu {
 
 void RmsNormForward(ConstMatrixView x, const float* w, float eps, MatrixView y,
                     float* rstd);
-// dx += ..., dw += ... (dw accumulated serially over rows: deterministic).
+// dx += ... (dx = residual + ... where residual is given), dw += ... (dw
+// accumulated serially over rows: deterministic).
 void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
-                     ConstMatrixView dy, MatrixView dx, float* dw);
+                     ConstMatrixView dy, ConstMatrixView residual,
+                     MatrixView dx, float* dw);
 
 }  // namespace glm::cpu
 

@@ -170,6 +170,12 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     if (accumulate) CheckF32("CudaBackend::Linear accumulating", {y});
     cuda::Linear(*this, x, w, y, accumulate);
   }
+  void LinearAdd(ConstMatrixView x, ConstMatrixView w, ConstMatrixView addend,
+                 MatrixView y) override {
+    CheckActivations("CudaBackend::LinearAdd", {{"x", x}});
+    CheckF32("CudaBackend::LinearAdd", {w, addend, y});
+    cuda::LinearAdd(*this, x, w, addend, y);
+  }
   void LinearBackward(ConstMatrixView x, ConstMatrixView w, ConstMatrixView dy,
                       MatrixView dx, MatrixView dw) override {
     CheckActivations("CudaBackend::LinearBackward",
@@ -234,9 +240,10 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cuda::RmsNormForward(*this, x, w, eps, y, rstd);
   }
   void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,
-                       ConstMatrixView dy, MatrixView dx, float* dw) override {
-    CheckF32("CudaBackend::RmsNormBackward", {x, dy, dx});
-    cuda::RmsNormBackward(*this, x, w, rstd, dy, dx, dw);
+                       ConstMatrixView dy, ConstMatrixView residual,
+                       MatrixView dx, float* dw) override {
+    CheckF32("CudaBackend::RmsNormBackward", {x, dy, residual, dx});
+    cuda::RmsNormBackward(*this, x, w, rstd, dy, residual, dx, dw);
   }
   void LayerNormForward(ConstMatrixView x, const float* w, const float* b,
                         float eps, MatrixView y, float* mean,

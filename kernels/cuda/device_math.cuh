@@ -266,9 +266,9 @@ __device__ T BlockSum(T value) {
 // ---- Column sums: out_k[c] += sum over rows r of term_k(r, c). ----
 //
 // For weight gradients of row-wise ops. Pass one splits the rows into fixed
-// chunks and writes each chunk's double sums to scratch; pass two adds the
-// chunks in order and accumulates the rounded total into each output. A Term
-// is a functor with
+// chunks and writes each chunk's double sums to scratch; pass two adds each
+// column's chunks in a fixed order and accumulates the rounded total into each
+// output. A Term is a functor with
 //   __device__ void operator()(int64_t r, int64_t c, double (&acc)[K]) const
 // that adds row r's contributions to column c into acc.
 
@@ -311,20 +311,48 @@ __global__ void ColumnPartialSumsKernel(Term term, int64_t rows, int64_t cols,
   }
 }
 
+// Columns kSumColumns a block, their chunks split over kSumLanes lanes of
+// threads: lane l sums chunks l, l + kSumLanes, ... in order, then the
+// lanes' sums are added in lane order (a fixed order: deterministic).
+constexpr int kSumColumns = 32;
+constexpr int kSumLanes = kBlockThreads / kSumColumns;
+
 template <int K>
 __global__ void AddColumnSumsKernel(const double* __restrict__ partial,
                                     int64_t chunks, int64_t cols,
                                     ColumnOutputs<K> outputs) {
-  const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+  __shared__ double lane_sums[kSumLanes][kSumColumns];
+  const int lane = threadIdx.x / kSumColumns, col = threadIdx.x % kSumColumns;
+  const int64_t c = int64_t{blockIdx.x} * kSumColumns + col;
   for (int k = 0; k < K; ++k) {
-    if (outputs.out[k] == nullptr) continue;
+    if (outputs.out[k] == nullptr) continue;  // the same for every thread
     double sum = 0;
-    for (int64_t j = 0; j < chunks; ++j) {
-      sum += partial[(k * chunks + j) * cols + c];
+    if (c < cols) {
+      for (int64_t j = lane; j < chunks; j += kSumLanes) {
+        sum += partial[(k * chunks + j) * cols + c];
+      }
     }
-    outputs.out[k][c] += static_cast<float>(sum);
+    lane_sums[lane][col] = sum;
+    __syncthreads();
+    if (lane == 0 && c < cols) {
+      double total = 0;
+      for (int l = 0; l < kSumLanes; ++l) total += lane_sums[l][col];
+      outputs.out[k][c] += static_cast<float>(total);
+    }
+    __syncthreads();
   }
+}
+
+// out_k[c] += sum over j < chunks of partial[(k * chunks + j) * cols + c]
+// (device memory), for the outputs given.
+template <int K>
+void AddColumnSums(const double* partial, int64_t chunks, int64_t cols,
+                   ColumnOutputs<K> outputs, cudaStream_t stream) {
+  const unsigned int blocks =
+      static_cast<unsigned int>((cols + kSumColumns - 1) / kSumColumns);
+  AddColumnSumsKernel<K>
+      <<<blocks, kBlockThreads, 0, stream>>>(partial, chunks, cols, outputs);
+  GLM_CUDA_CHECK_LAUNCH();
 }
 
 // `scratch`: ColumnSumsBytes<K>(rows, cols) bytes of device memory.
@@ -341,9 +369,7 @@ void ColumnSums(const Term& term, int64_t rows, int64_t cols,
   ColumnPartialSumsKernel<K>
       <<<grid, kBlockThreads, 0, stream>>>(term, rows, cols, chunks, partial);
   GLM_CUDA_CHECK_LAUNCH();
-  AddColumnSumsKernel<K><<<col_blocks, kBlockThreads, 0, stream>>>(
-      partial, chunks.count, cols, outputs);
-  GLM_CUDA_CHECK_LAUNCH();
+  AddColumnSums<K>(partial, chunks.count, cols, outputs, stream);
 }
 
 }  // namespace glm::cuda

@@ -558,13 +558,14 @@ size_t DenseKlRowShared(int64_t topk, int64_t key_end) {
 // scores_ld + s], the heads whose dots are positive the same row of
 // positive_heads (IndexerScores). The selected keys' entries give each
 // slot's score and active heads; after the loss, the query's rows of grads
-// (bf16, leading dimension grads_ld; row (t - t0)*heads + h) get e[h][s] =
-// d loss / d z_s * scale where head h's dot with key s is positive, 0
-// elsewhere and at keys not selected: written, never read back. d loss / d
-// dot[h][s] = w[h] * e[h][s], and d loss / d w[h] = sum_s e[h][s] dot[h][s],
-// which DenseKlLoss takes from the product e ik (QueryGrads). Keys are
-// walked in order (coalesced rows) and found in the query's slots through a
+// (bf16, leading dimension grads_ld, a multiple of 8; row (t - t0)*heads + h)
+// get e[h][s] = d loss / d z_s * scale where head h's dot with key s is
+// positive, 0 elsewhere and at keys not selected: written, never read back. d
+// loss / d dot[h][s] = w[h] * e[h][s], and d loss / d w[h] = sum_s e[h][s]
+// dot[h][s], which DenseKlLoss takes from the product e ik (QueryGrads). Keys
+// are walked in order (coalesced rows) and found in the query's slots through a
 // key -> slot map.
+constexpr int kGradKeys = 8;  // bf16 gradients a 16-byte store
 __global__ void __launch_bounds__(kKlThreads, 5)
     DenseKlRowKernel(KlProblem p, int64_t t0, int key_end, const float* scores,
                      const uint32_t* positive_heads, int64_t scores_ld,
@@ -588,15 +589,31 @@ __global__ void __launch_bounds__(kKlThreads, 5)
   }
   __syncthreads();
   SlotLoss(p, t, selected, target, z, row_loss);
-  for (int s = threadIdx.x; s < key_end; s += kKlThreads) {
-    const int j = slot_of[s];
-    const float dz = j < 0 ? 0.f : z[j] * p.scale;
-    const uint32_t active = j < 0 ? 0u : positive[j];
+  // Eight keys a thread, so that each head's row is written 16 bytes a
+  // store (the rows are write-bound); keys from key_end up to the next
+  // multiple of 8 (inside grads_ld) get 0.
+  for (int s0 = kGradKeys * threadIdx.x; s0 < key_end;
+       s0 += kGradKeys * kKlThreads) {
+    float dz[kGradKeys];
+    uint32_t active[kGradKeys];
+#pragma unroll
+    for (int i = 0; i < kGradKeys; ++i) {
+      const int j = s0 + i < key_end ? slot_of[s0 + i] : -1;
+      dz[i] = j < 0 ? 0.f : z[j] * p.scale;
+      active[i] = j < 0 ? 0u : positive[j];
+    }
 #pragma unroll
     for (int h = 0; h < kMaxHeads; ++h) {
       if (h >= p.heads) break;
-      grad_rows[h * grads_ld + s] =
-          __float2bfloat16((active >> h & 1u) != 0 ? dz : 0.f);
+      uint4 packed;
+      auto* pair = reinterpret_cast<__nv_bfloat162*>(&packed);
+#pragma unroll
+      for (int i = 0; i < kGradKeys; i += 2) {
+        pair[i / 2] = __floats2bfloat162_rn(
+            (active[i] >> h & 1u) != 0 ? dz[i] : 0.f,
+            (active[i + 1] >> h & 1u) != 0 ? dz[i + 1] : 0.f);
+      }
+      *reinterpret_cast<uint4*>(grad_rows + h * grads_ld + s0) = packed;
     }
   }
 }

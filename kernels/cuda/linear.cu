@@ -266,14 +266,16 @@ const Plan& CachedPlan(const PlanKey& key) {
   return it->second;
 }
 
-// Row-major C = op(A) op(B) (+ C when accumulate), op transposing where the
-// flag says so; `batches` such products when more than one, operand i of
-// each at i times its batch stride (c_stride for C). cuBLASLt is
-// column-major, where a row-major matrix is its transpose: it computes C^T =
-// op(B)^T op(A)^T, B as its first operand.
+// Row-major C = op(A) op(B) (+ C when accumulate; + addend instead where
+// given, an F32 matrix of C's layout that the epilogue reads), op
+// transposing where the flag says so; `batches` such products when more
+// than one, operand i of each at i times its batch stride (c_stride for C).
+// cuBLASLt is column-major, where a row-major matrix is its transpose: it
+// computes C^T = op(B)^T op(A)^T, B as its first operand.
 void CublasMatmul(CudaContext& ctx, const Operand& a, bool trans_a,
                   const Operand& b, bool trans_b, MatrixView c, bool accumulate,
-                  void* workspace, int64_t batches = 1, int64_t c_stride = 0) {
+                  void* workspace, int64_t batches = 1, int64_t c_stride = 0,
+                  const float* addend = nullptr) {
   const int64_t k = trans_a ? a.rows : a.cols;
   assert((trans_a ? a.cols : a.rows) == c.rows);
   assert((trans_b ? b.cols : b.rows) == k);
@@ -281,32 +283,37 @@ void CublasMatmul(CudaContext& ctx, const Operand& a, bool trans_a,
   assert(a.type == b.type);
   // A BF16 output (the activation type) is the fp32 result rounded once.
   const bool bf16_out = c.dtype == ElementType::kBF16;
-  assert(!(bf16_out && accumulate));
-  const PlanKey key{ctx.cublas_lt(),
-                    a.type,
-                    bf16_out ? CUDA_R_16BF : CUDA_R_32F,
-                    ctx.precision() == Precision::kTf32,
-                    trans_b,
-                    trans_a,
-                    c.cols,
-                    c.rows,
-                    k,
-                    b.ld,
-                    a.ld,
-                    LeadingDim(c),
-                    OperandAlignment(b),
-                    OperandAlignment(a),
-                    OperandAlignment(c.data, c_stride, ElementBytes(c.dtype)),
-                    accumulate,
-                    batches,
-                    b.batch_stride,
-                    a.batch_stride,
-                    c_stride};
+  assert(!(bf16_out && (accumulate || addend != nullptr)));
+  const PlanKey key{
+      ctx.cublas_lt(),
+      a.type,
+      bf16_out ? CUDA_R_16BF : CUDA_R_32F,
+      ctx.precision() == Precision::kTf32,
+      trans_b,
+      trans_a,
+      c.cols,
+      c.rows,
+      k,
+      b.ld,
+      a.ld,
+      LeadingDim(c),
+      OperandAlignment(b),
+      OperandAlignment(a),
+      std::min(OperandAlignment(c.data, c_stride, ElementBytes(c.dtype)),
+               addend != nullptr
+                   ? OperandAlignment(addend, c_stride, ElementBytes(c.dtype))
+                   : uint32_t{256}),
+      accumulate || addend != nullptr,
+      batches,
+      b.batch_stride,
+      a.batch_stride,
+      c_stride};
   const Plan& plan = CachedPlan(key);
   const float alpha = 1.f;
-  const float beta = accumulate ? 1.f : 0.f;
+  const float beta = accumulate || addend != nullptr ? 1.f : 0.f;
+  const void* c_in = addend != nullptr ? addend : c.data;
   GLM_CUBLAS_CHECK(cublasLtMatmul(key.handle, plan.desc, &alpha, b.data, plan.a,
-                                  a.data, plan.b, &beta, c.data, plan.c, c.data,
+                                  a.data, plan.b, &beta, c_in, plan.c, c.data,
                                   plan.c, &plan.algo, workspace,
                                   kWorkspaceBytes, ctx.stream()));
 }
@@ -347,20 +354,21 @@ Operand KSlice(Operand o, bool k_in_rows, int64_t slices) {
   return o;
 }
 
-// Row-major C = op(A) op(B) (+ C when accumulate), as CublasMatmul; a single
-// product with an fp32 C that KSlices splits runs as its slices' products
-// into partials in the scratch after the workspace (slice s's row i at
-// row i * slices + s), summed into C in slice order.
+// Row-major C = op(A) op(B) (+ C when accumulate, + addend where given), as
+// CublasMatmul; a single product with an fp32 C that KSlices splits runs as
+// its slices' products into partials in the scratch after the workspace
+// (slice s's row i at row i * slices + s), summed into C in slice order.
 void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
             bool trans_b, MatrixView c, bool accumulate, void* workspace,
-            int64_t batches = 1, int64_t c_stride = 0) {
+            int64_t batches = 1, int64_t c_stride = 0,
+            const float* addend = nullptr) {
   const int64_t k = trans_a ? a.rows : a.cols;
   const int64_t slices = batches == 1 && c.dtype == ElementType::kF32
                              ? KSlices(c.rows, c.cols, k)
                              : 1;
   if (slices == 1) {
     CublasMatmul(ctx, a, trans_a, b, trans_b, c, accumulate, workspace, batches,
-                 c_stride);
+                 c_stride, addend);
     return;
   }
   auto* partials =
@@ -369,7 +377,11 @@ void Matmul(CudaContext& ctx, const Operand& a, bool trans_a, const Operand& b,
                KSlice(b, !trans_b, slices), trans_b,
                MatrixView{partials, c.rows, c.cols, slices * c.cols},
                /*accumulate=*/false, workspace, slices, c.cols);
-  if (!accumulate) Zero(ctx, c);
+  if (addend != nullptr) {
+    Copy(ctx, ConstMatrixView{addend, c.rows, c.cols, c.stride}, c);
+  } else if (!accumulate) {
+    Zero(ctx, c);
+  }
   SumRowGroups(ctx, ConstMatrixView{partials, c.rows * slices, c.cols, c.cols},
                slices, c);
 }
@@ -390,6 +402,25 @@ void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
   const Operand w_op = operands.Make(w);
   Matmul(ctx, x_op, /*trans_a=*/false, w_op, /*trans_b=*/true, y, accumulate,
          scratch);
+}
+
+void LinearAdd(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+               ConstMatrixView addend, MatrixView y) {
+  assert(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows);
+  assert(addend.rows == y.rows && addend.cols == y.cols);
+  assert(addend.stride == y.stride && y.dtype == ElementType::kF32);
+  if (x.rows == 0 || w.rows == 0) return;
+  const auto* add = static_cast<const float*>(addend.data);
+  if (x.cols == 0) {
+    if (add != y.data) Copy(ctx, addend, y);
+    return;
+  }
+  void* scratch = ctx.Scratch(ScratchBytes(ctx.precision(), {x, w}));
+  OperandMaker operands(ctx, scratch);
+  const Operand x_op = operands.Make(x);
+  const Operand w_op = operands.Make(w);
+  Matmul(ctx, x_op, /*trans_a=*/false, w_op, /*trans_b=*/true, y,
+         /*accumulate=*/false, scratch, 1, 0, add);
 }
 
 void InterleavedLinear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,

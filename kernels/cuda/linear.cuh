@@ -16,6 +16,9 @@ namespace glm::cuda {
 // once from the fp32 result) without accumulate.
 void Linear(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
             MatrixView y, bool accumulate);
+// y = x w^T + addend (F32, y's shape, may be y); y F32, written.
+void LinearAdd(CudaContext& ctx, ConstMatrixView x, ConstMatrixView w,
+               ConstMatrixView addend, MatrixView y);
 // For each group h < groups: y_h = x_h w_h^T, where x_h is rows h, h +
 // groups, h + 2 groups, ... of x [n*groups, in] (one head's rows of a
 // token-major, head-minor matrix), w_h the same rows of w [m*groups, in],

@@ -12,11 +12,12 @@ namespace glm::cuda {
 // [cols]; rstd (may be null): [rows], written.
 void RmsNormForward(CudaContext& ctx, ConstMatrixView x, const float* w,
                     float eps, MatrixView y, float* rstd);
-// rstd from the forward. dx += ... (skipped when empty); dw [cols] += ...
-// (skipped when null), summed over rows in a fixed order.
+// rstd from the forward. dx += ... (skipped when empty; dx = residual + ...
+// where residual is given); dw [cols] += ... (skipped when null), summed over
+// rows in a fixed order.
 void RmsNormBackward(CudaContext& ctx, ConstMatrixView x, const float* w,
-                     const float* rstd, ConstMatrixView dy, MatrixView dx,
-                     float* dw);
+                     const float* rstd, ConstMatrixView dy,
+                     ConstMatrixView residual, MatrixView dx, float* dw);
 
 }  // namespace glm::cuda
 

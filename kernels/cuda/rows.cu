@@ -64,8 +64,9 @@ __device__ int64_t RunEnd(const int32_t* __restrict__ sorted, int64_t head,
   return lo;
 }
 
-// Sources added per batch of loads (issued together, added in order).
-constexpr int kScatterBatch = 4;
+// Sources added per batch of loads (issued together, added in order): MoE's
+// top-k of 8 in one batch.
+constexpr int kScatterBatch = 8;
 
 // Columns [c, c + kWidth) of row r of an F32 or BF16 view, widened (kWidth
 // 4: a QuadAligned view, one 16- or 8-byte load).
@@ -108,24 +109,46 @@ __device__ __forceinline__ void AddSources(float (&acc)[kWidth],
   }
 }
 
-// Block (p, y) for position p of the sorted row ids and column groups y *
-// blockDim.x + threadIdx.x of kWidth columns each (4: QuadAligned views, so
-// a source row's group is one 16- or 8-byte load), stepping gridDim.y *
-// blockDim.x groups; only the first position of each run of equal ids works:
-// it adds that destination row's sources in ascending source order, each add
-// rounded as the CPU's serial loop does.
-template <int kWidth>
+// Adds to each destination row its sources in ascending source order, each
+// add rounded as the CPU's serial loop does; kWidth columns a thread (4:
+// QuadAligned views, so a source row's group is one 16- or 8-byte load).
+// By position (kByOutputRow false): block (p, y) for position p of the
+// sorted row ids and column groups y * blockDim.x + threadIdx.x, stepping
+// gridDim.y * blockDim.x groups; only the first position of each run of
+// equal ids works (embedding gradients: few runs, some long). By output row
+// (true): threads_per_row threads (a power of two) a destination row, whose
+// run [run_begin, run_end) the index holds (MarkRunsKernel); rows without
+// sources are left as they are (MoE's unpermute: every block works, none
+// waits on an empty position or a search).
+template <int kWidth, bool kByOutputRow>
 __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
                                        const int32_t* __restrict__ sorted_rows,
                                        const int32_t* __restrict__ order,
+                                       const int32_t* __restrict__ run_begin,
+                                       const int32_t* __restrict__ run_end,
                                        const float* __restrict__ scale,
-                                       MatrixView out) {
-  const int64_t head = blockIdx.x;
-  const int32_t row = sorted_rows[head];
-  if (head > 0 && sorted_rows[head - 1] == row) return;
-  const int64_t end = RunEnd(sorted_rows, head, n, row);
-  for (int64_t c = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * kWidth;
-       c < out.cols; c += int64_t{gridDim.y} * blockDim.x * kWidth) {
+                                       MatrixView out, int threads_per_row) {
+  int32_t row;
+  int64_t head, end, c_first, c_step;
+  if constexpr (kByOutputRow) {
+    const int64_t r = int64_t{blockIdx.x} * (blockDim.x / threads_per_row) +
+                      threadIdx.x / threads_per_row;
+    if (r >= out.rows) return;
+    row = static_cast<int32_t>(r);
+    head = run_begin[r];
+    end = run_end[r];
+    if (head == end) return;
+    c_first = int64_t{threadIdx.x % threads_per_row} * kWidth;
+    c_step = int64_t{threads_per_row} * kWidth;
+  } else {
+    head = blockIdx.x;
+    row = sorted_rows[head];
+    if (head > 0 && sorted_rows[head - 1] == row) return;
+    end = RunEnd(sorted_rows, head, n, row);
+    c_first = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * kWidth;
+    c_step = int64_t{gridDim.y} * blockDim.x * kWidth;
+  }
+  for (int64_t c = c_first; c < out.cols; c += c_step) {
     // The destination row is read and written once, its sources kScatterBatch
     // at a time: those gathered loads are what the kernel waits on.
     float* o = &At(out, row, c);
@@ -184,15 +207,33 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
   if (lane == 0) dscale[i] = static_cast<float>(total);
 }
 
+// run_begin[sorted[p]] = p at the first position p of each run of equal
+// ids, run_end[...] = p + 1 at its last (both zeroed before: empty runs).
+__global__ void MarkRunsKernel(const int32_t* __restrict__ sorted, int64_t n,
+                               int32_t* __restrict__ run_begin,
+                               int32_t* __restrict__ run_end) {
+  const int64_t p = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x;
+  if (p >= n) return;
+  const int32_t row = sorted[p];
+  if (p == 0 || sorted[p - 1] != row) run_begin[row] = static_cast<int32_t>(p);
+  if (p == n - 1 || sorted[p + 1] != row) {
+    run_end[row] = static_cast<int32_t>(p + 1);
+  }
+}
+
 // The inverse of a row-id array: sorted_rows[k] ascending and order[k] the
-// source index it came from, ascending within equal ids (the sort is stable).
+// source index it came from, ascending within equal ids (the sort is stable);
+// where asked for, each of the num_rows ids' run [run_begin, run_end) in
+// them (empty for ids without sources), else null.
 struct InverseIndex {
   const int32_t* sorted_rows;
   const int32_t* order;
+  const int32_t* run_begin;
+  const int32_t* run_end;
 };
 
 InverseIndex SortRowIds(CudaContext& ctx, const int32_t* rows, int64_t n,
-                        int64_t num_rows) {
+                        int64_t num_rows, bool runs = false) {
   assert(n < INT_MAX && num_rows <= INT_MAX);
   const auto* keys_in = reinterpret_cast<const unsigned*>(rows);
   const int end_bit = KeyBits(num_rows);
@@ -202,11 +243,17 @@ InverseIndex SortRowIds(CudaContext& ctx, const int32_t* rows, int64_t n,
       static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
       static_cast<int>(n), 0, end_bit, ctx.stream()));
   const size_t array_bytes = ScratchAlignUp(n * sizeof(int32_t));
-  auto* base = static_cast<char*>(ctx.Scratch(3 * array_bytes + sort_bytes));
+  const size_t run_bytes =
+      runs ? ScratchAlignUp(num_rows * sizeof(int32_t)) : 0;
+  auto* base = static_cast<char*>(
+      ctx.Scratch(3 * array_bytes + 2 * run_bytes + sort_bytes));
   auto* sorted_rows = reinterpret_cast<int32_t*>(base);
   auto* iota = reinterpret_cast<int32_t*>(base + array_bytes);
   auto* order = reinterpret_cast<int32_t*>(base + 2 * array_bytes);
-  void* sort_storage = base + 3 * array_bytes;
+  auto* run_begin = reinterpret_cast<int32_t*>(base + 3 * array_bytes);
+  auto* run_end =
+      reinterpret_cast<int32_t*>(base + 3 * array_bytes + run_bytes);
+  void* sort_storage = base + 3 * array_bytes + 2 * run_bytes;
 
   const int64_t blocks = (n + kBlockThreads - 1) / kBlockThreads;
   IotaKernel<<<blocks, kBlockThreads, 0, ctx.stream()>>>(iota, n);
@@ -215,7 +262,12 @@ InverseIndex SortRowIds(CudaContext& ctx, const int32_t* rows, int64_t n,
       sort_storage, sort_bytes, keys_in,
       reinterpret_cast<unsigned*>(sorted_rows), iota, order,
       static_cast<int>(n), 0, end_bit, ctx.stream()));
-  return {sorted_rows, order};
+  if (!runs) return {sorted_rows, order, nullptr, nullptr};
+  GLM_CUDA_CHECK(cudaMemsetAsync(run_begin, 0, 2 * run_bytes, ctx.stream()));
+  MarkRunsKernel<<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+      sorted_rows, n, run_begin, run_end);
+  GLM_CUDA_CHECK_LAUNCH();
+  return {sorted_rows, order, run_begin, run_end};
 }
 
 // The grouped positions' slots and tokens from the stable sort's order.
@@ -280,26 +332,49 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
                     const float* scale, MatrixView out) {
   assert(src.cols == out.cols);
   if (src.rows == 0) return;
-  const InverseIndex inverse = SortRowIds(ctx, rows, src.rows, out.rows);
   const bool quads = QuadAligned(src, out);
   const int64_t groups = quads ? src.cols / 4 : src.cols;
-  // Sources onto as many rows or more (embedding gradients: a frequent token
-  // is one long run) spread each row's columns over blocks; onto fewer rows
-  // (MoE's unpermute: runs of top-k), one block per position, since each
-  // extra block row would mostly be positions inside runs that do nothing.
+  const bool by_row = out.rows < src.rows || groups < 32;
+  const InverseIndex inverse =
+      SortRowIds(ctx, rows, src.rows, out.rows, /*runs=*/by_row);
+  if (by_row) {
+    // Onto fewer rows (MoE's unpermute: runs of top-k) or rows narrower than
+    // a warp (the routing weights' gradients by slot): by output row.
+    int threads_per_row = 1;
+    while (threads_per_row < kBlockThreads && threads_per_row < groups) {
+      threads_per_row *= 2;
+    }
+    const int64_t rows_per_block = kBlockThreads / threads_per_row;
+    const auto blocks =
+        static_cast<unsigned>((out.rows + rows_per_block - 1) / rows_per_block);
+    if (quads) {
+      ScatterAddSortedKernel<4, true>
+          <<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+              src, src.rows, inverse.sorted_rows, inverse.order,
+              inverse.run_begin, inverse.run_end, scale, out, threads_per_row);
+    } else {
+      ScatterAddSortedKernel<1, true>
+          <<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+              src, src.rows, inverse.sorted_rows, inverse.order,
+              inverse.run_begin, inverse.run_end, scale, out, threads_per_row);
+    }
+    GLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Wide rows onto as many rows or more (embedding gradients: a frequent
+  // token is one long run): by position, each row's columns over blocks.
   const int64_t column_blocks =
-      out.rows >= src.rows
-          ? std::min<int64_t>((groups + kBlockThreads - 1) / kBlockThreads,
-                              65535)
-          : 1;
+      std::min<int64_t>((groups + kBlockThreads - 1) / kBlockThreads, 65535);
   const dim3 grid(static_cast<unsigned>(src.rows),
                   static_cast<unsigned>(column_blocks));
   if (quads) {
-    ScatterAddSortedKernel<4><<<grid, kBlockThreads, 0, ctx.stream()>>>(
-        src, src.rows, inverse.sorted_rows, inverse.order, scale, out);
+    ScatterAddSortedKernel<4, false><<<grid, kBlockThreads, 0, ctx.stream()>>>(
+        src, src.rows, inverse.sorted_rows, inverse.order, nullptr, nullptr,
+        scale, out, kBlockThreads);
   } else {
-    ScatterAddSortedKernel<1><<<grid, kBlockThreads, 0, ctx.stream()>>>(
-        src, src.rows, inverse.sorted_rows, inverse.order, scale, out);
+    ScatterAddSortedKernel<1, false><<<grid, kBlockThreads, 0, ctx.stream()>>>(
+        src, src.rows, inverse.sorted_rows, inverse.order, nullptr, nullptr,
+        scale, out, kBlockThreads);
   }
   GLM_CUDA_CHECK_LAUNCH();
 }

@@ -109,6 +109,7 @@ constexpr OpLimits kLimits[] = {
     // op                    nmse fp32, bf16   loss fp32, bf16   tie fp32, bf16
     {"Linear", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"LinearBackward", {kExact, 2e-5}, {0, 0}, {0, 0}},
+    {"LinearAdd", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"GroupByExpert", {0, 0}, {0, 0}, {0, 0}},
     {"AddExpertLoads", {0, 0}, {0, 0}, {0, 0}},
     {"GroupedLinear", {kExact, 2e-5}, {0, 0}, {0, 0}},
@@ -1203,6 +1204,29 @@ void AddLinear(Factories& f, const std::string& tag, Layout x, Layout w,
                }});
 }
 
+// y = x w^T + addend, y written (a residual stream's sum).
+void AddLinearAdd(Factories& f, const std::string& tag, Layout x, Layout w,
+                  Layout y, WeightCopy copy = WeightCopy::kPerCall,
+                  XType x_type = XType::kF32) {
+  const std::string label =
+      absl::StrCat(tag, " x", Dims(x), " w", Dims(w), " y", Dims(y),
+                   LabelOf(copy), LabelOf(x_type));
+  f.push_back({"LinearAdd", label, [=] {
+                 CaseBuilder b("LinearAdd", label);
+                 const int ix = b.Input("x", x), iw = b.Input("w", w),
+                           ia = b.Input("addend", y), iy = b.Written("y", y);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   Tensor holder;
+                   const ConstMatrixView xv =
+                       AsActivation(be, x_type, p.View(ix), &holder);
+                   WithWeights(be, p, iw, copy, [&] {
+                     be.LinearAdd(xv, p.View(iw), p.View(ia), p.View(iy));
+                   });
+                   return 0.0;
+                 });
+               }});
+}
+
 // Zeroes a view of the backend's memory (host memory where it has no
 // allocator).
 void ZeroView(Backend& be, MatrixView v) {
@@ -1597,6 +1621,19 @@ void AddLinearCases(Factories& f) {
             WeightCopy::kKept, XType::kActivation, XType::kActivation);
   AddLinear(f, "odd", Dense(37, 45), Dense(29, 45), Dense(37, 29), false,
             WeightCopy::kPerCall, XType::kF32, XType::kActivation);
+  // The residual sums the output products form: o_proj's and the MLP's down
+  // projection's in the activation type, an odd shape (4-byte alignment) and
+  // a k-split product (the addend copied, the slices added).
+  AddLinearAdd(f, "odd", Dense(37, 45), Dense(29, 45), Dense(37, 29));
+  AddLinearAdd(f, "misaligned", Cols(33, 70, 3, 61), Cols(17, 64, 1, 61),
+               Cols(33, 20, 2, 17));
+  AddLinearAdd(f, "o_proj", Dense(2048, attn), Dense(hidden, attn),
+               Dense(2048, hidden), WeightCopy::kKept, XType::kActivation);
+  AddLinearAdd(f, "shared expert down", Dense(4096, moe), Dense(hidden, moe),
+               Dense(4096, hidden), WeightCopy::kKept, XType::kActivation);
+  AddLinearAdd(f, "router gate", Dense(4096, hidden),
+               Dense(m.n_routed_experts, hidden),
+               Dense(4096, m.n_routed_experts));
 
   AddLinearBackward(f, "tiny", Dense(5, 7), Dense(3, 7), Dense(5, 3), true,
                     true, Dense(5, 7), Dense(3, 7));
@@ -1972,6 +2009,29 @@ void AddRowsCases(Factories& f) {
   AddScatter(f, "hot rows", Dense(tokens, hidden), Dense(8, hidden), true, hot);
   AddScatter(f, "expert dweight by slot", Dense(1000, 1), Dense(slots, 1),
              false, expert_slots);
+  // The MoE's combine: every token's top-k rows, grouped by expert (here in
+  // random order), onto the tokens; and the routing weights' gradients onto
+  // every slot (a permutation of one-column rows).
+  const int64_t top_k = m.num_experts_per_tok;
+  const IdMaker routed_tokens = [=](std::mt19937_64& rng) {
+    std::vector<int32_t> rows(slots);
+    for (int64_t i = 0; i < slots; ++i)
+      rows[i] = static_cast<int32_t>(i / top_k);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    return rows;
+  };
+  const IdMaker every_slot = [=](std::mt19937_64& rng) {
+    std::vector<int32_t> rows(slots);
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    return rows;
+  };
+  AddScatter(f, "top-k combine", Dense(slots, hidden), Dense(tokens, hidden),
+             true, routed_tokens, XType::kActivation);
+  AddScatter(f, "top-k combine", Dense(slots, hidden), Dense(tokens, hidden),
+             false, routed_tokens);
+  AddScatter(f, "dweight onto every slot", Dense(slots, 1), Dense(slots, 1),
+             false, every_slot);
 
   AddScatterBackward(f, "tiny", Dense(6, 4), Dense(7, 4), true, true, true,
                      Dense(6, 4), tiny);
@@ -2037,12 +2097,14 @@ void AddRmsNorm(Factories& f, const std::string& tag, Layout x, Layout y,
                }});
 }
 
+// With a residual (dx = residual + the input gradient), dx is written.
 void AddRmsNormBackward(Factories& f, const std::string& tag, Layout x,
                         Layout dy, bool want_dx, bool want_dw, Layout dx,
-                        float eps) {
+                        float eps, bool with_residual = false) {
   const std::string label =
       absl::StrCat(tag, " x", Dims(x), " dy", Dims(dy), " eps ", eps,
-                   want_dx ? "" : " no dx", want_dw ? "" : " no dw");
+                   want_dx ? "" : " no dx", want_dw ? "" : " no dw",
+                   with_residual ? " residual" : "");
   f.push_back({"RmsNormBackward", label, [=] {
                  CaseBuilder b("RmsNormBackward", label);
                  const int ix = b.Input("x", x), iw = b.Input("w", Vec(x.cols));
@@ -2052,14 +2114,18 @@ void AddRmsNormBackward(Factories& f, const std::string& tag, Layout x,
                      {y.data(), x.rows, x.cols, x.cols}, rstd.data());
                  const int ir = b.Values("rstd", Vec(x.rows), rstd),
                            idy = b.Input("dy", dy),
-                           idx = want_dx ? b.Accumulated("dx", dx) : -1,
+                           ires = with_residual ? b.Input("residual", dx) : -1,
+                           idx = !want_dx        ? -1
+                                 : with_residual ? b.Written("dx", dx)
+                                                 : b.Accumulated("dx", dx),
                            idw =
                                want_dw ? b.Accumulated("dw", Vec(x.cols)) : -1;
                  return b.Build([=](Backend& be, const Bound& p) {
-                   be.RmsNormBackward(p.View(ix), p.Floats(iw), p.Floats(ir),
-                                      p.View(idy),
-                                      idx >= 0 ? p.View(idx) : MatrixView{},
-                                      idw >= 0 ? p.Floats(idw) : nullptr);
+                   be.RmsNormBackward(
+                       p.View(ix), p.Floats(iw), p.Floats(ir), p.View(idy),
+                       ires >= 0 ? p.View(ires) : ConstMatrixView{},
+                       idx >= 0 ? p.View(idx) : MatrixView{},
+                       idw >= 0 ? p.Floats(idw) : nullptr);
                    return 0.0;
                  });
                }});
@@ -2153,6 +2219,17 @@ void AddNormCases(Factories& f) {
                      false, true, {}, eps);
   AddRmsNormBackward(f, "hidden", Dense(tokens, hidden), Dense(tokens, hidden),
                      true, false, Dense(tokens, hidden), eps);
+  // A residual branch's gradient joined in: rows held in registers with the
+  // weight gradient's partials (the last block of rows partial: 4,091 rows),
+  // and the one-element path.
+  AddRmsNormBackward(f, "hidden", Dense(tokens - 5, hidden),
+                     Dense(tokens - 5, hidden), true, true,
+                     Dense(tokens - 5, hidden), eps, /*with_residual=*/true);
+  AddRmsNormBackward(f, "tiny", Dense(5, 8), Dense(5, 8), true, true,
+                     Dense(5, 8), eps, /*with_residual=*/true);
+  AddRmsNormBackward(f, "misaligned", Cols(33, 70, 3, 61), Cols(33, 64, 1, 61),
+                     true, true, Cols(33, 66, 5, 61), eps,
+                     /*with_residual=*/true);
 
   AddLayerNorm(f, "tiny", Dense(5, 8), Dense(5, 8), 1e-6f);
   AddLayerNorm(f, "misaligned", Cols(33, 70, 3, 61), Cols(33, 64, 1, 61),
