@@ -167,17 +167,10 @@ __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
 
 constexpr int kRowsPerBlock = kBlockThreads / 32;
 
-// Steps of a warp's row whose loads ScatterAddRowsBackwardKernel issues
-// together before it uses them: a step's stores could alias the next step's
-// loads as far as the compiler knows, so unbatched each step would wait for
-// its own loads.
-constexpr int kBackwardSteps = 4;
-
 // One warp per source row i (rows are a few thousand floats: a block's
 // reduction and barriers would cost more than the row's loads); kWidth
-// columns a step (4: QuadAligned views, 16-byte loads), kBackwardSteps
-// steps' loads at a time. dsrc (F32 or BF16) empty: skipped; dscale null:
-// skipped. Each lane adds its steps' products in column order.
+// columns a step (4: QuadAligned views, 16-byte loads). dsrc (F32 or BF16)
+// empty: skipped; dscale null: skipped.
 template <int kWidth>
 __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
                                              const int32_t* __restrict__ rows,
@@ -191,41 +184,22 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
   const auto* d = reinterpret_cast<const Vector*>(&At(dout, rows[i], 0));
   const bool out = dsrc.data != nullptr;
   const float s = scale ? scale[i] : 1.f;
-  const int64_t steps = src.cols / kWidth;
   double dot = 0;
-  for (int64_t c0 = lane; c0 < steps; c0 += 32 * kBackwardSteps) {
-    Vector g[kBackwardSteps], x[kBackwardSteps];
-#pragma unroll
-    for (int u = 0; u < kBackwardSteps; ++u) {
-      const int64_t c = c0 + 32 * u;
-      if (c >= steps) break;
-      g[u] = d[c];
-      if (dscale == nullptr) continue;
-      if constexpr (kWidth == 4) {
-        x[u] = LoadQuad(src, i, 4 * c);
-      } else {
-        x[u] = Load(src, i, c);
+  for (int64_t c = lane; c < src.cols / kWidth; c += 32) {
+    const Vector g = d[c];
+    if constexpr (kWidth == 4) {
+      if (out) {
+        StoreQuad(dsrc, i, 4 * c,
+                  make_float4(s * g.x, s * g.y, s * g.z, s * g.w));
       }
-    }
-#pragma unroll
-    for (int u = 0; u < kBackwardSteps; ++u) {
-      const int64_t c = c0 + 32 * u;
-      if (c >= steps) break;
-      const Vector gu = g[u];
-      if constexpr (kWidth == 4) {
-        if (out) {
-          StoreQuad(dsrc, i, 4 * c,
-                    make_float4(s * gu.x, s * gu.y, s * gu.z, s * gu.w));
-        }
-        if (dscale != nullptr) {
-          const float4 xu = x[u];
-          dot += double{xu.x} * gu.x + double{xu.y} * gu.y +
-                 double{xu.z} * gu.z + double{xu.w} * gu.w;
-        }
-      } else {
-        if (out) Store(dsrc, i, c, s * gu);
-        if (dscale != nullptr) dot += double{x[u]} * gu;
+      if (dscale != nullptr) {
+        const float4 x = LoadQuad(src, i, 4 * c);
+        dot += double{x.x} * g.x + double{x.y} * g.y + double{x.z} * g.z +
+               double{x.w} * g.w;
       }
+    } else {
+      if (out) Store(dsrc, i, c, s * g);
+      if (dscale != nullptr) dot += double{Load(src, i, c)} * g;
     }
   }
   if (dscale == nullptr) return;
