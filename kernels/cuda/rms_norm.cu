@@ -219,9 +219,9 @@ void RmsNormForward(CudaContext& ctx, ConstMatrixView x, const float* w,
 }
 
 // Rows a block of the register-held backward sums into its weight-gradient
-// partial: enough rows that the partials stay small against x and dy (an
-// eighth of dy's bytes, as doubles), few enough that the blocks fill the GPU
-// (4,096 rows: 512 blocks).
+// partial: enough rows that the partials stay small against x and dy (a
+// double a column for every 8 rows: a quarter of dy's bytes), few enough
+// that the blocks fill the GPU (4,096 rows: 512 blocks).
 constexpr int64_t kRowsPerPartial = 8;
 
 void RmsNormBackward(CudaContext& ctx, ConstMatrixView x, const float* w,
