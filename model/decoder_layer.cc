@@ -80,7 +80,7 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
   backend.RmsNormForward(h_in, p.input_layernorm.value.data(),
                          spec.rms_norm_eps, acts->attn_in.Matrix(),
                          acts->attn_rstd.data());
-  // The residual sums are formed by the branches' output products.
+  // The attention's residual sum is formed by its output product.
   acts->h_mid = Tensor::ForOutput({n, hidden});
   AttentionForward(backend, p.self_attn, spec.attention, acts->attn_in.Matrix(),
                    layout, shared_topk, /*residual=*/h_in, acts->h_mid.Matrix(),
@@ -93,9 +93,14 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
       spec.rms_norm_eps, acts->mlp_in.Matrix(), acts->mlp_rstd.data());
   ConstMatrixView h_mid = acts->h_mid.Matrix();
   if (p.is_moe) {
+    // The MoE's residual is added after its routed rows (the shared experts'
+    // product forming it would round the sum in another order: the CPU's
+    // data-parallel steps against one process's then differ past their
+    // test's limits, a routing decision tipped).
     LocalExpertDispatcher local;
-    MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_mid, h_out,
+    MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_out,
                &acts->moe, spec.experts ? *spec.experts : local);
+    backend.Axpy(1.f, h_mid, h_out);
   } else if (TokenParallel* split = TensorSplit(spec)) {
     SplitMlpForward(backend, p.mlp, *split, layout.tokens,
                     acts->mlp_in.Matrix(), h_out, acts);

@@ -15,9 +15,8 @@ RouterSpec MakeRouterSpec(const ModelConfig& config) {
 }
 
 void MoeForward(Backend& backend, const MoeParameters& p,
-                const RouterSpec& spec, ConstMatrixView x,
-                ConstMatrixView residual, MatrixView out, MoeActivations* acts,
-                ExpertDispatcher& experts) {
+                const RouterSpec& spec, ConstMatrixView x, MatrixView out,
+                MoeActivations* acts, ExpertDispatcher& experts) {
   const int64_t n = x.rows, num_experts = p.gate.value.dim(0);
   Tensor logits = Tensor::ForOutput({n, num_experts});
   backend.Linear(x, p.gate.value.Matrix(), logits.Matrix(), false);
@@ -31,9 +30,8 @@ void MoeForward(Backend& backend, const MoeParameters& p,
   ExpertGrouping grouping = GroupRowsByExpert(
       backend, acts->choice.data(), n * spec.top_k, spec.top_k, num_experts);
   acts->expert_offsets = grouping.offsets;
-  // Shared experts write `out` (with the residual); routed experts add their
-  // weighted rows to it.
-  MlpForward(backend, p.shared_experts, x, residual, out, &acts->shared);
+  // Shared experts write `out`; routed experts add their weighted rows to it.
+  MlpForward(backend, p.shared_experts, x, {}, out, &acts->shared);
   experts.Forward(backend, p, x, acts->choice, std::move(grouping),
                   acts->weights.Matrix(), out, &acts->routed);
 }
@@ -66,7 +64,7 @@ void MoeForward(Backend& backend, const MoeParameters& p,
                 const RouterSpec& spec, ConstMatrixView x, MatrixView out,
                 MoeActivations* acts) {
   LocalExpertDispatcher local;
-  MoeForward(backend, p, spec, x, {}, out, acts, local);
+  MoeForward(backend, p, spec, x, out, acts, local);
 }
 
 void MoeBackward(Backend& backend, MoeParameters& p, const RouterSpec& spec,

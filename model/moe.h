@@ -29,20 +29,18 @@ std::vector<int64_t> ExpertLoad(const MoeActivations& acts);
 
 RouterSpec MakeRouterSpec(const ModelConfig& config);
 
-// out = moe(x) + residual (residual F32, out's shape; none when empty). The
-// routed experts run where `experts` puts them (under expert parallelism
+// The routed experts run where `experts` puts them (under expert parallelism
 // that exchanges tokens with the other ranks of the expert group, which must
 // make the same calls).
 void MoeForward(Backend& backend, const MoeParameters& p,
-                const RouterSpec& spec, ConstMatrixView x,
-                ConstMatrixView residual, MatrixView out, MoeActivations* acts,
-                ExpertDispatcher& experts);
+                const RouterSpec& spec, ConstMatrixView x, MatrixView out,
+                MoeActivations* acts, ExpertDispatcher& experts);
 void MoeBackward(Backend& backend, MoeParameters& p, const RouterSpec& spec,
                  ConstMatrixView x, const MoeActivations& acts,
                  ConstMatrixView dout, MatrixView dx,
                  ExpertDispatcher& experts);
 
-// Every expert in this process; out = moe(x).
+// Every expert in this process.
 void MoeForward(Backend& backend, const MoeParameters& p,
                 const RouterSpec& spec, ConstMatrixView x, MatrixView out,
                 MoeActivations* acts);

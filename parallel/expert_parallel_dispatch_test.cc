@@ -82,8 +82,7 @@ class ExpertParallelDispatchTest : public ::testing::TestWithParam<int> {
     CpuBackend backend;
     const RouterSpec spec = MakeRouterSpec(config_);
     MoeActivations acts;
-    MoeForward(backend, p, spec, x.Matrix(), {}, run.out.Matrix(), &acts,
-               experts);
+    MoeForward(backend, p, spec, x.Matrix(), run.out.Matrix(), &acts, experts);
     MoeBackward(backend, p, spec, x.Matrix(), acts, dout.Matrix(),
                 run.dx.Matrix(), experts);
     run.choice = acts.choice.values();

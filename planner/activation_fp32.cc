@@ -71,7 +71,8 @@ void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
   const int64_t c = t.chunk, all = t.all;
   if (d.tp_split) terms->Add("attention input gathered over tp", c * d.hidden);
   terms->Add("q_a, its norm and q_resid", c * (2 * d.q_lora + 1));
-  terms->Add("q and RoPE'd query", 2 * c * d.heads * d.qk);
+  terms->Add("per-head queries (q_b_proj's output, RoPE'd in place)",
+             c * d.heads * d.qk);
   terms->Add("kv_a and its norm", all * (d.kv_lora + d.rope + 1));
   terms->Add("kv latent", all * d.kv_lora);
   terms->Add("kv (per-head keys and values)", all * d.heads * (d.nope + d.v));
@@ -217,6 +218,10 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   if (layer > m.num_hidden_layers || m.IsMoeLayer(layer)) {
     mlp.Add("router gradients", n * (d.top_k + d.experts));
     mlp.Add("shared expert backward", n * 3 * d.shared_inter);
+    // model/expert_dispatch.cc's ExpertsBackward: the routed rows' output,
+    // hidden, gate|up and input gradients and their router weights'.
+    mlp.Add("routed rows' gradients",
+            t.routed * (2 * d.hidden + 3 * d.expert_inter + 1));
     if (split.ep > 1) {
       // parallel/expert_parallel_dispatch.cc: the sent rows' output
       // gradients and their exchange buffers, the received ones staged for
@@ -239,7 +244,9 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   // query chains (and the indexer's weight gradients).
   Terms chains;
   chains.Add("latent gradients", all * 2 * (d.rope + d.kv_lora));
-  chains.Add("query gradients", c * (d.heads * d.qk + 2 * d.q_lora));
+  // The query gradient is the attention's (its rope part rotated back in
+  // place from a copy) and two latent gradients.
+  chains.Add("query gradients", c * (d.heads * d.rope + 2 * d.q_lora));
   if (HasIndexer(m, layer)) {
     chains.Add("indexer gradients",
                c * (d.index_heads * (1 + d.index_dim) + 2 * d.index_dim));
