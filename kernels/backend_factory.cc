@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   options.precision =
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   options.time_attention_plans = !deterministic;
+  options.time_product_algorithms = !deterministic;
   return TimedIfAsked(MakeCudaBackend(options));
 }
 

@@ -126,6 +126,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     return weight_copies_.Find(v);
   }
   bool recording() const override { return recording_; }
+  bool time_products() const override {
+    return options_.time_product_algorithms;
+  }
   void FailRecording(const char* why) override {
     if (recording_failure_.empty()) recording_failure_ = why;
   }

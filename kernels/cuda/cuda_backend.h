@@ -26,6 +26,10 @@ struct CudaBackendOptions {
   // kernel choice a function of the shapes, so that separate processes
   // round alike (a job's training.deterministic).
   bool time_attention_plans = true;
+  // Whether the largest matrix products that write their output may run the
+  // cuBLASLt algorithm their first call timed fastest (kernels/cuda/linear.cu);
+  // false keeps the heuristic's first choice (a job's training.deterministic).
+  bool time_product_algorithms = false;
 };
 
 // Fails with a message naming the device when it does not exist.

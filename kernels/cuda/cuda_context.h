@@ -76,6 +76,10 @@ class CudaContext {
   // with what it has (nothing captured then runs).
   virtual bool recording() const = 0;
   virtual void FailRecording(const char* why) = 0;
+  // Whether the largest writing products may run the cuBLASLt algorithm
+  // their first call timed fastest (kernels/cuda/linear.cu); false keeps the
+  // heuristic's first choice, a function of the shapes alone.
+  virtual bool time_products() const { return false; }
 };
 
 // A context whose matrix products run at another precision; all else is the
@@ -97,6 +101,7 @@ class WithPrecision : public CudaContext {
   }
   bool recording() const override { return inner_.recording(); }
   void FailRecording(const char* why) override { inner_.FailRecording(why); }
+  bool time_products() const override { return inner_.time_products(); }
 
  private:
   CudaContext& inner_;

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -150,15 +151,26 @@ struct PlanKey {
   bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
 
-// Descriptors and the heuristic's algorithm for one PlanKey. Plans live for
-// the whole process, in the cache below.
+// Descriptors and the algorithm for one PlanKey: the heuristic's first
+// choice until a call has timed the others it lists (`untried`, for the
+// products TimedProduct admits). Plans live for the whole process, in the
+// cache below.
 struct Plan {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a;
   cublasLtMatrixLayout_t b;
   cublasLtMatrixLayout_t c;
   cublasLtMatmulAlgo_t algo;
+  std::vector<cublasLtMatmulAlgo_t> untried;
 };
+
+// Algorithms of the heuristic's list a timed product tries, its first choice
+// among them; one is kept where it beats the first by kTunedMargin.
+constexpr int kAlgorithmsListed = 8;
+constexpr float kTunedMargin = 0.95f;
+// Products of this many FLOPs and more are timed: a few hundred microseconds
+// each, where a better tile or schedule pays back the timing within a step.
+constexpr double kTimedFlops = 1e10;
 
 template <typename T>
 void SetDescAttribute(cublasLtMatmulDesc_t desc,
@@ -195,7 +207,11 @@ cublasLtMatrixLayout_t MakeLayout(cudaDataType_t type, int64_t rows,
   return layout;
 }
 
-cublasLtMatmulAlgo_t ChooseAlgorithm(const PlanKey& key, const Plan& plan) {
+// cuBLASLt's algorithms for the plan, its first choice first: one, or up to
+// kAlgorithmsListed where `more`.
+std::vector<cublasLtMatmulAlgo_t> ChooseAlgorithms(const PlanKey& key,
+                                                   const Plan& plan,
+                                                   bool more) {
   cublasLtMatmulPreference_t preference;
   GLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   SetPreference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -208,11 +224,11 @@ cublasLtMatmulAlgo_t ChooseAlgorithm(const PlanKey& key, const Plan& plan) {
                 key.align_c);
   SetPreference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                 key.align_c);
-  cublasLtMatmulHeuristicResult_t result;
+  cublasLtMatmulHeuristicResult_t results[kAlgorithmsListed];
   int found = 0;
   GLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
-      key.handle, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1,
-      &result, &found));
+      key.handle, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
+      more ? kAlgorithmsListed : 1, results, &found));
   GLM_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
   if (found == 0) {
     std::fprintf(stderr,
@@ -224,13 +240,23 @@ cublasLtMatmulAlgo_t ChooseAlgorithm(const PlanKey& key, const Plan& plan) {
                  static_cast<long long>(key.ldc));
     std::abort();
   }
-  return result.algo;
+  std::vector<cublasLtMatmulAlgo_t> algorithms;
+  for (int i = 0; i < found; ++i) algorithms.push_back(results[i].algo);
+  return algorithms;
+}
+
+// Whether a product's first call times the algorithms cuBLASLt lists: a
+// large one that writes its output (an accumulating product would add its
+// result again on every timed run), where the context allows the choice.
+bool TimedProduct(const CudaContext& ctx, const PlanKey& key) {
+  return ctx.time_products() && !key.accumulate &&
+         2.0 * key.m * key.n * key.k * key.batches >= kTimedFlops;
 }
 
 // fp32 accumulation and scale type in every precision: CUBLAS_COMPUTE_32F
 // never uses TF32 (unless asked with the FAST_TF32 compute type), and bf16
 // inputs accumulate in fp32 into fp32 outputs (or bf16 ones, rounded once).
-Plan MakePlan(const PlanKey& key) {
+Plan MakePlan(const PlanKey& key, bool timed) {
   Plan plan;
   GLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(
       &plan.desc, key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
@@ -250,20 +276,80 @@ Plan MakePlan(const PlanKey& key) {
                                     batches, key.stride_b);
   plan.c =
       MakeLayout(key.output_type, key.m, key.n, key.ldc, batches, key.stride_c);
-  plan.algo = ChooseAlgorithm(key, plan);
+  std::vector<cublasLtMatmulAlgo_t> algorithms =
+      ChooseAlgorithms(key, plan, timed);
+  plan.algo = algorithms.front();
+  plan.untried.assign(algorithms.begin() + 1, algorithms.end());
   return plan;
 }
 
 // The plan for `key`, made on first use. A process-wide cache (never
 // destroyed: plans may be used until exit); the mutex lets several threads,
 // each with its own context, share it.
-const Plan& CachedPlan(const PlanKey& key) {
+// A plan is used by its handle's thread only (the key holds the handle), so
+// the call that times it may change it outside the lock.
+Plan& CachedPlan(const PlanKey& key, bool timed) {
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, Plan>();
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans->find(key);
-  if (it == plans->end()) it = plans->emplace(key, MakePlan(key)).first;
+  if (it == plans->end()) it = plans->emplace(key, MakePlan(key, timed)).first;
   return it->second;
+}
+
+// Times the plan's first choice and each untried algorithm on the call's own
+// operands (`run` issues the product with an algorithm; each run writes the
+// same output, which the call then writes again), keeps the fastest where it
+// beats the first choice by kTunedMargin, and prints the table. Runs only
+// outside a capture: the timing waits for the device.
+template <typename Run>
+void TimeAlgorithms(CudaContext& ctx, const PlanKey& key, Plan& plan,
+                    const Run& run) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  GLM_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
+  std::vector<cublasLtMatmulAlgo_t> algorithms = {plan.algo};
+  algorithms.insert(algorithms.end(), plan.untried.begin(), plan.untried.end());
+  plan.untried.clear();
+  cudaEvent_t start, stop;
+  GLM_CUDA_CHECK(cudaEventCreate(&start));
+  GLM_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(algorithms.size(), -1.f);
+  for (size_t i = 0; i < algorithms.size(); ++i) {
+    if (run(algorithms[i]) != CUBLAS_STATUS_SUCCESS) continue;
+    float best = 0.f;
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      GLM_CUDA_CHECK(cudaEventRecord(start, ctx.stream()));
+      GLM_CUBLAS_CHECK(run(algorithms[i]));
+      GLM_CUDA_CHECK(cudaEventRecord(stop, ctx.stream()));
+      GLM_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0.f;
+      GLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      best = repeat == 0 ? t : std::min(best, t);
+    }
+    ms[i] = best;
+  }
+  GLM_CUDA_CHECK(cudaEventDestroy(start));
+  GLM_CUDA_CHECK(cudaEventDestroy(stop));
+  size_t pick = 0, fastest = 0;
+  for (size_t i = 1; i < algorithms.size(); ++i) {
+    if (ms[i] >= 0 && (fastest == 0 || ms[i] < ms[fastest])) fastest = i;
+  }
+  if (fastest > 0 && (ms[0] < 0 || ms[fastest] < kTunedMargin * ms[0])) {
+    pick = fastest;
+  }
+  plan.algo = algorithms[pick];
+  std::fprintf(
+      stderr,
+      "cuBLASLt: %zu algorithms for m=%lld n=%lld k=%lld batches=%lld, "
+      "ms each:",
+      algorithms.size(), static_cast<long long>(key.m),
+      static_cast<long long>(key.n), static_cast<long long>(key.k),
+      static_cast<long long>(key.batches));
+  for (size_t i = 0; i < algorithms.size(); ++i) {
+    std::fprintf(stderr, " %s%.3f", i == pick ? "*" : "", ms[i]);
+  }
+  std::fprintf(stderr, "\n");
 }
 
 // Row-major C = op(A) op(B) (+ C when accumulate; + addend instead where
@@ -308,14 +394,18 @@ void CublasMatmul(CudaContext& ctx, const Operand& a, bool trans_a,
       b.batch_stride,
       a.batch_stride,
       c_stride};
-  const Plan& plan = CachedPlan(key);
+  const bool timed = TimedProduct(ctx, key);
+  Plan& plan = CachedPlan(key, timed);
   const float alpha = 1.f;
   const float beta = accumulate || addend != nullptr ? 1.f : 0.f;
   const void* c_in = addend != nullptr ? addend : c.data;
-  GLM_CUBLAS_CHECK(cublasLtMatmul(key.handle, plan.desc, &alpha, b.data, plan.a,
-                                  a.data, plan.b, &beta, c_in, plan.c, c.data,
-                                  plan.c, &plan.algo, workspace,
-                                  kWorkspaceBytes, ctx.stream()));
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(key.handle, plan.desc, &alpha, b.data, plan.a, a.data,
+                          plan.b, &beta, c_in, plan.c, c.data, plan.c, &algo,
+                          workspace, kWorkspaceBytes, ctx.stream());
+  };
+  if (timed && !plan.untried.empty()) TimeAlgorithms(ctx, key, plan, run);
+  GLM_CUBLAS_CHECK(run(plan.algo));
 }
 
 // How many slices of its inner dimension k a product with an fp32 output

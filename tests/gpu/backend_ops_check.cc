@@ -3576,8 +3576,11 @@ int Main(int argc, char** argv) {
   GLM_CUDA_CHECK(cudaSetDevice(flags.device));
   std::unique_ptr<Backend> backends[2];
   for (Precision mode : flags.modes) {
-    absl::StatusOr<std::unique_ptr<Backend>> backend =
-        MakeCudaBackend({flags.device, mode, kAttentionPairsPerCall});
+    // Products that time cuBLASLt's algorithms (the largest writing ones)
+    // run the one their first call chose: checked like any other.
+    CudaBackendOptions options{flags.device, mode, kAttentionPairsPerCall};
+    options.time_product_algorithms = true;
+    absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(options);
     if (!backend.ok()) {
       std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
       return 2;
