@@ -52,7 +52,9 @@ echo "FLOPs per token (Megatron + DSA, no MTP): $flops" | tee "$out/bench.txt"
 # GLM_GPU_ACTIVITY=1 a line after each step's with the share of the step the
 # GPU was idle and its largest gaps, kernels/cuda/gpu_activity.h, and
 # GLM_GPU_ACTIVITY=kernels the step's kernels by total time as well, and
-# with GLM_OP_TIMES=1 too each kernel under the op that launched it);
+# with GLM_OP_TIMES=1 too each kernel under the op that launched it;
+# GLM_TIME_PRODUCTS=1 lets the largest writing products time the cuBLASLt
+# algorithms the heuristic lists, kernels/cuda/linear.cu);
 # PROFILE=1 adds a torch.profiler table of one transformers step.
 if [[ -z ${OURS_ONLY:-} ]]; then
   profile=()

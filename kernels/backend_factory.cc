@@ -57,6 +57,19 @@ absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
 
 #ifdef GLM_WITH_CUDA
 
+namespace {
+
+// GLM_TIME_PRODUCTS=1: the largest writing products time the cuBLASLt
+// algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that are
+// not deterministic; an experiment until the bench has measured it
+// (bench/NOTES.md), so off unless asked.
+bool TimeProductsAsked() {
+  const char* asked = std::getenv("GLM_TIME_PRODUCTS");
+  return asked != nullptr && std::string(asked) == "1";
+}
+
+}  // namespace
+
 absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
   if (cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
@@ -105,7 +118,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   options.precision =
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   options.time_attention_plans = !deterministic;
-  options.time_product_algorithms = !deterministic;
+  options.time_product_algorithms = !deterministic && TimeProductsAsked();
   return TimedIfAsked(MakeCudaBackend(options));
 }
 
