@@ -15,6 +15,7 @@
 #include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/timed_choice.h"
 
 namespace glm::cuda {
 namespace fe = cudnn_frontend;
@@ -379,12 +380,8 @@ struct CudnnAttention::Plan {
 void CudnnAttention::Plan::Run(cudnnHandle_t handle, cudaStream_t stream,
                                std::unordered_map<int64_t, void*>& pack,
                                void* workspace) {
-  if (!untried.empty()) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    GLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture == cudaStreamCaptureStatusNone) {
-      Tune(handle, stream, pack, workspace);
-    }
+  if (!untried.empty() && !StreamCapturing(stream)) {
+    Tune(handle, stream, pack, workspace);
   }
   Check(chosen.graph->execute_plan_at_index(handle, pack, workspace,
                                             chosen.index),
@@ -399,40 +396,19 @@ void CudnnAttention::Plan::Tune(cudnnHandle_t handle, cudaStream_t stream,
                                 void* workspace) {
   std::vector<Candidate> plans = std::move(untried);
   untried.clear();
-  cudaEvent_t start, stop;
-  GLM_CUDA_CHECK(cudaEventCreate(&start));
-  GLM_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(plans.size(), -1.0f);
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const Candidate& c = plans[i];
-    const int64_t bytes = c.WorkspaceBytes();
-    if (bytes < 0 || bytes > workspace_bytes ||
-        c.graph->execute_plan_at_index(handle, pack, workspace, c.index)
-            .is_bad()) {
-      continue;  // not runnable here: left out of the choice
-    }
-    float best = 0.0f;
-    for (int run = 0; run < 3; ++run) {
-      GLM_CUDA_CHECK(cudaEventRecord(start, stream));
-      Check(c.graph->execute_plan_at_index(handle, pack, workspace, c.index),
-            what.c_str());
-      GLM_CUDA_CHECK(cudaEventRecord(stop, stream));
-      GLM_CUDA_CHECK(cudaEventSynchronize(stop));
-      float t = 0.0f;
-      GLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      best = run == 0 ? t : std::min(best, t);
-    }
-    ms[i] = best;
-  }
-  GLM_CUDA_CHECK(cudaEventDestroy(start));
-  GLM_CUDA_CHECK(cudaEventDestroy(stop));
-  size_t pick = 0, fastest = 0;
-  for (size_t i = 1; i < plans.size(); ++i) {
-    if (ms[i] >= 0 && (fastest == 0 || ms[i] < ms[fastest])) fastest = i;
-  }
-  if (fastest > 0 && (ms[0] < 0 || ms[fastest] < kTunedMargin * ms[0])) {
-    pick = fastest;
-  }
+  auto execute = [&](size_t i) {
+    return plans[i].graph->execute_plan_at_index(handle, pack, workspace,
+                                                 plans[i].index);
+  };
+  const std::vector<float> ms = TimeCandidates(
+      stream, plans.size(),
+      [&](size_t i) {
+        const int64_t bytes = plans[i].WorkspaceBytes();
+        // Not runnable here: left out of the choice.
+        return bytes >= 0 && bytes <= workspace_bytes && !execute(i).is_bad();
+      },
+      [&](size_t i) { Check(execute(i), what.c_str()); });
+  const size_t pick = PickCandidate(ms, kTunedMargin);
   chosen = plans[pick];
   workspace_bytes = chosen.WorkspaceBytes();
   std::fprintf(stderr,

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/timed_choice.h"
 
 namespace glm::cuda {
 namespace {
@@ -305,39 +306,15 @@ Plan& CachedPlan(const PlanKey& key, bool timed) {
 template <typename Run>
 void TimeAlgorithms(CudaContext& ctx, const PlanKey& key, Plan& plan,
                     const Run& run) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  GLM_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &capture));
-  if (capture != cudaStreamCaptureStatusNone) return;
+  if (StreamCapturing(ctx.stream())) return;
   std::vector<cublasLtMatmulAlgo_t> algorithms = {plan.algo};
   algorithms.insert(algorithms.end(), plan.untried.begin(), plan.untried.end());
   plan.untried.clear();
-  cudaEvent_t start, stop;
-  GLM_CUDA_CHECK(cudaEventCreate(&start));
-  GLM_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(algorithms.size(), -1.f);
-  for (size_t i = 0; i < algorithms.size(); ++i) {
-    if (run(algorithms[i]) != CUBLAS_STATUS_SUCCESS) continue;
-    float best = 0.f;
-    for (int repeat = 0; repeat < 3; ++repeat) {
-      GLM_CUDA_CHECK(cudaEventRecord(start, ctx.stream()));
-      GLM_CUBLAS_CHECK(run(algorithms[i]));
-      GLM_CUDA_CHECK(cudaEventRecord(stop, ctx.stream()));
-      GLM_CUDA_CHECK(cudaEventSynchronize(stop));
-      float t = 0.f;
-      GLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      best = repeat == 0 ? t : std::min(best, t);
-    }
-    ms[i] = best;
-  }
-  GLM_CUDA_CHECK(cudaEventDestroy(start));
-  GLM_CUDA_CHECK(cudaEventDestroy(stop));
-  size_t pick = 0, fastest = 0;
-  for (size_t i = 1; i < algorithms.size(); ++i) {
-    if (ms[i] >= 0 && (fastest == 0 || ms[i] < ms[fastest])) fastest = i;
-  }
-  if (fastest > 0 && (ms[0] < 0 || ms[fastest] < kTunedMargin * ms[0])) {
-    pick = fastest;
-  }
+  const std::vector<float> ms = TimeCandidates(
+      ctx.stream(), algorithms.size(),
+      [&](size_t i) { return run(algorithms[i]) == CUBLAS_STATUS_SUCCESS; },
+      [&](size_t i) { GLM_CUBLAS_CHECK(run(algorithms[i])); });
+  const size_t pick = PickCandidate(ms, kTunedMargin);
   plan.algo = algorithms[pick];
   std::fprintf(
       stderr,
