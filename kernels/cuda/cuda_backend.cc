@@ -29,6 +29,7 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/router.cuh"
 #include "kernels/cuda/rows.cuh"
+#include "kernels/cuda/self_attention_backward.h"
 #include "kernels/cuda/sparse_attention.cuh"
 #include "kernels/cuda/swiglu.cuh"
 #include "kernels/dtype_check.h"
@@ -392,6 +393,15 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                                               {"dq", dq},
                                                               {"dk", dk},
                                                               {"dv", dv}});
+    // Scratch for the bias and for each block's probabilities and score
+    // gradients (4 bytes a pair and head): up to 23k tokens.
+    constexpr int64_t kProductsScratchBytes = int64_t{1} << 30;
+    if (cudnn_attention_ != nullptr &&
+        cuda::SelfAttentionProductsBackward(*this, q, k, v, keys, topk, heads,
+                                            scale, out, lse, dout, dq, dk, dv,
+                                            kProductsScratchBytes)) {
+      return;
+    }
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, true)) {
       cudnn_attention_->Backward(*this, q, k, v, keys, topk, full_queries,
                                  heads, scale, out, lse, dout, dq, dk, dv);

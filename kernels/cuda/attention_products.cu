@@ -1,0 +1,386 @@
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "kernels/cuda/attention_products.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace glm::cuda {
+namespace {
+
+using Bf16 = cutlass::bfloat16_t;
+using cute::_0;
+using cute::_1;
+using RowMajor = cutlass::layout::RowMajor;
+using ColumnMajor = cutlass::layout::ColumnMajor;
+namespace fusion = cutlass::epilogue::fusion;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// (M or N, K, head) strides of a CUTLASS operand: rows `ld` apart with the
+// other mode contiguous (RowStride), or the transpose (ColStride).
+using RowStride = cute::Stride<int64_t, _1, int64_t>;
+using ColStride = cute::Stride<_1, int64_t, int64_t>;
+// The bias: one [queries, keys] matrix that every head reads.
+using SharedRowStride = cute::Stride<int64_t, _1, _0>;
+// (M, N, K, heads).
+using ProblemShape = cute::Shape<int, int, int, int>;
+using Cluster = cute::Shape<_1, _1, _1>;
+constexpr int kAlign = 8;  // bf16 elements in 16 bytes
+
+// exp of each element (ex2.approx of x log2 e: about 2 ulp in the range
+// softmax weights live in).
+template <typename T>
+struct Exp {
+  CUTLASS_DEVICE T operator()(T const& x) const { return __expf(x); }
+};
+template <typename T, int N>
+struct Exp<cutlass::Array<T, N>> {
+  CUTLASS_DEVICE cutlass::Array<T, N> operator()(
+      cutlass::Array<T, N> const& x) const {
+    cutlass::Array<T, N> y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) y[i] = __expf(x[i]);
+    return y;
+  }
+};
+
+template <template <class> class Fn, typename Out = float>
+using Compute = fusion::Sm90Compute<Fn, Out, float, kRound>;
+using Scale = fusion::Sm90ScalarBroadcast<float>;
+// A per-query value of each head ([heads, ld] floats): broadcast along keys.
+template <typename Tile>
+using QueryColumn = fusion::Sm90ColBroadcast<0, Tile, float, float,
+                                             cute::Stride<_1, _0, int64_t>>;
+
+// P = exp(scale acc + C - stats), C the bias.
+template <typename Tile>
+using ProbsFusion = fusion::Sm90EVT<
+    Compute<Exp, Bf16>,
+    fusion::Sm90EVT<
+        Compute<cutlass::minus>,
+        fusion::Sm90EVT<Compute<cutlass::homogeneous_multiply_add>, Scale,
+                        fusion::Sm90AccFetch, fusion::Sm90SrcFetch<Bf16>>,
+        QueryColumn<Tile>>>;
+
+// dS = (scale C) (acc - delta), C the probabilities.
+template <typename Tile>
+using GradsFusion =
+    fusion::Sm90EVT<Compute<cutlass::multiplies, Bf16>,
+                    fusion::Sm90EVT<Compute<cutlass::multiplies>, Scale,
+                                    fusion::Sm90SrcFetch<Bf16>>,
+                    fusion::Sm90EVT<Compute<cutlass::minus>,
+                                    fusion::Sm90AccFetch, QueryColumn<Tile>>>;
+
+using Sum = fusion::LinearCombination<Bf16, float, Bf16, float>;
+
+// Pingpong for the softmax products (K = a head's width, 4 k-tiles at 256:
+// each warpgroup's exp epilogue runs while the other's mainloop does);
+// cooperative 128x256 tiles for the gradient products (long K, N = the
+// head's width).
+struct Pingpong {
+  using Tile = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+struct Cooperative {
+  using Tile = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
+template <typename Schedule, typename LayoutA, typename LayoutB,
+          typename StrideC, template <class> class FusionOf,
+          typename EpilogueTile =
+              cutlass::epilogue::collective::EpilogueTileAuto>
+struct HeadGemm {
+  using Tile = typename Schedule::Tile;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
+      EpilogueTile, float, float, Bf16, StrideC, kAlign, Bf16, RowStride,
+      kAlign, typename Schedule::Epilogue, FusionOf<Tile>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf16, LayoutA,
+      kAlign, Bf16, LayoutB, kAlign, float, Tile, Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
+      typename Schedule::Mainloop>::CollectiveOp;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>>;
+};
+
+template <typename Tile>
+using SumOf = Sum;
+
+// CUTLASS's A is [M, K], B is [N, K], D is [M, N]; per head h:
+// The softmax products' epilogue works on whole 64x128 halves of a
+// warpgroup's tile: at glm5.2-mini (H200) 59-61 us a call against 69 with
+// 64x64 and 63-69 for cooperative 128x256 tiles with 128x64 subtiles
+// (bench/NOTES.md, 2026-12-04, seventeenth session).
+using SoftmaxEpilogueTile = cute::Shape<cute::_64, cute::_128>;
+// P = Q K^T: A = Q_h (K-major), B = K_h (K-major), C = the bias.
+using ProbsGemm = HeadGemm<Pingpong, RowMajor, ColumnMajor, SharedRowStride,
+                           ProbsFusion, SoftmaxEpilogueTile>::Gemm;
+// dS from dO V^T: A = dO_h, B = V_h (both K-major), C = P_h.
+using GradsGemm = HeadGemm<Pingpong, RowMajor, ColumnMajor, RowStride,
+                           GradsFusion, SoftmaxEpilogueTile>::Gemm;
+// dV = P^T dO, dK = dS^T Q: A(key, query) = P_h or dS_h (M-major),
+// B(dim, query) = dO_h or Q_h (N-major).
+using KeyGradGemm =
+    HeadGemm<Cooperative, ColumnMajor, RowMajor, RowStride, SumOf>::Gemm;
+// dQ = dS K: A = dS_h (K-major), B(dim, key) = K_h (N-major).
+using QueryGradGemm =
+    HeadGemm<Cooperative, RowMajor, RowMajor, RowStride, SumOf>::Gemm;
+
+// CUTLASS's workspace for these kernels (the data-parallel persistent
+// scheduler's: none at these shapes); checked per call.
+constexpr int64_t kWorkspaceBytes = int64_t{1} << 20;
+
+void CheckCutlass(cutlass::Status status, const char* gemm, const char* what) {
+  if (status != cutlass::Status::kSuccess) {
+    std::fprintf(stderr, "attention products: %s %s failed: %s\n", gemm, what,
+                 cutlassGetStatusString(status));
+    std::abort();
+  }
+}
+
+template <typename Gemm>
+void Run(CudaContext& ctx, const char* name, typename Gemm::Arguments& args,
+         void* workspace) {
+  int device = 0;
+  GLM_CUDA_CHECK(cudaGetDevice(&device));
+  args.mode = cutlass::gemm::GemmUniversalMode::kBatched;
+  args.hw_info.device_id = device;
+  args.hw_info.sm_count =
+      cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+  if (static_cast<int64_t>(Gemm::get_workspace_size(args)) > kWorkspaceBytes) {
+    std::fprintf(stderr, "attention products: %s wants %zu workspace bytes\n",
+                 name, Gemm::get_workspace_size(args));
+    std::abort();
+  }
+  Gemm gemm;
+  CheckCutlass(gemm.can_implement(args), name, "can_implement");
+  CheckCutlass(gemm.initialize(args, workspace, ctx.stream()), name,
+               "initialize");
+  CheckCutlass(gemm.run(ctx.stream()), name, "run");
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+const Bf16* In(const __nv_bfloat16* p) {
+  return reinterpret_cast<const Bf16*>(p);
+}
+Bf16* Out(__nv_bfloat16* p) { return reinterpret_cast<Bf16*>(p); }
+
+// Head h's [rows, cols] matrix of a token-major, head-minor operand: rows
+// heads * stride apart, heads stride apart.
+RowStride HeadRowStride(int64_t heads, int64_t stride) {
+  return {heads * stride, _1{}, stride};
+}
+ColStride HeadColStride(int64_t heads, int64_t stride) {
+  return {_1{}, heads * stride, stride};
+}
+
+int64_t PairElements(const AttentionProductsBlock& b) {
+  return b.heads * b.nq * b.nk;
+}
+
+int64_t AlignUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The scales CUTLASS's scalar broadcast takes: {value}, no pointer.
+typename Scale::Arguments ScaleArgs(float scale) { return {{scale}, {}, {}}; }
+
+template <typename Column>
+typename Column::Arguments ColumnArgs(const float* column, int64_t ld) {
+  return {column, 0.f, {_1{}, _0{}, ld}};
+}
+
+void Probabilities(CudaContext& ctx, const AttentionProductsBlock& b,
+                   __nv_bfloat16* probs, void* workspace) {
+  using Tile = Pingpong::Tile;
+  typename ProbsGemm::Arguments args{};
+  args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.nk),
+                        static_cast<int>(b.dqk), static_cast<int>(b.heads)};
+  args.mainloop = {In(b.q.data), HeadRowStride(b.heads, b.q.stride),
+                   In(b.k.data), HeadRowStride(b.heads, b.k.stride)};
+  args.epilogue.thread = {{{ScaleArgs(b.scale), {}, {}, {}},
+                           ColumnArgs<QueryColumn<Tile>>(b.stats, b.stats_ld),
+                           {}},
+                          {}};
+  args.epilogue.ptr_C = In(b.bias);
+  args.epilogue.dC = {b.bias_ld, _1{}, _0{}};
+  args.epilogue.ptr_D = Out(probs);
+  args.epilogue.dD = {b.nk, _1{}, b.nq * b.nk};
+  Run<ProbsGemm>(ctx, "P = exp(scale Q K^T + bias - lse)", args, workspace);
+}
+
+void ScoreGradients(CudaContext& ctx, const AttentionProductsBlock& b,
+                    const __nv_bfloat16* probs, __nv_bfloat16* grads,
+                    void* workspace) {
+  using Tile = Pingpong::Tile;
+  typename GradsGemm::Arguments args{};
+  args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.nk),
+                        static_cast<int>(b.dv), static_cast<int>(b.heads)};
+  args.mainloop = {In(b.dout.data), HeadRowStride(b.heads, b.dout.stride),
+                   In(b.v.data), HeadRowStride(b.heads, b.v.stride)};
+  args.epilogue.thread = {
+      {ScaleArgs(b.scale), {}, {}},
+      {{}, ColumnArgs<QueryColumn<Tile>>(b.delta, b.stats_ld), {}},
+      {}};
+  const RowStride pairs{b.nk, _1{}, b.nq * b.nk};
+  args.epilogue.ptr_C = In(probs);
+  args.epilogue.dC = pairs;
+  args.epilogue.ptr_D = Out(grads);
+  args.epilogue.dD = pairs;
+  Run<GradsGemm>(ctx, "dS = scale P (dO V^T - delta)", args, workspace);
+}
+
+// d (+)= pairs^T x: d [nk, cols] per head, pairs [nq, nk] per head, x the
+// queries' rows (dO for dV, Q for dK).
+void KeyGradient(CudaContext& ctx, const AttentionProductsBlock& b,
+                 const __nv_bfloat16* pairs, HeadRows x, int64_t cols,
+                 HeadGradient d, const char* name, void* workspace) {
+  typename KeyGradGemm::Arguments args{};
+  args.problem_shape = {static_cast<int>(b.nk), static_cast<int>(cols),
+                        static_cast<int>(b.nq), static_cast<int>(b.heads)};
+  args.mainloop = {In(pairs), ColStride{_1{}, b.nk, b.nq * b.nk}, In(x.data),
+                   HeadColStride(b.heads, x.stride)};
+  args.epilogue.thread.alpha = 1.f;
+  args.epilogue.thread.beta = b.add_keys ? 1.f : 0.f;
+  args.epilogue.ptr_C = Out(d.data);
+  args.epilogue.dC = HeadRowStride(b.heads, d.stride);
+  args.epilogue.ptr_D = Out(d.data);
+  args.epilogue.dD = HeadRowStride(b.heads, d.stride);
+  Run<KeyGradGemm>(ctx, name, args, workspace);
+}
+
+void QueryGradient(CudaContext& ctx, const AttentionProductsBlock& b,
+                   const __nv_bfloat16* grads, void* workspace) {
+  typename QueryGradGemm::Arguments args{};
+  args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.dqk),
+                        static_cast<int>(b.nk), static_cast<int>(b.heads)};
+  args.mainloop = {In(grads), RowStride{b.nk, _1{}, b.nq * b.nk}, In(b.k.data),
+                   HeadColStride(b.heads, b.k.stride)};
+  args.epilogue.thread.alpha = 1.f;
+  args.epilogue.thread.beta = 0.f;
+  args.epilogue.ptr_C = Out(b.dq.data);
+  args.epilogue.dC = HeadRowStride(b.heads, b.dq.stride);
+  args.epilogue.ptr_D = Out(b.dq.data);
+  args.epilogue.dD = HeadRowStride(b.heads, b.dq.stride);
+  Run<QueryGradGemm>(ctx, "dQ = dS K", args, workspace);
+}
+
+// One warp a row: lanes read 8 elements (16 bytes) a step, partial sums
+// joined by shuffles (a fixed order).
+__global__ void HeadRowDotsKernel(const __nv_bfloat16* out, int64_t out_stride,
+                                  const __nv_bfloat16* dout,
+                                  int64_t dout_stride, int64_t nq,
+                                  int64_t heads, int64_t dv, float* delta,
+                                  int64_t ld) {
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32;
+       row < nq * heads; row += warps) {
+    const auto* o = reinterpret_cast<const uint4*>(out + row * out_stride);
+    const auto* g = reinterpret_cast<const uint4*>(dout + row * dout_stride);
+    float sum = 0.f;
+    for (int64_t c = lane; c < dv / 8; c += 32) {
+      const uint4 a = o[c], b = g[c];
+      const auto* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+      const auto* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+      for (int i = 0; i < 4; ++i) {
+        const float2 x = __bfloat1622float2(a2[i]),
+                     y = __bfloat1622float2(b2[i]);
+        sum += x.x * y.x + x.y * y.y;
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    }
+    if (lane == 0) delta[(row % heads) * ld + row / heads] = sum;
+  }
+}
+
+}  // namespace
+
+bool AttentionProductsSupport(const AttentionProductsBlock& b) {
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  auto multiple = [](int64_t x) { return x > 0 && x % kAlign == 0; };
+  auto rows = [&](const void* data, int64_t stride) {
+    return data != nullptr && Aligned(data) && stride % kAlign == 0;
+  };
+  auto gradient = [&](const HeadGradient& g) {
+    return g.data == nullptr || rows(g.data, g.stride);
+  };
+  return multiple(b.nq) && multiple(b.nk) && multiple(b.dqk) &&
+         multiple(b.dv) && b.heads > 0 && b.nq * b.nk <= kIntMax &&
+         rows(b.q.data, b.q.stride) && rows(b.k.data, b.k.stride) &&
+         rows(b.v.data, b.v.stride) && rows(b.dout.data, b.dout.stride) &&
+         rows(b.bias, b.bias_ld) && b.stats != nullptr && b.delta != nullptr &&
+         gradient(b.dq) && gradient(b.dk) && gradient(b.dv_grad);
+}
+
+int64_t AttentionProductsScratchBytes(const AttentionProductsBlock& b) {
+  return 2 * AlignUp(PairElements(b) * int64_t{sizeof(__nv_bfloat16)}) +
+         kWorkspaceBytes;
+}
+
+void AttentionProductsBackward(CudaContext& ctx,
+                               const AttentionProductsBlock& b, void* scratch) {
+  if (!AttentionProductsSupport(b)) {
+    std::fprintf(stderr,
+                 "attention products: unsupported block (q%lld k%lld h%lld "
+                 "dqk%lld dv%lld)\n",
+                 static_cast<long long>(b.nq), static_cast<long long>(b.nk),
+                 static_cast<long long>(b.heads), static_cast<long long>(b.dqk),
+                 static_cast<long long>(b.dv));
+    std::abort();
+  }
+  const int64_t pair_bytes =
+      AlignUp(PairElements(b) * int64_t{sizeof(__nv_bfloat16)});
+  auto* probs = static_cast<__nv_bfloat16*>(scratch);
+  auto* grads = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) +
+                                                 pair_bytes);
+  void* workspace = static_cast<char*>(scratch) + 2 * pair_bytes;
+  Probabilities(ctx, b, probs, workspace);
+  ScoreGradients(ctx, b, probs, grads, workspace);
+  if (b.dv_grad.data != nullptr) {
+    KeyGradient(ctx, b, probs, b.dout, b.dv, b.dv_grad, "dV = P^T dO",
+                workspace);
+  }
+  if (b.dk.data != nullptr) {
+    KeyGradient(ctx, b, grads, b.q, b.dqk, b.dk, "dK = dS^T Q", workspace);
+  }
+  if (b.dq.data != nullptr) QueryGradient(ctx, b, grads, workspace);
+}
+
+void HeadRowDots(CudaContext& ctx, HeadRows out, HeadRows dout, int64_t nq,
+                 int64_t heads, int64_t dv, float* delta, int64_t ld) {
+  if (dv % kAlign != 0 || !Aligned(out.data) || !Aligned(dout.data) ||
+      out.stride % kAlign != 0 || dout.stride % kAlign != 0) {
+    std::fprintf(stderr, "HeadRowDots: rows not in 16-byte chunks\n");
+    std::abort();
+  }
+  const int64_t rows = nq * heads;
+  if (rows == 0) return;
+  constexpr int kWarps = kBlockThreads / 32;
+  const auto blocks = static_cast<unsigned int>(
+      std::min<int64_t>((rows + kWarps - 1) / kWarps, 65535));
+  HeadRowDotsKernel<<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+      out.data, out.stride, dout.data, dout.stride, nq, heads, dv, delta, ld);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace glm::cuda
