@@ -143,10 +143,6 @@ using KeyGradGemm =
 using QueryGradGemm =
     HeadGemm<Cooperative, RowMajor, RowMajor, RowStride, SumOf>::Gemm;
 
-// CUTLASS's workspace for these kernels (the data-parallel persistent
-// scheduler's: none at these shapes); checked per call.
-constexpr int64_t kWorkspaceBytes = int64_t{1} << 20;
-
 void CheckCutlass(cutlass::Status status, const char* gemm, const char* what) {
   if (status != cutlass::Status::kSuccess) {
     std::fprintf(stderr, "attention products: %s %s failed: %s\n", gemm, what,
@@ -164,7 +160,7 @@ void Run(CudaContext& ctx, const char* name, typename Gemm::Arguments& args,
   args.hw_info.device_id = device;
   args.hw_info.sm_count =
       cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
-  if (static_cast<int64_t>(Gemm::get_workspace_size(args)) > kWorkspaceBytes) {
+  if (Gemm::get_workspace_size(args) > kAttentionProductsWorkspaceBytes) {
     std::fprintf(stderr, "attention products: %s wants %zu workspace bytes\n",
                  name, Gemm::get_workspace_size(args));
     std::abort();
@@ -191,12 +187,6 @@ ColStride HeadColStride(int64_t heads, int64_t stride) {
   return {_1{}, heads * stride, stride};
 }
 
-int64_t PairElements(const AttentionProductsBlock& b) {
-  return b.heads * b.nq * b.nk;
-}
-
-int64_t AlignUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The scales CUTLASS's scalar broadcast takes: {value}, no pointer.
@@ -207,8 +197,12 @@ typename Column::Arguments ColumnArgs(const float* column, int64_t ld) {
   return {column, 0.f, {_1{}, _0{}, ld}};
 }
 
-void Probabilities(CudaContext& ctx, const AttentionProductsBlock& b,
-                   __nv_bfloat16* probs, void* workspace) {
+// Head h's [rows, cols] matrix of P or dS, rows b.pairs_ld apart.
+RowStride PairRows(const AttentionProductsBlock& b) {
+  return {b.pairs_ld, _1{}, b.pairs_head_stride};
+}
+
+void Probabilities(CudaContext& ctx, const AttentionProductsBlock& b) {
   using Tile = Pingpong::Tile;
   typename ProbsGemm::Arguments args{};
   args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.nk),
@@ -221,14 +215,12 @@ void Probabilities(CudaContext& ctx, const AttentionProductsBlock& b,
                           {}};
   args.epilogue.ptr_C = In(b.bias);
   args.epilogue.dC = {b.bias_ld, _1{}, _0{}};
-  args.epilogue.ptr_D = Out(probs);
-  args.epilogue.dD = {b.nk, _1{}, b.nq * b.nk};
-  Run<ProbsGemm>(ctx, "P = exp(scale Q K^T + bias - lse)", args, workspace);
+  args.epilogue.ptr_D = Out(b.probs);
+  args.epilogue.dD = PairRows(b);
+  Run<ProbsGemm>(ctx, "P = exp(scale Q K^T + bias - lse)", args, b.workspace);
 }
 
-void ScoreGradients(CudaContext& ctx, const AttentionProductsBlock& b,
-                    const __nv_bfloat16* probs, __nv_bfloat16* grads,
-                    void* workspace) {
+void ScoreGradients(CudaContext& ctx, const AttentionProductsBlock& b) {
   using Tile = Pingpong::Tile;
   typename GradsGemm::Arguments args{};
   args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.nk),
@@ -239,39 +231,37 @@ void ScoreGradients(CudaContext& ctx, const AttentionProductsBlock& b,
       {ScaleArgs(b.scale), {}, {}},
       {{}, ColumnArgs<QueryColumn<Tile>>(b.delta, b.stats_ld), {}},
       {}};
-  const RowStride pairs{b.nk, _1{}, b.nq * b.nk};
-  args.epilogue.ptr_C = In(probs);
-  args.epilogue.dC = pairs;
-  args.epilogue.ptr_D = Out(grads);
-  args.epilogue.dD = pairs;
-  Run<GradsGemm>(ctx, "dS = scale P (dO V^T - delta)", args, workspace);
+  args.epilogue.ptr_C = In(b.probs);
+  args.epilogue.dC = PairRows(b);
+  args.epilogue.ptr_D = Out(b.grads);
+  args.epilogue.dD = PairRows(b);
+  Run<GradsGemm>(ctx, "dS = scale P (dO V^T - delta)", args, b.workspace);
 }
 
-// d (+)= pairs^T x: d [nk, cols] per head, pairs [nq, nk] per head, x the
+// d = pairs^T x: d [nk, cols] per head, pairs [nq, nk] per head, x the
 // queries' rows (dO for dV, Q for dK).
 void KeyGradient(CudaContext& ctx, const AttentionProductsBlock& b,
                  const __nv_bfloat16* pairs, HeadRows x, int64_t cols,
-                 HeadGradient d, const char* name, void* workspace) {
+                 HeadGradient d, const char* name) {
   typename KeyGradGemm::Arguments args{};
   args.problem_shape = {static_cast<int>(b.nk), static_cast<int>(cols),
                         static_cast<int>(b.nq), static_cast<int>(b.heads)};
-  args.mainloop = {In(pairs), ColStride{_1{}, b.nk, b.nq * b.nk}, In(x.data),
-                   HeadColStride(b.heads, x.stride)};
+  args.mainloop = {In(pairs), ColStride{_1{}, b.pairs_ld, b.pairs_head_stride},
+                   In(x.data), HeadColStride(b.heads, x.stride)};
   args.epilogue.thread.alpha = 1.f;
-  args.epilogue.thread.beta = b.add_keys ? 1.f : 0.f;
+  args.epilogue.thread.beta = 0.f;
   args.epilogue.ptr_C = Out(d.data);
   args.epilogue.dC = HeadRowStride(b.heads, d.stride);
   args.epilogue.ptr_D = Out(d.data);
   args.epilogue.dD = HeadRowStride(b.heads, d.stride);
-  Run<KeyGradGemm>(ctx, name, args, workspace);
+  Run<KeyGradGemm>(ctx, name, args, b.workspace);
 }
 
-void QueryGradient(CudaContext& ctx, const AttentionProductsBlock& b,
-                   const __nv_bfloat16* grads, void* workspace) {
+void QueryGradient(CudaContext& ctx, const AttentionProductsBlock& b) {
   typename QueryGradGemm::Arguments args{};
   args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.dqk),
                         static_cast<int>(b.nk), static_cast<int>(b.heads)};
-  args.mainloop = {In(grads), RowStride{b.nk, _1{}, b.nq * b.nk}, In(b.k.data),
+  args.mainloop = {In(b.grads), PairRows(b), In(b.k.data),
                    HeadColStride(b.heads, b.k.stride)};
   args.epilogue.thread.alpha = 1.f;
   args.epilogue.thread.beta = 0.f;
@@ -279,7 +269,18 @@ void QueryGradient(CudaContext& ctx, const AttentionProductsBlock& b,
   args.epilogue.dC = HeadRowStride(b.heads, b.dq.stride);
   args.epilogue.ptr_D = Out(b.dq.data);
   args.epilogue.dD = HeadRowStride(b.heads, b.dq.stride);
-  Run<QueryGradGemm>(ctx, "dQ = dS K", args, workspace);
+  Run<QueryGradGemm>(ctx, "dQ = dS K", args, b.workspace);
+}
+
+void RequireSupport(const AttentionProductsBlock& b) {
+  if (AttentionProductsSupport(b)) return;
+  std::fprintf(stderr,
+               "attention products: unsupported block (q%lld k%lld h%lld "
+               "dqk%lld dv%lld)\n",
+               static_cast<long long>(b.nq), static_cast<long long>(b.nk),
+               static_cast<long long>(b.heads), static_cast<long long>(b.dqk),
+               static_cast<long long>(b.dv));
+  std::abort();
 }
 
 // One warp a row: lanes read 8 elements (16 bytes) a step, partial sums
@@ -325,45 +326,30 @@ bool AttentionProductsSupport(const AttentionProductsBlock& b) {
     return g.data == nullptr || rows(g.data, g.stride);
   };
   return multiple(b.nq) && multiple(b.nk) && multiple(b.dqk) &&
-         multiple(b.dv) && b.heads > 0 && b.nq * b.nk <= kIntMax &&
+         multiple(b.dv) && b.heads > 0 && b.nq <= kIntMax && b.nk <= kIntMax &&
          rows(b.q.data, b.q.stride) && rows(b.k.data, b.k.stride) &&
          rows(b.v.data, b.v.stride) && rows(b.dout.data, b.dout.stride) &&
-         rows(b.bias, b.bias_ld) && b.stats != nullptr && b.delta != nullptr &&
+         rows(b.bias, b.bias_ld) && rows(b.probs, b.pairs_ld) &&
+         rows(b.grads, b.pairs_ld) && b.pairs_head_stride % kAlign == 0 &&
+         b.stats != nullptr && b.delta != nullptr && b.workspace != nullptr &&
          gradient(b.dq) && gradient(b.dk) && gradient(b.dv_grad);
 }
 
-int64_t AttentionProductsScratchBytes(const AttentionProductsBlock& b) {
-  return 2 * AlignUp(PairElements(b) * int64_t{sizeof(__nv_bfloat16)}) +
-         kWorkspaceBytes;
+void AttentionScoreProducts(CudaContext& ctx, const AttentionProductsBlock& b) {
+  RequireSupport(b);
+  Probabilities(ctx, b);
+  ScoreGradients(ctx, b);
+  if (b.dq.data != nullptr) QueryGradient(ctx, b);
 }
 
-void AttentionProductsBackward(CudaContext& ctx,
-                               const AttentionProductsBlock& b, void* scratch) {
-  if (!AttentionProductsSupport(b)) {
-    std::fprintf(stderr,
-                 "attention products: unsupported block (q%lld k%lld h%lld "
-                 "dqk%lld dv%lld)\n",
-                 static_cast<long long>(b.nq), static_cast<long long>(b.nk),
-                 static_cast<long long>(b.heads), static_cast<long long>(b.dqk),
-                 static_cast<long long>(b.dv));
-    std::abort();
-  }
-  const int64_t pair_bytes =
-      AlignUp(PairElements(b) * int64_t{sizeof(__nv_bfloat16)});
-  auto* probs = static_cast<__nv_bfloat16*>(scratch);
-  auto* grads = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) +
-                                                 pair_bytes);
-  void* workspace = static_cast<char*>(scratch) + 2 * pair_bytes;
-  Probabilities(ctx, b, probs, workspace);
-  ScoreGradients(ctx, b, probs, grads, workspace);
+void AttentionKeyProducts(CudaContext& ctx, const AttentionProductsBlock& b) {
+  RequireSupport(b);
   if (b.dv_grad.data != nullptr) {
-    KeyGradient(ctx, b, probs, b.dout, b.dv, b.dv_grad, "dV = P^T dO",
-                workspace);
+    KeyGradient(ctx, b, b.probs, b.dout, b.dv, b.dv_grad, "dV = P^T dO");
   }
   if (b.dk.data != nullptr) {
-    KeyGradient(ctx, b, grads, b.q, b.dqk, b.dk, "dK = dS^T Q", workspace);
+    KeyGradient(ctx, b, b.grads, b.q, b.dqk, b.dk, "dK = dS^T Q");
   }
-  if (b.dq.data != nullptr) QueryGradient(ctx, b, grads, workspace);
 }
 
 void HeadRowDots(CudaContext& ctx, HeadRows out, HeadRows dout, int64_t nq,

@@ -393,9 +393,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                                               {"dq", dq},
                                                               {"dk", dk},
                                                               {"dv", dv}});
-    // Scratch for the bias and for each block's probabilities and score
-    // gradients (4 bytes a pair and head): up to 23k tokens.
-    constexpr int64_t kProductsScratchBytes = int64_t{1} << 30;
+    // Scratch for the bias, P and dS (4 bytes a pair and head): glm5.2-mini's
+    // 16 heads up to 5k tokens; longer sequences run cuDNN's backward.
+    constexpr int64_t kProductsScratchBytes = int64_t{2} << 30;
     if (cudnn_attention_ != nullptr &&
         cuda::SelfAttentionProductsBackward(*this, q, k, v, keys, topk, heads,
                                             scale, out, lse, dout, dq, dk, dv,

@@ -14,9 +14,11 @@ namespace {
 
 // The products' blocks are whole 8-query (16-byte) steps.
 constexpr int64_t kQueryStep = 8;
-// Blocks of queries, each against the keys up to its last query: the pairs
-// after the causal diagonal that the products compute and mask are a
-// quarter of the causal ones with four blocks (against all with one).
+// Blocks of queries, each against the keys up to its last query (and of
+// keys, each against the queries from its first on): the pairs after the
+// causal diagonal that the products compute and mask are a quarter of the
+// causal ones with four blocks (against all with one); more blocks ran
+// slower at glm5.2-mini (bench/NOTES.md, 2026-12-04, seventeenth session).
 constexpr int64_t kBlocks = 4;
 
 HeadRows RowsOf(ConstMatrixView view) {
@@ -52,27 +54,29 @@ bool Bf16Operands(std::initializer_list<ConstMatrixView> dense,
   return v.dtype == ElementType::kBF16;
 }
 
-// What every block shares; its queries and keys set by the caller.
-AttentionProductsBlock CommonBlock(ConstMatrixView q, ConstMatrixView k,
-                                   ConstMatrixView v, ConstMatrixView dout,
-                                   int64_t heads, float scale, int64_t tokens,
-                                   MatrixView dq, MatrixView dk,
-                                   MatrixView dv) {
-  AttentionProductsBlock b;
-  b.heads = heads;
-  b.dqk = q.cols;
-  b.dv = v.cols;
-  b.scale = scale;
-  b.q = RowsOf(q);
-  b.k = RowsOf(k);
-  b.v = RowsOf(v);
-  b.dout = RowsOf(dout);
-  b.stats_ld = tokens;
-  b.bias_ld = tokens;
-  b.dq = GradientOf(dq);
-  b.dk = GradientOf(dk);
-  b.dv_grad = GradientOf(dv);
-  return b;
+// The call's scratch: the bias, each query's has-key flag, each head's
+// statistics and dO . O ([heads, tokens] each), P and dS ([heads, tokens,
+// tokens] each, only the blocks' pairs written), CUTLASS's workspace.
+struct Scratch {
+  __nv_bfloat16* bias;
+  int32_t* has_key;
+  float* stats;
+  float* delta;
+  __nv_bfloat16* probs;
+  __nv_bfloat16* grads;
+  void* workspace;
+};
+
+Scratch Carve(Carver& carve, int64_t tokens, int64_t heads) {
+  Scratch s;
+  s.bias = carve.Take<__nv_bfloat16>(tokens * tokens);
+  s.has_key = carve.Take<int32_t>(tokens);
+  s.stats = carve.Take<float>(heads * tokens);
+  s.delta = carve.Take<float>(heads * tokens);
+  s.probs = carve.Take<__nv_bfloat16>(heads * tokens * tokens);
+  s.grads = carve.Take<__nv_bfloat16>(heads * tokens * tokens);
+  s.workspace = carve.Take<char>(kAttentionProductsWorkspaceBytes);
+  return s;
 }
 
 }  // namespace
@@ -89,58 +93,73 @@ bool SelfAttentionProductsBackward(
     return false;
   }
   const int64_t tokens = q.rows / heads;
-  const AttentionProductsBlock common =
-      CommonBlock(q, k, v, dout, heads, scale, tokens, dq, dk, dv);
-  // Block i: queries [first_i, end_i) against keys [0, end_i), whole
-  // kQueryStep steps, at least kBlocks of them and more where the largest
-  // (the last) would hold more than max_scratch_bytes of P and dS.
-  const int64_t pair_bytes =
-      2 * heads * tokens * static_cast<int64_t>(sizeof(__nv_bfloat16));
-  const int64_t step = std::min(
-      (tokens + kBlocks * kQueryStep - 1) / (kBlocks * kQueryStep) * kQueryStep,
-      max_scratch_bytes / pair_bytes / kQueryStep * kQueryStep);
-  const int64_t bias_bytes =
-      tokens * tokens * static_cast<int64_t>(sizeof(__nv_bfloat16));
-  if (step == 0 || bias_bytes > max_scratch_bytes) return false;
-  std::vector<AttentionProductsBlock> blocks;
-  for (int64_t first = 0; first < tokens; first += step) {
-    AttentionProductsBlock b = common;
-    b.nq = std::min(step, tokens - first);
-    b.nk = first + b.nq;
-    b.q = From(b.q, first, heads);
-    b.dout = From(b.dout, first, heads);
-    b.dq = From(b.dq, first, heads);
-    b.add_keys = b.nk < tokens;
-    blocks.push_back(b);
-  }
-  const int64_t block_bytes = AttentionProductsScratchBytes(blocks.back());
-
+  const int64_t pairs = heads * tokens * tokens;
+  const int64_t bytes =
+      (tokens * tokens + 2 * pairs) * int64_t{sizeof(__nv_bfloat16)};
+  if (bytes > max_scratch_bytes) return false;
   Carver sizer;
-  sizer.Take<__nv_bfloat16>(tokens * tokens);
-  sizer.Take<int32_t>(tokens);
-  sizer.Take<float>(2 * heads * tokens);
-  sizer.Take<char>(block_bytes);
-  Carver carve(static_cast<char*>(ctx.Scratch(sizer.used())));
-  auto* bias = carve.Take<__nv_bfloat16>(tokens * tokens);
-  auto* has_key = carve.Take<int32_t>(tokens);
-  float* stats = carve.Take<float>(2 * heads * tokens);
-  float* delta = stats + heads * tokens;
-  void* block_scratch = carve.Take<char>(block_bytes);
-  for (AttentionProductsBlock& b : blocks) {
-    const int64_t first = b.nk - b.nq;
-    b.bias = bias + first * tokens;
-    b.stats = stats + first;
-    b.delta = delta + first;
-    if (!AttentionProductsSupport(b)) return false;
+  Carve(sizer, tokens, heads);
+  Carver carver(static_cast<char*>(ctx.Scratch(sizer.used())));
+  const Scratch scratch = Carve(carver, tokens, heads);
+
+  AttentionProductsBlock common;
+  common.heads = heads;
+  common.dqk = q.cols;
+  common.dv = v.cols;
+  common.scale = scale;
+  common.stats_ld = tokens;
+  common.bias_ld = tokens;
+  common.pairs_ld = tokens;
+  common.pairs_head_stride = tokens * tokens;
+  common.workspace = scratch.workspace;
+  // Queries [first, end) against keys [0, end), whole kQueryStep steps; the
+  // same range of keys against queries [first, tokens).
+  const int64_t step =
+      (tokens + kBlocks * kQueryStep - 1) / (kBlocks * kQueryStep) * kQueryStep;
+  std::vector<AttentionProductsBlock> query_blocks, key_blocks;
+  for (int64_t first = 0; first < tokens; first += step) {
+    const int64_t end = std::min(tokens, first + step);
+    // Rows from query `first`, columns from key `key`.
+    auto at = [&](int64_t key) {
+      AttentionProductsBlock b = common;
+      b.q = From(RowsOf(q), first, heads);
+      b.dout = From(RowsOf(dout), first, heads);
+      b.k = From(RowsOf(k), key, heads);
+      b.v = From(RowsOf(v), key, heads);
+      b.stats = scratch.stats + first;
+      b.delta = scratch.delta + first;
+      const int64_t pair = first * tokens + key;
+      b.bias = scratch.bias + pair;
+      b.probs = scratch.probs + pair;
+      b.grads = scratch.grads + pair;
+      return b;
+    };
+    AttentionProductsBlock queries = at(0);
+    queries.nq = end - first;
+    queries.nk = end;
+    queries.dq = From(GradientOf(dq), first, heads);
+    AttentionProductsBlock keys_block = at(first);
+    keys_block.nq = tokens - first;
+    keys_block.nk = end - first;
+    keys_block.dk = From(GradientOf(dk), first, heads);
+    keys_block.dv_grad = From(GradientOf(dv), first, heads);
+    if (!AttentionProductsSupport(queries) ||
+        !AttentionProductsSupport(keys_block)) {
+      return false;
+    }
+    query_blocks.push_back(queries);
+    key_blocks.push_back(keys_block);
   }
 
-  SelectionBias(ctx, keys, tokens, topk, tokens, bias, has_key);
-  LseToStats(ctx, lse, tokens, heads, stats);
-  HeadRowDots(ctx, RowsOf(out), RowsOf(dout), tokens, heads, v.cols, delta,
-              tokens);
-  // The last block writes every key's gradients; the others add theirs.
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
-    AttentionProductsBackward(ctx, *b, block_scratch);
+  SelectionBias(ctx, keys, tokens, topk, tokens, scratch.bias, scratch.has_key);
+  LseToStats(ctx, lse, tokens, heads, scratch.stats);
+  HeadRowDots(ctx, RowsOf(out), RowsOf(dout), tokens, heads, v.cols,
+              scratch.delta, tokens);
+  for (const AttentionProductsBlock& b : query_blocks) {
+    AttentionScoreProducts(ctx, b);
+  }
+  for (const AttentionProductsBlock& b : key_blocks) {
+    AttentionKeyProducts(ctx, b);
   }
   return true;
 }
