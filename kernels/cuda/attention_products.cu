@@ -83,6 +83,7 @@ using GradsFusion =
                     fusion::Sm90EVT<Compute<cutlass::minus>,
                                     fusion::Sm90AccFetch, QueryColumn<Tile>>>;
 
+// The gradient products write D = acc (beta 0: their epilogue reads no C).
 using Sum = fusion::LinearCombination<Bf16, float, Bf16, float>;
 
 // Pingpong for the softmax products (K = a head's width, 4 k-tiles at 256:
@@ -123,12 +124,12 @@ struct HeadGemm {
 template <typename Tile>
 using SumOf = Sum;
 
-// CUTLASS's A is [M, K], B is [N, K], D is [M, N]; per head h:
 // The softmax products' epilogue works on whole 64x128 halves of a
 // warpgroup's tile: at glm5.2-mini (H200) 59-61 us a call against 69 with
 // 64x64 and 63-69 for cooperative 128x256 tiles with 128x64 subtiles
 // (bench/NOTES.md, 2026-12-04, seventeenth session).
 using SoftmaxEpilogueTile = cute::Shape<cute::_64, cute::_128>;
+// CUTLASS's A is [M, K], B is [N, K], D is [M, N]; per head h:
 // P = Q K^T: A = Q_h (K-major), B = K_h (K-major), C = the bias.
 using ProbsGemm = HeadGemm<Pingpong, RowMajor, ColumnMajor, SharedRowStride,
                            ProbsFusion, SoftmaxEpilogueTile>::Gemm;
@@ -238,6 +239,18 @@ void ScoreGradients(CudaContext& ctx, const AttentionProductsBlock& b) {
   Run<GradsGemm>(ctx, "dS = scale P (dO V^T - delta)", args, b.workspace);
 }
 
+// A gradient product's epilogue: D = acc into the gradient's head rows (C
+// names the same rows; beta 0 reads none).
+template <typename Arguments>
+void WriteGradient(Arguments& args, HeadGradient d, int64_t heads) {
+  args.epilogue.thread.alpha = 1.f;
+  args.epilogue.thread.beta = 0.f;
+  args.epilogue.ptr_C = Out(d.data);
+  args.epilogue.dC = HeadRowStride(heads, d.stride);
+  args.epilogue.ptr_D = Out(d.data);
+  args.epilogue.dD = HeadRowStride(heads, d.stride);
+}
+
 // d = pairs^T x: d [nk, cols] per head, pairs [nq, nk] per head, x the
 // queries' rows (dO for dV, Q for dK).
 void KeyGradient(CudaContext& ctx, const AttentionProductsBlock& b,
@@ -248,12 +261,7 @@ void KeyGradient(CudaContext& ctx, const AttentionProductsBlock& b,
                         static_cast<int>(b.nq), static_cast<int>(b.heads)};
   args.mainloop = {In(pairs), ColStride{_1{}, b.pairs_ld, b.pairs_head_stride},
                    In(x.data), HeadColStride(b.heads, x.stride)};
-  args.epilogue.thread.alpha = 1.f;
-  args.epilogue.thread.beta = 0.f;
-  args.epilogue.ptr_C = Out(d.data);
-  args.epilogue.dC = HeadRowStride(b.heads, d.stride);
-  args.epilogue.ptr_D = Out(d.data);
-  args.epilogue.dD = HeadRowStride(b.heads, d.stride);
+  WriteGradient(args, d, b.heads);
   Run<KeyGradGemm>(ctx, name, args, b.workspace);
 }
 
@@ -263,12 +271,7 @@ void QueryGradient(CudaContext& ctx, const AttentionProductsBlock& b) {
                         static_cast<int>(b.nk), static_cast<int>(b.heads)};
   args.mainloop = {In(b.grads), PairRows(b), In(b.k.data),
                    HeadColStride(b.heads, b.k.stride)};
-  args.epilogue.thread.alpha = 1.f;
-  args.epilogue.thread.beta = 0.f;
-  args.epilogue.ptr_C = Out(b.dq.data);
-  args.epilogue.dC = HeadRowStride(b.heads, b.dq.stride);
-  args.epilogue.ptr_D = Out(b.dq.data);
-  args.epilogue.dD = HeadRowStride(b.heads, b.dq.stride);
+  WriteGradient(args, b.dq, b.heads);
   Run<QueryGradGemm>(ctx, "dQ = dS K", args, b.workspace);
 }
 
