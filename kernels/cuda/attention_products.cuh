@@ -15,6 +15,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_context.h"
