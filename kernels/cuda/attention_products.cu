@@ -15,6 +15,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "kernels/cuda/attention_products.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cutlass_gemm_run.cuh"
 #include "kernels/cuda/device_math.cuh"
 
 namespace glm::cuda {
@@ -144,14 +145,6 @@ using KeyGradGemm =
 using QueryGradGemm =
     HeadGemm<Cooperative, RowMajor, RowMajor, RowStride, SumOf>::Gemm;
 
-void CheckCutlass(cutlass::Status status, const char* gemm, const char* what) {
-  if (status != cutlass::Status::kSuccess) {
-    std::fprintf(stderr, "attention products: %s %s failed: %s\n", gemm, what,
-                 cutlassGetStatusString(status));
-    std::abort();
-  }
-}
-
 template <typename Gemm>
 void Run(CudaContext& ctx, const char* name, typename Gemm::Arguments& args,
          void* workspace) {
@@ -166,12 +159,7 @@ void Run(CudaContext& ctx, const char* name, typename Gemm::Arguments& args,
                  name, Gemm::get_workspace_size(args));
     std::abort();
   }
-  Gemm gemm;
-  CheckCutlass(gemm.can_implement(args), name, "can_implement");
-  CheckCutlass(gemm.initialize(args, workspace, ctx.stream()), name,
-               "initialize");
-  CheckCutlass(gemm.run(ctx.stream()), name, "run");
-  GLM_CUDA_CHECK_LAUNCH();
+  RunCutlassGemm<Gemm>(name, args, workspace, ctx.stream());
 }
 
 const Bf16* In(const __nv_bfloat16* p) {
@@ -187,8 +175,6 @@ RowStride HeadRowStride(int64_t heads, int64_t stride) {
 ColStride HeadColStride(int64_t heads, int64_t stride) {
   return {_1{}, heads * stride, stride};
 }
-
-bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The scales CUTLASS's scalar broadcast takes: {value}, no pointer.
 typename Scale::Arguments ScaleArgs(float scale) { return {{scale}, {}, {}}; }
@@ -323,7 +309,7 @@ bool AttentionProductsSupport(const AttentionProductsBlock& b) {
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   auto multiple = [](int64_t x) { return x > 0 && x % kAlign == 0; };
   auto rows = [&](const void* data, int64_t stride) {
-    return data != nullptr && Aligned(data) && stride % kAlign == 0;
+    return data != nullptr && AlignedTo(data, 16) && stride % kAlign == 0;
   };
   auto gradient = [&](const HeadGradient& g) {
     return g.data == nullptr || rows(g.data, g.stride);
@@ -357,8 +343,9 @@ void AttentionKeyProducts(CudaContext& ctx, const AttentionProductsBlock& b) {
 
 void HeadRowDots(CudaContext& ctx, HeadRows out, HeadRows dout, int64_t nq,
                  int64_t heads, int64_t dv, float* delta, int64_t ld) {
-  if (dv % kAlign != 0 || !Aligned(out.data) || !Aligned(dout.data) ||
-      out.stride % kAlign != 0 || dout.stride % kAlign != 0) {
+  if (dv % kAlign != 0 || !AlignedTo(out.data, 16) ||
+      !AlignedTo(dout.data, 16) || out.stride % kAlign != 0 ||
+      dout.stride % kAlign != 0) {
     std::fprintf(stderr, "HeadRowDots: rows not in 16-byte chunks\n");
     std::abort();
   }

@@ -396,8 +396,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     // Scratch for the bias, P and dS (4 bytes a pair and head): glm5.2-mini's
     // 16 heads up to 5k tokens; longer sequences run cuDNN's backward.
     constexpr int64_t kProductsScratchBytes = int64_t{2} << 30;
-    if (cudnn_attention_ != nullptr &&
-        cuda::SelfAttentionProductsBackward(*this, q, k, v, keys, topk, heads,
+    if (cuda::SelfAttentionProductsBackward(*this, q, k, v, keys, topk, heads,
                                             scale, out, lse, dout, dq, dk, dv,
                                             kProductsScratchBytes)) {
       return;

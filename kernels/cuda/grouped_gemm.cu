@@ -16,6 +16,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cutlass_gemm_run.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/grouped_gemm.cuh"
 
@@ -230,14 +231,6 @@ __global__ void SetupGroupsKernel(const int32_t* offsets, int64_t experts,
   }
 }
 
-void CheckCutlass(cutlass::Status status, const char* what) {
-  if (status != cutlass::Status::kSuccess) {
-    std::fprintf(stderr, "CUTLASS grouped GEMM %s failed: %s\n", what,
-                 cutlassGetStatusString(status));
-    std::abort();
-  }
-}
-
 // Builds the group arrays on the device, then runs the grouped GEMM, both on
 // the context's stream. Scratch: CUTLASS's workspace (per-SM TMA descriptors
 // it rewrites per group), then the arrays. An accumulating kernel called
@@ -281,11 +274,7 @@ void RunGrouped(CudaContext& ctx, const int32_t* offsets, int64_t experts,
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = Arrays::kAccumulates && accumulate ? 1.0f : 0.0f;
 
-  Gemm gemm;
-  CheckCutlass(gemm.can_implement(args), "can_implement");
-  CheckCutlass(gemm.initialize(args, scratch, ctx.stream()), "initialize");
-  CheckCutlass(gemm.run(ctx.stream()), "run");
-  GLM_CUDA_CHECK_LAUNCH();
+  RunCutlassGemm<Gemm>("grouped GEMM", args, scratch, ctx.stream());
 }
 
 // The calling contract's checks, on in every build: this file compiles with
