@@ -14,6 +14,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "kernels/cuda/attention_products.cuh"
+#include "kernels/cuda/causal_tile_scheduler.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cutlass_gemm_run.cuh"
 #include "kernels/cuda/device_math.cuh"
@@ -102,8 +103,8 @@ struct Cooperative {
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 
-template <typename Schedule, typename LayoutA, typename LayoutB,
-          typename StrideC, template <class> class FusionOf,
+template <typename Schedule, CausalTiles kTiles, typename LayoutA,
+          typename LayoutB, typename StrideC, template <class> class FusionOf,
           typename EpilogueTile =
               cutlass::epilogue::collective::EpilogueTileAuto>
 struct HeadGemm {
@@ -119,7 +120,8 @@ struct HeadGemm {
           sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Mainloop>::CollectiveOp;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>>;
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue,
+                                           CausalScheduler<kTiles>>>;
 };
 
 template <typename Tile>
@@ -130,20 +132,28 @@ using SumOf = Sum;
 // 64x64 and 63-69 for cooperative 128x256 tiles with 128x64 subtiles
 // (bench/NOTES.md, 2026-12-04, seventeenth session).
 using SoftmaxEpilogueTile = cute::Shape<cute::_64, cute::_128>;
-// CUTLASS's A is [M, K], B is [N, K], D is [M, N]; per head h:
+// CUTLASS's A is [M, K], B is [N, K], D is [M, N]; per head h, over the
+// causal tiles (the square 128x128 ones with key tile <= query tile):
 // P = Q K^T: A = Q_h (K-major), B = K_h (K-major), C = the bias.
-using ProbsGemm = HeadGemm<Pingpong, RowMajor, ColumnMajor, SharedRowStride,
-                           ProbsFusion, SoftmaxEpilogueTile>::Gemm;
+using ProbsGemm =
+    HeadGemm<Pingpong, CausalTiles::kLowerTriangle, RowMajor, ColumnMajor,
+             SharedRowStride, ProbsFusion, SoftmaxEpilogueTile>::Gemm;
 // dS from dO V^T: A = dO_h, B = V_h (both K-major), C = P_h.
-using GradsGemm = HeadGemm<Pingpong, RowMajor, ColumnMajor, RowStride,
-                           GradsFusion, SoftmaxEpilogueTile>::Gemm;
-// dV = P^T dO, dK = dS^T Q: A(key, query) = P_h or dS_h (M-major),
-// B(dim, query) = dO_h or Q_h (N-major).
-using KeyGradGemm =
-    HeadGemm<Cooperative, ColumnMajor, RowMajor, RowStride, SumOf>::Gemm;
-// dQ = dS K: A = dS_h (K-major), B(dim, key) = K_h (N-major).
-using QueryGradGemm =
-    HeadGemm<Cooperative, RowMajor, RowMajor, RowStride, SumOf>::Gemm;
+using GradsGemm =
+    HeadGemm<Pingpong, CausalTiles::kLowerTriangle, RowMajor, ColumnMajor,
+             RowStride, GradsFusion, SoftmaxEpilogueTile>::Gemm;
+// dV = P^T dO, dK = dS^T Q over the queries from the key tile's first:
+// A(key, query) = P_h or dS_h (M-major), B(dim, query) = dO_h or Q_h
+// (N-major).
+using KeyGradGemm = HeadGemm<Cooperative, CausalTiles::kQueriesFromKey,
+                             ColumnMajor, RowMajor, RowStride, SumOf>::Gemm;
+// dQ = dS K over the keys up to the query tile's last: A = dS_h (K-major),
+// B(dim, key) = K_h (N-major).
+using QueryGradGemm = HeadGemm<Cooperative, CausalTiles::kKeysToQuery, RowMajor,
+                               RowMajor, RowStride, SumOf>::Gemm;
+static_assert(cute::size<0>(Pingpong::Tile{}) ==
+                  cute::size<0>(Cooperative::Tile{}),
+              "the gradient products read the softmax products' tiles whole");
 
 template <typename Gemm>
 void Run(CudaContext& ctx, const char* name, typename Gemm::Arguments& args,
@@ -184,45 +194,50 @@ typename Column::Arguments ColumnArgs(const float* column, int64_t ld) {
   return {column, 0.f, {_1{}, _0{}, ld}};
 }
 
-// Head h's [rows, cols] matrix of P or dS, rows b.pairs_ld apart.
-RowStride PairRows(const AttentionProductsBlock& b) {
-  return {b.pairs_ld, _1{}, b.pairs_head_stride};
+// Head h's [tokens, tokens] matrix of P or dS.
+RowStride PairRows(const AttentionProducts& c) {
+  return {c.tokens, _1{}, c.tokens * c.tokens};
 }
 
-void Probabilities(CudaContext& ctx, const AttentionProductsBlock& b) {
+// (M, N, K, heads) of a product; the pair grid's sides are ints (checked).
+ProblemShape Extents(const AttentionProducts& c, int64_t m, int64_t n,
+                     int64_t k) {
+  return {static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+          static_cast<int>(c.heads)};
+}
+
+void Probabilities(CudaContext& ctx, const AttentionProducts& c) {
   using Tile = Pingpong::Tile;
   typename ProbsGemm::Arguments args{};
-  args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.nk),
-                        static_cast<int>(b.dqk), static_cast<int>(b.heads)};
-  args.mainloop = {In(b.q.data), HeadRowStride(b.heads, b.q.stride),
-                   In(b.k.data), HeadRowStride(b.heads, b.k.stride)};
-  args.epilogue.thread = {{{ScaleArgs(b.scale), {}, {}, {}},
-                           ColumnArgs<QueryColumn<Tile>>(b.stats, b.stats_ld),
+  args.problem_shape = Extents(c, c.tokens, c.tokens, c.dqk);
+  args.mainloop = {In(c.q.data), HeadRowStride(c.heads, c.q.stride),
+                   In(c.k.data), HeadRowStride(c.heads, c.k.stride)};
+  args.epilogue.thread = {{{ScaleArgs(c.scale), {}, {}, {}},
+                           ColumnArgs<QueryColumn<Tile>>(c.stats, c.tokens),
                            {}},
                           {}};
-  args.epilogue.ptr_C = In(b.bias);
-  args.epilogue.dC = {b.bias_ld, _1{}, _0{}};
-  args.epilogue.ptr_D = Out(b.probs);
-  args.epilogue.dD = PairRows(b);
-  Run<ProbsGemm>(ctx, "P = exp(scale Q K^T + bias - lse)", args, b.workspace);
+  args.epilogue.ptr_C = In(c.bias);
+  args.epilogue.dC = {c.tokens, _1{}, _0{}};
+  args.epilogue.ptr_D = Out(c.probs);
+  args.epilogue.dD = PairRows(c);
+  Run<ProbsGemm>(ctx, "P = exp(scale Q K^T + bias - lse)", args, c.workspace);
 }
 
-void ScoreGradients(CudaContext& ctx, const AttentionProductsBlock& b) {
+void ScoreGradients(CudaContext& ctx, const AttentionProducts& c) {
   using Tile = Pingpong::Tile;
   typename GradsGemm::Arguments args{};
-  args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.nk),
-                        static_cast<int>(b.dv), static_cast<int>(b.heads)};
-  args.mainloop = {In(b.dout.data), HeadRowStride(b.heads, b.dout.stride),
-                   In(b.v.data), HeadRowStride(b.heads, b.v.stride)};
+  args.problem_shape = Extents(c, c.tokens, c.tokens, c.dv);
+  args.mainloop = {In(c.dout.data), HeadRowStride(c.heads, c.dout.stride),
+                   In(c.v.data), HeadRowStride(c.heads, c.v.stride)};
   args.epilogue.thread = {
-      {ScaleArgs(b.scale), {}, {}},
-      {{}, ColumnArgs<QueryColumn<Tile>>(b.delta, b.stats_ld), {}},
+      {ScaleArgs(c.scale), {}, {}},
+      {{}, ColumnArgs<QueryColumn<Tile>>(c.delta, c.tokens), {}},
       {}};
-  args.epilogue.ptr_C = In(b.probs);
-  args.epilogue.dC = PairRows(b);
-  args.epilogue.ptr_D = Out(b.grads);
-  args.epilogue.dD = PairRows(b);
-  Run<GradsGemm>(ctx, "dS = scale P (dO V^T - delta)", args, b.workspace);
+  args.epilogue.ptr_C = In(c.probs);
+  args.epilogue.dC = PairRows(c);
+  args.epilogue.ptr_D = Out(c.grads);
+  args.epilogue.dD = PairRows(c);
+  Run<GradsGemm>(ctx, "dS = scale P (dO V^T - delta)", args, c.workspace);
 }
 
 // A gradient product's epilogue: D = acc into the gradient's head rows (C
@@ -237,38 +252,36 @@ void WriteGradient(Arguments& args, HeadGradient d, int64_t heads) {
   args.epilogue.dD = HeadRowStride(heads, d.stride);
 }
 
-// d = pairs^T x: d [nk, cols] per head, pairs [nq, nk] per head, x the
-// queries' rows (dO for dV, Q for dK).
-void KeyGradient(CudaContext& ctx, const AttentionProductsBlock& b,
+// d = pairs^T x: d [tokens, cols] per head, pairs [tokens, tokens] per
+// head, x the queries' rows (dO for dV, Q for dK).
+void KeyGradient(CudaContext& ctx, const AttentionProducts& c,
                  const __nv_bfloat16* pairs, HeadRows x, int64_t cols,
                  HeadGradient d, const char* name) {
   typename KeyGradGemm::Arguments args{};
-  args.problem_shape = {static_cast<int>(b.nk), static_cast<int>(cols),
-                        static_cast<int>(b.nq), static_cast<int>(b.heads)};
-  args.mainloop = {In(pairs), ColStride{_1{}, b.pairs_ld, b.pairs_head_stride},
-                   In(x.data), HeadColStride(b.heads, x.stride)};
-  WriteGradient(args, d, b.heads);
-  Run<KeyGradGemm>(ctx, name, args, b.workspace);
+  args.problem_shape = Extents(c, c.tokens, cols, c.tokens);
+  args.mainloop = {In(pairs), ColStride{_1{}, c.tokens, c.tokens * c.tokens},
+                   In(x.data), HeadColStride(c.heads, x.stride)};
+  WriteGradient(args, d, c.heads);
+  Run<KeyGradGemm>(ctx, name, args, c.workspace);
 }
 
-void QueryGradient(CudaContext& ctx, const AttentionProductsBlock& b) {
+void QueryGradient(CudaContext& ctx, const AttentionProducts& c) {
   typename QueryGradGemm::Arguments args{};
-  args.problem_shape = {static_cast<int>(b.nq), static_cast<int>(b.dqk),
-                        static_cast<int>(b.nk), static_cast<int>(b.heads)};
-  args.mainloop = {In(b.grads), PairRows(b), In(b.k.data),
-                   HeadColStride(b.heads, b.k.stride)};
-  WriteGradient(args, b.dq, b.heads);
-  Run<QueryGradGemm>(ctx, "dQ = dS K", args, b.workspace);
+  args.problem_shape = Extents(c, c.tokens, c.dqk, c.tokens);
+  args.mainloop = {In(c.grads), PairRows(c), In(c.k.data),
+                   HeadColStride(c.heads, c.k.stride)};
+  WriteGradient(args, c.dq, c.heads);
+  Run<QueryGradGemm>(ctx, "dQ = dS K", args, c.workspace);
 }
 
-void RequireSupport(const AttentionProductsBlock& b) {
-  if (AttentionProductsSupport(b)) return;
+void RequireSupport(const AttentionProducts& c) {
+  if (AttentionProductsSupport(c)) return;
   std::fprintf(stderr,
-               "attention products: unsupported block (q%lld k%lld h%lld "
+               "attention products: unsupported call (tokens %lld h%lld "
                "dqk%lld dv%lld)\n",
-               static_cast<long long>(b.nq), static_cast<long long>(b.nk),
-               static_cast<long long>(b.heads), static_cast<long long>(b.dqk),
-               static_cast<long long>(b.dv));
+               static_cast<long long>(c.tokens),
+               static_cast<long long>(c.heads), static_cast<long long>(c.dqk),
+               static_cast<long long>(c.dv));
   std::abort();
 }
 
@@ -305,7 +318,7 @@ __global__ void HeadRowDotsKernel(const __nv_bfloat16* out, int64_t out_stride,
 
 }  // namespace
 
-bool AttentionProductsSupport(const AttentionProductsBlock& b) {
+bool AttentionProductsSupport(const AttentionProducts& c) {
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   auto multiple = [](int64_t x) { return x > 0 && x % kAlign == 0; };
   auto rows = [&](const void* data, int64_t stride) {
@@ -314,30 +327,26 @@ bool AttentionProductsSupport(const AttentionProductsBlock& b) {
   auto gradient = [&](const HeadGradient& g) {
     return g.data == nullptr || rows(g.data, g.stride);
   };
-  return multiple(b.nq) && multiple(b.nk) && multiple(b.dqk) &&
-         multiple(b.dv) && b.heads > 0 && b.nq <= kIntMax && b.nk <= kIntMax &&
-         rows(b.q.data, b.q.stride) && rows(b.k.data, b.k.stride) &&
-         rows(b.v.data, b.v.stride) && rows(b.dout.data, b.dout.stride) &&
-         rows(b.bias, b.bias_ld) && rows(b.probs, b.pairs_ld) &&
-         rows(b.grads, b.pairs_ld) && b.pairs_head_stride % kAlign == 0 &&
-         b.stats != nullptr && b.delta != nullptr && b.workspace != nullptr &&
-         gradient(b.dq) && gradient(b.dk) && gradient(b.dv_grad);
+  return multiple(c.tokens) && multiple(c.dqk) && multiple(c.dv) &&
+         c.heads > 0 && c.tokens <= kIntMax && c.heads <= kIntMax &&
+         rows(c.q.data, c.q.stride) && rows(c.k.data, c.k.stride) &&
+         rows(c.v.data, c.v.stride) && rows(c.dout.data, c.dout.stride) &&
+         rows(c.bias, c.tokens) && rows(c.probs, c.tokens) &&
+         rows(c.grads, c.tokens) && c.stats != nullptr && c.delta != nullptr &&
+         c.workspace != nullptr && gradient(c.dq) && gradient(c.dk) &&
+         gradient(c.dv_grad);
 }
 
-void AttentionScoreProducts(CudaContext& ctx, const AttentionProductsBlock& b) {
-  RequireSupport(b);
-  Probabilities(ctx, b);
-  ScoreGradients(ctx, b);
-  if (b.dq.data != nullptr) QueryGradient(ctx, b);
-}
-
-void AttentionKeyProducts(CudaContext& ctx, const AttentionProductsBlock& b) {
-  RequireSupport(b);
-  if (b.dv_grad.data != nullptr) {
-    KeyGradient(ctx, b, b.probs, b.dout, b.dv, b.dv_grad, "dV = P^T dO");
+void RunAttentionProducts(CudaContext& ctx, const AttentionProducts& c) {
+  RequireSupport(c);
+  Probabilities(ctx, c);
+  ScoreGradients(ctx, c);
+  if (c.dq.data != nullptr) QueryGradient(ctx, c);
+  if (c.dv_grad.data != nullptr) {
+    KeyGradient(ctx, c, c.probs, c.dout, c.dv, c.dv_grad, "dV = P^T dO");
   }
-  if (b.dk.data != nullptr) {
-    KeyGradient(ctx, b, b.grads, b.q, b.dqk, b.dk, "dK = dS^T Q");
+  if (c.dk.data != nullptr) {
+    KeyGradient(ctx, c, c.grads, c.q, c.dqk, c.dk, "dK = dS^T Q");
   }
 }
 

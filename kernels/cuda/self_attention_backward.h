@@ -2,11 +2,9 @@
 // batched products of kernels/cuda/attention_products.cuh instead of cuDNN's
 // masked backward (whose kernel reads the selection's bias per tile at about
 // 0.6x its causal rate at glm5.2-mini's 256-wide heads). P and dS are kept
-// for every head and pair ([heads, tokens, tokens] in bf16, the blocks'
-// pairs written): four blocks of queries, each against the keys up to its
-// last query (causal and selected through one bias), write them and dq;
-// then four blocks of keys, each against the queries from its first on,
-// write dk and dv once.
+// for every head and pair ([heads, tokens, tokens] in bf16, the causal
+// tiles written): one launch a product, each over the causal tiles alone
+// (kernels/cuda/causal_tile_scheduler.cuh), dk and dv written once.
 #ifndef GLM_KERNELS_CUDA_SELF_ATTENTION_BACKWARD_H_
 #define GLM_KERNELS_CUDA_SELF_ATTENTION_BACKWARD_H_
 
