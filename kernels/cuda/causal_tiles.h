@@ -30,6 +30,10 @@ namespace glm::cuda {
 
 enum class CausalTiles { kLowerTriangle, kKeysToQuery, kQueriesFromKey };
 
+// The triangle's heads side by side (a power of two; fewer where the heads
+// do not divide by it).
+constexpr uint64_t kCausalHeadsSideBySide = 4;
+
 // The output tiles of a product: M and N tiles, batches (heads).
 struct CausalGrid {
   uint64_t tiles_m = 0, tiles_n = 0, batches = 0;
@@ -56,9 +60,8 @@ GLM_CAUSAL_TILES_FN CausalTile CausalTileAt(CausalTiles tiles, CausalGrid grid,
   if (linear >= total) return {};
   if (tiles == CausalTiles::kLowerTriangle) {
     const uint64_t triangle = grid.tiles_m * (grid.tiles_m + 1) / 2;
-    const uint64_t side = grid.batches % 4 == 0   ? 4
-                          : grid.batches % 2 == 0 ? 2
-                                                  : 1;
+    uint64_t side = kCausalHeadsSideBySide;
+    while (grid.batches % side != 0) side /= 2;
     const uint64_t group = linear / (triangle * side);
     const uint64_t rest = linear % (triangle * side);
     const uint64_t t = rest / side;  // row m holds tiles m(m+1)/2 ... +m
