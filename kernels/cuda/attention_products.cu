@@ -103,16 +103,36 @@ struct Cooperative {
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 
+// CUTLASS's epilogue for a schedule, its subtiles and stages its choice.
+template <typename Schedule, typename StrideC, typename Fusion>
+using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    typename Schedule::Tile, Cluster,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, Bf16,
+    StrideC, kAlign, Bf16, RowStride, kAlign, typename Schedule::Epilogue,
+    Fusion>::CollectiveOp;
+
+// The softmax products' epilogue works on whole 64x128 halves of a
+// warpgroup's tile: at glm5.2-mini (H200) 59-61 us a call against 69 with
+// 64x64 and 63-69 for cooperative 128x256 tiles with 128x64 subtiles
+// (bench/NOTES.md, 2026-12-04, seventeenth session). kSoftmaxSourceStages
+// of C's subtiles (the bias, or P) in flight, each reused for its D.
+using SoftmaxEpilogueTile = cute::Shape<cute::_64, cute::_128>;
+constexpr int kSoftmaxSourceStages = 3;
+template <typename StrideC, typename Fusion>
+using SoftmaxEpilogue =
+    typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
+        Pingpong::Tile, SoftmaxEpilogueTile, float, float, Bf16, StrideC,
+        kAlign, Bf16, RowStride, kAlign, Fusion,
+        cutlass::epilogue::Sm90TmaWarpSpecialized<
+            kSoftmaxSourceStages, /*StagesD=*/2,
+            /*FragmentSize=*/cute::size(SoftmaxEpilogueTile{}) / 128,
+            /*ReuseSmemC=*/true, /*DelayTmaStore=*/false>>::CollectiveOp;
+
 template <typename Schedule, CausalTiles kTiles, typename LayoutA,
-          typename LayoutB, typename StrideC, template <class> class FusionOf,
-          typename EpilogueTile =
-              cutlass::epilogue::collective::EpilogueTileAuto>
+          typename LayoutB, typename Epilogue>
 struct HeadGemm {
   using Tile = typename Schedule::Tile;
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      EpilogueTile, float, float, Bf16, StrideC, kAlign, Bf16, RowStride,
-      kAlign, typename Schedule::Epilogue, FusionOf<Tile>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf16, LayoutA,
       kAlign, Bf16, LayoutB, kAlign, float, Tile, Cluster,
@@ -124,33 +144,27 @@ struct HeadGemm {
                                            CausalScheduler<kTiles>>>;
 };
 
-template <typename Tile>
-using SumOf = Sum;
-
-// The softmax products' epilogue works on whole 64x128 halves of a
-// warpgroup's tile: at glm5.2-mini (H200) 59-61 us a call against 69 with
-// 64x64 and 63-69 for cooperative 128x256 tiles with 128x64 subtiles
-// (bench/NOTES.md, 2026-12-04, seventeenth session).
-using SoftmaxEpilogueTile = cute::Shape<cute::_64, cute::_128>;
 // CUTLASS's A is [M, K], B is [N, K], D is [M, N]; per head h, over the
 // causal tiles (the square 128x128 ones with key tile <= query tile):
 // P = Q K^T: A = Q_h (K-major), B = K_h (K-major), C = the bias.
-using ProbsGemm =
-    HeadGemm<Pingpong, CausalTiles::kLowerTriangle, RowMajor, ColumnMajor,
-             SharedRowStride, ProbsFusion, SoftmaxEpilogueTile>::Gemm;
+using ProbsGemm = HeadGemm<
+    Pingpong, CausalTiles::kLowerTriangle, RowMajor, ColumnMajor,
+    SoftmaxEpilogue<SharedRowStride, ProbsFusion<Pingpong::Tile>>>::Gemm;
 // dS from dO V^T: A = dO_h, B = V_h (both K-major), C = P_h.
 using GradsGemm =
     HeadGemm<Pingpong, CausalTiles::kLowerTriangle, RowMajor, ColumnMajor,
-             RowStride, GradsFusion, SoftmaxEpilogueTile>::Gemm;
+             SoftmaxEpilogue<RowStride, GradsFusion<Pingpong::Tile>>>::Gemm;
 // dV = P^T dO, dK = dS^T Q over the queries from the key tile's first:
 // A(key, query) = P_h or dS_h (M-major), B(dim, query) = dO_h or Q_h
 // (N-major).
-using KeyGradGemm = HeadGemm<Cooperative, CausalTiles::kQueriesFromKey,
-                             ColumnMajor, RowMajor, RowStride, SumOf>::Gemm;
+using KeyGradGemm =
+    HeadGemm<Cooperative, CausalTiles::kQueriesFromKey, ColumnMajor, RowMajor,
+             BuiltEpilogue<Cooperative, RowStride, Sum>>::Gemm;
 // dQ = dS K over the keys up to the query tile's last: A = dS_h (K-major),
 // B(dim, key) = K_h (N-major).
-using QueryGradGemm = HeadGemm<Cooperative, CausalTiles::kKeysToQuery, RowMajor,
-                               RowMajor, RowStride, SumOf>::Gemm;
+using QueryGradGemm =
+    HeadGemm<Cooperative, CausalTiles::kKeysToQuery, RowMajor, RowMajor,
+             BuiltEpilogue<Cooperative, RowStride, Sum>>::Gemm;
 static_assert(cute::size<0>(Pingpong::Tile{}) ==
                   cute::size<0>(Cooperative::Tile{}),
               "the gradient products read the softmax products' tiles whole");
