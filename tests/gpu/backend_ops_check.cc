@@ -3319,6 +3319,15 @@ void AddAttentionCases(Factories& f) {
   self_uneven.topk = 500;
   AddKeyWeights(f, "mini self uneven", self_uneven, ShortAndLong(1000, 0, 1000),
                 false, act);
+  // The backward's products over the causal tiles at a part-filled last
+  // 128-token tile (1000 tokens), with 16 heads and with 6 (the triangle's
+  // heads side by side halved to 2).
+  AddAttentionBackward(f, "mini self uneven", self_uneven,
+                       ShortAndLong(1000, 0, 1000), false, true, true, act);
+  AttentionShape six_heads_uneven = self_uneven;
+  six_heads_uneven.heads = 6;
+  AddAttentionBackward(f, "six heads uneven", six_heads_uneven,
+                       ShortAndLong(1000, 0, 1000), false, true, true, act);
   AddKeyWeights(f, "sparse", sparse, sparse_q, true, act);
 
   const IndexerShape index_tiny{2, 4, 5, 2, 0.5f};
