@@ -103,31 +103,24 @@ struct Cooperative {
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 
-// CUTLASS's epilogue for a schedule, its subtiles and stages its choice.
-template <typename Schedule, typename StrideC, typename Fusion>
+// CUTLASS's epilogue for a schedule (its stages CUTLASS's choice).
+template <typename Schedule, typename StrideC, typename Fusion,
+          typename EpilogueTile =
+              cutlass::epilogue::collective::EpilogueTileAuto>
 using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    typename Schedule::Tile, Cluster,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, Bf16,
-    StrideC, kAlign, Bf16, RowStride, kAlign, typename Schedule::Epilogue,
+    typename Schedule::Tile, Cluster, EpilogueTile, float, float, Bf16, StrideC,
+    kAlign, Bf16, RowStride, kAlign, typename Schedule::Epilogue,
     Fusion>::CollectiveOp;
 
 // The softmax products' epilogue works on whole 64x128 halves of a
 // warpgroup's tile: at glm5.2-mini (H200) 59-61 us a call against 69 with
 // 64x64 and 63-69 for cooperative 128x256 tiles with 128x64 subtiles
-// (bench/NOTES.md, 2026-12-04, seventeenth session). kSoftmaxSourceStages
-// of C's subtiles (the bias, or P) in flight, each reused for its D.
+// (bench/NOTES.md, 2026-12-04, seventeenth session).
 using SoftmaxEpilogueTile = cute::Shape<cute::_64, cute::_128>;
-constexpr int kSoftmaxSourceStages = 3;
 template <typename StrideC, typename Fusion>
 using SoftmaxEpilogue =
-    typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
-        Pingpong::Tile, SoftmaxEpilogueTile, float, float, Bf16, StrideC,
-        kAlign, Bf16, RowStride, kAlign, Fusion,
-        cutlass::epilogue::Sm90TmaWarpSpecialized<
-            kSoftmaxSourceStages, /*StagesD=*/2,
-            /*FragmentSize=*/cute::size(SoftmaxEpilogueTile{}) / 128,
-            /*ReuseSmemC=*/true, /*DelayTmaStore=*/false>>::CollectiveOp;
+    BuiltEpilogue<Pingpong, StrideC, Fusion, SoftmaxEpilogueTile>;
 
 template <typename Schedule, CausalTiles kTiles, typename LayoutA,
           typename LayoutB, typename Epilogue>
