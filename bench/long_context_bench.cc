@@ -70,7 +70,8 @@ double AttentionSeconds(CpuBackend& backend, int64_t seq, int64_t topk,
     backend.SparseAttentionBackward(q.Matrix(), k.Matrix(), v.Matrix(),
                                     keys.data(), topk, full, kHeads, scale,
                                     out.Matrix(), lse.data(), dout.Matrix(),
-                                    dq.Matrix(), dk.Matrix(), dv.Matrix());
+                                    dq.Matrix(), dk.Matrix(), dv.Matrix(),
+                                    /*key_weights=*/{});
   });
 }
 
@@ -83,7 +84,7 @@ double IndexerSeconds(CpuBackend& backend, int64_t seq, int64_t topk,
   return Seconds([&] {
     backend.IndexerTopK(iq.Matrix(), ik.Matrix(), w.Matrix(), seq_start.data(),
                         0, topk, 1.f / std::sqrt(float(kIndexDim)),
-                        /*keep_for_loss=*/false, keys.data());
+                        /*keep=*/nullptr, keys.data());
   });
 }
 

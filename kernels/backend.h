@@ -50,6 +50,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/device_memory.h"
+#include "kernels/kept_indexer_scores.h"
 #include "kernels/tensor.h"
 
 namespace glm {
@@ -311,14 +312,15 @@ class Backend {
                                       int64_t heads, float scale,
                                       MatrixView out, float* lse) = 0;
   // out and lse as the forward wrote them. Writes dq, dk and dv (not added;
-  // an empty view is not computed).
-  virtual void SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
-                                       ConstMatrixView v, const int32_t* keys,
-                                       int64_t topk, int64_t full_queries,
-                                       int64_t heads, float scale,
-                                       ConstMatrixView out, const float* lse,
-                                       ConstMatrixView dout, MatrixView dq,
-                                       MatrixView dk, MatrixView dv) = 0;
+  // an empty view is not computed), and key_weights [nq, topk] (F32) when
+  // given: what SparseAttentionKeyWeights writes for these operands, from
+  // the probabilities the backward forms anyway (a backend that holds them
+  // in the activation type sums them as they are rounded there).
+  virtual void SparseAttentionBackward(
+      ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
+      const int32_t* keys, int64_t topk, int64_t full_queries, int64_t heads,
+      float scale, ConstMatrixView out, const float* lse, ConstMatrixView dout,
+      MatrixView dq, MatrixView dk, MatrixView dv, MatrixView key_weights) = 0;
   // The attention each selected key receives, summed over heads (the
   // indexer's KL target): weights[t, j] = sum_h exp(scale q[t*heads+h] .
   // k[keys[t,j]*heads+h] - lse[t*heads+h]), 0 on -1 slots. weights [nq, topk].
@@ -338,28 +340,29 @@ class Backend {
   // may list each query's selection in key order instead, and take every key
   // of a query that sees no more than topk without scoring them: only the set
   // matters downstream, up to the rounding of sums over slots.
-  // keep_for_loss: the caller's promise that the next IndexerKlLoss call is
-  // over these same iq, ik and w (any selection of these keys), none of them
-  // changed in between; a backend that scores the loss's pairs as it scores
-  // the selection's (the CUDA bf16 mode) may keep this call's scores for it
-  // instead of scoring them twice. Any other IndexerTopK call, or a loss call
-  // over other operands, drops what was kept.
+  // keep (null: nothing kept): where a backend that scores the loss's pairs
+  // as it scores the selection's (the CUDA bf16 mode) may keep this call's
+  // scores for an IndexerKlLoss over these same iq, ik and w (any selection
+  // of these keys, none of the operands changed in between), instead of
+  // scoring them twice; the caller holds it until that loss.
   virtual void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                            ConstMatrixView w, const int32_t* seq_start,
                            int64_t query_offset, int64_t topk, float scale,
-                           bool keep_for_loss, int32_t* keys) = 0;
+                           KeptIndexerScores* keep, int32_t* keys) = 0;
   // KL(target || softmax(index scores over the selected keys)), averaged over
   // the nq queries (w's rows) and times coeff; keys index ik's nk rows.
   // target [nq, topk]: the attention each selected key receives
   // (SparseAttentionKeyWeights), L1-normalized here. Adds the loss to *sum
   // (as CrossEntropyForward); accumulates coeff-scaled gradients into diq,
   // dik, dw. With as many queries as keys (nq == nk, self-attention on one
-  // rank) query t is key token t and its keys are tokens <= t.
+  // rank) query t is key token t and its keys are tokens <= t. kept: what an
+  // IndexerTopK kept (or null); read only when it scored these operands.
   virtual void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* keys,
                              int64_t topk, float scale, ConstMatrixView target,
-                             float coeff, MatrixView diq, MatrixView dik,
-                             MatrixView dw, double* sum) = 0;
+                             float coeff, const KeptIndexerScores* kept,
+                             MatrixView diq, MatrixView dik, MatrixView dw,
+                             double* sum) = 0;
 
   // ---- weights ----
   // The weights products read (matrices and stacked experts, where the

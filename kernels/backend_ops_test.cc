@@ -565,7 +565,8 @@ OpCase SparseAttentionCase(std::mt19937& rng) {
     b.SparseAttentionBackward(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
                               kKeys.data(), kTopK, 0, kHeads, scale,
                               out.Matrix(), lse.data(), d[0].Matrix(),
-                              dq.Matrix(), dk.Matrix(), dv_.Matrix());
+                              dq.Matrix(), dk.Matrix(), dv_.Matrix(),
+                              /*key_weights=*/{});
     return Tensors{dq, dk, dv_};
   };
   return op;
@@ -604,7 +605,8 @@ OpCase IndexerKlCase(std::mt19937& rng) {
     loss.data()[0] = LossOf(b, [&](double* sum) {
       b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
                       kKeys.data(), kTopK, scale, target.Matrix(), coeff,
-                      diq.Matrix(), dik.Matrix(), dw.Matrix(), sum);
+                      /*kept=*/nullptr, diq.Matrix(), dik.Matrix(), dw.Matrix(),
+                      sum);
     });
     return Tensors{loss};
   };
@@ -636,7 +638,8 @@ OpCase IndexerKlCase(std::mt19937& rng) {
     LossOf(b, [&](double* sum) {
       b.IndexerKlLoss(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
                       kKeys.data(), kTopK, scale, target.Matrix(), coeff,
-                      diq.Matrix(), dik.Matrix(), dw.Matrix(), sum);
+                      /*kept=*/nullptr, diq.Matrix(), dik.Matrix(), dw.Matrix(),
+                      sum);
     });
     for (Tensor* g : {&diq, &dik, &dw})
       for (float& v : g->values()) v *= d[0].data()[0];
@@ -687,7 +690,7 @@ TEST(BackendOps, IndexerTopKMatchesNaiveRanking) {
     std::vector<int32_t> keys(kTokens * topk, 7);
     backend->IndexerTopK(in[0].Matrix(), in[1].Matrix(), in[2].Matrix(),
                          kSeqStart.data(), 0, topk, 0.5f,
-                         /*keep_for_loss=*/false, keys.data());
+                         /*keep=*/nullptr, keys.data());
     for (int64_t t = 0; t < kTokens; ++t) {
       std::vector<std::pair<double, int32_t>> ranked;
       for (int32_t s = kSeqStart[t]; s <= t; ++s)
@@ -800,7 +803,8 @@ AttentionOperands RandomAttentionOperands(std::mt19937& rng) {
 }
 
 // The forward's log-sum-exp and the head-summed key weights recomputed from
-// it against softmax in double.
+// it against softmax in double, and the backward's key weights equal to
+// SparseAttentionKeyWeights' (the same probabilities).
 TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
   std::mt19937 rng(11);
   const int64_t dqk = kAttentionDqk, dv = kAttentionDv;
@@ -836,6 +840,14 @@ TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
                                        got_weights.Matrix());
     EXPECT_LE(Nmse(lse, AsDouble(got_lse)), 1e-12);
     EXPECT_LE(Nmse(weights, AsDouble(got_weights)), 1e-12);
+    Tensor dout = Random({kTokens * kHeads, dv}, rng), dq = ZerosLike(q),
+           dk = ZerosLike(k), dvv = ZerosLike(v),
+           backward_weights = Tensor::ForOutput({kTokens, kTopK});
+    backend->SparseAttentionBackward(
+        q.Matrix(), k.Matrix(), v.Matrix(), kKeys.data(), kTopK, 0, kHeads,
+        scale, out.Matrix(), got_lse.data(), dout.Matrix(), dq.Matrix(),
+        dk.Matrix(), dvv.Matrix(), backward_weights.Matrix());
+    EXPECT_EQ(backward_weights.values(), got_weights.values());
   }
 }
 
@@ -884,7 +896,7 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
   auto run = [&](Backend& b, int64_t begin, int64_t count) {
     const int32_t* keys = kKeys.data() + begin * kTopK;
     Tensor out({count * kHeads, dv}), lse({count * kHeads}),
-        weights({count, kTopK});
+        weights({count, kTopK}), backward_weights({count, kTopK});
     ConstMatrixView q = attn[0].Matrix().Rows(begin * kHeads, count * kHeads);
     b.SparseAttentionForward(q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK,
                              0, kHeads, scale, out.Matrix(), lse.data());
@@ -896,13 +908,13 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
         q, attn[1].Matrix(), attn[2].Matrix(), keys, kTopK, 0, kHeads, scale,
         out.Matrix(), lse.data(),
         attn[3].Matrix().Rows(begin * kHeads, count * kHeads), dq.Matrix(),
-        dk.Matrix(), dvv.Matrix());
+        dk.Matrix(), dvv.Matrix(), backward_weights.Matrix());
     Tensor selected({count, kTopK});
     std::vector<int32_t> chosen(count * kTopK);
     b.IndexerTopK(idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
                   idx[1].Matrix(), idx[2].Matrix().Rows(begin, count),
                   kSeqStart.data() + begin, begin, kTopK, 0.5f,
-                  /*keep_for_loss=*/false, chosen.data());
+                  /*keep=*/nullptr, chosen.data());
     for (int64_t i = 0; i < count * kTopK; ++i)
       selected.data()[i] = static_cast<float>(chosen[i]);
     Tensor loss({1}), diq({count * idx_heads, idx_dim}),
@@ -913,13 +925,14 @@ TEST(BackendOps, QueryHalvesAgainstAllKeysEqualTheWholeCall) {
           idx[0].Matrix().Rows(begin * idx_heads, count * idx_heads),
           idx[1].Matrix(), idx[2].Matrix().Rows(begin, count), keys, kTopK,
           0.5f, target.Matrix().Rows(begin, count),
-          static_cast<float>(count) / kTokens, diq.Matrix(), dik.Matrix(),
-          dw.Matrix(), sum);
+          static_cast<float>(count) / kTokens, /*kept=*/nullptr, diq.Matrix(),
+          dik.Matrix(), dw.Matrix(), sum);
     });
-    return Tensors{out, lse, weights, dq,  selected, diq,
-                   dw,  dk,  dvv,     dik, loss};
+    return Tensors{out, lse,      weights, backward_weights,
+                   dq,  selected, diq,     dw,
+                   dk,  dvv,      dik,     loss};
   };
-  constexpr int kPerQuery = 7;  // outputs with one row block per query
+  constexpr int kPerQuery = 8;  // outputs with one row block per query
   for (auto& backend : Backends()) {
     const Tensors whole = run(*backend, 0, kTokens);
     Tensors parts = run(*backend, 0, split);

@@ -364,12 +364,15 @@ void OpTimingBackend::SparseAttentionBackward(
     ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
     const int32_t* keys, int64_t topk, int64_t full_queries, int64_t heads,
     float scale, ConstMatrixView out, const float* lse, ConstMatrixView dout,
-    MatrixView dq, MatrixView dk, MatrixView dv) {
+    MatrixView dq, MatrixView dk, MatrixView dv, MatrixView key_weights) {
   const double flops = 2.0 * q.rows * topk * (3 * q.cols + 2 * v.cols);
-  Timed(absl::StrCat("SparseAttentionBackward topk ", topk), Flops(flops), [&] {
-    timed_->SparseAttentionBackward(q, k, v, keys, topk, full_queries, heads,
-                                    scale, out, lse, dout, dq, dk, dv);
-  });
+  Timed(absl::StrCat("SparseAttentionBackward topk ", topk,
+                     key_weights.empty() ? "" : " with key weights"),
+        Flops(flops), [&] {
+          timed_->SparseAttentionBackward(q, k, v, keys, topk, full_queries,
+                                          heads, scale, out, lse, dout, dq, dk,
+                                          dv, key_weights);
+        });
 }
 
 // The selected scores of every head.
@@ -387,12 +390,12 @@ void OpTimingBackend::SparseAttentionKeyWeights(
 void OpTimingBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                                   ConstMatrixView w, const int32_t* seq_start,
                                   int64_t query_offset, int64_t topk,
-                                  float scale, bool keep_for_loss,
+                                  float scale, KeptIndexerScores* keep,
                                   int32_t* keys) {
   Timed("IndexerTopK (FLOPs: all keys)",
         Flops(ProductFlops(iq.rows, iq.cols, ik.rows)), [&] {
           timed_->IndexerTopK(iq, ik, w, seq_start, query_offset, topk, scale,
-                              keep_for_loss, keys);
+                              keep, keys);
         });
 }
 
@@ -400,11 +403,12 @@ void OpTimingBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                     ConstMatrixView w, const int32_t* keys,
                                     int64_t topk, float scale,
                                     ConstMatrixView target, float coeff,
+                                    const KeptIndexerScores* kept,
                                     MatrixView diq, MatrixView dik,
                                     MatrixView dw, double* sum) {
   Timed("IndexerKlLoss", Flops(3 * ProductFlops(iq.rows, iq.cols, topk)), [&] {
-    timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, diq, dik,
-                          dw, sum);
+    timed_->IndexerKlLoss(iq, ik, w, keys, topk, scale, target, coeff, kept,
+                          diq, dik, dw, sum);
   });
 }
 

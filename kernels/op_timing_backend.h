@@ -122,18 +122,20 @@ class OpTimingBackend : public Backend {
                                int64_t topk, int64_t full_queries,
                                int64_t heads, float scale, ConstMatrixView out,
                                const float* lse, ConstMatrixView dout,
-                               MatrixView dq, MatrixView dk,
-                               MatrixView dv) override;
+                               MatrixView dq, MatrixView dk, MatrixView dv,
+                               MatrixView key_weights) override;
   void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                  const int32_t* keys, int64_t topk,
                                  int64_t heads, float scale, const float* lse,
                                  MatrixView weights) override;
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
-                   float scale, bool keep_for_loss, int32_t* keys) override;
+                   float scale, KeptIndexerScores* keep,
+                   int32_t* keys) override;
   void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      const int32_t* keys, int64_t topk, float scale,
-                     ConstMatrixView target, float coeff, MatrixView diq,
+                     ConstMatrixView target, float coeff,
+                     const KeptIndexerScores* kept, MatrixView diq,
                      MatrixView dik, MatrixView dw, double* sum) override;
   void RefreshComputeCopies(
       const std::vector<ConstFloatSpan>& weights) override;

@@ -61,10 +61,11 @@ DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
   return spec;
 }
 
-DecoderLayerSpec WithIndexerLossSum(const DecoderLayerSpec& spec,
-                                    double* indexer_loss_sum) {
+DecoderLayerSpec WithIndexerLoss(const DecoderLayerSpec& spec,
+                                 double* indexer_loss_sum, bool in_backward) {
   DecoderLayerSpec copy = spec;
   copy.attention.indexer_loss_sum = indexer_loss_sum;
+  copy.attention.indexer_loss_in_backward = in_backward;
   return copy;
 }
 

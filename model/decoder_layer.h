@@ -24,11 +24,12 @@ struct DecoderLayerSpec {
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
                                       float indexer_loss_coeff);
 
-// A copy of a model's `spec` for one forward, its indexer loss added to
-// `indexer_loss_sum` (a LossSums slot, model/loss_sums.h): the model passes
-// the copy down and keeps its own spec as built.
-DecoderLayerSpec WithIndexerLossSum(const DecoderLayerSpec& spec,
-                                    double* indexer_loss_sum);
+// A copy of a model's `spec` for one pass, its indexer loss formed in the
+// backward or the forward (AttentionSpec::indexer_loss_in_backward) and added
+// to `indexer_loss_sum` (a LossSums slot, model/loss_sums.h) by the pass that
+// forms it: the model passes the copy down and keeps its own spec as built.
+DecoderLayerSpec WithIndexerLoss(const DecoderLayerSpec& spec,
+                                 double* indexer_loss_sum, bool in_backward);
 
 struct DecoderLayerActivations {
   Tensor attn_in, attn_rstd;  // rmsnorm(h_in)

@@ -65,6 +65,14 @@ absl::Status GlmModel::Load(const Batch& batch) {
 }
 
 absl::StatusOr<ForwardResult> GlmModel::ForwardLoaded(StepTotals* step) {
+  // Recomputing layers for a step whose losses are read after the backward,
+  // each layer's indexer loss is formed once, in its backward, not also here
+  // where its activations are dropped.
+  return RunForward(step, options_.recompute_layers && step != nullptr);
+}
+
+absl::StatusOr<ForwardResult> GlmModel::RunForward(StepTotals* step,
+                                                   bool indexer_loss_later) {
   if (!loaded_) {
     return absl::FailedPreconditionError("ForwardLoaded needs a Load first");
   }
@@ -76,21 +84,13 @@ absl::StatusOr<ForwardResult> GlmModel::ForwardLoaded(StepTotals* step) {
   std::optional<LossSums> own_sums;
   LossSums& sums = step != nullptr ? step->losses()
                                    : own_sums.emplace(backend_->allocator());
-  // Recomputing layers for a step whose losses are read after the backward,
-  // each layer's indexer loss and its gradients are formed once, when the
-  // layer is recomputed, not also here where its activations are dropped.
-  deferred_indexer_loss_ = options_.recompute_layers && step != nullptr
-                               ? sums.at(LossSums::kIndexer)
-                               : nullptr;
-  // This forward's copies of spec_, which stays as built: the indexer loss
-  // goes to `sums`, and the layers leave it out where it is deferred.
+  backward_indexer_loss_ =
+      indexer_loss_later ? sums.at(LossSums::kIndexer) : nullptr;
+  // This forward's copy of spec_, which stays as built: the indexer loss
+  // goes to `sums`, here or in the backward.
   const DecoderLayerSpec spec =
-      WithIndexerLossSum(spec_, sums.at(LossSums::kIndexer));
-  DecoderLayerSpec layer_spec = spec;
-  if (deferred_indexer_loss_ != nullptr) {
-    layer_spec.attention.indexer_loss_coeff = 0.f;
-  }
-  ForwardLayers(layer_spec);
+      WithIndexerLoss(spec_, sums.at(LossSums::kIndexer), indexer_loss_later);
+  ForwardLayers(spec);
   // Without its own indexer the MTP layer attends over the last main layer's
   // keys.
   // The head takes aliases of the loaded targets, which stay: a loaded batch
@@ -165,15 +165,16 @@ void GlmModel::KeepRecords(DecoderLayerActivations* acts) {
 }
 
 // Layer i's forward again, into `acts`: the same inputs and selections give
-// the same activations (the backends' ops are deterministic); its indexer loss
-// goes to a sum nobody reads, having been counted in the forward.
+// the same activations (the backends' ops are deterministic). Where the
+// forward formed the indexer loss, it is formed again for its gradients and
+// goes to a sum nobody reads, having been counted.
 void GlmModel::RecomputeLayer(int i, DecoderLayerActivations* acts) {
-  // The forward counted the loss already unless it deferred it here.
   LossSums uncounted(backend_->allocator());
   const DecoderLayerSpec spec =
-      WithIndexerLossSum(spec_, deferred_indexer_loss_ != nullptr
-                                    ? deferred_indexer_loss_
-                                    : uncounted.at(LossSums::kIndexer));
+      backward_indexer_loss_ != nullptr
+          ? LayerBackwardSpec()
+          : WithIndexerLoss(spec_, uncounted.at(LossSums::kIndexer),
+                            /*in_backward=*/false);
   Tensor h_out =
       Tensor::ForOutput({layout_.tokens, params_->config().hidden_size});
   DecoderLayerForward(*backend_, params_->layers[i], spec, hidden_[i].Matrix(),
@@ -193,8 +194,17 @@ void GlmModel::Record(const DecoderLayerActivations& layer, size_t index,
   }
 }
 
+// The layers' spec for the backward (the MTP layer's too): the indexer loss
+// formed there when the forward left it (to the step's sum).
+DecoderLayerSpec GlmModel::LayerBackwardSpec() const {
+  return WithIndexerLoss(spec_, backward_indexer_loss_,
+                         backward_indexer_loss_ != nullptr);
+}
+
 absl::Status GlmModel::TrainLoaded(StepTotals* step) {
-  absl::StatusOr<ForwardResult> forward = ForwardLoaded(step);
+  // The step's losses are read after the backward, which forms the indexer
+  // loss from the probabilities the attention's backward forms anyway.
+  absl::StatusOr<ForwardResult> forward = RunForward(step, step != nullptr);
   if (!forward.ok()) return forward.status();
   return Backward();
 }
@@ -206,13 +216,14 @@ absl::Status GlmModel::Backward() {
   AllocatorScope on_backend(backend_->allocator());
   const int64_t n = layout_.tokens, hidden = params_->config().hidden_size;
   Tensor dh({n, hidden});
-  OutputHeadBackward(*backend_, *params_, spec_, layout_,
+  const DecoderLayerSpec layer_spec = LayerBackwardSpec();
+  OutputHeadBackward(*backend_, *params_, layer_spec, layout_,
                      hidden_.back().Matrix(), head_, dh.Matrix());
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     DecoderLayerActivations recomputed;
     if (options_.recompute_layers) RecomputeLayer(i, &recomputed);
     Tensor dh_in = Tensor::ForOutput({n, hidden});
-    DecoderLayerBackward(*backend_, params_->layers[i], spec_,
+    DecoderLayerBackward(*backend_, params_->layers[i], layer_spec,
                          hidden_[i].Matrix(), layout_,
                          options_.recompute_layers ? recomputed : layers_[i],
                          dh.Matrix(), dh_in.Matrix());

@@ -78,8 +78,13 @@ class GlmModel {
   const std::vector<int64_t>& loaded_shape() const { return loaded_shape_; }
 
  private:
+  // ForwardLoaded, the indexer loss left to the backward when
+  // indexer_loss_later (the step's sums are read after it).
+  absl::StatusOr<ForwardResult> RunForward(StepTotals* step,
+                                           bool indexer_loss_later);
   // The decoder layers with `spec`, into layers_ and hidden_.
   void ForwardLayers(const DecoderLayerSpec& spec);
+  DecoderLayerSpec LayerBackwardSpec() const;
   const IndexTensor* SharedTopK(int i) const;
   // Under LossOptions::recompute_layers: drops a layer's activations but
   // what later layers and Record read, and runs layer i's forward again.
@@ -103,8 +108,8 @@ class GlmModel {
   // Saved by Forward.
   bool has_forward_ = false;
   // The step's indexer loss sum when the forward left the loss to the
-  // layers' recomputation; null otherwise.
-  double* deferred_indexer_loss_ = nullptr;
+  // layers' backward; null otherwise.
+  double* backward_indexer_loss_ = nullptr;
   IndexTensor op_ids_;  // ids_ where the backend's ops read them
   TokenLayout layout_;
   std::vector<Tensor>

@@ -31,6 +31,12 @@ double CrossEntropy(const float* row, int64_t vocab, int32_t target) {
   return max + std::log(sum) - row[target];
 }
 
+// What StepTotals::ReadInto fills (the trainer's StageLosses has these).
+struct StageLossesLike {
+  double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
+  std::vector<std::vector<int64_t>> expert_load;
+};
+
 class GlmModelTest : public ::testing::Test {
  protected:
   // Weights ~ N(0, 1.2 / sqrt(hidden)): activations of order one, so finite
@@ -46,6 +52,49 @@ class GlmModelTest : public ::testing::Test {
     absl::StatusOr<ForwardResult> result = model.Forward(batch);
     EXPECT_TRUE(result.ok()) << result.status();
     return *std::move(result);
+  }
+
+  // Wherever a step forms the indexer loss (in the forward; in the backward
+  // of a training step, its target summed from the attention backward's own
+  // probabilities; in the backward of recomputed layers, formed once), the
+  // step's totals and every gradient are those of the forward's loss.
+  void ExpectEveryPassFormsTheSameIndexerLoss(const Batch& batch) {
+    auto run = [&](bool train_step, bool recompute, StageLossesLike* totals) {
+      LossOptions options;
+      options.recompute_layers = recompute;
+      options.return_logits = false;
+      params_.ZeroGrad();
+      GlmModel model(&params_, &backend_, options);
+      StepTotals step(backend_.allocator());
+      if (train_step) {
+        EXPECT_TRUE(model.Load(batch).ok());
+        EXPECT_TRUE(model.TrainLoaded(&step).ok());
+      } else {
+        EXPECT_TRUE(model.Forward(batch, &step).ok());
+        EXPECT_TRUE(model.Backward().ok());
+      }
+      step.ReadInto(totals);
+      return GradientValues(params_);
+    };
+    StageLossesLike in_forward;
+    const auto forward_grads = run(false, false, &in_forward);
+    EXPECT_GT(in_forward.indexer_loss, 0.0);
+    for (const auto& [train_step, recompute] :
+         {std::pair{false, true}, std::pair{true, false},
+          std::pair{true, true}}) {
+      SCOPED_TRACE(testing::Message() << "train step " << train_step
+                                      << ", recompute " << recompute);
+      StageLossesLike totals;
+      const auto grads = run(train_step, recompute, &totals);
+      EXPECT_NEAR(totals.indexer_loss, in_forward.indexer_loss,
+                  1e-12 * in_forward.indexer_loss);
+      EXPECT_EQ(totals.lm_loss, in_forward.lm_loss);
+      EXPECT_EQ(totals.mtp_loss, in_forward.mtp_loss);
+      ASSERT_EQ(grads.size(), forward_grads.size());
+      for (size_t i = 0; i < forward_grads.size(); ++i) {
+        EXPECT_TRUE(grads[i] == forward_grads[i]) << "gradient " << i;
+      }
+    }
   }
 
   // Analytic gradients of the total loss, then a directional check (first step
@@ -110,12 +159,6 @@ class GlmModelTest : public ::testing::Test {
   CpuBackend backend_;
   ModelConfig config_;
   ModelParameters params_;
-};
-
-// What StepTotals::ReadInto fills (the trainer's StageLosses has these).
-struct StageLossesLike {
-  double lm_loss = 0, mtp_loss = 0, indexer_loss = 0;
-  std::vector<std::vector<int64_t>> expert_load;
 };
 
 TEST_F(GlmModelTest, ForwardShapesSharingAndLosses) {
@@ -203,34 +246,8 @@ TEST_F(GlmModelTest, StepTotalsSumTheForwardsOfAStep) {
   EXPECT_GT(moe_layers, 0);
 }
 
-// Recomputing layers within a step (the trainer's case), the indexer loss is
-// formed when each layer is recomputed: the step's totals and the gradients
-// are those of keeping the activations.
-TEST_F(GlmModelTest, RecomputedStepFormsTheIndexerLossOnce) {
-  const Batch batch = Batch::FromSequences({kSeqA, kSeqB});
-  auto run = [&](bool recompute, StageLossesLike* totals) {
-    LossOptions options;
-    options.recompute_layers = recompute;
-    options.return_logits = false;
-    params_.ZeroGrad();
-    GlmModel model(&params_, &backend_, options);
-    StepTotals step(backend_.allocator());
-    EXPECT_TRUE(model.Forward(batch, &step).ok());
-    EXPECT_TRUE(model.Backward().ok());
-    step.ReadInto(totals);
-    return GradientValues(params_);
-  };
-  StageLossesLike kept, recomputed;
-  const auto kept_grads = run(false, &kept);
-  const auto recomputed_grads = run(true, &recomputed);
-  EXPECT_GT(kept.indexer_loss, 0.0);
-  EXPECT_NEAR(recomputed.indexer_loss, kept.indexer_loss,
-              1e-12 * kept.indexer_loss);
-  EXPECT_EQ(recomputed.lm_loss, kept.lm_loss);
-  ASSERT_EQ(recomputed_grads.size(), kept_grads.size());
-  for (size_t i = 0; i < kept_grads.size(); ++i) {
-    EXPECT_TRUE(recomputed_grads[i] == kept_grads[i]) << "gradient " << i;
-  }
+TEST_F(GlmModelTest, EveryPassFormsTheSameIndexerLoss) {
+  ExpectEveryPassFormsTheSameIndexerLoss(Batch::FromSequences({kSeqA, kSeqB}));
 }
 
 // A micro batch's ids, positions, sequence starts and head targets go to the
@@ -525,6 +542,20 @@ class Glm52TinyTest : public GlmModelTest {
  protected:
   Glm52TinyTest() : GlmModelTest(*PresetConfig("glm5.2-tiny")) {}
 };
+
+// glm5 without index sharing: every layer, the MTP layer too, runs its own
+// indexer and forms its loss.
+class Glm5TinyTest : public GlmModelTest {
+ protected:
+  Glm5TinyTest() : GlmModelTest(*PresetConfig("glm5-tiny")) {}
+};
+
+TEST_F(Glm5TinyTest, EveryPassFormsTheSameIndexerLossTheMtpLayersToo) {
+  ASSERT_TRUE(params_.mtp[0].layer.self_attn.has_indexer);
+  std::vector<int32_t> ids;
+  for (int t = 0; t < 40; ++t) ids.push_back((29 * t + 5) % 512);
+  ExpectEveryPassFormsTheSameIndexerLoss(Batch::FromSequences({ids}));
+}
 
 // glm5.2's index sharing: skip layers attend over a recomputed source layer's
 // kept keys.

@@ -94,7 +94,7 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
         acts->q.Matrix().Rows(row * spec.heads, run.count * spec.heads),
         acts->k.Matrix(), acts->weights.Matrix().Rows(row, run.count),
         layout.op_seq_start.data() + run.begin, run.begin, width,
-        ScoreScale(spec), keep_for_loss,
+        ScoreScale(spec), keep_for_loss ? &acts->kept_scores : nullptr,
         topk->data() + (row - mine.begin) * width);
     row += run.count;
   }
@@ -104,22 +104,23 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
 void IndexerLossForward(Backend& backend, const IndexerSpec& spec,
                         const IndexTensor& topk, ConstMatrixView target,
                         float coeff, TokenRange rows, int64_t all_tokens,
-                        IndexerActivations* acts, double* sum) {
+                        const IndexerActivations& acts,
+                        IndexerLossGradients* grads, double* sum) {
   assert(sum != nullptr);
-  acts->dq = Tensor(acts->q.shape());
-  acts->dk = Tensor(acts->k.shape());
-  acts->dweights = Tensor(acts->weights.shape());
+  grads->dq = Tensor(acts.q.shape());
+  grads->dk = Tensor(acts.k.shape());
+  grads->dweights = Tensor(acts.weights.shape());
   const int64_t heads = spec.heads, width = topk.dim(1);
   // The kernel averages over its rows; the loss is a mean over all tokens.
   const float share =
       static_cast<float>(rows.count) / static_cast<float>(all_tokens);
   backend.IndexerKlLoss(
-      acts->q.Matrix().Rows(rows.begin * heads, rows.count * heads),
-      acts->k.Matrix(), acts->weights.Matrix().Rows(rows.begin, rows.count),
+      acts.q.Matrix().Rows(rows.begin * heads, rows.count * heads),
+      acts.k.Matrix(), acts.weights.Matrix().Rows(rows.begin, rows.count),
       topk.data() + rows.begin * width, width, ScoreScale(spec), target,
-      coeff * share,
-      acts->dq.Matrix().Rows(rows.begin * heads, rows.count * heads),
-      acts->dk.Matrix(), acts->dweights.Matrix().Rows(rows.begin, rows.count),
+      coeff * share, &acts.kept_scores,
+      grads->dq.Matrix().Rows(rows.begin * heads, rows.count * heads),
+      grads->dk.Matrix(), grads->dweights.Matrix().Rows(rows.begin, rows.count),
       sum);
 }
 
@@ -127,13 +128,14 @@ void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
                      const int32_t* pos, TokenParallel& parallel,
-                     const IndexerActivations& acts) {
+                     const IndexerActivations& acts,
+                     const IndexerLossGradients& grads) {
   const int64_t n = x.rows, dim = spec.head_dim, rope = spec.rope_dim;
   const MatrixView no_input_grad;  // inputs are detached
   // Head weights.
   Tensor draw_weights({n, spec.heads});
   backend.Axpy(1.f / std::sqrt(static_cast<float>(spec.heads)),
-               acts.dweights.Matrix(), draw_weights.Matrix());
+               grads.dweights.Matrix(), draw_weights.Matrix());
   backend.LinearBackward(x, p.weights_proj.value.Matrix(),
                          draw_weights.Matrix(), no_input_grad,
                          p.weights_proj.grad.Matrix());
@@ -141,7 +143,7 @@ void IndexerBackward(Backend& backend, IndexerParameters& p,
   // Both column ranges written (Copy, RopeBackward): unfilled buffers.
   Tensor dq_raw = Tensor::ForOutput({n, spec.heads * dim});
   MatrixView dq_rows = dq_raw.Matrix().SplitRows(spec.heads);
-  ConstMatrixView dq = acts.dq.Matrix();
+  ConstMatrixView dq = grads.dq.Matrix();
   backend.Copy(dq.Columns(rope, dim - rope), dq_rows.Columns(rope, dim - rope));
   backend.RopeBackward(dq.Columns(0, rope), pos, spec.heads, spec.rope_theta,
                        dq_rows.Columns(0, rope));
@@ -151,9 +153,10 @@ void IndexerBackward(Backend& backend, IndexerParameters& p,
   Tensor dk_normed = Tensor::ForOutput({n, dim}), dk_raw({n, dim});
   const Tensor dk_chunk =
       parallel.cp() > 1
-          ? parallel.ReduceScatterAll(acts.dk.Matrix(), layout.tokens)
+          ? parallel.ReduceScatterAll(grads.dk.Matrix(), layout.tokens)
           : Tensor();
-  ConstMatrixView dk = parallel.cp() > 1 ? dk_chunk.Matrix() : acts.dk.Matrix();
+  ConstMatrixView dk =
+      parallel.cp() > 1 ? dk_chunk.Matrix() : grads.dk.Matrix();
   backend.Copy(dk.Columns(rope, dim - rope),
                dk_normed.Matrix().Columns(rope, dim - rope));
   backend.RopeBackward(dk.Columns(0, rope), pos, 1, spec.rope_theta,

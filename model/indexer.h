@@ -30,17 +30,23 @@ struct IndexerActivations {
   Tensor k;  // after RoPE: [n, dim], or every chunk's [all tokens, dim] under
              // context parallelism
   Tensor weights;  // [n, heads] weights_proj(x) * heads^-0.5
-  // Gradients of the indexer loss w.r.t. q, k, weights (set by
-  // IndexerLossForward).
+  // The top-k call's scores, where the backend keeps them for the loss.
+  KeptIndexerScores kept_scores;
+};
+
+// Gradients of the indexer loss w.r.t. q, k and weights (IndexerLossForward),
+// which IndexerBackward takes into the indexer's weights.
+struct IndexerLossGradients {
   Tensor dq, dk, dweights;
 };
 
 // x and q_resid are the n tokens of `chunk` (all tokens without context
 // parallelism), `positions` theirs. Computes the indexer activations and
 // their top-k keys [n, topk] (-1 padded) among all tokens of the layout.
-// loss_follows: the next indexer op is IndexerLossForward over all n rows,
-// with these activations unchanged (where one call selects every row, the
-// backend may keep its scores for the loss: Backend::IndexerTopK).
+// loss_follows: IndexerLossForward runs over all n rows, with these
+// activations unchanged (where one call selects every row, the backend may
+// keep its scores for the loss in acts->kept_scores:
+// Backend::IndexerTopK).
 void IndexerForward(Backend& backend, const IndexerParameters& p,
                     const IndexerSpec& spec, ConstMatrixView x,
                     ConstMatrixView q_resid, const TokenLayout& layout,
@@ -49,20 +55,21 @@ void IndexerForward(Backend& backend, const IndexerParameters& p,
                     IndexerActivations* acts, IndexTensor* topk);
 // The KL loss of the chunk's queries `rows` (chunk-relative) against the
 // attention each of their selected keys receives, summed over the main
-// attention's heads [rows.count, topk]; keeps
-// its gradients in `acts` for IndexerBackward. Adds coeff * the rows' part
-// of the mean KL over all tokens of the layout to *sum (in the backend's
-// memory).
+// attention's heads [rows.count, topk]; writes its gradients to *grads for
+// IndexerBackward. Adds coeff * the rows' part of the mean KL over all tokens
+// of the layout to *sum (in the backend's memory).
 void IndexerLossForward(Backend& backend, const IndexerSpec& spec,
                         const IndexTensor& topk, ConstMatrixView target,
                         float coeff, TokenRange rows, int64_t all_tokens,
-                        IndexerActivations* acts, double* sum);
+                        const IndexerActivations& acts,
+                        IndexerLossGradients* grads, double* sum);
 // Propagates the loss gradients into the indexer weights only.
 void IndexerBackward(Backend& backend, IndexerParameters& p,
                      const IndexerSpec& spec, ConstMatrixView x,
                      ConstMatrixView q_resid, const TokenLayout& layout,
                      const int32_t* positions, TokenParallel& parallel,
-                     const IndexerActivations& acts);
+                     const IndexerActivations& acts,
+                     const IndexerLossGradients& grads);
 
 }  // namespace glm
 

@@ -118,28 +118,37 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
                      acts->key.Matrix().Columns(nope, rope));
 }
 
-// The indexer loss of this rank's own queries against the attention their
-// keys receive summed over heads; under tensor parallelism over every rank's
-// heads.
+// Whether this layer forms an indexer loss, and in which pass.
+bool IndexerLossInForward(const AttentionParameters& p,
+                          const AttentionSpec& spec) {
+  return p.has_indexer && spec.indexer_loss_coeff != 0.f &&
+         !spec.indexer_loss_in_backward;
+}
+bool IndexerLossInBackward(const AttentionParameters& p,
+                           const AttentionSpec& spec) {
+  return p.has_indexer && spec.indexer_loss_coeff != 0.f &&
+         spec.indexer_loss_in_backward;
+}
+
+// The indexer loss of this rank's own queries against `head_sum` [n, topk],
+// the attention their keys receive summed over this rank's heads; under
+// tensor parallelism summed over every rank's heads.
 void IndexerLoss(Backend& backend, const AttentionSpec& spec,
                  const TokenLayout& layout, AttentionRows& rows,
-                 AttentionActivations* acts) {
-  const int64_t topk = acts->own_topk.dim(1), n = rows.chunk.count();
-  Tensor head_sum = Tensor::ForOutput({n, topk});
-  backend.SparseAttentionKeyWeights(
-      acts->query.Matrix(), acts->key.Matrix(), acts->own_topk.data(), topk,
-      spec.heads, Scale(spec), acts->lse.data(), head_sum.Matrix());
+                 const AttentionActivations& acts, ConstMatrixView head_sum,
+                 IndexerLossGradients* grads) {
   if (rows.parallel.tp() == 1) {
-    IndexerLossForward(backend, spec.indexer, acts->own_topk, head_sum.Matrix(),
-                       spec.indexer_loss_coeff, {0, n}, layout.tokens,
-                       &acts->indexer, spec.indexer_loss_sum);
+    IndexerLossForward(backend, spec.indexer, acts.own_topk, head_sum,
+                       spec.indexer_loss_coeff, {0, head_sum.rows},
+                       layout.tokens, acts.indexer, grads,
+                       spec.indexer_loss_sum);
     return;
   }
   const Tensor target =
-      rows.parallel.ReduceScatterChunk(head_sum.Matrix(), layout.tokens);
-  IndexerLossForward(backend, spec.indexer, acts->own_topk, target.Matrix(),
+      rows.parallel.ReduceScatterChunk(head_sum, layout.tokens);
+  IndexerLossForward(backend, spec.indexer, acts.own_topk, target.Matrix(),
                      spec.indexer_loss_coeff, rows.local, layout.tokens,
-                     &acts->indexer, spec.indexer_loss_sum);
+                     acts.indexer, grads, spec.indexer_loss_sum);
 }
 
 }  // namespace
@@ -184,8 +193,8 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   KeysForward(backend, p, spec, xc, layout, rows, acts);
   // Key selection.
   if (p.has_indexer) {
-    // IndexerLoss below reads the indexer's operands over every row when
-    // the tensor ranks do not split them.
+    // The indexer loss (below, or in the backward) reads the indexer's
+    // operands over every row when the tensor ranks do not split them.
     const bool loss_follows =
         spec.indexer_loss_coeff != 0.f && rows.parallel.tp() == 1;
     IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
@@ -221,8 +230,15 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   } else {
     backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
   }
-  if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
-    IndexerLoss(backend, spec, layout, rows, acts);
+  if (IndexerLossInForward(p, spec)) {
+    Tensor head_sum = Tensor::ForOutput({n, topk});
+    backend.SparseAttentionKeyWeights(
+        acts->query.Matrix(), acts->key.Matrix(), acts->own_topk.data(), topk,
+        spec.heads, Scale(spec), acts->lse.data(), head_sum.Matrix());
+    IndexerLoss(backend, spec, layout, rows, *acts, head_sum.Matrix(),
+                &acts->indexer_grads);
+    // Read by the loss alone.
+    acts->indexer.kept_scores = KeptIndexerScores();
   }
 }
 
@@ -258,13 +274,21 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
          dkv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
   MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
   const int64_t topk = acts.topk->dim(1);
+  const bool loss_here = IndexerLossInBackward(p, spec);
+  Tensor head_sum = loss_here ? Tensor::ForOutput({n, topk}) : Tensor();
   backend.SparseAttentionBackward(
       acts.query.Matrix(), acts.key.Matrix(),
       acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim), acts.topk->data(),
       topk, FullQueries(layout, n, all, topk), heads, Scale(spec),
       acts.attn.Matrix().SplitRows(heads), acts.lse.data(),
       dattn.Matrix().SplitRows(heads), dquery.Matrix(), dkey.Matrix(),
-      dkv_rows.Columns(nope, vdim));
+      dkv_rows.Columns(nope, vdim),
+      loss_here ? head_sum.Matrix() : MatrixView());
+  IndexerLossGradients formed_here;
+  if (loss_here) {
+    IndexerLoss(backend, spec, layout, rows, acts, head_sum.Matrix(),
+                &formed_here);
+  }
   // Keys: nope part to kv_b_proj's output, rope part summed over heads.
   backend.Copy(dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
   Tensor dk_rope({all, rope});
@@ -309,7 +333,8 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                          p.q_a_proj.grad.Matrix());
   if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
     IndexerBackward(backend, p.indexer, spec.indexer, xc, acts.q_resid.Matrix(),
-                    layout, rows.op_positions(), rows.parallel, acts.indexer);
+                    layout, rows.op_positions(), rows.parallel, acts.indexer,
+                    loss_here ? formed_here : acts.indexer_grads);
   }
   // The chunk's input gradient is a partial sum on each tensor rank.
   if (split) {

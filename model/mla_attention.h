@@ -30,8 +30,16 @@ struct AttentionSpec {
   // Under tensor parallelism `heads` is this rank's share. Not owned.
   TokenParallel* parallel = nullptr;
   // Where the indexer KL loss is added (a LossSums slot, model/loss_sums.h),
-  // set by the model for each forward; needed when indexer_loss_coeff != 0.
+  // set by the model for each pass that forms it; needed when
+  // indexer_loss_coeff != 0.
   double* indexer_loss_sum = nullptr;
+  // Which pass forms the indexer loss: the forward, its target the key
+  // weights formed again from the queries and keys (SparseAttentionKeyWeights);
+  // or the backward (for a step whose losses are read after it), its target
+  // summed from the probabilities the attention's backward forms anyway (its
+  // target is detached: the same loss and gradients). The forward then only
+  // keeps what the loss reads.
+  bool indexer_loss_in_backward = false;
 
   int64_t qk_dim() const { return nope_dim + rope_dim; }
 };
@@ -56,6 +64,7 @@ struct AttentionActivations {
   Tensor attn;  // [n, heads * v]
   Tensor lse;   // [n * heads]: log-sum-exp of each row's scores
   IndexerActivations indexer;
+  IndexerLossGradients indexer_grads;  // where the forward formed the loss
   IndexTensor own_topk;  // computing layers: the keys this layer chose
   const IndexTensor* topk = nullptr;  // the keys attended (own or the source's)
 };

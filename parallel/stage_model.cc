@@ -111,9 +111,9 @@ absl::StatusOr<StageLosses> StageModel::Forward(const Batch& batch,
   }
   LossSums sums(backend_->allocator());
   // This forward's copy of spec_, which stays as built: the indexer loss goes
-  // to `sums`.
-  const DecoderLayerSpec spec =
-      WithIndexerLossSum(spec_, sums.at(LossSums::kIndexer));
+  // to `sums`, read with the forward's other losses.
+  const DecoderLayerSpec spec = WithIndexerLoss(
+      spec_, sums.at(LossSums::kIndexer), /*in_backward=*/false);
   acts->layers.assign(end_ - first_, DecoderLayerActivations());
   for (int i = first_; i < end_; ++i) {
     // Index sharing stays inside a stage (the layout validator checks it).

@@ -257,24 +257,28 @@ void CpuBackend::SparseAttentionForward(ConstMatrixView q, ConstMatrixView k,
                         q.rows / heads, k.rows / heads);
   cpu::SparseAttentionForward(q, k, v, keys, topk, heads, scale, out, lse);
 }
-void CpuBackend::SparseAttentionBackward(ConstMatrixView q, ConstMatrixView k,
-                                         ConstMatrixView v, const int32_t* keys,
-                                         int64_t topk, int64_t full_queries,
-                                         int64_t heads, float scale,
-                                         ConstMatrixView out, const float* lse,
-                                         ConstMatrixView dout, MatrixView dq,
-                                         MatrixView dk, MatrixView dv) {
+void CpuBackend::SparseAttentionBackward(
+    ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
+    const int32_t* keys, int64_t topk, int64_t full_queries, int64_t heads,
+    float scale, ConstMatrixView out, const float* lse, ConstMatrixView dout,
+    MatrixView dq, MatrixView dk, MatrixView dv, MatrixView key_weights) {
   CheckHeld("SparseAttentionBackward",
             {q.data, k.data, v.data, keys, out.data, lse, dout.data, dq.data,
-             dk.data, dv.data});
+             dk.data, dv.data, key_weights.data});
   CheckF32("CpuBackend::SparseAttentionBackward",
-           {q, k, v, out, dout, dq, dk, dv});
+           {q, k, v, out, dout, dq, dk, dv, key_weights});
   cpu::CheckFullQueries("SparseAttentionBackward", keys, topk, full_queries,
                         q.rows / heads, k.rows / heads);
   // The kernel adds into the gradients; the op writes them.
   for (MatrixView grad : {dq, dk, dv}) cpu::Zero(grad);
   cpu::SparseAttentionBackward(q, k, v, keys, topk, heads, scale, out, lse,
                                dout, dq, dk, dv);
+  // The probabilities again, as the forward's key weights form them: the
+  // same values bit for bit.
+  if (!key_weights.empty()) {
+    cpu::SparseAttentionKeyWeights(q, k, keys, topk, heads, scale, lse,
+                                   key_weights);
+  }
 }
 void CpuBackend::SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                            const int32_t* keys, int64_t topk,
@@ -289,7 +293,9 @@ void CpuBackend::SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
 void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* seq_start,
                              int64_t query_offset, int64_t topk, float scale,
-                             bool /*keep_for_loss: the loss scores again*/,
+                             KeptIndexerScores* /*keep: the loss scores
+                                                   again*/
+                             ,
                              int32_t* keys) {
   CheckHeld("IndexerTopK", {iq.data, ik.data, w.data, seq_start, keys});
   CheckF32("CpuBackend::IndexerTopK", {iq, ik, w});
@@ -299,6 +305,7 @@ void CpuBackend::IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik,
                                ConstMatrixView w, const int32_t* keys,
                                int64_t topk, float scale,
                                ConstMatrixView target, float coeff,
+                               const KeptIndexerScores* /*kept: none*/,
                                MatrixView diq, MatrixView dik, MatrixView dw,
                                double* sum) {
   CheckHeld("IndexerKlLoss", {iq.data, ik.data, w.data, keys, target.data,

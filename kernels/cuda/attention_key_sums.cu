@@ -191,6 +191,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Thread per (query, slot): a warp's slots are neighbours in the query's
+// list, which lists its keys in key order (the bf16 mode's selections), so
+// each head's loads of a warp fall in a few sectors of that head's row.
+__global__ void ProbabilityKeySumsKernel(const __nv_bfloat16* probs,
+                                         int64_t tokens, int heads,
+                                         const int32_t* keys,
+                                         MatrixView weights) {
+  ForEachElement(weights.rows, weights.cols, [&](int64_t t, int64_t j) {
+    const int32_t key = keys[t * weights.cols + j];
+    float sum = 0.f;
+    if (key >= 0) {
+      const __nv_bfloat16* pair = probs + t * tokens + key;
+      for (int h = 0; h < heads; ++h) {
+        sum += __bfloat162float(pair[h * tokens * tokens]);
+      }
+    }
+    At(weights, t, j) = sum;
+  });
+}
+
 }  // namespace
 
 bool AttentionKeySumsSupported(ConstMatrixView q, ConstMatrixView k,
@@ -217,6 +237,18 @@ void AttentionKeySums(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                            kSharedBytes, ctx.stream()>>>(
       q, k, static_cast<int>(heads), scale * kLog2e, lse, t0, count, key_end,
       causal, sums, ld);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void ProbabilityKeySums(CudaContext& ctx, const __nv_bfloat16* probs,
+                        int64_t tokens, int64_t heads, const int32_t* keys,
+                        MatrixView weights) {
+  assert(weights.rows == tokens && weights.dtype == ElementType::kF32);
+  assert(heads > 0 && heads <= INT32_MAX);
+  if (weights.rows == 0 || weights.cols == 0) return;
+  ProbabilityKeySumsKernel<<<GridStrideBlocks(weights.rows * weights.cols),
+                             kBlockThreads, 0, ctx.stream()>>>(
+      probs, tokens, static_cast<int>(heads), keys, weights);
   GLM_CUDA_CHECK_LAUNCH();
 }
 

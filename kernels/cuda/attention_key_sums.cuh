@@ -8,6 +8,8 @@
 #ifndef GLM_KERNELS_CUDA_ATTENTION_KEY_SUMS_CUH_
 #define GLM_KERNELS_CUDA_ATTENTION_KEY_SUMS_CUH_
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/cuda_context.h"
@@ -29,6 +31,16 @@ void AttentionKeySums(CudaContext& ctx, ConstMatrixView q, ConstMatrixView k,
                       int64_t heads, float scale, const float* lse, int64_t t0,
                       int64_t count, int64_t key_end, bool causal, float* sums,
                       int64_t ld);
+
+// The same sums where the probabilities are at hand, gathered at the
+// selected keys: weights[t, j] = sum_h probs[(h * tokens + t) * tokens +
+// keys[t * topk + j]] (0 on -1 slots), the heads added in order in fp32.
+// probs: the attention products' P ([heads, tokens, tokens] bf16 of
+// self-attention, written at every selected pair: attention_products.cuh);
+// weights [tokens, topk] F32.
+void ProbabilityKeySums(CudaContext& ctx, const __nv_bfloat16* probs,
+                        int64_t tokens, int64_t heads, const int32_t* keys,
+                        MatrixView weights);
 
 }  // namespace glm::cuda
 

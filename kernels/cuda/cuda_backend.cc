@@ -79,7 +79,6 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   ~CudaBackend() override {
     scratch_ = Grown();
     composite_scratch_ = Grown();
-    kept_scratch_ = Grown();
     weight_copies_ = cuda::Bf16WeightCopies();
     cudnn_attention_.reset();
     allocator_->Free(loss_);
@@ -119,9 +118,6 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   void* Scratch(size_t bytes) override { return Grow(&scratch_, bytes); }
   void* CompositeScratch(size_t bytes) override {
     return Grow(&composite_scratch_, bytes);
-  }
-  void* KeptScratch(size_t bytes) override {
-    return Grow(&kept_scratch_, bytes);
   }
   const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const override {
     return weight_copies_.Find(v);
@@ -383,8 +379,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                int64_t topk, int64_t full_queries,
                                int64_t heads, float scale, ConstMatrixView out,
                                const float* lse, ConstMatrixView dout,
-                               MatrixView dq, MatrixView dk,
-                               MatrixView dv) override {
+                               MatrixView dq, MatrixView dk, MatrixView dv,
+                               MatrixView key_weights) override {
     CheckActivations("CudaBackend::SparseAttentionBackward", {{"q", q},
                                                               {"k", k},
                                                               {"v", v},
@@ -396,10 +392,17 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     // Scratch for the bias, P and dS (4 bytes a pair and head): glm5.2-mini's
     // 16 heads up to 5k tokens; longer sequences run cuDNN's backward.
     constexpr int64_t kProductsScratchBytes = int64_t{2} << 30;
-    if (cuda::SelfAttentionProductsBackward(*this, q, k, v, keys, topk, heads,
-                                            scale, out, lse, dout, dq, dk, dv,
-                                            kProductsScratchBytes)) {
+    CheckF32("CudaBackend::SparseAttentionBackward", {key_weights});
+    if (cuda::SelfAttentionProductsBackward(
+            *this, q, k, v, keys, topk, heads, scale, out, lse, dout, dq, dk,
+            dv, key_weights, kProductsScratchBytes)) {
       return;
+    }
+    // Elsewhere the probabilities are not at hand: the key weights are formed
+    // as SparseAttentionKeyWeights forms them.
+    if (!key_weights.empty()) {
+      SparseAttentionKeyWeights(q, k, keys, topk, heads, scale, lse,
+                                key_weights);
     }
     if (UseCudnn(q, k, v, topk, full_queries, heads, scale, true)) {
       cudnn_attention_->Backward(*this, q, k, v, keys, topk, full_queries,
@@ -430,20 +433,20 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
-                   float scale, bool keep_for_loss, int32_t* keys) override {
+                   float scale, KeptIndexerScores* keep,
+                   int32_t* keys) override {
     CheckF32("CudaBackend::IndexerTopK", {iq, ik, w});
-    kept_indexer_scores_ = cuda::KeptIndexerScores();
     cuda::IndexerTopK(*this, iq, ik, w, seq_start, query_offset, topk, scale,
-                      keys, keep_for_loss ? &kept_indexer_scores_ : nullptr);
+                      keys, keep);
   }
   void IndexerKlLoss(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                      const int32_t* keys, int64_t topk, float scale,
-                     ConstMatrixView target, float coeff, MatrixView diq,
+                     ConstMatrixView target, float coeff,
+                     const KeptIndexerScores* kept, MatrixView diq,
                      MatrixView dik, MatrixView dw, double* sum) override {
     CheckF32("CudaBackend::IndexerKlLoss", {iq, ik, w, target, diq, dik, dw});
     cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, target, coeff, diq,
-                        dik, dw, kept_indexer_scores_, loss_);
-    kept_indexer_scores_ = cuda::KeptIndexerScores();
+                        dik, dw, kept, loss_);
     cuda::AddQuotient(*this, loss_, 1.0, sum);
   }
   void RefreshComputeCopies(
@@ -521,9 +524,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;
   std::unique_ptr<cuda::CudaAllocator> allocator_;
-  Grown scratch_, composite_scratch_, kept_scratch_;
-  // What the last IndexerTopK kept for the next IndexerKlLoss.
-  cuda::KeptIndexerScores kept_indexer_scores_;
+  Grown scratch_, composite_scratch_;
   bool recording_ = false;
   std::string recording_failure_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 
+#include "kernels/device_memory.h"
 #include "kernels/tensor.h"
 
 namespace glm::cuda {
@@ -63,10 +64,9 @@ class CudaContext {
   // A second such buffer for ops built from other ops: what they keep across
   // the inner ops' calls lives here, since those take Scratch for themselves.
   virtual void* CompositeScratch(size_t bytes) = 0;
-  // A third, for what one op leaves for a later one across other ops' calls
-  // (IndexerTopK's scores for IndexerKlLoss: indexer.cuh); no op takes it
-  // for its own temporaries.
-  virtual void* KeptScratch(size_t bytes) = 0;
+  // Where an op allocates what it leaves to its caller (IndexerTopK's kept
+  // scores: indexer.cuh), ordered on the stream.
+  virtual Allocator* allocator() = 0;
   // In the bf16 mode, the bf16 copy of a weight view (laid out like it, same
   // strides) when the backend keeps one (Backend::RefreshComputeCopies); null
   // for any other view, which ops convert themselves.
@@ -95,7 +95,7 @@ class WithPrecision : public CudaContext {
   void* CompositeScratch(size_t bytes) override {
     return inner_.CompositeScratch(bytes);
   }
-  void* KeptScratch(size_t bytes) override { return inner_.KeptScratch(bytes); }
+  Allocator* allocator() override { return inner_.allocator(); }
   const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView v) const override {
     return inner_.Bf16WeightCopy(v);
   }

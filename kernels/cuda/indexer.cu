@@ -850,7 +850,7 @@ __global__ void LossKernel(const double* row_loss, int64_t n, float coeff,
 // shapes: deterministic.
 void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
                  MatrixView dik, MatrixView dw, float coeff,
-                 const KeptIndexerScores& kept, int64_t kept_from,
+                 const KeptIndexerScores* kept, int64_t kept_from,
                  double* loss) {
   cudaStream_t stream = ctx.stream();
   const int64_t nk = p.ik.rows, heads = p.heads, dim = p.ik.cols;
@@ -896,9 +896,9 @@ void DenseKlLoss(CudaContext& ctx, KlProblem p, int64_t n, MatrixView diq,
     const uint32_t* positive = b.positive;
     int64_t scores_ld = key_end;
     if (t0 >= kept_from) {
-      scores_ld = kept.ld;
-      scores = kept.scores + (t0 - kept.first) * scores_ld;
-      positive = kept.positive + (t0 - kept.first) * scores_ld;
+      scores_ld = kept->ld;
+      scores = kept->scores() + (t0 - kept->first) * scores_ld;
+      positive = kept->positive_heads() + (t0 - kept->first) * scores_ld;
     } else {
       IndexerScores(ctx, p.iq, p.ik, p.w, t0, count, key_end, causal_offset,
                     p.scale, b.scores, b.positive, key_end);
@@ -947,13 +947,13 @@ bool SameView(ConstMatrixView a, ConstMatrixView b) {
          a.stride == b.stride;
 }
 
-// The first of the n self-attention queries whose scores `kept` holds for
-// p's operands; n where it holds none of them.
-int64_t KeptFrom(const KeptIndexerScores& kept, const KlProblem& p, int64_t n) {
-  const bool same = kept.scores != nullptr && n == p.ik.rows &&
-                    SameView(kept.iq, p.iq) && SameView(kept.ik, p.ik) &&
-                    SameView(kept.w, p.w);
-  return same ? kept.first : n;
+// The first of the n self-attention queries whose scores `kept` (or null)
+// holds for p's operands; n where it holds none of them.
+int64_t KeptFrom(const KeptIndexerScores* kept, const KlProblem& p, int64_t n) {
+  const bool same = kept != nullptr && !kept->empty() && n == p.ik.rows &&
+                    SameView(kept->iq, p.iq) && SameView(kept->ik, p.ik) &&
+                    SameView(kept->w, p.w);
+  return same ? kept->first : n;
 }
 
 // Byte offsets of the loss's pieces inside its one scratch buffer.
@@ -1043,6 +1043,7 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   assert(iq.rows == nq * heads && iq.cols == ik.cols);
   assert(query_offset >= 0 && query_offset + nq <= nk && nk <= INT_MAX);
   assert(topk > 0 && topk <= kMaxTopK);
+  if (keep != nullptr) *keep = KeptIndexerScores();
   if (nq == 0) return;
   // The bf16 mode scores on the tensor cores (IndexerScores) where the
   // shapes allow, and lists each query's keys in key order.
@@ -1062,7 +1063,7 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   // Scores the loss would compute again are scored once, all queries at a
   // time, into the kept buffer; otherwise a chunk at a time into scratch.
   const int64_t scored = nq - all_visible;
-  const size_t kept_bytes = scored * ld * (sizeof(float) + sizeof(uint32_t));
+  const size_t kept_bytes = KeptIndexerScores::Bytes(scored, ld);
   const bool keeping = keep != nullptr && tensor_cores && nq == nk &&
                        scored > 0 && scored <= kMaxChunk &&
                        kept_bytes <= kKeptScoresBytes &&
@@ -1071,10 +1072,10 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
   float* scores = nullptr;
   uint32_t* positive = nullptr;
   if (keeping) {
-    auto* kept = static_cast<char*>(ctx.KeptScratch(kept_bytes));
-    scores = reinterpret_cast<float*>(kept);
-    positive = reinterpret_cast<uint32_t*>(kept + scored * ld * sizeof(float));
-    *keep = {iq, ik, w, all_visible, ld, scores, positive};
+    *keep = {iq,          ik, w,
+             all_visible, ld, DeviceBuffer(ctx.allocator(), kept_bytes)};
+    scores = keep->scores();
+    positive = keep->positive_heads();
   } else {
     chunk = ChunkQueries(nq, ld * sizeof(float));
     scores = static_cast<float*>(ctx.Scratch(chunk * ld * sizeof(float)));
@@ -1118,7 +1119,7 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
                    MatrixView diq, MatrixView dik, MatrixView dw,
-                   const KeptIndexerScores& kept, double* loss) {
+                   const KeptIndexerScores* kept, double* loss) {
   const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
   assert(iq.rows == n * heads && iq.cols == dim);
   assert(heads > 0 && heads <= kMaxHeads && topk > 0 && topk <= kMaxTopK);

@@ -9,22 +9,10 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/kept_indexer_scores.h"
 #include "kernels/tensor.h"
 
 namespace glm::cuda {
-
-// What IndexerTopK keeps for the IndexerKlLoss of the same operands
-// (Backend::IndexerTopK's keep_for_loss): in self-attention (query t is key
-// token t), the scores and positive-head bits (IndexerScores) of queries
-// [first, queries) with every key up to their own, row t - first at
-// (t - first) * ld in ctx.KeptScratch. The operands' data, rows and strides
-// identify them; a default-constructed one keeps nothing.
-struct KeptIndexerScores {
-  ConstMatrixView iq, ik, w;
-  int64_t first = 0, ld = 0;
-  const float* scores = nullptr;
-  const uint32_t* positive = nullptr;
-};
 
 // iq [nq*heads, d], ik [nk, d], w [nq, heads], seq_start [nq]; query t is key
 // token g = query_offset + t. score[t, s] = sum_h w[t,h] * relu(scale *
@@ -41,9 +29,10 @@ struct KeptIndexerScores {
 // 4096. Uses ctx.Scratch for a chunk of queries' scores. With `keep` (not
 // null) and a selection the loss scores the same way (the bf16 mode's
 // tensor-core scores, self-attention, each query selecting at least one in 8
-// of the keys, and the kept rows within 1 GiB), scores all of
-// them at once into ctx.KeptScratch with their positive-head bits and
-// describes them in *keep; otherwise leaves *keep as it is.
+// of the keys, and the kept rows within 1 GiB), scores all of them at once
+// into memory of *keep's own (from ctx.allocator()) with their positive-head
+// bits (kernels/kept_indexer_scores.h, the queries whose token g >= topk);
+// otherwise leaves *keep empty.
 void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                  ConstMatrixView w, const int32_t* seq_start,
                  int64_t query_offset, int64_t topk, float scale, int32_t* keys,
@@ -62,14 +51,14 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
 // IndexerScores (TF32 tensor-core products, the dots never stored) and the
 // gradients from bf16 products (ctx.CompositeScratch holds the chunk's
 // scores, their positive heads and the dots' bf16 gradients); the queries
-// whose scores `kept` holds for these operands are read from it, not scored
-// again. topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes from
-// ctx.Scratch.
+// whose scores `kept` (IndexerTopK's, or null) holds for these operands
+// are read from it, not scored again. topk <= 4096. Takes
+// IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
                    MatrixView diq, MatrixView dik, MatrixView dw,
-                   const KeptIndexerScores& kept, double* loss);
+                   const KeptIndexerScores* kept, double* loss);
 
 // n per-query losses in double, plus per chunk of queries their score
 // gradients per (head, slot) and, when need_dik, each slot's contribution to

@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 
+#include "kernels/cuda/attention_key_sums.cuh"
 #include "kernels/cuda/attention_mask.cuh"
 #include "kernels/cuda/attention_products.cuh"
 
@@ -64,7 +65,8 @@ bool SelfAttentionProductsBackward(
     CudaContext& ctx, ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
     const int32_t* keys, int64_t topk, int64_t heads, float scale,
     ConstMatrixView out, const float* lse, ConstMatrixView dout, MatrixView dq,
-    MatrixView dk, MatrixView dv, int64_t max_scratch_bytes) {
+    MatrixView dk, MatrixView dv, MatrixView key_weights,
+    int64_t max_scratch_bytes) {
   if (ctx.precision() != Precision::kBf16 || heads <= 0 || q.rows == 0 ||
       q.rows % heads != 0 || k.rows != q.rows || v.rows != q.rows ||
       out.rows != q.rows || dout.rows != q.rows ||
@@ -107,6 +109,9 @@ bool SelfAttentionProductsBackward(
   HeadRowDots(ctx, RowsOf(out), RowsOf(dout), tokens, heads, v.cols,
               scratch.delta, tokens);
   RunAttentionProducts(ctx, call);
+  if (!key_weights.empty()) {
+    ProbabilityKeySums(ctx, scratch.probs, tokens, heads, keys, key_weights);
+  }
   return true;
 }
 

@@ -15,17 +15,19 @@
 
 namespace glm::cuda {
 
-// Backend::SparseAttentionBackward's semantics (dq, dk, dv written). Runs
-// and returns true where the products apply: self-attention (q and k of as
-// many tokens), every operand and wanted gradient BF16 (q, k, out and dout
-// dense rows) with extents the products take, the bias, P and dS within
+// Backend::SparseAttentionBackward's semantics (dq, dk, dv written; the key
+// weights, when wanted, summed from P as the products rounded it). Runs and
+// returns true where the products apply: self-attention (q and k of as many
+// tokens), every operand and wanted gradient BF16 (q, k, out and dout dense
+// rows) with extents the products take, the bias, P and dS within
 // max_scratch_bytes (4 bytes a pair and head, and 2 a pair); else returns
 // false having done nothing.
 bool SelfAttentionProductsBackward(
     CudaContext& ctx, ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
     const int32_t* keys, int64_t topk, int64_t heads, float scale,
     ConstMatrixView out, const float* lse, ConstMatrixView dout, MatrixView dq,
-    MatrixView dk, MatrixView dv, int64_t max_scratch_bytes);
+    MatrixView dk, MatrixView dv, MatrixView key_weights,
+    int64_t max_scratch_bytes);
 
 }  // namespace glm::cuda
 

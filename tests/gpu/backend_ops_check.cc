@@ -2996,16 +2996,19 @@ void AddKeyWeights(Factories& f, const std::string& tag, AttentionShape s,
                }});
 }
 
-// out and lse from the CPU's forward.
+// out and lse from the CPU's forward; with want_key_weights, the key
+// weights the backward sums from its probabilities too.
 void AddAttentionBackward(Factories& f, const std::string& tag,
                           AttentionShape s, Queries q, bool gaps, bool want_dq,
-                          bool want_dkv, XType type = XType::kF32) {
+                          bool want_dkv, XType type = XType::kF32,
+                          bool want_key_weights = false) {
   const std::string label =
       AttentionLabel(tag, s, q, gaps) + (want_dq ? "" : " no dq") +
       (want_dkv ? "" : " no dk dv") +
       (type == XType::kActivation
            ? " q k v out dout and grads in activation type"
-           : "");
+           : "") +
+      (want_key_weights ? " with key weights" : "");
   const int64_t full = FullQueries(s, q);
   f.push_back(
       {"SparseAttentionBackward", label, [=] {
@@ -3025,7 +3028,10 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
                        want_dkv
                            ? b.Written("dv", Cols(s.key_tokens * s.heads,
                                                   s.v_stride, s.v_offset, s.dv))
-                           : -1;
+                           : -1,
+                   iw = want_key_weights
+                            ? b.Written("key weights", Dense(q.size(), s.topk))
+                            : -1;
          return b.Build([=](Backend& be, const Bound& p) {
            AttentionOperands ops;
            MakeAttentionOperands(be, p, in, type, &ops);
@@ -3039,9 +3045,10 @@ void AddAttentionBackward(Factories& f, const std::string& tag,
                idk >= 0 ? p.View(idk) : MatrixView{},
                idv >= 0 ? p.View(idv) : MatrixView{}};
            auto backward = [&](const std::vector<MatrixView>& g) {
-             be.SparseAttentionBackward(
-                 ops.q, ops.k, ops.v, p.Ints(in.keys), s.topk, full, s.heads,
-                 s.scale, out, p.View(il).data, dout, g[0], g[1], g[2]);
+             be.SparseAttentionBackward(ops.q, ops.k, ops.v, p.Ints(in.keys),
+                                        s.topk, full, s.heads, s.scale, out,
+                                        p.View(il).data, dout, g[0], g[1], g[2],
+                                        iw >= 0 ? p.View(iw) : MatrixView{});
            };
            IntoActivations(be, type, grads, backward);
            return 0.0;
@@ -3077,8 +3084,7 @@ void AddTopK(Factories& f, const std::string& tag, IndexerShape s,
                  return b.Build([=](Backend& be, const Bound& p) {
                    be.IndexerTopK(p.View(a.iq), p.View(a.ik), p.View(a.w),
                                   p.Ints(a.seq_start), a.query_offset, a.topk,
-                                  a.scale, /*keep_for_loss=*/false,
-                                  p.Ints(a.keys));
+                                  a.scale, /*keep=*/nullptr, p.Ints(a.keys));
                    return 0.0;
                  });
                }});
@@ -3156,17 +3162,18 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
          return b.Build(
              [=](Backend& be, const Bound& p) {
                return LossOf(be, [&](double* sum) {
-                 be.IndexerKlLoss(
-                     p.View(iiq), p.View(iik), p.View(iw), p.Ints(ikeys),
-                     s.topk, s.scale, p.View(ip), coeff, p.View(idq),
-                     idk >= 0 ? p.View(idk) : MatrixView{}, p.View(idw), sum);
+                 be.IndexerKlLoss(p.View(iiq), p.View(iik), p.View(iw),
+                                  p.Ints(ikeys), s.topk, s.scale, p.View(ip),
+                                  coeff, /*kept=*/nullptr, p.View(idq),
+                                  idk >= 0 ? p.View(idk) : MatrixView{},
+                                  p.View(idw), sum);
                });
              },
              /*returns_loss=*/true);
        }});
 }
 
-// IndexerTopK with keep_for_loss, then IndexerKlLoss over the same operands
+// IndexerTopK keeping its scores, then IndexerKlLoss over the same operands
 // and another selection of the same keys (random, as in AddIndexerKl): in
 // self-attention over the sequences `seq_start` gives each token, the bf16
 // mode's loss reads the scores the top-k call kept for its queries past
@@ -3204,14 +3211,15 @@ void AddIndexerKlAfterTopK(Factories& f, const std::string& tag, IndexerShape s,
                    idw = b.Accumulated("dw", Dense(n, s.heads));
          return b.Build(
              [=](Backend& be, const Bound& p) {
+               KeptIndexerScores kept;
                be.IndexerTopK(p.View(a.iq), p.View(a.ik), p.View(a.w),
-                              p.Ints(a.seq_start), 0, s.topk, s.scale,
-                              /*keep_for_loss=*/true, p.Ints(a.keys));
+                              p.Ints(a.seq_start), 0, s.topk, s.scale, &kept,
+                              p.Ints(a.keys));
                return LossOf(be, [&](double* sum) {
                  be.IndexerKlLoss(p.View(a.iq), p.View(a.ik), p.View(a.w),
                                   p.Ints(ikeys), s.topk, s.scale, p.View(ip),
-                                  0.3f, p.View(idq), p.View(idk), p.View(idw),
-                                  sum);
+                                  0.3f, &kept, p.View(idq), p.View(idk),
+                                  p.View(idw), sum);
                });
              },
              /*returns_loss=*/true);
@@ -3328,6 +3336,24 @@ void AddAttentionCases(Factories& f) {
   six_heads_uneven.heads = 6;
   AddAttentionBackward(f, "six heads uneven", six_heads_uneven,
                        ShortAndLong(1000, 0, 1000), false, true, true, act);
+  // The indexer's KL target from the backward: summed from the products' P
+  // (bf16, rounded as the products wrote it) at self-attention's shapes
+  // above, and formed as SparseAttentionKeyWeights forms it elsewhere (the
+  // fp32 kernels, cuDNN's backward, queries of other tokens than the keys).
+  AddAttentionBackward(f, "mini self", self, self_q, false, true, true, act,
+                       /*want_key_weights=*/true);
+  AddAttentionBackward(f, "mini self uneven", self_uneven,
+                       ShortAndLong(1000, 0, 1000), false, true, true, act,
+                       /*want_key_weights=*/true);
+  AddAttentionBackward(f, "six heads uneven", six_heads_uneven,
+                       ShortAndLong(1000, 0, 1000), false, true, true, act,
+                       /*want_key_weights=*/true);
+  AddAttentionBackward(f, "mini self sparse", self_sparse, self_sparse_q, false,
+                       true, true, act, /*want_key_weights=*/true);
+  AddAttentionBackward(f, "small", small, small_q, true, true, true,
+                       XType::kF32, /*want_key_weights=*/true);
+  AddAttentionBackward(f, "glm5.2-mini", mini, mini_q, false, true, true,
+                       XType::kF32, /*want_key_weights=*/true);
   AddKeyWeights(f, "sparse", sparse, sparse_q, true, act);
 
   const IndexerShape index_tiny{2, 4, 5, 2, 0.5f};

@@ -62,8 +62,8 @@ class CheckContext : public cuda::CudaContext {
   void* CompositeScratch(size_t bytes) override {
     return Grow(&composite_scratch_, bytes);
   }
-  void* KeptScratch(size_t) override {
-    std::abort();  // the grouped products keep nothing across calls
+  Allocator* allocator() override {
+    std::abort();  // the grouped products leave nothing to their caller
   }
   const __nv_bfloat16* Bf16WeightCopy(ConstMatrixView) const override {
     return nullptr;
