@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cassert>
 #include <initializer_list>
 
 #include "kernels/cuda/attention_key_sums.cuh"
@@ -74,6 +75,8 @@ bool SelfAttentionProductsBackward(
     return false;
   }
   const int64_t tokens = q.rows / heads;
+  assert(key_weights.empty() ||
+         (key_weights.rows == tokens && key_weights.cols == topk));
   const int64_t pairs = heads * tokens * tokens;
   const int64_t bytes =
       (tokens * tokens + 2 * pairs) * int64_t{sizeof(__nv_bfloat16)};
