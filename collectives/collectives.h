@@ -1,6 +1,7 @@
 // Collective communication within one process group. Every member calls the
 // same collectives in the same order; Send/Recv pair up in order per peer.
-// Buffers are host memory for Gloo and device memory for NCCL. Each call fails
+// Buffers are host memory for Gloo and device memory for NCCL (buffer_place).
+// Each call fails
 // with a status (never hangs) when a peer does not answer within the group's
 // timeout.
 #ifndef GLM_COLLECTIVES_COLLECTIVES_H_
@@ -19,6 +20,10 @@ namespace glm {
 
 enum class ReduceOp { kSum, kAverage };
 
+// Where a group's buffers live: host memory (Gloo) or the device's (NCCL,
+// on the device current when the group was connected).
+enum class BufferPlace { kHost, kDevice };
+
 // A send under way; its buffer must stay alive until Wait returns.
 class PendingSend {
  public:
@@ -33,6 +38,9 @@ class Collectives {
   // This member's index in the group and the group's size.
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Where every buffer handed to this group's calls must live
+  // (parallel/staged_collectives.h adapts a group to the other place).
+  virtual BufferPlace buffer_place() const { return BufferPlace::kHost; }
 
   // In place: every member ends with the same reduced values.
   virtual absl::Status AllReduce(float* data, int64_t count, ReduceOp op) = 0;

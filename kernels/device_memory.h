@@ -30,6 +30,10 @@ class Allocator {
   virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
   // Waits for the device: the host may read `dst` when it returns.
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Waits until every fill, copy and op already issued on the device's
+  // stream has finished, so that work on another stream (a collective's)
+  // reads what they wrote.
+  virtual void Wait() {}
   // Whether `data` points into a live allocation of this allocator, for checks
   // that an op reads only its backend's memory; true where it cannot tell.
   virtual bool Holds(const void* data) const { return true; }

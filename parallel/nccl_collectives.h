@@ -33,6 +33,7 @@ class NcclCollectives : public Collectives {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  BufferPlace buffer_place() const override { return BufferPlace::kDevice; }
   absl::Status AllReduce(float* data, int64_t count, ReduceOp op) override;
   absl::Status AllReduceSum(int64_t* data, int64_t count) override;
   absl::Status Broadcast(float* data, int64_t count, int root) override;

@@ -63,4 +63,6 @@ void CudaAllocator::CopyToHost(void* dst, const void* src, size_t bytes) {
   GLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaAllocator::Wait() { GLM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
 }  // namespace glm::cuda

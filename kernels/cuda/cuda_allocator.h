@@ -26,6 +26,7 @@ class CudaAllocator : public Allocator {
   void CopyWithin(void* dst, const void* src, size_t bytes) override;
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void Wait() override;
   bool Holds(const void* data) const override { return ledger_.Holds(data); }
   int64_t bytes_in_use() const override { return ledger_.in_use(); }
   int64_t peak_bytes() const override { return ledger_.peak(); }

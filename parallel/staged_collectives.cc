@@ -1,0 +1,189 @@
+#include "parallel/staged_collectives.h"
+
+#include <numeric>
+#include <utility>
+
+namespace glm {
+namespace {
+
+// A buffer in the group's place standing in for one of the caller's in the
+// other place.
+class StagingBuffer {
+ public:
+  StagingBuffer(BufferPlace group_place, Allocator* device, size_t bytes)
+      : group_place_(group_place), device_(device), bytes_(bytes) {
+    if (bytes_ == 0) return;
+    if (group_place_ == BufferPlace::kHost) {
+      host_.resize(bytes_);
+    } else {
+      on_device_ = DeviceBuffer(device_, bytes_);
+    }
+  }
+
+  void* data() {
+    return group_place_ == BufferPlace::kHost ? static_cast<void*>(host_.data())
+                                              : on_device_.data();
+  }
+
+  // The caller's bytes into this buffer, complete when it returns (the
+  // group's work runs on a stream of its own).
+  void From(const void* caller) {
+    if (bytes_ == 0) return;
+    if (group_place_ == BufferPlace::kHost) {
+      device_->CopyToHost(host_.data(), caller, bytes_);
+    } else {
+      device_->CopyFromHost(on_device_.data(), caller, bytes_);
+      device_->Wait();
+    }
+  }
+
+  // This buffer's bytes into the caller's (a device's copy is ordered before
+  // the ops the caller issues next).
+  void To(void* caller) {
+    if (bytes_ == 0) return;
+    if (group_place_ == BufferPlace::kHost) {
+      device_->CopyFromHost(caller, host_.data(), bytes_);
+    } else {
+      device_->CopyToHost(caller, on_device_.data(), bytes_);
+    }
+  }
+
+ private:
+  BufferPlace group_place_;
+  Allocator* device_;
+  size_t bytes_;
+  std::vector<char> host_;
+  DeviceBuffer on_device_;
+};
+
+// A staged send: its buffer lives until the send is done.
+class StagedSend : public PendingSend {
+ public:
+  StagedSend(std::unique_ptr<PendingSend> send, StagingBuffer buffer)
+      : buffer_(std::move(buffer)), send_(std::move(send)) {}
+  absl::Status Wait() override { return send_->Wait(); }
+
+ private:
+  StagingBuffer buffer_;
+  std::unique_ptr<PendingSend> send_;
+};
+
+template <typename T>
+size_t Bytes(int64_t count) {
+  return static_cast<size_t>(count) * sizeof(T);
+}
+
+int64_t Total(const std::vector<int64_t>& counts) {
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+}
+
+}  // namespace
+
+StagedCollectives::StagedCollectives(Collectives& group, BufferPlace place,
+                                     Allocator* device)
+    : group_(group), place_(place), device_(device) {}
+
+bool StagedCollectives::GoesDirect() {
+  if (place_ != group_.buffer_place()) return false;
+  if (place_ == BufferPlace::kDevice) device_->Wait();
+  return true;
+}
+
+absl::Status StagedCollectives::AllReduce(float* data, int64_t count,
+                                          ReduceOp op) {
+  if (GoesDirect()) return group_.AllReduce(data, count, op);
+  StagingBuffer staged(group_.buffer_place(), device_, Bytes<float>(count));
+  staged.From(data);
+  absl::Status status =
+      group_.AllReduce(static_cast<float*>(staged.data()), count, op);
+  if (status.ok()) staged.To(data);
+  return status;
+}
+
+absl::Status StagedCollectives::AllReduceSum(int64_t* data, int64_t count) {
+  if (GoesDirect()) return group_.AllReduceSum(data, count);
+  StagingBuffer staged(group_.buffer_place(), device_, Bytes<int64_t>(count));
+  staged.From(data);
+  absl::Status status =
+      group_.AllReduceSum(static_cast<int64_t*>(staged.data()), count);
+  if (status.ok()) staged.To(data);
+  return status;
+}
+
+absl::Status StagedCollectives::Broadcast(float* data, int64_t count,
+                                          int root) {
+  if (GoesDirect()) return group_.Broadcast(data, count, root);
+  StagingBuffer staged(group_.buffer_place(), device_, Bytes<float>(count));
+  staged.From(data);
+  absl::Status status =
+      group_.Broadcast(static_cast<float*>(staged.data()), count, root);
+  if (status.ok()) staged.To(data);
+  return status;
+}
+
+absl::Status StagedCollectives::AllGather(const float* in, int64_t count,
+                                          float* out) {
+  if (GoesDirect()) return group_.AllGather(in, count, out);
+  StagingBuffer staged_in(group_.buffer_place(), device_, Bytes<float>(count));
+  StagingBuffer staged_out(group_.buffer_place(), device_,
+                           Bytes<float>(count * size()));
+  staged_in.From(in);
+  absl::Status status =
+      group_.AllGather(static_cast<const float*>(staged_in.data()), count,
+                       static_cast<float*>(staged_out.data()));
+  if (status.ok()) staged_out.To(out);
+  return status;
+}
+
+absl::Status StagedCollectives::ReduceScatter(const float* in, int64_t count,
+                                              float* out, ReduceOp op) {
+  if (GoesDirect()) return group_.ReduceScatter(in, count, out, op);
+  StagingBuffer staged_in(group_.buffer_place(), device_,
+                          Bytes<float>(count * size()));
+  StagingBuffer staged_out(group_.buffer_place(), device_, Bytes<float>(count));
+  staged_in.From(in);
+  absl::Status status =
+      group_.ReduceScatter(static_cast<const float*>(staged_in.data()), count,
+                           static_cast<float*>(staged_out.data()), op);
+  if (status.ok()) staged_out.To(out);
+  return status;
+}
+
+absl::Status StagedCollectives::AllToAllV(
+    const float* in, const std::vector<int64_t>& send_counts, float* out,
+    const std::vector<int64_t>& recv_counts) {
+  if (GoesDirect()) return group_.AllToAllV(in, send_counts, out, recv_counts);
+  StagingBuffer staged_in(group_.buffer_place(), device_,
+                          Bytes<float>(Total(send_counts)));
+  StagingBuffer staged_out(group_.buffer_place(), device_,
+                           Bytes<float>(Total(recv_counts)));
+  staged_in.From(in);
+  absl::Status status =
+      group_.AllToAllV(static_cast<const float*>(staged_in.data()), send_counts,
+                       static_cast<float*>(staged_out.data()), recv_counts);
+  if (status.ok()) staged_out.To(out);
+  return status;
+}
+
+absl::StatusOr<std::unique_ptr<PendingSend>> StagedCollectives::StartSend(
+    const float* data, int64_t count, int peer) {
+  if (GoesDirect()) return group_.StartSend(data, count, peer);
+  StagingBuffer staged(group_.buffer_place(), device_, Bytes<float>(count));
+  staged.From(data);
+  absl::StatusOr<std::unique_ptr<PendingSend>> send =
+      group_.StartSend(static_cast<const float*>(staged.data()), count, peer);
+  if (!send.ok()) return send.status();
+  return std::unique_ptr<PendingSend>(
+      new StagedSend(*std::move(send), std::move(staged)));
+}
+
+absl::Status StagedCollectives::Recv(float* data, int64_t count, int peer) {
+  if (GoesDirect()) return group_.Recv(data, count, peer);
+  StagingBuffer staged(group_.buffer_place(), device_, Bytes<float>(count));
+  absl::Status status =
+      group_.Recv(static_cast<float*>(staged.data()), count, peer);
+  if (status.ok()) staged.To(data);
+  return status;
+}
+
+}  // namespace glm
