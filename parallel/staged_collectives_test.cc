@@ -15,76 +15,10 @@
 #include "parallel/gloo_collectives.h"
 #include "parallel/gloo_store.h"
 #include "parallel/in_memory_store.h"
+#include "parallel/place_checking_group.h"
 
 namespace glm {
 namespace {
-
-// Forwards to a Gloo group (whose buffers any host pointer serves here) after
-// checking that each buffer lives in `place`: in `device`, or outside it.
-class PlaceCheckingGroup : public Collectives {
- public:
-  PlaceCheckingGroup(std::unique_ptr<Collectives> gloo, BufferPlace place,
-                     const Allocator* device)
-      : gloo_(std::move(gloo)), place_(place), device_(device) {}
-
-  int rank() const override { return gloo_->rank(); }
-  int size() const override { return gloo_->size(); }
-  BufferPlace buffer_place() const override { return place_; }
-  absl::Status AllReduce(float* data, int64_t count, ReduceOp op) override {
-    Check(data);
-    return gloo_->AllReduce(data, count, op);
-  }
-  absl::Status AllReduceSum(int64_t* data, int64_t count) override {
-    Check(data);
-    return gloo_->AllReduceSum(data, count);
-  }
-  absl::Status Broadcast(float* data, int64_t count, int root) override {
-    Check(data);
-    return gloo_->Broadcast(data, count, root);
-  }
-  absl::Status AllGather(const float* in, int64_t count, float* out) override {
-    Check(in);
-    Check(out);
-    return gloo_->AllGather(in, count, out);
-  }
-  absl::Status ReduceScatter(const float* in, int64_t count, float* out,
-                             ReduceOp op) override {
-    Check(in);
-    Check(out);
-    return gloo_->ReduceScatter(in, count, out, op);
-  }
-  absl::Status AllToAllV(const float* in,
-                         const std::vector<int64_t>& send_counts, float* out,
-                         const std::vector<int64_t>& recv_counts) override {
-    Check(in);
-    Check(out);
-    return gloo_->AllToAllV(in, send_counts, out, recv_counts);
-  }
-  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const float* data,
-                                                         int64_t count,
-                                                         int peer) override {
-    Check(data);
-    return gloo_->StartSend(data, count, peer);
-  }
-  absl::Status Recv(float* data, int64_t count, int peer) override {
-    Check(data);
-    return gloo_->Recv(data, count, peer);
-  }
-  absl::Status Barrier() override { return gloo_->Barrier(); }
-
-  int checked() const { return checked_; }
-
- private:
-  void Check(const void* buffer) {
-    EXPECT_EQ(device_->Holds(buffer), place_ == BufferPlace::kDevice);
-    ++checked_;
-  }
-
-  std::unique_ptr<Collectives> gloo_;
-  BufferPlace place_;
-  const Allocator* device_;
-  int checked_ = 0;
-};
 
 // Values in the caller's place: the device's memory, or the host's.
 template <typename T>

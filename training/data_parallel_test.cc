@@ -17,6 +17,7 @@
 #include "kernels/tensor_arena.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/pipeline_layout.h"
+#include "parallel/place_checking_group.h"
 #include "training/distributed_optimizer.h"
 #include "training/hashed_token_dataset.h"
 #include "training/trainer.h"
@@ -81,21 +82,24 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
 // Two data-parallel ranks on threads, each with its own Gloo context; with
 // `expert_parallel` the same two ranks also split the routed experts (EP2,
 // expert-data-parallel size 1).
-std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer,
-                                         bool expert_parallel = false,
-                                         const TrainerOptions& base = Options(),
-                                         Allocator* memory = nullptr) {
+// With dp_place kDevice the data-parallel group takes device buffers only
+// (parallel/place_checking_group.h: NCCL's place, checked on each buffer).
+std::vector<TrainingRun> TrainOnTwoRanks(
+    bool distributed_optimizer, bool expert_parallel = false,
+    const TrainerOptions& base = Options(), Allocator* memory = nullptr,
+    BufferPlace dp_place = BufferPlace::kHost) {
   gloo::rendezvous::HashStore store;
   std::vector<TrainingRun> ranks(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
+      absl::StatusOr<std::unique_ptr<GlooCollectives>> gloo =
           GlooCollectives::Connect(store, "dp", rank, 2, GlooOptions());
-      ASSERT_TRUE(group.ok()) << group.status();
+      ASSERT_TRUE(gloo.ok()) << gloo.status();
+      PlaceCheckingGroup group(*std::move(gloo), dp_place, memory);
       if (!expert_parallel) {
         ranks[rank] =
-            Train(group->get(), distributed_optimizer, {}, {}, base, memory);
+            Train(&group, distributed_optimizer, {}, {}, base, memory);
         return;
       }
       auto experts = GlooCollectives::Connect(store, "ep", rank, 2, {});
@@ -103,7 +107,7 @@ std::vector<TrainingRun> TrainOnTwoRanks(bool distributed_optimizer,
           store, "edp" + std::to_string(rank), 0, 1, {});
       ASSERT_TRUE(experts.ok() && expert_data.ok());
       ranks[rank] =
-          Train(group->get(), distributed_optimizer,
+          Train(&group, distributed_optimizer,
                 ExpertParallelRank{experts->get(), expert_data->get()}, {},
                 base, memory);
     });
@@ -190,30 +194,46 @@ TEST(DataParallelTest, TwoRanksTakeTheStepsOfOneProcess) {
   EXPECT_EQ(ranks[0].state, ranks[1].state);
 }
 
+void ExpectBitwiseSameRuns(const std::vector<TrainingRun>& got,
+                           const std::vector<TrainingRun>& host) {
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(got[rank].steps.size(), host[rank].steps.size());
+    for (size_t i = 0; i < host[rank].steps.size(); ++i) {
+      EXPECT_EQ(got[rank].steps[i].lm_loss(), host[rank].steps[i].lm_loss());
+      EXPECT_EQ(got[rank].steps[i].grad_norm(),
+                host[rank].steps[i].grad_norm());
+    }
+    EXPECT_EQ(got[rank].state, host[rank].state);
+  }
+}
+
 // Two ranks whose backend memory stands apart from the host, as two workers
-// sharing one GPU: gradients come to the host for the collectives and the
-// optimizer, weights go back each step, expert-parallel rows travel through
-// host copies, and every step equals the host run's bit for bit (DP2 with and
-// without ZeRO-1, EP2).
+// sharing one GPU, and every step equals the host run's bit for bit (DP2 with
+// and without ZeRO-1, EP2): without ZeRO-1 the weights and the optimizer
+// stay on the device and the device's gradients travel through host copies
+// for the host group; otherwise gradients come to the host for the
+// collectives and the optimizer and weights go back each step;
+// expert-parallel rows travel through host copies. With a data-parallel group
+// that takes device buffers (NCCL's place) the resident gradients go to it
+// where they lie and the host's buffers (losses, ZeRO-1's shards) through
+// device copies: the same steps again.
 TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
   SeparateMemoryAllocator memory;
   for (const auto& [distributed_optimizer, expert_parallel] :
        {std::pair{false, false}, std::pair{true, false},
         std::pair{false, true}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "distributed optimizer " << distributed_optimizer
+                 << ", expert parallel " << expert_parallel);
     const std::vector<TrainingRun> host =
         TrainOnTwoRanks(distributed_optimizer, expert_parallel);
-    const std::vector<TrainingRun> separate = TrainOnTwoRanks(
-        distributed_optimizer, expert_parallel, Options(), &memory);
-    for (int rank = 0; rank < 2; ++rank) {
-      ASSERT_EQ(separate[rank].steps.size(), host[rank].steps.size());
-      for (size_t i = 0; i < host[rank].steps.size(); ++i) {
-        EXPECT_EQ(separate[rank].steps[i].lm_loss(),
-                  host[rank].steps[i].lm_loss());
-        EXPECT_EQ(separate[rank].steps[i].grad_norm(),
-                  host[rank].steps[i].grad_norm());
-      }
-      EXPECT_EQ(separate[rank].state, host[rank].state);
-    }
+    ExpectBitwiseSameRuns(TrainOnTwoRanks(distributed_optimizer,
+                                          expert_parallel, Options(), &memory),
+                          host);
+    ExpectBitwiseSameRuns(
+        TrainOnTwoRanks(distributed_optimizer, expert_parallel, Options(),
+                        &memory, BufferPlace::kDevice),
+        host);
   }
 }
 

@@ -326,9 +326,13 @@ absl::Status Trainer::BuildModel(
 }
 
 void Trainer::PlaceOptimizer() {
-  // One rank without LoRA: everything a step does runs where the model
-  // computes, so the weights and the optimizer stay on the device.
-  if (device_params_ && data_parallel_ == nullptr && !pipeline_ &&
+  // One rank, or data-parallel ranks that each update the whole model, without
+  // LoRA: everything a step does runs where the model computes (the
+  // gradients are summed where they lie), so the weights and the optimizer
+  // stay on the device.
+  const bool whole_model_updates =
+      data_parallel_ == nullptr || !options_.distributed_optimizer;
+  if (device_params_ && whole_model_updates && !pipeline_ &&
       !expert_parallel_ && !token_parallel_ && !lora_) {
     device_optimizer_.emplace(options_.adamw);
     return;
@@ -369,9 +373,16 @@ Trainer::Trainer(const TrainerOptions& options,
       data_(std::move(data)),
       params_(std::move(params)),
       optimizer_(options.adamw),
+      data_parallel_group_(data_parallel),
       data_parallel_(data_parallel) {
   if (backend_->allocator() != nullptr) {
     device_params_ = MirrorParameters(*params_, backend_->allocator());
+  }
+  if (data_parallel != nullptr &&
+      data_parallel->buffer_place() != BufferPlace::kHost) {
+    staged_data_parallel_ = std::make_unique<StagedCollectives>(
+        *data_parallel, BufferPlace::kHost, backend_->allocator());
+    data_parallel_ = staged_data_parallel_.get();
   }
 }
 
@@ -643,6 +654,12 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
     status = AllReduceExpertParallelGradients(
         group, expert_parallel_->expert_data,
         SplitRoutedExperts(*params_, Trainable()));
+  } else if (resident()) {
+    // The device's gradients, summed where they lie (through host copies
+    // where the group's buffers are the host's).
+    StagedCollectives on_device(*data_parallel_group_, BufferPlace::kDevice,
+                                backend_->allocator());
+    status = AllReduceGradients(on_device, StepTrainable());
   } else {
     status = AllReduceGradients(group, Trainable());
   }

@@ -36,6 +36,7 @@
 #include "parallel/rank_tensors.h"
 #include "parallel/stage_model.h"
 #include "parallel/stage_parameters.h"
+#include "parallel/staged_collectives.h"
 #include "proto/metrics.pb.h"
 #include "training/adamw.h"
 #include "training/distributed_optimizer.h"
@@ -269,9 +270,11 @@ class Trainer {
   // The fp32 weights, gradients the optimizer reads, and everything the
   // checkpoints and collectives see, in host memory.
   std::unique_ptr<ModelParameters> params_;
-  // On a device backend: the copy the model computes on. With one rank and
-  // no LoRA the weights stay there (resident): the device optimizer updates
-  // them and params_ / optimizer_ are their host copy for checkpoints
+  // On a device backend: the copy the model computes on. With one rank, or
+  // data-parallel ranks without the distributed optimizer, and no other
+  // parallelism or LoRA the weights stay there (resident): the device
+  // optimizer updates them (the data-parallel sum runs on the device's
+  // gradients) and params_ / optimizer_ are their host copy for checkpoints
   // (SyncToHost before a save or export, SyncToDevice after a load).
   // Otherwise values go in before each step and gradients come out after its
   // micro batches, and the host trains them with the collectives.
@@ -303,6 +306,12 @@ class Trainer {
   std::optional<StepTotals> step_totals_;
   std::optional<RecordedMicroBatches> recorded_;
   AdamW optimizer_;
+  // The data-parallel group as connected (its buffers on the device for
+  // NCCL), and as the host's buffers reach it (staged through host copies
+  // where the group's are the device's): the gradients of resident weights go
+  // to the first, everything the host holds to the second.
+  Collectives* data_parallel_group_;
+  std::unique_ptr<StagedCollectives> staged_data_parallel_;
   Collectives* data_parallel_;
   // With the distributed optimizer: shards of the trainable tensors over the
   // data-parallel group (under expert parallelism of the dense ones, and of
