@@ -17,9 +17,7 @@
 #endif
 
 namespace glm {
-namespace {
 
-// The N of "cuda:N".
 absl::StatusOr<int> CudaOrdinal(const std::string& device) {
   int ordinal = -1;
   if (!absl::StartsWith(device, "cuda:") ||
@@ -29,6 +27,8 @@ absl::StatusOr<int> CudaOrdinal(const std::string& device) {
   }
   return ordinal;
 }
+
+namespace {
 
 absl::Status CheckPrecision(const std::string& precision, bool gpu) {
   if (precision.empty() || precision == "fp32") return absl::OkStatus();

@@ -18,6 +18,9 @@ struct DeviceDescription {
   int64_t memory_bytes = 0;  // the GPU's memory; 0 on the CPU
 };
 
+// The N of a device named "cuda:N" (an error for any other name).
+absl::StatusOr<int> CudaOrdinal(const std::string& device);
+
 // The CUDA devices this process sees (an error naming why when none can be
 // used, or in a build without CUDA).
 absl::StatusOr<int> CudaDeviceCount();

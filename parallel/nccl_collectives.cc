@@ -70,15 +70,39 @@ absl::StatusOr<ncclUniqueId> ShareUniqueId(KeyValueStore& store,
 
 }  // namespace
 
-CollectivesFactory NcclFactory(KeyValueStore* store, absl::Duration timeout) {
-  return [store, timeout](
+CollectivesFactory NcclFactory(KeyValueStore* store, absl::Duration timeout,
+                               int device) {
+  return [store, timeout, device](
              const std::string& key, int rank,
              int size) -> absl::StatusOr<std::unique_ptr<Collectives>> {
+    // The communicator and its stream belong to the current device.
+    if (const cudaError_t set = cudaSetDevice(device); set != cudaSuccess) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group ", key, ": GPU ", device, ": ", cudaGetErrorString(set)));
+    }
     absl::StatusOr<std::unique_ptr<NcclCollectives>> group =
         NcclCollectives::Connect(*store, key, rank, size, timeout);
     if (!group.ok()) return group.status();
     return std::unique_ptr<Collectives>(*std::move(group));
   };
+}
+
+absl::StatusOr<std::string> GpuUuid(int device) {
+  cudaDeviceProp properties;
+  if (const cudaError_t got = cudaGetDeviceProperties(&properties, device);
+      got != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GPU ", device, ": ", cudaGetErrorString(got)));
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string uuid = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+    const auto byte = static_cast<unsigned char>(properties.uuid.bytes[i]);
+    uuid += kHex[byte >> 4];
+    uuid += kHex[byte & 15];
+  }
+  return uuid;
 }
 
 absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Connect(

@@ -19,8 +19,14 @@
 
 namespace glm {
 
-// Groups connected through `store` (not owned; it must outlive the factory).
-CollectivesFactory NcclFactory(KeyValueStore* store, absl::Duration timeout);
+// Groups on GPU `device` (made current first), connected through `store`
+// (not owned; it must outlive the factory).
+CollectivesFactory NcclFactory(KeyValueStore* store, absl::Duration timeout,
+                               int device);
+
+// GPU `device`'s UUID ("GPU-" and 32 hex digits, as nvidia-smi prints it):
+// the same GPU seen by two processes has one.
+absl::StatusOr<std::string> GpuUuid(int device);
 
 class NcclCollectives : public Collectives {
  public:

@@ -72,7 +72,8 @@ std::vector<int> GroupMembers(const RankGrid& grid, int rank, GroupKind kind) {
 }
 
 absl::StatusOr<ProcessGroups> ProcessGroups::Create(
-    const RankGrid& grid, int rank, const CollectivesFactory& connect) {
+    const RankGrid& grid, int rank, const CollectivesFactory& connect,
+    const std::map<GroupKind, CollectivesFactory>& connect_kind) {
   if (rank < 0 || rank >= static_cast<int>(grid.ranks.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " is outside the grid of ", grid.ranks.size()));
@@ -84,8 +85,11 @@ absl::StatusOr<ProcessGroups> ProcessGroups::Create(
         std::find(members.begin(), members.end(), rank) - members.begin());
     const std::string key =
         absl::StrCat(GroupKindName(kind), "/", absl::StrJoin(members, "-"));
+    const auto own = connect_kind.find(kind);
+    const CollectivesFactory& factory =
+        own != connect_kind.end() ? own->second : connect;
     absl::StatusOr<std::unique_ptr<Collectives>> group =
-        connect(key, index, static_cast<int>(members.size()));
+        factory(key, index, static_cast<int>(members.size()));
     if (!group.ok()) return group.status();
     groups.groups_[kind] = *std::move(group);
   }

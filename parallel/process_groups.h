@@ -39,9 +39,11 @@ std::vector<int> GroupMembers(const RankGrid& grid, int rank, GroupKind kind);
 class ProcessGroups {
  public:
   // Connects every group of `rank`, kinds in AllGroupKinds() order (all ranks
-  // follow it, so no two groups wait on each other).
+  // follow it, so no two groups wait on each other): the kinds in
+  // `connect_kind` by their factory, the others by `connect`.
   static absl::StatusOr<ProcessGroups> Create(
-      const RankGrid& grid, int rank, const CollectivesFactory& connect);
+      const RankGrid& grid, int rank, const CollectivesFactory& connect,
+      const std::map<GroupKind, CollectivesFactory>& connect_kind = {});
 
   Collectives& group(GroupKind kind) { return *groups_.at(kind); }
 

@@ -4,15 +4,44 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend_factory.h"
+#include "parallel/distinct_device_groups.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/gloo_store.h"
+#ifdef GLM_WITH_CUDA
+#include "parallel/nccl_collectives.h"
+#endif
 
 namespace glm {
+namespace {
+
+// The groups not over Gloo: on a GPU (a CUDA build), the data-parallel
+// group over NCCL where its members each have a GPU of their own (one worker
+// per GPU), over Gloo where two share one; none on the CPU.
+absl::StatusOr<std::map<GroupKind, CollectivesFactory>> DeviceGroups(
+    const std::string& device, RendezvousStore* rendezvous,
+    const GlooOptions& options, const CollectivesFactory& gloo) {
+  std::map<GroupKind, CollectivesFactory> groups;
+#ifdef GLM_WITH_CUDA
+  if (device == "cpu") return groups;
+  absl::StatusOr<int> gpu = CudaOrdinal(device);
+  if (!gpu.ok()) return gpu.status();
+  absl::StatusOr<std::string> uuid = GpuUuid(*gpu);
+  if (!uuid.ok()) return uuid.status();
+  groups[GroupKind::kDp] =
+      OnDistinctDevices(rendezvous, *uuid, options.connect_timeout,
+                        NcclFactory(rendezvous, options.timeout, *gpu), gloo);
+#endif
+  return groups;
+}
+
+}  // namespace
 
 absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
                                                const RankGrid& grid,
                                                RendezvousStore* rendezvous,
-                                               const std::string& host) {
+                                               const std::string& host,
+                                               const std::string& device) {
   if (rendezvous == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", assignment.rank(), " of ",
@@ -31,8 +60,13 @@ absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
       collective_timeout_seconds > 0 ? collective_timeout_seconds : 300);
   options.hostname = host;
   auto store = std::make_shared<GlooStore>(rendezvous, options.connect_timeout);
-  absl::StatusOr<ProcessGroups> groups = ProcessGroups::Create(
-      grid, assignment.rank(), GlooFactory(std::move(store), options));
+  const CollectivesFactory gloo = GlooFactory(std::move(store), options);
+  absl::StatusOr<std::map<GroupKind, CollectivesFactory>> device_groups =
+      DeviceGroups(device, rendezvous, options, gloo);
+  absl::StatusOr<ProcessGroups> groups =
+      device_groups.ok()
+          ? ProcessGroups::Create(grid, assignment.rank(), gloo, *device_groups)
+          : absl::StatusOr<ProcessGroups>(device_groups.status());
   if (!groups.ok()) {
     return absl::Status(
         groups.status().code(),

@@ -17,16 +17,19 @@
 
 namespace glm {
 
-// Connects every group of the assignment's rank over Gloo/TCP, bootstrapped
-// through `rendezvous` (not owned) and bounded by the assignment's rendezvous
+// Connects every group of the assignment's rank, bootstrapped through
+// `rendezvous` (not owned) and bounded by the assignment's rendezvous
 // timeout; a collective waits up to the spec's
-// parallel.collective_timeout_seconds (0: 300 s). Peers dial this rank at
-// `host` (the worker's advertised address). A peer that never arrives is an
-// error naming this rank and the group.
+// parallel.collective_timeout_seconds (0: 300 s). Groups run over Gloo/TCP,
+// peers dialing this rank at `host` (the worker's advertised address);
+// on `device` "cuda:N" in a CUDA build the data-parallel group runs over
+// NCCL instead where its members each have a GPU of their own. A peer that
+// never arrives is an error naming this rank and the group.
 absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
                                                const RankGrid& grid,
                                                RendezvousStore* rendezvous,
-                                               const std::string& host);
+                                               const std::string& host,
+                                               const std::string& device);
 
 // True on every rank when any rank was asked to stop (`world` null: one
 // rank), so that all stop after the same iteration.

@@ -40,7 +40,7 @@ TEST(JobGroupsTest, PeerThatStopsCallingCollectivesFailsAfterSpecTimeout) {
       RendezvousStore rendezvous(server.ConnectAsRegisteredWorker(),
                                  "job-000001/attempt-1");
       absl::StatusOr<ProcessGroups> groups = ConnectJobGroups(
-          AssignmentOf(rank, 2, 1), *grid, &rendezvous, "127.0.0.1");
+          AssignmentOf(rank, 2, 1), *grid, &rendezvous, "127.0.0.1", "cpu");
       ASSERT_TRUE(groups.ok()) << groups.status();
       if (rank == 1) {
         // Hangs: alive and connected, but never joins the all-reduce.

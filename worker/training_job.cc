@@ -512,11 +512,18 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   std::optional<ProcessGroups> groups;
   if (assignment.world_size() > 1) {
     absl::StatusOr<ProcessGroups> connected =
-        ConnectJobGroups(assignment, plan->grid, rendezvous, host);
+        ConnectJobGroups(assignment, plan->grid, rendezvous, host, device);
     if (!connected.ok()) return connected.status();
     groups = *std::move(connected);
   }
   Collectives* world = groups ? &groups->group(GroupKind::kWorld) : nullptr;
+  if (groups && groups->group(GroupKind::kDp).size() > 1) {
+    const bool nccl =
+        groups->group(GroupKind::kDp).buffer_place() == BufferPlace::kDevice;
+    hooks.log(absl::StrCat(
+        "rank ", assignment.rank(), ": data-parallel group ",
+        nccl ? "over NCCL (GPU buffers)" : "over Gloo (host buffers)"));
+  }
   const std::optional<PipelineRank> pipeline =
       PipelineRankOf(assignment, *plan, groups ? &*groups : nullptr);
   if (pipeline) {
