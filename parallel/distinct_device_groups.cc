@@ -25,6 +25,8 @@ CollectivesFactory OnDistinctDevices(KeyValueStore* store,
           otherwise = std::move(otherwise)](
              const std::string& key, int rank,
              int size) -> absl::StatusOr<std::unique_ptr<Collectives>> {
+    // A group of one moves nothing: it stays as `otherwise` makes it.
+    if (size == 1) return otherwise(key, rank, size);
     const std::string prefix = key + "/device/";
     if (absl::Status status = store->Set(absl::StrCat(prefix, rank), device_id);
         !status.ok()) {

@@ -20,9 +20,10 @@ namespace glm {
 // every member and no device twice.
 bool DistinctDevices(const std::vector<std::string>& device_ids);
 
-// Connects a group by `on_distinct_devices` where DistinctDevices holds for
-// its members' published `device_id`s, else by `otherwise`; `store` (not
-// owned) must outlive the factory. A member that does not publish within
+// Connects a group of two or more by `on_distinct_devices` where
+// DistinctDevices holds for its members' published `device_id`s, else (and a
+// group of one) by `otherwise`; `store` (not owned) must outlive the
+// factory. A member that does not publish within
 // `timeout` is an error naming the group.
 CollectivesFactory OnDistinctDevices(KeyValueStore* store,
                                      std::string device_id,

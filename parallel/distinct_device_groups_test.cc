@@ -69,6 +69,7 @@ TEST(DistinctDevicesTest, AllMembersChooseAlike) {
   EXPECT_EQ(Choices({"", ""}), (std::vector<std::string>{"host", "host"}));
   EXPECT_EQ(Choices({"GPU-a", "GPU-b", "GPU-a"}),
             (std::vector<std::string>{"host", "host", "host"}));
+  EXPECT_EQ(Choices({"GPU-a"}), std::vector<std::string>{"host"});
 }
 
 // A member that never publishes its device: the others fail, naming the
