@@ -77,6 +77,33 @@ int64_t Total(const std::vector<int64_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
+// Runs `call` on a copy in `place` of the caller's `count` values at `data`
+// (copied in when `read`), copied back when the call succeeds.
+template <typename T, typename Call>
+absl::Status InPlace(BufferPlace place, Allocator* device, T* data,
+                     int64_t count, bool read, const Call& call) {
+  StagingBuffer staged(place, device, Bytes<T>(count));
+  if (read) staged.From(data);
+  absl::Status status = call(static_cast<T*>(staged.data()));
+  if (status.ok()) staged.To(data);
+  return status;
+}
+
+// Runs `call` on copies in `place` of the caller's input (`in_count` values,
+// copied in) and output (`out_count`, copied back when the call succeeds).
+template <typename Call>
+absl::Status InAndOut(BufferPlace place, Allocator* device, const float* in,
+                      int64_t in_count, float* out, int64_t out_count,
+                      const Call& call) {
+  StagingBuffer staged_in(place, device, Bytes<float>(in_count));
+  StagingBuffer staged_out(place, device, Bytes<float>(out_count));
+  staged_in.From(in);
+  absl::Status status = call(static_cast<const float*>(staged_in.data()),
+                             static_cast<float*>(staged_out.data()));
+  if (status.ok()) staged_out.To(out);
+  return status;
+}
+
 }  // namespace
 
 StagedCollectives::StagedCollectives(Collectives& group, BufferPlace place,
@@ -92,77 +119,52 @@ bool StagedCollectives::GoesDirect() {
 absl::Status StagedCollectives::AllReduce(float* data, int64_t count,
                                           ReduceOp op) {
   if (GoesDirect()) return group_.AllReduce(data, count, op);
-  StagingBuffer staged(group_.buffer_place(), device_, Bytes<float>(count));
-  staged.From(data);
-  absl::Status status =
-      group_.AllReduce(static_cast<float*>(staged.data()), count, op);
-  if (status.ok()) staged.To(data);
-  return status;
+  return InPlace(
+      group_.buffer_place(), device_, data, count, /*read=*/true,
+      [&](float* staged) { return group_.AllReduce(staged, count, op); });
 }
 
 absl::Status StagedCollectives::AllReduceSum(int64_t* data, int64_t count) {
   if (GoesDirect()) return group_.AllReduceSum(data, count);
-  StagingBuffer staged(group_.buffer_place(), device_, Bytes<int64_t>(count));
-  staged.From(data);
-  absl::Status status =
-      group_.AllReduceSum(static_cast<int64_t*>(staged.data()), count);
-  if (status.ok()) staged.To(data);
-  return status;
+  return InPlace(
+      group_.buffer_place(), device_, data, count, /*read=*/true,
+      [&](int64_t* staged) { return group_.AllReduceSum(staged, count); });
 }
 
 absl::Status StagedCollectives::Broadcast(float* data, int64_t count,
                                           int root) {
   if (GoesDirect()) return group_.Broadcast(data, count, root);
-  StagingBuffer staged(group_.buffer_place(), device_, Bytes<float>(count));
-  staged.From(data);
-  absl::Status status =
-      group_.Broadcast(static_cast<float*>(staged.data()), count, root);
-  if (status.ok()) staged.To(data);
-  return status;
+  return InPlace(
+      group_.buffer_place(), device_, data, count, /*read=*/true,
+      [&](float* staged) { return group_.Broadcast(staged, count, root); });
 }
 
 absl::Status StagedCollectives::AllGather(const float* in, int64_t count,
                                           float* out) {
   if (GoesDirect()) return group_.AllGather(in, count, out);
-  StagingBuffer staged_in(group_.buffer_place(), device_, Bytes<float>(count));
-  StagingBuffer staged_out(group_.buffer_place(), device_,
-                           Bytes<float>(count * size()));
-  staged_in.From(in);
-  absl::Status status =
-      group_.AllGather(static_cast<const float*>(staged_in.data()), count,
-                       static_cast<float*>(staged_out.data()));
-  if (status.ok()) staged_out.To(out);
-  return status;
+  return InAndOut(group_.buffer_place(), device_, in, count, out,
+                  count * size(), [&](const float* from, float* to) {
+                    return group_.AllGather(from, count, to);
+                  });
 }
 
 absl::Status StagedCollectives::ReduceScatter(const float* in, int64_t count,
                                               float* out, ReduceOp op) {
   if (GoesDirect()) return group_.ReduceScatter(in, count, out, op);
-  StagingBuffer staged_in(group_.buffer_place(), device_,
-                          Bytes<float>(count * size()));
-  StagingBuffer staged_out(group_.buffer_place(), device_, Bytes<float>(count));
-  staged_in.From(in);
-  absl::Status status =
-      group_.ReduceScatter(static_cast<const float*>(staged_in.data()), count,
-                           static_cast<float*>(staged_out.data()), op);
-  if (status.ok()) staged_out.To(out);
-  return status;
+  return InAndOut(group_.buffer_place(), device_, in, count * size(), out,
+                  count, [&](const float* from, float* to) {
+                    return group_.ReduceScatter(from, count, to, op);
+                  });
 }
 
 absl::Status StagedCollectives::AllToAllV(
     const float* in, const std::vector<int64_t>& send_counts, float* out,
     const std::vector<int64_t>& recv_counts) {
   if (GoesDirect()) return group_.AllToAllV(in, send_counts, out, recv_counts);
-  StagingBuffer staged_in(group_.buffer_place(), device_,
-                          Bytes<float>(Total(send_counts)));
-  StagingBuffer staged_out(group_.buffer_place(), device_,
-                           Bytes<float>(Total(recv_counts)));
-  staged_in.From(in);
-  absl::Status status =
-      group_.AllToAllV(static_cast<const float*>(staged_in.data()), send_counts,
-                       static_cast<float*>(staged_out.data()), recv_counts);
-  if (status.ok()) staged_out.To(out);
-  return status;
+  return InAndOut(group_.buffer_place(), device_, in, Total(send_counts), out,
+                  Total(recv_counts), [&](const float* from, float* to) {
+                    return group_.AllToAllV(from, send_counts, to, recv_counts);
+                  });
 }
 
 absl::StatusOr<std::unique_ptr<PendingSend>> StagedCollectives::StartSend(
@@ -179,11 +181,9 @@ absl::StatusOr<std::unique_ptr<PendingSend>> StagedCollectives::StartSend(
 
 absl::Status StagedCollectives::Recv(float* data, int64_t count, int peer) {
   if (GoesDirect()) return group_.Recv(data, count, peer);
-  StagingBuffer staged(group_.buffer_place(), device_, Bytes<float>(count));
-  absl::Status status =
-      group_.Recv(static_cast<float*>(staged.data()), count, peer);
-  if (status.ok()) staged.To(data);
-  return status;
+  return InPlace(
+      group_.buffer_place(), device_, data, count, /*read=*/false,
+      [&](float* staged) { return group_.Recv(staged, count, peer); });
 }
 
 }  // namespace glm
