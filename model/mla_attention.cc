@@ -118,16 +118,9 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
                      acts->key.Matrix().Columns(nope, rope));
 }
 
-// Whether this layer forms an indexer loss, and in which pass.
-bool IndexerLossInForward(const AttentionParameters& p,
-                          const AttentionSpec& spec) {
-  return p.has_indexer && spec.indexer_loss_coeff != 0.f &&
-         !spec.indexer_loss_in_backward;
-}
-bool IndexerLossInBackward(const AttentionParameters& p,
-                           const AttentionSpec& spec) {
-  return p.has_indexer && spec.indexer_loss_coeff != 0.f &&
-         spec.indexer_loss_in_backward;
+// Whether this layer forms an indexer loss (in the pass the spec names).
+bool HasIndexerLoss(const AttentionParameters& p, const AttentionSpec& spec) {
+  return p.has_indexer && spec.indexer_loss_coeff != 0.f;
 }
 
 // The indexer loss of this rank's own queries against `head_sum` [n, topk],
@@ -196,7 +189,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
     // The indexer loss (below, or in the backward) reads the indexer's
     // operands over every row when the tensor ranks do not split them.
     const bool loss_follows =
-        spec.indexer_loss_coeff != 0.f && rows.parallel.tp() == 1;
+        HasIndexerLoss(p, spec) && rows.parallel.tp() == 1;
     IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
                    layout, rows.chunk, rows.op_positions(), rows.parallel,
                    loss_follows, &acts->indexer, &acts->own_topk);
@@ -230,7 +223,7 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   } else {
     backend.Linear(acts->attn.Matrix(), p.o_proj.value.Matrix(), out, false);
   }
-  if (IndexerLossInForward(p, spec)) {
+  if (HasIndexerLoss(p, spec) && !spec.indexer_loss_in_backward) {
     Tensor head_sum = Tensor::ForOutput({n, topk});
     backend.SparseAttentionKeyWeights(
         acts->query.Matrix(), acts->key.Matrix(), acts->own_topk.data(), topk,
@@ -274,7 +267,8 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
          dkv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
   MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
   const int64_t topk = acts.topk->dim(1);
-  const bool loss_here = IndexerLossInBackward(p, spec);
+  const bool loss_here =
+      HasIndexerLoss(p, spec) && spec.indexer_loss_in_backward;
   Tensor head_sum = loss_here ? Tensor::ForOutput({n, topk}) : Tensor();
   backend.SparseAttentionBackward(
       acts.query.Matrix(), acts.key.Matrix(),
@@ -331,7 +325,7 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
                           dq_a.Matrix(), p.q_a_layernorm.grad.data());
   backend.LinearBackward(xc, p.q_a_proj.value.Matrix(), dq_a.Matrix(), dxc,
                          p.q_a_proj.grad.Matrix());
-  if (p.has_indexer && spec.indexer_loss_coeff != 0.f) {
+  if (HasIndexerLoss(p, spec)) {
     IndexerBackward(backend, p.indexer, spec.indexer, xc, acts.q_resid.Matrix(),
                     layout, rows.op_positions(), rows.parallel, acts.indexer,
                     loss_here ? formed_here : acts.indexer_grads);

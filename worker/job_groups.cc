@@ -63,10 +63,9 @@ absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,
   const CollectivesFactory gloo = GlooFactory(std::move(store), options);
   absl::StatusOr<std::map<GroupKind, CollectivesFactory>> device_groups =
       DeviceGroups(device, rendezvous, options, gloo);
+  if (!device_groups.ok()) return device_groups.status();
   absl::StatusOr<ProcessGroups> groups =
-      device_groups.ok()
-          ? ProcessGroups::Create(grid, assignment.rank(), gloo, *device_groups)
-          : absl::StatusOr<ProcessGroups>(device_groups.status());
+      ProcessGroups::Create(grid, assignment.rank(), gloo, *device_groups);
   if (!groups.ok()) {
     return absl::Status(
         groups.status().code(),
