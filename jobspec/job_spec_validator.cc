@@ -262,6 +262,23 @@ absl::Status CheckCudaGraphs(const v1::JobSpec& spec) {
   return CheckOneModelPerRank(spec, "training.cuda_graphs");
 }
 
+absl::Status CheckOverlapGradReduce(const v1::JobSpec& spec) {
+  const v1::TrainingSpec& t = spec.training();
+  if (!t.overlap_grad_reduce()) return absl::OkStatus();
+  if (t.use_distributed_optimizer()) {
+    return FieldError("training.overlap_grad_reduce",
+                      "needs training.use_distributed_optimizer false (the "
+                      "overlapped sums are all-reduces, not ZeRO-1's "
+                      "reduce-scatters)");
+  }
+  if (t.mode() == v1::LORA) {
+    return FieldError("training.overlap_grad_reduce",
+                      "needs a mode other than LORA (adapter gradients are "
+                      "formed after the backward)");
+  }
+  return CheckOneModelPerRank(spec, "training.overlap_grad_reduce");
+}
+
 // Only the targets the spec names: the default ones (the attention
 // projections) are in every layer and on no two pipeline stages.
 absl::Status CheckLoraTargets(const v1::JobSpec& spec, const JobPlan& plan) {
@@ -413,8 +430,8 @@ absl::StatusOr<JobPlan> ValidateJobSpec(const v1::JobSpec& spec) {
   }
   for (absl::Status status :
        {CheckPipelineSchedule(spec, plan), CheckRecompute(spec),
-        CheckCudaGraphs(spec), CheckLoraTargets(spec, plan),
-        CheckExport(spec.training()),
+        CheckCudaGraphs(spec), CheckOverlapGradReduce(spec),
+        CheckLoraTargets(spec, plan), CheckExport(spec.training()),
         CheckData(spec.data(), spec.training().mode())}) {
     if (!status.ok()) return status;
   }

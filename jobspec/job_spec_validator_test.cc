@@ -370,6 +370,38 @@ TEST(JobSpecValidatorTest, CudaGraphsNeedTheGpuAndOneModelPerRank) {
   ASSERT_TRUE(plan.ok()) << plan.status();
 }
 
+TEST(JobSpecValidatorTest, OverlappedGradientSumsNeedPlainDataParallelism) {
+  // The test spec runs pp 2.
+  ExpectRejected(
+      "training.overlap_grad_reduce",
+      [](v1::JobSpec* s) {
+        s->mutable_training()->set_overlap_grad_reduce(true);
+      },
+      "needs parallel.pp = 1 (one model per rank; data parallelism is fine), "
+      "got 2");
+  ExpectRejected(
+      "training.overlap_grad_reduce",
+      [](v1::JobSpec* s) {
+        s->mutable_training()->set_overlap_grad_reduce(true);
+        s->mutable_training()->set_use_distributed_optimizer(true);
+      },
+      "needs training.use_distributed_optimizer false");
+  v1::JobSpec lora = LoraSpec();
+  lora.mutable_training()->set_overlap_grad_reduce(true);
+  const absl::Status refused = ValidateJobSpec(lora).status();
+  EXPECT_NE(refused.message().find("training.overlap_grad_reduce: needs a "
+                                   "mode other than LORA"),
+            std::string::npos)
+      << refused;
+  v1::JobSpec data_parallel = LoadTestSpec("tiny_job.json");
+  data_parallel.mutable_training()->set_overlap_grad_reduce(true);
+  data_parallel.mutable_parallel()->set_pp(1);
+  data_parallel.mutable_parallel()->clear_layout();
+  const absl::StatusOr<JobPlan> plan = ValidateJobSpec(data_parallel);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->grid.dp, 2);
+}
+
 TEST(JobSpecValidatorTest, LoraTargetsAndExportAreCheckedAtSubmit) {
   // Under pp 2 with the default targets (the attention projections).
   EXPECT_TRUE(ValidateJobSpec(LoraSpec()).ok());

@@ -9,6 +9,8 @@
 #define GLM_MODEL_GLM_MODEL_H_
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,6 +69,16 @@ class GlmModel {
   // Gradients of the last Forward's total loss, added to params->*.grad.
   // Frees what the forward kept.
   absl::Status Backward();
+  // Told during each Backward which gradients it has finished (nothing later
+  // in the pass adds to them), as it finishes them: ModelParameters'
+  // HeadGradients, LayerGradients from the last layer down, then
+  // EmbeddingGradients. The backend's ops that write them are queued, not
+  // necessarily done. Lets a caller start summing the first over its
+  // data-parallel ranks while the backward goes on. Empty: not called.
+  using GradientsFinished = std::function<void(const std::vector<Tensor*>&)>;
+  void set_gradients_finished(GradientsFinished finished) {
+    gradients_finished_ = std::move(finished);
+  }
   // A training micro batch over the loaded batch: ForwardLoaded(step), then
   // Backward.
   absl::Status TrainLoaded(StepTotals* step);
@@ -94,11 +106,14 @@ class GlmModel {
   // loads to `step` when given, else to `result`.
   void Record(const DecoderLayerActivations& layer, size_t index,
               StepTotals* step, ForwardResult* result) const;
+  // Tells gradients_finished_ (when set) of `grads`.
+  void Finished(const std::vector<Tensor*>& grads) const;
 
   ModelParameters* params_;
   Backend* backend_;
   LossOptions options_;
   DecoderLayerSpec spec_;
+  GradientsFinished gradients_finished_;
 
   // Set by Load.
   bool loaded_ = false;

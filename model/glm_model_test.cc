@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 
 #include "gtest/gtest.h"
@@ -95,6 +96,34 @@ class GlmModelTest : public ::testing::Test {
         EXPECT_TRUE(grads[i] == forward_grads[i]) << "gradient " << i;
       }
     }
+  }
+
+  // A backward tells of each held gradient once, when nothing later in the
+  // pass adds to it: as told, each equals its value after the backward. The
+  // pass adds to gradients another pass left (a step's last micro batch).
+  void ExpectGradientsFinishedOnceAndFinal(const Batch& batch) {
+    params_.ZeroGrad();
+    GlmModel model(&params_, &backend_);
+    ASSERT_TRUE(model.Forward(batch).ok());
+    ASSERT_TRUE(model.Backward().ok());
+    std::map<const Tensor*, std::vector<float>> told;
+    model.set_gradients_finished([&](const std::vector<Tensor*>& grads) {
+      for (Tensor* grad : grads) {
+        EXPECT_TRUE(told.emplace(grad, grad->HostValues()).second)
+            << "told twice";
+      }
+    });
+    ASSERT_TRUE(model.Forward(batch).ok());
+    ASSERT_TRUE(model.Backward().ok());
+    size_t held = 0;
+    for (const NamedTensor& t : params_.Named()) {
+      if (t.grad == nullptr || t.grad->empty()) continue;
+      ++held;
+      auto it = told.find(t.grad);
+      ASSERT_NE(it, told.end()) << t.name << " not told";
+      EXPECT_TRUE(it->second == t.grad->HostValues()) << t.name;
+    }
+    EXPECT_EQ(told.size(), held);
   }
 
   // Analytic gradients of the total loss, then a directional check (first step
@@ -473,6 +502,11 @@ TEST_F(GlmModelTest, RecomputedLayersGiveTheSameGradients) {
                                     Batch::FromSequences({kSeqA, kSeqB}));
 }
 
+TEST_F(GlmModelTest, GradientsAreToldOnceFinished) {
+  ASSERT_FALSE(params_.mtp.empty());
+  ExpectGradientsFinishedOnceAndFinal(Batch::FromSequences({kSeqA, kSeqB}));
+}
+
 // Tied embeddings: no lm_head parameter; the output projection's gradient joins
 // the embedding's.
 class TiedEmbeddingTest : public GlmModelTest {
@@ -495,6 +529,10 @@ TEST_F(TiedEmbeddingTest, SharesTheEmbeddingAndGradientsMatch) {
                    return name == "model.embed_tokens.weight" ||
                           name == "model.norm.weight";
                  });
+}
+
+TEST_F(TiedEmbeddingTest, GradientsAreToldOnceFinished) {
+  ExpectGradientsFinishedOnceAndFinal(Batch::FromSequences({kSeqA}));
 }
 
 TEST_F(GlmModelTest, BadInputsAreClearErrors) {
@@ -564,6 +602,12 @@ TEST_F(Glm52TinyTest, RecomputedLayersGiveTheSameGradients) {
   for (int t = 0; t < 40; ++t) ids.push_back((29 * t + 5) % 512);
   ExpectRecomputationChangesNothing(params_, backend_,
                                     Batch::FromSequences({ids}));
+}
+
+TEST_F(Glm52TinyTest, GradientsAreToldOnceFinished) {
+  std::vector<int32_t> ids;
+  for (int t = 0; t < 40; ++t) ids.push_back((29 * t + 5) % 512);
+  ExpectGradientsFinishedOnceAndFinal(Batch::FromSequences({ids}));
 }
 
 TEST_F(Glm52TinyTest, SharingFollowsPresetAndGradientsMatchFiniteDifferences) {

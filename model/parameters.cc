@@ -342,6 +342,39 @@ std::vector<NamedTensor> ModelParameters::Named() {
   return out;
 }
 
+namespace {
+
+// The held gradients of `named` (buffers and unheld tensors left out).
+std::vector<Tensor*> HeldGradients(const std::vector<NamedTensor>& named) {
+  std::vector<Tensor*> out;
+  for (const NamedTensor& t : named) {
+    if (t.grad != nullptr && !t.grad->empty()) out.push_back(t.grad);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Tensor*> ModelParameters::HeadGradients() {
+  std::vector<NamedTensor> named;
+  bool head = false;
+  for (NamedTensor& t : Named()) {
+    head = head || t.name == "model.norm.weight";
+    if (head) named.push_back(t);
+  }
+  return HeldGradients(named);
+}
+
+std::vector<Tensor*> ModelParameters::LayerGradients(size_t layer) {
+  std::vector<NamedTensor> named;
+  AddDecoderLayer("", &layers.at(layer), &named);
+  return HeldGradients(named);
+}
+
+std::vector<Tensor*> ModelParameters::EmbeddingGradients() {
+  return HeldGradients({{"", &embed_tokens.value, &embed_tokens.grad}});
+}
+
 void ModelParameters::InitRandom(uint64_t seed, float std) {
   for (NamedTensor& t : Named()) {
     if (!held_.Holds(t.name)) continue;

@@ -151,6 +151,13 @@ class ModelParameters {
 
   // Every parameter and buffer under its HF name, in a fixed order.
   std::vector<NamedTensor> Named();
+  // The held gradients a backward pass finishes together, in Named() order:
+  // the head's (final norm, an untied lm_head, the MTP layers'), one decoder
+  // layer's, and the embedding's (which a tied head and the MTP layers also
+  // add to, so that a backward finishes it last).
+  std::vector<Tensor*> HeadGradients();
+  std::vector<Tensor*> LayerGradients(size_t layer);
+  std::vector<Tensor*> EmbeddingGradients();
   // Matrices and expert slabs ~ N(0, std), norm weights 1, biases and buffers
   // 0. Element i of a tensor is a counter-based draw from (seed, the tensor's
   // name, i), so a rank draws only the elements it holds (time and memory

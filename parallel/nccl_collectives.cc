@@ -1,5 +1,6 @@
 #include "parallel/nccl_collectives.h"
 
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -112,7 +113,7 @@ absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Connect(
   // every call on one costs 50-180 us more than on a blocking one
   // (bench/NOTES.md). So the members first join a non-blocking one (the
   // timeout applies), then, all present, make the blocking one the calls use
-  // (Finish still bounds each call's wait: it polls the stream and aborts).
+  // (Run still bounds each call's wait: it polls the stream and aborts).
   absl::StatusOr<ncclUniqueId> join_id =
       ShareUniqueId(store, key + "/nccl_unique_id/join", key, rank, timeout);
   if (!join_id.ok()) return join_id.status();
@@ -154,17 +155,21 @@ absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Connect(
     return absl::ResourceExhaustedError(absl::StrCat(
         "group ", key, ": ", cudaGetErrorString(cudaGetLastError())));
   }
-  return std::unique_ptr<NcclCollectives>(
-      new NcclCollectives(key, comm, stream, scratch, rank, size, timeout));
+  int device = 0;
+  cudaGetDevice(&device);
+  return std::unique_ptr<NcclCollectives>(new NcclCollectives(
+      key, comm, stream, scratch, device, rank, size, timeout));
 }
 
 NcclCollectives::NcclCollectives(std::string name, ncclComm_t comm,
-                                 cudaStream_t stream, float* scratch, int rank,
-                                 int size, absl::Duration timeout)
+                                 cudaStream_t stream, float* scratch,
+                                 int device, int rank, int size,
+                                 absl::Duration timeout)
     : name_(std::move(name)),
       comm_(comm),
       stream_(stream),
       scratch_(scratch),
+      device_(device),
       rank_(rank),
       size_(size),
       timeout_(timeout) {}
@@ -175,13 +180,19 @@ NcclCollectives::~NcclCollectives() {
   cudaStreamDestroy(stream_);
 }
 
-absl::Status NcclCollectives::Finish(const char* what, ncclResult_t enqueued) {
+absl::Status NcclCollectives::Run(
+    const char* what, const std::function<ncclResult_t()>& enqueue) {
   if (aborted_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "group ", name_, ": ", what, " after the communicator was aborted"));
   }
+  if (const cudaError_t set = cudaSetDevice(device_); set != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("group ", name_, ": ", what,
+                                            ": selecting GPU ", device_, ": ",
+                                            cudaGetErrorString(set)));
+  }
   const absl::Time deadline = absl::Now() + timeout_;
-  ncclResult_t state = enqueued;
+  ncclResult_t state = enqueue();
   if (state == ncclInProgress) state = SettleComm(comm_, deadline);
   cudaError_t stream = cudaErrorNotReady;
   while (state == ncclSuccess && absl::Now() < deadline) {
@@ -207,13 +218,16 @@ absl::Status NcclCollectives::Finish(const char* what, ncclResult_t enqueued) {
 
 absl::Status NcclCollectives::AllReduce(float* data, int64_t count,
                                         ReduceOp op) {
-  return Finish("all-reduce", ncclAllReduce(data, data, count, ncclFloat32,
-                                            ToNccl(op), comm_, stream_));
+  return Run("all-reduce", [&] {
+    return ncclAllReduce(data, data, count, ncclFloat32, ToNccl(op), comm_,
+                         stream_);
+  });
 }
 
 absl::Status NcclCollectives::AllReduceSum(int64_t* data, int64_t count) {
-  return Finish("all-reduce", ncclAllReduce(data, data, count, ncclInt64,
-                                            ncclSum, comm_, stream_));
+  return Run("all-reduce", [&] {
+    return ncclAllReduce(data, data, count, ncclInt64, ncclSum, comm_, stream_);
+  });
 }
 
 absl::Status NcclCollectives::Broadcast(float* data, int64_t count, int root) {
@@ -222,21 +236,24 @@ absl::Status NcclCollectives::Broadcast(float* data, int64_t count, int root) {
         absl::StrCat("group ", name_, ": broadcast root ", root,
                      " is not one of ", size_, " members"));
   }
-  return Finish("broadcast", ncclBroadcast(data, data, count, ncclFloat32, root,
-                                           comm_, stream_));
+  return Run("broadcast", [&] {
+    return ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_);
+  });
 }
 
 absl::Status NcclCollectives::AllGather(const float* in, int64_t count,
                                         float* out) {
-  return Finish("all-gather",
-                ncclAllGather(in, out, count, ncclFloat32, comm_, stream_));
+  return Run("all-gather", [&] {
+    return ncclAllGather(in, out, count, ncclFloat32, comm_, stream_);
+  });
 }
 
 absl::Status NcclCollectives::ReduceScatter(const float* in, int64_t count,
                                             float* out, ReduceOp op) {
-  return Finish("reduce-scatter",
-                ncclReduceScatter(in, out, count, ncclFloat32, ToNccl(op),
-                                  comm_, stream_));
+  return Run("reduce-scatter", [&] {
+    return ncclReduceScatter(in, out, count, ncclFloat32, ToNccl(op), comm_,
+                             stream_);
+  });
 }
 
 absl::Status NcclCollectives::AllToAllV(
@@ -248,38 +265,44 @@ absl::Status NcclCollectives::AllToAllV(
                                                    ": all-to-all needs ", size_,
                                                    " send and receive counts"));
   }
-  ncclResult_t result = ncclGroupStart();
-  int64_t sent = 0, received = 0;
-  for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
-    result = ncclSend(in + sent, send_counts[peer], ncclFloat32, peer, comm_,
-                      stream_);
-    if (result == ncclSuccess) {
-      result = ncclRecv(out + received, recv_counts[peer], ncclFloat32, peer,
-                        comm_, stream_);
+  return Run("all-to-all", [&] {
+    ncclResult_t result = ncclGroupStart();
+    int64_t sent = 0, received = 0;
+    for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
+      result = ncclSend(in + sent, send_counts[peer], ncclFloat32, peer, comm_,
+                        stream_);
+      if (result == ncclSuccess) {
+        result = ncclRecv(out + received, recv_counts[peer], ncclFloat32, peer,
+                          comm_, stream_);
+      }
+      sent += send_counts[peer];
+      received += recv_counts[peer];
     }
-    sent += send_counts[peer];
-    received += recv_counts[peer];
-  }
-  const ncclResult_t ended = ncclGroupEnd();
-  return Finish("all-to-all", result == ncclSuccess ? ended : result);
+    const ncclResult_t ended = ncclGroupEnd();
+    return result == ncclSuccess ? ended : result;
+  });
 }
 
 absl::StatusOr<std::unique_ptr<PendingSend>> NcclCollectives::StartSend(
     const float* data, int64_t count, int peer) {
-  absl::Status sent =
-      Finish("send", ncclSend(data, count, ncclFloat32, peer, comm_, stream_));
+  absl::Status sent = Run("send", [&] {
+    return ncclSend(data, count, ncclFloat32, peer, comm_, stream_);
+  });
   if (!sent.ok()) return sent;
   return std::unique_ptr<PendingSend>(new CompletedSend());
 }
 
 absl::Status NcclCollectives::Recv(float* data, int64_t count, int peer) {
-  return Finish("receive",
-                ncclRecv(data, count, ncclFloat32, peer, comm_, stream_));
+  return Run("receive", [&] {
+    return ncclRecv(data, count, ncclFloat32, peer, comm_, stream_);
+  });
 }
 
 absl::Status NcclCollectives::Barrier() {
-  return Finish("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat32,
-                                         ncclSum, comm_, stream_));
+  return Run("barrier", [&] {
+    return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_,
+                         stream_);
+  });
 }
 
 }  // namespace glm

@@ -1,5 +1,7 @@
 // Collectives over NCCL, for GPU workers: buffers are device memory, work runs
 // on the group's stream, and each call returns once its work has finished.
+// Any thread may call a group (one at a time): each call makes the group's
+// GPU current on it.
 // The communicator is non-blocking so that a missing or failed peer ends a
 // call after the timeout (the communicator is then aborted) instead of hanging.
 #ifndef GLM_PARALLEL_NCCL_COLLECTIVES_H_
@@ -8,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,16 +63,20 @@ class NcclCollectives : public Collectives {
 
  private:
   NcclCollectives(std::string name, ncclComm_t comm, cudaStream_t stream,
-                  float* scratch, int rank, int size, absl::Duration timeout);
+                  float* scratch, int device, int rank, int size,
+                  absl::Duration timeout);
 
-  // Checks an enqueue call's result, then waits for the stream (and the
-  // communicator) to finish; on timeout or error aborts the communicator.
-  absl::Status Finish(const char* what, ncclResult_t enqueued);
+  // Makes the group's GPU current, queues `what` (enqueue's NCCL calls) and
+  // checks their result, then waits for the stream (and the communicator) to
+  // finish; on timeout or error aborts the communicator.
+  absl::Status Run(const char* what,
+                   const std::function<ncclResult_t()>& enqueue);
 
   const std::string name_;
   ncclComm_t comm_;
   cudaStream_t stream_;
   float* scratch_;  // one device float for Barrier
+  const int device_;
   const int rank_, size_;
   const absl::Duration timeout_;
   bool aborted_ = false;

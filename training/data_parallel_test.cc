@@ -237,6 +237,42 @@ TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
   }
 }
 
+// Gradients summed in buckets during the last backward (overlap_grad_reduce;
+// small buckets, so that each layer's gradients span several) take the
+// steps of one sum after the backward bit for bit: host ranks, and ranks on
+// separate backend memory with a host group (each bucket through host copies)
+// and with a device-place group (summed where they lie).
+TEST(DataParallelTest, OverlappedGradientSumsTakeTheSameSteps) {
+  TrainerOptions overlapped = Options();
+  overlapped.overlap_grad_reduce = true;
+  overlapped.gradient_bucket_elements = 20'000;
+  const std::vector<TrainingRun> host = TrainOnTwoRanks(false);
+  ExpectBitwiseSameRuns(TrainOnTwoRanks(false, false, overlapped), host);
+  SeparateMemoryAllocator memory;
+  ExpectBitwiseSameRuns(TrainOnTwoRanks(false, false, overlapped, &memory),
+                        host);
+  ExpectBitwiseSameRuns(
+      TrainOnTwoRanks(false, false, overlapped, &memory, BufferPlace::kDevice),
+      host);
+}
+
+TEST(DataParallelTest, OverlappedGradientSumsNeedPlainDataParallelism) {
+  TrainerOptions options = Options();
+  options.overlap_grad_reduce = true;
+  options.distributed_optimizer = true;
+  absl::Status status =
+      Trainer::Create(
+          options,
+          std::make_unique<PretrainData>(
+              std::make_unique<HashedTokenDataset>(options.seq_length)),
+          nullptr, std::make_unique<CpuBackend>())
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("training.overlap_grad_reduce"),
+            std::string::npos)
+      << status;
+}
+
 TEST(DataParallelTest, DistributedOptimizerTakesThePlainSteps) {
   const TrainingRun single = Train(nullptr, false);
   const std::vector<TrainingRun> ranks = TrainOnTwoRanks(true);

@@ -214,6 +214,14 @@ absl::Status Trainer::ValidateSetup(
         "training.cuda_graphs: recorded micro batches need one model per "
         "rank (parallel.tp, cp, pp and ep 1; data parallelism is fine)");
   }
+  if (options.overlap_grad_reduce &&
+      (options.distributed_optimizer || pipeline || expert_parallel ||
+       token_parallel || options.lora)) {
+    return absl::InvalidArgumentError(
+        "training.overlap_grad_reduce: overlapped gradient sums need plain "
+        "data parallelism (no distributed optimizer, parallel.tp, cp, pp and "
+        "ep 1, no LoRA)");
+  }
   if (data.seq_length() != options.seq_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset seq_length ", data.seq_length(),
@@ -276,6 +284,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return status;
   }
   trainer->PlaceOptimizer();
+  if (absl::Status status = trainer->PlaceGradientSum(); !status.ok()) {
+    return status;
+  }
   return trainer;
 }
 
@@ -352,6 +363,24 @@ void Trainer::PlaceOptimizer() {
       !split.experts.empty()) {
     expert_shards_.emplace(SizesOf(split.experts), expert_data->size());
   }
+}
+
+absl::Status Trainer::PlaceGradientSum() {
+  if (!options_.overlap_grad_reduce || data_parallel_size() == 1) {
+    return absl::OkStatus();
+  }
+  // The gradients the step updates, where they lie: the device's when
+  // resident, else the host's (ValidateSetup leaves no other case).
+  std::vector<Tensor*> grads;
+  for (const TrainableTensor& p : StepTrainable()) grads.push_back(p.grad);
+  absl::StatusOr<std::unique_ptr<OverlappedGradientSum>> sum =
+      OverlappedGradientSum::Create(
+          *data_parallel_group_, std::move(grads),
+          resident() ? backend_->allocator() : nullptr,
+          options_.gradient_bucket_elements);
+  if (!sum.ok()) return sum.status();
+  overlapped_sum_ = *std::move(sum);
+  return absl::OkStatus();
 }
 
 LossOptions Trainer::StepLossOptions() const {
@@ -558,7 +587,8 @@ absl::Status Trainer::RunMicroBatches(MicroBatchTotals* totals) {
     step_totals_.emplace(backend_->allocator());
   }
   for (int64_t m = 0; m < micro_batches / dp; ++m) {
-    if (absl::Status status = RunMicroBatch(first_sample(m), &*step_totals_);
+    if (absl::Status status = RunMicroBatch(
+            first_sample(m), m + 1 == micro_batches / dp, &*step_totals_);
         !status.ok()) {
       return status;
     }
@@ -606,14 +636,26 @@ absl::Status Trainer::ReduceTokenParallel(MicroBatchTotals* totals) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::RunMicroBatch(int64_t first_sample, StepTotals* step) {
+absl::Status Trainer::RunMicroBatch(int64_t first_sample, bool last,
+                                    StepTotals* step) {
   if (absl::Status loaded = model_->Load(
           data_->MicroBatch(first_sample, options_.micro_batch_size));
       !loaded.ok()) {
     return loaded;
   }
-  if (recorded_) return recorded_->Run(*model_, step);
-  return model_->TrainLoaded(step);
+  if (!last || overlapped_sum_ == nullptr) {
+    if (recorded_) return recorded_->Run(*model_, step);
+    return model_->TrainLoaded(step);
+  }
+  // Unrecorded: the buckets start from the host as the backward is queued.
+  model_->set_gradients_finished([this](const std::vector<Tensor*>& grads) {
+    overlapped_sum_->Finished(grads);
+  });
+  absl::Status status = model_->TrainLoaded(step);
+  model_->set_gradients_finished(nullptr);
+  // A failed pass leaves no bucket in flight for the next step.
+  if (!status.ok()) overlapped_sum_->Finish().IgnoreError();
+  return status;
 }
 
 // The model reports expert loads for the main decoder layers, then the MTP
@@ -650,6 +692,9 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
       status = list.shards->ReduceScatter(*list.group, GradsOf(list.tensors));
       if (!status.ok()) return status;
     }
+  } else if (overlapped_sum_) {
+    // Started during the last backward (those it had not finished start now).
+    status = overlapped_sum_->Finish();
   } else if (expert_parallel_) {
     status = AllReduceExpertParallelGradients(
         group, expert_parallel_->expert_data,

@@ -42,6 +42,7 @@
 #include "training/distributed_optimizer.h"
 #include "training/lora.h"
 #include "training/lr_schedule.h"
+#include "training/overlapped_gradient_sum.h"
 #include "training/recorded_micro_batches.h"
 #include "training/training_data.h"
 
@@ -71,6 +72,13 @@ struct TrainerOptions {
   // it (a CUDA graph on a GPU; training/recorded_micro_batches.h). One model
   // per rank: not with pipeline, tensor, context or expert parallelism.
   bool record_micro_batches = false;
+  // Sum the gradients over the data-parallel group in buckets started
+  // during the step's last backward (Megatron's --overlap-grad-reduce;
+  // training/overlapped_gradient_sum.h). Data parallelism without the
+  // distributed optimizer, pipeline, expert, tensor or context parallelism or
+  // LoRA. The step's last micro batch then runs unrecorded.
+  bool overlap_grad_reduce = false;
+  int64_t gradient_bucket_elements = kDefaultGradientBucketElements;
 };
 
 // This rank's pipeline stages (one per virtual chunk, in chunk order) and
@@ -176,6 +184,9 @@ class Trainer {
   // Where the optimizer runs: on the device (one rank, no LoRA), or on the
   // host, sharded under the distributed optimizer.
   void PlaceOptimizer();
+  // Under TrainerOptions::overlap_grad_reduce with data-parallel ranks: the
+  // bucketed sum of the gradients a step updates.
+  absl::Status PlaceGradientSum();
   LossOptions StepLossOptions() const;
 
   Trainer(const TrainerOptions& options, std::unique_ptr<TrainingData> data,
@@ -200,8 +211,9 @@ class Trainer {
   // model, or through its pipeline stages on Megatron's schedule.
   absl::Status RunMicroBatches(MicroBatchTotals* totals);
   // One micro batch's forward and backward, its losses and expert loads
-  // added to `step`.
-  absl::Status RunMicroBatch(int64_t first_sample, StepTotals* step);
+  // added to `step`; the step's last (`last`) starts the overlapped
+  // gradient sum's buckets as its backward finishes them.
+  absl::Status RunMicroBatch(int64_t first_sample, bool last, StepTotals* step);
   // Under tensor or context parallelism: the whole model as one stage on
   // this rank's tokens.
   absl::Status RunTokenParallelMicroBatch(int64_t first_sample,
@@ -319,6 +331,8 @@ class Trainer {
   // than one rank; otherwise a rank updates all of its experts).
   std::optional<ParameterShards> shards_;
   std::optional<ParameterShards> expert_shards_;
+  // Under TrainerOptions::overlap_grad_reduce (PlaceGradientSum).
+  std::unique_ptr<OverlappedGradientSum> overlapped_sum_;
   std::optional<PipelineRank> pipeline_;
   // With pipeline parallelism a rank keeps current, sums and updates only
   // the tensors its stages read.

@@ -421,6 +421,7 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
       static_cast<float>(OrDefault(t.indexer_loss_coeff(), 0.001));
   o.loss.recompute_layers = t.recompute_activations();
   o.record_micro_batches = t.cuda_graphs();
+  o.overlap_grad_reduce = t.overlap_grad_reduce();
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);
   o.distributed_optimizer = t.use_distributed_optimizer();
   if (t.mode() == v1::LORA) {
