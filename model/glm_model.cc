@@ -233,6 +233,9 @@ absl::Status GlmModel::Backward() {
                          options_.recompute_layers ? recomputed : layers_[i],
                          dh.Matrix(), dh_in.Matrix());
     dh = std::move(dh_in);
+    // No later backward reads this layer's activations (a skip layer reads
+    // its source's keys, and sources come first).
+    layers_[i] = DecoderLayerActivations();
     Finished(params_->LayerGradients(i));
   }
   backend_->EmbeddingBackward(dh.Matrix(), op_ids_.data(),
