@@ -209,11 +209,12 @@ void ExpectBitwiseSameRuns(const std::vector<TrainingRun>& got,
 
 // Two ranks whose backend memory stands apart from the host, as two workers
 // sharing one GPU, and every step equals the host run's bit for bit (DP2 with
-// and without ZeRO-1, EP2): without ZeRO-1 the weights and the optimizer
-// stay on the device and the device's gradients travel through host copies
-// for the host group; otherwise gradients come to the host for the
-// collectives and the optimizer and weights go back each step;
-// expert-parallel rows travel through host copies. With a data-parallel group
+// and without ZeRO-1, EP2): under DP2 the weights and the optimizer (ZeRO-1:
+// the rank's shard of it) stay on the device and the device's gradients and
+// updated shards travel through host copies for the host group; under EP2
+// gradients come to the host for the collectives and the optimizer and
+// weights go back each step, and expert-parallel rows travel through host
+// copies. With a data-parallel group
 // that takes device buffers (NCCL's place) the resident gradients go to it
 // where they lie and the host's buffers (losses, ZeRO-1's shards) through
 // device copies: the same steps again.
@@ -271,6 +272,43 @@ TEST(DataParallelTest, OverlappedGradientSumsNeedPlainDataParallelism) {
   EXPECT_NE(status.message().find("training.overlap_grad_reduce"),
             std::string::npos)
       << status;
+}
+
+// On a device, ZeRO-1 keeps the weights there and each rank's AdamW moments
+// for its shard only: a step adds about half the moments a plain
+// data-parallel rank's adds (host-side moments would add none).
+TEST(DataParallelTest, DistributedOptimizerKeepsItsShardOnTheDevice) {
+  auto device_growth = [](bool distributed_optimizer) {
+    gloo::rendezvous::HashStore store;
+    std::vector<int64_t> growth(2);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        auto group = GlooCollectives::Connect(store, "dp", rank, 2, {});
+        ASSERT_TRUE(group.ok()) << group.status();
+        SeparateMemoryAllocator memory;
+        TrainerOptions options = Options();
+        options.distributed_optimizer = distributed_optimizer;
+        auto trainer = Trainer::Create(
+            options,
+            std::make_unique<PretrainData>(
+                std::make_unique<HashedTokenDataset>(options.seq_length)),
+            nullptr, std::make_unique<CpuBackend>(&memory), group->get());
+        ASSERT_TRUE(trainer.ok()) << trainer.status();
+        const int64_t before = memory.bytes_in_use();
+        ASSERT_TRUE((*trainer)->Step().ok());
+        growth[rank] = memory.bytes_in_use() - before;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return growth;
+  };
+  const std::vector<int64_t> plain = device_growth(false);
+  const std::vector<int64_t> sharded = device_growth(true);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_GT(sharded[rank], plain[rank] / 4) << "rank " << rank;
+    EXPECT_LT(sharded[rank], plain[rank] * 3 / 4) << "rank " << rank;
+  }
 }
 
 TEST(DataParallelTest, DistributedOptimizerTakesThePlainSteps) {

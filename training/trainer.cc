@@ -337,16 +337,13 @@ absl::Status Trainer::BuildModel(
 }
 
 void Trainer::PlaceOptimizer() {
-  // One rank, or data-parallel ranks that each update the whole model, without
-  // LoRA: everything a step does runs where the model computes (the
-  // gradients are summed where they lie), so the weights and the optimizer
-  // stay on the device.
-  const bool whole_model_updates =
-      data_parallel_ == nullptr || !options_.distributed_optimizer;
-  if (device_params_ && whole_model_updates && !pipeline_ &&
-      !expert_parallel_ && !token_parallel_ && !lora_) {
+  // One rank, or data-parallel ranks (ZeRO-1 or not), without LoRA: everything
+  // a step does runs where the model computes (the gradients are summed and
+  // ZeRO-1's updated shards exchanged where they lie), so the weights and
+  // the optimizer stay on the device.
+  if (device_params_ && !pipeline_ && !expert_parallel_ && !token_parallel_ &&
+      !lora_) {
     device_optimizer_.emplace(options_.adamw);
-    return;
   }
   // Shards of the tensors this rank trains (its stages' under pp).
   if (data_parallel_ == nullptr || !options_.distributed_optimizer) return;
@@ -413,11 +410,26 @@ Trainer::Trainer(const TrainerOptions& options,
         *data_parallel, BufferPlace::kHost, backend_->allocator());
     data_parallel_ = staged_data_parallel_.get();
   }
+  if (data_parallel != nullptr && device_params_) {
+    device_data_parallel_ = std::make_unique<StagedCollectives>(
+        *data_parallel, BufferPlace::kDevice, backend_->allocator());
+  }
+}
+
+Collectives* Trainer::DataParallelGroupFor(
+    const std::vector<TrainableTensor>& tensors) const {
+  // The device model's tensors (a host backend's model may lie in memory
+  // of its own, which its host group reads).
+  const bool on_device = device_data_parallel_ != nullptr && !tensors.empty() &&
+                         !tensors[0].value->on_host();
+  return on_device ? device_data_parallel_.get() : data_parallel_;
 }
 
 std::vector<Trainer::ShardedList> Trainer::ShardedLists(
     const std::vector<TrainableTensor>& trainable) const {
-  if (!expert_parallel_) return {{data_parallel_, &*shards_, trainable}};
+  if (!expert_parallel_) {
+    return {{DataParallelGroupFor(trainable), &*shards_, trainable}};
+  }
   ExpertSplit split = SplitRoutedExperts(*params_, trainable);
   std::vector<ShardedList> lists = {
       {data_parallel_, &*shards_, std::move(split.dense)}};
@@ -509,10 +521,11 @@ ModelParameters& Trainer::params() {
 void Trainer::SyncMoments(bool to_host) {
   // All of a side's moments at once: a resumed run's device moments are made
   // here, in the two flat buffers a step would make.
+  // The device holds moments of the tensors it updates (a ZeRO-1 shard).
   const std::vector<AdamMoments*> host =
-      optimizer_.MomentsOf(WithGradients(*params_));
+      optimizer_.MomentsOf(UpdatedHere(WithGradients(*params_)));
   const std::vector<AdamMoments*> device =
-      device_optimizer_->MomentsOf(WithGradients(*device_params_));
+      device_optimizer_->MomentsOf(UpdatedHere(WithGradients(*device_params_)));
   for (size_t i = 0; i < host.size(); ++i) {
     AdamMoments& to = to_host ? *host[i] : *device[i];
     const AdamMoments& from = to_host ? *device[i] : *host[i];
@@ -688,7 +701,7 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
                                  MicroBatchTotals* totals) {
   absl::Status status;
   if (scatter_gradients) {
-    for (const ShardedList& list : ShardedLists(Trainable())) {
+    for (const ShardedList& list : ShardedLists(StepTrainable())) {
       status = list.shards->ReduceScatter(*list.group, GradsOf(list.tensors));
       if (!status.ok()) return status;
     }
@@ -702,9 +715,7 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
   } else if (resident()) {
     // The device's gradients, summed where they lie (through host copies
     // where the group's buffers are the host's).
-    StagedCollectives on_device(*data_parallel_group_, BufferPlace::kDevice,
-                                backend_->allocator());
-    status = AllReduceGradients(on_device, StepTrainable());
+    status = AllReduceGradients(*device_data_parallel_, StepTrainable());
   } else {
     status = AllReduceGradients(group, Trainable());
   }
@@ -837,6 +848,8 @@ absl::StatusOr<double> Trainer::UpdateWeights(const MicroBatchTotals& totals) {
       return status;
     }
   }
+  // The device optimizer wrote the compute copies of its own shard only.
+  if (shards_ && resident()) compute_copies_current_ = false;
   if (!lora_) UpdateRouterBiases(totals);
   return grad_norm;
 }

@@ -283,11 +283,12 @@ class Trainer {
   // checkpoints and collectives see, in host memory.
   std::unique_ptr<ModelParameters> params_;
   // On a device backend: the copy the model computes on. With one rank, or
-  // data-parallel ranks without the distributed optimizer, and no other
-  // parallelism or LoRA the weights stay there (resident): the device
-  // optimizer updates them (the data-parallel sum runs on the device's
-  // gradients) and params_ / optimizer_ are their host copy for checkpoints
-  // (SyncToHost before a save or export, SyncToDevice after a load).
+  // data-parallel ranks (with the distributed optimizer or not), and no
+  // other parallelism or LoRA the weights stay there (resident): the device
+  // optimizer updates them (the data-parallel sums and ZeRO-1's exchanges run
+  // on the device's tensors) and params_ / optimizer_ are their host copy for
+  // checkpoints (SyncToHost before a save or export, SyncToDevice after a
+  // load).
   // Otherwise values go in before each step and gradients come out after its
   // micro batches, and the host trains them with the collectives.
   std::unique_ptr<ModelParameters> device_params_;
@@ -325,6 +326,12 @@ class Trainer {
   Collectives* data_parallel_group_;
   std::unique_ptr<StagedCollectives> staged_data_parallel_;
   Collectives* data_parallel_;
+  // On a device backend: the group as the device's buffers reach it (staged
+  // through host copies where the group's are the host's).
+  std::unique_ptr<StagedCollectives> device_data_parallel_;
+  // The view of the data-parallel group that takes `tensors`' buffers.
+  Collectives* DataParallelGroupFor(
+      const std::vector<TrainableTensor>& tensors) const;
   // With the distributed optimizer: shards of the trainable tensors over the
   // data-parallel group (under expert parallelism of the dense ones, and of
   // the routed experts over the expert-data-parallel group when it has more

@@ -4,12 +4,15 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "kernels/tensor_arena.h"
+#include "parallel/gloo_collectives.h"
 #include "training/flops.h"
 
 namespace glm {
@@ -50,13 +53,15 @@ TrainerOptions TinyOptions(int64_t iters) {
 }
 
 // `memory` (may be null: host) is where the backend's tensors live.
+// `data_parallel` (may be null: one rank) is its data-parallel group.
 std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& options,
-                                     Allocator* memory = nullptr) {
+                                     Allocator* memory = nullptr,
+                                     Collectives* data_parallel = nullptr) {
   auto trainer = Trainer::Create(
       options,
       std::make_unique<PretrainData>(
           std::make_unique<RepeatingTextDataset>(options.seq_length, 4096)),
-      nullptr, std::make_unique<CpuBackend>(memory));
+      nullptr, std::make_unique<CpuBackend>(memory), data_parallel);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return std::move(*trainer);
 }
@@ -199,6 +204,44 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
   EXPECT_EQ(rest[1], expected[3]);
   EXPECT_EQ(resumed->params().lm_head.value.HostValues(),
             whole->params().lm_head.value.HostValues());
+}
+
+// ZeRO-1 on the device: each of two ranks keeps its shard of the moments in
+// the backend's memory; a checkpoint gathers every shard and a load deals
+// them back, so the resumed ranks continue the uninterrupted run bit for bit.
+TEST(TrainerTest, DistributedOptimizerOnTheDeviceResumesBitwiseEqual) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto connect = [&](const std::string& key) {
+        auto group = GlooCollectives::Connect(store, key, rank, 2, {});
+        EXPECT_TRUE(group.ok()) << group.status();
+        return *std::move(group);
+      };
+      auto whole_group = connect("whole"), first_group = connect("first"),
+           resumed_group = connect("resumed");
+      SeparateMemoryAllocator memory;
+      TrainerOptions options = TinyOptions(4);
+      options.distributed_optimizer = true;
+      auto whole = MakeTrainer(options, &memory, whole_group.get());
+      const std::vector<double> expected = Losses(whole.get());
+      auto first = MakeTrainer(options, &memory, first_group.get());
+      ASSERT_TRUE(first->Step().ok());
+      ASSERT_TRUE(first->Step().ok());
+      auto resumed = MakeTrainer(options, &memory, resumed_group.get());
+      TransferState(first.get(), resumed.get());
+      first->ReleaseCheckpointState();
+      resumed->ReleaseCheckpointState();
+      const std::vector<double> rest = Losses(resumed.get());
+      ASSERT_EQ(rest.size(), 2u);
+      EXPECT_EQ(rest[0], expected[2]);
+      EXPECT_EQ(rest[1], expected[3]);
+      EXPECT_EQ(resumed->params().lm_head.value.HostValues(),
+                whole->params().lm_head.value.HostValues());
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 // Counts the compute-copy refreshes a trainer asks its backend for.
