@@ -45,7 +45,7 @@ def main():
             ["cpu", "cuda_fp32", "cuda_fp32_again", "cuda_bf16",
              "cuda_bf16_graphs", "cuda_fp32_recompute", "resume_gpu",
              "resume_cpu", "shared_gpu_one", "shared_gpu_dp2",
-             "shared_gpu_dp2_zero", "shared_gpu_pp2",
+             "shared_gpu_dp2_zero", "shared_gpu_dp2_overlap", "shared_gpu_pp2",
               "shared_gpu_ep2", "sft", "sft_graphs", "lora", "long_context",
               "cpu_50", "cpu_50_dp2"]}
     rows = []
@@ -108,6 +108,13 @@ def main():
         name = parallel.upper().replace("_ZERO", " with ZeRO-1")
         check(f"{name}, two workers on one GPU, vs one worker (1-50)",
               ok and rel <= 1e-3, f"max rel {rel:.2e}", "1e-3")
+    # Bucketed sums started during the backward add each element's two
+    # contributions as one sum after it does: the same checkpoint.
+    dp2 = shard_hashes(state, "shared_gpu_dp2", 50)
+    overlapped = shard_hashes(state, "shared_gpu_dp2_overlap", 50)
+    check("DP2 with overlapped gradient sums: checkpoint 50 bitwise equal to DP2",
+          bool(overlapped) and overlapped == dp2, f"{len(overlapped)} shard(s)",
+          "bitwise")
     for mode, steps in [("sft", 20), ("lora", 20), ("long_context", 10)]:
         run = runs[mode]
         ok = len(run) == steps and run[steps] < run[1]

@@ -4,8 +4,8 @@
 # and once recomputing every layer in the backward) and in bf16; a CUDA
 # checkpoint resumed on the GPU and on the CPU; bf16 and SFT again with CUDA
 # graphs (bitwise the same); two workers sharing the GPU
-# under DP2 (with and without ZeRO-1), PP2 and EP2 beside one worker on the
-# same 50 steps; SFT and LoRA
+# under DP2 (with and without ZeRO-1, and with overlapped gradient sums),
+# PP2 and EP2 beside one worker on the same 50 steps; SFT and LoRA
 # from the CUDA run's HF export, and one 16k-token sequence (bf16). Logs and a
 # summary go to $1.
 #
@@ -52,7 +52,7 @@ run resume_cpu tests/gpu/jobs/tiny_cpu.json
 # The sample order depends on the number of iterations: the two-worker runs
 # are held against one worker over the same 50.
 run shared_gpu_one tests/gpu/jobs/tiny_cuda_fp32_50.json
-for parallel in dp2 dp2_zero pp2 ep2; do
+for parallel in dp2 dp2_zero dp2_overlap pp2 ep2; do
   run "shared_gpu_$parallel" "tests/gpu/jobs/tiny_cuda_fp32_$parallel.json" --workers=2
 done
 # The reference against itself: the CPU backend under DP2 (the same math, the
