@@ -41,6 +41,10 @@ CommandFlags DeclareFlags() {
             "(this trainer's CUDA bf16 mode: the fp32 store plus bf16 copies "
             "of the product weights); default bf16, fp32 on --cluster=cpu");
   flags.Add("distributed-optimizer", "ZeRO-1 over data-parallel ranks", "true");
+  flags.AddBool("overlap-grad-reduce",
+                "this trainer's overlapGradReduce: plain data parallelism's "
+                "all-reduce during the last backward (needs "
+                "--distributed-optimizer=false)");
   flags.Add("routing-imbalance",
             "tokens the busiest expert rank receives over the mean", "1.0");
   flags.Add("logits-chunk",
@@ -106,6 +110,7 @@ absl::Status TrainingOf(const CommandFlags& flags, PlanJob* job) {
     if (!status.ok()) return status;
   }
   job->distributed_optimizer = flags.GetBool("distributed-optimizer");
+  job->overlap_grad_reduce = flags.GetBool("overlap-grad-reduce");
   const std::string precision =
       flags.Has("precision")
           ? flags.Get("precision")

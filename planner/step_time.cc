@@ -248,6 +248,26 @@ double ExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
          data_parallel(links(GroupKind::kExpertDp), experts);
 }
 
+// Under overlap_grad_reduce on a split of plain data parallelism: the
+// all-reduce's part that the last micro batch's backward (two thirds of its
+// time) does not hide, and no less than the embedding's own sum, which
+// starts when the backward ends (training/overlapped_gradient_sum.h).
+double ExposedExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
+                              const ClusterSpec& cluster,
+                              const KernelRates& rates, double exchange,
+                              double micro_batch) {
+  const Split& s = plan.split;
+  if (!job.overlap_grad_reduce || s.tp * s.cp * s.pp * s.ep != 1) {
+    return exchange;
+  }
+  const double embedding = static_cast<double>(job.model.vocab_size) *
+                           static_cast<double>(job.model.hidden_size);
+  const GroupLinks dp(cluster, rates, plan.grid, plan.grid.ranks.front().rank,
+                      GroupKind::kDp);
+  return std::max(dp.AllReduceSeconds(embedding * 4),
+                  exchange - 2.0 / 3.0 * micro_batch);
+}
+
 // The optimizer's pass: per updated element a gradient read, the master
 // (or fp32) weight and two moments read and written, and in mixed
 // precision the bf16 weight written; then the gradients zeroed, and the bf16
@@ -290,6 +310,8 @@ absl::StatusOr<StepTime> PredictStepTime(
     step.optimizer = std::max(
         step.optimizer, OptimizerSeconds(job, cluster, rates, rank.state));
   }
+  step.data_parallel = ExposedExchangeSeconds(
+      job, plan, cluster, rates, step.data_parallel, step.slowest.Total());
   step.model_flops =
       TrainingFlops(job.model, job.seq_length, job.global_batch_size);
   return step;

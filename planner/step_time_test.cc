@@ -77,6 +77,29 @@ TEST(StepTimeTest, CollectivesFollowTheLinksTheyCross) {
             0);
 }
 
+// This trainer's overlapped sums hide plain data parallelism's all-reduce
+// behind the last backward, all but the embedding's; other splits and
+// ZeRO-1 keep theirs.
+TEST(StepTimeTest, OverlappedSumsHideTheAllReduceBehindTheLastBackward) {
+  const ClusterSpec h100 = *ClusterPreset("h100");
+  PlanJob plain = Mini();
+  plain.precision = Precision::kFp32Bf16Copies;
+  plain.distributed_optimizer = false;
+  PlanJob overlapped = plain;
+  overlapped.overlap_grad_reduce = true;
+  ASSERT_TRUE(ValidatePlanJob(overlapped).ok());
+  const StepTime after = TimeOf(plain, 16, Of(1, 1, 1, 1), h100);
+  const StepTime during = TimeOf(overlapped, 16, Of(1, 1, 1, 1), h100);
+  EXPECT_GT(after.data_parallel, 0);
+  EXPECT_LT(during.data_parallel, after.data_parallel);
+  EXPECT_GT(during.data_parallel, 0);  // the embedding's sum
+  EXPECT_EQ(TimeOf(overlapped, 16, Of(1, 1, 1, 2), h100).data_parallel,
+            TimeOf(plain, 16, Of(1, 1, 1, 2), h100).data_parallel);
+  overlapped.distributed_optimizer = true;
+  EXPECT_NE(ValidatePlanJob(overlapped).message().find("--overlap-grad-reduce"),
+            std::string::npos);
+}
+
 TEST(StepTimeTest, RecomputationCostsForwardWork) {
   const ClusterSpec h200 = *ClusterPreset("h200");
   const StepTime none = TimeOf(Mini(), 8, Of(1, 2, 1, 4), h200);
