@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/staged_collectives.h"
 
 namespace glm {
 namespace {
@@ -21,10 +22,39 @@ std::vector<int64_t> Times(const std::vector<int64_t>& rows, int64_t width) {
   return counts;
 }
 
-// The collectives read and write host memory; on a device backend the rows
-// travel through these copies (one small count exchange per layer stays on
-// the host anyway).
-//
+// The rows (hidden states and their gradients) stay in the backend's memory
+// and go to the group where they lie (through host copies where the group's
+// buffers are the host's and the backend's a device's); the counts and each
+// slot's router weight and expert, a few floats a row, travel from the host.
+
+// The group as the backend's buffers reach it.
+StagedCollectives RowsGroup(Collectives& group, Backend& backend) {
+  return StagedCollectives(group,
+                           backend.allocator() == nullptr
+                               ? BufferPlace::kHost
+                               : BufferPlace::kDevice,
+                           backend.allocator());
+}
+
+// The group as host buffers reach it.
+StagedCollectives HostGroup(Collectives& group, Backend& backend) {
+  return StagedCollectives(group, BufferPlace::kHost, backend.allocator());
+}
+
+// [rows, cols] of the backend's memory, at least one row allocated: a
+// collective needs a real buffer even when a member exchanges nothing.
+Tensor BackendRows(Backend& backend, int64_t rows, int64_t cols) {
+  return Tensor({std::max<int64_t>(rows, 1), cols}, backend.allocator());
+}
+
+// Host rows [rows, cols] as a tensor of the backend's memory.
+Tensor Uploaded(Backend& backend, const std::vector<float>& host, int64_t rows,
+                int64_t cols) {
+  Tensor staged({rows, cols}, nullptr);
+  std::copy_n(host.data(), rows * cols, staged.data());
+  return staged.CopyTo(backend.allocator());
+}
+
 // The elements of a contiguous view of the backend's memory, on the host.
 std::vector<float> HostRows(Backend& backend, ConstMatrixView view) {
   assert(view.stride == view.cols);
@@ -36,14 +66,6 @@ std::vector<float> HostRows(Backend& backend, ConstMatrixView view) {
                                     view.rows * view.cols * sizeof(float));
   }
   return std::move(rows.values());
-}
-
-// Host rows [rows, cols] as a tensor of the backend's memory.
-Tensor BackendRows(Backend& backend, const std::vector<float>& host,
-                   int64_t rows, int64_t cols) {
-  Tensor staged({rows, cols}, nullptr);
-  std::copy_n(host.data(), rows * cols, staged.data());
-  return staged.CopyTo(backend.allocator());
 }
 
 // The input row of each sent (token, k) slot.
@@ -85,6 +107,8 @@ absl::Status ExpertParallelDispatcher::TryForward(
         " of ", num_experts));
   }
   const int64_t per_rank = held.count;
+  StagedCollectives host = HostGroup(*group_, backend);
+  StagedCollectives rows = RowsGroup(*group_, backend);
 
   // Slots in (expert, slot) order, which groups them by the member holding
   // their expert: each token's output then adds its experts' rows in the
@@ -99,76 +123,86 @@ absl::Status ExpertParallelDispatcher::TryForward(
   }
   std::vector<float> send_rows(acts->send_rows.begin(), acts->send_rows.end());
   std::vector<float> recv_rows(size);
-  if (absl::Status s = group_->AllToAll(send_rows.data(), 1, recv_rows.data());
+  if (absl::Status s = host.AllToAll(send_rows.data(), 1, recv_rows.data());
       !s.ok()) {
     return s;
   }
   acts->recv_rows.assign(recv_rows.begin(), recv_rows.end());
   int64_t received = 0;
   for (int64_t r : acts->recv_rows) received += r;
-
-  // Each row: the hidden state, the router weight, the expert.
-  const int64_t width = hidden + 2;
   const int64_t sent = static_cast<int64_t>(acts->sent_slots.size());
-  const std::vector<float> x_rows = HostRows(backend, x);
+
+  // Each sent slot's router weight and expert, from the host.
   const std::vector<float> weight_rows = HostRows(backend, weights);
-  std::vector<float> send = Buffer(sent * width);
+  std::vector<float> send_meta = Buffer(sent * 2);
   for (int64_t i = 0; i < sent; ++i) {
     const int32_t slot = acts->sent_slots[i];
-    float* row = send.data() + i * width;
-    std::copy_n(x_rows.data() + (slot / top_k) * hidden, hidden, row);
-    row[hidden] = weight_rows[slot];
-    row[hidden + 1] = static_cast<float>(choice[slot]);
+    send_meta[2 * i] = weight_rows[slot];
+    send_meta[2 * i + 1] = static_cast<float>(choice[slot]);
   }
-  std::vector<float> recv = Buffer(received * width);
+  std::vector<float> recv_meta = Buffer(received * 2);
   if (absl::Status s =
-          group_->AllToAllV(send.data(), Times(acts->send_rows, width),
-                            recv.data(), Times(acts->recv_rows, width));
+          host.AllToAllV(send_meta.data(), Times(acts->send_rows, 2),
+                         recv_meta.data(), Times(acts->recv_rows, 2));
       !s.ok()) {
     return s;
   }
+  // Each sent slot's hidden state, gathered where the backend keeps it.
+  const IndexTensor tokens =
+      IndexTensor::FromHost(SentTokens(acts->sent_slots, top_k));
+  Tensor send_x = BackendRows(backend, sent, hidden);
+  if (sent > 0) {
+    backend.EmbeddingForward(x, tokens.data(), send_x.Matrix().Rows(0, sent));
+  }
+  acts->received = BackendRows(backend, received, hidden);
+  if (absl::Status s =
+          rows.AllToAllV(send_x.data(), Times(acts->send_rows, hidden),
+                         acts->received.data(), Times(acts->recv_rows, hidden));
+      !s.ok()) {
+    return s;
+  }
+  std::vector<float> received_weights(std::max<int64_t>(received, 1));
+  for (int64_t i = 0; i < received; ++i) received_weights[i] = recv_meta[2 * i];
+  acts->received_weights =
+      Uploaded(backend, received_weights, received_weights.size(), 1);
 
   // This member's experts on the rows of each member in turn, as their own
   // products: the experts then see the micro batches one process would, in
   // its order (the ranks' micro batches interleave), so expert parallelism
   // matches one process as closely as data parallelism does.
-  const ConstMatrixView host_rows(recv.data(), received, width, width);
-  acts->received = BackendRows(backend, recv, received, width);
-  const ConstMatrixView rows = acts->received.Matrix();
-  Tensor combined_rows_on_backend({received, hidden}, backend.allocator());
-  const MatrixView combined_rows = combined_rows_on_backend.Matrix();
+  const ConstMatrixView x_rows = acts->received.Matrix();
+  const ConstMatrixView weight_column = acts->received_weights.Matrix();
+  Tensor combined = BackendRows(backend, received, hidden);
+  const MatrixView combined_rows = combined.Matrix();
   acts->experts.assign(acts->recv_rows.size(), {});
   int64_t first = 0;
   for (size_t source = 0; source < acts->recv_rows.size(); ++source) {
     const int64_t count = acts->recv_rows[source];
-    const ConstMatrixView block = rows.Rows(first, count);
     std::vector<int32_t> expert(count);
     for (int64_t i = 0; i < count; ++i) {
-      expert[i] = static_cast<int32_t>(host_rows.Row(first + i)[hidden + 1] -
-                                       held.first);
+      expert[i] = static_cast<int32_t>(recv_meta[2 * (first + i) + 1] -
+                                       static_cast<float>(held.first));
     }
     const IndexTensor op_expert = IndexTensor::FromHost(expert);
     acts->experts[source].grouping =
         GroupRowsByExpert(backend, op_expert.data(), count, 1, held.count);
-    ExpertsForward(backend, p, block.Columns(0, hidden),
-                   block.Columns(hidden, 1), &acts->experts[source],
+    ExpertsForward(backend, p, x_rows.Rows(first, count),
+                   weight_column.Rows(first, count), &acts->experts[source],
                    combined_rows.Rows(first, count));
     first += count;
   }
 
-  std::vector<float> combined = HostRows(backend, combined_rows);
-  combined.resize(std::max<int64_t>(received * hidden, 1));
-  std::vector<float> back = Buffer(sent * hidden);
+  Tensor back = BackendRows(backend, sent, hidden);
   if (absl::Status s =
-          group_->AllToAllV(combined.data(), Times(acts->recv_rows, hidden),
-                            back.data(), Times(acts->send_rows, hidden));
+          rows.AllToAllV(combined.data(), Times(acts->recv_rows, hidden),
+                         back.data(), Times(acts->send_rows, hidden));
       !s.ok()) {
     return s;
   }
-  const IndexTensor tokens =
-      IndexTensor::FromHost(SentTokens(acts->sent_slots, top_k));
-  backend.ScatterAddRows(BackendRows(backend, back, sent, hidden).Matrix(),
-                         tokens.data(), nullptr, out);
+  if (sent > 0) {
+    backend.ScatterAddRows(back.Matrix().Rows(0, sent), tokens.data(), nullptr,
+                           out);
+  }
   return absl::OkStatus();
 }
 
@@ -179,27 +213,27 @@ absl::Status ExpertParallelDispatcher::TryBackward(
   const int64_t sent = static_cast<int64_t>(acts.sent_slots.size());
   int64_t received = 0;
   for (int64_t r : acts.recv_rows) received += r;
+  StagedCollectives rows = RowsGroup(*group_, backend);
   const IndexTensor tokens =
       IndexTensor::FromHost(SentTokens(acts.sent_slots, dweights.cols));
 
   // The output gradient of every sent row goes where the row went.
-  Tensor sent_rows({sent, hidden}, backend.allocator());
-  backend.EmbeddingForward(dout, tokens.data(), sent_rows.Matrix());
-  std::vector<float> send = HostRows(backend, sent_rows.Matrix());
-  send.resize(std::max<int64_t>(sent * hidden, 1));
-  std::vector<float> recv = Buffer(received * hidden);
+  Tensor send = BackendRows(backend, sent, hidden);
+  if (sent > 0) {
+    backend.EmbeddingForward(dout, tokens.data(), send.Matrix().Rows(0, sent));
+  }
+  Tensor received_dout = BackendRows(backend, received, hidden);
   if (absl::Status s =
-          group_->AllToAllV(send.data(), Times(acts.send_rows, hidden),
-                            recv.data(), Times(acts.recv_rows, hidden));
+          rows.AllToAllV(send.data(), Times(acts.send_rows, hidden),
+                         received_dout.data(), Times(acts.recv_rows, hidden));
       !s.ok()) {
     return s;
   }
 
   // Each row back: the input gradient, then the router-weight gradient.
   const int64_t width = hidden + 1;
-  Tensor grad_rows_on_backend({received, width}, backend.allocator());
-  const MatrixView grad_rows = grad_rows_on_backend.Matrix();
-  const Tensor received_dout = BackendRows(backend, recv, received, hidden);
+  Tensor grads = BackendRows(backend, received, width);
+  const MatrixView grad_rows = grads.Matrix();
   const ConstMatrixView dout_rows = received_dout.Matrix();
   int64_t first = 0;
   for (size_t source = 0; source < acts.recv_rows.size(); ++source) {
@@ -210,17 +244,15 @@ absl::Status ExpertParallelDispatcher::TryBackward(
                     block.Columns(hidden, 1));
     first += count;
   }
-  std::vector<float> grads = HostRows(backend, grad_rows);
-  grads.resize(std::max<int64_t>(received * width, 1));
-  std::vector<float> back = Buffer(sent * width);
+  Tensor back = BackendRows(backend, sent, width);
   if (absl::Status s =
-          group_->AllToAllV(grads.data(), Times(acts.recv_rows, width),
-                            back.data(), Times(acts.send_rows, width));
+          rows.AllToAllV(grads.data(), Times(acts.recv_rows, width),
+                         back.data(), Times(acts.send_rows, width));
       !s.ok()) {
     return s;
   }
-  const Tensor back_on_backend = BackendRows(backend, back, sent, width);
-  const ConstMatrixView back_rows = back_on_backend.Matrix();
+  if (sent == 0) return absl::OkStatus();
+  const ConstMatrixView back_rows = back.Matrix().Rows(0, sent);
   const IndexTensor sent_slots = IndexTensor::FromHost(acts.sent_slots);
   backend.ScatterAddRows(back_rows.Columns(0, hidden), tokens.data(), nullptr,
                          dx);

@@ -1,5 +1,6 @@
 #include "parallel/staged_collectives.h"
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -12,10 +13,10 @@ class StagingBuffer {
  public:
   StagingBuffer(BufferPlace group_place, Allocator* device, size_t bytes)
       : group_place_(group_place), device_(device), bytes_(bytes) {
-    if (bytes_ == 0) return;
     if (group_place_ == BufferPlace::kHost) {
-      host_.resize(bytes_);
-    } else {
+      // Gloo needs a real buffer even where a member exchanges nothing.
+      host_.resize(std::max<size_t>(bytes_, 16));
+    } else if (bytes_ > 0) {
       on_device_ = DeviceBuffer(device_, bytes_);
     }
   }

@@ -106,10 +106,12 @@ std::vector<TrainingRun> TrainOnTwoRanks(
       auto expert_data = GlooCollectives::Connect(
           store, "edp" + std::to_string(rank), 0, 1, {});
       ASSERT_TRUE(experts.ok() && expert_data.ok());
-      ranks[rank] =
-          Train(&group, distributed_optimizer,
-                ExpertParallelRank{experts->get(), expert_data->get()}, {},
-                base, memory);
+      // The expert group in the data-parallel group's place: its routed rows
+      // go where they lie.
+      PlaceCheckingGroup expert_group(*std::move(experts), dp_place, memory);
+      ranks[rank] = Train(&group, distributed_optimizer,
+                          ExpertParallelRank{&expert_group, expert_data->get()},
+                          {}, base, memory);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -217,7 +219,8 @@ void ExpectBitwiseSameRuns(const std::vector<TrainingRun>& got,
 // copies. With a data-parallel group
 // that takes device buffers (NCCL's place) the resident gradients go to it
 // where they lie and the host's buffers (losses, ZeRO-1's shards) through
-// device copies: the same steps again.
+// device copies, and an expert group in that place takes the routed rows
+// where they lie: the same steps again.
 TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
   SeparateMemoryAllocator memory;
   for (const auto& [distributed_optimizer, expert_parallel] :

@@ -299,9 +299,13 @@ absl::Status Trainer::BuildModel(
                                                       token_parallel->context);
   }
   if (expert_parallel) {
-    expert_parallel_ = expert_parallel;
+    // The routed rows go to the expert group where they lie; everything the
+    // trainer sends (losses, norms, the host's gradients) from the host.
     expert_dispatcher_ =
         std::make_unique<ExpertParallelDispatcher>(expert_parallel->experts);
+    expert_parallel_ = ExpertParallelRank{
+        HostView(expert_parallel->experts, &staged_experts_),
+        HostView(expert_parallel->expert_data, &staged_expert_data_)};
   }
   // The whole model in one driver, or stages: the pipeline's, or the whole
   // model as one stage on this rank's tokens under tensor or context
@@ -399,21 +403,25 @@ Trainer::Trainer(const TrainerOptions& options,
       data_(std::move(data)),
       params_(std::move(params)),
       optimizer_(options.adamw),
-      data_parallel_group_(data_parallel),
-      data_parallel_(data_parallel) {
+      data_parallel_group_(data_parallel) {
   if (backend_->allocator() != nullptr) {
     device_params_ = MirrorParameters(*params_, backend_->allocator());
   }
-  if (data_parallel != nullptr &&
-      data_parallel->buffer_place() != BufferPlace::kHost) {
-    staged_data_parallel_ = std::make_unique<StagedCollectives>(
-        *data_parallel, BufferPlace::kHost, backend_->allocator());
-    data_parallel_ = staged_data_parallel_.get();
-  }
+  data_parallel_ = HostView(data_parallel, &staged_data_parallel_);
   if (data_parallel != nullptr && device_params_) {
     device_data_parallel_ = std::make_unique<StagedCollectives>(
         *data_parallel, BufferPlace::kDevice, backend_->allocator());
   }
+}
+
+Collectives* Trainer::HostView(Collectives* group,
+                               std::unique_ptr<StagedCollectives>* staged) {
+  if (group == nullptr || group->buffer_place() == BufferPlace::kHost) {
+    return group;
+  }
+  *staged = std::make_unique<StagedCollectives>(*group, BufferPlace::kHost,
+                                                backend_->allocator());
+  return staged->get();
 }
 
 Collectives* Trainer::DataParallelGroupFor(

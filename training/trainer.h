@@ -329,6 +329,13 @@ class Trainer {
   // On a device backend: the group as the device's buffers reach it (staged
   // through host copies where the group's are the host's).
   std::unique_ptr<StagedCollectives> device_data_parallel_;
+  // `group` as host buffers reach it: itself, or a view staged through the
+  // device's copies (kept in *staged) where its buffers are the device's.
+  Collectives* HostView(Collectives* group,
+                        std::unique_ptr<StagedCollectives>* staged);
+  // Under expert parallelism, host views of the expert groups
+  // (expert_parallel_ holds them; the dispatcher the groups as connected).
+  std::unique_ptr<StagedCollectives> staged_experts_, staged_expert_data_;
   // The view of the data-parallel group that takes `tensors`' buffers.
   Collectives* DataParallelGroupFor(
       const std::vector<TrainableTensor>& tensors) const;

@@ -15,9 +15,11 @@
 namespace glm {
 namespace {
 
-// The groups not over Gloo: on a GPU (a CUDA build), the data-parallel
-// group over NCCL where its members each have a GPU of their own (one worker
-// per GPU), over Gloo where two share one; none on the CPU.
+// The groups not over Gloo: on a GPU (a CUDA build), the data-parallel and
+// the expert groups over NCCL where their members each have a GPU of their
+// own (one worker per GPU), over Gloo where two share one; none on the CPU.
+// (The trainer reaches them from the host through staged views; the
+// gradients, ZeRO-1's shards and the routed rows go to them where they lie.)
 absl::StatusOr<std::map<GroupKind, CollectivesFactory>> DeviceGroups(
     const std::string& device, RendezvousStore* rendezvous,
     const GlooOptions& options, const CollectivesFactory& gloo) {
@@ -28,9 +30,12 @@ absl::StatusOr<std::map<GroupKind, CollectivesFactory>> DeviceGroups(
   if (!gpu.ok()) return gpu.status();
   absl::StatusOr<std::string> uuid = GpuUuid(*gpu);
   if (!uuid.ok()) return uuid.status();
-  groups[GroupKind::kDp] =
-      OnDistinctDevices(rendezvous, *uuid, options.connect_timeout,
-                        NcclFactory(rendezvous, options.timeout, *gpu), gloo);
+  for (GroupKind kind :
+       {GroupKind::kDp, GroupKind::kEp, GroupKind::kExpertDp}) {
+    groups[kind] =
+        OnDistinctDevices(rendezvous, *uuid, options.connect_timeout,
+                          NcclFactory(rendezvous, options.timeout, *gpu), gloo);
+  }
 #endif
   return groups;
 }

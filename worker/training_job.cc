@@ -518,11 +518,14 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
     groups = *std::move(connected);
   }
   Collectives* world = groups ? &groups->group(GroupKind::kWorld) : nullptr;
-  if (groups && groups->group(GroupKind::kDp).size() > 1) {
+  for (const auto& [kind, name] :
+       {std::pair{GroupKind::kDp, "data-parallel"},
+        std::pair{GroupKind::kEp, "expert-parallel"}}) {
+    if (!groups || groups->group(kind).size() == 1) continue;
     const bool nccl =
-        groups->group(GroupKind::kDp).buffer_place() == BufferPlace::kDevice;
+        groups->group(kind).buffer_place() == BufferPlace::kDevice;
     hooks.log(absl::StrCat(
-        "rank ", assignment.rank(), ": data-parallel group ",
+        "rank ", assignment.rank(), ": ", name, " group ",
         nccl ? "over NCCL (GPU buffers)" : "over Gloo (host buffers)"));
   }
   const std::optional<PipelineRank> pipeline =
