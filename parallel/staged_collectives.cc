@@ -180,6 +180,24 @@ absl::StatusOr<std::unique_ptr<PendingSend>> StagedCollectives::StartSend(
       new StagedSend(*std::move(send), std::move(staged)));
 }
 
+GroupViews::GroupViews(Collectives* group, Allocator* device)
+    : connected_(group) {
+  if (group == nullptr) return;
+  host_ = group;
+  if (group->buffer_place() != BufferPlace::kHost) {
+    host_staged_ =
+        std::make_unique<StagedCollectives>(*group, BufferPlace::kHost, device);
+    host_ = host_staged_.get();
+  }
+  // Staged even where the group takes device buffers: the view orders the
+  // device's queued work before the group reads it.
+  if (device != nullptr) {
+    device_staged_ = std::make_unique<StagedCollectives>(
+        *group, BufferPlace::kDevice, device);
+    device_ = device_staged_.get();
+  }
+}
+
 absl::Status StagedCollectives::Recv(float* data, int64_t count, int peer) {
   if (GoesDirect()) return group_.Recv(data, count, peer);
   return InPlace(

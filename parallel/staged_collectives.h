@@ -55,6 +55,30 @@ class StagedCollectives : public Collectives {
   Allocator* device_;
 };
 
+// A group as connected, and as host buffers and a device's buffers reach it:
+// host buffers go to a host group directly, everything else through a
+// StagedCollectives (which, for a device group, first waits for the device's
+// queued work).
+class GroupViews {
+ public:
+  GroupViews() = default;
+  // `group` (not owned; null: no group, every view null) and `device` (not
+  // owned; null: no device, the device view null).
+  GroupViews(Collectives* group, Allocator* device);
+
+  Collectives* connected() const { return connected_; }
+  Collectives* host() const { return host_; }
+  Collectives* device() const { return device_; }
+  // The view for buffers on the device (or on the host).
+  Collectives* For(bool on_device) const { return on_device ? device_ : host_; }
+
+ private:
+  Collectives* connected_ = nullptr;
+  std::unique_ptr<StagedCollectives> host_staged_, device_staged_;
+  Collectives* host_ = nullptr;
+  Collectives* device_ = nullptr;
+};
+
 }  // namespace glm
 
 #endif  // GLM_PARALLEL_STAGED_COLLECTIVES_H_

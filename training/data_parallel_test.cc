@@ -211,16 +211,13 @@ void ExpectBitwiseSameRuns(const std::vector<TrainingRun>& got,
 
 // Two ranks whose backend memory stands apart from the host, as two workers
 // sharing one GPU, and every step equals the host run's bit for bit (DP2 with
-// and without ZeRO-1, EP2): under DP2 the weights and the optimizer (ZeRO-1:
-// the rank's shard of it) stay on the device and the device's gradients and
-// updated shards travel through host copies for the host group; under EP2
-// gradients come to the host for the collectives and the optimizer and
-// weights go back each step, and expert-parallel rows travel through host
-// copies. With a data-parallel group
-// that takes device buffers (NCCL's place) the resident gradients go to it
-// where they lie and the host's buffers (losses, ZeRO-1's shards) through
-// device copies, and an expert group in that place takes the routed rows
-// where they lie: the same steps again.
+// and without ZeRO-1, EP2): the weights and the optimizer (ZeRO-1: the rank's
+// shard of it) stay on the device and the device's gradients, updated shards
+// and routed rows travel through host copies for the host groups. With a
+// data-parallel group that takes device buffers (NCCL's place) the resident
+// gradients go to it where they lie and the host's buffers (losses, ZeRO-1's
+// shards) through device copies, and an expert group in that place takes the
+// routed rows where they lie: the same steps again.
 TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
   SeparateMemoryAllocator memory;
   for (const auto& [distributed_optimizer, expert_parallel] :
@@ -277,26 +274,34 @@ TEST(DataParallelTest, OverlappedGradientSumsNeedPlainDataParallelism) {
       << status;
 }
 
-// On a device, ZeRO-1 keeps the weights there and each rank's AdamW moments
-// for its shard only: a step adds about half the moments a plain
-// data-parallel rank's adds (host-side moments would add none).
-TEST(DataParallelTest, DistributedOptimizerKeepsItsShardOnTheDevice) {
-  auto device_growth = [](bool distributed_optimizer) {
+// On a device the weights stay there with the AdamW moments of what the rank
+// updates: under ZeRO-1 its shard (a step adds about half the moments a
+// plain data-parallel rank's adds), under EP2 the dense tensors and its own
+// half of the routed experts (more than a quarter, less than all); host-side
+// moments would add none.
+TEST(DataParallelTest, OptimizerStateStaysOnTheDevice) {
+  auto device_growth = [](bool distributed_optimizer, bool expert_parallel) {
     gloo::rendezvous::HashStore store;
     std::vector<int64_t> growth(2);
     std::vector<std::thread> threads;
     for (int rank = 0; rank < 2; ++rank) {
       threads.emplace_back([&, rank] {
         auto group = GlooCollectives::Connect(store, "dp", rank, 2, {});
-        ASSERT_TRUE(group.ok()) << group.status();
+        auto experts = GlooCollectives::Connect(store, "ep", rank, 2, {});
+        ASSERT_TRUE(group.ok() && experts.ok());
         SeparateMemoryAllocator memory;
         TrainerOptions options = Options();
         options.distributed_optimizer = distributed_optimizer;
+        std::optional<ExpertParallelRank> expert_parallel_rank;
+        if (expert_parallel) {
+          expert_parallel_rank = ExpertParallelRank{experts->get(), nullptr};
+        }
         auto trainer = Trainer::Create(
             options,
             std::make_unique<PretrainData>(
                 std::make_unique<HashedTokenDataset>(options.seq_length)),
-            nullptr, std::make_unique<CpuBackend>(&memory), group->get());
+            nullptr, std::make_unique<CpuBackend>(&memory), group->get(),
+            std::nullopt, expert_parallel_rank);
         ASSERT_TRUE(trainer.ok()) << trainer.status();
         const int64_t before = memory.bytes_in_use();
         ASSERT_TRUE((*trainer)->Step().ok());
@@ -306,11 +311,14 @@ TEST(DataParallelTest, DistributedOptimizerKeepsItsShardOnTheDevice) {
     for (std::thread& t : threads) t.join();
     return growth;
   };
-  const std::vector<int64_t> plain = device_growth(false);
-  const std::vector<int64_t> sharded = device_growth(true);
+  const std::vector<int64_t> plain = device_growth(false, false);
+  const std::vector<int64_t> sharded = device_growth(true, false);
+  const std::vector<int64_t> experts = device_growth(false, true);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_GT(sharded[rank], plain[rank] / 4) << "rank " << rank;
     EXPECT_LT(sharded[rank], plain[rank] * 3 / 4) << "rank " << rank;
+    EXPECT_GT(experts[rank], plain[rank] / 4) << "rank " << rank;
+    EXPECT_LT(experts[rank], plain[rank]) << "rank " << rank;
   }
 }
 

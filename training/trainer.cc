@@ -303,9 +303,12 @@ absl::Status Trainer::BuildModel(
     // trainer sends (losses, norms, the host's gradients) from the host.
     expert_dispatcher_ =
         std::make_unique<ExpertParallelDispatcher>(expert_parallel->experts);
-    expert_parallel_ = ExpertParallelRank{
-        HostView(expert_parallel->experts, &staged_experts_),
-        HostView(expert_parallel->expert_data, &staged_expert_data_)};
+    experts_views_ =
+        GroupViews(expert_parallel->experts, backend_->allocator());
+    expert_data_views_ =
+        GroupViews(expert_parallel->expert_data, backend_->allocator());
+    expert_parallel_ =
+        ExpertParallelRank{experts_views_.host(), expert_data_views_.host()};
   }
   // The whole model in one driver, or stages: the pipeline's, or the whole
   // model as one stage on this rank's tokens under tensor or context
@@ -341,12 +344,11 @@ absl::Status Trainer::BuildModel(
 }
 
 void Trainer::PlaceOptimizer() {
-  // One rank, or data-parallel ranks (ZeRO-1 or not), without LoRA: everything
-  // a step does runs where the model computes (the gradients are summed and
-  // ZeRO-1's updated shards exchanged where they lie), so the weights and
-  // the optimizer stay on the device.
-  if (device_params_ && !pipeline_ && !expert_parallel_ && !token_parallel_ &&
-      !lora_) {
+  // One rank, or data- and expert-parallel ranks (ZeRO-1 or not), without
+  // LoRA: everything a step does runs where the model computes (the
+  // gradients are summed and ZeRO-1's updated shards exchanged where they
+  // lie), so the weights and the optimizer stay on the device.
+  if (device_params_ && !pipeline_ && !token_parallel_ && !lora_) {
     device_optimizer_.emplace(options_.adamw);
   }
   // Shards of the tensors this rank trains (its stages' under pp).
@@ -376,7 +378,7 @@ absl::Status Trainer::PlaceGradientSum() {
   for (const TrainableTensor& p : StepTrainable()) grads.push_back(p.grad);
   absl::StatusOr<std::unique_ptr<OverlappedGradientSum>> sum =
       OverlappedGradientSum::Create(
-          *data_parallel_group_, std::move(grads),
+          *data_parallel_views_.connected(), std::move(grads),
           resident() ? backend_->allocator() : nullptr,
           options_.gradient_bucket_elements);
   if (!sum.ok()) return sum.status();
@@ -403,46 +405,30 @@ Trainer::Trainer(const TrainerOptions& options,
       data_(std::move(data)),
       params_(std::move(params)),
       optimizer_(options.adamw),
-      data_parallel_group_(data_parallel) {
+      data_parallel_views_(data_parallel, backend_->allocator()),
+      data_parallel_(data_parallel_views_.host()) {
   if (backend_->allocator() != nullptr) {
     device_params_ = MirrorParameters(*params_, backend_->allocator());
   }
-  data_parallel_ = HostView(data_parallel, &staged_data_parallel_);
-  if (data_parallel != nullptr && device_params_) {
-    device_data_parallel_ = std::make_unique<StagedCollectives>(
-        *data_parallel, BufferPlace::kDevice, backend_->allocator());
-  }
 }
 
-Collectives* Trainer::HostView(Collectives* group,
-                               std::unique_ptr<StagedCollectives>* staged) {
-  if (group == nullptr || group->buffer_place() == BufferPlace::kHost) {
-    return group;
-  }
-  *staged = std::make_unique<StagedCollectives>(*group, BufferPlace::kHost,
-                                                backend_->allocator());
-  return staged->get();
-}
-
-Collectives* Trainer::DataParallelGroupFor(
-    const std::vector<TrainableTensor>& tensors) const {
-  // The device model's tensors (a host backend's model may lie in memory
-  // of its own, which its host group reads).
-  const bool on_device = device_data_parallel_ != nullptr && !tensors.empty() &&
-                         !tensors[0].value->on_host();
-  return on_device ? device_data_parallel_.get() : data_parallel_;
+ExpertSplit Trainer::SplitExperts(
+    const std::vector<TrainableTensor>& trainable) const {
+  return SplitRoutedExperts(OnDevice(trainable) ? *device_params_ : *params_,
+                            trainable);
 }
 
 std::vector<Trainer::ShardedList> Trainer::ShardedLists(
     const std::vector<TrainableTensor>& trainable) const {
+  const bool on_device = OnDevice(trainable);
   if (!expert_parallel_) {
-    return {{DataParallelGroupFor(trainable), &*shards_, trainable}};
+    return {{data_parallel_views_.For(on_device), &*shards_, trainable}};
   }
-  ExpertSplit split = SplitRoutedExperts(*params_, trainable);
+  ExpertSplit split = SplitExperts(trainable);
   std::vector<ShardedList> lists = {
-      {data_parallel_, &*shards_, std::move(split.dense)}};
+      {data_parallel_views_.For(on_device), &*shards_, std::move(split.dense)}};
   if (expert_shards_) {
-    lists.push_back({expert_parallel_->expert_data, &*expert_shards_,
+    lists.push_back({expert_data_views_.For(on_device), &*expert_shards_,
                      std::move(split.experts)});
   }
   return lists;
@@ -460,7 +446,7 @@ std::vector<TrainableTensor> Trainer::UpdatedHere(
   }
   // Experts without replicas are updated where they live.
   if (expert_parallel_ && !expert_shards_) {
-    const ExpertSplit split = SplitRoutedExperts(*params_, trainable);
+    const ExpertSplit split = SplitExperts(trainable);
     updated.insert(updated.end(), split.experts.begin(), split.experts.end());
   }
   return updated;
@@ -478,7 +464,7 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
           : updated;
   ExpertSplit split;
   if (expert_parallel_) {
-    split = SplitRoutedExperts(*params_, owned);
+    split = SplitExperts(owned);
   } else {
     split.dense = owned;
   }
@@ -717,13 +703,18 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
     // Started during the last backward (those it had not finished start now).
     status = overlapped_sum_->Finish();
   } else if (expert_parallel_) {
+    // The gradients where the step updates them (a resident rank's on the
+    // device, summed where they lie).
+    const std::vector<TrainableTensor> trainable = StepTrainable();
+    const bool on_device = OnDevice(trainable);
     status = AllReduceExpertParallelGradients(
-        group, expert_parallel_->expert_data,
-        SplitRoutedExperts(*params_, Trainable()));
+        *data_parallel_views_.For(on_device), expert_data_views_.For(on_device),
+        SplitExperts(trainable));
   } else if (resident()) {
     // The device's gradients, summed where they lie (through host copies
     // where the group's buffers are the host's).
-    status = AllReduceGradients(*device_data_parallel_, StepTrainable());
+    status =
+        AllReduceGradients(*data_parallel_views_.device(), StepTrainable());
   } else {
     status = AllReduceGradients(group, Trainable());
   }

@@ -40,6 +40,7 @@
 #include "proto/metrics.pb.h"
 #include "training/adamw.h"
 #include "training/distributed_optimizer.h"
+#include "training/expert_gradients.h"
 #include "training/lora.h"
 #include "training/lr_schedule.h"
 #include "training/overlapped_gradient_sum.h"
@@ -320,25 +321,23 @@ class Trainer {
   std::optional<RecordedMicroBatches> recorded_;
   AdamW optimizer_;
   // The data-parallel group as connected (its buffers on the device for
-  // NCCL), and as the host's buffers reach it (staged through host copies
-  // where the group's are the device's): the gradients of resident weights go
-  // to the first, everything the host holds to the second.
-  Collectives* data_parallel_group_;
-  std::unique_ptr<StagedCollectives> staged_data_parallel_;
+  // NCCL), and as the host's and the device's buffers reach it: the resident
+  // weights' gradients and ZeRO-1 shards go to the device view (the
+  // overlapped sum to the group as connected), everything the host holds to
+  // the host view, data_parallel_.
+  GroupViews data_parallel_views_;
   Collectives* data_parallel_;
-  // On a device backend: the group as the device's buffers reach it (staged
-  // through host copies where the group's are the host's).
-  std::unique_ptr<StagedCollectives> device_data_parallel_;
-  // `group` as host buffers reach it: itself, or a view staged through the
-  // device's copies (kept in *staged) where its buffers are the device's.
-  Collectives* HostView(Collectives* group,
-                        std::unique_ptr<StagedCollectives>* staged);
-  // Under expert parallelism, host views of the expert groups
-  // (expert_parallel_ holds them; the dispatcher the groups as connected).
-  std::unique_ptr<StagedCollectives> staged_experts_, staged_expert_data_;
-  // The view of the data-parallel group that takes `tensors`' buffers.
-  Collectives* DataParallelGroupFor(
-      const std::vector<TrainableTensor>& tensors) const;
+  // Under expert parallelism the expert groups likewise (expert_parallel_
+  // holds their host views; the dispatcher the groups as connected).
+  GroupViews experts_views_, expert_data_views_;
+  // Whether `tensors` are the device model's (a host backend's model may lie
+  // in memory of its own, which the host views read).
+  bool OnDevice(const std::vector<TrainableTensor>& tensors) const {
+    return device_params_ != nullptr && !tensors.empty() &&
+           !tensors[0].value->on_host();
+  }
+  // SplitRoutedExperts of the model `trainable` belongs to.
+  ExpertSplit SplitExperts(const std::vector<TrainableTensor>& trainable) const;
   // With the distributed optimizer: shards of the trainable tensors over the
   // data-parallel group (under expert parallelism of the dense ones, and of
   // the routed experts over the expert-data-parallel group when it has more

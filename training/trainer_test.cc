@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,15 +54,21 @@ TrainerOptions TinyOptions(int64_t iters) {
 }
 
 // `memory` (may be null: host) is where the backend's tensors live.
-// `data_parallel` (may be null: one rank) is its data-parallel group.
+// `data_parallel` (may be null: one rank) is its data-parallel group, and
+// `experts` (may be null) its expert-parallel group.
 std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& options,
                                      Allocator* memory = nullptr,
-                                     Collectives* data_parallel = nullptr) {
+                                     Collectives* data_parallel = nullptr,
+                                     Collectives* experts = nullptr) {
+  std::optional<ExpertParallelRank> expert_parallel;
+  if (experts != nullptr)
+    expert_parallel = ExpertParallelRank{experts, nullptr};
   auto trainer = Trainer::Create(
       options,
       std::make_unique<PretrainData>(
           std::make_unique<RepeatingTextDataset>(options.seq_length, 4096)),
-      nullptr, std::make_unique<CpuBackend>(memory), data_parallel);
+      nullptr, std::make_unique<CpuBackend>(memory), data_parallel,
+      std::nullopt, expert_parallel);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return std::move(*trainer);
 }
@@ -206,10 +213,11 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
             whole->params().lm_head.value.HostValues());
 }
 
-// ZeRO-1 on the device: each of two ranks keeps its shard of the moments in
-// the backend's memory; a checkpoint gathers every shard and a load deals
-// them back, so the resumed ranks continue the uninterrupted run bit for bit.
-TEST(TrainerTest, DistributedOptimizerOnTheDeviceResumesBitwiseEqual) {
+// Two ranks on the device, each keeping its part of the AdamW moments in the
+// backend's memory (ZeRO-1: its shard; EP2: the dense tensors' and its own
+// experts'): a checkpoint brings every part to the host and a load deals them
+// back, so the resumed ranks continue the uninterrupted run bit for bit.
+void ExpectTwoRanksResumeBitwiseEqual(bool expert_parallel) {
   gloo::rendezvous::HashStore store;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
@@ -219,17 +227,25 @@ TEST(TrainerTest, DistributedOptimizerOnTheDeviceResumesBitwiseEqual) {
         EXPECT_TRUE(group.ok()) << group.status();
         return *std::move(group);
       };
-      auto whole_group = connect("whole"), first_group = connect("first"),
-           resumed_group = connect("resumed");
+      std::vector<std::unique_ptr<GlooCollectives>> groups;
+      for (const char* run : {"whole", "first", "resumed"}) {
+        groups.push_back(connect(run));
+        groups.push_back(connect(std::string(run) + "-ep"));
+      }
+      auto make = [&](int run, Allocator* memory) {
+        TrainerOptions options = TinyOptions(4);
+        options.distributed_optimizer = !expert_parallel;
+        return MakeTrainer(
+            options, memory, groups[2 * run].get(),
+            expert_parallel ? groups[2 * run + 1].get() : nullptr);
+      };
       SeparateMemoryAllocator memory;
-      TrainerOptions options = TinyOptions(4);
-      options.distributed_optimizer = true;
-      auto whole = MakeTrainer(options, &memory, whole_group.get());
+      auto whole = make(0, &memory);
       const std::vector<double> expected = Losses(whole.get());
-      auto first = MakeTrainer(options, &memory, first_group.get());
+      auto first = make(1, &memory);
       ASSERT_TRUE(first->Step().ok());
       ASSERT_TRUE(first->Step().ok());
-      auto resumed = MakeTrainer(options, &memory, resumed_group.get());
+      auto resumed = make(2, &memory);
       TransferState(first.get(), resumed.get());
       first->ReleaseCheckpointState();
       resumed->ReleaseCheckpointState();
@@ -242,6 +258,14 @@ TEST(TrainerTest, DistributedOptimizerOnTheDeviceResumesBitwiseEqual) {
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+TEST(TrainerTest, DistributedOptimizerOnTheDeviceResumesBitwiseEqual) {
+  ExpectTwoRanksResumeBitwiseEqual(/*expert_parallel=*/false);
+}
+
+TEST(TrainerTest, ExpertParallelOnTheDeviceResumesBitwiseEqual) {
+  ExpectTwoRanksResumeBitwiseEqual(/*expert_parallel=*/true);
 }
 
 // Counts the compute-copy refreshes a trainer asks its backend for.
