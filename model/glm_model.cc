@@ -208,7 +208,8 @@ void GlmModel::Finished(const std::vector<Tensor*>& grads) const {
 absl::Status GlmModel::TrainLoaded(StepTotals* step) {
   // The step's losses are read after the backward, which forms the indexer
   // loss from the probabilities the attention's backward forms anyway.
-  absl::StatusOr<ForwardResult> forward = RunForward(step, step != nullptr);
+  absl::StatusOr<ForwardResult> forward =
+      RunForward(step, step != nullptr && options_.indexer_loss_in_backward);
   if (!forward.ok()) return forward.status();
   return Backward();
 }

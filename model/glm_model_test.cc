@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -60,10 +61,12 @@ class GlmModelTest : public ::testing::Test {
   // probabilities; in the backward of recomputed layers, formed once), the
   // step's totals and every gradient are those of the forward's loss.
   void ExpectEveryPassFormsTheSameIndexerLoss(const Batch& batch) {
-    auto run = [&](bool train_step, bool recompute, StageLossesLike* totals) {
+    auto run = [&](bool train_step, bool recompute, StageLossesLike* totals,
+                   bool loss_in_backward = true) {
       LossOptions options;
       options.recompute_layers = recompute;
       options.return_logits = false;
+      options.indexer_loss_in_backward = loss_in_backward;
       params_.ZeroGrad();
       GlmModel model(&params_, &backend_, options);
       StepTotals step(backend_.allocator());
@@ -80,13 +83,15 @@ class GlmModelTest : public ::testing::Test {
     StageLossesLike in_forward;
     const auto forward_grads = run(false, false, &in_forward);
     EXPECT_GT(in_forward.indexer_loss, 0.0);
-    for (const auto& [train_step, recompute] :
-         {std::pair{false, true}, std::pair{true, false},
-          std::pair{true, true}}) {
-      SCOPED_TRACE(testing::Message() << "train step " << train_step
-                                      << ", recompute " << recompute);
+    // (train step, recompute, a train step's loss in the backward)
+    for (const auto& [train_step, recompute, in_backward] :
+         {std::tuple{false, true, true}, std::tuple{true, false, true},
+          std::tuple{true, true, true}, std::tuple{true, false, false}}) {
+      SCOPED_TRACE(testing::Message()
+                   << "train step " << train_step << ", recompute " << recompute
+                   << ", loss in the backward " << in_backward);
       StageLossesLike totals;
-      const auto grads = run(train_step, recompute, &totals);
+      const auto grads = run(train_step, recompute, &totals, in_backward);
       EXPECT_NEAR(totals.indexer_loss, in_forward.indexer_loss,
                   1e-12 * in_forward.indexer_loss);
       EXPECT_EQ(totals.lm_loss, in_forward.lm_loss);

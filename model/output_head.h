@@ -45,6 +45,13 @@ struct LossOptions {
   // head_chunk_bytes.
   bool fuse_head_loss = false;
   int64_t head_chunk_bytes = kDefaultHeadChunkBytes;
+  // A training step (GlmModel::TrainLoaded) forms each index layer's loss in
+  // the layer's backward, its KL target summed from the probabilities the
+  // attention's backward forms anyway, instead of in the forward: the same
+  // loss and gradients, for less work. False keeps it in the forward (the
+  // bench's A/B switch, GLM_INDEXER_LOSS_IN_FORWARD=1 in a worker's
+  // environment).
+  bool indexer_loss_in_backward = true;
 };
 
 // What the head keeps for its backward.

@@ -1,6 +1,7 @@
 #include "worker/training_job.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -420,6 +421,10 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
   o.loss.indexer_loss_coeff =
       static_cast<float>(OrDefault(t.indexer_loss_coeff(), 0.001));
   o.loss.recompute_layers = t.recompute_activations();
+  // The bench's A/B switch for where a step forms the indexer loss.
+  const char* loss_in_forward = std::getenv("GLM_INDEXER_LOSS_IN_FORWARD");
+  o.loss.indexer_loss_in_backward =
+      loss_in_forward == nullptr || std::string(loss_in_forward) != "1";
   o.record_micro_batches = t.cuda_graphs();
   o.overlap_grad_reduce = t.overlap_grad_reduce();
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);
