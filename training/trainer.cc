@@ -513,9 +513,9 @@ ModelParameters& Trainer::params() {
 }
 
 void Trainer::SyncMoments(bool to_host) {
-  // All of a side's moments at once: a resumed run's device moments are made
-  // here, in the two flat buffers a step would make.
-  // The device holds moments of the tensors it updates (a ZeRO-1 shard).
+  // All of a side's moments at once, of the tensors the device updates (a
+  // ZeRO-1 shard): a resumed run's device moments are made here, in the two
+  // flat buffers a step would make.
   const std::vector<AdamMoments*> host =
       optimizer_.MomentsOf(UpdatedHere(WithGradients(*params_)));
   const std::vector<AdamMoments*> device =
@@ -702,21 +702,18 @@ absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
   } else if (overlapped_sum_) {
     // Started during the last backward (those it had not finished start now).
     status = overlapped_sum_->Finish();
-  } else if (expert_parallel_) {
-    // The gradients where the step updates them (a resident rank's on the
-    // device, summed where they lie).
+  } else {
+    // The gradients where the step updates them: a resident rank's summed on
+    // the device where they lie (through host copies where the group's
+    // buffers are the host's).
     const std::vector<TrainableTensor> trainable = StepTrainable();
     const bool on_device = OnDevice(trainable);
-    status = AllReduceExpertParallelGradients(
-        *data_parallel_views_.For(on_device), expert_data_views_.For(on_device),
-        SplitExperts(trainable));
-  } else if (resident()) {
-    // The device's gradients, summed where they lie (through host copies
-    // where the group's buffers are the host's).
-    status =
-        AllReduceGradients(*data_parallel_views_.device(), StepTrainable());
-  } else {
-    status = AllReduceGradients(group, Trainable());
+    Collectives& data_parallel = *data_parallel_views_.For(on_device);
+    status = expert_parallel_
+                 ? AllReduceExpertParallelGradients(
+                       data_parallel, expert_data_views_.For(on_device),
+                       SplitExperts(trainable))
+                 : AllReduceGradients(data_parallel, trainable);
   }
   if (!status.ok()) {
     return status;
