@@ -1,6 +1,7 @@
 #include "training/trainer.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -191,19 +192,20 @@ void TransferState(Trainer* from, Trainer* to) {
   ASSERT_TRUE(to->Restore(scalars).ok());
 }
 
-// Weights and moments that stay in the backend's memory go to the host for a
-// checkpoint and come back from it exactly: a resumed run continues the
-// uninterrupted one bit for bit.
-TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
-  SeparateMemoryAllocator memory;
-  auto whole = MakeTrainer(TinyOptions(4), &memory);
+// One trainer trains four steps (run 0); another two (run 1), whose
+// checkpoint a third (run 2) loads before training the last two: its losses
+// and weights are the uninterrupted run's bit for bit.
+void ExpectResumedRunContinues(
+    const std::function<std::unique_ptr<Trainer>(int run)>& make) {
+  auto whole = make(0);
   const std::vector<double> expected = Losses(whole.get());
-  TrainerOptions half = TinyOptions(4);
-  auto first = MakeTrainer(half, &memory);
+  auto first = make(1);
   ASSERT_TRUE(first->Step().ok());
   ASSERT_TRUE(first->Step().ok());
-  auto resumed = MakeTrainer(half, &memory);
+  auto resumed = make(2);
   TransferState(first.get(), resumed.get());
+  first->ReleaseCheckpointState();
+  resumed->ReleaseCheckpointState();
   ASSERT_EQ(resumed->iteration(), 2);
   const std::vector<double> rest = Losses(resumed.get());
   ASSERT_EQ(rest.size(), 2u);
@@ -211,6 +213,14 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
   EXPECT_EQ(rest[1], expected[3]);
   EXPECT_EQ(resumed->params().lm_head.value.HostValues(),
             whole->params().lm_head.value.HostValues());
+}
+
+// Weights and moments that stay in the backend's memory go to the host for a
+// checkpoint and come back from it exactly.
+TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
+  SeparateMemoryAllocator memory;
+  ExpectResumedRunContinues(
+      [&](int) { return MakeTrainer(TinyOptions(4), &memory); });
 }
 
 // Two ranks on the device, each keeping its part of the AdamW moments in the
@@ -232,29 +242,14 @@ void ExpectTwoRanksResumeBitwiseEqual(bool expert_parallel) {
         groups.push_back(connect(run));
         groups.push_back(connect(std::string(run) + "-ep"));
       }
-      auto make = [&](int run, Allocator* memory) {
+      SeparateMemoryAllocator memory;
+      ExpectResumedRunContinues([&](int run) {
         TrainerOptions options = TinyOptions(4);
         options.distributed_optimizer = !expert_parallel;
         return MakeTrainer(
-            options, memory, groups[2 * run].get(),
+            options, &memory, groups[2 * run].get(),
             expert_parallel ? groups[2 * run + 1].get() : nullptr);
-      };
-      SeparateMemoryAllocator memory;
-      auto whole = make(0, &memory);
-      const std::vector<double> expected = Losses(whole.get());
-      auto first = make(1, &memory);
-      ASSERT_TRUE(first->Step().ok());
-      ASSERT_TRUE(first->Step().ok());
-      auto resumed = make(2, &memory);
-      TransferState(first.get(), resumed.get());
-      first->ReleaseCheckpointState();
-      resumed->ReleaseCheckpointState();
-      const std::vector<double> rest = Losses(resumed.get());
-      ASSERT_EQ(rest.size(), 2u);
-      EXPECT_EQ(rest[0], expected[2]);
-      EXPECT_EQ(rest[1], expected[3]);
-      EXPECT_EQ(resumed->params().lm_head.value.HostValues(),
-                whole->params().lm_head.value.HostValues());
+      });
     });
   }
   for (std::thread& t : threads) t.join();
