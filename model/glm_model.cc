@@ -139,8 +139,21 @@ void GlmModel::ForwardLayers(const DecoderLayerSpec& spec) {
     DecoderLayerForward(*backend_, params_->layers[i], spec,
                         hidden_[i].Matrix(), layout_, SharedTopK(i),
                         hidden_[i + 1].Matrix(), &layers_[i]);
-    if (options_.recompute_layers) KeepRecords(&layers_[i]);
+    if (options_.recompute_layers) {
+      KeepRecords(&layers_[i]);
+    } else {
+      DropLargeKeptScores(&layers_[i]);
+    }
   }
+}
+
+// 128 MiB: glm5.2-mini's five index layers keep theirs at 4k tokens (67 MB
+// each).
+constexpr size_t kMaxScoresKeptForBackward = size_t{128} << 20;
+
+void GlmModel::DropLargeKeptScores(DecoderLayerActivations* acts) {
+  KeptIndexerScores& kept = acts->attn.indexer.kept_scores;
+  if (kept.memory.bytes() > kMaxScoresKeptForBackward) kept = {};
 }
 
 // The keys layer i attends over when it shares an earlier layer's (null for

@@ -101,6 +101,12 @@ class GlmModel {
   // Under LossOptions::recompute_layers: drops a layer's activations but
   // what later layers and Record read, and runs layer i's forward again.
   static void KeepRecords(DecoderLayerActivations* acts);
+  // The scores an index layer's top-k kept for a loss in the backward are
+  // held across every later layer's forward and backward (a recomputed
+  // layer's only across its own): past kMaxScoresKeptForBackward (a layer of
+  // about 5.6k tokens at top-2048) they are dropped and that loss scores its
+  // pairs again.
+  static void DropLargeKeptScores(DecoderLayerActivations* acts);
   void RecomputeLayer(int i, DecoderLayerActivations* acts);
   // Adds decoder layer `index`'s top-k and routing to `result`, its expert
   // loads to `step` when given, else to `result`.

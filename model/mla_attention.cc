@@ -118,10 +118,6 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
                      acts->key.Matrix().Columns(nope, rope));
 }
 
-// 128 MiB: glm5.2-mini's five index layers keep theirs at 4k tokens (67 MB
-// each).
-constexpr size_t kMaxScoresKeptForBackward = size_t{128} << 20;
-
 // Whether this layer forms an indexer loss (in the pass the spec names).
 bool HasIndexerLoss(const AttentionParameters& p, const AttentionSpec& spec) {
   return p.has_indexer && spec.indexer_loss_coeff != 0.f;
@@ -197,13 +193,6 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
     IndexerForward(backend, p.indexer, spec.indexer, xc, acts->q_resid.Matrix(),
                    layout, rows.chunk, rows.op_positions(), rows.parallel,
                    loss_follows, &acts->indexer, &acts->own_topk);
-    // Scores kept for a loss in the backward are held across every later
-    // layer's forward and backward: past kMaxScoresKeptForBackward (a layer
-    // of about 5.6k tokens at top-2048) that loss scores its pairs again.
-    if (spec.indexer_loss_in_backward &&
-        acts->indexer.kept_scores.memory.bytes() > kMaxScoresKeptForBackward) {
-      acts->indexer.kept_scores = KeptIndexerScores();
-    }
     acts->topk = &acts->own_topk;
   } else {
     assert(shared_topk != nullptr);
