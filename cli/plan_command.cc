@@ -42,9 +42,8 @@ CommandFlags DeclareFlags() {
             "of the product weights); default bf16, fp32 on --cluster=cpu");
   flags.Add("distributed-optimizer", "ZeRO-1 over data-parallel ranks", "true");
   flags.AddBool("overlap-grad-reduce",
-                "this trainer's overlapGradReduce: plain data parallelism's "
-                "all-reduce during the last backward (needs "
-                "--distributed-optimizer=false)");
+                "this trainer's overlapGradReduce: data parallelism's "
+                "all-reduce during the last backward");
   flags.Add("routing-imbalance",
             "tokens the busiest expert rank receives over the mean", "1.0");
   flags.Add("logits-chunk",

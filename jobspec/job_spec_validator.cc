@@ -265,12 +265,6 @@ absl::Status CheckCudaGraphs(const v1::JobSpec& spec) {
 absl::Status CheckOverlapGradReduce(const v1::JobSpec& spec) {
   const v1::TrainingSpec& t = spec.training();
   if (!t.overlap_grad_reduce()) return absl::OkStatus();
-  if (t.use_distributed_optimizer()) {
-    return FieldError("training.overlap_grad_reduce",
-                      "needs training.use_distributed_optimizer false (the "
-                      "overlapped sums are all-reduces, not ZeRO-1's "
-                      "reduce-scatters)");
-  }
   if (t.mode() == v1::LORA) {
     return FieldError("training.overlap_grad_reduce",
                       "needs a mode other than LORA (adapter gradients are "

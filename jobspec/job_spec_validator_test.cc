@@ -379,13 +379,6 @@ TEST(JobSpecValidatorTest, OverlappedGradientSumsNeedPlainDataParallelism) {
       },
       "needs parallel.pp = 1 (one model per rank; data parallelism is fine), "
       "got 2");
-  ExpectRejected(
-      "training.overlap_grad_reduce",
-      [](v1::JobSpec* s) {
-        s->mutable_training()->set_overlap_grad_reduce(true);
-        s->mutable_training()->set_use_distributed_optimizer(true);
-      },
-      "needs training.use_distributed_optimizer false");
   v1::JobSpec lora = LoraSpec();
   lora.mutable_training()->set_overlap_grad_reduce(true);
   const absl::Status refused = ValidateJobSpec(lora).status();
@@ -397,9 +390,12 @@ TEST(JobSpecValidatorTest, OverlappedGradientSumsNeedPlainDataParallelism) {
   data_parallel.mutable_training()->set_overlap_grad_reduce(true);
   data_parallel.mutable_parallel()->set_pp(1);
   data_parallel.mutable_parallel()->clear_layout();
-  const absl::StatusOr<JobPlan> plan = ValidateJobSpec(data_parallel);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->grid.dp, 2);
+  for (bool zero1 : {false, true}) {
+    data_parallel.mutable_training()->set_use_distributed_optimizer(zero1);
+    const absl::StatusOr<JobPlan> plan = ValidateJobSpec(data_parallel);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->grid.dp, 2);
+  }
 }
 
 TEST(JobSpecValidatorTest, LoraTargetsAndExportAreCheckedAtSubmit) {

@@ -88,13 +88,11 @@ absl::Status ValidatePlanJob(const PlanJob& job) {
         "--logits-chunk: must be >= 0, got ", job.logits_chunk_tokens));
   }
   if (job.overlap_grad_reduce &&
-      (job.distributed_optimizer || job.kind == TrainingKind::kLora ||
-       !IsTrainerStore(job.precision))) {
+      (job.kind == TrainingKind::kLora || !IsTrainerStore(job.precision))) {
     return absl::InvalidArgumentError(
-        "--overlap-grad-reduce: this trainer overlaps the all-reduce of "
-        "plain data parallelism: needs --distributed-optimizer=false, a mode "
-        "other than lora and its own precision (fp32 or fp32-bf16-copies; "
-        "bf16 models Megatron's overlap)");
+        "--overlap-grad-reduce: this trainer overlaps its data-parallel "
+        "all-reduce: needs a mode other than lora and its own precision (fp32 "
+        "or fp32-bf16-copies; bf16 models Megatron's overlap)");
   }
   if (job.kind == TrainingKind::kLora &&
       (job.lora.rank <= 0 || job.lora.target_modules.empty())) {

@@ -70,7 +70,7 @@ struct PlanJob {
   // ZeRO-1 over the data-parallel ranks.
   bool distributed_optimizer = true;
   // This trainer's overlapGradReduce: the data-parallel sums run during the
-  // last micro batch's backward. Splits of plain data parallelism take it
+  // last micro batch's backward. Splits of data parallelism alone take it
   // (tp, cp, pp and ep 1); the others sum after the micro batches.
   bool overlap_grad_reduce = false;
   // Tokens the busiest expert rank receives over the mean (1: balanced).

@@ -214,10 +214,14 @@ const RankCoordinates& FirstRankOf(const SplitPlan& plan, int pp_rank) {
 // This trainer all-reduces fp32 gradients over the context and tensor
 // groups, then over the data-parallel group (under ZeRO-1 an all-reduce of
 // the gradients and an all-gather of the weights, each shard broadcast from
-// its rank), routed experts over the expert-data group.
+// its rank), routed experts over the expert-data group. Under
+// overlap_grad_reduce on a split of data parallelism alone the last micro
+// batch's backward (two thirds of `micro_batch`) hides the all-reduce but for
+// the embedding's, which starts when that backward ends
+// (training/overlapped_gradient_sum.h); ZeRO-1's gather follows the update.
 double ExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
                        const ClusterSpec& cluster, const KernelRates& rates,
-                       const RankCoordinates& c) {
+                       const RankCoordinates& c, double micro_batch) {
   const std::vector<RankTensor> trainable =
       TrainableOf(job, *RankTensorsAt(job, plan, c));
   const OptimizerLists lists = OptimizerListsOf(job, plan, trainable);
@@ -239,33 +243,22 @@ double ExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
     if (!t.tensor_split) unsplit += static_cast<double>(t.elements);
   }
   seconds += links(GroupKind::kTp).AllReduceSeconds(unsplit * 4);
-  auto data_parallel = [&](const GroupLinks& group, double elements) {
-    return group.AllReduceSeconds(elements * 4) +
-           (job.distributed_optimizer ? group.AllGatherSeconds(elements * 4)
-                                      : 0.0);
-  };
-  return seconds + data_parallel(links(GroupKind::kDp), dense) +
-         data_parallel(links(GroupKind::kExpertDp), experts);
-}
-
-// Under overlap_grad_reduce on a split of plain data parallelism: the
-// all-reduce's part that the last micro batch's backward (two thirds of its
-// time) does not hide, and no less than the embedding's own sum, which
-// starts when the backward ends (training/overlapped_gradient_sum.h).
-double ExposedExchangeSeconds(const PlanJob& job, const SplitPlan& plan,
-                              const ClusterSpec& cluster,
-                              const KernelRates& rates, double exchange,
-                              double micro_batch) {
+  const GroupLinks dp = links(GroupKind::kDp);
+  const GroupLinks expert_dp = links(GroupKind::kExpertDp);
+  double sums =
+      dp.AllReduceSeconds(dense * 4) + expert_dp.AllReduceSeconds(experts * 4);
+  const double gathers = job.distributed_optimizer
+                             ? dp.AllGatherSeconds(dense * 4) +
+                                   expert_dp.AllGatherSeconds(experts * 4)
+                             : 0.0;
   const Split& s = plan.split;
-  if (!job.overlap_grad_reduce || s.tp * s.cp * s.pp * s.ep != 1) {
-    return exchange;
+  if (job.overlap_grad_reduce && s.tp * s.cp * s.pp * s.ep == 1) {
+    const double embedding = static_cast<double>(job.model.vocab_size) *
+                             static_cast<double>(job.model.hidden_size);
+    sums = std::max(dp.AllReduceSeconds(embedding * 4),
+                    sums - 2.0 / 3.0 * micro_batch);
   }
-  const double embedding = static_cast<double>(job.model.vocab_size) *
-                           static_cast<double>(job.model.hidden_size);
-  const GroupLinks dp(cluster, rates, plan.grid, plan.grid.ranks.front().rank,
-                      GroupKind::kDp);
-  return std::max(dp.AllReduceSeconds(embedding * 4),
-                  exchange - 2.0 / 3.0 * micro_batch);
+  return seconds + sums + gathers;
 }
 
 // The optimizer's pass: per updated element a gradient read, the master
@@ -304,14 +297,13 @@ absl::StatusOr<StepTime> PredictStepTime(
   const double chunks = static_cast<double>(plan.stages.size()) / plan.split.pp;
   step.bubble = (plan.split.pp - 1) / chunks * slowest;
   for (const RankMemory& rank : memory) {
-    step.data_parallel = std::max(
-        step.data_parallel, ExchangeSeconds(job, plan, cluster, rates,
-                                            FirstRankOf(plan, rank.pp_rank)));
+    step.data_parallel =
+        std::max(step.data_parallel,
+                 ExchangeSeconds(job, plan, cluster, rates,
+                                 FirstRankOf(plan, rank.pp_rank), slowest));
     step.optimizer = std::max(
         step.optimizer, OptimizerSeconds(job, cluster, rates, rank.state));
   }
-  step.data_parallel = ExposedExchangeSeconds(
-      job, plan, cluster, rates, step.data_parallel, step.slowest.Total());
   step.model_flops =
       TrainingFlops(job.model, job.seq_length, job.global_batch_size);
   return step;

@@ -77,9 +77,9 @@ TEST(StepTimeTest, CollectivesFollowTheLinksTheyCross) {
             0);
 }
 
-// This trainer's overlapped sums hide plain data parallelism's all-reduce
-// behind the last backward, all but the embedding's; other splits and
-// ZeRO-1 keep theirs.
+// This trainer's overlapped sums hide data parallelism's all-reduce behind
+// the last backward, all but the embedding's; other splits keep theirs, and
+// ZeRO-1 its gather.
 TEST(StepTimeTest, OverlappedSumsHideTheAllReduceBehindTheLastBackward) {
   const ClusterSpec h100 = *ClusterPreset("h100");
   PlanJob plain = Mini();
@@ -95,7 +95,12 @@ TEST(StepTimeTest, OverlappedSumsHideTheAllReduceBehindTheLastBackward) {
   EXPECT_GT(during.data_parallel, 0);  // the embedding's sum
   EXPECT_EQ(TimeOf(overlapped, 16, Of(1, 1, 1, 2), h100).data_parallel,
             TimeOf(plain, 16, Of(1, 1, 1, 2), h100).data_parallel);
-  overlapped.distributed_optimizer = true;
+  // ZeRO-1's gather of the updated shards stays exposed.
+  PlanJob zero1 = overlapped;
+  zero1.distributed_optimizer = true;
+  EXPECT_GT(TimeOf(zero1, 16, Of(1, 1, 1, 1), h100).data_parallel,
+            during.data_parallel);
+  overlapped.precision = Precision::kBf16Mixed;
   EXPECT_NE(ValidatePlanJob(overlapped).message().find("--overlap-grad-reduce"),
             std::string::npos);
 }

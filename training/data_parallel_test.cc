@@ -240,27 +240,36 @@ TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
 
 // Gradients summed in buckets during the last backward (overlap_grad_reduce;
 // small buckets, so that each layer's gradients span several) take the
-// steps of one sum after the backward bit for bit: host ranks, and ranks on
-// separate backend memory with a host group (each bucket through host copies)
-// and with a device-place group (summed where they lie).
+// steps of one sum after the backward bit for bit, with and without ZeRO-1:
+// host ranks, and ranks on separate backend memory with a host group (each
+// bucket through host copies) and with a device-place group (summed where
+// they lie).
 TEST(DataParallelTest, OverlappedGradientSumsTakeTheSameSteps) {
   TrainerOptions overlapped = Options();
   overlapped.overlap_grad_reduce = true;
   overlapped.gradient_bucket_elements = 20'000;
-  const std::vector<TrainingRun> host = TrainOnTwoRanks(false);
-  ExpectBitwiseSameRuns(TrainOnTwoRanks(false, false, overlapped), host);
   SeparateMemoryAllocator memory;
-  ExpectBitwiseSameRuns(TrainOnTwoRanks(false, false, overlapped, &memory),
-                        host);
-  ExpectBitwiseSameRuns(
-      TrainOnTwoRanks(false, false, overlapped, &memory, BufferPlace::kDevice),
-      host);
+  for (bool distributed_optimizer : {false, true}) {
+    SCOPED_TRACE(testing::Message()
+                 << "distributed optimizer " << distributed_optimizer);
+    const std::vector<TrainingRun> host =
+        TrainOnTwoRanks(distributed_optimizer);
+    ExpectBitwiseSameRuns(
+        TrainOnTwoRanks(distributed_optimizer, false, overlapped), host);
+    ExpectBitwiseSameRuns(
+        TrainOnTwoRanks(distributed_optimizer, false, overlapped, &memory),
+        host);
+    ExpectBitwiseSameRuns(
+        TrainOnTwoRanks(distributed_optimizer, false, overlapped, &memory,
+                        BufferPlace::kDevice),
+        host);
+  }
 }
 
-TEST(DataParallelTest, OverlappedGradientSumsNeedPlainDataParallelism) {
+TEST(DataParallelTest, OverlappedGradientSumsNeedDataParallelismAlone) {
   TrainerOptions options = Options();
   options.overlap_grad_reduce = true;
-  options.distributed_optimizer = true;
+  options.lora = LoraOptions{4, 8, {"q_a_proj"}};
   absl::Status status =
       Trainer::Create(
           options,

@@ -215,12 +215,10 @@ absl::Status Trainer::ValidateSetup(
         "rank (parallel.tp, cp, pp and ep 1; data parallelism is fine)");
   }
   if (options.overlap_grad_reduce &&
-      (options.distributed_optimizer || pipeline || expert_parallel ||
-       token_parallel || options.lora)) {
+      (pipeline || expert_parallel || token_parallel || options.lora)) {
     return absl::InvalidArgumentError(
-        "training.overlap_grad_reduce: overlapped gradient sums need plain "
-        "data parallelism (no distributed optimizer, parallel.tp, cp, pp and "
-        "ep 1, no LoRA)");
+        "training.overlap_grad_reduce: overlapped gradient sums need data "
+        "parallelism alone (parallel.tp, cp, pp and ep 1, no LoRA)");
   }
   if (data.seq_length() != options.seq_length) {
     return absl::InvalidArgumentError(
@@ -694,14 +692,16 @@ void Trainer::UpdateRouterBiases(const MicroBatchTotals& totals) {
 absl::Status Trainer::ReduceOver(Collectives& group, bool scatter_gradients,
                                  MicroBatchTotals* totals) {
   absl::Status status;
-  if (scatter_gradients) {
+  if (overlapped_sum_) {
+    // Started during the last backward (those it had not finished start now):
+    // every rank's sums, of which ZeRO-1 updates its shard (its reduce-scatter
+    // on an arena sums every span too).
+    status = overlapped_sum_->Finish();
+  } else if (scatter_gradients) {
     for (const ShardedList& list : ShardedLists(StepTrainable())) {
       status = list.shards->ReduceScatter(*list.group, GradsOf(list.tensors));
       if (!status.ok()) return status;
     }
-  } else if (overlapped_sum_) {
-    // Started during the last backward (those it had not finished start now).
-    status = overlapped_sum_->Finish();
   } else {
     // The gradients where the step updates them: a resident rank's summed on
     // the device where they lie (through host copies where the group's

@@ -75,9 +75,9 @@ struct TrainerOptions {
   bool record_micro_batches = false;
   // Sum the gradients over the data-parallel group in buckets started
   // during the step's last backward (Megatron's --overlap-grad-reduce;
-  // training/overlapped_gradient_sum.h). Data parallelism without the
-  // distributed optimizer, pipeline, expert, tensor or context parallelism or
-  // LoRA. The step's last micro batch then runs unrecorded.
+  // training/overlapped_gradient_sum.h). Data parallelism (with ZeRO-1 or
+  // not) without pipeline, expert, tensor or context parallelism or LoRA.
+  // The step's last micro batch then runs unrecorded.
   bool overlap_grad_reduce = false;
   int64_t gradient_bucket_elements = kDefaultGradientBucketElements;
 };
