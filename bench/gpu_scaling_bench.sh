@@ -43,6 +43,8 @@ runs = {
     "dp2": ({"worldSize": 2}, {}),
     "dp2_overlap": ({"worldSize": 2}, {"overlapGradReduce": True}),
     "dp2_zero": ({"worldSize": 2}, {"useDistributedOptimizer": True}),
+    "dp2_zero_overlap": ({"worldSize": 2}, {"useDistributedOptimizer": True,
+                                           "overlapGradReduce": True}),
     "ep2": ({"worldSize": 2, "ep": 2}, {}),
     # Six decoder layers a stage, the embedding on the first and the head on
     # the last (12 layers).
@@ -106,7 +108,9 @@ open(f"{out}/scaling.txt", "a").write(row + "\n")
 PY
 }
 run one 1
-for name in dp2 dp2_overlap dp2_zero ep2 pp2; do run "$name" 2; done
+for name in dp2 dp2_overlap dp2_zero dp2_zero_overlap ep2 pp2; do
+  run "$name" 2
+done
 # PP2's bubble: one GPU's step runs the m micro batches through all 12
 # layers, each PP2 stage the same m through half of them, so without a bubble
 # PP2's step would be half one GPU's. Measured bubble: PP2's step over that

@@ -17,7 +17,8 @@ import pathlib
 import struct
 import sys
 
-SPLITS = ["dp2", "dp2_zero", "dp2_overlap", "ep2", "pp2", "tp2", "cp2"]
+SPLITS = ["dp2", "dp2_zero", "dp2_overlap", "dp2_zero_overlap", "ep2", "pp2",
+          "tp2", "cp2"]
 LIMITS = {"fp32": (1e-5, 1e-5, 1e-5), "bf16": (2e-3, 1e-2, 1e-3)}
 
 

@@ -2,7 +2,7 @@
 # On a GPU machine with two or more GPUs (nvidia-h200-x2 or larger), from the
 # repository root after `source .gpu/b/env.sh`: glm5.2-tiny trained 20 steps on
 # one GPU, then split over two GPUs (one worker each: DP2, DP2 with ZeRO-1,
-# DP2 with overlapped gradient sums, EP2, PP2, TP2, CP2), in the CUDA backend's
+# both with overlapped gradient sums too, EP2, PP2, TP2, CP2), in the CUDA backend's
 # fp32 mode and, for DP2 and EP2, in bf16; each two-GPU run against the
 # one-GPU run of its precision: the lm loss and grad norm of every step and
 # the exported HF weights (tests/gpu/compare_multi_gpu.py; limits there). The
@@ -32,6 +32,7 @@ splits = {
     "dp2": {"worldSize": 2},
     "dp2_zero": {"worldSize": 2},
     "dp2_overlap": {"worldSize": 2},
+    "dp2_zero_overlap": {"worldSize": 2},
     "ep2": {"worldSize": 2, "ep": 2},
     "pp2": {"worldSize": 2, "pp": 2, "layout": "Etttttt|ttmL"},
     "tp2": {"worldSize": 2, "tp": 2},
@@ -45,8 +46,8 @@ for precision in ["fp32", "bf16"]:
         job["name"] = f"tiny_{precision}_{name}"
         job["precision"] = precision
         job["parallel"].update(parallel)
-        job["training"]["useDistributedOptimizer"] = name == "dp2_zero"
-        job["training"]["overlapGradReduce"] = name == "dp2_overlap"
+        job["training"]["useDistributedOptimizer"] = "zero" in name
+        job["training"]["overlapGradReduce"] = "overlap" in name
         json.dump(job, open(f"{jobs}/{precision}_{name}.json", "w"), indent=2)
 PY
 
@@ -63,7 +64,7 @@ run() {  # name [CUDA_VISIBLE_DEVICES]
 
 for precision in fp32 bf16; do
   run "${precision}_one" 0
-  for name in dp2 dp2_zero dp2_overlap ep2 pp2 tp2 cp2; do
+  for name in dp2 dp2_zero dp2_overlap dp2_zero_overlap ep2 pp2 tp2 cp2; do
     [[ -f $state/jobs/${precision}_$name.json ]] && run "${precision}_$name"
   done
 done
