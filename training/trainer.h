@@ -135,6 +135,11 @@ class Trainer {
   absl::StatusOr<v1::StepMetrics> Step();
 
   int64_t iteration() const { return iteration_; }
+  // The buckets the data-parallel gradient sum runs in during the last
+  // backward (TrainerOptions::overlap_grad_reduce); 0 when it runs after.
+  size_t overlapped_buckets() const {
+    return overlapped_sum_ ? overlapped_sum_->buckets().size() : 0;
+  }
   bool Done() const { return iteration_ >= options_.train_iters; }
   const TrainerOptions& options() const { return options_; }
   // The current weights (brought to the host first when they train on a

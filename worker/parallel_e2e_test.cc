@@ -172,6 +172,7 @@ struct ParallelCase {
   int ep = 1;
   int tp = 1;
   int cp = 1;
+  bool overlap_grad_reduce = false;
 };
 
 class ParallelEndToEndTest : public ::testing::TestWithParam<ParallelCase> {};
@@ -190,6 +191,7 @@ TEST_P(ParallelEndToEndTest, WorkerProcessesMatchOneProcess) {
   spec.mutable_parallel()->set_cp(c.cp);
   spec.mutable_training()->set_use_distributed_optimizer(
       c.distributed_optimizer);
+  spec.mutable_training()->set_overlap_grad_reduce(c.overlap_grad_reduce);
   std::vector<pid_t> workers;
   const std::string id =
       SubmitWithWorkers(server, spec, dir, c.world_size, &workers);
@@ -211,6 +213,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ParallelCase{"dp2", 2, 1, "", false},
         ParallelCase{"dp2_zero1", 2, 1, "", true},
+        ParallelCase{"dp2_overlap", 2, 1, "", false, 1, 1, 1, true},
+        ParallelCase{"dp2_zero1_overlap", 2, 1, "", true, 1, 1, 1, true},
         ParallelCase{"pp2", 2, 2, "Etttttt|ttmL", false},
         ParallelCase{"pp2_vpp2", 2, 2, "Et|t|tttt|ttmL", false},
         ParallelCase{"pp2_dp2_zero1", 4, 2, "Etttttt|ttmL", true},
