@@ -214,10 +214,6 @@ DecoderLayerSpec GlmModel::LayerBackwardSpec() const {
                          backward_indexer_loss_ != nullptr);
 }
 
-void GlmModel::Finished(const std::vector<Tensor*>& grads) const {
-  if (gradients_finished_) gradients_finished_(grads);
-}
-
 absl::Status GlmModel::TrainLoaded(StepTotals* step) {
   // The step's losses are read after the backward, which forms the indexer
   // loss from the probabilities the attention's backward forms anyway.
@@ -237,7 +233,7 @@ absl::Status GlmModel::Backward() {
   const DecoderLayerSpec layer_spec = LayerBackwardSpec();
   OutputHeadBackward(*backend_, *params_, layer_spec, layout_,
                      hidden_.back().Matrix(), head_, dh.Matrix());
-  Finished(params_->HeadGradients());
+  if (gradients_finished_) gradients_finished_(params_->HeadGradients());
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     DecoderLayerActivations recomputed;
     if (options_.recompute_layers) RecomputeLayer(i, &recomputed);
@@ -250,11 +246,13 @@ absl::Status GlmModel::Backward() {
     // No later backward reads this layer's activations (a skip layer reads
     // its source's keys, and sources come first).
     layers_[i] = DecoderLayerActivations();
-    Finished(params_->LayerGradients(i));
+    if (gradients_finished_) gradients_finished_(params_->LayerGradients(i));
   }
   backend_->EmbeddingBackward(dh.Matrix(), op_ids_.data(),
                               params_->embed_tokens.grad.Matrix());
-  Finished(params_->EmbeddingGradients());
+  if (gradients_finished_) {
+    gradients_finished_(params_->EmbeddingGradients());
+  }
   // What the forward kept is freed here, where the work that reads it ends
   // (a recorded micro batch frees all it allocates).
   hidden_.clear();

@@ -112,8 +112,6 @@ class GlmModel {
   // loads to `step` when given, else to `result`.
   void Record(const DecoderLayerActivations& layer, size_t index,
               StepTotals* step, ForwardResult* result) const;
-  // Tells gradients_finished_ (when set) of `grads`.
-  void Finished(const std::vector<Tensor*>& grads) const;
 
   ModelParameters* params_;
   Backend* backend_;

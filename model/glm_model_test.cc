@@ -103,14 +103,26 @@ class GlmModelTest : public ::testing::Test {
     }
   }
 
-  // A backward tells of each held gradient once, when nothing later in the
-  // pass adds to it: as told, each equals its value after the backward. The
-  // pass adds to gradients another pass left (a step's last micro batch).
+  // A training step's backward (its indexer loss formed there; with and
+  // without recomputed layers) tells of each held gradient once, when nothing
+  // later in the pass adds to it: as told, each equals its value after the
+  // backward. The pass adds to gradients another pass left (a step's last
+  // micro batch).
   void ExpectGradientsFinishedOnceAndFinal(const Batch& batch) {
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "recompute " << recompute);
+      ExpectGradientsFinishedOnceAndFinal(batch, recompute);
+    }
+  }
+  void ExpectGradientsFinishedOnceAndFinal(const Batch& batch, bool recompute) {
     params_.ZeroGrad();
-    GlmModel model(&params_, &backend_);
-    ASSERT_TRUE(model.Forward(batch).ok());
-    ASSERT_TRUE(model.Backward().ok());
+    LossOptions options;
+    options.recompute_layers = recompute;
+    options.return_logits = false;
+    GlmModel model(&params_, &backend_, options);
+    StepTotals step(backend_.allocator());
+    ASSERT_TRUE(model.Load(batch).ok());
+    ASSERT_TRUE(model.TrainLoaded(&step).ok());
     std::map<const Tensor*, std::vector<float>> told;
     model.set_gradients_finished([&](const std::vector<Tensor*>& grads) {
       for (Tensor* grad : grads) {
@@ -118,8 +130,8 @@ class GlmModelTest : public ::testing::Test {
             << "told twice";
       }
     });
-    ASSERT_TRUE(model.Forward(batch).ok());
-    ASSERT_TRUE(model.Backward().ok());
+    ASSERT_TRUE(model.Load(batch).ok());
+    ASSERT_TRUE(model.TrainLoaded(&step).ok());
     size_t held = 0;
     for (const NamedTensor& t : params_.Named()) {
       if (t.grad == nullptr || t.grad->empty()) continue;

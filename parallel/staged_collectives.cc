@@ -26,16 +26,20 @@ class StagingBuffer {
                                               : on_device_.data();
   }
 
-  // The caller's bytes into this buffer, complete when it returns (the
-  // group's work runs on a stream of its own).
+  // The caller's bytes (none: null) into this buffer, complete when it
+  // returns: a device buffer's allocation and copy, queued on the device's
+  // stream, are done before the group's stream touches it.
   void From(const void* caller) {
-    if (bytes_ == 0) return;
     if (group_place_ == BufferPlace::kHost) {
-      device_->CopyToHost(host_.data(), caller, bytes_);
-    } else {
-      device_->CopyFromHost(on_device_.data(), caller, bytes_);
-      device_->Wait();
+      if (bytes_ > 0 && caller != nullptr) {
+        device_->CopyToHost(host_.data(), caller, bytes_);
+      }
+      return;
     }
+    if (bytes_ > 0 && caller != nullptr) {
+      device_->CopyFromHost(on_device_.data(), caller, bytes_);
+    }
+    device_->Wait();
   }
 
   // This buffer's bytes into the caller's (a device's copy is ordered before
@@ -84,7 +88,7 @@ template <typename T, typename Call>
 absl::Status InPlace(BufferPlace place, Allocator* device, T* data,
                      int64_t count, bool read, const Call& call) {
   StagingBuffer staged(place, device, Bytes<T>(count));
-  if (read) staged.From(data);
+  staged.From(read ? data : nullptr);
   absl::Status status = call(static_cast<T*>(staged.data()));
   if (status.ok()) staged.To(data);
   return status;
@@ -98,6 +102,7 @@ absl::Status InAndOut(BufferPlace place, Allocator* device, const float* in,
                       const Call& call) {
   StagingBuffer staged_in(place, device, Bytes<float>(in_count));
   StagingBuffer staged_out(place, device, Bytes<float>(out_count));
+  staged_out.From(nullptr);
   staged_in.From(in);
   absl::Status status = call(static_cast<const float*>(staged_in.data()),
                              static_cast<float*>(staged_out.data()));

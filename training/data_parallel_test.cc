@@ -44,6 +44,9 @@ struct TrainingRun {
   // Model tensors, then AdamW moments (gathered from every rank's shard
   // with the distributed optimizer), by name.
   std::map<std::string, std::vector<float>> state;
+  // With overlap_grad_reduce: the buckets, and those the last step's
+  // backward started.
+  size_t buckets = 0, started_during_backward = 0;
 };
 
 // `memory` (null: host) is where the backend's tensors live.
@@ -68,6 +71,10 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
     EXPECT_TRUE(metrics.ok()) << metrics.status();
     if (!metrics.ok()) return run;
     run.steps.push_back(*metrics);
+  }
+  if (const OverlappedGradientSum* sum = (*trainer)->overlapped_sum()) {
+    run.buckets = sum->buckets().size();
+    run.started_during_backward = sum->started_during_last_backward();
   }
   EXPECT_TRUE((*trainer)->GatherCheckpointState().ok());
   const TrainingState state = (*trainer)->State();
@@ -254,15 +261,19 @@ TEST(DataParallelTest, OverlappedGradientSumsTakeTheSameSteps) {
                  << "distributed optimizer " << distributed_optimizer);
     const std::vector<TrainingRun> host =
         TrainOnTwoRanks(distributed_optimizer);
-    ExpectBitwiseSameRuns(
-        TrainOnTwoRanks(distributed_optimizer, false, overlapped), host);
-    ExpectBitwiseSameRuns(
-        TrainOnTwoRanks(distributed_optimizer, false, overlapped, &memory),
-        host);
-    ExpectBitwiseSameRuns(
-        TrainOnTwoRanks(distributed_optimizer, false, overlapped, &memory,
-                        BufferPlace::kDevice),
-        host);
+    for (const auto& [place, dp_place] :
+         {std::pair<Allocator*, BufferPlace>{nullptr, BufferPlace::kHost},
+          {&memory, BufferPlace::kHost},
+          {&memory, BufferPlace::kDevice}}) {
+      const std::vector<TrainingRun> runs = TrainOnTwoRanks(
+          distributed_optimizer, false, overlapped, place, dp_place);
+      ExpectBitwiseSameRuns(runs, host);
+      // Every bucket started while the backward ran.
+      for (const TrainingRun& rank : runs) {
+        EXPECT_GT(rank.buckets, 10u);
+        EXPECT_EQ(rank.started_during_backward, rank.buckets);
+      }
+    }
   }
 }
 

@@ -98,6 +98,7 @@ void OverlappedGradientSum::Finished(const std::vector<Tensor*>& grads) {
   }
   while (next_to_start_ < buckets_.size() && unfinished_[next_to_start_] == 0) {
     Start(next_to_start_++);
+    ++started_during_backward_;
   }
 }
 
@@ -136,7 +137,9 @@ void OverlappedGradientSum::Sum() {
             return self->stopping_ || !self->queue_.empty();
           },
           this));
-      if (queue_.empty()) return;  // stopping
+      // Stopping (the owner is gone: no Finish waits): what is queued is
+      // not summed, as no peer may be left to sum it with.
+      if (stopping_) return;
       started = queue_.front();
       queue_.pop_front();
       if (!error_.ok()) {
@@ -175,6 +178,7 @@ absl::Status OverlappedGradientSum::SumBucket(Started& started) {
 absl::Status OverlappedGradientSum::Finish() {
   while (next_to_start_ < buckets_.size()) Start(next_to_start_++);
   absl::Status status;
+  std::vector<std::unique_ptr<Started>> done;
   {
     absl::MutexLock lock(&mutex_);
     mutex_.Await(absl::Condition(
@@ -186,8 +190,9 @@ absl::Status OverlappedGradientSum::Finish() {
     status = std::move(error_);
     error_ = absl::OkStatus();
     summed_ = 0;
+    done.swap(in_flight_);
   }
-  for (const std::unique_ptr<Started>& started : in_flight_) {
+  for (const std::unique_ptr<Started>& started : done) {
     if (!status.ok() || !Staged()) break;
     const float* from = started->staged.data();
     for (const FloatSpan& span : started->spans) {
@@ -195,7 +200,8 @@ absl::Status OverlappedGradientSum::Finish() {
       from += span.size;
     }
   }
-  in_flight_.clear();
+  started_during_last_backward_ = started_during_backward_;
+  started_during_backward_ = 0;
   next_to_start_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     unfinished_[b] = buckets_[b].end - buckets_[b].first;

@@ -72,6 +72,11 @@ class OverlappedGradientSum {
     size_t end = 0;
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Of the last finished step's buckets, those the backward started (the
+  // others started in Finish).
+  size_t started_during_last_backward() const {
+    return started_during_last_backward_;
+  }
 
  private:
   // A started bucket: the buffers the group sums (spans of the gradients,
@@ -98,13 +103,15 @@ class OverlappedGradientSum {
   // start in plan order, each once it and those before it are finished.
   std::vector<size_t> unfinished_;
   size_t next_to_start_ = 0;
+  size_t started_during_backward_ = 0, started_during_last_backward_ = 0;
   absl::flat_hash_map<const Tensor*, size_t> index_of_;  // in grads_
   std::vector<size_t> bucket_of_;                        // per tensor of grads_
   std::vector<bool> finished_;  // per tensor of grads_, this step
 
   absl::Mutex mutex_;
   std::deque<Started*> queue_ ABSL_GUARDED_BY(mutex_);
-  std::vector<std::unique_ptr<Started>> in_flight_;  // this step's, in order
+  // This step's, in order.
+  std::vector<std::unique_ptr<Started>> in_flight_ ABSL_GUARDED_BY(mutex_);
   size_t summed_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <thread>
 
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/separate_memory_allocator.h"
@@ -92,8 +92,8 @@ TEST(OverlappedGradientSumTest, RefusesWhatIsNotOneArenaInOrder) {
   EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// A group that tells when its first AllReduce has returned, and fails its
-// call number `fail_at` (0: none).
+// A group that counts its AllReduce calls, and fails call number `fail_at`
+// (0: none).
 class WatchedGroup : public PlaceCheckingGroup {
  public:
   WatchedGroup(std::unique_ptr<Collectives> inner, BufferPlace place,
@@ -101,24 +101,39 @@ class WatchedGroup : public PlaceCheckingGroup {
       : PlaceCheckingGroup(std::move(inner), place, device),
         fail_at_(fail_at) {}
   absl::Status AllReduce(float* data, int64_t count, ReduceOp op) override {
-    if (++calls_ == fail_at_) return absl::UnavailableError("peer went away");
-    absl::Status status = PlaceCheckingGroup::AllReduce(data, count, op);
-    if (!first_done_.HasBeenNotified()) first_done_.Notify();
+    absl::Status status = calls() + 1 == fail_at_
+                              ? absl::UnavailableError("peer went away")
+                              : PlaceCheckingGroup::AllReduce(data, count, op);
+    absl::MutexLock lock(&mutex_);
+    ++calls_;
     return status;
   }
-  absl::Notification& first_done() { return first_done_; }
+  int calls() {
+    absl::MutexLock lock(&mutex_);
+    return calls_;
+  }
+  // Whether `calls` calls have returned within 30 s.
+  bool WaitForCalls(int calls) {
+    absl::MutexLock lock(&mutex_);
+    auto done = [&] {
+      mutex_.AssertHeld();
+      return calls_ >= calls;
+    };
+    return mutex_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(30));
+  }
 
  private:
   const int fail_at_;
-  int calls_ = 0;
-  absl::Notification first_done_;
+  absl::Mutex mutex_;
+  int calls_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 // Two ranks sum their gradients in buckets of 8 while "the backward" finishes
-// them one by one from the last: the first bucket is summed before the
-// backward finishes the rest, and every step's sums are the two ranks'
-// values added. Gradients in host memory with a host group,
-// and on a stand-in device with a host group (staged) and a device group.
+// them one by one from the last: each step's first bucket is summed before
+// the backward finishes the rest, every bucket starts during the backward,
+// and every step's sums are the two ranks' values added. Gradients in host
+// memory with a host group, and on a stand-in device with a host group (staged)
+// and a device group.
 void SumOnTwoRanks(Allocator* memory, BufferPlace place) {
   gloo::rendezvous::HashStore store;
   std::vector<std::thread> threads;
@@ -149,14 +164,12 @@ void SumOnTwoRanks(Allocator* memory, BufferPlace place) {
         }
         for (size_t t = grads.size(); t-- > 0;) {
           (*sum)->Finished({&grads[t]});
-          // Tensors 5, 4 and 3 make the first bucket: summed before the
-          // backward goes on.
-          if (t == 3) {
-            EXPECT_TRUE(group.first_done().WaitForNotificationWithTimeout(
-                absl::Seconds(30)));
-          }
+          // Tensors 5, 4 and 3 make the step's first bucket (one call of
+          // the three a step): summed before the backward goes on.
+          if (t == 3) EXPECT_TRUE(group.WaitForCalls(3 * step + 1));
         }
         ASSERT_TRUE((*sum)->Finish().ok());
+        EXPECT_EQ((*sum)->started_during_last_backward(), 3u);
         EXPECT_EQ(HostValues(grads), expected) << "step " << step;
       }
     });
@@ -197,8 +210,11 @@ TEST(OverlappedGradientSumTest, AFailedBucketIsNamedAndTheRestSkipped) {
   EXPECT_NE(status.message().find("gradient bucket 2 of 3 (tensors 1 to 2)"),
             std::string::npos)
       << status;
-  // A group of one leaves the values as they are.
+  EXPECT_EQ(group.calls(), 2);  // the third bucket skipped
+  EXPECT_EQ((*sum)->started_during_last_backward(), 0u);
+  // The next step sums every bucket (a group of one leaves the values).
   EXPECT_TRUE((*sum)->Finish().ok());
+  EXPECT_EQ(group.calls(), 5);
   EXPECT_EQ(HostValues(grads), before);
 }
 

@@ -135,10 +135,10 @@ class Trainer {
   absl::StatusOr<v1::StepMetrics> Step();
 
   int64_t iteration() const { return iteration_; }
-  // The buckets the data-parallel gradient sum runs in during the last
-  // backward (TrainerOptions::overlap_grad_reduce); 0 when it runs after.
-  size_t overlapped_buckets() const {
-    return overlapped_sum_ ? overlapped_sum_->buckets().size() : 0;
+  // The data-parallel gradient sum that runs during the last backward
+  // (TrainerOptions::overlap_grad_reduce); null when it runs after.
+  const OverlappedGradientSum* overlapped_sum() const {
+    return overlapped_sum_.get();
   }
   bool Done() const { return iteration_ >= options_.train_iters; }
   const TrainerOptions& options() const { return options_; }

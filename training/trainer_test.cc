@@ -225,9 +225,11 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
 
 // Two ranks on the device, each keeping its part of the AdamW moments in the
 // backend's memory (ZeRO-1: its shard; EP2: the dense tensors' and its own
-// experts'): a checkpoint brings every part to the host and a load deals them
-// back, so the resumed ranks continue the uninterrupted run bit for bit.
-void ExpectTwoRanksResumeBitwiseEqual(bool expert_parallel) {
+// experts'; both: its shard of the dense tensors and its experts'): a
+// checkpoint brings every part to the host and a load deals them back, so
+// the resumed ranks continue the uninterrupted run bit for bit.
+void ExpectTwoRanksResumeBitwiseEqual(bool distributed_optimizer,
+                                      bool expert_parallel) {
   gloo::rendezvous::HashStore store;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
@@ -245,7 +247,7 @@ void ExpectTwoRanksResumeBitwiseEqual(bool expert_parallel) {
       SeparateMemoryAllocator memory;
       ExpectResumedRunContinues([&](int run) {
         TrainerOptions options = TinyOptions(4);
-        options.distributed_optimizer = !expert_parallel;
+        options.distributed_optimizer = distributed_optimizer;
         return MakeTrainer(
             options, &memory, groups[2 * run].get(),
             expert_parallel ? groups[2 * run + 1].get() : nullptr);
@@ -256,11 +258,15 @@ void ExpectTwoRanksResumeBitwiseEqual(bool expert_parallel) {
 }
 
 TEST(TrainerTest, DistributedOptimizerOnTheDeviceResumesBitwiseEqual) {
-  ExpectTwoRanksResumeBitwiseEqual(/*expert_parallel=*/false);
+  ExpectTwoRanksResumeBitwiseEqual(/*distributed_optimizer=*/true,
+                                   /*expert_parallel=*/false);
 }
 
 TEST(TrainerTest, ExpertParallelOnTheDeviceResumesBitwiseEqual) {
-  ExpectTwoRanksResumeBitwiseEqual(/*expert_parallel=*/true);
+  ExpectTwoRanksResumeBitwiseEqual(/*distributed_optimizer=*/false,
+                                   /*expert_parallel=*/true);
+  ExpectTwoRanksResumeBitwiseEqual(/*distributed_optimizer=*/true,
+                                   /*expert_parallel=*/true);
 }
 
 // Counts the compute-copy refreshes a trainer asks its backend for.

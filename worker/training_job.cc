@@ -550,11 +550,11 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
                    ExpertParallelRankOf(groups ? &*groups : nullptr),
                    TokenParallelRankOf(groups ? &*groups : nullptr));
   if (!trainer.ok()) return trainer.status();
-  if (const size_t buckets = (*trainer)->overlapped_buckets(); buckets > 0) {
+  if (const OverlappedGradientSum* sum = (*trainer)->overlapped_sum()) {
     hooks.log(
         absl::StrCat("rank ", assignment.rank(),
                      ": gradient sums overlapped with the last backward, ",
-                     buckets, " buckets"));
+                     sum->buckets().size(), " buckets"));
   }
   absl::StatusOr<JobCheckpoints> checkpoints =
       JobCheckpoints::Create(assignment, *plan);
