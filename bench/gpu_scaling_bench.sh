@@ -7,7 +7,8 @@
 # time, tokens/s in all and per GPU, the scaling over one GPU (tokens/s of
 # the two-GPU run over one GPU's), peak memory; and for PP2 the bubble
 # measured (its step over the micro batches one stage runs) against the 1F1B
-# formula (pp - 1) / (m + pp - 1). Run from the repository root after
+# formula (pp - 1) / (m + pp - 1). With 4 or 8 GPUs visible it adds DP, EP and
+# PP2 x EP over all of them. Run from the repository root after
 # `source .gpu/b/env.sh`; full logs go to $1.
 set -uo pipefail
 out=${1:?output folder}
@@ -24,10 +25,10 @@ export NCCL_NVLS_ENABLE=0  # the device tool's KINDS.md
 work=/tmp/glm-gpu-scaling
 rm -rf "$work" && mkdir -p "$work" "$out"
 glmctl model config --preset=glm5.2-mini >"$work/mini.json"
-python3 - "$work" "$steps" "$seq" "$per_rank" <<'PY'
+python3 - "$work" "$steps" "$seq" "$per_rank" "$gpus" <<'PY'
 import json, sys
-work, steps, seq, per_rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
-    int(sys.argv[4])
+work, steps, seq, per_rank, gpus = sys.argv[1], int(sys.argv[2]), \
+    int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 config = json.load(open(f"{work}/mini.json"))
 config["num_nextn_predict_layers"] = 0
 json.dump(config, open(f"{work}/mini_no_mtp.json", "w"))
@@ -50,6 +51,15 @@ runs = {
     # the last (12 layers).
     "pp2": ({"worldSize": 2, "pp": 2, "layout": "Etttttt|ttttttL"}, {}),
 }
+if gpus in (4, 8):
+    runs[f"dp{gpus}_overlap"] = ({"worldSize": gpus}, {"overlapGradReduce": True})
+    runs[f"ep{gpus}"] = ({"worldSize": gpus, "ep": gpus}, {})
+    runs[f"pp2_ep{gpus // 2}"] = ({"worldSize": gpus, "pp": 2,
+                                   "ep": gpus // 2,
+                                   "layout": "Etttttt|ttttttL"}, {})
+with open(f"{work}/runs.txt", "w") as names:
+    for name, (parallel, _) in runs.items():
+        names.write(f"{name} {parallel.get('worldSize', 1)}\n")
 for name, (parallel, training) in runs.items():
     job = json.loads(json.dumps(base))
     job["name"] = f"mini_{name}"
@@ -65,11 +75,11 @@ echo "| run | GPUs | step (ms) | tokens/s | tokens/s per GPU | scaling | peak Gi
   | tee "$out/scaling.txt"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" | tee -a "$out/scaling.txt"
 run() {  # name GPUs
-  local visible=0
-  (($2 == 2)) && visible=0,1
+  local visible
+  visible=$(seq -s, 0 $(($2 - 1)))
   CUDA_VISIBLE_DEVICES=$visible glmctl local --job="$work/$1.json" \
     --state-dir="$work/$1" --worker-binary="$bin/glm-worker" \
-    >"$out/$1.glmctl.txt" 2>&1
+    </dev/null >"$out/$1.glmctl.txt" 2>&1
   for log in "$work/$1"/logs/worker-*.log; do
     cp "$log" "$out/$1.$(basename "$log")" 2>/dev/null
   done
@@ -107,10 +117,7 @@ print(row)
 open(f"{out}/scaling.txt", "a").write(row + "\n")
 PY
 }
-run one 1
-for name in dp2 dp2_overlap dp2_zero dp2_zero_overlap ep2 pp2; do
-  run "$name" 2
-done
+while read -r name count; do run "$name" "$count"; done <"$work/runs.txt"
 # PP2's bubble: one GPU's step runs the m micro batches through all 12
 # layers, each PP2 stage the same m through half of them, so without a bubble
 # PP2's step would be half one GPU's. Measured bubble: PP2's step over that
