@@ -17,6 +17,8 @@ import pathlib
 import struct
 import sys
 
+from check_table import write_table
+
 SPLITS = ["dp2", "dp2_zero", "dp2_overlap", "dp2_zero_overlap", "ep2", "pp2",
           "tp2", "cp2"]
 LIMITS = {"fp32": (1e-5, 1e-5, 1e-5), "bf16": (2e-3, 1e-2, 1e-3)}
@@ -103,10 +105,7 @@ def main():
                          f"{norm:.2e}, weights {worst:.2e} ({worst_name}); "
                          f"groups over NCCL {nccl}, over Gloo {gloo}",
                          f"{loss_limit:g} / {norm_limit:g} / {weight_limit:g}"))
-    table = ["| check | result | measured | limit |", "| --- | --- | --- | --- |"]
-    table += [f"| {n} | {r} | {m} | {l} |" for n, r, m, l in rows]
-    (out / "multi_gpu_checks.md").write_text("\n".join(table) + "\n")
-    print("\n".join(table))
+    write_table(rows, out / "multi_gpu_checks.md")
 
 
 if __name__ == "__main__":

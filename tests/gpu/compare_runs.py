@@ -11,6 +11,8 @@ import pathlib
 import re
 import sys
 
+from check_table import write_table
+
 LINE = re.compile(r"iteration\s+(\d+)/.*?lm loss: (\S+) \| mtp_1 loss: (\S+) \| "
                   r"indexer loss: (\S+) \| grad norm: (\S+) \|.*?peak memory \(MiB\): (\S+)")
 
@@ -139,10 +141,7 @@ def main():
         rows.append((f"drift of {a} from {b}", "INFO",
                      "first iteration past 1e-6 / 1e-4 / 1e-3 relative: " +
                      " / ".join(str(f) for f in firsts), ""))
-    table = ["| check | result | measured | limit |", "| --- | --- | --- | --- |"]
-    table += [f"| {n} | {r} | {m} | {l} |" for n, r, m, l in rows]
-    (out / "training_checks.md").write_text("\n".join(table) + "\n")
-    print("\n".join(table))
+    write_table(rows, out / "training_checks.md")
 
 
 if __name__ == "__main__":
