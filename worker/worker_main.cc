@@ -132,7 +132,9 @@ absl::Status RegisterWithRetry(CoordinatorClient& client,
   }
 }
 
-void Log(const std::string& line) { std::cerr << line << std::endl; }
+// One write a line: workers sharing a log file (glm-workers) do not
+// interleave within lines.
+void Log(const std::string& line) { std::cerr << line + "\n" << std::flush; }
 
 int Main(int argc, char** argv) {
   CommandFlags flags = DeclareFlags();

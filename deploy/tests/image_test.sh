@@ -73,7 +73,7 @@ wait_for "two workers registered in the image" 60 bash -c \
   "curl -sf $metrics | grep -q '^glm_workers{status=\"alive\"} 2'"
 kill -TERM "$launcher"
 wait "$launcher" || true
-expect_equal "workers that deregistered" 2 "$(grep -c ': deregistered' "$root/tmp/workers.log")"
+expect_equal "workers that deregistered" 2 "$(grep -o ': deregistered' "$root/tmp/workers.log" | wc -l)"
 wait_for "the coordinator to forget them" 10 bash -c \
   "curl -sf $metrics | grep -q '^glm_workers{status=\"registered\"} 0'"
 echo "image_test: PASS"
