@@ -15,6 +15,14 @@
 
 namespace glm {
 
+// A point in a device's queued work (Allocator::Mark).
+class DeviceMark {
+ public:
+  virtual ~DeviceMark() = default;
+  // Returns once the device has done everything queued before the mark.
+  virtual void Wait() = 0;
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -34,6 +42,11 @@ class Allocator {
   // stream has finished, so that work on another stream (a collective's)
   // reads what they wrote.
   virtual void Wait() {}
+  // A mark after every fill, copy and op already issued on the device's
+  // stream, for another thread to wait on before its stream reads what they
+  // wrote (Wait would stall this thread, and the device with it, until the
+  // queue drains). Null where queued work is already done (host stand-ins).
+  virtual std::unique_ptr<DeviceMark> Mark() { return nullptr; }
   // Whether `data` points into a live allocation of this allocator, for checks
   // that an op reads only its backend's memory; true where it cannot tell.
   virtual bool Holds(const void* data) const { return true; }

@@ -109,8 +109,10 @@ void OverlappedGradientSum::Start(size_t bucket) {
   started->spans =
       SpansOf({grads_.begin() + b.first, grads_.begin() + b.end}).spans;
   if (device_ != nullptr && !Staged()) {
-    // The group reads the device's memory from another stream.
-    device_->Wait();
+    // The group reads the device's memory from another stream once the
+    // device has written it: the summing thread waits for this mark, so
+    // this one goes on queuing the backward.
+    started->written = device_->Mark();
   } else if (Staged()) {
     int64_t total = 0;
     for (const FloatSpan& span : started->spans) total += span.size;
@@ -155,6 +157,7 @@ void OverlappedGradientSum::Sum() {
 }
 
 absl::Status OverlappedGradientSum::SumBucket(Started& started) {
+  if (started.written != nullptr) started.written->Wait();
   std::vector<FloatSpan> buffers = started.spans;
   if (Staged()) {
     buffers = {

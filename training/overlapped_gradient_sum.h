@@ -16,8 +16,9 @@
 // Where the gradients lie decides how a bucket travels:
 // - host memory (a CPU rank) and a host group (Gloo): summed where they lie;
 // - a device and a device group (NCCL): summed where they lie once the
-//   device has run the ops that wrote them (Allocator::Wait when the bucket
-//   starts, on the caller's thread);
+//   device has run the ops that wrote them (the summing thread waits for an
+//   Allocator::Mark taken when the bucket starts; the caller's thread goes
+//   on queuing the backward);
 // - a device and a host group (Gloo, as when two workers share a GPU): each
 //   bucket is copied to host memory when it starts, summed there, and copied
 //   back in Finish.
@@ -85,6 +86,9 @@ class OverlappedGradientSum {
     size_t bucket = 0;
     std::vector<FloatSpan> spans;
     std::vector<float> staged;
+    // For a device group: where the device's queue stood when the bucket
+    // started (the thread sums once the device has passed it).
+    std::unique_ptr<DeviceMark> written;
   };
 
   OverlappedGradientSum(Collectives& group, std::vector<Tensor*> grads,

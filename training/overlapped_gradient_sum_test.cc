@@ -191,6 +191,64 @@ TEST(OverlappedGradientSumTest, SumsDeviceGradientsWhereTheyLie) {
   SumOnTwoRanks(&memory, BufferPlace::kDevice);
 }
 
+// A stand-in device whose queued work is done only when the test says so:
+// its marks block until Release.
+class GatedDevice : public SeparateMemoryAllocator {
+ public:
+  class Gate : public DeviceMark {
+   public:
+    explicit Gate(GatedDevice* device) : device_(device) {}
+    void Wait() override {
+      absl::MutexLock lock(&device_->mutex_);
+      device_->mutex_.Await(absl::Condition(&device_->released_));
+    }
+
+   private:
+    GatedDevice* device_;
+  };
+  std::unique_ptr<DeviceMark> Mark() override {
+    absl::MutexLock lock(&mutex_);
+    ++marks_;
+    return std::make_unique<Gate>(this);
+  }
+  void Release() {
+    absl::MutexLock lock(&mutex_);
+    released_ = true;
+  }
+  int marks() {
+    absl::MutexLock lock(&mutex_);
+    return marks_;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  bool released_ ABSL_GUARDED_BY(mutex_) = false;
+  int marks_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+// With a device group, starting a bucket does not wait for the device: the
+// summing thread waits for the mark taken when it started, and sums once the
+// device has passed it.
+TEST(OverlappedGradientSumTest, ADeviceBucketIsSummedOnceTheDeviceWroteIt) {
+  gloo::rendezvous::HashStore store;
+  auto gloo = GlooCollectives::Connect(store, "one", 0, 1, {});
+  ASSERT_TRUE(gloo.ok()) << gloo.status();
+  GatedDevice device;
+  WatchedGroup group(*std::move(gloo), BufferPlace::kDevice, &device,
+                     /*fail_at=*/0);
+  std::vector<Tensor> grads = Gradients(0, &device);
+  auto sum = OverlappedGradientSum::Create(group, Pointers(grads), &device,
+                                           /*bucket_elements=*/8);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  (*sum)->Finished(Pointers(grads));  // returns with every bucket started
+  EXPECT_EQ(device.marks(), 3);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(group.calls(), 0);  // the device has not passed the marks
+  device.Release();
+  ASSERT_TRUE((*sum)->Finish().ok());
+  EXPECT_EQ(group.calls(), 3);
+}
+
 // A bucket whose sum fails: Finish names it and the buckets after it are
 // skipped; the sum is ready for the next step. Buckets that were not
 // finished start in Finish.

@@ -65,4 +65,29 @@ void CudaAllocator::CopyToHost(void* dst, const void* src, size_t bytes) {
 
 void CudaAllocator::Wait() { GLM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+namespace {
+
+// An event recorded on the allocator's stream.
+class EventMark : public DeviceMark {
+ public:
+  explicit EventMark(cudaStream_t stream) {
+    GLM_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    GLM_CUDA_CHECK(cudaEventRecord(event_, stream));
+  }
+  ~EventMark() override { cudaEventDestroy(event_); }
+  EventMark(const EventMark&) = delete;
+  EventMark& operator=(const EventMark&) = delete;
+
+  void Wait() override { GLM_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMark> CudaAllocator::Mark() {
+  return std::make_unique<EventMark>(stream_);
+}
+
 }  // namespace glm::cuda
