@@ -64,9 +64,9 @@ struct RoutedActivations {
   // sent, and the rows sent to / received from each peer.
   std::vector<int32_t> sent_slots;
   std::vector<int64_t> send_rows, recv_rows;
-  // Expert parallelism: the rows received from the peers and their router
-  // weights [rows, 1], which the experts' sources point into.
-  Tensor received, received_weights;
+  // Expert parallelism: the rows received from the peers, each a hidden
+  // state and its router weight (parallel/expert_parallel_dispatch.cc).
+  Tensor received;
 };
 
 // A dispatcher that exchanges tokens with other ranks can fail; it then

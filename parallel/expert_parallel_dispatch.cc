@@ -1,7 +1,6 @@
 #include "parallel/expert_parallel_dispatch.h"
 
 #include <algorithm>
-#include <cassert>
 #include <numeric>
 #include <vector>
 
@@ -11,21 +10,17 @@
 namespace glm {
 namespace {
 
-// Gloo needs a real buffer even when a member exchanges nothing.
-std::vector<float> Buffer(int64_t count) {
-  return std::vector<float>(std::max<int64_t>(count, 1));
-}
-
 std::vector<int64_t> Times(const std::vector<int64_t>& rows, int64_t width) {
   std::vector<int64_t> counts;
   for (int64_t r : rows) counts.push_back(r * width);
   return counts;
 }
 
-// The rows (hidden states and their gradients) stay in the backend's memory
-// and go to the group where they lie (through host copies where the group's
-// buffers are the host's and the backend's a device's); the counts and each
-// slot's router weight and expert, a few floats a row, travel from the host.
+// The rows (hidden states with their router weights, and their gradients)
+// stay in the backend's memory and go to the group where they lie (through
+// host copies where the group's buffers are the host's and the backend's a
+// device's); only the rows each expert gets from each member travel from the
+// host.
 
 // The group as the backend's buffers reach it.
 StagedCollectives RowsGroup(Collectives& group, Backend& backend) {
@@ -47,25 +42,33 @@ Tensor BackendRows(Backend& backend, int64_t rows, int64_t cols) {
   return Tensor({std::max<int64_t>(rows, 1), cols}, backend.allocator());
 }
 
-// Host rows [rows, cols] as a tensor of the backend's memory.
-Tensor Uploaded(Backend& backend, const std::vector<float>& host, int64_t rows,
-                int64_t cols) {
-  Tensor staged({rows, cols}, nullptr);
-  std::copy_n(host.data(), rows * cols, staged.data());
-  return staged.CopyTo(backend.allocator());
+// A dispatched row: the hidden state (or its gradient), its router weight
+// (or that weight's gradient), then padding to a multiple of four columns, so
+// the hidden part's rows stay 16-byte aligned for the backend's quad loads.
+int64_t DispatchWidth(int64_t hidden) { return (hidden + 1 + 3) / 4 * 4; }
+
+// The rows of each member: the sums of `expert_rows`' blocks of `per_rank`.
+std::vector<int64_t> MemberRows(const std::vector<float>& expert_rows,
+                                int64_t per_rank) {
+  std::vector<int64_t> rows(expert_rows.size() / per_rank, 0);
+  for (size_t e = 0; e < expert_rows.size(); ++e) {
+    rows[e / per_rank] += static_cast<int64_t>(expert_rows[e]);
+  }
+  return rows;
 }
 
-// The elements of a contiguous view of the backend's memory, on the host.
-std::vector<float> HostRows(Backend& backend, ConstMatrixView view) {
-  assert(view.stride == view.cols);
-  Tensor rows({view.rows, view.cols}, nullptr);
-  if (backend.allocator() == nullptr) {
-    std::copy_n(view.data, view.rows * view.cols, rows.data());
-  } else if (view.rows > 0) {
-    backend.allocator()->CopyToHost(rows.data(), view.data,
-                                    view.rows * view.cols * sizeof(float));
+// The held expert of each row received from `source` (its rows come in
+// expert order; received_expert_rows holds each source's block of counts).
+std::vector<int32_t> ExpertOfRows(
+    const std::vector<float>& received_expert_rows, size_t source,
+    int64_t per_rank) {
+  std::vector<int32_t> expert;
+  for (int64_t e = 0; e < per_rank; ++e) {
+    const auto count =
+        static_cast<size_t>(received_expert_rows[source * per_rank + e]);
+    expert.insert(expert.end(), count, static_cast<int32_t>(e));
   }
-  return std::move(rows.values());
+  return expert;
 }
 
 // The input row of each sent (token, k) slot.
@@ -117,73 +120,58 @@ absl::Status ExpertParallelDispatcher::TryForward(
   std::iota(acts->sent_slots.begin(), acts->sent_slots.end(), 0);
   std::stable_sort(acts->sent_slots.begin(), acts->sent_slots.end(),
                    [&](int32_t a, int32_t b) { return choice[a] < choice[b]; });
-  acts->send_rows.assign(size, 0);
-  for (int64_t slot = 0; slot < slots; ++slot) {
-    ++acts->send_rows[choice[slot] / per_rank];
-  }
-  std::vector<float> send_rows(acts->send_rows.begin(), acts->send_rows.end());
-  std::vector<float> recv_rows(size);
-  if (absl::Status s = host.AllToAll(send_rows.data(), 1, recv_rows.data());
+  // The rows of each expert, in expert order: each member's block is what it
+  // gets from this one, and tells it which rows go to which of its experts.
+  std::vector<float> expert_rows(num_experts, 0.f);
+  for (int64_t slot = 0; slot < slots; ++slot) ++expert_rows[choice[slot]];
+  std::vector<float> received_expert_rows(num_experts);
+  if (absl::Status s = host.AllToAll(expert_rows.data(), per_rank,
+                                     received_expert_rows.data());
       !s.ok()) {
     return s;
   }
-  acts->recv_rows.assign(recv_rows.begin(), recv_rows.end());
+  acts->send_rows = MemberRows(expert_rows, per_rank);
+  acts->recv_rows = MemberRows(received_expert_rows, per_rank);
   int64_t received = 0;
   for (int64_t r : acts->recv_rows) received += r;
   const int64_t sent = static_cast<int64_t>(acts->sent_slots.size());
 
-  // Each sent slot's router weight and expert, from the host.
-  const std::vector<float> weight_rows = HostRows(backend, weights);
-  std::vector<float> send_meta = Buffer(sent * 2);
-  for (int64_t i = 0; i < sent; ++i) {
-    const int32_t slot = acts->sent_slots[i];
-    send_meta[2 * i] = weight_rows[slot];
-    send_meta[2 * i + 1] = static_cast<float>(choice[slot]);
-  }
-  std::vector<float> recv_meta = Buffer(received * 2);
-  if (absl::Status s =
-          host.AllToAllV(send_meta.data(), Times(acts->send_rows, 2),
-                         recv_meta.data(), Times(acts->recv_rows, 2));
-      !s.ok()) {
-    return s;
-  }
-  // Each sent slot's hidden state, gathered where the backend keeps it.
+  // Each sent slot's hidden state and router weight, gathered where the
+  // backend keeps them.
   const IndexTensor tokens =
       IndexTensor::FromHost(SentTokens(acts->sent_slots, top_k));
-  Tensor send_x = BackendRows(backend, sent, hidden);
+  const int64_t width = DispatchWidth(hidden);
+  Tensor send_x = BackendRows(backend, sent, width);
   if (sent > 0) {
-    backend.EmbeddingForward(x, tokens.data(), send_x.Matrix().Rows(0, sent));
+    const IndexTensor sent_slots = IndexTensor::FromHost(acts->sent_slots);
+    const MatrixView send_rows = send_x.Matrix().Rows(0, sent);
+    backend.EmbeddingForward(x, tokens.data(), send_rows.Columns(0, hidden));
+    backend.EmbeddingForward(AsColumn(weights), sent_slots.data(),
+                             send_rows.Columns(hidden, 1));
   }
-  acts->received = BackendRows(backend, received, hidden);
+  acts->received = BackendRows(backend, received, width);
   if (absl::Status s =
-          rows.AllToAllV(send_x.data(), Times(acts->send_rows, hidden),
-                         acts->received.data(), Times(acts->recv_rows, hidden));
+          rows.AllToAllV(send_x.data(), Times(acts->send_rows, width),
+                         acts->received.data(), Times(acts->recv_rows, width));
       !s.ok()) {
     return s;
   }
-  std::vector<float> received_weights(std::max<int64_t>(received, 1));
-  for (int64_t i = 0; i < received; ++i) received_weights[i] = recv_meta[2 * i];
-  acts->received_weights =
-      Uploaded(backend, received_weights, received_weights.size(), 1);
 
   // This member's experts on the rows of each member in turn, as their own
   // products: the experts then see the micro batches one process would, in
   // its order (the ranks' micro batches interleave), so expert parallelism
   // matches one process as closely as data parallelism does.
-  const ConstMatrixView x_rows = acts->received.Matrix();
-  const ConstMatrixView weight_column = acts->received_weights.Matrix();
+  const ConstMatrixView received_rows = acts->received.Matrix();
+  const ConstMatrixView x_rows = received_rows.Columns(0, hidden);
+  const ConstMatrixView weight_column = received_rows.Columns(hidden, 1);
   Tensor combined = BackendRows(backend, received, hidden);
   const MatrixView combined_rows = combined.Matrix();
   acts->experts.assign(acts->recv_rows.size(), {});
   int64_t first = 0;
   for (size_t source = 0; source < acts->recv_rows.size(); ++source) {
     const int64_t count = acts->recv_rows[source];
-    std::vector<int32_t> expert(count);
-    for (int64_t i = 0; i < count; ++i) {
-      expert[i] = static_cast<int32_t>(recv_meta[2 * (first + i) + 1] -
-                                       static_cast<float>(held.first));
-    }
-    const IndexTensor op_expert = IndexTensor::FromHost(expert);
+    const IndexTensor op_expert = IndexTensor::FromHost(
+        ExpertOfRows(received_expert_rows, source, per_rank));
     acts->experts[source].grouping =
         GroupRowsByExpert(backend, op_expert.data(), count, 1, held.count);
     ExpertsForward(backend, p, x_rows.Rows(first, count),
@@ -230,8 +218,9 @@ absl::Status ExpertParallelDispatcher::TryBackward(
     return s;
   }
 
-  // Each row back: the input gradient, then the router-weight gradient.
-  const int64_t width = hidden + 1;
+  // Each row back as it came: the input gradient, then the router-weight
+  // gradient.
+  const int64_t width = DispatchWidth(hidden);
   Tensor grads = BackendRows(backend, received, width);
   const MatrixView grad_rows = grads.Matrix();
   const ConstMatrixView dout_rows = received_dout.Matrix();
