@@ -16,13 +16,13 @@ R=$OUT/r
 mkdir -p "$R"
 nvidia-smi -q -d CLOCK,POWER >"$R/card_clocks.txt" 2>&1
 OPS_FILTER="SparseAttentionBackward|IndexerKlLoss" OPS_LIMIT=110 tests/gpu/run_on_device.sh "$R" ops
-MTP= BENCH_LIMIT=200 tests/gpu/run_on_device.sh "$R" bench
+MTP='' BENCH_LIMIT=200 tests/gpu/run_on_device.sh "$R" bench
 GAPS_LIMIT=100 tests/gpu/run_on_device.sh "$R" gaps
-GLM_INDEXER_LOSS_IN_FORWARD=1 MTP= OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/kl_forward" bench
+GLM_INDEXER_LOSS_IN_FORWARD=1 MTP='' OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/kl_forward" bench
 for s in 4 6; do
-  WORKER_BINARY=$PWD/.gpu/w$s MTP= OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/stages$s" bench
+  WORKER_BINARY=$PWD/.gpu/w$s MTP='' OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/stages$s" bench
 done
-MTP= OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/again" bench
+MTP='' OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/again" bench
 for s in 4 6; do
   start=$SECONDS
   timeout --signal=KILL 100 .gpu/o$s --precision=both --filter=SparseAttentionBackward >"$R/ops_stages$s.txt" 2>&1
