@@ -21,4 +21,6 @@ for stages in 4 6; do
     >".gpu/v2/backend_ops_check-stages$stages.xz"
   git checkout -- "$file"
 done
+# bazel-bin as the tree builds it again.
+bazel build --config=cuda //:glm-worker //tests/gpu:backend_ops_check
 ls -l .gpu/v2
