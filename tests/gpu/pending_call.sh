@@ -24,8 +24,7 @@ for s in 4 6; do
 done
 MTP='' OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/again" bench
 for s in 4 6; do
-  start=$SECONDS
-  timeout --signal=KILL 100 .gpu/o$s --precision=both --filter=SparseAttentionBackward >"$R/ops_stages$s.txt" 2>&1
-  echo "ops_stages$s: exit $? in $((SECONDS - start)) s" >>"$R/summary.txt"
+  OPS_BINARY=$PWD/.gpu/o$s OPS_FILTER=SparseAttentionBackward OPS_LIMIT=100 \
+    tests/gpu/run_on_device.sh "$R/stages$s" ops
 done
 cd "$OUT" && tar -czf r.tgz r && rm -rf r

@@ -3,9 +3,11 @@
 # hang in one leaves the others' results: run from the repository root after
 # `source .gpu/b/env.sh`, as `tests/gpu/run_on_device.sh OUT PART...` with
 # parts from: ops gemm oracle training bench optimes opkernels eager gaps
-# gaps_eager recompute long (MTP=1 adds the MTP row to the bench part only). Each part's
-# output goes to OUT/PART.txt; logs of the multi-run parts are packed into
-# OUT/PART-logs.tgz (the device tool returns at most 8 files).
+# gaps_eager recompute long (MTP=1 adds the MTP row to the bench part only;
+# OPS_BINARY replaces the ops part's harness, WORKER_BINARY the bench's
+# worker). Each part's output goes to OUT/PART.txt; logs of the multi-run
+# parts are packed into OUT/PART-logs.tgz (the device tool returns at most 8
+# files).
 set -uo pipefail
 out=${1:?output folder}
 shift
@@ -24,7 +26,7 @@ part() {  # name seconds command...
 
 for name in "$@"; do
   case $name in
-    ops) part ops "${OPS_LIMIT:-150}" backend_ops_check --precision=both \
+    ops) part ops "${OPS_LIMIT:-150}" "${OPS_BINARY:-backend_ops_check}" --precision=both \
       ${OPS_FILTER:+--filter="$OPS_FILTER"} ;;
     gemm) part gemm "${GEMM_LIMIT:-240}" grouped_gemm_check ;;
     oracle)
