@@ -62,6 +62,25 @@ class Collectives {
                                  const std::vector<int64_t>& send_counts,
                                  float* out,
                                  const std::vector<int64_t>& recv_counts) = 0;
+  // Whether this group can queue an exchange on the device its buffers live
+  // on (QueueAllToAllV): NCCL's groups.
+  virtual bool queues_on_device() const { return false; }
+  // AllToAllV ordered on the device instead of the host: the exchange runs
+  // after the work queued so far on `queue` (the buffers' device queue, as
+  // Allocator::queue names it), work queued on it later runs after the
+  // exchange, and the call returns once the exchange is queued. The buffers
+  // must stay allocated until then (stream-ordered frees on `queue` do). An
+  // exchange that fails, or that a peer leaves unanswered past the group's
+  // timeout, aborts the group: its later calls fail, and QueuedFailure says
+  // why. Groups without queues_on_device() refuse it.
+  virtual absl::Status QueueAllToAllV(const float* in,
+                                      const std::vector<int64_t>& send_counts,
+                                      float* out,
+                                      const std::vector<int64_t>& recv_counts,
+                                      void* queue);
+  // The failure of a queued exchange found so far; ok while none (an
+  // exchange still running may fail later).
+  virtual absl::Status QueuedFailure() { return absl::OkStatus(); }
   // AllToAllV with `count` values to and from every member.
   absl::Status AllToAll(const float* in, int64_t count, float* out);
   // Posts a send and returns without waiting for the peer (a pipeline stage

@@ -47,6 +47,11 @@ class Allocator {
   // wrote (Wait would stall this thread, and the device with it, until the
   // queue drains). Null where queued work is already done (host stand-ins).
   virtual std::unique_ptr<DeviceMark> Mark() { return nullptr; }
+  // The device's queue of work as its runtime names it (a cudaStream_t on
+  // CUDA), for a group that orders its exchanges against this device's work
+  // on the device (Collectives::QueueAllToAllV); null where work is done as it
+  // is issued (host stand-ins).
+  virtual void* queue() { return nullptr; }
   // Whether `data` points into a live allocation of this allocator, for checks
   // that an op reads only its backend's memory; true where it cannot tell.
   virtual bool Holds(const void* data) const { return true; }

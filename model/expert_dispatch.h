@@ -60,9 +60,9 @@ struct RoutedActivations {
   // The experts that ran here, per block of rows run together: one block in
   // process; under expert parallelism one per member the rows came from.
   std::vector<ExpertRows> experts;
-  // Expert parallelism: this rank's (token, k) slots in the order they were
-  // sent, and the rows sent to / received from each peer.
-  std::vector<int32_t> sent_slots;
+  // Expert parallelism: this rank's (token, k) slots grouped by expert, the
+  // order they were sent in, and the rows sent to / received from each peer.
+  ExpertGrouping sent;
   std::vector<int64_t> send_rows, recv_rows;
   // Expert parallelism: the rows received from the peers, each a hidden
   // state and its router weight (parallel/expert_parallel_dispatch.cc).

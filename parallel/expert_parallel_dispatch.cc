@@ -1,7 +1,7 @@
 #include "parallel/expert_parallel_dispatch.h"
 
 #include <algorithm>
-#include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,13 +22,22 @@ std::vector<int64_t> Times(const std::vector<int64_t>& rows, int64_t width) {
 // device's); only the rows each expert gets from each member travel from the
 // host.
 
-// The group as the backend's buffers reach it.
-StagedCollectives RowsGroup(Collectives& group, Backend& backend) {
-  return StagedCollectives(group,
-                           backend.allocator() == nullptr
-                               ? BufferPlace::kHost
-                               : BufferPlace::kDevice,
-                           backend.allocator());
+// Rows between the members, in the backend's memory: queued on the device
+// where the group can (no host wait: the backend's later work waits for the
+// rows on the device), else through the group as the backend's buffers reach
+// it.
+absl::Status ExchangeRows(Collectives& group, Backend& backend, const float* in,
+                          const std::vector<int64_t>& send_counts, float* out,
+                          const std::vector<int64_t>& recv_counts) {
+  Allocator* device = backend.allocator();
+  if (device != nullptr && group.queues_on_device()) {
+    return group.QueueAllToAllV(in, send_counts, out, recv_counts,
+                                device->queue());
+  }
+  StagedCollectives staged(
+      group, device == nullptr ? BufferPlace::kHost : BufferPlace::kDevice,
+      device);
+  return staged.AllToAllV(in, send_counts, out, recv_counts);
 }
 
 // The group as host buffers reach it.
@@ -71,15 +80,6 @@ std::vector<int32_t> ExpertOfRows(
   return expert;
 }
 
-// The input row of each sent (token, k) slot.
-std::vector<int32_t> SentTokens(const std::vector<int32_t>& slots,
-                                int64_t top_k) {
-  std::vector<int32_t> tokens;
-  tokens.reserve(slots.size());
-  for (int32_t slot : slots) tokens.push_back(slot / top_k);
-  return tokens;
-}
-
 }  // namespace
 
 ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank) {
@@ -89,14 +89,11 @@ ExpertRange ExpertsOfRank(int64_t num_experts, int size, int rank) {
 
 absl::Status ExpertParallelDispatcher::TryForward(
     Backend& backend, const MoeParameters& p, ConstMatrixView x,
-    const IndexTensor& choice_tensor, ConstMatrixView weights, MatrixView out,
+    ExpertGrouping grouping, ConstMatrixView weights, MatrixView out,
     RoutedActivations* acts) {
-  // The per-peer counts are read on the host (one copy per layer).
-  const std::vector<int32_t> host_choice = choice_tensor.HostValues();
-  const int32_t* choice = host_choice.data();
   const int size = group_->size();
-  const int64_t num_experts = p.gate.value.dim(0), top_k = weights.cols;
-  const int64_t hidden = x.cols, slots = x.rows * top_k;
+  const int64_t num_experts = p.gate.value.dim(0);
+  const int64_t hidden = x.cols;
   if (num_experts % size != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("expert parallelism: ", num_experts,
@@ -111,19 +108,19 @@ absl::Status ExpertParallelDispatcher::TryForward(
   }
   const int64_t per_rank = held.count;
   StagedCollectives host = HostGroup(*group_, backend);
-  StagedCollectives rows = RowsGroup(*group_, backend);
 
-  // Slots in (expert, slot) order, which groups them by the member holding
-  // their expert: each token's output then adds its experts' rows in the
-  // order one process with every expert adds them.
-  acts->sent_slots.resize(slots);
-  std::iota(acts->sent_slots.begin(), acts->sent_slots.end(), 0);
-  std::stable_sort(acts->sent_slots.begin(), acts->sent_slots.end(),
-                   [&](int32_t a, int32_t b) { return choice[a] < choice[b]; });
-  // The rows of each expert, in expert order: each member's block is what it
-  // gets from this one, and tells it which rows go to which of its experts.
-  std::vector<float> expert_rows(num_experts, 0.f);
-  for (int64_t slot = 0; slot < slots; ++slot) ++expert_rows[choice[slot]];
+  // The slots go out grouped by expert (in (expert, slot) order), which
+  // groups them by the member holding their expert: each token's output then
+  // adds its experts' rows in the order one process with every expert adds
+  // them. The rows of each expert are read on the host (one copy a layer):
+  // each member's block of them is what it gets from this one, and tells it
+  // which rows go to which of its experts.
+  acts->sent = std::move(grouping);
+  const std::vector<int32_t> offsets = acts->sent.offsets.HostValues();
+  std::vector<float> expert_rows(num_experts);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    expert_rows[e] = static_cast<float>(offsets[e + 1] - offsets[e]);
+  }
   std::vector<float> received_expert_rows(num_experts);
   if (absl::Status s = host.AllToAll(expert_rows.data(), per_rank,
                                      received_expert_rows.data());
@@ -134,25 +131,23 @@ absl::Status ExpertParallelDispatcher::TryForward(
   acts->recv_rows = MemberRows(received_expert_rows, per_rank);
   int64_t received = 0;
   for (int64_t r : acts->recv_rows) received += r;
-  const int64_t sent = static_cast<int64_t>(acts->sent_slots.size());
+  const int64_t sent = acts->sent.rows();
 
   // Each sent slot's hidden state and router weight, gathered where the
   // backend keeps them.
-  const IndexTensor tokens =
-      IndexTensor::FromHost(SentTokens(acts->sent_slots, top_k));
   const int64_t width = DispatchWidth(hidden);
   Tensor send_x = BackendRows(backend, sent, width);
   if (sent > 0) {
-    const IndexTensor sent_slots = IndexTensor::FromHost(acts->sent_slots);
     const MatrixView send_rows = send_x.Matrix().Rows(0, sent);
-    backend.EmbeddingForward(x, tokens.data(), send_rows.Columns(0, hidden));
-    backend.EmbeddingForward(AsColumn(weights), sent_slots.data(),
+    backend.EmbeddingForward(x, acts->sent.tokens.data(),
+                             send_rows.Columns(0, hidden));
+    backend.EmbeddingForward(AsColumn(weights), acts->sent.slots.data(),
                              send_rows.Columns(hidden, 1));
   }
   acts->received = BackendRows(backend, received, width);
-  if (absl::Status s =
-          rows.AllToAllV(send_x.data(), Times(acts->send_rows, width),
-                         acts->received.data(), Times(acts->recv_rows, width));
+  if (absl::Status s = ExchangeRows(
+          *group_, backend, send_x.data(), Times(acts->send_rows, width),
+          acts->received.data(), Times(acts->recv_rows, width));
       !s.ok()) {
     return s;
   }
@@ -181,15 +176,15 @@ absl::Status ExpertParallelDispatcher::TryForward(
   }
 
   Tensor back = BackendRows(backend, sent, hidden);
-  if (absl::Status s =
-          rows.AllToAllV(combined.data(), Times(acts->recv_rows, hidden),
-                         back.data(), Times(acts->send_rows, hidden));
+  if (absl::Status s = ExchangeRows(*group_, backend, combined.data(),
+                                    Times(acts->recv_rows, hidden), back.data(),
+                                    Times(acts->send_rows, hidden));
       !s.ok()) {
     return s;
   }
   if (sent > 0) {
-    backend.ScatterAddRows(back.Matrix().Rows(0, sent), tokens.data(), nullptr,
-                           out);
+    backend.ScatterAddRows(back.Matrix().Rows(0, sent),
+                           acts->sent.tokens.data(), nullptr, out);
   }
   return absl::OkStatus();
 }
@@ -198,22 +193,20 @@ absl::Status ExpertParallelDispatcher::TryBackward(
     Backend& backend, MoeParameters& p, const RoutedActivations& acts,
     ConstMatrixView dout, MatrixView dx, MatrixView dweights) {
   const int64_t hidden = dout.cols;
-  const int64_t sent = static_cast<int64_t>(acts.sent_slots.size());
+  const int64_t sent = acts.sent.rows();
   int64_t received = 0;
   for (int64_t r : acts.recv_rows) received += r;
-  StagedCollectives rows = RowsGroup(*group_, backend);
-  const IndexTensor tokens =
-      IndexTensor::FromHost(SentTokens(acts.sent_slots, dweights.cols));
 
   // The output gradient of every sent row goes where the row went.
   Tensor send = BackendRows(backend, sent, hidden);
   if (sent > 0) {
-    backend.EmbeddingForward(dout, tokens.data(), send.Matrix().Rows(0, sent));
+    backend.EmbeddingForward(dout, acts.sent.tokens.data(),
+                             send.Matrix().Rows(0, sent));
   }
   Tensor received_dout = BackendRows(backend, received, hidden);
-  if (absl::Status s =
-          rows.AllToAllV(send.data(), Times(acts.send_rows, hidden),
-                         received_dout.data(), Times(acts.recv_rows, hidden));
+  if (absl::Status s = ExchangeRows(
+          *group_, backend, send.data(), Times(acts.send_rows, hidden),
+          received_dout.data(), Times(acts.recv_rows, hidden));
       !s.ok()) {
     return s;
   }
@@ -234,32 +227,37 @@ absl::Status ExpertParallelDispatcher::TryBackward(
     first += count;
   }
   Tensor back = BackendRows(backend, sent, width);
-  if (absl::Status s =
-          rows.AllToAllV(grads.data(), Times(acts.recv_rows, width),
-                         back.data(), Times(acts.send_rows, width));
+  if (absl::Status s = ExchangeRows(*group_, backend, grads.data(),
+                                    Times(acts.recv_rows, width), back.data(),
+                                    Times(acts.send_rows, width));
       !s.ok()) {
     return s;
   }
   if (sent == 0) return absl::OkStatus();
   const ConstMatrixView back_rows = back.Matrix().Rows(0, sent);
-  const IndexTensor sent_slots = IndexTensor::FromHost(acts.sent_slots);
-  backend.ScatterAddRows(back_rows.Columns(0, hidden), tokens.data(), nullptr,
-                         dx);
-  backend.ScatterAddRows(back_rows.Columns(hidden, 1), sent_slots.data(),
+  backend.ScatterAddRows(back_rows.Columns(0, hidden), acts.sent.tokens.data(),
+                         nullptr, dx);
+  backend.ScatterAddRows(back_rows.Columns(hidden, 1), acts.sent.slots.data(),
                          nullptr, AsColumn(dweights));
   return absl::OkStatus();
 }
 
-// The grouping of this rank's own choices is not used: the rows an expert
-// runs come from every member.
+absl::Status ExpertParallelDispatcher::status() const {
+  if (!status_.ok()) return status_;
+  return group_->QueuedFailure();
+}
+
+// This rank's choices grouped by expert say what goes where; the rows an
+// expert runs come from every member.
 void ExpertParallelDispatcher::Forward(Backend& backend, const MoeParameters& p,
                                        ConstMatrixView x,
-                                       const IndexTensor& choice,
-                                       ExpertGrouping /*grouping*/,
+                                       const IndexTensor& /*choice*/,
+                                       ExpertGrouping grouping,
                                        ConstMatrixView weights, MatrixView out,
                                        RoutedActivations* acts) {
   if (status_.ok()) {
-    status_ = TryForward(backend, p, x, choice, weights, out, acts);
+    status_ =
+        TryForward(backend, p, x, std::move(grouping), weights, out, acts);
   }
 }
 

@@ -37,11 +37,13 @@ class ExpertParallelDispatcher : public ExpertDispatcher {
   void Backward(Backend& backend, MoeParameters& p,
                 const RoutedActivations& acts, ConstMatrixView dout,
                 MatrixView dx, MatrixView dweights) override;
-  absl::Status status() const override { return status_; }
+  // The first failure of this dispatcher's exchanges, those the group
+  // queued on the device included.
+  absl::Status status() const override;
 
  private:
   absl::Status TryForward(Backend& backend, const MoeParameters& p,
-                          ConstMatrixView x, const IndexTensor& choice,
+                          ConstMatrixView x, ExpertGrouping grouping,
                           ConstMatrixView weights, MatrixView out,
                           RoutedActivations* acts);
   absl::Status TryBackward(Backend& backend, MoeParameters& p,

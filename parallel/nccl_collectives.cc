@@ -1,6 +1,9 @@
 #include "parallel/nccl_collectives.h"
 
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -175,13 +178,16 @@ NcclCollectives::NcclCollectives(std::string name, ncclComm_t comm,
       timeout_(timeout) {}
 
 NcclCollectives::~NcclCollectives() {
+  watch_.reset();  // its thread polls the communicator
   if (!aborted_) ncclCommDestroy(comm_);
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
   cudaFree(scratch_);
   cudaStreamDestroy(stream_);
 }
 
 absl::Status NcclCollectives::Run(
     const char* what, const std::function<ncclResult_t()>& enqueue) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "group ", name_, ": ", what, " after the communicator was aborted"));
@@ -202,8 +208,7 @@ absl::Status NcclCollectives::Run(
     std::this_thread::yield();
   }
   if (state == ncclSuccess && stream == cudaSuccess) return absl::OkStatus();
-  ncclCommAbort(comm_);
-  aborted_ = true;
+  AbortLocked();
   if (state != ncclSuccess && state != ncclInProgress) {
     return NcclError(name_, what, state);
   }
@@ -256,31 +261,167 @@ absl::Status NcclCollectives::ReduceScatter(const float* in, int64_t count,
   });
 }
 
-absl::Status NcclCollectives::AllToAllV(
-    const float* in, const std::vector<int64_t>& send_counts, float* out,
-    const std::vector<int64_t>& recv_counts) {
+absl::Status NcclCollectives::CheckCounts(
+    const std::vector<int64_t>& send_counts,
+    const std::vector<int64_t>& recv_counts) const {
   if (static_cast<int>(send_counts.size()) != size_ ||
       static_cast<int>(recv_counts.size()) != size_) {
     return absl::InvalidArgumentError(absl::StrCat("group ", name_,
                                                    ": all-to-all needs ", size_,
                                                    " send and receive counts"));
   }
-  return Run("all-to-all", [&] {
-    ncclResult_t result = ncclGroupStart();
-    int64_t sent = 0, received = 0;
-    for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
-      result = ncclSend(in + sent, send_counts[peer], ncclFloat32, peer, comm_,
-                        stream_);
-      if (result == ncclSuccess) {
-        result = ncclRecv(out + received, recv_counts[peer], ncclFloat32, peer,
-                          comm_, stream_);
-      }
-      sent += send_counts[peer];
-      received += recv_counts[peer];
+  return absl::OkStatus();
+}
+
+ncclResult_t NcclCollectives::EnqueueAllToAllV(
+    const float* in, const std::vector<int64_t>& send_counts, float* out,
+    const std::vector<int64_t>& recv_counts) {
+  ncclResult_t result = ncclGroupStart();
+  int64_t sent = 0, received = 0;
+  for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
+    result = ncclSend(in + sent, send_counts[peer], ncclFloat32, peer, comm_,
+                      stream_);
+    if (result == ncclSuccess) {
+      result = ncclRecv(out + received, recv_counts[peer], ncclFloat32, peer,
+                        comm_, stream_);
     }
-    const ncclResult_t ended = ncclGroupEnd();
-    return result == ncclSuccess ? ended : result;
+    sent += send_counts[peer];
+    received += recv_counts[peer];
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  return result == ncclSuccess ? ended : result;
+}
+
+absl::Status NcclCollectives::AllToAllV(
+    const float* in, const std::vector<int64_t>& send_counts, float* out,
+    const std::vector<int64_t>& recv_counts) {
+  if (absl::Status s = CheckCounts(send_counts, recv_counts); !s.ok()) {
+    return s;
+  }
+  return Run("all-to-all", [&] {
+    return EnqueueAllToAllV(in, send_counts, out, recv_counts);
   });
+}
+
+namespace {
+
+// A queued exchange as the watch polls it: the event recorded after it.
+class QueuedExchange : public WatchedWork {
+ public:
+  QueuedExchange(cudaEvent_t done,
+                 std::function<absl::StatusOr<bool>(cudaEvent_t)> poll)
+      : done_(done), poll_(std::move(poll)) {}
+  ~QueuedExchange() override { cudaEventDestroy(done_); }
+  absl::StatusOr<bool> Poll() override { return poll_(done_); }
+
+ private:
+  cudaEvent_t done_;
+  std::function<absl::StatusOr<bool>(cudaEvent_t)> poll_;
+};
+
+// How often the watch polls a running exchange: often enough that a finished
+// one leaves its event soon, rarely enough to cost the host nothing.
+constexpr absl::Duration kWatchInterval = absl::Milliseconds(1);
+
+}  // namespace
+
+absl::Status NcclCollectives::QueueAllToAllV(
+    const float* in, const std::vector<int64_t>& send_counts, float* out,
+    const std::vector<int64_t>& recv_counts, void* queue) {
+  if (absl::Status s = CheckCounts(send_counts, recv_counts); !s.ok()) {
+    return s;
+  }
+  if (queue == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group ", name_, ": a queued all-to-all needs the device's stream"));
+  }
+  const auto caller = static_cast<cudaStream_t>(queue);
+  OrderedWorkWatch& watch = Watch();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group ", name_, ": all-to-all after the communicator was aborted",
+        queued_failure_.ok()
+            ? std::string()
+            : absl::StrCat(" (", queued_failure_.message(), ")")));
+  }
+  auto cuda_error = [&](cudaError_t e) {
+    AbortLocked();
+    return absl::InternalError(absl::StrCat(
+        "group ", name_, ": queuing an all-to-all: ", cudaGetErrorString(e)));
+  };
+  cudaError_t e = cudaSetDevice(device_);
+  if (e == cudaSuccess && ready_ == nullptr) {
+    e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+  }
+  // The group's stream waits for the caller's work so far (a wait captures
+  // the event's last record, so one event serves every call).
+  if (e == cudaSuccess) e = cudaEventRecord(ready_, caller);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, ready_, 0);
+  if (e != cudaSuccess) return cuda_error(e);
+  if (const ncclResult_t r =
+          EnqueueAllToAllV(in, send_counts, out, recv_counts);
+      r != ncclSuccess) {
+    AbortLocked();
+    return NcclError(name_, "queuing an all-to-all", r);
+  }
+  cudaEvent_t done = nullptr;
+  e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(done, stream_);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(caller, done, 0);
+  if (e != cudaSuccess) {
+    if (done != nullptr) cudaEventDestroy(done);
+    return cuda_error(e);
+  }
+  watch.Add(std::make_unique<QueuedExchange>(
+                done, [this](cudaEvent_t event) { return PollQueued(event); }),
+            absl::StrCat("group ", name_, ": queued all-to-all ", ++queued_),
+            absl::Now() + timeout_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> NcclCollectives::PollQueued(cudaEvent_t done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) {
+    return absl::AbortedError("the communicator was aborted");
+  }
+  cudaSetDevice(device_);
+  const cudaError_t query = cudaEventQuery(done);
+  if (query == cudaSuccess) return true;
+  if (query != cudaErrorNotReady) {
+    return absl::InternalError(cudaGetErrorString(query));
+  }
+  ncclResult_t state = ncclSuccess;
+  if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess &&
+      state != ncclSuccess && state != ncclInProgress) {
+    return absl::InternalError(ncclGetErrorString(state));
+  }
+  return false;
+}
+
+void NcclCollectives::AbortLocked() {
+  if (aborted_) return;
+  ncclCommAbort(comm_);
+  aborted_ = true;
+}
+
+void NcclCollectives::GiveUp(const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queued_failure_.ok()) queued_failure_ = why;
+  AbortLocked();
+}
+
+absl::Status NcclCollectives::QueuedFailure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_failure_;
+}
+
+OrderedWorkWatch& NcclCollectives::Watch() {
+  if (watch_ == nullptr) {
+    watch_ = std::make_unique<OrderedWorkWatch>(
+        kWatchInterval, [this](const absl::Status& why) { GiveUp(why); });
+  }
+  return *watch_;
 }
 
 absl::StatusOr<std::unique_ptr<PendingSend>> NcclCollectives::StartSend(

@@ -1,7 +1,8 @@
 // Collectives over NCCL, for GPU workers: buffers are device memory, work runs
-// on the group's stream, and each call returns once its work has finished.
-// Any thread may call a group (one at a time): each call makes the group's
-// GPU current on it.
+// on the group's stream, and each call returns once its work has finished,
+// except queued exchanges (QueueAllToAllV), which events order against the
+// caller's stream. Any thread may call a group (one at a time): each call
+// makes the group's GPU current on it.
 // The communicator is non-blocking so that a missing or failed peer ends a
 // call after the timeout (the communicator is then aborted) instead of hanging.
 #ifndef GLM_PARALLEL_NCCL_COLLECTIVES_H_
@@ -12,6 +13,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "absl/time/time.h"
 #include "collectives/collectives.h"
 #include "parallel/key_value_store.h"
+#include "parallel/ordered_work_watch.h"
 
 namespace glm {
 
@@ -52,6 +55,17 @@ class NcclCollectives : public Collectives {
   absl::Status AllToAllV(const float* in,
                          const std::vector<int64_t>& send_counts, float* out,
                          const std::vector<int64_t>& recv_counts) override;
+  bool queues_on_device() const override { return true; }
+  // On the group's stream, after an event recorded on `queue` (a
+  // cudaStream_t) and before an event `queue` waits for: no host wait. A
+  // watch thread polls each queued exchange and aborts the communicator
+  // when one fails or is still running after the group's timeout.
+  absl::Status QueueAllToAllV(const float* in,
+                              const std::vector<int64_t>& send_counts,
+                              float* out,
+                              const std::vector<int64_t>& recv_counts,
+                              void* queue) override;
+  absl::Status QueuedFailure() override;
   // Completes the send before returning: NCCL runs a stream's work in
   // order, so a send left pending would hold back the receives queued after
   // it.
@@ -71,6 +85,20 @@ class NcclCollectives : public Collectives {
   // finish; on timeout or error aborts the communicator.
   absl::Status Run(const char* what,
                    const std::function<ncclResult_t()>& enqueue);
+  absl::Status CheckCounts(const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& recv_counts) const;
+  // The sends and receives of an all-to-all, grouped, on the group's stream.
+  ncclResult_t EnqueueAllToAllV(const float* in,
+                                const std::vector<int64_t>& send_counts,
+                                float* out,
+                                const std::vector<int64_t>& recv_counts);
+  // A queued exchange's state (`done` recorded after it), for the watch.
+  absl::StatusOr<bool> PollQueued(cudaEvent_t done);
+  // Aborts the communicator (under mu_) once.
+  void AbortLocked();
+  // The watch's verdict on a queued exchange.
+  void GiveUp(const absl::Status& why);
+  OrderedWorkWatch& Watch();
 
   const std::string name_;
   ncclComm_t comm_;
@@ -79,7 +107,14 @@ class NcclCollectives : public Collectives {
   const int device_;
   const int rank_, size_;
   const absl::Duration timeout_;
+  // Guards the communicator against the watch thread's polls and abort.
+  std::mutex mu_;
   bool aborted_ = false;
+  absl::Status queued_failure_;
+  cudaEvent_t ready_ = nullptr;  // recorded on the caller's queue
+  int64_t queued_ = 0;           // exchanges queued so far, to name them
+  // Made with the first queued exchange; the destructor stops it first.
+  std::unique_ptr<OrderedWorkWatch> watch_;
 };
 
 }  // namespace glm

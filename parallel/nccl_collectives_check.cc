@@ -4,6 +4,7 @@
 // one line per collective and exits 1 on any mismatch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -56,6 +57,57 @@ void Expect(const std::string& op, const absl::Status& status,
   outcomes->push_back(outcome);
 }
 
+void QueuedRoundTrip(NcclCollectives& group, int rank, int size, int64_t block,
+                     const std::vector<float>& input,
+                     std::vector<Outcome>* outcomes) {
+  cudaStream_t caller = nullptr;
+  cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking);
+  constexpr size_t kFillBytes = size_t{1} << 30;
+  void* fill = nullptr;
+  cudaMalloc(&fill, kFillBytes);
+  float* data = DeviceCopy(std::vector<float>(kCount, 0.f));
+  float* received = DeviceCopy(std::vector<float>(kCount));
+  float* back = DeviceCopy(std::vector<float>(kCount));
+  cudaMemset(received, 0xff, kCount * sizeof(float));
+  cudaMemset(back, 0xff, kCount * sizeof(float));
+  cudaDeviceSynchronize();
+  // Pinned host memory, so that no copy waits on the host.
+  float *pinned_input = nullptr, *got = nullptr, *returned = nullptr;
+  const size_t bytes = kCount * sizeof(float);
+  cudaMallocHost(&pinned_input, bytes);
+  cudaMallocHost(&got, bytes);
+  cudaMallocHost(&returned, bytes);
+  std::copy(input.begin(), input.end(), pinned_input);
+  for (int i = 0; i < 8; ++i) cudaMemsetAsync(fill, i, kFillBytes, caller);
+  cudaMemcpyAsync(data, pinned_input, bytes, cudaMemcpyHostToDevice, caller);
+  const std::vector<int64_t> counts(size, block);
+  absl::Status status =
+      group.QueueAllToAllV(data, counts, received, counts, caller);
+  cudaMemcpyAsync(got, received, bytes, cudaMemcpyDeviceToHost, caller);
+  if (status.ok()) {
+    status = group.QueueAllToAllV(received, counts, back, counts, caller);
+  }
+  cudaMemcpyAsync(returned, back, bytes, cudaMemcpyDeviceToHost, caller);
+  cudaStreamSynchronize(caller);
+  if (status.ok()) status = group.QueuedFailure();
+  Expect(
+      "queued all-to-all", status, std::vector<float>(got, got + kCount),
+      [&](int64_t i) { return Input(i / block, rank * block + i % block); },
+      outcomes);
+  Expect(
+      "queued and back", status,
+      std::vector<float>(returned, returned + kCount),
+      [&](int64_t i) { return Input(rank, i); }, outcomes);
+  cudaFreeHost(pinned_input);
+  cudaFreeHost(got);
+  cudaFreeHost(returned);
+  cudaFree(fill);
+  cudaFree(data);
+  cudaFree(received);
+  cudaFree(back);
+  cudaStreamDestroy(caller);
+}
+
 std::vector<Outcome> RunRank(KeyValueStore& store, int rank, int size) {
   cudaSetDevice(rank);
   std::vector<Outcome> outcomes;
@@ -99,6 +151,13 @@ std::vector<Outcome> RunRank(KeyValueStore& store, int rank, int size) {
       "all-to-all", status, HostCopy(received, kCount),
       [&](int64_t i) { return Input(i / block, rank * block + i % block); },
       &outcomes);
+
+  // The same all-to-all queued on a stream of the caller's, and back again:
+  // the input is written on that stream behind a long fill, each result read
+  // there after, and the host waits only at the end, so an exchange that ran
+  // before the caller's work (or the caller's reads before the exchange)
+  // would see stale or poisoned values.
+  QueuedRoundTrip(**group, rank, size, block, input, &outcomes);
 
   // A ring of send/recv.
   const int next = (rank + 1) % size, previous = (rank + size - 1) % size;

@@ -3,7 +3,7 @@
 // separate host allocator standing in for a device's memory, or outside it;
 // null: no device, every buffer the host's),
 // then forwards the call to a host group (Gloo), which any host pointer
-// serves. With kDevice it plays NCCL on the CPU.
+// serves. With kDevice it plays NCCL on the CPU, queued exchanges included.
 #ifndef GLM_PARALLEL_PLACE_CHECKING_GROUP_H_
 #define GLM_PARALLEL_PLACE_CHECKING_GROUP_H_
 
@@ -56,6 +56,24 @@ class PlaceCheckingGroup : public Collectives {
     Check(out);
     return inner_->AllToAllV(in, send_counts, out, recv_counts);
   }
+  // With kDevice it queues exchanges as NCCL does; the stand-in device has
+  // done its work as issued, so the exchange runs at once (and `queue`, null
+  // for a stand-in, is not read).
+  bool queues_on_device() const override {
+    return place_ == BufferPlace::kDevice;
+  }
+  absl::Status QueueAllToAllV(const float* in,
+                              const std::vector<int64_t>& send_counts,
+                              float* out,
+                              const std::vector<int64_t>& recv_counts,
+                              void* queue) override {
+    if (!queues_on_device()) {
+      return Collectives::QueueAllToAllV(in, send_counts, out, recv_counts,
+                                         queue);
+    }
+    ++queued_;
+    return AllToAllV(in, send_counts, out, recv_counts);
+  }
   absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const float* data,
                                                          int64_t count,
                                                          int peer) override {
@@ -69,6 +87,8 @@ class PlaceCheckingGroup : public Collectives {
   absl::Status Barrier() override { return inner_->Barrier(); }
 
   int checked() const { return checked_; }
+  // Exchanges queued on the (stand-in) device.
+  int queued() const { return queued_; }
 
  private:
   void Check(const void* buffer) {
@@ -81,6 +101,7 @@ class PlaceCheckingGroup : public Collectives {
   BufferPlace place_;
   const Allocator* device_;
   int checked_ = 0;
+  int queued_ = 0;
 };
 
 }  // namespace glm

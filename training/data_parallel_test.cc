@@ -47,6 +47,8 @@ struct TrainingRun {
   // With overlap_grad_reduce: the buckets, and those the last step's
   // backward started.
   size_t buckets = 0, started_during_backward = 0;
+  // Expert rows exchanged queued on the (stand-in) device.
+  int queued_exchanges = 0;
 };
 
 // `memory` (null: host) is where the backend's tensors live.
@@ -119,6 +121,7 @@ std::vector<TrainingRun> TrainOnTwoRanks(
       ranks[rank] = Train(&group, distributed_optimizer,
                           ExpertParallelRank{&expert_group, expert_data->get()},
                           {}, base, memory);
+      ranks[rank].queued_exchanges = expert_group.queued();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -224,7 +227,7 @@ void ExpectBitwiseSameRuns(const std::vector<TrainingRun>& got,
 // data-parallel group that takes device buffers (NCCL's place) the resident
 // gradients go to it where they lie and the host's buffers (losses, ZeRO-1's
 // shards) through device copies, and an expert group in that place takes the
-// routed rows where they lie: the same steps again.
+// routed rows where they lie, queued on the device: the same steps again.
 TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
   SeparateMemoryAllocator memory;
   for (const auto& [distributed_optimizer, expert_parallel] :
@@ -238,10 +241,20 @@ TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
     ExpectBitwiseSameRuns(TrainOnTwoRanks(distributed_optimizer,
                                           expert_parallel, Options(), &memory),
                           host);
-    ExpectBitwiseSameRuns(
+    const std::vector<TrainingRun> device_groups =
         TrainOnTwoRanks(distributed_optimizer, expert_parallel, Options(),
-                        &memory, BufferPlace::kDevice),
-        host);
+                        &memory, BufferPlace::kDevice);
+    ExpectBitwiseSameRuns(device_groups, host);
+    // The routed rows went to the device group queued (as on NCCL: no host
+    // wait), four exchanges a MoE layer a micro batch.
+    for (const TrainingRun& rank : device_groups) {
+      if (expert_parallel) {
+        EXPECT_GT(rank.queued_exchanges, 0);
+        EXPECT_EQ(rank.queued_exchanges % 4, 0);
+      } else {
+        EXPECT_EQ(rank.queued_exchanges, 0);
+      }
+    }
   }
 }
 

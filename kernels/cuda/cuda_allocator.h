@@ -28,6 +28,7 @@ class CudaAllocator : public Allocator {
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Wait() override;
   std::unique_ptr<DeviceMark> Mark() override;
+  void* queue() override { return stream_; }
   bool Holds(const void* data) const override { return ledger_.Holds(data); }
   int64_t bytes_in_use() const override { return ledger_.in_use(); }
   int64_t peak_bytes() const override { return ledger_.peak(); }

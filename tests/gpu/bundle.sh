@@ -6,13 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 targets=(//tests/gpu:backend_ops_check //tests/gpu:grouped_gemm_check
-         //tests/oracle:oracle_test //:glmctl //:glm-worker //bench:model_flops)
+         //tests/oracle:oracle_test //:glmctl //:glm-worker //bench:model_flops
+         //parallel:nccl_collectives_check)
 bazel build --config=cuda "${targets[@]}"
 rm -rf .gpu/b .gpu/b.tar.xz
 ../shared/tools/device-bundle .gpu/b bazel-bin/tests/gpu/backend_ops_check \
   bazel-bin/tests/gpu/grouped_gemm_check \
   bazel-bin/tests/oracle/oracle_test bazel-bin/cli/glmctl \
-  bazel-bin/worker/glm-worker bazel-bin/bench/model_flops
+  bazel-bin/worker/glm-worker bazel-bin/bench/model_flops \
+  bazel-bin/parallel/nccl_collectives_check
 tar -C .gpu -cf - b | xz -T2 -6 >.gpu/b.tar.xz
 rm -rf .gpu/b
 ls -l .gpu/b.tar.xz

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine with two or more GPUs (nvidia-h200-x2 or larger), from the
-# repository root after `source .gpu/b/env.sh`: glm5.2-tiny trained 20 steps on
+# repository root after `source .gpu/b/env.sh`: the NCCL collectives checked
+# against host results (nccl_collectives_check), then glm5.2-tiny trained 20 steps on
 # one GPU, then split over two GPUs (one worker each: DP2, DP2 with ZeRO-1,
 # both with overlapped gradient sums too, EP2, PP2, TP2, CP2), in the CUDA backend's
 # fp32 mode and, for DP2 and EP2, in bf16; each two-GPU run against the
@@ -20,6 +21,12 @@ state=/tmp/glm-multi-gpu-checks
 rm -rf "$state" && mkdir -p "$state/jobs"
 # NVLink multicast stays off on lent machines (the device tool's KINDS.md).
 export NCCL_NVLS_ENABLE=0
+
+# First every NCCL collective against host results, the exchanges queued on a
+# caller's stream included (one rank per GPU, threads of one process).
+TEST_TMPDIR=$state timeout 300 "$bin/nccl_collectives_check" \
+  >"$out/nccl_collectives_check.txt" 2>&1
+echo "nccl_collectives_check: exit $?"
 
 python3 - "$state/jobs" <<'PY'
 import json, sys
