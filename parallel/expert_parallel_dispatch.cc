@@ -19,8 +19,8 @@ std::vector<int64_t> Times(const std::vector<int64_t>& rows, int64_t width) {
 // The rows (hidden states with their router weights, and their gradients)
 // stay in the backend's memory and go to the group where they lie (through
 // host copies where the group's buffers are the host's and the backend's a
-// device's); only the rows each expert gets from each member travel from the
-// host.
+// device's); so do the counts of rows each expert gets from each member,
+// which the host then reads once a layer.
 
 // Rows between the members, in the backend's memory: queued on the device
 // where the group can (no host wait: the backend's later work waits for the
@@ -40,9 +40,25 @@ absl::Status ExchangeRows(Collectives& group, Backend& backend, const float* in,
   return staged.AllToAllV(in, send_counts, out, recv_counts);
 }
 
-// The group as host buffers reach it.
-StagedCollectives HostGroup(Collectives& group, Backend& backend) {
-  return StagedCollectives(group, BufferPlace::kHost, backend.allocator());
+// Each member's block of `expert_rows` (this member's rows for each expert,
+// `per_rank` experts a member) goes to it: the rows each member sends this
+// one, for each of its experts. Exchanged where the rows are (queued on the
+// device where the group can), then read once on the host.
+absl::StatusOr<std::vector<float>> ExchangeExpertRows(
+    Collectives& group, Backend& backend, const std::vector<float>& expert_rows,
+    int64_t per_rank) {
+  const int64_t experts = static_cast<int64_t>(expert_rows.size());
+  Tensor on_host({experts}, nullptr);
+  on_host.values() = expert_rows;
+  const Tensor sent = on_host.CopyTo(backend.allocator());
+  Tensor received({experts}, backend.allocator());
+  const std::vector<int64_t> counts(group.size(), per_rank);
+  if (absl::Status s = ExchangeRows(group, backend, sent.data(), counts,
+                                    received.data(), counts);
+      !s.ok()) {
+    return s;
+  }
+  return received.HostValues();
 }
 
 // [rows, cols] of the backend's memory, at least one row allocated: a
@@ -107,7 +123,6 @@ absl::Status ExpertParallelDispatcher::TryForward(
         " of ", num_experts));
   }
   const int64_t per_rank = held.count;
-  StagedCollectives host = HostGroup(*group_, backend);
 
   // The slots go out grouped by expert (in (expert, slot) order), which
   // groups them by the member holding their expert: each token's output then
@@ -121,14 +136,11 @@ absl::Status ExpertParallelDispatcher::TryForward(
   for (int64_t e = 0; e < num_experts; ++e) {
     expert_rows[e] = static_cast<float>(offsets[e + 1] - offsets[e]);
   }
-  std::vector<float> received_expert_rows(num_experts);
-  if (absl::Status s = host.AllToAll(expert_rows.data(), per_rank,
-                                     received_expert_rows.data());
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<std::vector<float>> received_expert_rows =
+      ExchangeExpertRows(*group_, backend, expert_rows, per_rank);
+  if (!received_expert_rows.ok()) return received_expert_rows.status();
   acts->send_rows = MemberRows(expert_rows, per_rank);
-  acts->recv_rows = MemberRows(received_expert_rows, per_rank);
+  acts->recv_rows = MemberRows(*received_expert_rows, per_rank);
   int64_t received = 0;
   for (int64_t r : acts->recv_rows) received += r;
   const int64_t sent = acts->sent.rows();
@@ -166,7 +178,7 @@ absl::Status ExpertParallelDispatcher::TryForward(
   for (size_t source = 0; source < acts->recv_rows.size(); ++source) {
     const int64_t count = acts->recv_rows[source];
     const IndexTensor op_expert = IndexTensor::FromHost(
-        ExpertOfRows(received_expert_rows, source, per_rank));
+        ExpertOfRows(*received_expert_rows, source, per_rank));
     acts->experts[source].grouping =
         GroupRowsByExpert(backend, op_expert.data(), count, 1, held.count);
     ExpertsForward(backend, p, x_rows.Rows(first, count),
