@@ -10,29 +10,38 @@
 namespace glm {
 namespace {
 
-// The collectives read and write host memory. Inside a model pass the
-// current allocator is the backend's (null on the CPU): views point there, and
-// results go back there.
+// The collectives read and write where the pass's tensors live (the current
+// allocator's memory, the host's on the CPU): the groups are handed to this
+// class as those buffers reach them, and the rows are arranged there, with no
+// host copy.
 //
-// A contiguous host copy of `view`.
-Tensor HostCopy(ConstMatrixView view) {
-  Tensor copy({view.rows, view.cols}, nullptr);
-  Allocator* memory = CurrentAllocator();
-  const size_t row_bytes = view.cols * sizeof(float);
-  for (int64_t r = 0; r < view.rows; ++r) {
-    float* to = copy.data() + r * view.cols;
-    if (memory == nullptr) {
-      std::copy_n(view.Row(r), view.cols, to);
-    } else {
-      memory->CopyToHost(to, view.Row(r), row_bytes);
-    }
+// `count` floats from `src` to `dst`, both where the pass's tensors live.
+void CopyFloats(float* dst, const float* src, int64_t count) {
+  if (count == 0) return;
+  if (Allocator* memory = CurrentAllocator()) {
+    memory->CopyWithin(dst, src, count * sizeof(float));
+  } else {
+    std::copy_n(src, count, dst);
   }
-  return copy;
+}
+
+// `view`'s rows one after another from `to`.
+void CopyRows(ConstMatrixView view, float* to) {
+  assert(view.dtype == ElementType::kF32);
+  if (view.stride == view.cols) {
+    CopyFloats(to, view.data, view.rows * view.cols);
+    return;
+  }
+  for (int64_t r = 0; r < view.rows; ++r) {
+    CopyFloats(to + r * view.cols, view.Row(r), view.cols);
+  }
 }
 
 // A contiguous copy of `view` where the pass's tensors live.
 Tensor Contiguous(ConstMatrixView view) {
-  return HostCopy(view).CopyTo(CurrentAllocator());
+  Tensor copy({view.rows, view.cols});
+  CopyRows(view, copy.data());
+  return copy;
 }
 
 // Part `index` of `total` rows split into `parts` nearly equal ranges.
@@ -142,40 +151,40 @@ Tensor TokenParallel::Gather(Collectives* group, ConstMatrixView part,
                              int64_t whole_rows, const MemberRows& members) {
   if (group == nullptr || group->size() == 1) return Contiguous(part);
   const int64_t cols = part.cols, block = MostRows(members) * cols;
-  std::vector<float> mine = std::move(HostCopy(part).values());
-  mine.resize(block);
-  std::vector<float> blocks(block * members.size());
+  Tensor mine({block});  // this rank's rows, padded to the block
+  CopyRows(part, mine.data());
+  Tensor blocks({block * static_cast<int64_t>(members.size())});
   Keep(group->AllGather(mine.data(), block, blocks.data()));
-  Tensor whole({whole_rows, cols}, nullptr);
+  Tensor whole({whole_rows, cols});
   for (size_t m = 0; m < members.size(); ++m) {
     const float* from = blocks.data() + m * block;
     for (const TokenRange& run : members[m].runs) {
-      std::copy_n(from, run.count * cols, whole.data() + run.begin * cols);
+      CopyFloats(whole.data() + run.begin * cols, from, run.count * cols);
       from += run.count * cols;
     }
   }
-  return whole.CopyTo(CurrentAllocator());
+  return whole;
 }
 
 Tensor TokenParallel::ReduceScatter(Collectives* group, ConstMatrixView whole,
                                     const MemberRows& members) {
   if (group == nullptr || group->size() == 1) return Contiguous(whole);
   const int64_t cols = whole.cols, block = MostRows(members) * cols;
-  const Tensor rows = HostCopy(whole);
-  std::vector<float> blocks(block * members.size(), 0.f);
+  // Each member's rows in its block, padded with zeros.
+  Tensor blocks({block * static_cast<int64_t>(members.size())});
   for (size_t m = 0; m < members.size(); ++m) {
     float* to = blocks.data() + m * block;
     for (const TokenRange& run : members[m].runs) {
-      std::copy_n(rows.data() + run.begin * cols, run.count * cols, to);
+      CopyRows(whole.Rows(run.begin, run.count), to);
       to += run.count * cols;
     }
   }
-  std::vector<float> summed(block);
+  Tensor summed({block});
   Keep(group->ReduceScatter(blocks.data(), block, summed.data(),
                             ReduceOp::kSum));
-  Tensor part({members[group->rank()].count(), cols}, nullptr);
-  std::copy_n(summed.data(), part.numel(), part.data());
-  return part.CopyTo(CurrentAllocator());
+  Tensor part({members[group->rank()].count(), cols});
+  CopyFloats(part.data(), summed.data(), part.numel());
+  return part;
 }
 
 void TokenParallel::Keep(absl::Status status) {

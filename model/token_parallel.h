@@ -56,16 +56,27 @@ struct TokenRows {
 
 class TokenParallel {
  public:
-  // Null groups mean size 1. Neither is owned.
+  // Null groups mean size 1; none is owned. `tensor` and `context` take
+  // buffers where the pass's tensors live (the current allocator's memory:
+  // the model's gathers and reductions); `tensor_host` and `context_host` are
+  // the same groups taking host buffers (the trainer's sums of gradients and
+  // losses). Where the pass's tensors are the host's, both pairs are the
+  // same.
+  TokenParallel(Collectives* tensor, Collectives* context,
+                Collectives* tensor_host, Collectives* context_host)
+      : tensor_(tensor),
+        context_(context),
+        tensor_host_(tensor_host),
+        context_host_(context_host) {}
   TokenParallel(Collectives* tensor, Collectives* context)
-      : tensor_(tensor), context_(context) {}
+      : TokenParallel(tensor, context, tensor, context) {}
 
   int tp() const { return tensor_ == nullptr ? 1 : tensor_->size(); }
   int tp_rank() const { return tensor_ == nullptr ? 0 : tensor_->rank(); }
   int cp() const { return context_ == nullptr ? 1 : context_->size(); }
   int cp_rank() const { return context_ == nullptr ? 0 : context_->rank(); }
-  Collectives* tensor_group() const { return tensor_; }
-  Collectives* context_group() const { return context_; }
+  Collectives* tensor_host_group() const { return tensor_host_; }
+  Collectives* context_host_group() const { return context_host_; }
 
   // InvalidArgument when the micro batch is too short to give every rank a
   // token (tp * 2cp tokens under context parallelism, tp without).
@@ -104,6 +115,8 @@ class TokenParallel {
 
   Collectives* tensor_;
   Collectives* context_;
+  Collectives* tensor_host_;
+  Collectives* context_host_;
   absl::Status status_;
 };
 

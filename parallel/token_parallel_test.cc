@@ -19,8 +19,10 @@
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/pipeline_test_util.h"
+#include "parallel/place_checking_group.h"
 #include "parallel/rank_tensors.h"
 #include "parallel/stage_model.h"
+#include "parallel/staged_collectives.h"
 #include "parallel/tensor_parallel_shard.h"
 
 namespace glm {
@@ -47,33 +49,46 @@ struct RankRun {
   std::map<std::string, Tensor> grads;
 };
 
-std::unique_ptr<GlooCollectives> Join(gloo::rendezvous::Store& store,
-                                      const std::string& key, int rank,
-                                      int size) {
+// A Gloo group in `place` (parallel/place_checking_group.h: with kDevice it
+// takes only `memory`'s buffers, as NCCL takes a GPU's; with kHost only the
+// host's).
+std::unique_ptr<PlaceCheckingGroup> Join(gloo::rendezvous::Store& store,
+                                         const std::string& key, int rank,
+                                         int size,
+                                         BufferPlace place = BufferPlace::kHost,
+                                         const Allocator* memory = nullptr) {
   if (size == 1) return nullptr;
   absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
       GlooCollectives::Connect(store, key, rank, size, GlooOptions());
   EXPECT_TRUE(group.ok()) << group.status();
-  return group.ok() ? *std::move(group) : nullptr;
+  if (!group.ok()) return nullptr;
+  return std::make_unique<PlaceCheckingGroup>(*std::move(group), place, memory);
 }
 
 // Rank `rank` of tp x cp (tensor rank fastest) runs the whole model on its
 // share of the batch, forward and backward.
 // `memory` (null: host) is where the backend computes, on a copy of the
-// rank's weights.
+// rank's weights; `place` where the groups take their buffers. The model's
+// gathers and reductions reach the groups through the views for the
+// backend's memory, as the trainer hands them over.
 RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
-                Allocator* memory) {
+                Allocator* memory, BufferPlace place) {
   const int tp_rank = rank % tp, cp_rank = rank / tp;
-  std::unique_ptr<GlooCollectives> tensor =
-      Join(store, absl::StrCat("tp-", cp_rank), tp_rank, tp);
-  std::unique_ptr<GlooCollectives> context =
-      Join(store, absl::StrCat("cp-", tp_rank), cp_rank, cp);
+  std::unique_ptr<PlaceCheckingGroup> tensor =
+      Join(store, absl::StrCat("tp-", cp_rank), tp_rank, tp, place, memory);
+  std::unique_ptr<PlaceCheckingGroup> context =
+      Join(store, absl::StrCat("cp-", tp_rank), cp_rank, cp, place, memory);
+  const GroupViews tensor_views(tensor.get(), memory);
+  const GroupViews context_views(context.get(), memory);
   ModelParameters params = TinyPipelineParameters();
   RankShare share;
   share.tp = tp;
   share.tp_rank = tp_rank;
   EXPECT_TRUE(params.KeepHeld(HeldTensorsOf(params.config(), share)).ok());
-  TokenParallel parallel(tensor.get(), context.get());
+  const bool on_device = memory != nullptr;
+  TokenParallel parallel(tensor_views.For(on_device),
+                         context_views.For(on_device), tensor_views.host(),
+                         context_views.host());
   CpuBackend backend(memory);
   std::unique_ptr<ModelParameters> mirror =
       memory == nullptr ? nullptr : MirrorParameters(params, memory);
@@ -96,21 +111,25 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
   for (const NamedTensor& named : params.Named()) {
     if (named.grad != nullptr) run.grads[named.name] = *named.grad;
   }
-  for (GlooCollectives* group : {tensor.get(), context.get()}) {
+  EXPECT_TRUE(parallel.status().ok()) << parallel.status();
+  for (PlaceCheckingGroup* group : {tensor.get(), context.get()}) {
     if (group != nullptr) {
+      EXPECT_GT(group->checked(), 0);
       EXPECT_TRUE(group->Barrier().ok());
     }
   }
   return run;
 }
 
-std::vector<RankRun> RunRanks(int tp, int cp, Allocator* memory = nullptr) {
+std::vector<RankRun> RunRanks(int tp, int cp, Allocator* memory = nullptr,
+                              BufferPlace place = BufferPlace::kHost) {
   gloo::rendezvous::HashStore store;
   std::vector<RankRun> runs(tp * cp);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < tp * cp; ++rank) {
-    threads.emplace_back(
-        [&, rank] { runs[rank] = RunRank(store, tp, cp, rank, memory); });
+    threads.emplace_back([&, rank] {
+      runs[rank] = RunRank(store, tp, cp, rank, memory, place);
+    });
   }
   for (std::thread& thread : threads) thread.join();
   return runs;
@@ -185,20 +204,26 @@ TEST(TokenParallelTest, ContextParallelTwoEqualsOneRank) {
   ExpectSameAsOneRank(/*tp=*/1, /*cp=*/2);
 }
 
-// With the backend's tensors apart from the host (as on a GPU), the gathers
-// and reductions go through host copies and every rank's losses and
-// gradients equal the host run's bit for bit.
+// With the backend's tensors apart from the host (as on a GPU), every rank's
+// losses and gradients equal the host run's bit for bit: with host groups
+// (Gloo, two workers on one GPU) the gathers and reductions go through host
+// copies; with groups that take the device's buffers (NCCL's place) they go
+// to the groups where they lie.
 TEST(TokenParallelTest, SeparateBackendMemoryGivesTheHostResults) {
   SeparateMemoryAllocator memory;
   const std::vector<RankRun> host = RunRanks(2, 2);
-  const std::vector<RankRun> separate = RunRanks(2, 2, &memory);
-  ASSERT_EQ(separate.size(), host.size());
-  for (size_t rank = 0; rank < host.size(); ++rank) {
-    EXPECT_EQ(separate[rank].losses.lm_loss, host[rank].losses.lm_loss);
-    EXPECT_EQ(separate[rank].losses.indexer_loss,
-              host[rank].losses.indexer_loss);
-    for (const auto& [name, grad] : host[rank].grads) {
-      EXPECT_EQ(separate[rank].grads.at(name).values(), grad.values()) << name;
+  for (BufferPlace place : {BufferPlace::kHost, BufferPlace::kDevice}) {
+    SCOPED_TRACE(place == BufferPlace::kHost ? "host groups" : "device groups");
+    const std::vector<RankRun> separate = RunRanks(2, 2, &memory, place);
+    ASSERT_EQ(separate.size(), host.size());
+    for (size_t rank = 0; rank < host.size(); ++rank) {
+      EXPECT_EQ(separate[rank].losses.lm_loss, host[rank].losses.lm_loss);
+      EXPECT_EQ(separate[rank].losses.indexer_loss,
+                host[rank].losses.indexer_loss);
+      for (const auto& [name, grad] : host[rank].grads) {
+        EXPECT_EQ(separate[rank].grads.at(name).values(), grad.values())
+            << name;
+      }
     }
   }
 }
@@ -223,9 +248,9 @@ TEST(TokenParallelTest, ContextChunksPairEarlyAndLateTokens) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 4; ++rank) {
     threads.emplace_back([&, rank] {
-      std::unique_ptr<GlooCollectives> tensor =
+      const std::unique_ptr<PlaceCheckingGroup> tensor =
           Join(store, absl::StrCat("tp-", rank / 2), rank % 2, 2);
-      std::unique_ptr<GlooCollectives> context =
+      const std::unique_ptr<PlaceCheckingGroup> context =
           Join(store, absl::StrCat("cp-", rank % 2), rank / 2, 2);
       const TokenParallel parallel(tensor.get(), context.get());
       held[rank] = {runs_of(parallel.ChunkRows(47)),
@@ -256,7 +281,8 @@ TEST(TokenParallelTest, TooFewTokensForTheRanksAreAClearError) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      std::unique_ptr<GlooCollectives> context = Join(store, "cp", rank, 2);
+      const std::unique_ptr<PlaceCheckingGroup> context =
+          Join(store, "cp", rank, 2);
       statuses[rank] = TokenParallel(nullptr, context.get()).CheckTokens(3);
       EXPECT_TRUE(context->Barrier().ok());
     });

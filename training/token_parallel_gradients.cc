@@ -17,7 +17,7 @@ absl::Status SumTokenParallelGradients(
     TokenParallel& parallel, const std::vector<TrainableTensor>& trainable) {
   if (parallel.cp() > 1) {
     if (absl::Status status =
-            AllReduceGradients(*parallel.context_group(), trainable);
+            AllReduceGradients(*parallel.context_host_group(), trainable);
         !status.ok()) {
       return status;
     }
@@ -27,7 +27,7 @@ absl::Status SumTokenParallelGradients(
   for (const TrainableTensor& param : trainable) {
     if (!Split(parallel, param.name)) whole.push_back(param);
   }
-  return AllReduceGradients(*parallel.tensor_group(), whole);
+  return AllReduceGradients(*parallel.tensor_host_group(), whole);
 }
 
 absl::StatusOr<double> TokenParallelGradSquaredSum(
@@ -38,8 +38,8 @@ absl::StatusOr<double> TokenParallelGradSquaredSum(
     (Split(parallel, param.name) ? split : whole).push_back(param);
   }
   if (split.empty()) return GradSquaredSum(backend, whole);
-  absl::StatusOr<double> parts =
-      SumInRankOrder(*parallel.tensor_group(), GradSquaredSum(backend, split));
+  absl::StatusOr<double> parts = SumInRankOrder(*parallel.tensor_host_group(),
+                                                GradSquaredSum(backend, split));
   if (!parts.ok()) return parts.status();
   return GradSquaredSum(backend, whole) + *parts;
 }
@@ -50,7 +50,7 @@ absl::StatusOr<Tensor> GatherTensorParallel(TokenParallel& parallel,
   if (!Split(parallel, name)) return part;
   const int dim = TensorParallelDim(name), tp = parallel.tp();
   std::vector<float> gathered(part.numel() * tp);
-  if (absl::Status status = parallel.tensor_group()->AllGather(
+  if (absl::Status status = parallel.tensor_host_group()->AllGather(
           part.data(), part.numel(), gathered.data());
       !status.ok()) {
     return status;

@@ -293,8 +293,13 @@ absl::Status Trainer::BuildModel(
     const std::optional<ExpertParallelRank>& expert_parallel,
     const std::optional<TokenParallelRank>& token_parallel) {
   if (token_parallel) {
-    token_parallel_ = std::make_unique<TokenParallel>(token_parallel->tensor,
-                                                      token_parallel->context);
+    Allocator* memory = backend_->allocator();
+    tensor_views_ = GroupViews(token_parallel->tensor, memory);
+    context_views_ = GroupViews(token_parallel->context, memory);
+    const bool on_device = memory != nullptr;
+    token_parallel_ = std::make_unique<TokenParallel>(
+        tensor_views_.For(on_device), context_views_.For(on_device),
+        tensor_views_.host(), context_views_.host());
   }
   if (expert_parallel) {
     // The routed rows go to the expert group where they lie; everything the
@@ -631,8 +636,8 @@ absl::Status Trainer::ReduceTokenParallel(MicroBatchTotals* totals) {
       !status.ok()) {
     return status;
   }
-  for (Collectives* group :
-       {token_parallel_->context_group(), token_parallel_->tensor_group()}) {
+  for (Collectives* group : {token_parallel_->context_host_group(),
+                             token_parallel_->tensor_host_group()}) {
     if (group == nullptr) continue;
     if (absl::Status status = ReduceTotals(*group, totals); !status.ok()) {
       return status;

@@ -335,6 +335,10 @@ class Trainer {
   // Under expert parallelism the expert groups likewise (expert_parallel_
   // holds their host views; the dispatcher the groups as connected).
   GroupViews experts_views_, expert_data_views_;
+  // The tensor- and context-parallel groups likewise: the model's gathers
+  // and reductions take the view for its backend's memory, the sums of
+  // gradients and losses the host view (token_parallel_ holds both).
+  GroupViews tensor_views_, context_views_;
   // Whether `tensors` are the device model's (a host backend's model may lie
   // in memory of its own, which the host views read).
   bool OnDevice(const std::vector<TrainableTensor>& tensors) const {

@@ -15,11 +15,12 @@
 namespace glm {
 namespace {
 
-// The groups not over Gloo: on a GPU (a CUDA build), the data-parallel and
-// the expert groups over NCCL where their members each have a GPU of their
-// own (one worker per GPU), over Gloo where two share one; none on the CPU.
-// (The trainer reaches them from the host through staged views; the
-// gradients, ZeRO-1's shards and the routed rows go to them where they lie.)
+// The groups not over Gloo: on a GPU (a CUDA build), the data-parallel,
+// expert, tensor- and context-parallel groups over NCCL where their members
+// each have a GPU of their own (one worker per GPU), over Gloo where two share
+// one; none on the CPU. (The trainer reaches them from the host through
+// staged views; the gradients, ZeRO-1's shards, the routed rows and the
+// token-parallel gathers and reductions go to them where they lie.)
 absl::StatusOr<std::map<GroupKind, CollectivesFactory>> DeviceGroups(
     const std::string& device, RendezvousStore* rendezvous,
     const GlooOptions& options, const CollectivesFactory& gloo) {
@@ -30,8 +31,8 @@ absl::StatusOr<std::map<GroupKind, CollectivesFactory>> DeviceGroups(
   if (!gpu.ok()) return gpu.status();
   absl::StatusOr<std::string> uuid = GpuUuid(*gpu);
   if (!uuid.ok()) return uuid.status();
-  for (GroupKind kind :
-       {GroupKind::kDp, GroupKind::kEp, GroupKind::kExpertDp}) {
+  for (GroupKind kind : {GroupKind::kDp, GroupKind::kEp, GroupKind::kExpertDp,
+                         GroupKind::kTp, GroupKind::kCp}) {
     groups[kind] =
         OnDistinctDevices(rendezvous, *uuid, options.connect_timeout,
                           NcclFactory(rendezvous, options.timeout, *gpu), gloo);
