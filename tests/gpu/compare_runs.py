@@ -48,8 +48,8 @@ def main():
              "cuda_bf16_graphs", "cuda_fp32_recompute", "resume_gpu",
              "resume_cpu", "shared_gpu_one", "shared_gpu_dp2",
              "shared_gpu_dp2_zero", "shared_gpu_dp2_overlap", "shared_gpu_pp2",
-              "shared_gpu_ep2", "sft", "sft_graphs", "lora", "long_context",
-              "cpu_50", "cpu_50_dp2"]}
+             "shared_gpu_ep2", "shared_gpu_tp2", "shared_gpu_cp2", "sft",
+             "sft_graphs", "lora", "long_context", "cpu_50", "cpu_50_dp2"]}
     rows = []
 
     def check(name, ok, measured, limit):
@@ -103,7 +103,7 @@ def main():
     else:
         check("CPU resume of the CUDA checkpoint", False, "did not finish", "")
     one = runs["shared_gpu_one"]
-    for parallel in ["dp2", "dp2_zero", "pp2", "ep2"]:
+    for parallel in ["dp2", "dp2_zero", "pp2", "ep2", "tp2", "cp2"]:
         shared = runs[f"shared_gpu_{parallel}"]
         ok = len(shared) == 50 and len(one) == 50
         rel = max_rel(shared, one, range(1, 51)) if ok else float("nan")
@@ -134,7 +134,9 @@ def main():
     for a, b in [("cuda_fp32", "cpu"), ("cpu_50_dp2", "cpu_50"),
                  ("shared_gpu_dp2", "shared_gpu_one"),
                  ("shared_gpu_pp2", "shared_gpu_one"),
-                 ("shared_gpu_ep2", "shared_gpu_one")]:
+                 ("shared_gpu_ep2", "shared_gpu_one"),
+                 ("shared_gpu_tp2", "shared_gpu_one"),
+                 ("shared_gpu_cp2", "shared_gpu_one")]:
         steps = [s for s in sorted(runs[a]) if s in runs[b]]
         firsts = [next((s for s in steps if max_rel(runs[a], runs[b], [s]) > t),
                        None) for t in (1e-6, 1e-4, 1e-3)]

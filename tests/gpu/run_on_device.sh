@@ -35,7 +35,7 @@ for name in "$@"; do
           part "oracle_$precision" "${ORACLE_LIMIT:-90}" oracle_test
       done ;;
     training)
-      part training "${TRAINING_LIMIT:-330}" tests/gpu/run_training_checks.sh /tmp/training
+      part training "${TRAINING_LIMIT:-360}" tests/gpu/run_training_checks.sh /tmp/training
       tar -czf "$out/training-logs.tgz" -C /tmp training ;;
     bench)
       part bench "${BENCH_LIMIT:-400}" bench/gpu_train_bench.sh /tmp/bench

@@ -52,7 +52,7 @@ run resume_cpu tests/gpu/jobs/tiny_cpu.json
 # The sample order depends on the number of iterations: the two-worker runs
 # are held against one worker over the same 50.
 run shared_gpu_one tests/gpu/jobs/tiny_cuda_fp32_50.json
-for parallel in dp2 dp2_zero dp2_overlap pp2 ep2; do
+for parallel in dp2 dp2_zero dp2_overlap pp2 ep2 tp2 cp2; do
   run "shared_gpu_$parallel" "tests/gpu/jobs/tiny_cuda_fp32_$parallel.json" --workers=2
 done
 # The reference against itself: the CPU backend under DP2 (the same math, the
