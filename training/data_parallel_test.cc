@@ -49,6 +49,9 @@ struct TrainingRun {
   size_t buckets = 0, started_during_backward = 0;
   // Expert rows exchanged queued on the (stand-in) device.
   int queued_exchanges = 0;
+  // How much the backend's memory grew in the first step (AdamW's moments,
+  // where the optimizer lives there).
+  int64_t first_step_growth = 0;
 };
 
 // `memory` (null: host) is where the backend's tensors live.
@@ -68,10 +71,14 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   TrainingRun run;
   if (!trainer.ok()) return run;
+  const int64_t before = memory == nullptr ? 0 : memory->bytes_in_use();
   while (!(*trainer)->Done()) {
     absl::StatusOr<v1::StepMetrics> metrics = (*trainer)->Step();
     EXPECT_TRUE(metrics.ok()) << metrics.status();
     if (!metrics.ok()) return run;
+    if (run.steps.empty() && memory != nullptr) {
+      run.first_step_growth = memory->bytes_in_use() - before;
+    }
     run.steps.push_back(*metrics);
   }
   if (const OverlappedGradientSum* sum = (*trainer)->overlapped_sum()) {
@@ -253,6 +260,82 @@ TEST(DataParallelTest, SeparateBackendMemoryTakesTheHostSteps) {
         EXPECT_EQ(rank.queued_exchanges % 5, 0);
       } else {
         EXPECT_EQ(rank.queued_exchanges, 0);
+      }
+    }
+  }
+}
+
+// tp x cp ranks (tensor rank fastest) on threads, each with Gloo groups of
+// its own in `place` (parallel/place_checking_group.h), its backend's tensors
+// in memory of its own (standing in for a GPU's) or the host's.
+std::vector<TrainingRun> TrainTokenParallel(int tp, int cp,
+                                            bool separate_memory,
+                                            BufferPlace place) {
+  gloo::rendezvous::HashStore store;
+  std::vector<TrainingRun> ranks(tp * cp);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < tp * cp; ++rank) {
+    threads.emplace_back([&, rank] {
+      SeparateMemoryAllocator memory;
+      Allocator* device = separate_memory ? &memory : nullptr;
+      auto join = [&](const std::string& key, int member, int size) {
+        std::unique_ptr<PlaceCheckingGroup> group;
+        if (size == 1) return group;
+        auto gloo = GlooCollectives::Connect(store, key, member, size, {});
+        EXPECT_TRUE(gloo.ok()) << gloo.status();
+        if (gloo.ok()) {
+          group = std::make_unique<PlaceCheckingGroup>(*std::move(gloo), place,
+                                                       device);
+        }
+        return group;
+      };
+      const int tp_rank = rank % tp, cp_rank = rank / tp;
+      auto dp = GlooCollectives::Connect(store, "dp" + std::to_string(rank), 0,
+                                         1, {});
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      const std::unique_ptr<PlaceCheckingGroup> tensor =
+          join("tp" + std::to_string(cp_rank), tp_rank, tp);
+      const std::unique_ptr<PlaceCheckingGroup> context =
+          join("cp" + std::to_string(tp_rank), cp_rank, cp);
+      ranks[rank] = Train(dp->get(), false, {},
+                          TokenParallelRank{tensor.get(), context.get()},
+                          Options(), device);
+      for (PlaceCheckingGroup* group : {tensor.get(), context.get()}) {
+        if (group != nullptr) EXPECT_TRUE(group->Barrier().ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return ranks;
+}
+
+// Tensor- and context-parallel ranks whose backend memory stands apart from
+// the host (as on a GPU) keep their weights and AdamW there (the memory grows
+// by the moments in the first step) and sum their gradients where they lie;
+// with groups that take the host's buffers (Gloo, through host copies) or
+// the device's (NCCL's place), every step and tensor equals the host run's
+// bit for bit.
+TEST(DataParallelTest, TokenParallelRanksTrainInTheBackendMemory) {
+  for (const auto& [tp, cp] :
+       {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    SCOPED_TRACE(testing::Message() << "tp " << tp << ", cp " << cp);
+    const std::vector<TrainingRun> host =
+        TrainTokenParallel(tp, cp, false, BufferPlace::kHost);
+    ASSERT_EQ(host.size(), static_cast<size_t>(tp * cp));
+    ASSERT_FALSE(host[0].steps.empty());
+    for (BufferPlace place : {BufferPlace::kHost, BufferPlace::kDevice}) {
+      const std::vector<TrainingRun> device =
+          TrainTokenParallel(tp, cp, true, place);
+      for (size_t rank = 0; rank < host.size(); ++rank) {
+        ASSERT_EQ(device[rank].steps.size(), host[rank].steps.size());
+        for (size_t i = 0; i < host[rank].steps.size(); ++i) {
+          EXPECT_EQ(device[rank].steps[i].lm_loss(),
+                    host[rank].steps[i].lm_loss());
+          EXPECT_EQ(device[rank].steps[i].grad_norm(),
+                    host[rank].steps[i].grad_norm());
+        }
+        EXPECT_EQ(device[rank].state, host[rank].state);
+        EXPECT_GT(device[rank].first_step_growth, 0) << "rank " << rank;
       }
     }
   }

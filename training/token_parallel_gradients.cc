@@ -14,10 +14,10 @@ bool Split(const TokenParallel& parallel, const std::string& name) {
 }  // namespace
 
 absl::Status SumTokenParallelGradients(
-    TokenParallel& parallel, const std::vector<TrainableTensor>& trainable) {
+    const TokenParallel& parallel, Collectives* tensor, Collectives* context,
+    const std::vector<TrainableTensor>& trainable) {
   if (parallel.cp() > 1) {
-    if (absl::Status status =
-            AllReduceGradients(*parallel.context_host_group(), trainable);
+    if (absl::Status status = AllReduceGradients(*context, trainable);
         !status.ok()) {
       return status;
     }
@@ -27,7 +27,7 @@ absl::Status SumTokenParallelGradients(
   for (const TrainableTensor& param : trainable) {
     if (!Split(parallel, param.name)) whole.push_back(param);
   }
-  return AllReduceGradients(*parallel.tensor_host_group(), whole);
+  return AllReduceGradients(*tensor, whole);
 }
 
 absl::StatusOr<double> TokenParallelGradSquaredSum(

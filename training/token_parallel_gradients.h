@@ -18,8 +18,11 @@
 namespace glm {
 
 // In place: the whole model's gradients, as one process computes them.
+// `tensor` and `context` are parallel's groups as the gradients' buffers reach
+// them (the device's views for a model trained on the device).
 absl::Status SumTokenParallelGradients(
-    TokenParallel& parallel, const std::vector<TrainableTensor>& trainable);
+    const TokenParallel& parallel, Collectives* tensor, Collectives* context,
+    const std::vector<TrainableTensor>& trainable);
 
 // The squared norm of the whole gradients (after SumTokenParallelGradients):
 // whole tensors once, split tensors summed over the tensor group in rank

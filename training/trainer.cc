@@ -347,11 +347,12 @@ absl::Status Trainer::BuildModel(
 }
 
 void Trainer::PlaceOptimizer() {
-  // One rank, or data- and expert-parallel ranks (ZeRO-1 or not), without
-  // LoRA: everything a step does runs where the model computes (the
-  // gradients are summed and ZeRO-1's updated shards exchanged where they
-  // lie), so the weights and the optimizer stay on the device.
-  if (device_params_ && !pipeline_ && !token_parallel_ && !lora_) {
+  // One rank, or data-, expert-, tensor- and context-parallel ranks (ZeRO-1
+  // or not), without LoRA or a pipeline: everything a step does runs where
+  // the model computes (the gradients are summed and ZeRO-1's updated shards
+  // exchanged where they lie), so the weights and the optimizer stay on the
+  // device.
+  if (device_params_ && !pipeline_ && !lora_) {
     device_optimizer_.emplace(options_.adamw);
   }
   // Shards of the tensors this rank trains (its stages' under pp).
@@ -628,11 +629,15 @@ absl::Status Trainer::ReduceTokenParallel(MicroBatchTotals* totals) {
   // Under expert parallelism a routed expert's gradient is complete on its
   // owner (the dispatcher brought it every token of the expert group); the
   // expert-data group sums its replicas.
+  // The gradients where the step updates them: a resident rank's summed on
+  // the device where they lie.
+  const std::vector<TrainableTensor> trainable = StepTrainable();
   const std::vector<TrainableTensor> partial =
-      expert_parallel_ ? SplitRoutedExperts(*params_, Trainable()).dense
-                       : Trainable();
-  if (absl::Status status =
-          SumTokenParallelGradients(*token_parallel_, partial);
+      expert_parallel_ ? SplitExperts(trainable).dense : trainable;
+  const bool on_device = OnDevice(trainable);
+  if (absl::Status status = SumTokenParallelGradients(
+          *token_parallel_, tensor_views_.For(on_device),
+          context_views_.For(on_device), partial);
       !status.ok()) {
     return status;
   }

@@ -203,15 +203,18 @@ absl::Status Trainer::Restore(const TrainingState& state) {
   skipped_iterations_ = state.skipped_iterations;
   nan_iterations_ = state.nan_iterations;
   optimizer_.set_steps(state.optimizer_steps);
-  if (resident()) SyncToDevice();
-  if (!token_parallel_ || token_parallel_->tp() == 1) return absl::OkStatus();
-  for (const auto& [param, moments] : CheckpointedWithMoments()) {
-    if (TensorParallelDim(param.name) < 0) continue;
-    for (const auto& [key, part] : CheckpointTensorsOf(param, *moments)) {
-      *part = TensorParallelPartOf(*token_parallel_, param.name,
-                                   *WholeTensor(key, param.name, *part));
+  // This rank's parts of the whole tensors the checkpoint held, then (for a
+  // model trained on the device) everything to the device.
+  if (token_parallel_ && token_parallel_->tp() > 1) {
+    for (const auto& [param, moments] : CheckpointedWithMoments()) {
+      if (TensorParallelDim(param.name) < 0) continue;
+      for (const auto& [key, part] : CheckpointTensorsOf(param, *moments)) {
+        *part = TensorParallelPartOf(*token_parallel_, param.name,
+                                     *WholeTensor(key, param.name, *part));
+      }
     }
   }
+  if (resident()) SyncToDevice();
   return absl::OkStatus();
 }
 

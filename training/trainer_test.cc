@@ -60,16 +60,19 @@ TrainerOptions TinyOptions(int64_t iters) {
 std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& options,
                                      Allocator* memory = nullptr,
                                      Collectives* data_parallel = nullptr,
-                                     Collectives* experts = nullptr) {
+                                     Collectives* experts = nullptr,
+                                     Collectives* tensor = nullptr) {
   std::optional<ExpertParallelRank> expert_parallel;
   if (experts != nullptr)
     expert_parallel = ExpertParallelRank{experts, nullptr};
+  std::optional<TokenParallelRank> token_parallel;
+  if (tensor != nullptr) token_parallel = TokenParallelRank{tensor, nullptr};
   auto trainer = Trainer::Create(
       options,
       std::make_unique<PretrainData>(
           std::make_unique<RepeatingTextDataset>(options.seq_length, 4096)),
       nullptr, std::make_unique<CpuBackend>(memory), data_parallel,
-      std::nullopt, expert_parallel);
+      std::nullopt, expert_parallel, token_parallel);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return std::move(*trainer);
 }
@@ -267,6 +270,33 @@ TEST(TrainerTest, ExpertParallelOnTheDeviceResumesBitwiseEqual) {
                                    /*expert_parallel=*/true);
   ExpectTwoRanksResumeBitwiseEqual(/*distributed_optimizer=*/true,
                                    /*expert_parallel=*/true);
+}
+
+// Two tensor-parallel ranks training on the device: a checkpoint joins both
+// ranks' parts of the split weights and moments into whole tensors on the
+// host, and a load deals each rank its part back to the device, so the
+// resumed ranks continue the uninterrupted run bit for bit.
+TEST(TrainerTest, TensorParallelOnTheDeviceResumesBitwiseEqual) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::vector<std::unique_ptr<GlooCollectives>> groups;
+      for (const char* run : {"whole", "first", "resumed"}) {
+        auto group = GlooCollectives::Connect(store, std::string(run) + "-tp",
+                                              rank, 2, {});
+        ASSERT_TRUE(group.ok()) << group.status();
+        groups.push_back(*std::move(group));
+      }
+      SeparateMemoryAllocator memory;
+      ExpectResumedRunContinues([&](int run) {
+        return MakeTrainer(TinyOptions(4), &memory, nullptr, nullptr,
+                           groups[run].get());
+      });
+      for (const auto& group : groups) EXPECT_TRUE(group->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 // Counts the compute-copy refreshes a trainer asks its backend for.
