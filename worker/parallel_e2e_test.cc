@@ -19,6 +19,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,13 +35,25 @@
 namespace glm {
 namespace {
 
-// Follows the job to its end, passing each step's metrics to `on_metrics`.
+// Follows the job to its end, passing each step's metrics to `on_metrics`
+// once. A watch sees the metrics reported after it starts, and the job as it
+// was then: its latest step, which the job may have reported before the
+// watch began (it starts as soon as its workers are assigned).
 v1::Job WatchSteps(
     const TestCoordinator& server, const std::string& id,
     const std::function<void(const v1::StepMetrics&)>& on_metrics) {
+  std::set<int64_t> seen;
+  auto pass = [&](const v1::StepMetrics& metrics) {
+    if (metrics.iteration() > 0 && seen.insert(metrics.iteration()).second) {
+      on_metrics(metrics);
+    }
+  };
   return WatchToTheEnd(server, id, absl::Seconds(120),
                        [&](const v1::JobEvent& event) {
-                         if (event.has_metrics()) on_metrics(event.metrics());
+                         if (event.job().has_latest_metrics()) {
+                           pass(event.job().latest_metrics());
+                         }
+                         if (event.has_metrics()) pass(event.metrics());
                        });
 }
 
