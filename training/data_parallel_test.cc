@@ -59,7 +59,8 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
                   std::optional<ExpertParallelRank> expert_parallel = {},
                   std::optional<TokenParallelRank> token_parallel = {},
                   const TrainerOptions& base = Options(),
-                  Allocator* memory = nullptr) {
+                  Allocator* memory = nullptr,
+                  std::optional<PipelineRank> pipeline = {}) {
   TrainerOptions options = base;
   options.distributed_optimizer = distributed_optimizer;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
@@ -67,7 +68,7 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
       std::make_unique<PretrainData>(
           std::make_unique<HashedTokenDataset>(options.seq_length)),
       nullptr, std::make_unique<CpuBackend>(memory), data_parallel,
-      std::nullopt, expert_parallel, token_parallel);
+      std::move(pipeline), expert_parallel, token_parallel);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   TrainingRun run;
   if (!trainer.ok()) return run;
@@ -337,6 +338,71 @@ TEST(DataParallelTest, TokenParallelRanksTrainInTheBackendMemory) {
         EXPECT_EQ(device[rank].state, host[rank].state);
         EXPECT_GT(device[rank].first_step_growth, 0) << "rank " << rank;
       }
+    }
+  }
+}
+
+// Two pp ranks of `layout` on threads, each with its own Gloo groups, its
+// backend's tensors in memory of its own (standing in for a GPU's) or the
+// host's.
+std::vector<TrainingRun> TrainPipeline(const std::string& layout,
+                                       bool separate_memory) {
+  const ModelConfig config = *PresetConfig("glm5.2-tiny");
+  LayoutRequest request;
+  request.layout = layout;
+  request.num_layers = config.num_hidden_layers;
+  request.mtp_layers = config.num_mtp_layers;
+  request.pp = 2;
+  request.sharing = config.index_sharing;
+  const absl::StatusOr<std::vector<StageSlice>> plan = PlanStages(request);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  gloo::rendezvous::HashStore store;
+  std::vector<TrainingRun> ranks(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto forward = GlooCollectives::Connect(store, "pp", rank, 2, {});
+      auto backward = GlooCollectives::Connect(store, "ppb", rank, 2, {});
+      ASSERT_TRUE(forward.ok() && backward.ok());
+      PipelineRank pipeline{forward->get(), backward->get(), {}, *plan};
+      for (const StageSlice& stage : *plan) {
+        if (stage.pp_rank == rank) pipeline.stages.push_back(stage);
+      }
+      SeparateMemoryAllocator memory;
+      ranks[rank] = Train(nullptr, false, {}, {}, Options(),
+                          separate_memory ? &memory : nullptr, pipeline);
+      EXPECT_TRUE((*forward)->Barrier().ok());
+      EXPECT_TRUE((*backward)->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return ranks;
+}
+
+// Pipeline ranks whose backend memory stands apart from the host keep their
+// stages' weights and AdamW there (the memory grows by the moments in the
+// first step) and sum the shared tensors' gradients there: every step and
+// tensor equals the host run's bit for bit, with one stage a rank and with
+// two (interleaved).
+TEST(DataParallelTest, PipelineRanksTrainInTheBackendMemory) {
+  for (const char* layout : {"Etttttt|ttmL", "Et|t|tttt|ttmL"}) {
+    SCOPED_TRACE(layout);
+    const std::vector<TrainingRun> host = TrainPipeline(layout, false);
+    const std::vector<TrainingRun> device = TrainPipeline(layout, true);
+    ASSERT_EQ(host.size(), 2u);
+    ASSERT_EQ(device.size(), 2u);
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_FALSE(host[rank].steps.empty());
+      ASSERT_EQ(device[rank].steps.size(), host[rank].steps.size());
+      for (size_t i = 0; i < host[rank].steps.size(); ++i) {
+        EXPECT_EQ(device[rank].steps[i].lm_loss(),
+                  host[rank].steps[i].lm_loss());
+        EXPECT_EQ(device[rank].steps[i].grad_norm(),
+                  host[rank].steps[i].grad_norm());
+      }
+      EXPECT_EQ(device[rank].state, host[rank].state);
+      EXPECT_GT(device[rank].first_step_growth, 0) << "rank " << rank;
     }
   }
 }

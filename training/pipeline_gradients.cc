@@ -22,7 +22,7 @@ namespace {
 // Sums one tensor's gradient over the pp ranks that read it: the lowest
 // receives the others' in rank order, adds them, and sends the sum back.
 // Ranks that do not read it take no part, so they need not hold it.
-absl::Status SumOverReaders(Collectives& pipeline,
+absl::Status SumOverReaders(Backend& backend, Collectives& pipeline,
                             const std::vector<int>& readers, Tensor& grad) {
   const int64_t count = grad.numel();
   const int first = readers.front();
@@ -33,14 +33,14 @@ absl::Status SumOverReaders(Collectives& pipeline,
     }
     return pipeline.Recv(grad.data(), count, first);
   }
-  std::vector<float> other(count);
+  Tensor other({count}, grad.on_host() ? nullptr : backend.allocator());
+  const MatrixView sum{grad.data(), 1, count, count};
   for (size_t i = 1; i < readers.size(); ++i) {
     if (absl::Status status = pipeline.Recv(other.data(), count, readers[i]);
         !status.ok()) {
       return status;
     }
-    float* sum = grad.data();
-    for (int64_t e = 0; e < count; ++e) sum[e] += other[e];
+    backend.Axpy(1.f, ConstMatrixView(other.data(), 1, count, count), sum);
   }
   for (size_t i = 1; i < readers.size(); ++i) {
     if (absl::Status sent = pipeline.Send(grad.data(), count, readers[i]);
@@ -53,7 +53,7 @@ absl::Status SumOverReaders(Collectives& pipeline,
 
 }  // namespace
 
-absl::Status SumSharedGradients(Collectives& pipeline,
+absl::Status SumSharedGradients(Backend& backend, Collectives& pipeline,
                                 const PipelineTensors& tensors,
                                 const std::vector<TrainableTensor>& trainable) {
   std::map<std::string, Tensor*> grads;
@@ -68,7 +68,8 @@ absl::Status SumSharedGradients(Collectives& pipeline,
     }
     const auto grad = grads.find(name);
     if (grad == grads.end()) continue;  // not trained (LoRA trains adapters)
-    if (absl::Status status = SumOverReaders(pipeline, readers, *grad->second);
+    if (absl::Status status =
+            SumOverReaders(backend, pipeline, readers, *grad->second);
         !status.ok()) {
       return status;
     }

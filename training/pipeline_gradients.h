@@ -25,9 +25,10 @@ std::vector<TrainableTensor> SelectTrainable(
 
 // In place: the gradients of `tensors.shared` become their sums over the pp
 // ranks that read each (point to point within `pipeline`, summed in rank
-// order); a rank takes part only for the tensors it reads. Every rank's
-// gradients of the tensors it uses are then the whole model's.
-absl::Status SumSharedGradients(Collectives& pipeline,
+// order by `backend`, where the gradients live); a rank takes part only for
+// the tensors it reads. Every rank's gradients of the tensors it uses are
+// then the whole model's. `pipeline` takes buffers where the gradients lie.
+absl::Status SumSharedGradients(Backend& backend, Collectives& pipeline,
                                 const PipelineTensors& tensors,
                                 const std::vector<TrainableTensor>& trainable);
 

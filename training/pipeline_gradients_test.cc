@@ -77,7 +77,8 @@ void ExpectRanksMatchTheWholeModel(const std::string& layout, int pp = 2) {
       const std::vector<TrainableTensor> trainable =
           SelectTrainable(TrainableOf(params), tensors.used);
       CpuBackend backend;
-      ASSERT_TRUE(SumSharedGradients(*run->forward, tensors, trainable).ok());
+      ASSERT_TRUE(
+          SumSharedGradients(backend, *run->forward, tensors, trainable).ok());
       // Each tensor counts once, on its owning rank.
       const absl::StatusOr<double> squared_norm = SumInRankOrder(
           *run->forward,

@@ -342,17 +342,18 @@ absl::Status Trainer::BuildModel(
   if (!pipeline) return absl::OkStatus();
   pipeline_tensors_ =
       PipelineTensorsOf(*params_, pipeline->plan, pipeline->forward->rank());
+  pipeline_views_ = GroupViews(pipeline->forward, backend_->allocator());
   pipeline_ = std::move(pipeline);
   return CheckLoraUnderPipeline();
 }
 
 void Trainer::PlaceOptimizer() {
-  // One rank, or data-, expert-, tensor- and context-parallel ranks (ZeRO-1
-  // or not), without LoRA or a pipeline: everything a step does runs where
-  // the model computes (the gradients are summed and ZeRO-1's updated shards
+  // Without LoRA, every rank (data-, expert-, tensor-, context- or
+  // pipeline-parallel, ZeRO-1 or not): everything a step does runs where the
+  // model computes (the gradients are summed and ZeRO-1's updated shards
   // exchanged where they lie), so the weights and the optimizer stay on the
   // device.
-  if (device_params_ && !pipeline_ && !lora_) {
+  if (device_params_ && !lora_) {
     device_optimizer_.emplace(options_.adamw);
   }
   // Shards of the tensors this rank trains (its stages' under pp).
@@ -815,8 +816,11 @@ absl::Status Trainer::ReduceGradients(MicroBatchTotals* totals) {
   // read on several pp ranks need a sum) and losses; then the data-parallel
   // ranks sum theirs.
   if (pipeline_) {
+    // Where the step updates them: a resident rank's on the device.
+    const std::vector<TrainableTensor> trainable = StepTrainable();
     if (absl::Status status = SumSharedGradients(
-            *pipeline_->forward, *pipeline_tensors_, Trainable());
+            optimizer_backend(), *pipeline_views_.For(OnDevice(trainable)),
+            *pipeline_tensors_, trainable);
         !status.ok()) {
       return status;
     }

@@ -339,6 +339,9 @@ class Trainer {
   // and reductions take the view for its backend's memory, the sums of
   // gradients and losses the host view (token_parallel_ holds both).
   GroupViews tensor_views_, context_views_;
+  // The pipeline's forward group likewise, for the sums of the gradients of
+  // tensors several stages read (its activations go through the host).
+  GroupViews pipeline_views_;
   // Whether `tensors` are the device model's (a host backend's model may lie
   // in memory of its own, which the host views read).
   bool OnDevice(const std::vector<TrainableTensor>& tensors) const {

@@ -15,6 +15,7 @@
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "kernels/tensor_arena.h"
 #include "parallel/gloo_collectives.h"
+#include "parallel/pipeline_layout.h"
 #include "training/flops.h"
 
 namespace glm {
@@ -57,11 +58,10 @@ TrainerOptions TinyOptions(int64_t iters) {
 // `memory` (may be null: host) is where the backend's tensors live.
 // `data_parallel` (may be null: one rank) is its data-parallel group, and
 // `experts` (may be null) its expert-parallel group.
-std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& options,
-                                     Allocator* memory = nullptr,
-                                     Collectives* data_parallel = nullptr,
-                                     Collectives* experts = nullptr,
-                                     Collectives* tensor = nullptr) {
+std::unique_ptr<Trainer> MakeTrainer(
+    const TrainerOptions& options, Allocator* memory = nullptr,
+    Collectives* data_parallel = nullptr, Collectives* experts = nullptr,
+    Collectives* tensor = nullptr, std::optional<PipelineRank> pipeline = {}) {
   std::optional<ExpertParallelRank> expert_parallel;
   if (experts != nullptr)
     expert_parallel = ExpertParallelRank{experts, nullptr};
@@ -72,7 +72,7 @@ std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& options,
       std::make_unique<PretrainData>(
           std::make_unique<RepeatingTextDataset>(options.seq_length, 4096)),
       nullptr, std::make_unique<CpuBackend>(memory), data_parallel,
-      std::nullopt, expert_parallel, token_parallel);
+      std::move(pipeline), expert_parallel, token_parallel);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return std::move(*trainer);
 }
@@ -292,6 +292,48 @@ TEST(TrainerTest, TensorParallelOnTheDeviceResumesBitwiseEqual) {
       ExpectResumedRunContinues([&](int run) {
         return MakeTrainer(TinyOptions(4), &memory, nullptr, nullptr,
                            groups[run].get());
+      });
+      for (const auto& group : groups) EXPECT_TRUE(group->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// Two pipeline ranks training on the device (each its stages' weights and
+// moments): a checkpoint brings them to the host and a load takes them back,
+// so the resumed ranks continue the uninterrupted run bit for bit.
+TEST(TrainerTest, PipelineOnTheDeviceResumesBitwiseEqual) {
+  const ModelConfig config = *PresetConfig("glm5.2-tiny");
+  LayoutRequest request;
+  request.layout = "Etttttt|ttmL";
+  request.num_layers = config.num_hidden_layers;
+  request.mtp_layers = config.num_mtp_layers;
+  request.pp = 2;
+  request.sharing = config.index_sharing;
+  const absl::StatusOr<std::vector<StageSlice>> plan = PlanStages(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::vector<std::unique_ptr<GlooCollectives>> groups;
+      for (const char* run : {"whole", "first", "resumed"}) {
+        for (const char* direction : {"-pp", "-ppb"}) {
+          auto group = GlooCollectives::Connect(
+              store, std::string(run) + direction, rank, 2, {});
+          ASSERT_TRUE(group.ok()) << group.status();
+          groups.push_back(*std::move(group));
+        }
+      }
+      SeparateMemoryAllocator memory;
+      ExpectResumedRunContinues([&](int run) {
+        PipelineRank pipeline{
+            groups[2 * run].get(), groups[2 * run + 1].get(), {}, *plan};
+        for (const StageSlice& stage : *plan) {
+          if (stage.pp_rank == rank) pipeline.stages.push_back(stage);
+        }
+        return MakeTrainer(TinyOptions(4), &memory, nullptr, nullptr, nullptr,
+                           pipeline);
       });
       for (const auto& group : groups) EXPECT_TRUE(group->Barrier().ok());
     });
