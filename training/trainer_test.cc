@@ -9,13 +9,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "kernels/tensor_arena.h"
 #include "parallel/gloo_collectives.h"
-#include "parallel/pipeline_layout.h"
+#include "parallel/pipeline_test_util.h"
 #include "training/flops.h"
 
 namespace glm {
@@ -226,6 +227,39 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
       [&](int) { return MakeTrainer(TinyOptions(4), &memory); });
 }
 
+// Two ranks on threads, each training in memory of its own (standing in for
+// a GPU's): `make(rank, memory, groups)` makes a trainer of rank `rank` from
+// one run's Gloo groups (one per name in `group_names`, joined by both
+// ranks), and the resumed run continues the uninterrupted one
+// (ExpectResumedRunContinues).
+using RankTrainerMaker = std::function<std::unique_ptr<Trainer>(
+    int rank, Allocator* memory, const std::vector<Collectives*>& groups)>;
+void ExpectTwoDeviceRanksResume(const std::vector<std::string>& group_names,
+                                const RankTrainerMaker& make) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::vector<std::unique_ptr<GlooCollectives>> owned;
+      std::vector<std::vector<Collectives*>> runs(3);
+      for (int run = 0; run < 3; ++run) {
+        for (const std::string& name : group_names) {
+          auto group = GlooCollectives::Connect(
+              store, absl::StrCat("run", run, "-", name), rank, 2, {});
+          ASSERT_TRUE(group.ok()) << group.status();
+          owned.push_back(*std::move(group));
+          runs[run].push_back(owned.back().get());
+        }
+      }
+      SeparateMemoryAllocator memory;
+      ExpectResumedRunContinues(
+          [&](int run) { return make(rank, &memory, runs[run]); });
+      for (const auto& group : owned) EXPECT_TRUE(group->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
 // Two ranks on the device, each keeping its part of the AdamW moments in the
 // backend's memory (ZeRO-1: its shard; EP2: the dense tensors' and its own
 // experts'; both: its shard of the dense tensors and its experts'): a
@@ -233,31 +267,14 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
 // the resumed ranks continue the uninterrupted run bit for bit.
 void ExpectTwoRanksResumeBitwiseEqual(bool distributed_optimizer,
                                       bool expert_parallel) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto connect = [&](const std::string& key) {
-        auto group = GlooCollectives::Connect(store, key, rank, 2, {});
-        EXPECT_TRUE(group.ok()) << group.status();
-        return *std::move(group);
-      };
-      std::vector<std::unique_ptr<GlooCollectives>> groups;
-      for (const char* run : {"whole", "first", "resumed"}) {
-        groups.push_back(connect(run));
-        groups.push_back(connect(std::string(run) + "-ep"));
-      }
-      SeparateMemoryAllocator memory;
-      ExpectResumedRunContinues([&](int run) {
+  ExpectTwoDeviceRanksResume(
+      {"dp", "ep"},
+      [&](int, Allocator* memory, const std::vector<Collectives*>& groups) {
         TrainerOptions options = TinyOptions(4);
         options.distributed_optimizer = distributed_optimizer;
-        return MakeTrainer(
-            options, &memory, groups[2 * run].get(),
-            expert_parallel ? groups[2 * run + 1].get() : nullptr);
+        return MakeTrainer(options, memory, groups[0],
+                           expert_parallel ? groups[1] : nullptr);
       });
-    });
-  }
-  for (std::thread& t : threads) t.join();
 }
 
 TEST(TrainerTest, DistributedOptimizerOnTheDeviceResumesBitwiseEqual) {
@@ -277,68 +294,30 @@ TEST(TrainerTest, ExpertParallelOnTheDeviceResumesBitwiseEqual) {
 // host, and a load deals each rank its part back to the device, so the
 // resumed ranks continue the uninterrupted run bit for bit.
 TEST(TrainerTest, TensorParallelOnTheDeviceResumesBitwiseEqual) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::vector<std::unique_ptr<GlooCollectives>> groups;
-      for (const char* run : {"whole", "first", "resumed"}) {
-        auto group = GlooCollectives::Connect(store, std::string(run) + "-tp",
-                                              rank, 2, {});
-        ASSERT_TRUE(group.ok()) << group.status();
-        groups.push_back(*std::move(group));
-      }
-      SeparateMemoryAllocator memory;
-      ExpectResumedRunContinues([&](int run) {
-        return MakeTrainer(TinyOptions(4), &memory, nullptr, nullptr,
-                           groups[run].get());
+  ExpectTwoDeviceRanksResume(
+      {"tp"},
+      [](int, Allocator* memory, const std::vector<Collectives*>& groups) {
+        return MakeTrainer(TinyOptions(4), memory, nullptr, nullptr, groups[0]);
       });
-      for (const auto& group : groups) EXPECT_TRUE(group->Barrier().ok());
-    });
-  }
-  for (std::thread& t : threads) t.join();
 }
 
 // Two pipeline ranks training on the device (each its stages' weights and
 // moments): a checkpoint brings them to the host and a load takes them back,
 // so the resumed ranks continue the uninterrupted run bit for bit.
 TEST(TrainerTest, PipelineOnTheDeviceResumesBitwiseEqual) {
-  const ModelConfig config = *PresetConfig("glm5.2-tiny");
-  LayoutRequest request;
-  request.layout = "Etttttt|ttmL";
-  request.num_layers = config.num_hidden_layers;
-  request.mtp_layers = config.num_mtp_layers;
-  request.pp = 2;
-  request.sharing = config.index_sharing;
-  const absl::StatusOr<std::vector<StageSlice>> plan = PlanStages(request);
+  const absl::StatusOr<std::vector<StageSlice>> plan =
+      PlanForModel(*PresetConfig("glm5.2-tiny"), "Etttttt|ttmL", 2);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::vector<std::unique_ptr<GlooCollectives>> groups;
-      for (const char* run : {"whole", "first", "resumed"}) {
-        for (const char* direction : {"-pp", "-ppb"}) {
-          auto group = GlooCollectives::Connect(
-              store, std::string(run) + direction, rank, 2, {});
-          ASSERT_TRUE(group.ok()) << group.status();
-          groups.push_back(*std::move(group));
-        }
-      }
-      SeparateMemoryAllocator memory;
-      ExpectResumedRunContinues([&](int run) {
-        PipelineRank pipeline{
-            groups[2 * run].get(), groups[2 * run + 1].get(), {}, *plan};
+  ExpectTwoDeviceRanksResume(
+      {"pp", "ppb"}, [&](int rank, Allocator* memory,
+                         const std::vector<Collectives*>& groups) {
+        PipelineRank pipeline{groups[0], groups[1], {}, *plan};
         for (const StageSlice& stage : *plan) {
           if (stage.pp_rank == rank) pipeline.stages.push_back(stage);
         }
-        return MakeTrainer(TinyOptions(4), &memory, nullptr, nullptr, nullptr,
+        return MakeTrainer(TinyOptions(4), memory, nullptr, nullptr, nullptr,
                            pipeline);
       });
-      for (const auto& group : groups) EXPECT_TRUE(group->Barrier().ok());
-    });
-  }
-  for (std::thread& t : threads) t.join();
 }
 
 // Counts the compute-copy refreshes a trainer asks its backend for.
