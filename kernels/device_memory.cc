@@ -1,5 +1,6 @@
 #include "kernels/device_memory.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdlib>
 #include <string>
@@ -13,6 +14,16 @@ thread_local Allocator* current_allocator = nullptr;
 }  // namespace
 
 Allocator* CurrentAllocator() { return current_allocator; }
+
+void CopyFloats(Allocator* memory, float* dst, const float* src,
+                int64_t count) {
+  if (count <= 0) return;
+  if (memory == nullptr) {
+    std::copy_n(src, count, dst);
+  } else {
+    memory->CopyWithin(dst, src, static_cast<size_t>(count) * sizeof(float));
+  }
+}
 
 bool PoisonOutputs() {
   static const bool poison = [] {

@@ -64,6 +64,10 @@ class Allocator {
 // The allocator tensors constructed on this thread use; null: host memory.
 Allocator* CurrentAllocator();
 
+// `count` floats from `src` to `dst`, both in `memory` (null: the host's);
+// on a device, queued like its other copies.
+void CopyFloats(Allocator* memory, float* dst, const float* src, int64_t count);
+
 // Whether device tensors made for an op's output start poisoned (0xff bytes)
 // instead of as whatever their memory held: GLM_POISON_OUTPUTS=1, read once.
 // Host tensors always start poisoned (kernels/tensor.h, Tensor::ForOutput).

@@ -17,12 +17,7 @@ namespace {
 //
 // `count` floats from `src` to `dst`, both where the pass's tensors live.
 void CopyFloats(float* dst, const float* src, int64_t count) {
-  if (count == 0) return;
-  if (Allocator* memory = CurrentAllocator()) {
-    memory->CopyWithin(dst, src, count * sizeof(float));
-  } else {
-    std::copy_n(src, count, dst);
-  }
+  CopyFloats(CurrentAllocator(), dst, src, count);
 }
 
 // `view`'s rows one after another from `to`.

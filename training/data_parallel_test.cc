@@ -50,9 +50,10 @@ struct TrainingRun {
   size_t buckets = 0, started_during_backward = 0;
   // Expert rows exchanged queued on the (stand-in) device.
   int queued_exchanges = 0;
-  // How much the backend's memory grew in the first step (AdamW's moments,
-  // where the optimizer lives there).
-  int64_t first_step_growth = 0;
+  // Whether the weights and AdamW lived in the backend's memory.
+  bool trained_on_device = false;
+  // With LoRA: the weights with the adapters merged, as an export takes them.
+  std::map<std::string, std::vector<float>> merged;
 };
 
 // `memory` (null: host) is where the backend's tensors live.
@@ -73,14 +74,11 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   TrainingRun run;
   if (!trainer.ok()) return run;
-  const int64_t before = memory == nullptr ? 0 : memory->bytes_in_use();
+  run.trained_on_device = (*trainer)->trains_on_device();
   while (!(*trainer)->Done()) {
     absl::StatusOr<v1::StepMetrics> metrics = (*trainer)->Step();
     EXPECT_TRUE(metrics.ok()) << metrics.status();
     if (!metrics.ok()) return run;
-    if (run.steps.empty() && memory != nullptr) {
-      run.first_step_growth = memory->bytes_in_use() - before;
-    }
     run.steps.push_back(*metrics);
   }
   if (const OverlappedGradientSum* sum = (*trainer)->overlapped_sum()) {
@@ -92,6 +90,15 @@ TrainingRun Train(Collectives* data_parallel, bool distributed_optimizer,
   for (const auto* tensors : {&state.model, &state.optimizer}) {
     for (const StateTensor& t : *tensors) {
       run.state[t.name] = t.tensor->HostValues();
+    }
+  }
+  (*trainer)->ReleaseCheckpointState();
+  if (options.lora) {
+    absl::StatusOr<TrainingState> merged = (*trainer)->MergedModelState();
+    EXPECT_TRUE(merged.ok()) << merged.status();
+    if (!merged.ok()) return run;
+    for (const StateTensor& t : merged->model) {
+      run.merged[t.name] = t.tensor->HostValues();
     }
   }
   return run;
@@ -229,11 +236,10 @@ void ExpectBitwiseSameRuns(const std::vector<TrainingRun>& got,
   }
 }
 
-// Each rank's backend memory grew in the first step: AdamW's moments live
-// there, with the weights.
-void ExpectMomentsInTheBackendMemory(const std::vector<TrainingRun>& runs) {
+// Each rank's weights and AdamW lived in the backend's memory.
+void ExpectTrainedOnTheDevice(const std::vector<TrainingRun>& runs) {
   for (size_t rank = 0; rank < runs.size(); ++rank) {
-    EXPECT_GT(runs[rank].first_step_growth, 0) << "rank " << rank;
+    EXPECT_TRUE(runs[rank].trained_on_device) << "rank " << rank;
   }
 }
 
@@ -321,8 +327,8 @@ std::vector<TrainingRun> TrainTokenParallel(int tp, int cp,
 }
 
 // Tensor- and context-parallel ranks whose backend memory stands apart from
-// the host (as on a GPU) keep their weights and AdamW there (the memory grows
-// by the moments in the first step) and sum their gradients where they lie;
+// the host (as on a GPU) keep their weights and AdamW there and sum their
+// gradients where they lie;
 // with groups that take the host's buffers (Gloo, through host copies) or
 // the device's (NCCL's place), every step and tensor equals the host run's
 // bit for bit.
@@ -338,7 +344,7 @@ TEST(DataParallelTest, TokenParallelRanksTrainInTheBackendMemory) {
       const std::vector<TrainingRun> device =
           TrainTokenParallel(tp, cp, true, place);
       ExpectBitwiseSameRuns(device, host);
-      ExpectMomentsInTheBackendMemory(device);
+      ExpectTrainedOnTheDevice(device);
     }
   }
 }
@@ -376,8 +382,8 @@ std::vector<TrainingRun> TrainPipeline(const std::string& layout,
 }
 
 // Pipeline ranks whose backend memory stands apart from the host keep their
-// stages' weights and AdamW there (the memory grows by the moments in the
-// first step) and sum the shared tensors' gradients there: every step and
+// stages' weights and AdamW there and sum the shared tensors' gradients
+// there: every step and
 // tensor equals the host run's bit for bit, with one stage a rank and with
 // two (interleaved).
 TEST(DataParallelTest, PipelineRanksTrainInTheBackendMemory) {
@@ -388,7 +394,7 @@ TEST(DataParallelTest, PipelineRanksTrainInTheBackendMemory) {
     ASSERT_EQ(host.size(), 2u);
     ASSERT_FALSE(host[1].steps.empty());
     ExpectBitwiseSameRuns(device, host);
-    ExpectMomentsInTheBackendMemory(device);
+    ExpectTrainedOnTheDevice(device);
   }
 }
 
@@ -559,6 +565,33 @@ TEST(DataParallelTest, LoraUnderExpertParallelTakesTheStepsOfOneProcess) {
   for (const TrainingRun& rank : ranks) {
     ExpectSameSteps(rank, single);
     ExpectSameState(rank, single);
+  }
+}
+
+// LoRA with the backend's tensors apart from the host (as on a GPU): the
+// frozen weights, the adapters and their moments stay in the backend's
+// memory, where the adapters are merged and trained; one rank, and DP2 with
+// ZeRO-1 over groups in either place, equal the host runs bit for bit, the
+// merged weights an export takes included.
+TEST(DataParallelTest, LoraTrainsInTheBackendMemory) {
+  TrainerOptions options = Options();
+  options.lora = LoraOptions{4, 8, {"q_a_proj", "o_proj", "gate_proj"}};
+  SeparateMemoryAllocator memory;
+  const TrainingRun host = Train(nullptr, false, {}, {}, options);
+  const TrainingRun device = Train(nullptr, false, {}, {}, options, &memory);
+  ASSERT_FALSE(host.merged.empty());
+  ExpectBitwiseSameRuns({device}, {host});
+  EXPECT_EQ(device.merged, host.merged);
+  ExpectTrainedOnTheDevice({device});
+  const std::vector<TrainingRun> host_ranks =
+      TrainOnTwoRanks(/*distributed_optimizer=*/true, false, options);
+  for (BufferPlace place : {BufferPlace::kHost, BufferPlace::kDevice}) {
+    const std::vector<TrainingRun> device_ranks =
+        TrainOnTwoRanks(true, false, options, &memory, place);
+    ExpectBitwiseSameRuns(device_ranks, host_ranks);
+    for (size_t rank = 0; rank < host_ranks.size(); ++rank) {
+      EXPECT_EQ(device_ranks[rank].merged, host_ranks[rank].merged);
+    }
   }
 }
 

@@ -9,18 +9,28 @@
 namespace glm {
 namespace {
 
-// Copies the tensors [first, end) into `flat` (or back out of it).
-void Pack(const std::vector<Tensor*>& tensors, int64_t first, int64_t end,
-          float* flat) {
+// Where `tensors` lie (the first held one's memory: they share it).
+Allocator* MemoryOf(const std::vector<Tensor*>& tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->numel() > 0) return t->allocator();
+  }
+  return nullptr;
+}
+
+// Copies the tensors [first, end) into `flat` (or back out of it), where
+// they lie (`memory`: all in one).
+void Pack(Allocator* memory, const std::vector<Tensor*>& tensors, int64_t first,
+          int64_t end, float* flat) {
   for (int64_t t = first; t < end; ++t) {
-    flat = std::copy_n(tensors[t]->data(), tensors[t]->numel(), flat);
+    CopyFloats(memory, flat, tensors[t]->data(), tensors[t]->numel());
+    flat += tensors[t]->numel();
   }
 }
 
-void Unpack(const float* flat, int64_t first, int64_t end,
+void Unpack(Allocator* memory, const float* flat, int64_t first, int64_t end,
             const std::vector<Tensor*>& tensors) {
   for (int64_t t = first; t < end; ++t) {
-    std::copy_n(flat, tensors[t]->numel(), tensors[t]->data());
+    CopyFloats(memory, tensors[t]->data(), flat, tensors[t]->numel());
     flat += tensors[t]->numel();
   }
 }
@@ -55,17 +65,18 @@ absl::Status ParameterShards::ReduceScatter(
     return AllReduceWhereTheyLie(group, tensors);
   }
   const int ranks = group.size();
-  std::vector<float> flat(block_ * ranks, 0.f);
+  Allocator* memory = MemoryOf(tensors);
+  Tensor flat({block_ * ranks}, memory);
   for (int r = 0; r < ranks; ++r) {
-    Pack(tensors, first(r), end(r), flat.data() + r * block_);
+    Pack(memory, tensors, first(r), end(r), flat.data() + r * block_);
   }
-  std::vector<float> mine(block_);
+  Tensor mine({block_}, memory);
   if (absl::Status status =
           group.ReduceScatter(flat.data(), block_, mine.data(), ReduceOp::kSum);
       !status.ok()) {
     return status;
   }
-  Unpack(mine.data(), first(group.rank()), end(group.rank()), tensors);
+  Unpack(memory, mine.data(), first(group.rank()), end(group.rank()), tensors);
   return absl::OkStatus();
 }
 
@@ -87,15 +98,16 @@ absl::Status ParameterShards::AllGather(
     return absl::OkStatus();
   }
   const int ranks = group.size();
-  std::vector<float> mine(block_, 0.f);
-  Pack(tensors, first(group.rank()), end(group.rank()), mine.data());
-  std::vector<float> flat(block_ * ranks);
+  Allocator* memory = MemoryOf(tensors);
+  Tensor mine({block_}, memory);
+  Pack(memory, tensors, first(group.rank()), end(group.rank()), mine.data());
+  Tensor flat({block_ * ranks}, memory);
   if (absl::Status status = group.AllGather(mine.data(), block_, flat.data());
       !status.ok()) {
     return status;
   }
   for (int r = 0; r < ranks; ++r) {
-    Unpack(flat.data() + r * block_, first(r), end(r), tensors);
+    Unpack(memory, flat.data() + r * block_, first(r), end(r), tensors);
   }
   return absl::OkStatus();
 }

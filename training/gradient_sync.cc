@@ -10,12 +10,15 @@ namespace glm {
 absl::Status AllReducePacked(Collectives& group,
                              const std::vector<Tensor*>& tensors) {
   if (tensors.empty()) return absl::OkStatus();
+  // Packed where the tensors lie (all in one memory).
+  Allocator* memory = tensors[0]->allocator();
   int64_t total = 0;
   for (const Tensor* tensor : tensors) total += tensor->numel();
-  std::vector<float> flat(total);
+  Tensor flat({total}, memory);
   float* next = flat.data();
   for (const Tensor* tensor : tensors) {
-    next = std::copy_n(tensor->data(), tensor->numel(), next);
+    CopyFloats(memory, next, tensor->data(), tensor->numel());
+    next += tensor->numel();
   }
   if (absl::Status status = group.AllReduce(flat.data(), total, ReduceOp::kSum);
       !status.ok()) {
@@ -23,7 +26,7 @@ absl::Status AllReducePacked(Collectives& group,
   }
   const float* from = flat.data();
   for (Tensor* tensor : tensors) {
-    std::copy_n(from, tensor->numel(), tensor->data());
+    CopyFloats(memory, tensor->data(), from, tensor->numel());
     from += tensor->numel();
   }
   return absl::OkStatus();

@@ -1,7 +1,9 @@
 #include "training/lora.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
@@ -85,6 +87,29 @@ absl::StatusOr<LoraAdapters> LoraAdapters::Create(ModelParameters* params,
         " (modules look like q_a_proj, kv_b_proj, o_proj, gate_proj)"));
   }
   return adapters;
+}
+
+LoraAdapters LoraAdapters::MirrorOn(ModelParameters* params,
+                                    Allocator* memory) const {
+  std::map<std::string, NamedTensor> named;
+  for (const NamedTensor& t : params->Named()) named.emplace(t.name, t);
+  LoraAdapters mirror(scale_);
+  for (const Target& t : targets_) {
+    const NamedTensor& weight = named.at(t.module + kWeightSuffix);
+    mirror.targets_.push_back({t.module, weight.value, weight.grad,
+                               t.base.CopyTo(memory), t.a.CopyTo(memory),
+                               Tensor(t.a.shape(), memory), t.b.CopyTo(memory),
+                               Tensor(t.b.shape(), memory)});
+  }
+  return mirror;
+}
+
+void LoraAdapters::CopyValuesFrom(const LoraAdapters& other) {
+  assert(other.targets_.size() == targets_.size());
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    targets_[i].a.CopyFrom(other.targets_[i].a);
+    targets_[i].b.CopyFrom(other.targets_[i].b);
+  }
 }
 
 // s * B, the scaled up-projection both products below use.

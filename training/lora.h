@@ -41,6 +41,13 @@ class LoraAdapters {
                                              const LoraOptions& options,
                                              uint64_t seed);
 
+  // The same adapters on `params` (a mirror of the model these adapt, in
+  // `memory`: a device's), their values copied there: the weights, W0 and
+  // the adapters of the mirror live in `memory`.
+  LoraAdapters MirrorOn(ModelParameters* params, Allocator* memory) const;
+  // Every adapter's values from `other` (a mirror of these, or these of it).
+  void CopyValuesFrom(const LoraAdapters& other);
+
   // W = W0 + s * B A for every target this rank holds; `backend` computes
   // where the weights live.
   void Merge(Backend& backend);

@@ -348,13 +348,17 @@ absl::Status Trainer::BuildModel(
 }
 
 void Trainer::PlaceOptimizer() {
-  // Without LoRA, every rank (data-, expert-, tensor-, context- or
-  // pipeline-parallel, ZeRO-1 or not): everything a step does runs where the
-  // model computes (the gradients are summed and ZeRO-1's updated shards
-  // exchanged where they lie), so the weights and the optimizer stay on the
-  // device.
-  if (device_params_ && !lora_) {
+  // Every rank (data-, expert-, tensor-, context- or pipeline-parallel,
+  // ZeRO-1 or not, LoRA or not): everything a step does runs where the model
+  // computes (the adapters merged and trained, the gradients summed and
+  // ZeRO-1's updated shards exchanged where they lie), so the weights and the
+  // optimizer stay on the device.
+  if (device_params_) {
     device_optimizer_.emplace(options_.adamw);
+    if (lora_) {
+      device_lora_ =
+          lora_->MirrorOn(device_params_.get(), backend_->allocator());
+    }
   }
   // Shards of the tensors this rank trains (its stages' under pp).
   if (data_parallel_ == nullptr || !options_.distributed_optimizer) return;
@@ -509,7 +513,15 @@ absl::Status Trainer::CheckLoraUnderPipeline() {
 }
 
 std::vector<TrainableTensor> Trainer::StepTrainable() {
-  return resident() ? WithGradients(*device_params_) : Trainable();
+  return resident() ? DeviceTrained() : Trainable();
+}
+
+std::vector<TrainableTensor> Trainer::HostTrained() {
+  return lora_ ? lora_->Trainable() : WithGradients(*params_);
+}
+
+std::vector<TrainableTensor> Trainer::DeviceTrained() {
+  return lora_ ? device_lora_->Trainable() : WithGradients(*device_params_);
 }
 
 ModelParameters& Trainer::params() {
@@ -522,9 +534,9 @@ void Trainer::SyncMoments(bool to_host) {
   // ZeRO-1 shard): a resumed run's device moments are made here, in the two
   // flat buffers a step would make.
   const std::vector<AdamMoments*> host =
-      optimizer_.MomentsOf(UpdatedHere(WithGradients(*params_)));
+      optimizer_.MomentsOf(UpdatedHere(HostTrained()));
   const std::vector<AdamMoments*> device =
-      device_optimizer_->MomentsOf(UpdatedHere(WithGradients(*device_params_)));
+      device_optimizer_->MomentsOf(UpdatedHere(DeviceTrained()));
   for (size_t i = 0; i < host.size(); ++i) {
     AdamMoments& to = to_host ? *host[i] : *device[i];
     const AdamMoments& from = to_host ? *device[i] : *host[i];
@@ -533,14 +545,24 @@ void Trainer::SyncMoments(bool to_host) {
   }
 }
 
+// With LoRA only the adapters train: they and their moments travel, the
+// frozen weights stay where they are on either side.
 void Trainer::SyncToHost() {
-  CopyValues(*device_params_, *params_);
+  if (lora_) {
+    lora_->CopyValuesFrom(*device_lora_);
+  } else {
+    CopyValues(*device_params_, *params_);
+  }
   SyncMoments(/*to_host=*/true);
   optimizer_.set_steps(device_optimizer_->steps());
 }
 
 void Trainer::SyncToDevice() {
-  CopyValues(*params_, *device_params_);
+  if (lora_) {
+    device_lora_->CopyValuesFrom(*lora_);
+  } else {
+    CopyValues(*params_, *device_params_);
+  }
   compute_copies_current_ = false;
   SyncMoments(/*to_host=*/false);
   device_optimizer_->set_steps(optimizer_.steps());
@@ -781,16 +803,16 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
 
 absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
   if (!resident()) params_->ZeroGrad();
-  if (lora_) lora_->Merge(optimizer_backend());
+  if (lora_) trained_lora().Merge(optimizer_backend());
   if (device_params_) {
     if (!resident()) CopyValues(*params_, *device_params_);
     device_params_->ZeroGrad();
-    // Weights the host updated or merged, or a load, need fresh copies; the
-    // device optimizer's steps write them as they update the weights
+    // Merged weights, weights the host updated, or a load need fresh copies;
+    // the device optimizer's steps write them as they update the weights
     // (Backend::AdamWStep).
     if (!compute_copies_current_) {
       RefreshComputeCopies(*backend_, *device_params_);
-      compute_copies_current_ = resident();
+      compute_copies_current_ = resident() && !lora_;
     }
   }
   if (absl::Status status = RunMicroBatches(totals); !status.ok()) {
@@ -801,7 +823,7 @@ absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
   }
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).
-  if (lora_) lora_->AdapterGradients(optimizer_backend());
+  if (lora_) trained_lora().AdapterGradients(optimizer_backend());
   return absl::OkStatus();
 }
 

@@ -141,6 +141,10 @@ class Trainer {
     return overlapped_sum_.get();
   }
   bool Done() const { return iteration_ >= options_.train_iters; }
+  // Whether the weights and AdamW (with LoRA: the adapters' too) live where
+  // the model computes, a device backend's memory: a step then copies no
+  // weights or gradients between the host and the device.
+  bool trains_on_device() const { return resident(); }
   const TrainerOptions& options() const { return options_; }
   // The current weights (brought to the host first when they train on a
   // device).
@@ -288,15 +292,12 @@ class Trainer {
   // The fp32 weights, gradients the optimizer reads, and everything the
   // checkpoints and collectives see, in host memory.
   std::unique_ptr<ModelParameters> params_;
-  // On a device backend: the copy the model computes on. With one rank, or
-  // data-parallel ranks (with the distributed optimizer or not), and no
-  // other parallelism or LoRA the weights stay there (resident): the device
-  // optimizer updates them (the data-parallel sums and ZeRO-1's exchanges run
-  // on the device's tensors) and params_ / optimizer_ are their host copy for
-  // checkpoints (SyncToHost before a save or export, SyncToDevice after a
-  // load).
-  // Otherwise values go in before each step and gradients come out after its
-  // micro batches, and the host trains them with the collectives.
+  // On a device backend: the copy the model computes on, where the weights
+  // stay (resident): the device optimizer updates them (every collective of
+  // the step runs on the device's tensors) and params_ / optimizer_ are their
+  // host copy for checkpoints (SyncToHost before a save or export,
+  // SyncToDevice after a load). With LoRA the device merges and trains
+  // device_lora_, whose host copy is lora_.
   std::unique_ptr<ModelParameters> device_params_;
   std::optional<AdamW> device_optimizer_;
   bool resident() const { return device_optimizer_.has_value(); }
@@ -364,6 +365,12 @@ class Trainer {
   std::optional<PipelineTensors> pipeline_tensors_;
   std::vector<StageModel> stages_;  // with pipeline parallelism
   std::optional<LoraAdapters> lora_;
+  std::optional<LoraAdapters> device_lora_;  // lora_ on device_params_
+  // The adapters a step merges and trains: the device's when resident.
+  LoraAdapters& trained_lora() { return device_lora_ ? *device_lora_ : *lora_; }
+  // What the host's and the device's optimizer update (before sharding).
+  std::vector<TrainableTensor> HostTrained();
+  std::vector<TrainableTensor> DeviceTrained();
   std::optional<ExpertParallelRank> expert_parallel_;
   std::unique_ptr<ExpertParallelDispatcher> expert_dispatcher_;
   std::unique_ptr<TokenParallel> token_parallel_;

@@ -166,7 +166,8 @@ TrainingState Trainer::State() {
 
 absl::StatusOr<TrainingState> Trainer::MergedModelState() {
   if (resident()) SyncToHost();
-  if (lora_) lora_->Merge(optimizer_backend());
+  // The host's weights take the adapters as they are now.
+  if (lora_) lora_->Merge(host_backend_);
   TrainingState merged;
   for (const NamedTensor& named : params_->Named()) {
     if (named.value->numel() == 0) continue;  // another rank's

@@ -227,6 +227,20 @@ TEST(TrainerTest, SeparateBackendMemoryResumesBitwiseEqual) {
       [&](int) { return MakeTrainer(TinyOptions(4), &memory); });
 }
 
+// LoRA training on the device: a checkpoint brings the adapters and their
+// moments to the host and a load takes them back (the frozen weights stay
+// where they are), so the resumed run continues bit for bit.
+TEST(TrainerTest, LoraOnTheDeviceResumesBitwiseEqual) {
+  SeparateMemoryAllocator memory;
+  TrainerOptions options = TinyOptions(4);
+  options.lora = LoraOptions{4, 8, {"q_a_proj", "o_proj", "gate_proj"}};
+  ExpectResumedRunContinues([&](int) {
+    auto trainer = MakeTrainer(options, &memory);
+    EXPECT_TRUE(trainer->trains_on_device());
+    return trainer;
+  });
+}
+
 // Two ranks on threads, each training in memory of its own (standing in for
 // a GPU's): `make(rank, memory, groups)` makes a trainer of rank `rank` from
 // one run's Gloo groups (one per name in `group_names`, joined by both
