@@ -82,8 +82,9 @@ StateBytes BytesOf(const PlanJob& job, const HeldElements& held,
   if (IsTrainerStore(job.precision)) {
     // AdamW makes moments where their weights live: the model's weights on a
     // device get theirs in two flat buffers there (in host memory, a tensor
-    // each takes up to 252 bytes less); LoRA's adapters, in host memory
-    // always, a tensor each.
+    // each takes up to 252 bytes less); LoRA's adapters' moments are counted
+    // a tensor each, as in host memory (a device's flat buffers round each
+    // adapter up to 256 bytes: a few kB more for a whole model).
     if (!lora) bytes.moments = 2 * updated.arena_bytes;
     bytes.weights = kFp32Bytes * (held.parameters + held.buffers);
     bytes.gradients = kFp32Bytes * held.parameters;
