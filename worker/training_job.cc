@@ -525,7 +525,9 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   Collectives* world = groups ? &groups->group(GroupKind::kWorld) : nullptr;
   for (const auto& [kind, name] :
        {std::pair{GroupKind::kDp, "data-parallel"},
-        std::pair{GroupKind::kEp, "expert-parallel"}}) {
+        std::pair{GroupKind::kEp, "expert-parallel"},
+        std::pair{GroupKind::kTp, "tensor-parallel"},
+        std::pair{GroupKind::kCp, "context-parallel"}}) {
     if (!groups || groups->group(kind).size() == 1) continue;
     const bool nccl =
         groups->group(kind).buffer_place() == BufferPlace::kDevice;
@@ -550,6 +552,10 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
                    ExpertParallelRankOf(groups ? &*groups : nullptr),
                    TokenParallelRankOf(groups ? &*groups : nullptr));
   if (!trainer.ok()) return trainer.status();
+  if ((*trainer)->trains_on_device()) {
+    hooks.log(absl::StrCat("rank ", assignment.rank(),
+                           ": weights and AdamW stay on ", device));
+  }
   if (const OverlappedGradientSum* sum = (*trainer)->overlapped_sum()) {
     hooks.log(
         absl::StrCat("rank ", assignment.rank(),
