@@ -19,6 +19,7 @@
 #include "model/moe.h"
 #include "model/test_model_util.h"
 #include "parallel/gloo_collectives.h"
+#include "parallel/place_checking_group.h"
 
 namespace glm {
 namespace {
@@ -205,6 +206,31 @@ TEST_P(ExpertParallelDispatchTest, ParametersWithTheWrongExpertsAreAnError) {
   EXPECT_EQ(dispatcher.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(dispatcher.status().message().find(
                 "rank 0 holds 2 routed experts, not its 8 of 8"),
+            std::string::npos)
+      << dispatcher.status();
+}
+
+// A group whose queued exchanges have failed (on NCCL: one ran with an
+// error, or outlived the timeout and the watch aborted the communicator).
+class FailedQueueGroup : public PlaceCheckingGroup {
+ public:
+  using PlaceCheckingGroup::PlaceCheckingGroup;
+  absl::Status QueuedFailure() override {
+    return absl::DeadlineExceededError(
+        "group ep: queued all-to-all 7 did not finish by its deadline");
+  }
+};
+
+// The dispatcher reports a queued exchange's failure, found after the call
+// that queued it returned, as its own: the model's pass ends with it.
+TEST(ExpertParallelDispatchFailureTest, AFailedQueuedExchangeIsItsError) {
+  gloo::rendezvous::HashStore store;
+  auto gloo = GlooCollectives::Connect(store, "ep", 0, 1, GlooOptions());
+  ASSERT_TRUE(gloo.ok()) << gloo.status();
+  FailedQueueGroup group(*std::move(gloo), BufferPlace::kDevice, nullptr);
+  const ExpertParallelDispatcher dispatcher(&group);
+  EXPECT_EQ(dispatcher.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(dispatcher.status().message().find("queued all-to-all 7"),
             std::string::npos)
       << dispatcher.status();
 }
