@@ -802,24 +802,18 @@ absl::StatusOr<v1::StepMetrics> Trainer::Step() {
 }
 
 absl::Status Trainer::ComputeGradients(MicroBatchTotals* totals) {
-  if (!resident()) params_->ZeroGrad();
+  // The weights train where the model computes (the device's stay there).
+  compute_params()->ZeroGrad();
   if (lora_) trained_lora().Merge(optimizer_backend());
-  if (device_params_) {
-    if (!resident()) CopyValues(*params_, *device_params_);
-    device_params_->ZeroGrad();
-    // Merged weights, weights the host updated, or a load need fresh copies;
-    // the device optimizer's steps write them as they update the weights
-    // (Backend::AdamWStep).
-    if (!compute_copies_current_) {
-      RefreshComputeCopies(*backend_, *device_params_);
-      compute_copies_current_ = resident() && !lora_;
-    }
+  // Merged weights or a load need fresh compute copies; the device
+  // optimizer's steps write them as they update the weights
+  // (Backend::AdamWStep).
+  if (device_params_ && !compute_copies_current_) {
+    RefreshComputeCopies(*backend_, *device_params_);
+    compute_copies_current_ = !lora_;
   }
   if (absl::Status status = RunMicroBatches(totals); !status.ok()) {
     return status;
-  }
-  if (device_params_ && !resident()) {
-    CopyGradients(*device_params_, *params_);
   }
   // Adapter gradients are linear in the weight gradients, so they can be
   // formed before the data-parallel sum (which then moves less data).

@@ -361,8 +361,8 @@ std::unique_ptr<Trainer> MakeCountingTrainer(const TrainerOptions& options,
 
 // Weights that train in the backend's memory get their compute copies
 // refreshed before the first step and after a load only: the backend's AdamW
-// steps write the copies of what they update. Weights updated elsewhere (the
-// host trains LoRA adapters and merges them) need a refresh every step.
+// steps write the copies of what they update. Weights written otherwise
+// (LoRA merges its adapters into them) need a refresh every step.
 TEST(TrainerTest, ComputeCopiesAreRefreshedWhenNoDeviceStepWroteThem) {
   SeparateMemoryAllocator memory;
   int refreshes = 0, resumed_refreshes = 0, lora_refreshes = 0;
