@@ -96,8 +96,7 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
 }
 
 void LocalExpertDispatcher::Forward(Backend& backend, const MoeParameters& p,
-                                    ConstMatrixView x, const IndexTensor&,
-                                    ExpertGrouping grouping,
+                                    ConstMatrixView x, ExpertGrouping grouping,
                                     ConstMatrixView weights, MatrixView out,
                                     RoutedActivations* acts) {
   acts->experts.assign(1, ExpertRows());

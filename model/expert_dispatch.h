@@ -76,12 +76,12 @@ class ExpertDispatcher {
  public:
   virtual ~ExpertDispatcher() = default;
   // out[t] += sum_k weights[t, k] * expert_{choice[t * top_k + k]}(x[t]),
-  // top_k = weights.cols; choice [n, top_k] in the backend's memory and
-  // `grouping` its rows grouped by expert (the dispatcher may keep it).
+  // top_k = weights.cols; `grouping` is the router's choices [n, top_k]
+  // grouped by expert, in the backend's memory (the dispatcher may keep it).
   virtual void Forward(Backend& backend, const MoeParameters& p,
-                       ConstMatrixView x, const IndexTensor& choice,
-                       ExpertGrouping grouping, ConstMatrixView weights,
-                       MatrixView out, RoutedActivations* acts) = 0;
+                       ConstMatrixView x, ExpertGrouping grouping,
+                       ConstMatrixView weights, MatrixView out,
+                       RoutedActivations* acts) = 0;
   // dx and dweights ([n, top_k]) accumulate; so do the weight gradients of
   // the experts that ran in this process.
   virtual void Backward(Backend& backend, MoeParameters& p,
@@ -95,8 +95,7 @@ class ExpertDispatcher {
 class LocalExpertDispatcher : public ExpertDispatcher {
  public:
   void Forward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
-               const IndexTensor& choice, ExpertGrouping grouping,
-               ConstMatrixView weights, MatrixView out,
+               ExpertGrouping grouping, ConstMatrixView weights, MatrixView out,
                RoutedActivations* acts) override;
   void Backward(Backend& backend, MoeParameters& p,
                 const RoutedActivations& acts, ConstMatrixView dout,

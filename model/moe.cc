@@ -32,8 +32,8 @@ void MoeForward(Backend& backend, const MoeParameters& p,
   acts->expert_offsets = grouping.offsets;
   // Shared experts write `out`; routed experts add their weighted rows to it.
   MlpForward(backend, p.shared_experts, x, {}, out, &acts->shared);
-  experts.Forward(backend, p, x, acts->choice, std::move(grouping),
-                  acts->weights.Matrix(), out, &acts->routed);
+  experts.Forward(backend, p, x, std::move(grouping), acts->weights.Matrix(),
+                  out, &acts->routed);
 }
 
 std::vector<int64_t> ExpertLoad(const MoeActivations& acts) {

@@ -263,7 +263,6 @@ absl::Status ExpertParallelDispatcher::status() const {
 // expert runs come from every member.
 void ExpertParallelDispatcher::Forward(Backend& backend, const MoeParameters& p,
                                        ConstMatrixView x,
-                                       const IndexTensor& /*choice*/,
                                        ExpertGrouping grouping,
                                        ConstMatrixView weights, MatrixView out,
                                        RoutedActivations* acts) {

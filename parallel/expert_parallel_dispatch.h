@@ -31,8 +31,7 @@ class ExpertParallelDispatcher : public ExpertDispatcher {
   explicit ExpertParallelDispatcher(Collectives* group) : group_(group) {}
 
   void Forward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
-               const IndexTensor& choice, ExpertGrouping grouping,
-               ConstMatrixView weights, MatrixView out,
+               ExpertGrouping grouping, ConstMatrixView weights, MatrixView out,
                RoutedActivations* acts) override;
   void Backward(Backend& backend, MoeParameters& p,
                 const RoutedActivations& acts, ConstMatrixView dout,
