@@ -9,14 +9,6 @@
 namespace glm {
 namespace {
 
-// Where `tensors` lie (the first held one's memory: they share it).
-Allocator* MemoryOf(const std::vector<Tensor*>& tensors) {
-  for (const Tensor* t : tensors) {
-    if (t->numel() > 0) return t->allocator();
-  }
-  return nullptr;
-}
-
 // Copies the tensors [first, end) into `flat` (or back out of it), where
 // they lie (`memory`: all in one).
 void Pack(Allocator* memory, const std::vector<Tensor*>& tensors, int64_t first,

@@ -7,11 +7,17 @@
 
 namespace glm {
 
+Allocator* MemoryOf(const std::vector<Tensor*>& tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->numel() > 0) return t->allocator();
+  }
+  return nullptr;
+}
+
 absl::Status AllReducePacked(Collectives& group,
                              const std::vector<Tensor*>& tensors) {
   if (tensors.empty()) return absl::OkStatus();
-  // Packed where the tensors lie (all in one memory).
-  Allocator* memory = tensors[0]->allocator();
+  Allocator* memory = MemoryOf(tensors);
   int64_t total = 0;
   for (const Tensor* tensor : tensors) total += tensor->numel();
   Tensor flat({total}, memory);

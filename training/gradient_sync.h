@@ -18,8 +18,13 @@
 
 namespace glm {
 
-// In place: each of `tensors` (host memory) becomes its sum over `group`,
-// the same on every member, packed into one flat buffer wherever each lies:
+// The memory `tensors` lie in (the first held one's: they share it; null:
+// the host's).
+Allocator* MemoryOf(const std::vector<Tensor*>& tensors);
+
+// In place: each of `tensors` (all in one memory, the host's or a device's)
+// becomes its sum over `group`, the same on every member, packed into one
+// flat buffer in that memory wherever each lies:
 // one call, so members whose tensors are placed differently (an arena on one,
 // tensors of their own on another) still make the same calls.
 absl::Status AllReducePacked(Collectives& group,
