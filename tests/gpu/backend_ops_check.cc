@@ -2071,6 +2071,12 @@ void AddRowsCases(Factories& f) {
                      true, true, Cols(6, 11, 3, 5), tiny, act);
   AddScatterBackward(f, "combine", Dense(slots, hidden), Dense(tokens, hidden),
                      true, true, true, Dense(slots, hidden), combine, act);
+  // 260 quads a row: two batches of a lane's steps, then a tail of four.
+  AddScatterBackward(
+      f, "batched steps and a tail", Dense(300, 1040), Dense(tokens, 1040),
+      true, true, true, Dense(300, 1040),
+      [=](std::mt19937_64& rng) { return ExpertTokens(tokens, 300, rng); },
+      act);
 }
 
 // ---- normalization ----

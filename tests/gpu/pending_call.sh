@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call for one GPU, run from the repository root with `carry: [".gpu"]`
 # after tests/gpu/bundle.sh and tests/gpu/build_stage_variants.sh: the
-# attention and indexer-loss op cases, the bench against transformers, the
-# kernel table, the indexer loss back in the forward (fae3301's A/B), the
+# attention, indexer-loss and combine-gradient op cases, the bench against
+# transformers, the kernel table, the indexer loss back in the forward (fae3301's A/B), the
 # softmax epilogue stage variants and the bundle's worker again (ours only,
 # same call), the variants' attention cases. Results: $OUT/r.tgz.
 set -u
@@ -15,7 +15,7 @@ done
 R=$OUT/r
 mkdir -p "$R"
 nvidia-smi -q -d CLOCK,POWER >"$R/card_clocks.txt" 2>&1
-OPS_FILTER="SparseAttentionBackward|IndexerKlLoss" OPS_LIMIT=110 tests/gpu/run_on_device.sh "$R" ops
+OPS_FILTER="SparseAttentionBackward|IndexerKlLoss|ScatterAddRowsBackward" OPS_LIMIT=110 tests/gpu/run_on_device.sh "$R" ops
 MTP='' BENCH_LIMIT=200 tests/gpu/run_on_device.sh "$R" bench
 GAPS_LIMIT=100 tests/gpu/run_on_device.sh "$R" gaps
 GLM_INDEXER_LOSS_IN_FORWARD=1 MTP='' OURS_ONLY=1 BENCH_LIMIT=100 tests/gpu/run_on_device.sh "$R/kl_forward" bench
