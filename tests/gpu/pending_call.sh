@@ -2,9 +2,9 @@
 # One call for one GPU, run from the repository root with `carry: [".gpu"]`
 # after tests/gpu/bundle.sh and tests/gpu/build_stage_variants.sh: the
 # attention, indexer-loss and combine-gradient op cases, the bench against
-# transformers, the kernel table, the indexer loss back in the forward (fae3301's A/B), the
-# softmax epilogue stage variants and the bundle's worker again (ours only,
-# same call), the variants' attention cases. Results: $OUT/r.tgz.
+# transformers, the kernel table, the indexer loss back in the forward
+# (fae3301's A/B), the softmax epilogue stage variants and the bundle's worker
+# again (ours only, same call), the variants' attention cases. Results: $OUT/r.tgz.
 set -u
 tar -xJf .gpu/b.tar.xz -C .gpu && source .gpu/b/env.sh
 for s in 4 6; do
