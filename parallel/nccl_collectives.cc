@@ -12,11 +12,6 @@
 namespace glm {
 namespace {
 
-class CompletedSend : public PendingSend {
- public:
-  absl::Status Wait() override { return absl::OkStatus(); }
-};
-
 ncclRedOp_t ToNccl(ReduceOp op) {
   return op == ReduceOp::kAverage ? ncclAvg : ncclSum;
 }
@@ -188,6 +183,15 @@ NcclCollectives::~NcclCollectives() {
 absl::Status NcclCollectives::Run(
     const char* what, const std::function<ncclResult_t()>& enqueue) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status usable = UsableLocked(what); !usable.ok()) return usable;
+  const absl::Time deadline = absl::Now() + timeout_;
+  ncclResult_t state = enqueue();
+  if (state == ncclInProgress) state = SettleComm(comm_, deadline);
+  return FinishLocked(what, state, deadline,
+                      [this] { return cudaStreamQuery(stream_); });
+}
+
+absl::Status NcclCollectives::UsableLocked(const char* what) {
   if (aborted_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "group ", name_, ": ", what, " after the communicator was aborted"));
@@ -197,24 +201,27 @@ absl::Status NcclCollectives::Run(
                                             ": selecting GPU ", device_, ": ",
                                             cudaGetErrorString(set)));
   }
-  const absl::Time deadline = absl::Now() + timeout_;
-  ncclResult_t state = enqueue();
-  if (state == ncclInProgress) state = SettleComm(comm_, deadline);
-  cudaError_t stream = cudaErrorNotReady;
+  return absl::OkStatus();
+}
+
+absl::Status NcclCollectives::FinishLocked(
+    const char* what, ncclResult_t state, absl::Time deadline,
+    const std::function<cudaError_t()>& query) {
+  cudaError_t done = cudaErrorNotReady;
   while (state == ncclSuccess && absl::Now() < deadline) {
-    stream = cudaStreamQuery(stream_);
-    if (stream != cudaErrorNotReady) break;
+    done = query();
+    if (done != cudaErrorNotReady) break;
     if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
     std::this_thread::yield();
   }
-  if (state == ncclSuccess && stream == cudaSuccess) return absl::OkStatus();
+  if (state == ncclSuccess && done == cudaSuccess) return absl::OkStatus();
   AbortLocked();
   if (state != ncclSuccess && state != ncclInProgress) {
     return NcclError(name_, what, state);
   }
-  if (stream != cudaErrorNotReady) {
+  if (done != cudaErrorNotReady) {
     return absl::InternalError(absl::StrCat("group ", name_, ": ", what, ": ",
-                                            cudaGetErrorString(stream)));
+                                            cudaGetErrorString(done)));
   }
   return absl::DeadlineExceededError(
       absl::StrCat("group ", name_, ": ", what, " did not finish within ",
@@ -424,13 +431,53 @@ OrderedWorkWatch& NcclCollectives::Watch() {
   return *watch_;
 }
 
+namespace {
+
+// A send queued on the group's stream: Wait waits for the event recorded
+// after it.
+class QueuedSend : public PendingSend {
+ public:
+  QueuedSend(cudaEvent_t done, std::function<absl::Status(cudaEvent_t)> wait)
+      : done_(done), wait_(std::move(wait)) {}
+  ~QueuedSend() override { cudaEventDestroy(done_); }
+  absl::Status Wait() override { return wait_(done_); }
+
+ private:
+  cudaEvent_t done_;
+  std::function<absl::Status(cudaEvent_t)> wait_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PendingSend>> NcclCollectives::StartSend(
     const float* data, int64_t count, int peer) {
-  absl::Status sent = Run("send", [&] {
-    return ncclSend(data, count, ncclFloat32, peer, comm_, stream_);
-  });
-  if (!sent.ok()) return sent;
-  return std::unique_ptr<PendingSend>(new CompletedSend());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status usable = UsableLocked("send"); !usable.ok()) return usable;
+  if (const ncclResult_t r =
+          ncclSend(data, count, ncclFloat32, peer, comm_, stream_);
+      r != ncclSuccess) {
+    AbortLocked();
+    return NcclError(name_, "queuing a send", r);
+  }
+  cudaEvent_t done = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(done, stream_);
+  if (e != cudaSuccess) {
+    if (done != nullptr) cudaEventDestroy(done);
+    AbortLocked();
+    return absl::InternalError(absl::StrCat(
+        "group ", name_, ": queuing a send: ", cudaGetErrorString(e)));
+  }
+  const absl::Time deadline = absl::Now() + timeout_;
+  return std::unique_ptr<PendingSend>(
+      new QueuedSend(done, [this, deadline](cudaEvent_t event) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (absl::Status usable = UsableLocked("send"); !usable.ok()) {
+          return usable;
+        }
+        return FinishLocked("send", ncclSuccess, deadline,
+                            [event] { return cudaEventQuery(event); });
+      }));
 }
 
 absl::Status NcclCollectives::Recv(float* data, int64_t count, int peer) {

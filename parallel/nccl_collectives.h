@@ -1,9 +1,9 @@
 // Collectives over NCCL, for GPU workers: buffers are device memory, work runs
 // on the group's stream, and each call returns once its work has finished,
 // except queued exchanges (QueueAllToAllV), which events order against the
-// caller's stream. Any thread may call a group (one at a time): each call
-// makes the group's GPU current on it.
-// The communicator is non-blocking so that a missing or failed peer ends a
+// caller's stream, and sends (StartSend), which their Wait finishes. Any thread
+// may call a group (one at a time): each call makes the group's GPU current on
+// it. The communicator is non-blocking so that a missing or failed peer ends a
 // call after the timeout (the communicator is then aborted) instead of hanging.
 #ifndef GLM_PARALLEL_NCCL_COLLECTIVES_H_
 #define GLM_PARALLEL_NCCL_COLLECTIVES_H_
@@ -66,9 +66,12 @@ class NcclCollectives : public Collectives {
                               const std::vector<int64_t>& recv_counts,
                               void* queue) override;
   absl::Status QueuedFailure() override;
-  // Completes the send before returning: NCCL runs a stream's work in
-  // order, so a send left pending would hold back the receives queued after
-  // it.
+  // Queues the send on the group's stream and returns; Wait waits for it
+  // (up to the group's timeout from the start). NCCL runs a stream's work in
+  // order and a send waits for its receiver, so a receive on this group
+  // waits behind the sends queued before it: callers that receive while
+  // their sends are pending give each direction a group of its own
+  // (parallel/pipeline_edges.h).
   absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const float* data,
                                                          int64_t count,
                                                          int peer) override;
@@ -85,6 +88,15 @@ class NcclCollectives : public Collectives {
   // finish; on timeout or error aborts the communicator.
   absl::Status Run(const char* what,
                    const std::function<ncclResult_t()>& enqueue);
+  // Under mu_: an error naming `what` if the communicator was aborted, else
+  // the group's GPU made current.
+  absl::Status UsableLocked(const char* what);
+  // Under mu_: waits until `query` (a stream's or event's) leaves
+  // cudaErrorNotReady, the communicator reports an error or `deadline`
+  // passes; on error or timeout aborts the communicator.
+  absl::Status FinishLocked(const char* what, ncclResult_t state,
+                            absl::Time deadline,
+                            const std::function<cudaError_t()>& query);
   absl::Status CheckCounts(const std::vector<int64_t>& send_counts,
                            const std::vector<int64_t>& recv_counts) const;
   // The sends and receives of an all-to-all, grouped, on the group's stream.

@@ -1,6 +1,7 @@
 // Runs every NCCL collective across the GPUs of this machine (one rank per GPU,
 // one thread each, meeting through an in-memory store) and compares each
-// result with the value computed on the host. Needs at least two GPUs; prints
+// result with the value computed on the host, then the pipeline's edge groups
+// with sends pending both ways. Needs at least two GPUs; prints
 // one line per collective and exits 1 on any mismatch.
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 
 #include "parallel/in_memory_store.h"
 #include "parallel/nccl_collectives.h"
+#include "parallel/pipeline_edges.h"
 
 namespace glm {
 namespace {
@@ -108,6 +110,66 @@ void QueuedRoundTrip(NcclCollectives& group, int rank, int size, int64_t block,
   cudaStreamDestroy(caller);
 }
 
+// The pipeline's edges over NCCL, every GPU a pp rank: each rank starts its
+// sends to both neighbours, then receives from both, then waits for its
+// sends. Over one group a receive would queue behind the pending sends and
+// every rank would wait for the others (the group's timeout then fails it);
+// over the edges it must not.
+void PipelineEdgeSends(KeyValueStore& store, int rank, int size,
+                       std::vector<Outcome>* outcomes) {
+  std::vector<int> members(size);
+  for (int r = 0; r < size; ++r) members[r] = r;
+  absl::StatusOr<std::unique_ptr<PipelineEdges>> edges = PipelineEdges::Connect(
+      members, rank,
+      [&](const std::string& key, int member,
+          int group_size) -> absl::StatusOr<std::unique_ptr<Collectives>> {
+        auto group = NcclCollectives::Connect(store, key, member, group_size,
+                                              absl::Seconds(60));
+        if (!group.ok()) return group.status();
+        return std::unique_ptr<Collectives>(*std::move(group));
+      });
+  if (!edges.ok()) {
+    Expect("pipeline edges", edges.status(), {}, nullptr, outcomes);
+    return;
+  }
+  const PipelineLinks links = (*edges)->Links();
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  std::vector<float> hidden(kCount), gradient(kCount);
+  for (int64_t i = 0; i < kCount; ++i) {
+    hidden[i] = Input(rank, i);
+    gradient[i] = -Input(rank, i);
+  }
+  float* to_next = DeviceCopy(hidden);
+  float* to_previous = DeviceCopy(gradient);
+  float* from_previous = DeviceCopy(std::vector<float>(kCount, 0.f));
+  float* from_next = DeviceCopy(std::vector<float>(kCount, 0.f));
+  auto sent_next =
+      links.to_next.group->StartSend(to_next, kCount, links.to_next.peer);
+  auto sent_previous = links.to_previous.group->StartSend(
+      to_previous, kCount, links.to_previous.peer);
+  absl::Status status =
+      sent_next.ok() ? sent_previous.status() : sent_next.status();
+  if (status.ok()) {
+    status = links.from_previous.group->Recv(from_previous, kCount,
+                                             links.from_previous.peer);
+  }
+  if (status.ok()) {
+    status =
+        links.from_next.group->Recv(from_next, kCount, links.from_next.peer);
+  }
+  if (status.ok()) status = (*sent_next)->Wait();
+  if (status.ok()) status = (*sent_previous)->Wait();
+  Expect(
+      "edges, hidden", status, HostCopy(from_previous, kCount),
+      [&](int64_t i) { return Input(previous, i); }, outcomes);
+  Expect(
+      "edges, gradient", status, HostCopy(from_next, kCount),
+      [&](int64_t i) { return -Input(next, i); }, outcomes);
+  for (float* buffer : {to_next, to_previous, from_previous, from_next}) {
+    cudaFree(buffer);
+  }
+}
+
 std::vector<Outcome> RunRank(KeyValueStore& store, int rank, int size) {
   cudaSetDevice(rank);
   std::vector<Outcome> outcomes;
@@ -175,6 +237,7 @@ std::vector<Outcome> RunRank(KeyValueStore& store, int rank, int size) {
       "send/recv ring", status, HostCopy(received, kCount),
       [&](int64_t i) { return Input(previous, i); }, &outcomes);
   Expect("barrier", (*group)->Barrier(), {}, nullptr, &outcomes);
+  PipelineEdgeSends(store, rank, size, &outcomes);
   cudaFree(data);
   cudaFree(gathered);
   cudaFree(received);

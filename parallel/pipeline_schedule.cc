@@ -5,6 +5,8 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace glm {
 namespace {
 
@@ -23,16 +25,42 @@ void Accumulate(const StageLosses& micro, StageLosses* total) {
   }
 }
 
+// A link's group must take buffers where the schedule's tensors are.
+absl::Status CheckPlace(const PipelineLink& link, bool on_host,
+                        const char* what) {
+  if (link.group == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("pipeline: no group to ", what, " over"));
+  }
+  const bool group_on_host = link.group->buffer_place() == BufferPlace::kHost;
+  if (group_on_host == on_host) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("pipeline: a ", what, " of ", on_host ? "host" : "device",
+                   " tensors over a group that takes ",
+                   group_on_host ? "host" : "device", " buffers"));
+}
+
+absl::Status Receive(const PipelineLink& link, Tensor& into) {
+  if (absl::Status place = CheckPlace(link, into.on_host(), "receive");
+      !place.ok()) {
+    return place;
+  }
+  return link.group->Recv(into.data(), into.numel(), link.peer);
+}
+
 // Sends posted and not yet waited for, with the buffers they read.
 class SendQueue {
  public:
-  absl::Status Send(Collectives& group, Tensor values, int peer) {
-    // Collectives read host memory: a device tensor travels through a copy.
-    if (!values.on_host()) values = values.CopyTo(nullptr);
+  absl::Status Send(const PipelineLink& link, Tensor values) {
+    if (absl::Status place = CheckPlace(link, values.on_host(), "send");
+        !place.ok()) {
+      return place;
+    }
     sends_.push_back({std::move(values), nullptr});
     Entry& entry = sends_.back();
     absl::StatusOr<std::unique_ptr<PendingSend>> pending =
-        group.StartSend(entry.values.data(), entry.values.numel(), peer);
+        link.group->StartSend(entry.values.data(), entry.values.numel(),
+                              link.peer);
     if (!pending.ok()) return pending.status();
     entry.pending = *std::move(pending);
     return absl::OkStatus();
@@ -58,13 +86,11 @@ class SendQueue {
 }  // namespace
 
 absl::StatusOr<StageLosses> RunPipelineSchedule(
-    const std::vector<StageModel*>& chunks, Collectives& forward,
-    Collectives& backward, int64_t micro_batches,
+    const std::vector<StageModel*>& chunks, const PipelineLinks& links,
+    Allocator* buffers, int64_t micro_batches,
     const std::function<Batch(int64_t)>& micro_batch) {
-  const int pp = forward.size(), rank = forward.rank();
-  const int previous = (rank + pp - 1) % pp, next = (rank + 1) % pp;
-  absl::StatusOr<std::vector<PipelineOp>> order =
-      PipelineOrder(pp, rank, static_cast<int>(chunks.size()), micro_batches);
+  absl::StatusOr<std::vector<PipelineOp>> order = PipelineOrder(
+      links.size, links.rank, static_cast<int>(chunks.size()), micro_batches);
   if (!order.ok()) return order.status();
   SendQueue sends;
   std::map<std::pair<int, int64_t>, StageActivations> in_flight;
@@ -78,9 +104,9 @@ absl::StatusOr<StageLosses> RunPipelineSchedule(
       // This rank's rows of the micro batch (all of them without tensor or
       // context parallelism).
       input = Tensor(
-          {stage.Rows(batch.input_ids.size()).count(), stage.hidden_size()});
-      if (absl::Status s = forward.Recv(input.data(), input.numel(), previous);
-          !s.ok()) {
+          {stage.Rows(batch.input_ids.size()).count(), stage.hidden_size()},
+          buffers);
+      if (absl::Status s = Receive(links.from_previous, input); !s.ok()) {
         return s;
       }
     }
@@ -89,17 +115,15 @@ absl::StatusOr<StageLosses> RunPipelineSchedule(
     if (!losses.ok()) return losses.status();
     Accumulate(*losses, &total);
     if (stage.last()) return absl::OkStatus();
-    return sends.Send(forward, StageModel::Output(acts), next);
+    return sends.Send(links.to_next, StageModel::Output(acts));
   };
   auto run_backward = [&](int chunk, int64_t m) -> absl::Status {
     StageModel& stage = *chunks[chunk];
     auto acts = in_flight.find({chunk, m});
     Tensor d_output;
     if (!stage.last()) {
-      d_output = Tensor(StageModel::Output(acts->second).shape());
-      if (absl::Status s =
-              backward.Recv(d_output.data(), d_output.numel(), next);
-          !s.ok()) {
+      d_output = Tensor(StageModel::Output(acts->second).shape(), buffers);
+      if (absl::Status s = Receive(links.from_next, d_output); !s.ok()) {
         return s;
       }
     }
@@ -110,7 +134,7 @@ absl::StatusOr<StageLosses> RunPipelineSchedule(
     }
     in_flight.erase(acts);
     if (stage.first()) return absl::OkStatus();
-    return sends.Send(backward, std::move(d_input), previous);
+    return sends.Send(links.to_previous, std::move(d_input));
   };
 
   for (const PipelineOp& op : *order) {

@@ -35,19 +35,47 @@ absl::StatusOr<std::vector<StageSlice>> PlanForModel(const ModelConfig& config,
   return PlanStages(request);
 }
 
+PipelineLinks RingLinks(Collectives& forward, Collectives& backward) {
+  PipelineLinks links;
+  links.size = forward.size();
+  links.rank = forward.rank();
+  const int next = (links.rank + 1) % links.size,
+            previous = (links.rank + links.size - 1) % links.size;
+  links.to_next = {&forward, next};
+  links.from_previous = {&forward, previous};
+  links.to_previous = {&backward, previous};
+  links.from_next = {&backward, next};
+  return links;
+}
+
+absl::StatusOr<std::unique_ptr<PipelineEdges>> ConnectGlooEdges(
+    gloo::rendezvous::Store& store, int rank, int pp) {
+  std::vector<int> members(pp);
+  for (int r = 0; r < pp; ++r) members[r] = r;
+  return PipelineEdges::Connect(
+      members, rank,
+      [&store](const std::string& key, int member,
+               int size) -> absl::StatusOr<std::unique_ptr<Collectives>> {
+        absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
+            GlooCollectives::Connect(store, key, member, size, GlooOptions());
+        if (!group.ok()) return group.status();
+        return std::unique_ptr<Collectives>(*std::move(group));
+      });
+}
+
 absl::StatusOr<PipelineRankRun> RunPipelineRank(
     gloo::rendezvous::Store& store, const std::vector<StageSlice>& plan,
     int rank, int pp, ModelParameters& params, int64_t micro_batches,
     const std::function<Batch(int64_t)>& micro_batch, Allocator* memory) {
   PipelineRankRun run;
-  absl::StatusOr<std::unique_ptr<GlooCollectives>> forward =
+  absl::StatusOr<std::unique_ptr<GlooCollectives>> group =
       GlooCollectives::Connect(store, "pp", rank, pp, GlooOptions());
-  if (!forward.ok()) return forward.status();
-  run.forward = *std::move(forward);
-  absl::StatusOr<std::unique_ptr<GlooCollectives>> backward =
-      GlooCollectives::Connect(store, "pp-backward", rank, pp, GlooOptions());
-  if (!backward.ok()) return backward.status();
-  run.backward = *std::move(backward);
+  if (!group.ok()) return group.status();
+  run.group = *std::move(group);
+  absl::StatusOr<std::unique_ptr<PipelineEdges>> edges =
+      ConnectGlooEdges(store, rank, pp);
+  if (!edges.ok()) return edges.status();
+  run.edges = *std::move(edges);
   CpuBackend backend(memory);
   std::vector<StageModel> chunks;
   for (const StageSlice& slice : plan) {
@@ -59,8 +87,12 @@ absl::StatusOr<PipelineRankRun> RunPipelineRank(
   }
   std::vector<StageModel*> pointers;
   for (StageModel& chunk : chunks) pointers.push_back(&chunk);
-  absl::StatusOr<StageLosses> losses = RunPipelineSchedule(
-      pointers, *run.forward, *run.backward, micro_batches, micro_batch);
+  // The stages' tensors in the backend's memory, the edges reached through
+  // views for it.
+  PipelineLinkViews views(run.edges->Links(), memory);
+  absl::StatusOr<StageLosses> losses =
+      RunPipelineSchedule(pointers, views.For(memory != nullptr), memory,
+                          micro_batches, micro_batch);
   if (!losses.ok()) return losses.status();
   run.losses = *std::move(losses);
   return run;

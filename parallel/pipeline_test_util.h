@@ -16,6 +16,7 @@
 #include "model/glm_model.h"
 #include "model/parameters.h"
 #include "parallel/gloo_collectives.h"
+#include "parallel/pipeline_edges.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/stage_model.h"
 
@@ -32,9 +33,21 @@ absl::StatusOr<std::vector<StageSlice>> PlanForModel(const ModelConfig& config,
                                                      const std::string& layout,
                                                      int pp);
 
+// A rank's links over two whole pipeline groups (`forward` for the hidden
+// states, `backward` for their gradients), as tests whose threads connect
+// groups by name give them: Gloo's sends do not wait for their receivers,
+// so the two groups stand in for the edges.
+PipelineLinks RingLinks(Collectives& forward, Collectives& backward);
+
+// Pipeline edges over Gloo groups of `store`, for pp rank `rank` of `pp`.
+absl::StatusOr<std::unique_ptr<PipelineEdges>> ConnectGlooEdges(
+    gloo::rendezvous::Store& store, int rank, int pp);
+
 struct PipelineRankRun {
-  // The rank's pipeline groups, still connected (for collectives after).
-  std::unique_ptr<GlooCollectives> forward, backward;
+  // The rank's pipeline group and edges, still connected (for collectives
+  // after).
+  std::unique_ptr<GlooCollectives> group;
+  std::unique_ptr<PipelineEdges> edges;
   StageLosses losses;
 };
 

@@ -20,7 +20,6 @@ std::vector<int> Fixed(const RankCoordinates& c, GroupKind kind) {
     case GroupKind::kDp:
       return {c.tp, c.cp, c.pp};
     case GroupKind::kPp:
-    case GroupKind::kPpBackward:
       return {c.tp, c.cp, c.dp};
     case GroupKind::kEp:
       return {c.etp, c.edp, c.pp};
@@ -34,9 +33,8 @@ std::vector<int> Fixed(const RankCoordinates& c, GroupKind kind) {
 
 const std::vector<GroupKind>& AllGroupKinds() {
   static const std::vector<GroupKind> kinds = {
-      GroupKind::kWorld, GroupKind::kTp,      GroupKind::kCp,
-      GroupKind::kDp,    GroupKind::kPp,      GroupKind::kPpBackward,
-      GroupKind::kEp,    GroupKind::kExpertDp};
+      GroupKind::kWorld, GroupKind::kTp, GroupKind::kCp,      GroupKind::kDp,
+      GroupKind::kPp,    GroupKind::kEp, GroupKind::kExpertDp};
   return kinds;
 }
 
@@ -52,8 +50,6 @@ const char* GroupKindName(GroupKind kind) {
       return "dp";
     case GroupKind::kPp:
       return "pp";
-    case GroupKind::kPpBackward:
-      return "pp-backward";
     case GroupKind::kEp:
       return "ep";
     case GroupKind::kExpertDp:
@@ -92,6 +88,19 @@ absl::StatusOr<ProcessGroups> ProcessGroups::Create(
         factory(key, index, static_cast<int>(members.size()));
     if (!group.ok()) return group.status();
     groups.groups_[kind] = *std::move(group);
+  }
+  // The pipeline's edges last, by the pipeline group's factory.
+  const std::vector<int> pipeline = GroupMembers(grid, rank, GroupKind::kPp);
+  if (pipeline.size() > 1) {
+    const auto own = connect_kind.find(GroupKind::kPp);
+    absl::StatusOr<std::unique_ptr<PipelineEdges>> edges =
+        PipelineEdges::Connect(
+            pipeline,
+            static_cast<int>(std::find(pipeline.begin(), pipeline.end(), rank) -
+                             pipeline.begin()),
+            own != connect_kind.end() ? own->second : connect);
+    if (!edges.ok()) return edges.status();
+    groups.pipeline_edges_ = *std::move(edges);
   }
   return groups;
 }

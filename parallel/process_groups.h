@@ -12,22 +12,12 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/collectives.h"
+#include "parallel/pipeline_edges.h"
 #include "parallel/rank_grid.h"
 
 namespace glm {
 
-// kPpBackward has kPp's members: a second pipeline group for gradients
-// flowing back, so that the two directions between two stages queue apart.
-enum class GroupKind {
-  kWorld,
-  kTp,
-  kCp,
-  kDp,
-  kPp,
-  kPpBackward,
-  kEp,
-  kExpertDp
-};
+enum class GroupKind { kWorld, kTp, kCp, kDp, kPp, kEp, kExpertDp };
 
 // Every kind, in the order groups are connected.
 const std::vector<GroupKind>& AllGroupKinds();
@@ -40,15 +30,20 @@ class ProcessGroups {
  public:
   // Connects every group of `rank`, kinds in AllGroupKinds() order (all ranks
   // follow it, so no two groups wait on each other): the kinds in
-  // `connect_kind` by their factory, the others by `connect`.
+  // `connect_kind` by their factory, the others by `connect`; then, where
+  // pp > 1, the pipeline's edges (parallel/pipeline_edges.h) by the pipeline
+  // group's factory.
   static absl::StatusOr<ProcessGroups> Create(
       const RankGrid& grid, int rank, const CollectivesFactory& connect,
       const std::map<GroupKind, CollectivesFactory>& connect_kind = {});
 
   Collectives& group(GroupKind kind) { return *groups_.at(kind); }
+  // Null where pp is 1.
+  PipelineEdges* pipeline_edges() { return pipeline_edges_.get(); }
 
  private:
   std::map<GroupKind, std::unique_ptr<Collectives>> groups_;
+  std::unique_ptr<PipelineEdges> pipeline_edges_;
 };
 
 }  // namespace glm

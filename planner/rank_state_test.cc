@@ -88,15 +88,17 @@ struct TrainerGroups {
   std::optional<TokenParallelRank> tokens;
 };
 
+// `edges` null: no links (trainers that never step).
 TrainerGroups GroupsOf(const SplitPlan& plan, int rank,
-                       const std::function<Collectives&(GroupKind)>& group) {
+                       const std::function<Collectives&(GroupKind)>& group,
+                       PipelineEdges* edges) {
   TrainerGroups g;
   g.data_parallel = &group(GroupKind::kDp);
   if (plan.split.pp > 1) {
     PipelineRank pipeline;
     pipeline.plan = plan.stages;
-    pipeline.forward = &group(GroupKind::kPp);
-    pipeline.backward = &group(GroupKind::kPpBackward);
+    pipeline.group = &group(GroupKind::kPp);
+    if (edges != nullptr) pipeline.links = edges->Links();
     pipeline.stages = plan.StagesOf(plan.grid.ranks[rank].pp);
     g.pipeline = pipeline;
   }
@@ -223,7 +225,8 @@ void CheckEveryRank(const PlanJob& job, int world, const Split& split) {
       ASSERT_TRUE(groups.ok()) << groups.status();
       const TrainerGroups g = GroupsOf(
           *plan, rank,
-          [&](GroupKind kind) -> Collectives& { return groups->group(kind); });
+          [&](GroupKind kind) -> Collectives& { return groups->group(kind); },
+          groups->pipeline_edges());
       SeparateMemoryAllocator counted;
       ModelParameters host(
           job.model, HeldTensorsOf(job.model, RankShareOf(g.pipeline, g.experts,
@@ -409,7 +412,7 @@ void CheckOneRank(const PlanJob& job, int world, const Split& split, int rank) {
     return *groups.back();
   };
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      BuildTrainer(job, GroupsOf(*plan, rank, group));
+      BuildTrainer(job, GroupsOf(*plan, rank, group, /*edges=*/nullptr));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ExpectBothStores(HeldBytes(**trainer, job), job, *plan, rank,
                    /*stepped=*/false,

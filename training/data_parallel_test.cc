@@ -363,18 +363,18 @@ std::vector<TrainingRun> TrainPipeline(const std::string& layout,
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      auto forward = GlooCollectives::Connect(store, "pp", rank, 2, {});
-      auto backward = GlooCollectives::Connect(store, "ppb", rank, 2, {});
-      ASSERT_TRUE(forward.ok() && backward.ok());
-      PipelineRank pipeline{forward->get(), backward->get(), {}, *plan};
+      auto group = GlooCollectives::Connect(store, "pp", rank, 2, {});
+      auto edges = ConnectGlooEdges(store, rank, 2);
+      ASSERT_TRUE(group.ok() && edges.ok());
+      PipelineRank pipeline{group->get(), (*edges)->Links(), {}, *plan};
       for (const StageSlice& stage : *plan) {
         if (stage.pp_rank == rank) pipeline.stages.push_back(stage);
       }
       SeparateMemoryAllocator memory;
       ranks[rank] = Train(nullptr, false, {}, {}, Options(),
                           separate_memory ? &memory : nullptr, pipeline);
-      EXPECT_TRUE((*forward)->Barrier().ok());
-      EXPECT_TRUE((*backward)->Barrier().ok());
+      // Each rank's edges stay until its peer is done with them.
+      EXPECT_TRUE((*group)->Barrier().ok());
     });
   }
   for (std::thread& t : threads) t.join();
@@ -758,7 +758,7 @@ TEST(DataParallelTest, PipelineNeedsEveryStageOfTheLayout) {
   ASSERT_TRUE(group.ok()) << group.status();
   StageSlice stage;  // a rank's stage, but no plan of the layout
   stage.has_embedding = stage.has_loss = true;
-  PipelineRank pipeline{group->get(), group->get(), {stage}};
+  PipelineRank pipeline{group->get(), RingLinks(**group, **group), {stage}};
   const TrainerOptions options = Options();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       options,
@@ -782,7 +782,8 @@ TEST(DataParallelTest, InterleavedPipelineNeedsWholeGroupsOfMicroBatches) {
       auto forward = GlooCollectives::Connect(store, "pp", rank, 2, {});
       auto backward = GlooCollectives::Connect(store, "ppb", rank, 2, {});
       ASSERT_TRUE(forward.ok() && backward.ok());
-      PipelineRank pipeline{forward->get(), backward->get(), {}};
+      PipelineRank pipeline{
+          forward->get(), RingLinks(**forward, **backward), {}};
       for (const StageSlice& stage : stages) {
         if (stage.pp_rank == rank) pipeline.stages.push_back(stage);
       }

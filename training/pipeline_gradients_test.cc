@@ -78,10 +78,10 @@ void ExpectRanksMatchTheWholeModel(const std::string& layout, int pp = 2) {
           SelectTrainable(TrainableOf(params), tensors.used);
       CpuBackend backend;
       ASSERT_TRUE(
-          SumSharedGradients(backend, *run->forward, tensors, trainable).ok());
+          SumSharedGradients(backend, *run->group, tensors, trainable).ok());
       // Each tensor counts once, on its owning rank.
       const absl::StatusOr<double> squared_norm = SumInRankOrder(
-          *run->forward,
+          *run->group,
           GradSquaredSum(backend, SelectTrainable(trainable, tensors.owned)));
       ASSERT_TRUE(squared_norm.ok()) << squared_norm.status();
       for (const TrainableTensor& t :

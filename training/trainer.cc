@@ -145,7 +145,7 @@ RankShare RankShareOf(const std::optional<PipelineRank>& pipeline,
   RankShare share;
   if (pipeline) {
     share.plan = pipeline->plan;
-    share.pp_rank = pipeline->forward->rank();
+    share.pp_rank = pipeline->group->rank();
   }
   if (expert_parallel) {
     share.ep = expert_parallel->experts->size();
@@ -190,7 +190,7 @@ absl::Status Trainer::ValidateSetup(
   if (pipeline && pipeline->stages.size() > 1) {
     const int dp = data_parallel == nullptr ? 1 : data_parallel->size();
     absl::StatusOr<std::vector<PipelineOp>> order = PipelineOrder(
-        pipeline->forward->size(), pipeline->forward->rank(),
+        pipeline->group->size(), pipeline->group->rank(),
         static_cast<int>(pipeline->stages.size()), micro_batches / dp);
     if (!order.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -200,11 +200,11 @@ absl::Status Trainer::ValidateSetup(
   if (pipeline && std::none_of(pipeline->plan.begin(), pipeline->plan.end(),
                                [&](const StageSlice& stage) {
                                  return stage.pp_rank ==
-                                        pipeline->forward->rank();
+                                        pipeline->group->rank();
                                })) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pipeline: the layout's stages (", pipeline->plan.size(),
-        ") hold none of pp rank ", pipeline->forward->rank(),
+        ") hold none of pp rank ", pipeline->group->rank(),
         "; every stage of the layout is needed to know which tensors the "
         "ranks share"));
   }
@@ -341,9 +341,13 @@ absl::Status Trainer::BuildModel(
   }
   if (!pipeline) return absl::OkStatus();
   pipeline_tensors_ =
-      PipelineTensorsOf(*params_, pipeline->plan, pipeline->forward->rank());
-  pipeline_views_ = GroupViews(pipeline->forward, backend_->allocator());
+      PipelineTensorsOf(*params_, pipeline->plan, pipeline->group->rank());
+  pipeline_views_ = GroupViews(pipeline->group, backend_->allocator());
+  pipeline_link_views_ =
+      PipelineLinkViews(pipeline->links, backend_->allocator());
   pipeline_ = std::move(pipeline);
+  // Its collectives (losses, norms, checkpoint sums) read host memory.
+  pipeline_->group = pipeline_views_.host();
   return CheckLoraUnderPipeline();
 }
 
@@ -493,7 +497,7 @@ absl::StatusOr<double> Trainer::GradSquaredSumOverShards(
   }
   if (!experts.ok()) return experts.status();
   if (!pipeline_) return *dense + *experts;
-  return SumInRankOrder(*pipeline_->forward, *dense + *experts);
+  return SumInRankOrder(*pipeline_->group, *dense + *experts);
 }
 
 absl::Status Trainer::CheckLoraUnderPipeline() {
@@ -595,9 +599,12 @@ absl::Status Trainer::RunMicroBatches(MicroBatchTotals* totals) {
   if (pipeline_) {
     std::vector<StageModel*> chunks;
     for (StageModel& stage : stages_) chunks.push_back(&stage);
+    // The stages' hidden states and gradients stay where the backend
+    // computes them.
+    Allocator* memory = backend_->allocator();
     absl::StatusOr<StageLosses> losses = RunPipelineSchedule(
-        chunks, *pipeline_->forward, *pipeline_->backward, micro_batches / dp,
-        [&](int64_t m) {
+        chunks, pipeline_link_views_.For(memory != nullptr), memory,
+        micro_batches / dp, [&](int64_t m) {
           return data_->MicroBatch(first_sample(m), options_.micro_batch_size);
         });
     if (!losses.ok()) return losses.status();
@@ -840,7 +847,7 @@ absl::Status Trainer::ReduceGradients(MicroBatchTotals* totals) {
         !status.ok()) {
       return status;
     }
-    if (absl::Status status = ReduceTotals(*pipeline_->forward, totals);
+    if (absl::Status status = ReduceTotals(*pipeline_->group, totals);
         !status.ok()) {
       return status;
     }
@@ -884,7 +891,7 @@ v1::StepMetrics Trainer::MetricsOf(const MicroBatchTotals& totals,
                                    double grad_norm, double seconds) const {
   const int64_t micro_batches = MicroBatchesPerStep();
   const int devices =
-      data_parallel_size() * (pipeline_ ? pipeline_->forward->size() : 1) *
+      data_parallel_size() * (pipeline_ ? pipeline_->group->size() : 1) *
       (token_parallel_ ? token_parallel_->tp() * token_parallel_->cp() : 1);
   v1::StepMetrics metrics;
   metrics.set_iteration(iteration_);

@@ -32,6 +32,7 @@
 #include "model/parameters.h"
 #include "model/token_parallel.h"
 #include "parallel/expert_parallel_dispatch.h"
+#include "parallel/pipeline_edges.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/rank_tensors.h"
 #include "parallel/stage_model.h"
@@ -82,12 +83,13 @@ struct TrainerOptions {
   int64_t gradient_bucket_elements = kDefaultGradientBucketElements;
 };
 
-// This rank's pipeline stages (one per virtual chunk, in chunk order) and
-// the pipeline group twice, for the forward and the backward direction, when
-// pp > 1. Not owned.
+// This rank's pipeline stages (one per virtual chunk, in chunk order), the
+// pipeline group (its collectives, and the sums of shared tensors'
+// gradients) and the links its hidden states and their gradients travel
+// (parallel/pipeline_edges.h), when pp > 1. Not owned.
 struct PipelineRank {
-  Collectives* forward = nullptr;
-  Collectives* backward = nullptr;
+  Collectives* group = nullptr;
+  PipelineLinks links;
   std::vector<StageSlice> stages;
   // Every stage of the layout: which tensors this rank shares with others.
   std::vector<StageSlice> plan;
@@ -340,9 +342,11 @@ class Trainer {
   // and reductions take the view for its backend's memory, the sums of
   // gradients and losses the host view (token_parallel_ holds both).
   GroupViews tensor_views_, context_views_;
-  // The pipeline's forward group likewise, for the sums of the gradients of
-  // tensors several stages read (its activations go through the host).
+  // The pipeline group likewise, for the sums of the gradients of tensors
+  // several stages read; and its links, which carry the stages' tensors
+  // where the backend keeps them.
   GroupViews pipeline_views_;
+  PipelineLinkViews pipeline_link_views_;
   // Whether `tensors` are the device model's (a host backend's model may lie
   // in memory of its own, which the host views read).
   bool OnDevice(const std::vector<TrainableTensor>& tensors) const {

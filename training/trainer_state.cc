@@ -72,7 +72,7 @@ absl::Status Trainer::GatherLoraAdapters() {
   }
   // Packed: another pp rank may hold the moments of these adapters in other
   // arenas, or none.
-  return AllReducePacked(*pipeline_->forward, tensors);
+  return AllReducePacked(*pipeline_->group, tensors);
 }
 
 Tensor* Trainer::WholeTensor(const std::string& key, const std::string& param,

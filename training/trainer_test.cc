@@ -325,7 +325,8 @@ TEST(TrainerTest, PipelineOnTheDeviceResumesBitwiseEqual) {
   ExpectTwoDeviceRanksResume(
       {"pp", "ppb"}, [&](int rank, Allocator* memory,
                          const std::vector<Collectives*>& groups) {
-        PipelineRank pipeline{groups[0], groups[1], {}, *plan};
+        PipelineRank pipeline{
+            groups[0], RingLinks(*groups[0], *groups[1]), {}, *plan};
         for (const StageSlice& stage : *plan) {
           if (stage.pp_rank == rank) pipeline.stages.push_back(stage);
         }

@@ -16,11 +16,12 @@ namespace glm {
 namespace {
 
 // The groups not over Gloo: on a GPU (a CUDA build), the data-parallel,
-// expert, tensor- and context-parallel groups over NCCL where their members
-// each have a GPU of their own (one worker per GPU), over Gloo where two share
-// one; none on the CPU. (The trainer reaches them from the host through
-// staged views; the gradients, ZeRO-1's shards, the routed rows and the
-// token-parallel gathers and reductions go to them where they lie.)
+// expert, tensor-, context- and pipeline-parallel groups (and the pipeline's
+// edges) over NCCL where their members each have a GPU of their own (one
+// worker per GPU), over Gloo where two share one; none on the CPU. (The
+// trainer reaches them from the host through staged views; the gradients,
+// ZeRO-1's shards, the routed rows, the token-parallel gathers and
+// reductions and the stages' hidden states go to them where they lie.)
 absl::StatusOr<std::map<GroupKind, CollectivesFactory>> DeviceGroups(
     const std::string& device, RendezvousStore* rendezvous,
     const GlooOptions& options, const CollectivesFactory& gloo) {
@@ -32,7 +33,7 @@ absl::StatusOr<std::map<GroupKind, CollectivesFactory>> DeviceGroups(
   absl::StatusOr<std::string> uuid = GpuUuid(*gpu);
   if (!uuid.ok()) return uuid.status();
   for (GroupKind kind : {GroupKind::kDp, GroupKind::kEp, GroupKind::kExpertDp,
-                         GroupKind::kTp, GroupKind::kCp}) {
+                         GroupKind::kTp, GroupKind::kCp, GroupKind::kPp}) {
     groups[kind] =
         OnDistinctDevices(rendezvous, *uuid, options.connect_timeout,
                           NcclFactory(rendezvous, options.timeout, *gpu), gloo);

@@ -22,7 +22,7 @@ namespace glm {
 // timeout; a collective waits up to the spec's
 // parallel.collective_timeout_seconds (0: 300 s). Groups run over Gloo/TCP,
 // peers dialing this rank at `host` (the worker's advertised address);
-// on `device` "cuda:N" in a CUDA build the data-parallel group runs over
+// on `device` "cuda:N" in a CUDA build every group but the world runs over
 // NCCL instead where its members each have a GPU of their own. A peer that
 // never arrives is an error naming this rank and the group.
 absl::StatusOr<ProcessGroups> ConnectJobGroups(const v1::Assignment& assignment,

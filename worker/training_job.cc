@@ -469,13 +469,13 @@ namespace {
 std::optional<PipelineRank> PipelineRankOf(const v1::Assignment& assignment,
                                            const JobPlan& plan,
                                            ProcessGroups* groups) {
-  if (groups == nullptr || groups->group(GroupKind::kPp).size() == 1) {
+  if (groups == nullptr || groups->pipeline_edges() == nullptr) {
     return std::nullopt;
   }
   PipelineRank pipeline;
   pipeline.plan = plan.stages;
-  pipeline.forward = &groups->group(GroupKind::kPp);
-  pipeline.backward = &groups->group(GroupKind::kPpBackward);
+  pipeline.group = &groups->group(GroupKind::kPp);
+  pipeline.links = groups->pipeline_edges()->Links();
   const int pp_rank = plan.grid.ranks.at(assignment.rank()).pp;
   for (const StageSlice& stage : plan.stages) {
     if (stage.pp_rank == pp_rank) pipeline.stages.push_back(stage);
@@ -527,7 +527,8 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
        {std::pair{GroupKind::kDp, "data-parallel"},
         std::pair{GroupKind::kEp, "expert-parallel"},
         std::pair{GroupKind::kTp, "tensor-parallel"},
-        std::pair{GroupKind::kCp, "context-parallel"}}) {
+        std::pair{GroupKind::kCp, "context-parallel"},
+        std::pair{GroupKind::kPp, "pipeline"}}) {
     if (!groups || groups->group(kind).size() == 1) continue;
     const bool nccl =
         groups->group(kind).buffer_place() == BufferPlace::kDevice;
