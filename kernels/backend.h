@@ -168,11 +168,14 @@ class Backend {
   virtual void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                               const float* scale, MatrixView out) = 0;
   // Backward of ScatterAddRows: dsrc[i] = scale[i] * dout[rows[i]];
-  // dscale[i] = src[i] . dout[rows[i]] (dscale may be null). Written, not
-  // added: their callers' buffers start unfilled.
+  // dscale[j] = src[i] . dout[rows[i]] (a column view; empty: skipped) at
+  // row j = dscale_rows[i] (distinct), or j = i where dscale_rows is null.
+  // Written, not added: their callers' buffers start unfilled (the MoE's
+  // routing-weight gradients land at their slots, so no scatter after).
   virtual void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                                       const float* scale, ConstMatrixView dout,
-                                      MatrixView dsrc, float* dscale) = 0;
+                                      MatrixView dsrc, MatrixView dscale,
+                                      const int32_t* dscale_rows) = 0;
 
   // ---- normalization ----
   // y = x * rsqrt(mean(x^2) + eps) * w; rstd [rows] saved for backward. y

@@ -251,7 +251,8 @@ OpCase ScatterAddCase(std::mt19937& rng) {
   op.backward = [](Backend& b, const Tensors& in, const Tensors& d) {
     Tensor ds = ZerosLike(in[0]), dscale = ZerosLike(in[1]);
     b.ScatterAddRowsBackward(in[0].Matrix(), kIds.data(), in[1].data(),
-                             d[0].Matrix(), ds.Matrix(), dscale.data());
+                             d[0].Matrix(), ds.Matrix(),
+                             {dscale.data(), dscale.numel(), 1, 1}, nullptr);
     return Tensors{ds, dscale};
   };
   return op;

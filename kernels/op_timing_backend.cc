@@ -194,11 +194,14 @@ void OpTimingBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                              const int32_t* rows,
                                              const float* scale,
                                              ConstMatrixView dout,
-                                             MatrixView dsrc, float* dscale) {
+                                             MatrixView dsrc, MatrixView dscale,
+                                             const int32_t* dscale_rows) {
   Timed("ScatterAddRowsBackward",
-        Moves(Bytes(src) * (1 + (dsrc.empty() ? 0 : 2) + (dscale ? 1 : 0))),
+        Moves(Bytes(src) *
+              (1 + (dsrc.empty() ? 0 : 2) + (dscale.empty() ? 0 : 1))),
         [&] {
-          timed_->ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
+          timed_->ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale,
+                                         dscale_rows);
         });
 }
 

@@ -65,7 +65,8 @@ class OpTimingBackend : public Backend {
                       const float* scale, MatrixView out) override;
   void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                               const float* scale, ConstMatrixView dout,
-                              MatrixView dsrc, float* dscale) override;
+                              MatrixView dsrc, MatrixView dscale,
+                              const int32_t* dscale_rows) override;
   void RmsNormForward(ConstMatrixView x, const float* w, float eps,
                       MatrixView y, float* rstd) override;
   void RmsNormBackward(ConstMatrixView x, const float* w, const float* rstd,

@@ -71,14 +71,13 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
          dhidden = Tensor::ForOutput({rows, inter}, activation),
          dgate_up = Tensor::ForOutput({rows, 2 * inter}, activation),
          dx_rows = Tensor::ForOutput({rows, dout.cols}, activation);
-  // The routing weights' gradients and, in the same pass over dout, the
-  // experts' output gradient: each row's token's dout times its weight.
-  Tensor dweight = Tensor::ForOutput({rows, 1});
+  // The routing weights' gradients (each row's at its slot: the grouping
+  // holds every slot once, and dweight_rows starts at zero) and, in the same
+  // pass over dout, the experts' output gradient: each row's token's dout
+  // times its weight.
   backend.ScatterAddRowsBackward(e.out.Matrix(), g.tokens.data(),
                                  e.weight.data(), dout, dout_rows.Matrix(),
-                                 dweight.data());
-  backend.ScatterAddRows(dweight.Matrix(), g.slots.data(), nullptr,
-                         dweight_rows);
+                                 dweight_rows, g.slots.data());
   backend.GroupedLinearBackward(
       e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
       experts, dout_rows.Matrix(), dhidden.Matrix(), /*accumulate_dx=*/false,

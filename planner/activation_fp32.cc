@@ -219,9 +219,10 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
     mlp.Add("router gradients", n * (d.top_k + d.experts));
     mlp.Add("shared expert backward", n * 3 * d.shared_inter);
     // model/expert_dispatch.cc's ExpertsBackward: the routed rows' output,
-    // hidden, gate|up and input gradients and their router weights'.
+    // hidden, gate|up and input gradients (their router weights' land in the
+    // router gradients).
     mlp.Add("routed rows' gradients",
-            t.routed * (2 * d.hidden + 3 * d.expert_inter + 1));
+            t.routed * (2 * d.hidden + 3 * d.expert_inter));
     if (split.ep > 1) {
       // parallel/expert_parallel_dispatch.cc: the sent rows' output
       // gradients and their exchange buffers, the received ones staged for

@@ -105,11 +105,13 @@ void CpuBackend::ScatterAddRows(ConstMatrixView src, const int32_t* rows,
 void CpuBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                         const int32_t* rows, const float* scale,
                                         ConstMatrixView dout, MatrixView dsrc,
-                                        float* dscale) {
-  CheckHeld("ScatterAddRowsBackward",
-            {src.data, rows, scale, dout.data, dsrc.data, dscale});
-  CheckF32("CpuBackend::ScatterAddRowsBackward", {src, dout, dsrc});
-  cpu::ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale);
+                                        MatrixView dscale,
+                                        const int32_t* dscale_rows) {
+  CheckHeld("ScatterAddRowsBackward", {src.data, rows, scale, dout.data,
+                                       dsrc.data, dscale.data, dscale_rows});
+  CheckF32("CpuBackend::ScatterAddRowsBackward", {src, dout, dsrc, dscale});
+  cpu::ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale,
+                              dscale_rows);
 }
 void CpuBackend::RmsNormForward(ConstMatrixView x, const float* w, float eps,
                                 MatrixView y, float* rstd) {

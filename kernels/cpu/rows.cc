@@ -33,7 +33,8 @@ void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
 
 void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                             const float* scale, ConstMatrixView dout,
-                            MatrixView dsrc, float* dscale) {
+                            MatrixView dsrc, MatrixView dscale,
+                            const int32_t* dscale_rows) {
   ParallelFor(src.rows, src.rows * src.cols, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float* d = dout.Row(rows[i]);
@@ -42,11 +43,11 @@ void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
         float* o = dsrc.Row(i);
         for (int64_t c = 0; c < src.cols; ++c) o[c] = s * d[c];
       }
-      if (dscale) {
+      if (!dscale.empty()) {
         const float* in = src.Row(i);
         double dot = 0;
         for (int64_t c = 0; c < src.cols; ++c) dot += double{in[c]} * d[c];
-        dscale[i] = static_cast<float>(dot);
+        *dscale.Row(dscale_rows ? dscale_rows[i] : i) = static_cast<float>(dot);
       }
     }
   });

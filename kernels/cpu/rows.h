@@ -14,11 +14,12 @@ void GatherRows(ConstMatrixView table, const int32_t* ids, MatrixView out);
 // deterministic.
 void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
                     const float* scale, MatrixView out);
-// dsrc[i] = scale[i] * dout[rows[i]]; dscale[i] = src[i] . dout[rows[i]]
-// (written, not added).
+// dsrc[i] = scale[i] * dout[rows[i]]; dscale (a column) at row
+// j = dscale_rows[i] (null: i) = src[i] . dout[rows[i]] (written, not added).
 void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                             const float* scale, ConstMatrixView dout,
-                            MatrixView dsrc, float* dscale);
+                            MatrixView dsrc, MatrixView dscale,
+                            const int32_t* dscale_rows);
 // Backend::GroupByExpert: a counting sort, stable by choice index.
 void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
                    int64_t experts, int32_t* slots, int32_t* tokens,

@@ -227,11 +227,13 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
   void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                               const float* scale, ConstMatrixView dout,
-                              MatrixView dsrc, float* dscale) override {
+                              MatrixView dsrc, MatrixView dscale,
+                              const int32_t* dscale_rows) override {
     CheckActivations("CudaBackend::ScatterAddRowsBackward",
                      {{"src", src}, {"dsrc", dsrc}});
-    CheckF32("CudaBackend::ScatterAddRowsBackward", {dout});
-    cuda::ScatterAddRowsBackward(*this, src, rows, scale, dout, dsrc, dscale);
+    CheckF32("CudaBackend::ScatterAddRowsBackward", {dout, dscale});
+    cuda::ScatterAddRowsBackward(*this, src, rows, scale, dout, dsrc, dscale,
+                                 dscale_rows);
   }
   void RmsNormForward(ConstMatrixView x, const float* w, float eps,
                       MatrixView y, float* rstd) override {

@@ -178,19 +178,18 @@ constexpr int kBackwardLoadsAhead = 4;
 // columns a step (4: QuadAligned views, 16-byte loads), a lane's steps
 // kBackwardLoadsAhead at a time (their dot terms added in column order, as
 // one at a time would). dsrc (F32 or BF16) empty: skipped; dscale null:
-// skipped.
+// skipped, else written at dscale_rows[i] (null: i).
 template <int kWidth>
-__global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
-                                             const int32_t* __restrict__ rows,
-                                             const float* __restrict__ scale,
-                                             ConstMatrixView dout,
-                                             MatrixView dsrc, float* dscale) {
+__global__ void ScatterAddRowsBackwardKernel(
+    ConstMatrixView src, const int32_t* __restrict__ rows,
+    const float* __restrict__ scale, ConstMatrixView dout, MatrixView dsrc,
+    MatrixView dscale, const int32_t* __restrict__ dscale_rows) {
   using Vector = std::conditional_t<kWidth == 4, float4, float>;
   const int64_t i = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (i >= src.rows) return;  // the whole warp
   const auto* d = reinterpret_cast<const Vector*>(&At(dout, rows[i], 0));
-  const bool out = dsrc.data != nullptr, dot_wanted = dscale != nullptr;
+  const bool out = dsrc.data != nullptr, dot_wanted = dscale.data != nullptr;
   const float s = scale ? scale[i] : 1.f;
   double dot = 0;
   auto load_src = [&](int64_t c) -> Vector {
@@ -234,7 +233,9 @@ __global__ void ScatterAddRowsBackwardKernel(ConstMatrixView src,
   }
   if (!dot_wanted) return;
   const double total = WarpSum(dot);
-  if (lane == 0) dscale[i] = static_cast<float>(total);
+  if (lane == 0) {
+    At(dscale, dscale_rows ? dscale_rows[i] : i, 0) = static_cast<float>(total);
+  }
 }
 
 // run_begin[sorted[p]] = p at the first position p of each run of equal
@@ -412,19 +413,21 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
 void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
                             const int32_t* rows, const float* scale,
                             ConstMatrixView dout, MatrixView dsrc,
-                            float* dscale) {
+                            MatrixView dscale, const int32_t* dscale_rows) {
   assert(dout.cols == src.cols);
   assert(dsrc.empty() || (dsrc.rows == src.rows && dsrc.cols == src.cols));
-  if (src.rows == 0 || (dsrc.empty() && dscale == nullptr)) return;
+  assert(dscale.empty() || (dscale.cols == 1 && (dscale_rows != nullptr ||
+                                                 dscale.rows == src.rows)));
+  if (src.rows == 0 || (dsrc.empty() && dscale.empty())) return;
   const bool quads =
       QuadAligned(src, dout) && (dsrc.empty() || QuadAligned(dsrc));
   const int64_t blocks = (src.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (quads) {
     ScatterAddRowsBackwardKernel<4><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-        src, rows, scale, dout, dsrc, dscale);
+        src, rows, scale, dout, dsrc, dscale, dscale_rows);
   } else {
     ScatterAddRowsBackwardKernel<1><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-        src, rows, scale, dout, dsrc, dscale);
+        src, rows, scale, dout, dsrc, dscale, dscale_rows);
   }
   GLM_CUDA_CHECK_LAUNCH();
 }

@@ -33,13 +33,13 @@ void EmbeddingBackward(CudaContext& ctx, ConstMatrixView dout,
 void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
                     const float* scale, MatrixView out);
 
-// dsrc[i] = scale[i] * dout[rows[i]] (dsrc empty: skipped);
-// dscale[i] = src[i] . dout[rows[i]], dot in double (dscale null: skipped);
-// src F32 or BF16. Written, not added.
+// dsrc[i] = scale[i] * dout[rows[i]] (dsrc empty: skipped); row
+// j = dscale_rows[i] (null: i) of the column dscale = src[i] . dout[rows[i]],
+// dot in double (dscale empty: skipped); src F32 or BF16. Written, not added.
 void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
                             const int32_t* rows, const float* scale,
                             ConstMatrixView dout, MatrixView dsrc,
-                            float* dscale);
+                            MatrixView dscale, const int32_t* dscale_rows);
 
 // Backend::GroupByExpert: the stable radix sort of the choices by expert
 // (the scatters' sort), then each expert's first position by binary search.

@@ -1918,13 +1918,18 @@ void AddScatter(Factories& f, const std::string& tag, Layout src, Layout out,
        }});
 }
 
+// dscale: a column (rows 0: [src rows, 1]) written at dscale_rows' rows
+// (null: in order).
 void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
                         Layout dout, bool scaled, bool want_dsrc,
                         bool want_dscale, Layout dsrc, IdMaker rows,
-                        XType src_type = XType::kF32) {
+                        XType src_type = XType::kF32, Layout dscale = {},
+                        IdMaker dscale_rows = nullptr) {
+  if (dscale.rows == 0) dscale = Dense(src.rows, 1);
   const std::string label = absl::StrCat(
       tag, " src", Dims(src), " dout", Dims(dout), scaled ? "" : " no scale",
-      want_dsrc ? "" : " no dsrc", want_dscale ? "" : " no dscale");
+      want_dsrc ? "" : " no dsrc", want_dscale ? "" : " no dscale",
+      dscale_rows ? absl::StrCat(" dscale", Dims(dscale), " by index") : "");
   const std::string op = ActivationOp("ScatterAddRowsBackward", "in", src_type);
   f.push_back(
       {op, label, [=] {
@@ -1933,7 +1938,10 @@ void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
                    ic = scaled ? b.Input("scale", Vec(src.rows)) : -1,
                    id = b.Input("dout", dout),
                    ids = want_dsrc ? b.Written("dsrc", dsrc) : -1,
-                   idc = want_dscale ? b.Written("dscale", Vec(src.rows)) : -1;
+                   idc = want_dscale ? b.Written("dscale", dscale) : -1,
+                   idr = dscale_rows
+                             ? b.Ints("dscale rows", dscale_rows(b.rng()))
+                             : -1;
          return b.Build([=](Backend& be, const Bound& p) {
            Tensor holder;
            const ConstMatrixView x =
@@ -1943,7 +1951,8 @@ void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
                             be.ScatterAddRowsBackward(
                                 x, p.Ints(ir), ic >= 0 ? p.Floats(ic) : nullptr,
                                 p.View(id), dsrc,
-                                idc >= 0 ? p.Floats(idc) : nullptr);
+                                idc >= 0 ? p.View(idc) : MatrixView{},
+                                idr >= 0 ? p.Ints(idr) : nullptr);
                           });
            return 0.0;
          });
@@ -2071,6 +2080,23 @@ void AddRowsCases(Factories& f) {
                      true, true, Cols(6, 11, 3, 5), tiny, act);
   AddScatterBackward(f, "combine", Dense(slots, hidden), Dense(tokens, hidden),
                      true, true, true, Dense(slots, hidden), combine, act);
+  // The routing weights' gradients written at their slots (a permutation),
+  // as the MoE's backward asks: into a strided column, and at the mini
+  // shape.
+  const IdMaker tiny_slots = [](std::mt19937_64&) {
+    return std::vector<int32_t>{4, 0, 5, 2, 1, 3};
+  };
+  AddScatterBackward(f, "tiny", Dense(6, 4), Dense(7, 4), true, true, true,
+                     Dense(6, 4), tiny, act, Cols(6, 3, 1, 1), tiny_slots);
+  AddScatterBackward(f, "combine", Dense(slots, hidden), Dense(tokens, hidden),
+                     true, true, true, Dense(slots, hidden), combine, act,
+                     Dense(slots, 1), [=](std::mt19937_64& rng) {
+                       std::vector<int32_t> order(slots);
+                       for (int64_t i = 0; i < slots; ++i)
+                         order[i] = static_cast<int32_t>(i);
+                       std::shuffle(order.begin(), order.end(), rng);
+                       return order;
+                     });
   // 260 quads a row: two batches of a lane's steps, then a tail of four.
   AddScatterBackward(
       f, "batched steps and a tail", Dense(300, 1040), Dense(tokens, 1040),
