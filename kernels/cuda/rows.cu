@@ -167,18 +167,11 @@ __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
 
 constexpr int kRowsPerBlock = kBlockThreads / 32;
 
-// Steps of a lane's columns whose loads ScatterAddRowsBackwardKernel issues
-// before using any: one step's gathered dout and src loads a lane at a time
-// left the kernel waiting on memory latency (130 us a call at glm5.2-mini's
-// 32,768 x 2,048 rows against a floor of about 75).
-constexpr int kBackwardLoadsAhead = 4;
-
 // One warp per source row i (rows are a few thousand floats: a block's
 // reduction and barriers would cost more than the row's loads); kWidth
-// columns a step (4: QuadAligned views, 16-byte loads), a lane's steps
-// kBackwardLoadsAhead at a time (their dot terms added in column order, as
-// one at a time would). dsrc (F32 or BF16) empty: skipped; dscale null:
-// skipped, else written at dscale_rows[i] (null: i).
+// columns a step (4: QuadAligned views, 16-byte loads). dsrc (F32 or BF16)
+// empty: skipped; dscale null: skipped, else written at dscale_rows[i]
+// (null: i).
 template <int kWidth>
 __global__ void ScatterAddRowsBackwardKernel(
     ConstMatrixView src, const int32_t* __restrict__ rows,
@@ -192,44 +185,22 @@ __global__ void ScatterAddRowsBackwardKernel(
   const bool out = dsrc.data != nullptr, dot_wanted = dscale.data != nullptr;
   const float s = scale ? scale[i] : 1.f;
   double dot = 0;
-  auto load_src = [&](int64_t c) -> Vector {
-    if constexpr (kWidth == 4) {
-      return LoadQuad(src, i, 4 * c);
-    } else {
-      return Load(src, i, c);
-    }
-  };
-  // Step c: dout's columns g and, where the dot is wanted, src's x.
-  auto step = [&](int64_t c, const Vector& g, const Vector& x) {
+  for (int64_t c = lane; c < src.cols / kWidth; c += 32) {
+    const Vector g = d[c];
     if constexpr (kWidth == 4) {
       if (out) {
         StoreQuad(dsrc, i, 4 * c,
                   make_float4(s * g.x, s * g.y, s * g.z, s * g.w));
       }
       if (dot_wanted) {
+        const float4 x = LoadQuad(src, i, 4 * c);
         dot += double{x.x} * g.x + double{x.y} * g.y + double{x.z} * g.z +
                double{x.w} * g.w;
       }
     } else {
       if (out) Store(dsrc, i, c, s * g);
-      if (dot_wanted) dot += double{x} * g;
+      if (dot_wanted) dot += double{Load(src, i, c)} * g;
     }
-  };
-  const int64_t steps = src.cols / kWidth;
-  int64_t c = lane;
-  for (; c + 32 * (kBackwardLoadsAhead - 1) < steps;
-       c += 32 * kBackwardLoadsAhead) {
-    Vector g[kBackwardLoadsAhead], x[kBackwardLoadsAhead] = {};
-#pragma unroll
-    for (int a = 0; a < kBackwardLoadsAhead; ++a) {
-      g[a] = d[c + 32 * a];
-      if (dot_wanted) x[a] = load_src(c + 32 * a);
-    }
-#pragma unroll
-    for (int a = 0; a < kBackwardLoadsAhead; ++a) step(c + 32 * a, g[a], x[a]);
-  }
-  for (; c < steps; c += 32) {
-    step(c, d[c], dot_wanted ? load_src(c) : Vector{});
   }
   if (!dot_wanted) return;
   const double total = WarpSum(dot);

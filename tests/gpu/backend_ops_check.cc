@@ -2097,9 +2097,9 @@ void AddRowsCases(Factories& f) {
                        std::shuffle(order.begin(), order.end(), rng);
                        return order;
                      });
-  // 260 quads a row: two batches of a lane's steps, then a tail of four.
+  // 260 quads a row: the last step reaches four lanes only.
   AddScatterBackward(
-      f, "batched steps and a tail", Dense(300, 1040), Dense(tokens, 1040),
+      f, "a last step of four lanes", Dense(300, 1040), Dense(tokens, 1040),
       true, true, true, Dense(300, 1040),
       [=](std::mt19937_64& rng) { return ExpertTokens(tokens, 300, rng); },
       act);
