@@ -22,9 +22,9 @@
 //   (SparseAttentionForward, SparseAttentionBackward) and
 //   SparseAttentionKeyWeights' q and k; what reads the experts' products:
 //   SwiGLU's gate and up (both directions), the combine's src (ScatterAddRows,
-//   ScatterAddRowsBackward). Gradients are F32, except those only products,
-//   the combine or the attention read: the dy of LinearBackward and of
-//   GroupedLinearBackward (read as it lies, not by index) and
+//   AddRowGroups, ScatterAddRowsBackward). Gradients are F32, except those only
+//   products, the combine or the attention read: the dy of LinearBackward and
+//   of GroupedLinearBackward (read as it lies, not by index) and
 //   SparseAttentionBackward's dout, which their producers may write in
 //   ActivationType(): ScatterAddRowsBackward's dsrc, SwiGluBackward's dgate
 //   and dup (its dout too), RopeBackward's dx (its dy too),
@@ -243,6 +243,19 @@ class Backend {
   virtual void GroupByExpert(const int32_t* expert, int64_t count,
                              int64_t per_token, int64_t experts, int32_t* slots,
                              int32_t* tokens, int32_t* offsets) = 0;
+  // Each token's positions in a GroupByExpert grouping of every one of its
+  // per_token choices (slots a permutation of [0, count)):
+  // token_rows[t * per_token + j] is the j-th smallest p with
+  // slots[p] / per_token == t. A layer's combine and its gradient's then add
+  // rows by AddRowGroups, sorting nothing.
+  virtual void TokenRows(const int32_t* slots, int64_t count, int64_t per_token,
+                         int32_t* token_rows) = 0;
+  // out[r] += scale[i] * src[i] for i = sources[r * per_row + j], j in order
+  // (scale null: 1); src.rows = out.rows * per_row. With TokenRows' sources:
+  // ScatterAddRows' sums, added in the same order.
+  virtual void AddRowGroups(ConstMatrixView src, const int32_t* sources,
+                            int64_t per_row, const float* scale,
+                            MatrixView out) = 0;
   // loads[e] += offsets[e+1] - offsets[e] for e < experts (the tokens a
   // GroupByExpert gave each expert, summed over a step's micro batches).
   virtual void AddExpertLoads(const int32_t* offsets, int64_t experts,

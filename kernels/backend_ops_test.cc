@@ -722,6 +722,32 @@ TEST(BackendOps, GroupByExpertIsAStableCountingSort) {
   }
 }
 
+// The grouping above, token by token: token 0's choices landed at positions
+// 4 and 0, token 1's at 2 and 5, token 2's at 1 and 3 (each in ascending
+// order); AddRowGroups over them adds what ScatterAddRows over the tokens
+// adds, bitwise.
+TEST(BackendOps, TokenRowsLetTheCombineAddWithoutAScatter) {
+  const std::vector<int32_t> slots = {1, 4, 2, 5, 0, 3},
+                             tokens = {0, 2, 1, 2, 0, 1};
+  std::mt19937 rng(5);
+  const Tensor src = Random({6, 8}, rng), scale = Random({6}, rng),
+               base = Random({3, 8}, rng);
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    std::vector<int32_t> token_rows(6, -7);
+    backend->TokenRows(slots.data(), 6, 2, token_rows.data());
+    EXPECT_EQ(token_rows, (std::vector<int32_t>{0, 4, 2, 5, 1, 3}));
+    for (const float* s : {scale.data(), static_cast<const float*>(nullptr)}) {
+      Tensor grouped = base.CopyTo(nullptr), scattered = base.CopyTo(nullptr);
+      backend->AddRowGroups(src.Matrix(), token_rows.data(), 2, s,
+                            grouped.Matrix());
+      backend->ScatterAddRows(src.Matrix(), tokens.data(), s,
+                              scattered.Matrix());
+      EXPECT_EQ(grouped.values(), scattered.values());
+    }
+  }
+}
+
 // Rows read by index (IndexedRows) give what the gathered copy gives,
 // bitwise: x's rows, and dy's rows times their scales.
 TEST(BackendOps, GroupedLinearReadsRowsByIndex) {

@@ -293,6 +293,19 @@ void OpTimingBackend::GroupByExpert(const int32_t* expert, int64_t count,
   });
 }
 
+void OpTimingBackend::TokenRows(const int32_t* slots, int64_t count,
+                                int64_t per_token, int32_t* token_rows) {
+  Timed("TokenRows", OpCost{},
+        [&] { timed_->TokenRows(slots, count, per_token, token_rows); });
+}
+
+void OpTimingBackend::AddRowGroups(ConstMatrixView src, const int32_t* sources,
+                                   int64_t per_row, const float* scale,
+                                   MatrixView out) {
+  Timed("AddRowGroups", Moves(ScatterAddBytes(src, out)),
+        [&] { timed_->AddRowGroups(src, sources, per_row, scale, out); });
+}
+
 void OpTimingBackend::AddExpertLoads(const int32_t* offsets, int64_t experts,
                                      int32_t* loads) {
   Timed("AddExpertLoads", OpCost{},

@@ -24,8 +24,31 @@ ExpertGrouping GroupRowsByExpert(Backend& backend, const int32_t* expert,
   g.offsets = IndexTensor({num_experts + 1});
   backend.GroupByExpert(expert, rows, rows_per_token, num_experts,
                         g.slots.data(), g.tokens.data(), g.offsets.data());
+  if (rows_per_token > 1) {
+    g.token_rows = IndexTensor({rows});
+    backend.TokenRows(g.slots.data(), rows, rows_per_token,
+                      g.token_rows.data());
+  }
   return g;
 }
+
+namespace {
+
+// out[tokens[p]] += scale[p] * rows[p] (scale null: 1): by each token's rows
+// where the grouping lists them, else by a scatter.
+void AddToTokens(Backend& backend, const ExpertGrouping& g,
+                 ConstMatrixView rows, const float* scale, MatrixView out) {
+  if (g.token_rows.numel() > 0) {
+    // Every token's every choice: rows.rows is a whole multiple of out.rows.
+    assert(rows.rows % out.rows == 0);
+    backend.AddRowGroups(rows, g.token_rows.data(), rows.rows / out.rows, scale,
+                         out);
+    return;
+  }
+  backend.ScatterAddRows(rows, g.tokens.data(), scale, out);
+}
+
+}  // namespace
 
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* e,
@@ -52,8 +75,7 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                         gate_up.Columns(inter, inter), e->mlp.hidden.Matrix());
   backend.GroupedLinear(e->mlp.hidden.Matrix(), p.experts_down.value.Matrix(),
                         g.offsets.data(), experts, e->out.Matrix());
-  backend.ScatterAddRows(e->out.Matrix(), g.tokens.data(), e->weight.data(),
-                         out);
+  AddToTokens(backend, g, e->out.Matrix(), e->weight.data(), out);
 }
 
 void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
@@ -91,7 +113,7 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
       e.inputs.Matrix(), p.experts_gate_up.value.Matrix(), g.offsets.data(),
       experts, dgu, dx_rows.Matrix(), /*accumulate_dx=*/false,
       p.experts_gate_up.grad.Matrix());
-  backend.ScatterAddRows(dx_rows.Matrix(), g.tokens.data(), nullptr, dx);
+  AddToTokens(backend, g, dx_rows.Matrix(), nullptr, dx);
 }
 
 void LocalExpertDispatcher::Forward(Backend& backend, const MoeParameters& p,

@@ -18,8 +18,11 @@ namespace glm {
 // position p reads input row tokens[p] and router weight slots[p]; expert e
 // owns positions [offsets[e], offsets[e+1]), each expert's rows in row order
 // (so every sum over them is deterministic).
+// Where every choice of the tokens is grouped (rows_per_token > 1),
+// token_rows lists each token's positions in order (Backend::TokenRows), so
+// the combine and its gradient add rows without sorting; else it is empty.
 struct ExpertGrouping {
-  IndexTensor slots, tokens, offsets;
+  IndexTensor slots, tokens, offsets, token_rows;
   int64_t rows() const { return slots.numel(); }
 };
 

@@ -116,7 +116,9 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
                rows * (d.hidden + 1));
   }
   terms->Add("routed rows: gate|up and SwiGLU", rows * 3 * d.expert_inter);
-  terms->Add("routed rows: router weights and row indices", rows * 3);
+  // Each row's router weight, slot and token, and each token's rows (the
+  // grouping's token_rows; under expert parallelism the sent grouping's).
+  terms->Add("routed rows: router weights and row indices", rows * 4);
   if (expert_parallel) {
     // One grouped block per member the rows came from, over the held experts.
     terms->Add("routed rows: expert offsets per block",

@@ -188,6 +188,18 @@ void CpuBackend::RouterBackward(ConstMatrixView scores, const int32_t* indices,
   CheckF32("CpuBackend::RouterBackward", {scores, dweights, dlogits});
   cpu::RouterBackward(scores, indices, dweights, spec, dlogits);
 }
+void CpuBackend::TokenRows(const int32_t* slots, int64_t count,
+                           int64_t per_token, int32_t* token_rows) {
+  CheckHeld("TokenRows", {slots, token_rows});
+  cpu::TokenRows(slots, count, per_token, token_rows);
+}
+void CpuBackend::AddRowGroups(ConstMatrixView src, const int32_t* sources,
+                              int64_t per_row, const float* scale,
+                              MatrixView out) {
+  CheckHeld("AddRowGroups", {src.data, sources, scale, out.data});
+  CheckF32("CpuBackend::AddRowGroups", {src, out});
+  cpu::AddRowGroups(src, sources, per_row, scale, out);
+}
 void CpuBackend::GroupByExpert(const int32_t* expert, int64_t count,
                                int64_t per_token, int64_t experts,
                                int32_t* slots, int32_t* tokens,

@@ -69,6 +69,11 @@ class CpuBackend : public Backend {
   void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
                      int64_t experts, int32_t* slots, int32_t* tokens,
                      int32_t* offsets) override;
+  void TokenRows(const int32_t* slots, int64_t count, int64_t per_token,
+                 int32_t* token_rows) override;
+  void AddRowGroups(ConstMatrixView src, const int32_t* sources,
+                    int64_t per_row, const float* scale,
+                    MatrixView out) override;
   void AddExpertLoads(const int32_t* offsets, int64_t experts,
                       int32_t* loads) override;
   void GroupedLinear(IndexedRows x, ConstMatrixView w, const int32_t* offsets,

@@ -70,6 +70,29 @@ void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
   }
 }
 
+void TokenRows(const int32_t* slots, int64_t count, int64_t per_token,
+               int32_t* token_rows) {
+  std::vector<int32_t> filled(count / per_token, 0);
+  for (int64_t p = 0; p < count; ++p) {
+    const int64_t t = slots[p] / per_token;
+    token_rows[t * per_token + filled[t]++] = static_cast<int32_t>(p);
+  }
+}
+
+void AddRowGroups(ConstMatrixView src, const int32_t* sources, int64_t per_row,
+                  const float* scale, MatrixView out) {
+  assert(src.rows == out.rows * per_row && src.cols == out.cols);
+  for (int64_t r = 0; r < out.rows; ++r) {
+    float* o = out.Row(r);
+    for (int64_t j = 0; j < per_row; ++j) {
+      const int32_t i = sources[r * per_row + j];
+      const float s = scale ? scale[i] : 1.f;
+      const float* in = src.Row(i);
+      for (int64_t c = 0; c < src.cols; ++c) o[c] += s * in[c];
+    }
+  }
+}
+
 void AddExpertLoads(const int32_t* offsets, int64_t experts, int32_t* loads) {
   for (int64_t e = 0; e < experts; ++e) loads[e] += offsets[e + 1] - offsets[e];
 }

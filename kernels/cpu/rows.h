@@ -20,6 +20,13 @@ void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                             const float* scale, ConstMatrixView dout,
                             MatrixView dsrc, MatrixView dscale,
                             const int32_t* dscale_rows);
+// Backend::TokenRows: positions in ascending order, token by token.
+void TokenRows(const int32_t* slots, int64_t count, int64_t per_token,
+               int32_t* token_rows);
+// Backend::AddRowGroups: serial over output rows, each row's sources in
+// order.
+void AddRowGroups(ConstMatrixView src, const int32_t* sources, int64_t per_row,
+                  const float* scale, MatrixView out);
 // Backend::GroupByExpert: a counting sort, stable by choice index.
 void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
                    int64_t experts, int32_t* slots, int32_t* tokens,

@@ -306,6 +306,17 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cuda::GroupByExpert(*this, expert, count, per_token, experts, slots, tokens,
                         offsets);
   }
+  void TokenRows(const int32_t* slots, int64_t count, int64_t per_token,
+                 int32_t* token_rows) override {
+    cuda::TokenRows(*this, slots, count, per_token, token_rows);
+  }
+  void AddRowGroups(ConstMatrixView src, const int32_t* sources,
+                    int64_t per_row, const float* scale,
+                    MatrixView out) override {
+    CheckActivations("CudaBackend::AddRowGroups", {{"src", src}});
+    CheckF32("CudaBackend::AddRowGroups", {out});
+    cuda::AddRowGroups(*this, src, sources, per_row, scale, out);
+  }
   void AddExpertLoads(const int32_t* offsets, int64_t experts,
                       int32_t* loads) override {
     cuda::AddExpertLoads(*this, offsets, experts, loads);

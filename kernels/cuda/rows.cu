@@ -117,9 +117,10 @@ __device__ __forceinline__ void AddSources(float (&acc)[kWidth],
 // gridDim.y * blockDim.x groups; only the first position of each run of
 // equal ids works (embedding gradients: few runs, some long). By output row
 // (true): threads_per_row threads (a power of two) a destination row, whose
-// run [run_begin, run_end) the index holds (MarkRunsKernel); rows without
-// sources are left as they are (MoE's unpermute: every block works, none
-// waits on an empty position or a search).
+// run [run_begin, run_end) the index holds (MarkRunsKernel), or, where
+// run_begin is null, [r * n, (r + 1) * n) (AddRowGroups: n sources a row);
+// rows without sources are left as they are (MoE's unpermute: every block
+// works, none waits on an empty position or a search).
 template <int kWidth, bool kByOutputRow>
 __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
                                        const int32_t* __restrict__ sorted_rows,
@@ -135,8 +136,9 @@ __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
                       threadIdx.x / threads_per_row;
     if (r >= out.rows) return;
     row = static_cast<int32_t>(r);
-    head = run_begin[r];
-    end = run_end[r];
+    // Fixed runs of n sources a row where no index of runs is given.
+    head = run_begin != nullptr ? run_begin[r] : r * n;
+    end = run_end != nullptr ? run_end[r] : head + n;
     if (head == end) return;
     c_first = int64_t{threadIdx.x % threads_per_row} * kWidth;
     c_step = int64_t{threads_per_row} * kWidth;
@@ -309,6 +311,56 @@ __global__ void AddExpertLoadsKernel(const int32_t* __restrict__ offsets,
   if (e < experts) loads[e] += offsets[e + 1] - offsets[e];
 }
 
+// ScatterAddSortedKernel by output row: as many threads a row as its
+// column groups need, up to a block (run_begin null: runs of n sources).
+void AddByOutputRow(CudaContext& ctx, ConstMatrixView src, int64_t n,
+                    const int32_t* sorted_rows, const int32_t* order,
+                    const int32_t* run_begin, const int32_t* run_end,
+                    const float* scale, MatrixView out) {
+  const bool quads = QuadAligned(src, out);
+  const int64_t groups = quads ? src.cols / 4 : src.cols;
+  int threads_per_row = 1;
+  while (threads_per_row < kBlockThreads && threads_per_row < groups) {
+    threads_per_row *= 2;
+  }
+  const int64_t rows_per_block = kBlockThreads / threads_per_row;
+  const auto blocks =
+      static_cast<unsigned>((out.rows + rows_per_block - 1) / rows_per_block);
+  if (quads) {
+    ScatterAddSortedKernel<4, true><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, n, sorted_rows, order, run_begin, run_end, scale, out,
+        threads_per_row);
+  } else {
+    ScatterAddSortedKernel<1, true><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, n, sorted_rows, order, run_begin, run_end, scale, out,
+        threads_per_row);
+  }
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+// token_rows[slots[p]] = p: each position at its (token, k) slot.
+__global__ void PositionsAtSlotsKernel(const int32_t* __restrict__ slots,
+                                       int64_t count,
+                                       int32_t* __restrict__ token_rows) {
+  const int64_t p = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x;
+  if (p < count) token_rows[slots[p]] = static_cast<int32_t>(p);
+}
+
+// Each token's per_token positions in ascending order (an insertion sort:
+// per_token is the router's top-k, a few).
+__global__ void SortTokenRowsKernel(int64_t tokens, int64_t per_token,
+                                    int32_t* __restrict__ token_rows) {
+  const int64_t t = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x;
+  if (t >= tokens) return;
+  int32_t* rows = token_rows + t * per_token;
+  for (int64_t j = 1; j < per_token; ++j) {
+    const int32_t p = rows[j];
+    int64_t k = j;
+    for (; k > 0 && rows[k - 1] > p; --k) rows[k] = rows[k - 1];
+    rows[k] = p;
+  }
+}
+
 }  // namespace
 
 void EmbeddingForward(CudaContext& ctx, ConstMatrixView table,
@@ -342,25 +394,8 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
   if (by_row) {
     // Onto fewer rows (MoE's unpermute: runs of top-k) or rows narrower than
     // a warp (the routing weights' gradients by slot): by output row.
-    int threads_per_row = 1;
-    while (threads_per_row < kBlockThreads && threads_per_row < groups) {
-      threads_per_row *= 2;
-    }
-    const int64_t rows_per_block = kBlockThreads / threads_per_row;
-    const auto blocks =
-        static_cast<unsigned>((out.rows + rows_per_block - 1) / rows_per_block);
-    if (quads) {
-      ScatterAddSortedKernel<4, true>
-          <<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-              src, src.rows, inverse.sorted_rows, inverse.order,
-              inverse.run_begin, inverse.run_end, scale, out, threads_per_row);
-    } else {
-      ScatterAddSortedKernel<1, true>
-          <<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-              src, src.rows, inverse.sorted_rows, inverse.order,
-              inverse.run_begin, inverse.run_end, scale, out, threads_per_row);
-    }
-    GLM_CUDA_CHECK_LAUNCH();
+    AddByOutputRow(ctx, src, src.rows, inverse.sorted_rows, inverse.order,
+                   inverse.run_begin, inverse.run_end, scale, out);
     return;
   }
   // Wide rows onto as many rows or more (embedding gradients: a frequent
@@ -421,6 +456,29 @@ void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,
   ExpertOffsetsKernel<<<offset_blocks, kBlockThreads, 0, ctx.stream()>>>(
       inverse.sorted_rows, count, experts, offsets);
   GLM_CUDA_CHECK_LAUNCH();
+}
+
+void TokenRows(CudaContext& ctx, const int32_t* slots, int64_t count,
+               int64_t per_token, int32_t* token_rows) {
+  assert(per_token > 0 && count % per_token == 0);
+  if (count == 0) return;
+  PositionsAtSlotsKernel<<<(count + kBlockThreads - 1) / kBlockThreads,
+                           kBlockThreads, 0, ctx.stream()>>>(slots, count,
+                                                             token_rows);
+  GLM_CUDA_CHECK_LAUNCH();
+  const int64_t tokens = count / per_token;
+  SortTokenRowsKernel<<<(tokens + kBlockThreads - 1) / kBlockThreads,
+                        kBlockThreads, 0, ctx.stream()>>>(tokens, per_token,
+                                                          token_rows);
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
+void AddRowGroups(CudaContext& ctx, ConstMatrixView src, const int32_t* sources,
+                  int64_t per_row, const float* scale, MatrixView out) {
+  assert(src.cols == out.cols && src.rows == out.rows * per_row);
+  if (src.rows == 0) return;
+  AddByOutputRow(ctx, src, per_row, /*sorted_rows=*/nullptr, sources,
+                 /*run_begin=*/nullptr, /*run_end=*/nullptr, scale, out);
 }
 
 void AddExpertLoads(CudaContext& ctx, const int32_t* offsets, int64_t experts,

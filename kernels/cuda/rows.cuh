@@ -41,6 +41,14 @@ void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
                             ConstMatrixView dout, MatrixView dsrc,
                             MatrixView dscale, const int32_t* dscale_rows);
 
+// Backend::TokenRows: each position at its slot, then each token's positions
+// sorted (a thread a token).
+void TokenRows(CudaContext& ctx, const int32_t* slots, int64_t count,
+               int64_t per_token, int32_t* token_rows);
+// Backend::AddRowGroups: ScatterAddRows' by-output-row kernel over fixed runs
+// of per_row sources; src F32 or BF16.
+void AddRowGroups(CudaContext& ctx, ConstMatrixView src, const int32_t* sources,
+                  int64_t per_row, const float* scale, MatrixView out);
 // Backend::GroupByExpert: the stable radix sort of the choices by expert
 // (the scatters' sort), then each expert's first position by binary search.
 void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,

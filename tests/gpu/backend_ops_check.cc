@@ -64,6 +64,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/rows.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/tensor.h"
@@ -122,6 +123,8 @@ constexpr OpLimits kLimits[] = {
     {"EmbeddingBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"ScatterAddRows", {kExact, kExact}, {0, 0}, {0, 0}},
     {"ScatterAddRowsBackward", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"TokenRows", {0, 0}, {0, 0}, {0, 0}},
+    {"AddRowGroups", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RmsNormForward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RmsNormBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"LayerNormForward", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -149,6 +152,7 @@ constexpr OpLimits kLimits[] = {
     // rounding of each source (dscale: of each term of its dot); its
     // backward's dsrc, written in the activation type, one rounding.
     {"ScatterAddRows from activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    {"AddRowGroups from activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     {"ScatterAddRowsBackward in activation type",
      {kExact, 1e-5},
      {0, 0},
@@ -1920,6 +1924,61 @@ void AddScatter(Factories& f, const std::string& tag, Layout src, Layout out,
 
 // dscale: a column (rows 0: [src rows, 1]) written at dscale_rows' rows
 // (null: in order).
+// A random grouping's slots: a permutation of the tokens' per_token slots.
+std::vector<int32_t> ShuffledSlots(int64_t tokens, int64_t per_token,
+                                   std::mt19937_64& rng) {
+  std::vector<int32_t> slots(tokens * per_token);
+  for (size_t p = 0; p < slots.size(); ++p) slots[p] = static_cast<int32_t>(p);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  return slots;
+}
+
+void AddTokenRows(Factories& f, const std::string& tag, int64_t tokens,
+                  int64_t per_token) {
+  const std::string label =
+      absl::StrCat(tag, " tokens ", tokens, " per token ", per_token);
+  f.push_back({"TokenRows", label, [=] {
+                 CaseBuilder b("TokenRows", label);
+                 const int is =
+                     b.Ints("slots", ShuffledSlots(tokens, per_token, b.rng()));
+                 const int io = b.WrittenInts("token rows", tokens * per_token);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   be.TokenRows(p.Ints(is), tokens * per_token, per_token,
+                                p.Ints(io));
+                   return 0.0;
+                 });
+               }});
+}
+
+// The combine by each token's rows: sources from TokenRows on the CPU.
+void AddRowGroupsCase(Factories& f, const std::string& tag, int64_t tokens,
+                      int64_t per_token, int64_t cols, bool scaled,
+                      XType src_type) {
+  const std::string label =
+      absl::StrCat(tag, " src[", tokens * per_token, ",", cols, "] out[",
+                   tokens, ",", cols, "]", scaled ? "" : " no scale");
+  const std::string op = ActivationOp("AddRowGroups", "from", src_type);
+  f.push_back(
+      {op, label, [=] {
+         CaseBuilder b(op, label);
+         std::vector<int32_t> slots = ShuffledSlots(tokens, per_token, b.rng());
+         std::vector<int32_t> sources(slots.size());
+         cpu::TokenRows(slots.data(), static_cast<int64_t>(slots.size()),
+                        per_token, sources.data());
+         const int is = b.Input("src", Dense(tokens * per_token, cols)),
+                   ir = b.Ints("sources", sources),
+                   ic = scaled ? b.Input("scale", Vec(tokens * per_token)) : -1,
+                   io = b.Accumulated("out", Dense(tokens, cols));
+         return b.Build([=](Backend& be, const Bound& p) {
+           Tensor holder;
+           be.AddRowGroups(AsActivation(be, src_type, p.View(is), &holder),
+                           p.Ints(ir), per_token,
+                           ic >= 0 ? p.Floats(ic) : nullptr, p.View(io));
+           return 0.0;
+         });
+       }});
+}
+
 void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
                         Layout dout, bool scaled, bool want_dsrc,
                         bool want_dscale, Layout dsrc, IdMaker rows,
@@ -2080,6 +2139,14 @@ void AddRowsCases(Factories& f) {
                      true, true, Cols(6, 11, 3, 5), tiny, act);
   AddScatterBackward(f, "combine", Dense(slots, hidden), Dense(tokens, hidden),
                      true, true, true, Dense(slots, hidden), combine, act);
+  AddTokenRows(f, "tiny", 3, 2);
+  AddTokenRows(f, "glm5.2-mini", tokens, m.num_experts_per_tok);
+  for (const XType type : {XType::kF32, act}) {
+    AddRowGroupsCase(f, "tiny", 3, 2, 4, true, type);
+    AddRowGroupsCase(f, "odd width", 5, 3, 7, false, type);
+    AddRowGroupsCase(f, "glm5.2-mini", tokens, m.num_experts_per_tok, hidden,
+                     true, type);
+  }
   // The routing weights' gradients written at their slots (a permutation),
   // as the MoE's backward asks: into a strided column, and at the mini
   // shape.
