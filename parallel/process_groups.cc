@@ -29,6 +29,20 @@ std::vector<int> Fixed(const RankCoordinates& c, GroupKind kind) {
   return {};
 }
 
+// `rank`'s index among `members`.
+int IndexOf(const std::vector<int>& members, int rank) {
+  return static_cast<int>(std::find(members.begin(), members.end(), rank) -
+                          members.begin());
+}
+
+// The factory that connects groups of `kind`.
+const CollectivesFactory& FactoryOf(
+    GroupKind kind, const CollectivesFactory& connect,
+    const std::map<GroupKind, CollectivesFactory>& connect_kind) {
+  const auto own = connect_kind.find(kind);
+  return own != connect_kind.end() ? own->second : connect;
+}
+
 }  // namespace
 
 const std::vector<GroupKind>& AllGroupKinds() {
@@ -77,28 +91,21 @@ absl::StatusOr<ProcessGroups> ProcessGroups::Create(
   ProcessGroups groups;
   for (GroupKind kind : AllGroupKinds()) {
     const std::vector<int> members = GroupMembers(grid, rank, kind);
-    const int index = static_cast<int>(
-        std::find(members.begin(), members.end(), rank) - members.begin());
     const std::string key =
         absl::StrCat(GroupKindName(kind), "/", absl::StrJoin(members, "-"));
-    const auto own = connect_kind.find(kind);
-    const CollectivesFactory& factory =
-        own != connect_kind.end() ? own->second : connect;
     absl::StatusOr<std::unique_ptr<Collectives>> group =
-        factory(key, index, static_cast<int>(members.size()));
+        FactoryOf(kind, connect, connect_kind)(
+            key, IndexOf(members, rank), static_cast<int>(members.size()));
     if (!group.ok()) return group.status();
     groups.groups_[kind] = *std::move(group);
   }
   // The pipeline's edges last, by the pipeline group's factory.
   const std::vector<int> pipeline = GroupMembers(grid, rank, GroupKind::kPp);
   if (pipeline.size() > 1) {
-    const auto own = connect_kind.find(GroupKind::kPp);
     absl::StatusOr<std::unique_ptr<PipelineEdges>> edges =
         PipelineEdges::Connect(
-            pipeline,
-            static_cast<int>(std::find(pipeline.begin(), pipeline.end(), rank) -
-                             pipeline.begin()),
-            own != connect_kind.end() ? own->second : connect);
+            pipeline, IndexOf(pipeline, rank),
+            FactoryOf(GroupKind::kPp, connect, connect_kind));
     if (!edges.ok()) return edges.status();
     groups.pipeline_edges_ = *std::move(edges);
   }
