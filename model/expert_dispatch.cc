@@ -32,12 +32,8 @@ ExpertGrouping GroupRowsByExpert(Backend& backend, const int32_t* expert,
   return g;
 }
 
-namespace {
-
-// out[tokens[p]] += scale[p] * rows[p] (scale null: 1): by each token's rows
-// where the grouping lists them, else by a scatter.
-void AddToTokens(Backend& backend, const ExpertGrouping& g,
-                 ConstMatrixView rows, const float* scale, MatrixView out) {
+void AddRowsToTokens(Backend& backend, const ExpertGrouping& g,
+                     ConstMatrixView rows, const float* scale, MatrixView out) {
   if (g.token_rows.numel() > 0) {
     // Every token's every choice: rows.rows is a whole multiple of out.rows.
     assert(rows.rows % out.rows == 0);
@@ -47,8 +43,6 @@ void AddToTokens(Backend& backend, const ExpertGrouping& g,
   }
   backend.ScatterAddRows(rows, g.tokens.data(), scale, out);
 }
-
-}  // namespace
 
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* e,
@@ -75,7 +69,7 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                         gate_up.Columns(inter, inter), e->mlp.hidden.Matrix());
   backend.GroupedLinear(e->mlp.hidden.Matrix(), p.experts_down.value.Matrix(),
                         g.offsets.data(), experts, e->out.Matrix());
-  AddToTokens(backend, g, e->out.Matrix(), e->weight.data(), out);
+  AddRowsToTokens(backend, g, e->out.Matrix(), e->weight.data(), out);
 }
 
 void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
@@ -93,10 +87,9 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
          dhidden = Tensor::ForOutput({rows, inter}, activation),
          dgate_up = Tensor::ForOutput({rows, 2 * inter}, activation),
          dx_rows = Tensor::ForOutput({rows, dout.cols}, activation);
-  // The routing weights' gradients (each row's at its slot: the grouping
-  // holds every slot once, and dweight_rows starts at zero) and, in the same
-  // pass over dout, the experts' output gradient: each row's token's dout
-  // times its weight.
+  // The routing weights' gradients (each row's written at its slot: the
+  // grouping holds every slot once) and, in the same pass over dout, the
+  // experts' output gradient: each row's token's dout times its weight.
   backend.ScatterAddRowsBackward(e.out.Matrix(), g.tokens.data(),
                                  e.weight.data(), dout, dout_rows.Matrix(),
                                  dweight_rows, g.slots.data());
@@ -113,7 +106,7 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
       e.inputs.Matrix(), p.experts_gate_up.value.Matrix(), g.offsets.data(),
       experts, dgu, dx_rows.Matrix(), /*accumulate_dx=*/false,
       p.experts_gate_up.grad.Matrix());
-  AddToTokens(backend, g, dx_rows.Matrix(), nullptr, dx);
+  AddRowsToTokens(backend, g, dx_rows.Matrix(), nullptr, dx);
 }
 
 void LocalExpertDispatcher::Forward(Backend& backend, const MoeParameters& p,

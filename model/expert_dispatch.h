@@ -52,8 +52,14 @@ struct ExpertRows {
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* rows,
                     MatrixView out);
-// Backward of ExpertsForward: dx[tokens] and dweight_rows[slots] accumulate,
-// and so do the experts' weight gradients.
+// out[g.tokens[p]] += scale[p] * rows[p] for the grouping's rows (scale
+// null: 1): by each token's rows where the grouping lists them
+// (token_rows), else by a scatter. The same sums either way.
+void AddRowsToTokens(Backend& backend, const ExpertGrouping& g,
+                     ConstMatrixView rows, const float* scale, MatrixView out);
+// Backward of ExpertsForward: dx[tokens] accumulates, dweight_rows[slots] is
+// written (every slot of the grouping once), and the experts' weight
+// gradients accumulate.
 void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& rows,
                      ConstMatrixView dout, MatrixView dx,
                      MatrixView dweight_rows);
@@ -85,8 +91,9 @@ class ExpertDispatcher {
                        ConstMatrixView x, ExpertGrouping grouping,
                        ConstMatrixView weights, MatrixView out,
                        RoutedActivations* acts) = 0;
-  // dx and dweights ([n, top_k]) accumulate; so do the weight gradients of
-  // the experts that ran in this process.
+  // dx accumulates; dweights ([n, top_k], zeroed by the caller) gets every
+  // slot's routing-weight gradient; the weight gradients of the experts that
+  // ran in this process accumulate.
   virtual void Backward(Backend& backend, MoeParameters& p,
                         const RoutedActivations& acts, ConstMatrixView dout,
                         MatrixView dx, MatrixView dweights) = 0;

@@ -195,8 +195,8 @@ absl::Status ExpertParallelDispatcher::TryForward(
     return s;
   }
   if (sent > 0) {
-    backend.ScatterAddRows(back.Matrix().Rows(0, sent),
-                           acts->sent.tokens.data(), nullptr, out);
+    AddRowsToTokens(backend, acts->sent, back.Matrix().Rows(0, sent), nullptr,
+                    out);
   }
   return absl::OkStatus();
 }
@@ -247,8 +247,8 @@ absl::Status ExpertParallelDispatcher::TryBackward(
   }
   if (sent == 0) return absl::OkStatus();
   const ConstMatrixView back_rows = back.Matrix().Rows(0, sent);
-  backend.ScatterAddRows(back_rows.Columns(0, hidden), acts.sent.tokens.data(),
-                         nullptr, dx);
+  AddRowsToTokens(backend, acts.sent, back_rows.Columns(0, hidden), nullptr,
+                  dx);
   backend.ScatterAddRows(back_rows.Columns(hidden, 1), acts.sent.slots.data(),
                          nullptr, AsColumn(dweights));
   return absl::OkStatus();

@@ -172,8 +172,8 @@ constexpr int kRowsPerBlock = kBlockThreads / 32;
 // One warp per source row i (rows are a few thousand floats: a block's
 // reduction and barriers would cost more than the row's loads); kWidth
 // columns a step (4: QuadAligned views, 16-byte loads). dsrc (F32 or BF16)
-// empty: skipped; dscale null: skipped, else written at dscale_rows[i]
-// (null: i).
+// empty: skipped; dscale (a column) empty: skipped, else written at row
+// dscale_rows[i] (null: i).
 template <int kWidth>
 __global__ void ScatterAddRowsBackwardKernel(
     ConstMatrixView src, const int32_t* __restrict__ rows,
