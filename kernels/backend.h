@@ -22,12 +22,12 @@
 //   (SparseAttentionForward, SparseAttentionBackward) and
 //   SparseAttentionKeyWeights' q and k; what reads the experts' products:
 //   SwiGLU's gate and up (both directions), the combine's src (ScatterAddRows,
-//   AddRowGroups, ScatterAddRowsBackward). Gradients are F32, except those only
-//   products, the combine or the attention read: the dy of LinearBackward and
-//   of GroupedLinearBackward (read as it lies, not by index) and
-//   SparseAttentionBackward's dout, which their producers may write in
-//   ActivationType(): ScatterAddRowsBackward's dsrc, SwiGluBackward's dgate
-//   and dup (its dout too), RopeBackward's dx (its dy too),
+//   AddRowGroups and both their backwards). Gradients are F32, except those
+//   only products, the combine or the attention read: the dy of
+//   LinearBackward and of GroupedLinearBackward (read as it lies, not by
+//   index) and SparseAttentionBackward's dout, which their producers may
+//   write in ActivationType(): the combine backwards' dsrc, SwiGluBackward's
+//   dgate and dup (its dout too), RopeBackward's dx (its dy too),
 //   SparseAttentionBackward's dq, dk and dv, and LinearBackward's and
 //   GroupedLinearBackward's dx when written (not accumulated: a
 //   LinearBackward dx in ActivationType()). A backend refuses any other
@@ -256,6 +256,14 @@ class Backend {
   virtual void AddRowGroups(ConstMatrixView src, const int32_t* sources,
                             int64_t per_row, const float* scale,
                             MatrixView out) = 0;
+  // Backward of AddRowGroups: ScatterAddRowsBackward's dsrc and dscale with
+  // rows[i] = r for i = sources[r * per_row + j] (dout.rows output rows);
+  // written, not added. A token's dout row is read once for all its rows.
+  virtual void AddRowGroupsBackward(ConstMatrixView src, const int32_t* sources,
+                                    int64_t per_row, const float* scale,
+                                    ConstMatrixView dout, MatrixView dsrc,
+                                    MatrixView dscale,
+                                    const int32_t* dscale_rows) = 0;
   // loads[e] += offsets[e+1] - offsets[e] for e < experts (the tokens a
   // GroupByExpert gave each expert, summed over a step's micro batches).
   virtual void AddExpertLoads(const int32_t* offsets, int64_t experts,

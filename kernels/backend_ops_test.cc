@@ -748,6 +748,33 @@ TEST(BackendOps, TokenRowsLetTheCombineAddWithoutAScatter) {
   }
 }
 
+// The combine's gradient token by token (AddRowGroupsBackward over the token
+// rows above) writes what ScatterAddRowsBackward over the tokens writes,
+// bitwise: each source row's dsrc, and its dscale at its slot.
+TEST(BackendOps, CombineGradientByTokenRowsEqualsTheScatters) {
+  const std::vector<int32_t> slots = {1, 4, 2, 5, 0, 3},
+                             tokens = {0, 2, 1, 2, 0, 1},
+                             token_rows = {0, 4, 2, 5, 1, 3};
+  std::mt19937 rng(6);
+  const Tensor src = Random({6, 8}, rng), scale = Random({6}, rng),
+               dout = Random({3, 8}, rng);
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    Tensor dsrc_grouped({6, 8}, nullptr), dsrc_scattered({6, 8}, nullptr),
+        dscale_grouped({6, 1}, nullptr), dscale_scattered({6, 1}, nullptr);
+    backend->AddRowGroupsBackward(
+        src.Matrix(), token_rows.data(), 2, scale.data(), dout.Matrix(),
+        dsrc_grouped.Matrix(), dscale_grouped.Matrix(), slots.data());
+    backend->ScatterAddRowsBackward(src.Matrix(), tokens.data(), scale.data(),
+                                    dout.Matrix(), dsrc_scattered.Matrix(),
+                                    dscale_scattered.Matrix(), slots.data());
+    EXPECT_EQ(dsrc_grouped.values(), dsrc_scattered.values());
+    EXPECT_EQ(dscale_grouped.values(), dscale_scattered.values());
+    EXPECT_EQ(dsrc_grouped.values()[4 * 8 + 1],
+              scale.data()[4] * dout.data()[0 * 8 + 1]);
+  }
+}
+
 // Rows read by index (IndexedRows) give what the gathered copy gives,
 // bitwise: x's rows, and dy's rows times their scales.
 TEST(BackendOps, GroupedLinearReadsRowsByIndex) {

@@ -35,6 +35,13 @@ double ScatterAddBytes(ConstMatrixView src, ConstMatrixView out) {
          2 * Bytes({nullptr, std::min(src.rows, out.rows), out.cols, out.cols});
 }
 
+// A combine's backward: dout read at each source row (from cache after the
+// first), dsrc written and src read for dscale where wanted.
+double CombineBackwardBytes(ConstMatrixView src, ConstMatrixView dsrc,
+                            ConstMatrixView dscale) {
+  return Bytes(src) * (1 + (dsrc.empty() ? 0 : 2) + (dscale.empty() ? 0 : 1));
+}
+
 OpCost Flops(double flops) { return {flops, 0}; }
 // The fewest bytes a memory-bound op moves: each operand read or written once
 // (an accumulated output both).
@@ -197,9 +204,7 @@ void OpTimingBackend::ScatterAddRowsBackward(ConstMatrixView src,
                                              MatrixView dsrc, MatrixView dscale,
                                              const int32_t* dscale_rows) {
   Timed("ScatterAddRowsBackward",
-        Moves(Bytes(src) *
-              (1 + (dsrc.empty() ? 0 : 2) + (dscale.empty() ? 0 : 1))),
-        [&] {
+        Moves(CombineBackwardBytes(src, dsrc, dscale)), [&] {
           timed_->ScatterAddRowsBackward(src, rows, scale, dout, dsrc, dscale,
                                          dscale_rows);
         });
@@ -304,6 +309,19 @@ void OpTimingBackend::AddRowGroups(ConstMatrixView src, const int32_t* sources,
                                    MatrixView out) {
   Timed("AddRowGroups", Moves(ScatterAddBytes(src, out)),
         [&] { timed_->AddRowGroups(src, sources, per_row, scale, out); });
+}
+
+void OpTimingBackend::AddRowGroupsBackward(ConstMatrixView src,
+                                           const int32_t* sources,
+                                           int64_t per_row, const float* scale,
+                                           ConstMatrixView dout,
+                                           MatrixView dsrc, MatrixView dscale,
+                                           const int32_t* dscale_rows) {
+  Timed("AddRowGroupsBackward", Moves(CombineBackwardBytes(src, dsrc, dscale)),
+        [&] {
+          timed_->AddRowGroupsBackward(src, sources, per_row, scale, dout, dsrc,
+                                       dscale, dscale_rows);
+        });
 }
 
 void OpTimingBackend::AddExpertLoads(const int32_t* offsets, int64_t experts,

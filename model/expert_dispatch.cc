@@ -44,6 +44,28 @@ void AddRowsToTokens(Backend& backend, const ExpertGrouping& g,
   backend.ScatterAddRows(rows, g.tokens.data(), scale, out);
 }
 
+namespace {
+
+// Backward of AddRowsToTokens: drows[p] = scale[p] * dout[g.tokens[p]] and
+// dscale[g.slots[p]] = rows[p] . dout[g.tokens[p]], both written; by each
+// token's rows where the grouping lists them (one read of each dout row).
+void AddRowsToTokensBackward(Backend& backend, const ExpertGrouping& g,
+                             ConstMatrixView rows, const float* scale,
+                             ConstMatrixView dout, MatrixView drows,
+                             MatrixView dscale) {
+  if (g.token_rows.numel() > 0) {
+    assert(rows.rows % dout.rows == 0);
+    backend.AddRowGroupsBackward(rows, g.token_rows.data(),
+                                 rows.rows / dout.rows, scale, dout, drows,
+                                 dscale, g.slots.data());
+    return;
+  }
+  backend.ScatterAddRowsBackward(rows, g.tokens.data(), scale, dout, drows,
+                                 dscale, g.slots.data());
+}
+
+}  // namespace
+
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* e,
                     MatrixView out) {
@@ -90,9 +112,8 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
   // The routing weights' gradients (each row's written at its slot: the
   // grouping holds every slot once) and, in the same pass over dout, the
   // experts' output gradient: each row's token's dout times its weight.
-  backend.ScatterAddRowsBackward(e.out.Matrix(), g.tokens.data(),
-                                 e.weight.data(), dout, dout_rows.Matrix(),
-                                 dweight_rows, g.slots.data());
+  AddRowsToTokensBackward(backend, g, e.out.Matrix(), e.weight.data(), dout,
+                          dout_rows.Matrix(), dweight_rows);
   backend.GroupedLinearBackward(
       e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
       experts, dout_rows.Matrix(), dhidden.Matrix(), /*accumulate_dx=*/false,

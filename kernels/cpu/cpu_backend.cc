@@ -200,6 +200,17 @@ void CpuBackend::AddRowGroups(ConstMatrixView src, const int32_t* sources,
   CheckF32("CpuBackend::AddRowGroups", {src, out});
   cpu::AddRowGroups(src, sources, per_row, scale, out);
 }
+void CpuBackend::AddRowGroupsBackward(ConstMatrixView src,
+                                      const int32_t* sources, int64_t per_row,
+                                      const float* scale, ConstMatrixView dout,
+                                      MatrixView dsrc, MatrixView dscale,
+                                      const int32_t* dscale_rows) {
+  CheckHeld("AddRowGroupsBackward", {src.data, sources, scale, dout.data,
+                                     dsrc.data, dscale.data, dscale_rows});
+  CheckF32("CpuBackend::AddRowGroupsBackward", {src, dout, dsrc, dscale});
+  cpu::AddRowGroupsBackward(src, sources, per_row, scale, dout, dsrc, dscale,
+                            dscale_rows);
+}
 void CpuBackend::GroupByExpert(const int32_t* expert, int64_t count,
                                int64_t per_token, int64_t experts,
                                int32_t* slots, int32_t* tokens,

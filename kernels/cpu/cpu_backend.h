@@ -74,6 +74,11 @@ class CpuBackend : public Backend {
   void AddRowGroups(ConstMatrixView src, const int32_t* sources,
                     int64_t per_row, const float* scale,
                     MatrixView out) override;
+  void AddRowGroupsBackward(ConstMatrixView src, const int32_t* sources,
+                            int64_t per_row, const float* scale,
+                            ConstMatrixView dout, MatrixView dsrc,
+                            MatrixView dscale,
+                            const int32_t* dscale_rows) override;
   void AddExpertLoads(const int32_t* offsets, int64_t experts,
                       int32_t* loads) override;
   void GroupedLinear(IndexedRows x, ConstMatrixView w, const int32_t* offsets,

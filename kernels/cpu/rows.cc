@@ -31,24 +31,35 @@ void ScatterAddRows(ConstMatrixView src, const int32_t* rows,
   }
 }
 
+namespace {
+
+// One source row's share of the combine's backward: dsrc[i] = scale[i] * d,
+// dscale at dscale_rows[i] (null: i) = src[i] . d.
+void RowBackward(ConstMatrixView src, int64_t i, const float* d,
+                 const float* scale, MatrixView dsrc, MatrixView dscale,
+                 const int32_t* dscale_rows) {
+  if (!dsrc.empty()) {
+    const float s = scale ? scale[i] : 1.f;
+    float* o = dsrc.Row(i);
+    for (int64_t c = 0; c < src.cols; ++c) o[c] = s * d[c];
+  }
+  if (!dscale.empty()) {
+    const float* in = src.Row(i);
+    double dot = 0;
+    for (int64_t c = 0; c < src.cols; ++c) dot += double{in[c]} * d[c];
+    *dscale.Row(dscale_rows ? dscale_rows[i] : i) = static_cast<float>(dot);
+  }
+}
+
+}  // namespace
+
 void ScatterAddRowsBackward(ConstMatrixView src, const int32_t* rows,
                             const float* scale, ConstMatrixView dout,
                             MatrixView dsrc, MatrixView dscale,
                             const int32_t* dscale_rows) {
   ParallelFor(src.rows, src.rows * src.cols, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const float* d = dout.Row(rows[i]);
-      if (!dsrc.empty()) {
-        const float s = scale ? scale[i] : 1.f;
-        float* o = dsrc.Row(i);
-        for (int64_t c = 0; c < src.cols; ++c) o[c] = s * d[c];
-      }
-      if (!dscale.empty()) {
-        const float* in = src.Row(i);
-        double dot = 0;
-        for (int64_t c = 0; c < src.cols; ++c) dot += double{in[c]} * d[c];
-        *dscale.Row(dscale_rows ? dscale_rows[i] : i) = static_cast<float>(dot);
-      }
+      RowBackward(src, i, dout.Row(rows[i]), scale, dsrc, dscale, dscale_rows);
     }
   });
 }
@@ -91,6 +102,21 @@ void AddRowGroups(ConstMatrixView src, const int32_t* sources, int64_t per_row,
       for (int64_t c = 0; c < src.cols; ++c) o[c] += s * in[c];
     }
   }
+}
+
+void AddRowGroupsBackward(ConstMatrixView src, const int32_t* sources,
+                          int64_t per_row, const float* scale,
+                          ConstMatrixView dout, MatrixView dsrc,
+                          MatrixView dscale, const int32_t* dscale_rows) {
+  assert(src.rows == dout.rows * per_row && src.cols == dout.cols);
+  ParallelFor(dout.rows, src.rows * src.cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t j = 0; j < per_row; ++j) {
+        RowBackward(src, sources[r * per_row + j], dout.Row(r), scale, dsrc,
+                    dscale, dscale_rows);
+      }
+    }
+  });
 }
 
 void AddExpertLoads(const int32_t* offsets, int64_t experts, int32_t* loads) {

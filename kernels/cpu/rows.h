@@ -27,6 +27,12 @@ void TokenRows(const int32_t* slots, int64_t count, int64_t per_token,
 // order.
 void AddRowGroups(ConstMatrixView src, const int32_t* sources, int64_t per_row,
                   const float* scale, MatrixView out);
+// Backend::AddRowGroupsBackward: ScatterAddRowsBackward's values, output row
+// by output row.
+void AddRowGroupsBackward(ConstMatrixView src, const int32_t* sources,
+                          int64_t per_row, const float* scale,
+                          ConstMatrixView dout, MatrixView dsrc,
+                          MatrixView dscale, const int32_t* dscale_rows);
 // Backend::GroupByExpert: a counting sort, stable by choice index.
 void GroupByExpert(const int32_t* expert, int64_t count, int64_t per_token,
                    int64_t experts, int32_t* slots, int32_t* tokens,

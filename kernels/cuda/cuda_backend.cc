@@ -317,6 +317,17 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     CheckF32("CudaBackend::AddRowGroups", {out});
     cuda::AddRowGroups(*this, src, sources, per_row, scale, out);
   }
+  void AddRowGroupsBackward(ConstMatrixView src, const int32_t* sources,
+                            int64_t per_row, const float* scale,
+                            ConstMatrixView dout, MatrixView dsrc,
+                            MatrixView dscale,
+                            const int32_t* dscale_rows) override {
+    CheckActivations("CudaBackend::AddRowGroupsBackward",
+                     {{"src", src}, {"dsrc", dsrc}});
+    CheckF32("CudaBackend::AddRowGroupsBackward", {dout, dscale});
+    cuda::AddRowGroupsBackward(*this, src, sources, per_row, scale, dout, dsrc,
+                               dscale, dscale_rows);
+  }
   void AddExpertLoads(const int32_t* offsets, int64_t experts,
                       int32_t* loads) override {
     cuda::AddExpertLoads(*this, offsets, experts, loads);

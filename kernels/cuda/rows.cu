@@ -169,21 +169,41 @@ __global__ void ScatterAddSortedKernel(ConstMatrixView src, int64_t n,
 
 constexpr int kRowsPerBlock = kBlockThreads / 32;
 
-// One warp per source row i (rows are a few thousand floats: a block's
+// Which source row i, and which dout row, the combine's backward gives warp
+// w: by ScatterAddRows' rows (i = w, dout row rows[i]), or by AddRowGroups'
+// sources (i = sources[w], dout row w / per_row: a block's warps share a
+// token's dout row, read from memory once).
+struct CombineOrder {
+  const int32_t* rows;
+  const int32_t* sources;
+  int64_t per_row;
+
+  __device__ int64_t Source(int64_t w) const {
+    return sources ? sources[w] : w;
+  }
+  __device__ int64_t DoutRow(int64_t w) const {
+    return sources ? w / per_row : rows[w];
+  }
+};
+
+// One warp per source row (rows are a few thousand floats: a block's
 // reduction and barriers would cost more than the row's loads); kWidth
 // columns a step (4: QuadAligned views, 16-byte loads). dsrc (F32 or BF16)
 // empty: skipped; dscale (a column) empty: skipped, else written at row
 // dscale_rows[i] (null: i).
 template <int kWidth>
-__global__ void ScatterAddRowsBackwardKernel(
-    ConstMatrixView src, const int32_t* __restrict__ rows,
-    const float* __restrict__ scale, ConstMatrixView dout, MatrixView dsrc,
-    MatrixView dscale, const int32_t* __restrict__ dscale_rows) {
+__global__ void CombineBackwardKernel(ConstMatrixView src, CombineOrder order,
+                                      const float* __restrict__ scale,
+                                      ConstMatrixView dout, MatrixView dsrc,
+                                      MatrixView dscale,
+                                      const int32_t* __restrict__ dscale_rows) {
   using Vector = std::conditional_t<kWidth == 4, float4, float>;
-  const int64_t i = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t w = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (i >= src.rows) return;  // the whole warp
-  const auto* d = reinterpret_cast<const Vector*>(&At(dout, rows[i], 0));
+  if (w >= src.rows) return;  // the whole warp
+  const int64_t i = order.Source(w);
+  const auto* d =
+      reinterpret_cast<const Vector*>(&At(dout, order.DoutRow(w), 0));
   const bool out = dsrc.data != nullptr, dot_wanted = dscale.data != nullptr;
   const float s = scale ? scale[i] : 1.f;
   double dot = 0;
@@ -416,10 +436,11 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
   GLM_CUDA_CHECK_LAUNCH();
 }
 
-void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
-                            const int32_t* rows, const float* scale,
-                            ConstMatrixView dout, MatrixView dsrc,
-                            MatrixView dscale, const int32_t* dscale_rows) {
+namespace {
+
+void CombineBackward(CudaContext& ctx, ConstMatrixView src, CombineOrder order,
+                     const float* scale, ConstMatrixView dout, MatrixView dsrc,
+                     MatrixView dscale, const int32_t* dscale_rows) {
   assert(dout.cols == src.cols);
   assert(dsrc.empty() || (dsrc.rows == src.rows && dsrc.cols == src.cols));
   assert(dscale.empty() || (dscale.cols == 1 && (dscale_rows != nullptr ||
@@ -429,13 +450,33 @@ void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
       QuadAligned(src, dout) && (dsrc.empty() || QuadAligned(dsrc));
   const int64_t blocks = (src.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (quads) {
-    ScatterAddRowsBackwardKernel<4><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-        src, rows, scale, dout, dsrc, dscale, dscale_rows);
+    CombineBackwardKernel<4><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, order, scale, dout, dsrc, dscale, dscale_rows);
   } else {
-    ScatterAddRowsBackwardKernel<1><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-        src, rows, scale, dout, dsrc, dscale, dscale_rows);
+    CombineBackwardKernel<1><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, order, scale, dout, dsrc, dscale, dscale_rows);
   }
   GLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
+                            const int32_t* rows, const float* scale,
+                            ConstMatrixView dout, MatrixView dsrc,
+                            MatrixView dscale, const int32_t* dscale_rows) {
+  CombineBackward(ctx, src, {rows, nullptr, 0}, scale, dout, dsrc, dscale,
+                  dscale_rows);
+}
+
+void AddRowGroupsBackward(CudaContext& ctx, ConstMatrixView src,
+                          const int32_t* sources, int64_t per_row,
+                          const float* scale, ConstMatrixView dout,
+                          MatrixView dsrc, MatrixView dscale,
+                          const int32_t* dscale_rows) {
+  assert(per_row > 0 && src.rows == dout.rows * per_row);
+  CombineBackward(ctx, src, {nullptr, sources, per_row}, scale, dout, dsrc,
+                  dscale, dscale_rows);
 }
 
 void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,

@@ -49,6 +49,14 @@ void TokenRows(CudaContext& ctx, const int32_t* slots, int64_t count,
 // of per_row sources; src F32 or BF16.
 void AddRowGroups(CudaContext& ctx, ConstMatrixView src, const int32_t* sources,
                   int64_t per_row, const float* scale, MatrixView out);
+// Backend::AddRowGroupsBackward: ScatterAddRowsBackward's kernel with each
+// warp's source row from `sources` (per_row consecutive warps share a dout
+// row).
+void AddRowGroupsBackward(CudaContext& ctx, ConstMatrixView src,
+                          const int32_t* sources, int64_t per_row,
+                          const float* scale, ConstMatrixView dout,
+                          MatrixView dsrc, MatrixView dscale,
+                          const int32_t* dscale_rows);
 // Backend::GroupByExpert: the stable radix sort of the choices by expert
 // (the scatters' sort), then each expert's first position by binary search.
 void GroupByExpert(CudaContext& ctx, const int32_t* expert, int64_t count,

@@ -126,6 +126,7 @@ constexpr OpLimits kLimits[] = {
     {"ScatterAddRowsBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"TokenRows", {0, 0}, {0, 0}, {0, 0}},
     {"AddRowGroups", {kExact, kExact}, {0, 0}, {0, 0}},
+    {"AddRowGroupsBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RmsNormForward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"RmsNormBackward", {kExact, kExact}, {0, 0}, {0, 0}},
     {"LayerNormForward", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -158,6 +159,7 @@ constexpr OpLimits kLimits[] = {
      {kExact, 1e-5},
      {0, 0},
      {0, 0}},
+    {"AddRowGroupsBackward in activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     // Both sides rounded: dy's rounding and dx's.
     {"RopeBackward in activation type", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward", {kExact, kExact}, {0, 0}, {0, 0}},
@@ -1971,6 +1973,43 @@ void AddRowGroupsCase(Factories& f, const std::string& tag, int64_t tokens,
        }});
 }
 
+// The combine's gradient token by token, as the MoE's backward runs it: the
+// sources from TokenRows on the CPU, dscale written at the grouping's slots.
+void AddRowGroupsBackwardCase(Factories& f, const std::string& tag,
+                              int64_t tokens, int64_t per_token, int64_t cols,
+                              XType src_type) {
+  const int64_t count = tokens * per_token;
+  const std::string label =
+      absl::StrCat(tag, " src[", count, ",", cols, "] dout[", tokens, ",", cols,
+                   "] dscale at slots");
+  const std::string op = ActivationOp("AddRowGroupsBackward", "in", src_type);
+  f.push_back(
+      {op, label, [=] {
+         CaseBuilder b(op, label);
+         std::vector<int32_t> slots = ShuffledSlots(tokens, per_token, b.rng());
+         std::vector<int32_t> sources(slots.size());
+         cpu::TokenRows(slots.data(), count, per_token, sources.data());
+         const int is = b.Input("src", Dense(count, cols)),
+                   ir = b.Ints("sources", sources),
+                   ic = b.Input("scale", Vec(count)),
+                   id = b.Input("dout", Dense(tokens, cols)),
+                   ids = b.Written("dsrc", Dense(count, cols)),
+                   idc = b.Written("dscale", Dense(count, 1)),
+                   idr = b.Ints("slots", slots);
+         return b.Build([=](Backend& be, const Bound& p) {
+           Tensor holder;
+           const ConstMatrixView x =
+               AsActivation(be, src_type, p.View(is), &holder);
+           IntoActivation(be, src_type, p.View(ids), [&](MatrixView dsrc) {
+             be.AddRowGroupsBackward(x, p.Ints(ir), per_token, p.Floats(ic),
+                                     p.View(id), dsrc, p.View(idc),
+                                     p.Ints(idr));
+           });
+           return 0.0;
+         });
+       }});
+}
+
 void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
                         Layout dout, bool scaled, bool want_dsrc,
                         bool want_dscale, Layout dsrc, IdMaker rows,
@@ -2138,6 +2177,10 @@ void AddRowsCases(Factories& f) {
     AddRowGroupsCase(f, "odd width", 5, 3, 7, false, type);
     AddRowGroupsCase(f, "glm5.2-mini", tokens, m.num_experts_per_tok, hidden,
                      true, type);
+    AddRowGroupsBackwardCase(f, "tiny", 3, 2, 4, type);
+    AddRowGroupsBackwardCase(f, "odd width", 5, 3, 7, type);
+    AddRowGroupsBackwardCase(f, "glm5.2-mini", tokens, m.num_experts_per_tok,
+                             hidden, type);
   }
   // The routing weights' gradients written at their slots (a permutation),
   // as the MoE's backward asks: into a strided column, and at the mini
