@@ -44,11 +44,6 @@ void AddRowsToTokens(Backend& backend, const ExpertGrouping& g,
   backend.ScatterAddRows(rows, g.tokens.data(), scale, out);
 }
 
-namespace {
-
-// Backward of AddRowsToTokens: drows[p] = scale[p] * dout[g.tokens[p]] and
-// dscale[g.slots[p]] = rows[p] . dout[g.tokens[p]], both written; by each
-// token's rows where the grouping lists them (one read of each dout row).
 void AddRowsToTokensBackward(Backend& backend, const ExpertGrouping& g,
                              ConstMatrixView rows, const float* scale,
                              ConstMatrixView dout, MatrixView drows,
@@ -64,69 +59,83 @@ void AddRowsToTokensBackward(Backend& backend, const ExpertGrouping& g,
                                  dscale, g.slots.data());
 }
 
-}  // namespace
+void ExpertProducts(Backend& backend, const MoeParameters& p,
+                    ConstMatrixView inputs, const int32_t* offsets,
+                    MlpActivations* mlp, MatrixView out) {
+  const int64_t inter = p.experts_down.value.dim(2),
+                experts = p.experts_down.value.dim(0), rows = inputs.rows;
+  // Read only by products, SwiGLU and the combine (and kept for their
+  // backward): in the activation type.
+  const ElementType activation = backend.ActivationType();
+  mlp->gate_up = Tensor::ForOutput({rows, 2 * inter}, activation);
+  mlp->hidden = Tensor::ForOutput({rows, inter}, activation);
+  MatrixView gate_up = mlp->gate_up.Matrix();
+  backend.GroupedLinear(inputs, p.experts_gate_up.value.Matrix(), offsets,
+                        experts, gate_up);
+  backend.SwiGluForward(gate_up.Columns(0, inter),
+                        gate_up.Columns(inter, inter), mlp->hidden.Matrix());
+  backend.GroupedLinear(mlp->hidden.Matrix(), p.experts_down.value.Matrix(),
+                        offsets, experts, out);
+}
+
+void ExpertProductsBackward(Backend& backend, MoeParameters& p,
+                            ConstMatrixView inputs, const MlpActivations& mlp,
+                            const int32_t* offsets, ConstMatrixView dout_rows,
+                            MatrixView dx_rows) {
+  const int64_t inter = p.experts_down.value.dim(2),
+                experts = p.experts_down.value.dim(0), rows = inputs.rows;
+  // Written, not added (their buffers start unfilled); read only by a
+  // product or SwiGLU's backward: the activation type.
+  const ElementType activation = backend.ActivationType();
+  Tensor dhidden = Tensor::ForOutput({rows, inter}, activation),
+         dgate_up = Tensor::ForOutput({rows, 2 * inter}, activation);
+  backend.GroupedLinearBackward(
+      mlp.hidden.Matrix(), p.experts_down.value.Matrix(), offsets, experts,
+      dout_rows, dhidden.Matrix(), /*accumulate_dx=*/false,
+      p.experts_down.grad.Matrix());
+  ConstMatrixView gate_up = mlp.gate_up.Matrix();
+  MatrixView dgu = dgate_up.Matrix();
+  backend.SwiGluBackward(gate_up.Columns(0, inter),
+                         gate_up.Columns(inter, inter), dhidden.Matrix(),
+                         dgu.Columns(0, inter), dgu.Columns(inter, inter));
+  backend.GroupedLinearBackward(
+      inputs, p.experts_gate_up.value.Matrix(), offsets, experts, dgu, dx_rows,
+      /*accumulate_dx=*/false, p.experts_gate_up.grad.Matrix());
+}
 
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* e,
                     MatrixView out) {
-  const int64_t inter = p.experts_down.value.dim(2),
-                experts = p.experts_down.value.dim(0),
-                rows = e->grouping.rows();
+  const int64_t rows = e->grouping.rows();
   if (rows == 0) return;
   const ExpertGrouping& g = e->grouping;
   e->weight = Tensor::ForOutput({rows, 1});
   backend.EmbeddingForward(weight_rows, g.slots.data(), e->weight.Matrix());
-  // The products' inputs and outputs, read only by products, SwiGLU and the
-  // combine (and kept for their backward): in the activation type.
   const ElementType activation = backend.ActivationType();
   e->inputs = Tensor::ForOutput({rows, x.cols}, activation);
   backend.EmbeddingForward(x, g.tokens.data(), e->inputs.Matrix());
-  e->mlp.gate_up = Tensor::ForOutput({rows, 2 * inter}, activation);
-  e->mlp.hidden = Tensor::ForOutput({rows, inter}, activation);
   e->out = Tensor::ForOutput({rows, x.cols}, activation);
-  MatrixView gate_up = e->mlp.gate_up.Matrix();
-  backend.GroupedLinear(e->inputs.Matrix(), p.experts_gate_up.value.Matrix(),
-                        g.offsets.data(), experts, gate_up);
-  backend.SwiGluForward(gate_up.Columns(0, inter),
-                        gate_up.Columns(inter, inter), e->mlp.hidden.Matrix());
-  backend.GroupedLinear(e->mlp.hidden.Matrix(), p.experts_down.value.Matrix(),
-                        g.offsets.data(), experts, e->out.Matrix());
+  ExpertProducts(backend, p, e->inputs.Matrix(), g.offsets.data(), &e->mlp,
+                 e->out.Matrix());
   AddRowsToTokens(backend, g, e->out.Matrix(), e->weight.data(), out);
 }
 
 void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
                      ConstMatrixView dout, MatrixView dx,
                      MatrixView dweight_rows) {
-  const int64_t inter = p.experts_down.value.dim(2),
-                experts = p.experts_down.value.dim(0), rows = e.grouping.rows();
+  const int64_t rows = e.grouping.rows();
   if (rows == 0) return;
   const ExpertGrouping& g = e.grouping;
-  // The data gradients are written, not added: their buffers start unfilled.
-  // Each is read only by a product, SwiGLU's backward or the combine: the
-  // activation type.
   const ElementType activation = backend.ActivationType();
   Tensor dout_rows = Tensor::ForOutput({rows, dout.cols}, activation),
-         dhidden = Tensor::ForOutput({rows, inter}, activation),
-         dgate_up = Tensor::ForOutput({rows, 2 * inter}, activation),
          dx_rows = Tensor::ForOutput({rows, dout.cols}, activation);
   // The routing weights' gradients (each row's written at its slot: the
   // grouping holds every slot once) and, in the same pass over dout, the
   // experts' output gradient: each row's token's dout times its weight.
   AddRowsToTokensBackward(backend, g, e.out.Matrix(), e.weight.data(), dout,
                           dout_rows.Matrix(), dweight_rows);
-  backend.GroupedLinearBackward(
-      e.mlp.hidden.Matrix(), p.experts_down.value.Matrix(), g.offsets.data(),
-      experts, dout_rows.Matrix(), dhidden.Matrix(), /*accumulate_dx=*/false,
-      p.experts_down.grad.Matrix());
-  ConstMatrixView gate_up = e.mlp.gate_up.Matrix();
-  MatrixView dgu = dgate_up.Matrix();
-  backend.SwiGluBackward(gate_up.Columns(0, inter),
-                         gate_up.Columns(inter, inter), dhidden.Matrix(),
-                         dgu.Columns(0, inter), dgu.Columns(inter, inter));
-  backend.GroupedLinearBackward(
-      e.inputs.Matrix(), p.experts_gate_up.value.Matrix(), g.offsets.data(),
-      experts, dgu, dx_rows.Matrix(), /*accumulate_dx=*/false,
-      p.experts_gate_up.grad.Matrix());
+  ExpertProductsBackward(backend, p, e.inputs.Matrix(), e.mlp, g.offsets.data(),
+                         dout_rows.Matrix(), dx_rows.Matrix());
   AddRowsToTokens(backend, g, dx_rows.Matrix(), nullptr, dx);
 }
 

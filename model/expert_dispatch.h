@@ -46,9 +46,9 @@ struct ExpertRows {
 };
 
 // out[tokens] += weight * SwiGLU_expert(x[tokens]) for every grouped row:
-// one gather of x's rows (kept in rows->inputs), two grouped products, one
-// SwiGLU and one weighted scatter, the experts' sizes never leaving the
-// device.
+// one gather of x's rows (kept in rows->inputs), the products
+// (ExpertProducts) and one weighted combine (AddRowsToTokens), the experts'
+// sizes never leaving the device.
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* rows,
                     MatrixView out);
@@ -57,6 +57,28 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
 // (token_rows), else by a scatter. The same sums either way.
 void AddRowsToTokens(Backend& backend, const ExpertGrouping& g,
                      ConstMatrixView rows, const float* scale, MatrixView out);
+// Backward of AddRowsToTokens: drows[p] = scale[p] * dout[g.tokens[p]] and
+// dscale[g.slots[p]] = rows[p] . dout[g.tokens[p]] (a column), both written;
+// by each token's rows where the grouping lists them (each dout row read
+// once), else by the scatter's rows.
+void AddRowsToTokensBackward(Backend& backend, const ExpertGrouping& g,
+                             ConstMatrixView rows, const float* scale,
+                             ConstMatrixView dout, MatrixView drows,
+                             MatrixView dscale);
+// The routed experts on rows grouped by expert (offsets as in
+// ExpertGrouping, in the backend's memory): out[p] = expert_e(inputs[p]) for
+// p in expert e's rows, by two grouped products around one SwiGLU, whose
+// outputs `mlp` keeps for the backward. inputs and out in the activation
+// type; out written.
+void ExpertProducts(Backend& backend, const MoeParameters& p,
+                    ConstMatrixView inputs, const int32_t* offsets,
+                    MlpActivations* mlp, MatrixView out);
+// Backward of ExpertProducts: dx_rows written (activation type) from
+// dout_rows (activation type); the experts' weight gradients accumulate.
+void ExpertProductsBackward(Backend& backend, MoeParameters& p,
+                            ConstMatrixView inputs, const MlpActivations& mlp,
+                            const int32_t* offsets, ConstMatrixView dout_rows,
+                            MatrixView dx_rows);
 // Backward of ExpertsForward: dx[tokens] accumulates, dweight_rows[slots] is
 // written (every slot of the grouping once), and the experts' weight
 // gradients accumulate.
@@ -67,15 +89,21 @@ void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& rows,
 // What a dispatcher keeps between forward and backward.
 struct RoutedActivations {
   // The experts that ran here, per block of rows run together: one block in
-  // process; under expert parallelism one per member the rows came from.
+  // process; under expert parallelism one per member the rows came from,
+  // each with its grouping's offsets and its products' activations only
+  // (its inputs are in `received`, its outputs went back).
   std::vector<ExpertRows> experts;
-  // Expert parallelism: this rank's (token, k) slots grouped by expert, the
-  // order they were sent in, and the rows sent to / received from each peer.
+  // Expert parallelism (parallel/expert_parallel_dispatch.cc): this rank's
+  // (token, k) slots grouped by expert, the order they were sent in, and the
+  // rows sent to / received from each peer.
   ExpertGrouping sent;
   std::vector<int64_t> send_rows, recv_rows;
-  // Expert parallelism: the rows received from the peers, each a hidden
-  // state and its router weight (parallel/expert_parallel_dispatch.cc).
-  Tensor received;
+  // Expert parallelism, all in the activation type with rows padded to a
+  // multiple of eight elements: the hidden states received from the peers
+  // (the products' inputs), and the experts' outputs returned for the rows
+  // sent; with each sent row's router weight [sent, 1] (F32), which the
+  // combine here applies.
+  Tensor received, returned, sent_weights;
 };
 
 // A dispatcher that exchanges tokens with other ranks can fail; it then

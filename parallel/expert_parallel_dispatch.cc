@@ -61,16 +61,32 @@ absl::StatusOr<std::vector<float>> ExchangeExpertRows(
   return received.HostValues();
 }
 
-// [rows, cols] of the backend's memory, at least one row allocated: a
-// collective needs a real buffer even when a member exchanges nothing.
-Tensor BackendRows(Backend& backend, int64_t rows, int64_t cols) {
-  return Tensor({std::max<int64_t>(rows, 1), cols}, backend.allocator());
-}
+// Rows of the activation type in the backend's memory, as they travel:
+// `cols` wide, each row padded to a multiple of eight elements (16-byte
+// aligned rows for the products' loads and the backend's quad loads), at
+// least one row allocated (a collective needs a real buffer even when a
+// member exchanges nothing).
+struct ActivationRows {
+  ActivationRows(Backend& backend, int64_t rows, int64_t cols)
+      : cols(cols),
+        stride((cols + 7) / 8 * 8),
+        tensor({std::max<int64_t>(rows, 1), stride}, backend.allocator(),
+               backend.ActivationType()) {}
 
-// A dispatched row: the hidden state (or its gradient), its router weight
-// (or that weight's gradient), then padding to a multiple of four columns, so
-// the hidden part's rows stay 16-byte aligned for the backend's quad loads.
-int64_t DispatchWidth(int64_t hidden) { return (hidden + 1 + 3) / 4 * 4; }
+  // Rows [first, first + count), `cols` wide.
+  MatrixView Rows(int64_t first, int64_t count) {
+    return tensor.Matrix().Rows(first, count).Columns(0, cols);
+  }
+  ConstMatrixView Rows(int64_t first, int64_t count) const {
+    return ConstMatrixView(tensor.Matrix()).Rows(first, count).Columns(0, cols);
+  }
+  // The 32-bit words of one row: what an exchange counts.
+  int64_t words() const { return stride * ElementBytes(tensor.dtype()) / 4; }
+
+  int64_t cols;
+  int64_t stride;
+  Tensor tensor;
+};
 
 // The rows of each member: the sums of `expert_rows`' blocks of `per_rank`.
 std::vector<int64_t> MemberRows(const std::vector<float>& expert_rows,
@@ -82,18 +98,18 @@ std::vector<int64_t> MemberRows(const std::vector<float>& expert_rows,
   return rows;
 }
 
-// The held expert of each row received from `source` (its rows come in
-// expert order; received_expert_rows holds each source's block of counts).
-std::vector<int32_t> ExpertOfRows(
+// The expert offsets of the rows received from `source`, which come in
+// expert order (received_expert_rows holds each source's block of counts).
+std::vector<int32_t> OffsetsOfRows(
     const std::vector<float>& received_expert_rows, size_t source,
     int64_t per_rank) {
-  std::vector<int32_t> expert;
+  std::vector<int32_t> offsets{0};
   for (int64_t e = 0; e < per_rank; ++e) {
-    const auto count =
-        static_cast<size_t>(received_expert_rows[source * per_rank + e]);
-    expert.insert(expert.end(), count, static_cast<int32_t>(e));
+    offsets.push_back(
+        offsets.back() +
+        static_cast<int32_t>(received_expert_rows[source * per_rank + e]));
   }
-  return expert;
+  return offsets;
 }
 
 }  // namespace
@@ -145,21 +161,21 @@ absl::Status ExpertParallelDispatcher::TryForward(
   for (int64_t r : acts->recv_rows) received += r;
   const int64_t sent = acts->sent.rows();
 
-  // Each sent slot's hidden state and router weight, gathered where the
-  // backend keeps them.
-  const int64_t width = DispatchWidth(hidden);
-  Tensor send_x = BackendRows(backend, sent, width);
+  // Each sent slot's hidden state in the activation type, gathered where the
+  // backend keeps them; its router weight stays here (the combine below
+  // weights the rows that come back, as one process does).
+  ActivationRows send(backend, sent, hidden);
+  acts->sent_weights = Tensor::ForOutput({sent, 1});
   if (sent > 0) {
-    const MatrixView send_rows = send_x.Matrix().Rows(0, sent);
-    backend.EmbeddingForward(x, acts->sent.tokens.data(),
-                             send_rows.Columns(0, hidden));
+    backend.EmbeddingForward(x, acts->sent.tokens.data(), send.Rows(0, sent));
     backend.EmbeddingForward(AsColumn(weights), acts->sent.slots.data(),
-                             send_rows.Columns(hidden, 1));
+                             acts->sent_weights.Matrix());
   }
-  acts->received = BackendRows(backend, received, width);
-  if (absl::Status s = ExchangeRows(
-          *group_, backend, send_x.data(), Times(acts->send_rows, width),
-          acts->received.data(), Times(acts->recv_rows, width));
+  ActivationRows inputs(backend, received, hidden);
+  if (absl::Status s = ExchangeRows(*group_, backend, send.tensor.data(),
+                                    Times(acts->send_rows, send.words()),
+                                    inputs.tensor.data(),
+                                    Times(acts->recv_rows, inputs.words()));
       !s.ok()) {
     return s;
   }
@@ -167,37 +183,38 @@ absl::Status ExpertParallelDispatcher::TryForward(
   // This member's experts on the rows of each member in turn, as their own
   // products: the experts then see the micro batches one process would, in
   // its order (the ranks' micro batches interleave), so expert parallelism
-  // matches one process as closely as data parallelism does.
-  const ConstMatrixView received_rows = acts->received.Matrix();
-  const ConstMatrixView x_rows = received_rows.Columns(0, hidden);
-  const ConstMatrixView weight_column = received_rows.Columns(hidden, 1);
-  Tensor combined = BackendRows(backend, received, hidden);
-  const MatrixView combined_rows = combined.Matrix();
+  // matches one process as closely as data parallelism does. The rows came
+  // grouped by expert: the products read them as they lie.
+  ActivationRows outputs(backend, received, hidden);
   acts->experts.assign(acts->recv_rows.size(), {});
   int64_t first = 0;
   for (size_t source = 0; source < acts->recv_rows.size(); ++source) {
     const int64_t count = acts->recv_rows[source];
-    const IndexTensor op_expert = IndexTensor::FromHost(
-        ExpertOfRows(*received_expert_rows, source, per_rank));
-    acts->experts[source].grouping =
-        GroupRowsByExpert(backend, op_expert.data(), count, 1, held.count);
-    ExpertsForward(backend, p, x_rows.Rows(first, count),
-                   weight_column.Rows(first, count), &acts->experts[source],
-                   combined_rows.Rows(first, count));
+    ExpertRows& block = acts->experts[source];
+    block.grouping.offsets = IndexTensor::FromHost(
+        OffsetsOfRows(*received_expert_rows, source, per_rank));
+    if (count > 0) {
+      ExpertProducts(backend, p, inputs.Rows(first, count),
+                     block.grouping.offsets.data(), &block.mlp,
+                     outputs.Rows(first, count));
+    }
     first += count;
   }
 
-  Tensor back = BackendRows(backend, sent, hidden);
-  if (absl::Status s = ExchangeRows(*group_, backend, combined.data(),
-                                    Times(acts->recv_rows, hidden), back.data(),
-                                    Times(acts->send_rows, hidden));
+  ActivationRows returned(backend, sent, hidden);
+  if (absl::Status s = ExchangeRows(*group_, backend, outputs.tensor.data(),
+                                    Times(acts->recv_rows, outputs.words()),
+                                    returned.tensor.data(),
+                                    Times(acts->send_rows, returned.words()));
       !s.ok()) {
     return s;
   }
   if (sent > 0) {
-    AddRowsToTokens(backend, acts->sent, back.Matrix().Rows(0, sent), nullptr,
-                    out);
+    AddRowsToTokens(backend, acts->sent, returned.Rows(0, sent),
+                    acts->sent_weights.data(), out);
   }
+  acts->received = std::move(inputs.tensor);
+  acts->returned = std::move(returned.tensor);
   return absl::OkStatus();
 }
 
@@ -209,48 +226,55 @@ absl::Status ExpertParallelDispatcher::TryBackward(
   int64_t received = 0;
   for (int64_t r : acts.recv_rows) received += r;
 
-  // The output gradient of every sent row goes where the row went.
-  Tensor send = BackendRows(backend, sent, hidden);
+  // The combine's backward here, as one process runs it: each sent row's
+  // output gradient (its token's dout times its router weight, in the
+  // activation type) and its router weight's gradient (the returned row's
+  // dot with that dout, written at its slot). Router weights never travel.
+  ActivationRows send(backend, sent, hidden);
   if (sent > 0) {
-    backend.EmbeddingForward(dout, acts.sent.tokens.data(),
-                             send.Matrix().Rows(0, sent));
+    const ConstMatrixView returned = ConstMatrixView(acts.returned.Matrix())
+                                         .Rows(0, sent)
+                                         .Columns(0, hidden);
+    AddRowsToTokensBackward(backend, acts.sent, returned,
+                            acts.sent_weights.data(), dout, send.Rows(0, sent),
+                            AsColumn(dweights));
   }
-  Tensor received_dout = BackendRows(backend, received, hidden);
-  if (absl::Status s = ExchangeRows(
-          *group_, backend, send.data(), Times(acts.send_rows, hidden),
-          received_dout.data(), Times(acts.recv_rows, hidden));
+  ActivationRows douts(backend, received, hidden);
+  if (absl::Status s =
+          ExchangeRows(*group_, backend, send.tensor.data(),
+                       Times(acts.send_rows, send.words()), douts.tensor.data(),
+                       Times(acts.recv_rows, douts.words()));
       !s.ok()) {
     return s;
   }
 
-  // Each row back as it came: the input gradient, then the router-weight
-  // gradient.
-  const int64_t width = DispatchWidth(hidden);
-  Tensor grads = BackendRows(backend, received, width);
-  const MatrixView grad_rows = grads.Matrix();
-  const ConstMatrixView dout_rows = received_dout.Matrix();
+  // The experts' backward on each member's rows; their input gradients go
+  // back as the rows came.
+  const ConstMatrixView inputs = ConstMatrixView(acts.received.Matrix());
+  ActivationRows grads(backend, received, hidden);
   int64_t first = 0;
   for (size_t source = 0; source < acts.recv_rows.size(); ++source) {
     const int64_t count = acts.recv_rows[source];
-    const MatrixView block = grad_rows.Rows(first, count);
-    ExpertsBackward(backend, p, acts.experts[source],
-                    dout_rows.Rows(first, count), block.Columns(0, hidden),
-                    block.Columns(hidden, 1));
+    if (count > 0) {
+      const ExpertRows& block = acts.experts[source];
+      ExpertProductsBackward(
+          backend, p, inputs.Rows(first, count).Columns(0, hidden), block.mlp,
+          block.grouping.offsets.data(), douts.Rows(first, count),
+          grads.Rows(first, count));
+    }
     first += count;
   }
-  Tensor back = BackendRows(backend, sent, width);
-  if (absl::Status s = ExchangeRows(*group_, backend, grads.data(),
-                                    Times(acts.recv_rows, width), back.data(),
-                                    Times(acts.send_rows, width));
+  ActivationRows back(backend, sent, hidden);
+  if (absl::Status s =
+          ExchangeRows(*group_, backend, grads.tensor.data(),
+                       Times(acts.recv_rows, grads.words()), back.tensor.data(),
+                       Times(acts.send_rows, back.words()));
       !s.ok()) {
     return s;
   }
-  if (sent == 0) return absl::OkStatus();
-  const ConstMatrixView back_rows = back.Matrix().Rows(0, sent);
-  AddRowsToTokens(backend, acts.sent, back_rows.Columns(0, hidden), nullptr,
-                  dx);
-  backend.ScatterAddRows(back_rows.Columns(hidden, 1), acts.sent.slots.data(),
-                         nullptr, AsColumn(dweights));
+  if (sent > 0) {
+    AddRowsToTokens(backend, acts.sent, back.Rows(0, sent), nullptr, dx);
+  }
   return absl::OkStatus();
 }
 

@@ -1,10 +1,14 @@
 // Expert parallelism: member r of the expert-parallel group holds routed
 // experts [r * E / size, (r + 1) * E / size). Each (token, k) slot's hidden
-// state and router weight go to the member holding its chosen expert by
-// all-to-all (dispatch); that member runs its experts on every row it
-// received and sends the weighted outputs back (combine). Backward sends the
-// output gradients the same way and returns input and router-weight
-// gradients, so an expert's weight gradients stay on the member holding it.
+// state goes to the member holding its chosen expert by all-to-all
+// (dispatch); that member runs its experts on every row it received and
+// sends the outputs back, and the sender weights and adds them to their
+// tokens (combine). Backward: the sender forms each row's output gradient
+// and its router weight's gradient, as one process does; the output
+// gradients go to the experts and the input gradients come back, so an
+// expert's weight gradients stay on the member holding it. Every exchange
+// carries rows of the activation type (bf16 on a GPU), never the router
+// weights.
 #ifndef GLM_PARALLEL_EXPERT_PARALLEL_DISPATCH_H_
 #define GLM_PARALLEL_EXPERT_PARALLEL_DISPATCH_H_
 

@@ -107,14 +107,15 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
   terms->Add("expert offsets of the layer's choices", d.experts + 1);
   terms->Add("shared expert gate|up and SwiGLU", n * 3 * d.shared_inter);
   const int64_t rows = t.routed;
-  // The first grouped product's rows, gathered from the layer's input (or,
-  // under expert parallelism, from the rows received, kept with their router
-  // weights) once and read again by its backward.
-  terms->Add("routed rows: gathered inputs and outputs", 2 * rows * d.hidden);
-  if (expert_parallel) {
-    terms->Add("routed rows: received inputs and router weights",
-               rows * (d.hidden + 1));
-  }
+  // The first grouped product's rows, gathered from the layer's input once
+  // and read again by its backward, and the experts' outputs, which the
+  // combine's backward reads. Under expert parallelism: the rows received
+  // (the products read them as they came), and the outputs returned for the
+  // rows sent (parallel/expert_parallel_dispatch.cc).
+  terms->Add(expert_parallel
+                 ? "routed rows: received inputs and returned outputs"
+                 : "routed rows: gathered inputs and outputs",
+             2 * rows * d.hidden);
   terms->Add("routed rows: gate|up and SwiGLU", rows * 3 * d.expert_inter);
   // Each row's router weight, slot and token, and each token's rows (the
   // grouping's token_rows; under expert parallelism the sent grouping's).
@@ -226,11 +227,10 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
     mlp.Add("routed rows' gradients",
             t.routed * (2 * d.hidden + 3 * d.expert_inter));
     if (split.ep > 1) {
-      // parallel/expert_parallel_dispatch.cc: the sent rows' output
-      // gradients and their exchange buffers, the received ones staged for
-      // the experts, and the input and router-weight gradients going back.
-      mlp.AddHost("expert-parallel exchange buffers",
-                  t.routed * (5 * d.hidden + 1));
+      // parallel/expert_parallel_dispatch.cc: beside the output and input
+      // gradients above (formed on the sender and on the experts' member),
+      // the output gradients received and the input gradients returned.
+      mlp.Add("expert-parallel exchange buffers", t.routed * 2 * d.hidden);
     }
   } else {
     mlp.Add("MLP backward", c * 3 * d.dense_inter);
