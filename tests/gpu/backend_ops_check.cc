@@ -1944,7 +1944,21 @@ void AddTokenRows(Factories& f, const std::string& tag, int64_t tokens,
                }});
 }
 
-// The combine by each token's rows: sources from TokenRows on the CPU.
+// A random grouping's slots, and each token's positions in it (TokenRows
+// on the CPU): the combine's sources.
+struct TokenGrouping {
+  std::vector<int32_t> slots, sources;
+};
+TokenGrouping RandomTokenGrouping(int64_t tokens, int64_t per_token,
+                                  std::mt19937_64& rng) {
+  TokenGrouping g{ShuffledSlots(tokens, per_token, rng), {}};
+  g.sources.resize(g.slots.size());
+  cpu::TokenRows(g.slots.data(), static_cast<int64_t>(g.slots.size()),
+                 per_token, g.sources.data());
+  return g;
+}
+
+// The combine by each token's rows.
 void AddRowGroupsCase(Factories& f, const std::string& tag, int64_t tokens,
                       int64_t per_token, int64_t cols, bool scaled,
                       XType src_type) {
@@ -1955,12 +1969,10 @@ void AddRowGroupsCase(Factories& f, const std::string& tag, int64_t tokens,
   f.push_back(
       {op, label, [=] {
          CaseBuilder b(op, label);
-         std::vector<int32_t> slots = ShuffledSlots(tokens, per_token, b.rng());
-         std::vector<int32_t> sources(slots.size());
-         cpu::TokenRows(slots.data(), static_cast<int64_t>(slots.size()),
-                        per_token, sources.data());
+         const TokenGrouping g =
+             RandomTokenGrouping(tokens, per_token, b.rng());
          const int is = b.Input("src", Dense(tokens * per_token, cols)),
-                   ir = b.Ints("sources", sources),
+                   ir = b.Ints("sources", g.sources),
                    ic = scaled ? b.Input("scale", Vec(tokens * per_token)) : -1,
                    io = b.Accumulated("out", Dense(tokens, cols));
          return b.Build([=](Backend& be, const Bound& p) {
@@ -1983,31 +1995,30 @@ void AddRowGroupsBackwardCase(Factories& f, const std::string& tag,
       absl::StrCat(tag, " src[", count, ",", cols, "] dout[", tokens, ",", cols,
                    "] dscale at slots");
   const std::string op = ActivationOp("AddRowGroupsBackward", "in", src_type);
-  f.push_back(
-      {op, label, [=] {
-         CaseBuilder b(op, label);
-         std::vector<int32_t> slots = ShuffledSlots(tokens, per_token, b.rng());
-         std::vector<int32_t> sources(slots.size());
-         cpu::TokenRows(slots.data(), count, per_token, sources.data());
-         const int is = b.Input("src", Dense(count, cols)),
-                   ir = b.Ints("sources", sources),
-                   ic = b.Input("scale", Vec(count)),
-                   id = b.Input("dout", Dense(tokens, cols)),
-                   ids = b.Written("dsrc", Dense(count, cols)),
-                   idc = b.Written("dscale", Dense(count, 1)),
-                   idr = b.Ints("slots", slots);
-         return b.Build([=](Backend& be, const Bound& p) {
-           Tensor holder;
-           const ConstMatrixView x =
-               AsActivation(be, src_type, p.View(is), &holder);
-           IntoActivation(be, src_type, p.View(ids), [&](MatrixView dsrc) {
-             be.AddRowGroupsBackward(x, p.Ints(ir), per_token, p.Floats(ic),
-                                     p.View(id), dsrc, p.View(idc),
-                                     p.Ints(idr));
-           });
-           return 0.0;
-         });
-       }});
+  f.push_back({op, label, [=] {
+                 CaseBuilder b(op, label);
+                 const TokenGrouping g =
+                     RandomTokenGrouping(tokens, per_token, b.rng());
+                 const int is = b.Input("src", Dense(count, cols)),
+                           ir = b.Ints("sources", g.sources),
+                           ic = b.Input("scale", Vec(count)),
+                           id = b.Input("dout", Dense(tokens, cols)),
+                           ids = b.Written("dsrc", Dense(count, cols)),
+                           idc = b.Written("dscale", Dense(count, 1)),
+                           idr = b.Ints("slots", g.slots);
+                 return b.Build([=](Backend& be, const Bound& p) {
+                   Tensor holder;
+                   const ConstMatrixView x =
+                       AsActivation(be, src_type, p.View(is), &holder);
+                   IntoActivation(
+                       be, src_type, p.View(ids), [&](MatrixView dsrc) {
+                         be.AddRowGroupsBackward(x, p.Ints(ir), per_token,
+                                                 p.Floats(ic), p.View(id), dsrc,
+                                                 p.View(idc), p.Ints(idr));
+                       });
+                   return 0.0;
+                 });
+               }});
 }
 
 void AddScatterBackward(Factories& f, const std::string& tag, Layout src,
