@@ -165,8 +165,8 @@ absl::Status ExpertParallelDispatcher::TryForward(
   // backend keeps them; its router weight stays here (the combine below
   // weights the rows that come back, as one process does).
   ActivationRows send(backend, sent, hidden);
-  acts->sent_weights = Tensor::ForOutput({sent, 1});
   if (sent > 0) {
+    acts->sent_weights = Tensor::ForOutput({sent, 1});
     backend.EmbeddingForward(x, acts->sent.tokens.data(), send.Rows(0, sent));
     backend.EmbeddingForward(AsColumn(weights), acts->sent.slots.data(),
                              acts->sent_weights.Matrix());
