@@ -77,9 +77,6 @@ struct ActivationRows {
   MatrixView Rows(int64_t first, int64_t count) {
     return tensor.Matrix().Rows(first, count).Columns(0, cols);
   }
-  ConstMatrixView Rows(int64_t first, int64_t count) const {
-    return ConstMatrixView(tensor.Matrix()).Rows(first, count).Columns(0, cols);
-  }
   // The 32-bit words of one row: what an exchange counts.
   int64_t words() const { return stride * ElementBytes(tensor.dtype()) / 4; }
 
@@ -87,6 +84,24 @@ struct ActivationRows {
   int64_t stride;
   Tensor tensor;
 };
+
+// `from`'s rows to the members (from_rows[m] of them to member m), `to`'s
+// from them (to_rows[m] from member m).
+absl::Status ExchangeActivationRows(Collectives& group, Backend& backend,
+                                    const ActivationRows& from,
+                                    const std::vector<int64_t>& from_rows,
+                                    ActivationRows& to,
+                                    const std::vector<int64_t>& to_rows) {
+  return ExchangeRows(group, backend, from.tensor.data(),
+                      Times(from_rows, from.words()), to.tensor.data(),
+                      Times(to_rows, to.words()));
+}
+
+// Rows [first, first + count) of a kept ActivationRows tensor, `cols` wide.
+ConstMatrixView KeptRows(const Tensor& rows, int64_t first, int64_t count,
+                         int64_t cols) {
+  return ConstMatrixView(rows.Matrix()).Rows(first, count).Columns(0, cols);
+}
 
 // The rows of each member: the sums of `expert_rows`' blocks of `per_rank`.
 std::vector<int64_t> MemberRows(const std::vector<float>& expert_rows,
@@ -172,10 +187,8 @@ absl::Status ExpertParallelDispatcher::TryForward(
                              acts->sent_weights.Matrix());
   }
   ActivationRows inputs(backend, received, hidden);
-  if (absl::Status s = ExchangeRows(*group_, backend, send.tensor.data(),
-                                    Times(acts->send_rows, send.words()),
-                                    inputs.tensor.data(),
-                                    Times(acts->recv_rows, inputs.words()));
+  if (absl::Status s = ExchangeActivationRows(
+          *group_, backend, send, acts->send_rows, inputs, acts->recv_rows);
       !s.ok()) {
     return s;
   }
@@ -202,10 +215,9 @@ absl::Status ExpertParallelDispatcher::TryForward(
   }
 
   ActivationRows returned(backend, sent, hidden);
-  if (absl::Status s = ExchangeRows(*group_, backend, outputs.tensor.data(),
-                                    Times(acts->recv_rows, outputs.words()),
-                                    returned.tensor.data(),
-                                    Times(acts->send_rows, returned.words()));
+  if (absl::Status s =
+          ExchangeActivationRows(*group_, backend, outputs, acts->recv_rows,
+                                 returned, acts->send_rows);
       !s.ok()) {
     return s;
   }
@@ -232,25 +244,19 @@ absl::Status ExpertParallelDispatcher::TryBackward(
   // dot with that dout, written at its slot). Router weights never travel.
   ActivationRows send(backend, sent, hidden);
   if (sent > 0) {
-    const ConstMatrixView returned = ConstMatrixView(acts.returned.Matrix())
-                                         .Rows(0, sent)
-                                         .Columns(0, hidden);
-    AddRowsToTokensBackward(backend, acts.sent, returned,
-                            acts.sent_weights.data(), dout, send.Rows(0, sent),
-                            AsColumn(dweights));
+    AddRowsToTokensBackward(
+        backend, acts.sent, KeptRows(acts.returned, 0, sent, hidden),
+        acts.sent_weights.data(), dout, send.Rows(0, sent), AsColumn(dweights));
   }
   ActivationRows douts(backend, received, hidden);
-  if (absl::Status s =
-          ExchangeRows(*group_, backend, send.tensor.data(),
-                       Times(acts.send_rows, send.words()), douts.tensor.data(),
-                       Times(acts.recv_rows, douts.words()));
+  if (absl::Status s = ExchangeActivationRows(
+          *group_, backend, send, acts.send_rows, douts, acts.recv_rows);
       !s.ok()) {
     return s;
   }
 
   // The experts' backward on each member's rows; their input gradients go
   // back as the rows came.
-  const ConstMatrixView inputs = ConstMatrixView(acts.received.Matrix());
   ActivationRows grads(backend, received, hidden);
   int64_t first = 0;
   for (size_t source = 0; source < acts.recv_rows.size(); ++source) {
@@ -258,17 +264,15 @@ absl::Status ExpertParallelDispatcher::TryBackward(
     if (count > 0) {
       const ExpertRows& block = acts.experts[source];
       ExpertProductsBackward(
-          backend, p, inputs.Rows(first, count).Columns(0, hidden), block.mlp,
+          backend, p, KeptRows(acts.received, first, count, hidden), block.mlp,
           block.grouping.offsets.data(), douts.Rows(first, count),
           grads.Rows(first, count));
     }
     first += count;
   }
   ActivationRows back(backend, sent, hidden);
-  if (absl::Status s =
-          ExchangeRows(*group_, backend, grads.tensor.data(),
-                       Times(acts.recv_rows, grads.words()), back.tensor.data(),
-                       Times(acts.send_rows, back.words()));
+  if (absl::Status s = ExchangeActivationRows(
+          *group_, backend, grads, acts.recv_rows, back, acts.send_rows);
       !s.ok()) {
     return s;
   }

@@ -358,6 +358,29 @@ void AddByOutputRow(CudaContext& ctx, ConstMatrixView src, int64_t n,
   GLM_CUDA_CHECK_LAUNCH();
 }
 
+// ScatterAddRowsBackward and AddRowGroupsBackward: CombineBackwardKernel over
+// `order`.
+void CombineBackward(CudaContext& ctx, ConstMatrixView src, CombineOrder order,
+                     const float* scale, ConstMatrixView dout, MatrixView dsrc,
+                     MatrixView dscale, const int32_t* dscale_rows) {
+  assert(dout.cols == src.cols);
+  assert(dsrc.empty() || (dsrc.rows == src.rows && dsrc.cols == src.cols));
+  assert(dscale.empty() || (dscale.cols == 1 && (dscale_rows != nullptr ||
+                                                 dscale.rows == src.rows)));
+  if (src.rows == 0 || (dsrc.empty() && dscale.empty())) return;
+  const bool quads =
+      QuadAligned(src, dout) && (dsrc.empty() || QuadAligned(dsrc));
+  const int64_t blocks = (src.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (quads) {
+    CombineBackwardKernel<4><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, order, scale, dout, dsrc, dscale, dscale_rows);
+  } else {
+    CombineBackwardKernel<1><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
+        src, order, scale, dout, dsrc, dscale, dscale_rows);
+  }
+  GLM_CUDA_CHECK_LAUNCH();
+}
+
 // token_rows[slots[p]] = p: each position at its (token, k) slot.
 __global__ void PositionsAtSlotsKernel(const int32_t* __restrict__ slots,
                                        int64_t count,
@@ -435,31 +458,6 @@ void ScatterAddRows(CudaContext& ctx, ConstMatrixView src, const int32_t* rows,
   }
   GLM_CUDA_CHECK_LAUNCH();
 }
-
-namespace {
-
-void CombineBackward(CudaContext& ctx, ConstMatrixView src, CombineOrder order,
-                     const float* scale, ConstMatrixView dout, MatrixView dsrc,
-                     MatrixView dscale, const int32_t* dscale_rows) {
-  assert(dout.cols == src.cols);
-  assert(dsrc.empty() || (dsrc.rows == src.rows && dsrc.cols == src.cols));
-  assert(dscale.empty() || (dscale.cols == 1 && (dscale_rows != nullptr ||
-                                                 dscale.rows == src.rows)));
-  if (src.rows == 0 || (dsrc.empty() && dscale.empty())) return;
-  const bool quads =
-      QuadAligned(src, dout) && (dsrc.empty() || QuadAligned(dsrc));
-  const int64_t blocks = (src.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (quads) {
-    CombineBackwardKernel<4><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-        src, order, scale, dout, dsrc, dscale, dscale_rows);
-  } else {
-    CombineBackwardKernel<1><<<blocks, kBlockThreads, 0, ctx.stream()>>>(
-        src, order, scale, dout, dsrc, dscale, dscale_rows);
-  }
-  GLM_CUDA_CHECK_LAUNCH();
-}
-
-}  // namespace
 
 void ScatterAddRowsBackward(CudaContext& ctx, ConstMatrixView src,
                             const int32_t* rows, const float* scale,
