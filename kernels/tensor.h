@@ -382,6 +382,10 @@ class Tensor {
     assert(dtype_ == ElementType::kF32);
     return storage_.data();
   }
+  // The storage as 32-bit words, whatever the dtype: what a collective moves
+  // (a bf16 tensor travels as pairs of elements).
+  float* words() { return storage_.data(); }
+  const float* words() const { return storage_.data(); }
   // The elements of a float32 host tensor that owns them: not for a view of
   // an arena (read one through data(), or CopyTo(nullptr).values()).
   std::vector<float>& values() {

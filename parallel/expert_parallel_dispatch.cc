@@ -92,8 +92,8 @@ absl::Status ExchangeActivationRows(Collectives& group, Backend& backend,
                                     const std::vector<int64_t>& from_rows,
                                     ActivationRows& to,
                                     const std::vector<int64_t>& to_rows) {
-  return ExchangeRows(group, backend, from.tensor.data(),
-                      Times(from_rows, from.words()), to.tensor.data(),
+  return ExchangeRows(group, backend, from.tensor.words(),
+                      Times(from_rows, from.words()), to.tensor.words(),
                       Times(to_rows, to.words()));
 }
 
