@@ -151,15 +151,20 @@ constexpr OpLimits kLimits[] = {
     {"SwiGluForward in activation type", {kExact, 3e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward in activation type", {kExact, 3e-5}, {0, 0}, {0, 0}},
     // The combine reading the experts' outputs in the activation type: one
-    // rounding of each source (dscale: of each term of its dot); its
-    // backward's dsrc, written in the activation type, one rounding.
+    // rounding of each source; its backward's dsrc, written in the activation
+    // type, one rounding.
     {"ScatterAddRows from activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
     {"AddRowGroups from activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    // The backwards' dscale: dots of rounded sources with dout. Their mean
+    // NMSE is the rounding's 2.5e-6, but at the tiny shapes (six dots of four
+    // terms) it is a ratio of small sums that cancellation spreads: simulated
+    // with the rounding alone over 4000 draws, 3% passed 1e-5 and 0.1%
+    // 3.5e-5 (run73 measured 1.19e-5 there).
     {"ScatterAddRowsBackward in activation type",
-     {kExact, 1e-5},
+     {kExact, 4e-5},
      {0, 0},
      {0, 0}},
-    {"AddRowGroupsBackward in activation type", {kExact, 1e-5}, {0, 0}, {0, 0}},
+    {"AddRowGroupsBackward in activation type", {kExact, 4e-5}, {0, 0}, {0, 0}},
     // Both sides rounded: dy's rounding and dx's.
     {"RopeBackward in activation type", {kExact, 2e-5}, {0, 0}, {0, 0}},
     {"SwiGluBackward", {kExact, kExact}, {0, 0}, {0, 0}},
