@@ -8,7 +8,8 @@
 # PP2 and EP2 beside one worker on the same 50 steps, and EP2 in bf16 beside
 # one bf16 worker (its exchanges then carry bf16 rows); SFT and LoRA
 # from the CUDA run's HF export, and one 16k-token sequence (bf16). Logs and a
-# summary go to $1.
+# summary go to $1. ONLY="shared_gpu_one_bf16 shared_gpu_ep2_bf16" (say) runs
+# just those (the summary then counts the others incomplete).
 #
 # The pretraining jobs peak at lr 1e-3. At 3e-3 (the recipe through run30) the
 # CPU backend drifted 8.7e-3 from itself within 50 iterations (DP2 against one
@@ -22,9 +23,10 @@ mkdir -p "$out"
 state=/tmp/glm-gpu-checks
 rm -rf "$state"
 
-run() {  # name job [extra glmctl flags...]
+run() {  # name job [extra glmctl flags...]; ONLY="name ..." runs those alone
   local name=$1 job=$2
   shift 2
+  [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || return 0
   local start=$SECONDS
   glmctl local --job="$job" --state-dir="$state/$name" \
     --worker-binary="$bin/glm-worker" "$@" >"$out/$name.glmctl.txt" 2>&1
