@@ -9,7 +9,7 @@ set -u
 tar -xJf .gpu/b.tar.xz -C .gpu && source .gpu/b/env.sh
 R=$OUT/r
 mkdir -p "$R"
-OPS_LIMIT=330 tests/gpu/run_on_device.sh "$R" ops
+OPS_LIMIT=420 tests/gpu/run_on_device.sh "$R" ops
 MTP='' BENCH_LIMIT=130 tests/gpu/run_on_device.sh "$R" bench
 GAPS_LIMIT=50 tests/gpu/run_on_device.sh "$R" gaps
 cd "$OUT" && tar -czf r.tgz r && rm -rf r
