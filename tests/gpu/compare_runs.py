@@ -49,8 +49,10 @@ def main():
              "resume_cpu", "shared_gpu_one", "shared_gpu_dp2",
              "shared_gpu_dp2_zero", "shared_gpu_dp2_overlap", "shared_gpu_pp2",
              "shared_gpu_ep2", "shared_gpu_tp2", "shared_gpu_cp2",
-             "shared_gpu_one_bf16", "shared_gpu_ep2_bf16", "sft",
-             "sft_graphs", "lora", "long_context", "cpu_50", "cpu_50_dp2"]}
+             "shared_gpu_one_bf16", "shared_gpu_dp2_bf16", "shared_gpu_pp2_bf16",
+             "shared_gpu_ep2_bf16", "shared_gpu_tp2_bf16", "shared_gpu_cp2_bf16",
+             "sft", "sft_graphs", "lora", "long_context", "cpu_50",
+             "cpu_50_dp2"]}
     rows = []
 
     def check(name, ok, measured, limit):
@@ -112,12 +114,15 @@ def main():
         check(f"{name}, two workers on one GPU, vs one worker (1-50)",
               ok and rel <= 1e-3, f"max rel {rel:.2e}", "1e-3")
     # bf16: the same sums in another grouping of the products, rounded to bf16
-    # where the activations are (fp32 gives about 2e-4 over these steps).
-    one16, ep16 = runs["shared_gpu_one_bf16"], runs["shared_gpu_ep2_bf16"]
-    ok = len(one16) == 50 and len(ep16) == 50
-    rel = max_rel(ep16, one16, range(1, 51)) if ok else float("nan")
-    check("EP2 in bf16 (bf16 exchanges), two workers on one GPU, vs one worker "
-          "in bf16 (1-50)", ok and rel <= 1e-2, f"max rel {rel:.2e}", "1e-2")
+    # where the activations are (fp32 gives about 2e-4 over these steps; EP2's
+    # exchanges carry bf16 rows).
+    one16 = runs["shared_gpu_one_bf16"]
+    for parallel in ["dp2", "pp2", "ep2", "tp2", "cp2"]:
+        shared = runs[f"shared_gpu_{parallel}_bf16"]
+        ok = len(one16) == 50 and len(shared) == 50
+        rel = max_rel(shared, one16, range(1, 51)) if ok else float("nan")
+        check(f"{parallel.upper()} in bf16, two workers on one GPU, vs one worker "
+              "in bf16 (1-50)", ok and rel <= 1e-2, f"max rel {rel:.2e}", "1e-2")
     # Bucketed sums started during the backward add each element's two
     # contributions as one sum after it does: the same checkpoint.
     dp2 = shard_hashes(state, "shared_gpu_dp2", 50)
@@ -144,6 +149,7 @@ def main():
                  ("shared_gpu_pp2", "shared_gpu_one"),
                  ("shared_gpu_ep2", "shared_gpu_one"),
                  ("shared_gpu_ep2_bf16", "shared_gpu_one_bf16"),
+                 ("shared_gpu_tp2_bf16", "shared_gpu_one_bf16"),
                  ("shared_gpu_tp2", "shared_gpu_one"),
                  ("shared_gpu_cp2", "shared_gpu_one")]:
         steps = [s for s in sorted(runs[a]) if s in runs[b]]

@@ -5,8 +5,8 @@
 # checkpoint resumed on the GPU and on the CPU; bf16 and SFT again with CUDA
 # graphs (bitwise the same); two workers sharing the GPU
 # under DP2 (with and without ZeRO-1, and with overlapped gradient sums),
-# PP2 and EP2 beside one worker on the same 50 steps, and EP2 in bf16 beside
-# one bf16 worker (its exchanges then carry bf16 rows); SFT and LoRA
+# PP2, EP2, TP2 and CP2 beside one worker on the same 50 steps, and DP2, PP2,
+# EP2, TP2 and CP2 in bf16 beside one bf16 worker; SFT and LoRA
 # from the CUDA run's HF export, and one 16k-token sequence (bf16). Logs and a
 # summary go to $1. ONLY="shared_gpu_one_bf16 shared_gpu_ep2_bf16" (say) runs
 # just those (the summary then counts the others incomplete).
@@ -58,9 +58,13 @@ run shared_gpu_one tests/gpu/jobs/tiny_cuda_fp32_50.json
 for parallel in dp2 dp2_zero dp2_overlap pp2 ep2 tp2 cp2; do
   run "shared_gpu_$parallel" "tests/gpu/jobs/tiny_cuda_fp32_$parallel.json" --workers=2
 done
-# EP2 in bf16: its exchanges carry bf16 rows.
+# The same in bf16, where the activations the ranks move are of other types
+# (EP's exchanges carry bf16 rows).
 run shared_gpu_one_bf16 tests/gpu/jobs/tiny_cuda_bf16_50.json
-run shared_gpu_ep2_bf16 tests/gpu/jobs/tiny_cuda_bf16_ep2.json --workers=2
+for parallel in dp2 pp2 ep2 tp2 cp2; do
+  run "shared_gpu_${parallel}_bf16" "tests/gpu/jobs/tiny_cuda_bf16_$parallel.json" \
+    --workers=2
+done
 # The reference against itself: the CPU backend under DP2 (the same math, the
 # gradient summed in another order) beside one CPU worker, so the drift above
 # can be read against how far rounding order alone carries this training.
