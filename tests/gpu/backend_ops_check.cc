@@ -899,6 +899,11 @@ class DeviceArray {
   size_t bytes_;
 };
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 // Waits for every stream (the backend's is its own, non-blocking one) and
 // surfaces any error a kernel left.
 void SyncDevice() {
@@ -983,8 +988,10 @@ class DeviceCase {
     }
   }
 
-  // Runs the op once into `out`, whose buffers are kept from run to run.
-  void Run(Backend& backend, RunOutput* out) {
+  // Runs the op once into `out`, whose buffers are kept from run to run;
+  // returns the seconds of the op alone (its launches until the device is
+  // idle), without the copies and fills around it.
+  double Run(Backend& backend, RunOutput* out) {
     std::vector<void*> bases;
     for (size_t i = 0; i < case_.operands.size(); ++i) {
       const Operand& op = case_.operands[i];
@@ -994,8 +1001,10 @@ class DeviceCase {
         arrays_[i]->Fill(op.integer ? kIntPoisonByte : 0xff);
     }
     SyncDevice();
+    const auto start = std::chrono::steady_clock::now();
     out->loss = case_.call(backend, Bound(case_.operands, bases));
     SyncDevice();
+    const double op_seconds = SecondsSince(start);
     out->floats.resize(case_.operands.size());
     out->ints.resize(case_.operands.size());
     for (size_t i = 0; i < case_.operands.size(); ++i) {
@@ -1009,6 +1018,7 @@ class DeviceCase {
         arrays_[i]->Download(out->floats[i].data());
       }
     }
+    return op_seconds;
   }
 
   // Inputs whose device copy no longer matches the host bitwise.
@@ -3713,11 +3723,6 @@ bool MatchesFilter(const std::string& name, const std::string& filter) {
   return false;
 }
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
 // Seconds since the last lap.
 class Stopwatch {
  public:
@@ -3736,20 +3741,21 @@ class Stopwatch {
 // Where a case's time goes: making its inputs (and the saved values of a
 // backward), the CPU reference, the CUDA runs with their copies, the checks.
 struct PhaseSeconds {
-  double build = 0, cpu = 0, cuda = 0, check = 0;
+  double build = 0, cpu = 0, cuda = 0, ops = 0, check = 0;
 
   PhaseSeconds& operator+=(const PhaseSeconds& o) {
     build += o.build;
     cpu += o.cpu;
     cuda += o.cuda;
+    ops += o.ops;
     check += o.check;
     return *this;
   }
   std::string ToString() const {
     return absl::StrFormat(
-        "inputs %.1f s, CPU reference %.1f s, CUDA runs with copies %.1f s, "
-        "checks %.1f s",
-        build, cpu, cuda, check);
+        "inputs %.1f s, CPU reference %.1f s, CUDA runs with copies %.1f s "
+        "(the ops alone %.1f s), checks %.1f s",
+        build, cpu, cuda, ops, check);
   }
 };
 
@@ -3834,8 +3840,8 @@ int Main(int argc, char** argv) {
       std::snprintf(g_running, sizeof g_running, "%s (%s)", name.c_str(),
                     ModeName(mode));
       Backend& backend = *backends[ModeIndex(mode)];
-      device.Run(backend, &first);
-      device.Run(backend, &second);
+      seconds.ops += device.Run(backend, &first);
+      seconds.ops += device.Run(backend, &second);
       seconds.cuda += watch.Lap();
       std::vector<Outcome> outcomes =
           CheckOutputs(c, cpu, first, ModeIndex(mode));
