@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "base/bf16.h"
 #include "checkpoint/hf_name_map.h"
 #include "gtest/gtest.h"
 

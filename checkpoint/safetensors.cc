@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/atomic_file.h"
+#include "base/bf16.h"
 #include "base/file_util.h"
 #include "base/quote.h"
 #include "nlohmann/json.hpp"
@@ -436,8 +437,7 @@ absl::Status ConvertToFloat32(DType dtype, const char* bytes, int64_t count,
       for (int64_t i = 0; i < count; ++i) {
         uint16_t half;
         std::memcpy(&half, bytes + 2 * i, 2);
-        const uint32_t bits = static_cast<uint32_t>(half) << 16;
-        std::memcpy(out + i, &bits, 4);
+        out[i] = Bfloat16ToFloat32(half);
       }
       return absl::OkStatus();
     case DType::kF16:
@@ -451,14 +451,6 @@ absl::Status ConvertToFloat32(DType dtype, const char* bytes, int64_t count,
       return absl::InvalidArgumentError(absl::StrCat(
           "dtype ", DTypeName(dtype), " is not a floating-point type"));
   }
-}
-
-uint16_t Float32ToBfloat16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
 absl::Status WriteSafetensors(

@@ -85,8 +85,6 @@ class SafetensorsFile {
 // Converts `count` values of a float dtype (F32, BF16, F16) to float32.
 absl::Status ConvertToFloat32(DType dtype, const char* bytes, int64_t count,
                               float* out);
-// float32 to bfloat16 bits, rounding to nearest even (NaN stays NaN).
-uint16_t Float32ToBfloat16(float value);
 
 // One tensor to write: its bytes must be NumElements(shape) * DTypeSize.
 struct TensorBytes {

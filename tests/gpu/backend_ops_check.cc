@@ -63,6 +63,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/bf16.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/parallel.h"
@@ -1068,20 +1069,6 @@ const ModelConfig& Mini() {
 // backend the input is rounded to bf16 here (the rounding the product would
 // apply to an F32 x), and the output is widened to F32 for the comparison.
 
-uint16_t RoundToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-float WidenBf16(uint16_t half) {
-  const uint32_t bits = uint32_t{half} << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
 // x's rows*cols floats, row by row, from where the backend keeps them.
 std::vector<float> ReadRows(Backend& be, ConstMatrixView x) {
   std::vector<float> host(x.rows * x.cols);
@@ -1129,7 +1116,7 @@ ConstMatrixView AsActivation(Backend& be, XType type, ConstMatrixView x,
   std::vector<uint16_t> bits(std::max<int64_t>(1, x.rows * stride), 0xffff);
   for (int64_t r = 0; r < x.rows; ++r) {
     for (int64_t c = 0; c < x.cols; ++c) {
-      bits[r * stride + c] = RoundToBf16(values[r * x.cols + c]);
+      bits[r * stride + c] = Float32ToBfloat16(values[r * x.cols + c]);
     }
   }
   *holder = UploadBf16(be, bits);
@@ -1175,7 +1162,7 @@ void IntoActivations(Backend& be, XType type, const std::vector<MatrixView>& ys,
     std::vector<float> row(y.cols);
     for (int64_t r = 0; r < y.rows; ++r) {
       for (int64_t c = 0; c < y.cols; ++c) {
-        row[c] = WidenBf16(bits[r * views[i].stride + c]);
+        row[c] = Bfloat16ToFloat32(bits[r * views[i].stride + c]);
       }
       be.allocator()->CopyFromHost(y.Row(r), row.data(),
                                    y.cols * sizeof(float));
@@ -2894,9 +2881,9 @@ void ReadWeightCopy(Backend& be, ConstMatrixView w, float* out) {
   std::vector<uint16_t> bits(n);
   GLM_CUDA_CHECK(cudaMemcpy(bits.data(), copy, n * sizeof(uint16_t),
                             cudaMemcpyDeviceToHost));
-  std::vector<uint32_t> widened(n);
-  for (int64_t i = 0; i < n; ++i) widened[i] = uint32_t{bits[i]} << 16;
-  GLM_CUDA_CHECK(cudaMemcpy(out, widened.data(), n * sizeof(uint32_t),
+  std::vector<float> widened(n);
+  for (int64_t i = 0; i < n; ++i) widened[i] = Bfloat16ToFloat32(bits[i]);
+  GLM_CUDA_CHECK(cudaMemcpy(out, widened.data(), n * sizeof(float),
                             cudaMemcpyHostToDevice));
 }
 
