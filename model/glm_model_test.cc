@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/bf16_activations_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "model/test_model_util.h"
@@ -517,6 +518,45 @@ TEST_F(GlmModelTest, FusedHeadLossGivesTheKeptGradients) {
 TEST_F(GlmModelTest, RecomputedLayersGiveTheSameGradients) {
   ExpectRecomputationChangesNothing(params_, backend_,
                                     Batch::FromSequences({kSeqA, kSeqB}));
+}
+
+// Relative L2 distance of all of `got`'s gradients from `want`'s.
+double GradientDistance(const GradientRun& got, const GradientRun& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.grads.size(); ++i) {
+    for (size_t j = 0; j < want.grads[i].size(); ++j) {
+      diff += std::pow(double{got.grads[i][j]} - want.grads[i][j], 2);
+      norm += std::pow(double{want.grads[i][j]}, 2);
+    }
+  }
+  return std::sqrt(diff / norm);
+}
+
+// The bf16 mode's paths through the model (its bf16 buffers and views, the
+// fused head's bf16 logits) on the CPU, kernels/cpu/bf16_activations_backend.h:
+// the losses follow fp32's within bf16's rounding (its gradients do not: at
+// this tiny model's near-tied indexer scores, rounding moves top-k choices);
+// the fused head gives the kept head's gradients to the rounding of its
+// bf16 logits (6.4e-3 relative here); recomputing each layer changes
+// nothing, bitwise.
+TEST_F(GlmModelTest, Bf16ActivationsFollowFp32) {
+  Bf16ActivationsCpuBackend bf16;
+  const Batch batch = Batch::FromSequences({kSeqA, kSeqB});
+  const GradientRun fp32 = RunGradients(params_, backend_, batch, {});
+  const GradientRun kept = RunGradients(params_, bf16, batch, {});
+  LossOptions fused;
+  fused.fuse_head_loss = true;
+  fused.return_logits = false;
+  const GradientRun fused_run = RunGradients(params_, bf16, batch, fused);
+  for (const GradientRun* run : {&kept, &fused_run}) {
+    EXPECT_NEAR(run->result.lm_loss, fp32.result.lm_loss,
+                1e-2 * fp32.result.lm_loss);
+    EXPECT_NEAR(run->result.mtp_loss, fp32.result.mtp_loss,
+                1e-2 * fp32.result.mtp_loss);
+  }
+  ASSERT_EQ(fused_run.grads.size(), kept.grads.size());
+  EXPECT_LT(GradientDistance(fused_run, kept), 1e-2);
+  ExpectRecomputationChangesNothing(params_, bf16, batch);
 }
 
 TEST_F(GlmModelTest, GradientsAreToldOnceFinished) {

@@ -7,14 +7,17 @@
 #include "parallel/expert_parallel_dispatch.h"
 
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/bf16_activations_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/moe.h"
 #include "model/test_model_util.h"
@@ -49,7 +52,11 @@ struct MoeRun {
   MoeParameters grads;  // gradients only (values are the layer's)
 };
 
-class ExpertParallelDispatchTest : public ::testing::TestWithParam<int> {
+// Parameters: the expert-parallel size, and whether the ops keep the bf16
+// mode's activations (kernels/cpu/bf16_activations_backend.h: the exchanges
+// then carry bf16 rows).
+class ExpertParallelDispatchTest
+    : public ::testing::TestWithParam<std::tuple<int, bool>> {
  protected:
   ExpertParallelDispatchTest()
       : config_(*PresetConfig("glm5.2-tiny")), params_(config_) {
@@ -60,10 +67,13 @@ class ExpertParallelDispatchTest : public ::testing::TestWithParam<int> {
     std::mt19937 rng(3);
     moe_->e_score_correction_bias =
         RandomTensor({config_.n_routed_experts}, rng, 0.1f);
-    const int64_t tokens = kTokensPerRank * GetParam();
+    const int64_t tokens = kTokensPerRank * Ranks();
     x_ = RandomTensor({tokens, config_.hidden_size}, rng);
     dout_ = RandomTensor({tokens, config_.hidden_size}, rng);
   }
+
+  static int Ranks() { return std::get<0>(GetParam()); }
+  static bool Bf16() { return std::get<1>(GetParam()); }
 
   // Rows [rank * kTokensPerRank, +kTokensPerRank) of `t`.
   static Tensor RankRows(const Tensor& t, int rank) {
@@ -80,11 +90,16 @@ class ExpertParallelDispatchTest : public ::testing::TestWithParam<int> {
     MoeParameters p = *moe_;
     if (held) KeepExperts(*held, &p);
     MoeRun run{Tensor(x.shape()), Tensor(x.shape()), {}, {}};
-    CpuBackend backend;
+    std::unique_ptr<Backend> backend;
+    if (Bf16()) {
+      backend = std::make_unique<Bf16ActivationsCpuBackend>();
+    } else {
+      backend = std::make_unique<CpuBackend>();
+    }
     const RouterSpec spec = MakeRouterSpec(config_);
     MoeActivations acts;
-    MoeForward(backend, p, spec, x.Matrix(), run.out.Matrix(), &acts, experts);
-    MoeBackward(backend, p, spec, x.Matrix(), acts, dout.Matrix(),
+    MoeForward(*backend, p, spec, x.Matrix(), run.out.Matrix(), &acts, experts);
+    MoeBackward(*backend, p, spec, x.Matrix(), acts, dout.Matrix(),
                 run.dx.Matrix(), experts);
     run.choice = acts.choice.values();
     run.grads = std::move(p);
@@ -110,7 +125,7 @@ void ExpectNear(const float* got, const float* expected, int64_t count,
 }
 
 TEST_P(ExpertParallelDispatchTest, RanksMatchOneProcessWithEveryExpert) {
-  const int ep = GetParam();
+  const int ep = Ranks();
   LocalExpertDispatcher local;
   const MoeRun whole = Run(x_, dout_, local);
 
@@ -236,7 +251,8 @@ TEST(ExpertParallelDispatchFailureTest, AFailedQueuedExchangeIsItsError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ExpertParallelDispatchTest,
-                         ::testing::Values(2, 4));
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Bool()));
 
 }  // namespace
 }  // namespace glm

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/bf16_activations_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "parallel/gloo_collectives.h"
@@ -72,7 +73,7 @@ std::unique_ptr<PlaceCheckingGroup> Join(gloo::rendezvous::Store& store,
 // gathers and reductions reach the groups through the views for the
 // backend's memory, as the trainer hands them over.
 RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
-                Allocator* memory, BufferPlace place) {
+                Allocator* memory, BufferPlace place, bool bf16) {
   const int tp_rank = rank % tp, cp_rank = rank / tp;
   std::unique_ptr<PlaceCheckingGroup> tensor =
       Join(store, absl::StrCat("tp-", cp_rank), tp_rank, tp, place, memory);
@@ -89,14 +90,19 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
   TokenParallel parallel(tensor_views.For(on_device),
                          context_views.For(on_device), tensor_views.host(),
                          context_views.host());
-  CpuBackend backend(memory);
+  std::unique_ptr<Backend> backend;
+  if (bf16) {  // host memory only
+    backend = std::make_unique<Bf16ActivationsCpuBackend>();
+  } else {
+    backend = std::make_unique<CpuBackend>(memory);
+  }
   std::unique_ptr<ModelParameters> mirror =
       memory == nullptr ? nullptr : MirrorParameters(params, memory);
   absl::StatusOr<std::vector<StageSlice>> plan =
       PlanForModel(params.config(), "", 1);
   EXPECT_TRUE(plan.ok()) << plan.status();
   absl::StatusOr<StageModel> stage = StageModel::Create(
-      mirror ? mirror.get() : &params, &backend, {}, plan->at(0));
+      mirror ? mirror.get() : &params, backend.get(), {}, plan->at(0));
   EXPECT_TRUE(stage.ok()) << stage.status();
   stage->set_token_parallel(&parallel);
   StageActivations acts;
@@ -122,13 +128,14 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
 }
 
 std::vector<RankRun> RunRanks(int tp, int cp, Allocator* memory = nullptr,
-                              BufferPlace place = BufferPlace::kHost) {
+                              BufferPlace place = BufferPlace::kHost,
+                              bool bf16 = false) {
   gloo::rendezvous::HashStore store;
   std::vector<RankRun> runs(tp * cp);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < tp * cp; ++rank) {
     threads.emplace_back([&, rank] {
-      runs[rank] = RunRank(store, tp, cp, rank, memory, place);
+      runs[rank] = RunRank(store, tp, cp, rank, memory, place, bf16);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -230,6 +237,27 @@ TEST(TokenParallelTest, SeparateBackendMemoryGivesTheHostResults) {
 
 TEST(TokenParallelTest, TensorTimesContextParallelEqualsOneRank) {
   ExpectSameAsOneRank(/*tp=*/2, /*cp=*/2);
+}
+
+// The bf16 mode's activations (kernels/cpu/bf16_activations_backend.h)
+// through tensor and context parallelism: the ranks' gathers and reductions
+// of the layers' inputs and partial outputs run beside bf16 buffers, and the
+// losses follow one rank's. Only the losses: each split rounds its partial
+// products elsewhere, which moves this tiny model's expert choices, and with
+// them its gradients.
+TEST(TokenParallelTest, Bf16ActivationsFollowOneRank) {
+  const RankRun one = RunRanks(1, 1, nullptr, BufferPlace::kHost, true)[0];
+  for (const auto& [tp, cp] : {std::pair{2, 1}, {1, 2}, {2, 2}}) {
+    SCOPED_TRACE(absl::StrCat("tp ", tp, " cp ", cp));
+    double lm = 0, mtp = 0;
+    for (const RankRun& run :
+         RunRanks(tp, cp, nullptr, BufferPlace::kHost, true)) {
+      lm += run.losses.lm_loss;
+      mtp += run.losses.mtp_loss;
+    }
+    EXPECT_NEAR(lm, one.losses.lm_loss, 1e-3 * one.losses.lm_loss);
+    EXPECT_NEAR(mtp, one.losses.mtp_loss, 1e-3 * one.losses.mtp_loss);
+  }
 }
 
 // 47 tokens over tp 2 x cp 2: four runs of 12, 12, 12, 11 tokens; context
