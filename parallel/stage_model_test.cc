@@ -6,10 +6,12 @@
 #include "parallel/stage_model.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/bf16_activations_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/glm_model.h"
 #include "parallel/pipeline_test_util.h"
@@ -42,14 +44,21 @@ struct Outcome {
   std::vector<std::vector<int64_t>> expert_load;
 };
 
+// The CPU backend, or with `bf16` the CUDA bf16 mode's activations on it
+// (kernels/cpu/bf16_activations_backend.h).
+std::unique_ptr<Backend> TestBackend(bool bf16) {
+  if (bf16) return std::make_unique<Bf16ActivationsCpuBackend>();
+  return std::make_unique<CpuBackend>();
+}
+
 // The stages in stage order on one set of weights.
 Outcome RunStages(ModelParameters& params,
-                  const std::vector<StageSlice>& slices) {
-  CpuBackend backend;
+                  const std::vector<StageSlice>& slices, bool bf16) {
+  const std::unique_ptr<Backend> backend = TestBackend(bf16);
   std::vector<StageModel> stages;
   for (const StageSlice& slice : slices) {
     absl::StatusOr<StageModel> stage =
-        StageModel::Create(&params, &backend, {}, slice);
+        StageModel::Create(&params, backend.get(), {}, slice);
     EXPECT_TRUE(stage.ok()) << stage.status();
     if (!stage.ok()) return {};
     stages.push_back(*std::move(stage));
@@ -94,11 +103,12 @@ void ExpectNear(double actual, double expected, const std::string& what) {
 }
 
 void ExpectStagesMatchModel(const std::string& preset,
-                            const std::string& layout, int pp) {
+                            const std::string& layout, int pp,
+                            bool bf16 = false) {
   SCOPED_TRACE(preset + " " + layout);
   ModelParameters whole = Parameters(preset);
-  CpuBackend backend;
-  GlmModel model(&whole, &backend);
+  const std::unique_ptr<Backend> backend = TestBackend(bf16);
+  GlmModel model(&whole, backend.get());
   const absl::StatusOr<ForwardResult> expected = model.Forward(TestBatch());
   ASSERT_TRUE(expected.ok()) << expected.status();
   ASSERT_TRUE(model.Backward().ok());
@@ -107,7 +117,7 @@ void ExpectStagesMatchModel(const std::string& preset,
   const absl::StatusOr<std::vector<StageSlice>> slices =
       PlanForModel(staged.config(), layout, pp);
   ASSERT_TRUE(slices.ok()) << slices.status();
-  const Outcome outcome = RunStages(staged, *slices);
+  const Outcome outcome = RunStages(staged, *slices, bf16);
   ExpectNear(outcome.lm_loss, expected->lm_loss, "lm loss");
   ExpectNear(outcome.mtp_loss, expected->mtp_loss, "mtp loss");
   ExpectNear(outcome.indexer_loss, expected->indexer_loss, "indexer loss");
@@ -132,6 +142,11 @@ void ExpectStagesMatchModel(const std::string& preset,
 // reuses layer 8's top-k, so it shares the last stage with layers 7-8.
 TEST(StageModelTest, TwoStagesMatchTheWholeModel) {
   ExpectStagesMatchModel("glm5.2-tiny", "Ett|ttttttmL", 2);
+}
+
+// The same ops on the same values in the bf16 mode's activations too.
+TEST(StageModelTest, TwoStagesMatchTheWholeModelInBf16Activations) {
+  ExpectStagesMatchModel("glm5.2-tiny", "Ett|ttttttmL", 2, /*bf16=*/true);
 }
 
 TEST(StageModelTest, EmbeddingOnlyAndEmptyStagesMatchTheWholeModel) {
