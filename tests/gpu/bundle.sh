@@ -15,6 +15,12 @@ rm -rf .gpu/b .gpu/b.tar.xz
   bazel-bin/tests/oracle/oracle_test bazel-bin/cli/glmctl \
   bazel-bin/worker/glm-worker bazel-bin/bench/model_flops \
   bazel-bin/parallel/nccl_collectives_check
+# The build's commit, and whether the tree had changes beside it: the GPU
+# machine's results name the code they checked.
+{
+  git rev-parse --short HEAD
+  git diff --quiet HEAD -- . ':!.gpu' || echo "(with uncommitted changes)"
+} | paste -sd' ' >.gpu/b/commit.txt
 tar -C .gpu -cf - b | xz -T2 -6 >.gpu/b.tar.xz
 rm -rf .gpu/b
 ls -l .gpu/b.tar.xz

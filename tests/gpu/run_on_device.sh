@@ -15,6 +15,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
   >"$out/card.txt" 2>&1
 date -u +%FT%TZ >>"$out/card.txt"
+cp .gpu/b/commit.txt "$out/commit.txt" 2>/dev/null
 
 part() {  # name seconds command...
   local name=$1 limit=$2
