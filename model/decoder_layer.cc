@@ -35,9 +35,9 @@ void SplitMlpBackward(Backend& backend, MlpParameters& p,
 }
 
 // The dtype of the layer's normed inputs: the backend's activation type where
-// only products read them; F32 where a collective moves them too (the tensor
-// group's gather of the chunk, expert parallelism's dispatch), which moves
-// float32.
+// only products (and expert parallelism's dispatch, whose exchanges carry
+// rows of that type) read them; F32 where the tensor group gathers the chunk,
+// which moves float32.
 ElementType AttentionInputType(Backend& backend, const DecoderLayerSpec& spec) {
   const TokenParallel* parallel = spec.attention.parallel;
   return parallel != nullptr && parallel->tp() > 1 ? ElementType::kF32
@@ -45,9 +45,8 @@ ElementType AttentionInputType(Backend& backend, const DecoderLayerSpec& spec) {
 }
 ElementType MlpInputType(Backend& backend, const DecoderLayerParameters& p,
                          const DecoderLayerSpec& spec) {
-  const bool collective =
-      p.is_moe ? spec.experts != nullptr : TensorSplit(spec) != nullptr;
-  return collective ? ElementType::kF32 : backend.ActivationType();
+  return !p.is_moe && TensorSplit(spec) != nullptr ? ElementType::kF32
+                                                   : backend.ActivationType();
 }
 
 }  // namespace

@@ -97,9 +97,13 @@ class ExpertParallelDispatchTest
       backend = std::make_unique<CpuBackend>();
     }
     const RouterSpec spec = MakeRouterSpec(config_);
+    // The layer's input as the model keeps it: in the activation type.
+    Tensor input(x.shape(), nullptr, backend->ActivationType());
+    backend->Copy(x.Matrix(), input.Matrix());
     MoeActivations acts;
-    MoeForward(*backend, p, spec, x.Matrix(), run.out.Matrix(), &acts, experts);
-    MoeBackward(*backend, p, spec, x.Matrix(), acts, dout.Matrix(),
+    MoeForward(*backend, p, spec, input.Matrix(), run.out.Matrix(), &acts,
+               experts);
+    MoeBackward(*backend, p, spec, input.Matrix(), acts, dout.Matrix(),
                 run.dx.Matrix(), experts);
     run.choice = acts.choice.values();
     run.grads = std::move(p);
