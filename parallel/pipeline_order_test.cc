@@ -80,7 +80,9 @@ TEST(PipelineOrderTest, EachPassOnceBackwardAfterForward) {
         most_in_flight = std::max(most_in_flight, in_flight);
       }
       // 1F1B holds at most pp - rank micro batches' activations.
-      if (shape.chunks == 1) EXPECT_LE(most_in_flight, shape.pp - rank);
+      if (shape.chunks == 1) {
+        EXPECT_LE(most_in_flight, shape.pp - rank);
+      }
     }
   }
 }

@@ -318,7 +318,9 @@ std::vector<TrainingRun> TrainTokenParallel(int tp, int cp,
                           TokenParallelRank{tensor.get(), context.get()},
                           Options(), device);
       for (PlaceCheckingGroup* group : {tensor.get(), context.get()}) {
-        if (group != nullptr) EXPECT_TRUE(group->Barrier().ok());
+        if (group != nullptr) {
+          EXPECT_TRUE(group->Barrier().ok());
+        }
       }
     });
   }

@@ -166,7 +166,9 @@ void SumOnTwoRanks(Allocator* memory, BufferPlace place) {
           (*sum)->Finished({&grads[t]});
           // Tensors 5, 4 and 3 make the step's first bucket (one call of
           // the three a step): summed before the backward goes on.
-          if (t == 3) EXPECT_TRUE(group.WaitForCalls(3 * step + 1));
+          if (t == 3) {
+            EXPECT_TRUE(group.WaitForCalls(3 * step + 1));
+          }
         }
         ASSERT_TRUE((*sum)->Finish().ok());
         EXPECT_EQ((*sum)->started_during_last_backward(), 3u);
