@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "base/bf16.h"
+#include "kernels/dtype_check.h"
 
 namespace glm {
 namespace {
@@ -129,6 +130,9 @@ void Bf16ActivationsCpuBackend::SumRowGroups(ConstMatrixView x, int64_t repeats,
 void Bf16ActivationsCpuBackend::EmbeddingForward(ConstMatrixView table,
                                                  const int32_t* ids,
                                                  MatrixView out) {
+  // An F32 out needs an F32 table (the MoE gathers its experts' F32 rows).
+  if (!IsBf16(out))
+    CheckF32("Bf16ActivationsCpuBackend::EmbeddingForward", {table});
   Tensor th;
   Narrowed on(out);
   cpu_.EmbeddingForward(Widened(table, &th), ids, on.f32());
@@ -266,6 +270,14 @@ void Bf16ActivationsCpuBackend::GroupedLinear(IndexedRows x, ConstMatrixView w,
 void Bf16ActivationsCpuBackend::GroupedLinearBackward(
     IndexedRows x, ConstMatrixView w, const int32_t* offsets, int64_t experts,
     IndexedRows dy, MatrixView dx, bool accumulate_dx, MatrixView dw) {
+  // A bf16 dx is written, never added to; a dy read by index (the combine's
+  // gradient) is the F32 output gradient.
+  if (accumulate_dx) {
+    CheckF32("Bf16ActivationsCpuBackend::GroupedLinearBackward", {dx});
+  }
+  if (dy.indexed()) {
+    CheckF32("Bf16ActivationsCpuBackend::GroupedLinearBackward", {dy.x});
+  }
   Tensor xh, wh, dyh;
   Narrowed dxn(dx);
   cpu_.GroupedLinearBackward(ProductOperand(x, &xh), ProductOperand(w, &wh),

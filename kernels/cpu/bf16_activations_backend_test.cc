@@ -136,6 +136,10 @@ TEST(Bf16ActivationsCpuBackendDeathTest, RefusesBf16WhereOnlyF32IsTaken) {
   Tensor y({2, 3}, nullptr);
   Bf16ActivationsCpuBackend bf16;
   EXPECT_DEATH(bf16.Axpy(1.f, x.Matrix(), y.Matrix()), "CpuBackend::Axpy");
+  // An F32 row gathered from a bf16 table: the CUDA backend refuses it too.
+  const int32_t ids[] = {1, 0};
+  EXPECT_DEATH(bf16.EmbeddingForward(x.Matrix(), ids, y.Matrix()),
+               "EmbeddingForward");
 }
 
 }  // namespace
