@@ -41,6 +41,12 @@ ConstMatrixView ProductOperand(ConstMatrixView view, Tensor* holder) {
   }
   return ConstMatrixView(out, view.rows, view.cols, view.cols);
 }
+// A product's weight: F32 (the CUDA backend reads its bf16 copy), rounded.
+ConstMatrixView ProductWeight(const char* op, ConstMatrixView w,
+                              Tensor* holder) {
+  CheckF32(op, {w});
+  return ProductOperand(w, holder);
+}
 IndexedRows ProductOperand(IndexedRows rows, Tensor* holder) {
   rows.x = ProductOperand(rows.x, holder);
   return rows;
@@ -85,7 +91,8 @@ void Bf16ActivationsCpuBackend::Linear(ConstMatrixView x, ConstMatrixView w,
                                        MatrixView y, bool accumulate) {
   Tensor xh, wh;
   const ConstMatrixView xr = ProductOperand(x, &xh),
-                        wr = ProductOperand(w, &wh);
+                        wr = ProductWeight("Bf16ActivationsCpuBackend::Linear",
+                                           w, &wh);
   if (accumulate) {  // a bf16 y is refused by the CPU backend
     cpu_.Linear(xr, wr, y, true);
     return;
@@ -97,7 +104,9 @@ void Bf16ActivationsCpuBackend::LinearAdd(ConstMatrixView x, ConstMatrixView w,
                                           ConstMatrixView addend,
                                           MatrixView y) {
   Tensor xh, wh;
-  cpu_.LinearAdd(ProductOperand(x, &xh), ProductOperand(w, &wh), addend, y);
+  cpu_.LinearAdd(ProductOperand(x, &xh),
+                 ProductWeight("Bf16ActivationsCpuBackend::LinearAdd", w, &wh),
+                 addend, y);
 }
 void Bf16ActivationsCpuBackend::LinearBackward(ConstMatrixView x,
                                                ConstMatrixView w,
@@ -105,8 +114,10 @@ void Bf16ActivationsCpuBackend::LinearBackward(ConstMatrixView x,
                                                MatrixView dx, MatrixView dw) {
   Tensor xh, wh, dyh;
   Narrowed dxn(dx);
-  cpu_.LinearBackward(ProductOperand(x, &xh), ProductOperand(w, &wh),
-                      ProductOperand(dy, &dyh), dxn.f32(), dw);
+  cpu_.LinearBackward(
+      ProductOperand(x, &xh),
+      ProductWeight("Bf16ActivationsCpuBackend::LinearBackward", w, &wh),
+      ProductOperand(dy, &dyh), dxn.f32(), dw);
 }
 void Bf16ActivationsCpuBackend::Copy(ConstMatrixView x, MatrixView y) {
   Tensor xh;
@@ -264,8 +275,10 @@ void Bf16ActivationsCpuBackend::GroupedLinear(IndexedRows x, ConstMatrixView w,
                                               int64_t experts, MatrixView y) {
   Tensor xh, wh;
   Narrowed yn(y);
-  cpu_.GroupedLinear(ProductOperand(x, &xh), ProductOperand(w, &wh), offsets,
-                     experts, yn.f32());
+  cpu_.GroupedLinear(
+      ProductOperand(x, &xh),
+      ProductWeight("Bf16ActivationsCpuBackend::GroupedLinear", w, &wh),
+      offsets, experts, yn.f32());
 }
 void Bf16ActivationsCpuBackend::GroupedLinearBackward(
     IndexedRows x, ConstMatrixView w, const int32_t* offsets, int64_t experts,
@@ -280,9 +293,10 @@ void Bf16ActivationsCpuBackend::GroupedLinearBackward(
   }
   Tensor xh, wh, dyh;
   Narrowed dxn(dx);
-  cpu_.GroupedLinearBackward(ProductOperand(x, &xh), ProductOperand(w, &wh),
-                             offsets, experts, ProductOperand(dy, &dyh),
-                             dxn.f32(), accumulate_dx, dw);
+  cpu_.GroupedLinearBackward(
+      ProductOperand(x, &xh),
+      ProductWeight("Bf16ActivationsCpuBackend::GroupedLinearBackward", w, &wh),
+      offsets, experts, ProductOperand(dy, &dyh), dxn.f32(), accumulate_dx, dw);
 }
 void Bf16ActivationsCpuBackend::CrossEntropyForward(ConstMatrixView logits,
                                                     const int32_t* targets,
@@ -302,8 +316,10 @@ void Bf16ActivationsCpuBackend::LinearCrossEntropy(
     MatrixView dw) {
   Tensor xh, wh;
   Narrowed ln(logits);  // a work buffer: what it holds after is undefined
-  cpu_.LinearCrossEntropy(ProductOperand(x, &xh), ProductOperand(w, &wh),
-                          targets, divisor, scale, ln.f32(), sum, dx, dw);
+  cpu_.LinearCrossEntropy(
+      ProductOperand(x, &xh),
+      ProductWeight("Bf16ActivationsCpuBackend::LinearCrossEntropy", w, &wh),
+      targets, divisor, scale, ln.f32(), sum, dx, dw);
 }
 void Bf16ActivationsCpuBackend::SparseAttentionForward(
     ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
