@@ -41,15 +41,16 @@ ConstMatrixView ProductOperand(ConstMatrixView view, Tensor* holder) {
   }
   return ConstMatrixView(out, view.rows, view.cols, view.cols);
 }
+IndexedRows ProductOperand(IndexedRows rows, Tensor* holder) {
+  rows.x = ProductOperand(rows.x, holder);
+  return rows;
+}
+
 // A product's weight: F32 (the CUDA backend reads its bf16 copy), rounded.
 ConstMatrixView ProductWeight(const char* op, ConstMatrixView w,
                               Tensor* holder) {
   CheckF32(op, {w});
   return ProductOperand(w, holder);
-}
-IndexedRows ProductOperand(IndexedRows rows, Tensor* holder) {
-  rows.x = ProductOperand(rows.x, holder);
-  return rows;
 }
 
 // An operand the op writes: an F32 view as it is; for a bf16 one, a zeroed
