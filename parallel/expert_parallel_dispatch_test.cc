@@ -18,7 +18,6 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/bf16_activations_backend.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "model/moe.h"
 #include "model/test_model_util.h"
 #include "parallel/gloo_collectives.h"
@@ -90,12 +89,7 @@ class ExpertParallelDispatchTest
     MoeParameters p = *moe_;
     if (held) KeepExperts(*held, &p);
     MoeRun run{Tensor(x.shape()), Tensor(x.shape()), {}, {}};
-    std::unique_ptr<Backend> backend;
-    if (Bf16()) {
-      backend = std::make_unique<Bf16ActivationsCpuBackend>();
-    } else {
-      backend = std::make_unique<CpuBackend>();
-    }
+    const std::unique_ptr<Backend> backend = MakeCpuTestBackend(Bf16());
     const RouterSpec spec = MakeRouterSpec(config_);
     // The layer's input as the model keeps it: in the activation type.
     Tensor input(x.shape(), nullptr, backend->ActivationType());

@@ -44,17 +44,10 @@ struct Outcome {
   std::vector<std::vector<int64_t>> expert_load;
 };
 
-// The CPU backend, or with `bf16` the CUDA bf16 mode's activations on it
-// (kernels/cpu/bf16_activations_backend.h).
-std::unique_ptr<Backend> TestBackend(bool bf16) {
-  if (bf16) return std::make_unique<Bf16ActivationsCpuBackend>();
-  return std::make_unique<CpuBackend>();
-}
-
 // The stages in stage order on one set of weights.
 Outcome RunStages(ModelParameters& params,
                   const std::vector<StageSlice>& slices, bool bf16) {
-  const std::unique_ptr<Backend> backend = TestBackend(bf16);
+  const std::unique_ptr<Backend> backend = MakeCpuTestBackend(bf16);
   std::vector<StageModel> stages;
   for (const StageSlice& slice : slices) {
     absl::StatusOr<StageModel> stage =
@@ -107,7 +100,7 @@ void ExpectStagesMatchModel(const std::string& preset,
                             bool bf16 = false) {
   SCOPED_TRACE(preset + " " + layout);
   ModelParameters whole = Parameters(preset);
-  const std::unique_ptr<Backend> backend = TestBackend(bf16);
+  const std::unique_ptr<Backend> backend = MakeCpuTestBackend(bf16);
   GlmModel model(&whole, backend.get());
   const absl::StatusOr<ForwardResult> expected = model.Forward(TestBatch());
   ASSERT_TRUE(expected.ok()) << expected.status();

@@ -16,7 +16,6 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/bf16_activations_backend.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/pipeline_test_util.h"
@@ -90,12 +89,7 @@ RankRun RunRank(gloo::rendezvous::Store& store, int tp, int cp, int rank,
   TokenParallel parallel(tensor_views.For(on_device),
                          context_views.For(on_device), tensor_views.host(),
                          context_views.host());
-  std::unique_ptr<Backend> backend;
-  if (bf16) {  // host memory only
-    backend = std::make_unique<Bf16ActivationsCpuBackend>();
-  } else {
-    backend = std::make_unique<CpuBackend>(memory);
-  }
+  const std::unique_ptr<Backend> backend = MakeCpuTestBackend(bf16, memory);
   std::unique_ptr<ModelParameters> mirror =
       memory == nullptr ? nullptr : MirrorParameters(params, memory);
   absl::StatusOr<std::vector<StageSlice>> plan =

@@ -1,6 +1,8 @@
 #include "kernels/cpu/bf16_activations_backend.h"
 
+#include <cassert>
 #include <cstdint>
+#include <memory>
 
 #include "base/bf16.h"
 #include "kernels/dtype_check.h"
@@ -12,34 +14,38 @@ bool IsBf16(ConstMatrixView view) {
   return !view.empty() && view.dtype == ElementType::kBF16;
 }
 
+// A contiguous F32 copy of `view`'s shape in `holder`, element (r, c) being
+// value(r, c).
+template <typename Value>
+ConstMatrixView ContiguousCopy(ConstMatrixView view, Tensor* holder,
+                               const Value& value) {
+  *holder = Tensor({view.rows, view.cols}, nullptr);
+  float* out = holder->data();
+  for (int64_t r = 0; r < view.rows; ++r) {
+    for (int64_t c = 0; c < view.cols; ++c) {
+      out[r * view.cols + c] = value(r, c);
+    }
+  }
+  return ConstMatrixView(out, view.rows, view.cols, view.cols);
+}
+
 // An operand the op reads, as the CPU backend takes it: an F32 view as it
 // is, a bf16 one widened into `holder`.
 ConstMatrixView Widened(ConstMatrixView view, Tensor* holder) {
   if (!IsBf16(view)) return view;
-  *holder = Tensor({view.rows, view.cols}, nullptr);
   const auto* bits = reinterpret_cast<const uint16_t*>(view.data);
-  float* out = holder->data();
-  for (int64_t r = 0; r < view.rows; ++r) {
-    for (int64_t c = 0; c < view.cols; ++c) {
-      out[r * view.cols + c] = Bfloat16ToFloat32(bits[r * view.stride + c]);
-    }
-  }
-  return ConstMatrixView(out, view.rows, view.cols, view.cols);
+  return ContiguousCopy(view, holder, [&](int64_t r, int64_t c) {
+    return Bfloat16ToFloat32(bits[r * view.stride + c]);
+  });
 }
 
 // An operand of a matrix product, as the CUDA bf16 mode's products read
 // every operand (x, w, dy): in bf16, so an F32 one is rounded into `holder`.
 ConstMatrixView ProductOperand(ConstMatrixView view, Tensor* holder) {
   if (view.empty() || IsBf16(view)) return Widened(view, holder);
-  *holder = Tensor({view.rows, view.cols}, nullptr);
-  float* out = holder->data();
-  for (int64_t r = 0; r < view.rows; ++r) {
-    const float* row = view.Row(r);
-    for (int64_t c = 0; c < view.cols; ++c) {
-      out[r * view.cols + c] = Bfloat16ToFloat32(Float32ToBfloat16(row[c]));
-    }
-  }
-  return ConstMatrixView(out, view.rows, view.cols, view.cols);
+  return ContiguousCopy(view, holder, [&](int64_t r, int64_t c) {
+    return Bfloat16ToFloat32(Float32ToBfloat16(view.Row(r)[c]));
+  });
 }
 IndexedRows ProductOperand(IndexedRows rows, Tensor* holder) {
   rows.x = ProductOperand(rows.x, holder);
@@ -377,6 +383,13 @@ void Bf16ActivationsCpuBackend::AdamWStep(
     const AdamWHyperparameters& hyper,
     const std::vector<AdamWTensor>& tensors) {
   cpu_.AdamWStep(hyper, tensors);
+}
+
+std::unique_ptr<Backend> MakeCpuTestBackend(bool bf16_activations,
+                                            Allocator* memory) {
+  if (!bf16_activations) return std::make_unique<CpuBackend>(memory);
+  assert(memory == nullptr);
+  return std::make_unique<Bf16ActivationsCpuBackend>();
 }
 
 }  // namespace glm

@@ -16,6 +16,7 @@
 #ifndef GLM_KERNELS_CPU_BF16_ACTIVATIONS_BACKEND_H_
 #define GLM_KERNELS_CPU_BF16_ACTIVATIONS_BACKEND_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,11 @@ class Bf16ActivationsCpuBackend : public Backend {
  private:
   CpuBackend cpu_;
 };
+
+// For tests run both ways: the CPU backend (on `memory`, null: the host's),
+// or with `bf16_activations` this one (host memory only).
+std::unique_ptr<Backend> MakeCpuTestBackend(bool bf16_activations,
+                                            Allocator* memory = nullptr);
 
 }  // namespace glm
 
