@@ -19,16 +19,18 @@
 //   gathers its experts' input rows with it), SumRowGroups' x; the outputs
 //   RmsNormForward's y, SwiGluForward's out, RopeForward's y, RepeatRows' y;
 //   both sides of Copy (which converts); the attention's q, k, v and out
-//   (SparseAttentionForward, SparseAttentionBackward) and
+//   (SparseAttentionForward, SparseAttentionBackward; LatentAttentionForward's
+//   and LatentAttentionBackward's q, kv and out) and
 //   SparseAttentionKeyWeights' q and k; what reads the experts' products:
 //   SwiGLU's gate and up (both directions), the combine's src (ScatterAddRows,
 //   AddRowGroups and both their backwards). Gradients are F32, except those
 //   only products, the combine or the attention read: the dy of
 //   LinearBackward and of GroupedLinearBackward (read as it lies, not by
-//   index) and SparseAttentionBackward's dout, which their producers may
+//   index) and the attention backwards' dout, which their producers may
 //   write in ActivationType(): the combine backwards' dsrc, SwiGluBackward's
 //   dgate and dup (its dout too), RopeBackward's dx (its dy too),
-//   SparseAttentionBackward's dq, dk and dv, and LinearBackward's and
+//   SparseAttentionBackward's dq, dk and dv (LatentAttentionBackward's dq and
+//   dkv likewise), and LinearBackward's and
 //   GroupedLinearBackward's dx when written (not accumulated: a
 //   LinearBackward dx in ActivationType()). A backend refuses any other
 //   element type with an error naming the op.
@@ -353,6 +355,31 @@ class Backend {
                                          int64_t heads, float scale,
                                          const float* lse,
                                          MatrixView weights) = 0;
+
+  // ---- latent attention (MLA with its key and value projections absorbed)
+  // ---- SparseAttentionForward's attention with every head reading one shared
+  // row per key token: q [nq*heads, d] (each head's query taken into the
+  // latent space), kv [nk, d]: key token s's latent row, every head's key;
+  // its first out.cols columns are every head's value. keys, topk, scale,
+  // out [nq*heads, dv] and lse as SparseAttentionForward's (no full_queries:
+  // callers give it the queries past the dense part). A gathered row serves
+  // every head, so at long context it moves a fraction of the per-head
+  // form's bytes.
+  virtual void LatentAttentionForward(ConstMatrixView q, ConstMatrixView kv,
+                                      const int32_t* keys, int64_t topk,
+                                      int64_t heads, float scale,
+                                      MatrixView out, float* lse) = 0;
+  // out and lse as the forward wrote them. Writes dq [nq*heads, d] and dkv
+  // [nk, d] (not added; an empty view is not computed): the keys' and the
+  // values' gradients summed in the shared rows. key_weights [nq, topk] (F32)
+  // when given, as SparseAttentionBackward's.
+  virtual void LatentAttentionBackward(ConstMatrixView q, ConstMatrixView kv,
+                                       const int32_t* keys, int64_t topk,
+                                       int64_t heads, float scale,
+                                       ConstMatrixView out, const float* lse,
+                                       ConstMatrixView dout, MatrixView dq,
+                                       MatrixView dkv,
+                                       MatrixView key_weights) = 0;
 
   // ---- DSA indexer ----
   // iq [nq*heads, d], ik [nk, d], w [nq, heads]; query t is key token

@@ -573,6 +573,48 @@ OpCase SparseAttentionCase(std::mt19937& rng) {
   return op;
 }
 
+// Each head's keys and values the rows of one latent per key token: kv
+// [tokens, dqk], the value its first dv columns.
+OpCase LatentAttentionCase(std::mt19937& rng) {
+  OpCase op;
+  op.name = "latent_attention";
+  const int64_t d = 6, dv = 4;
+  const float scale = 0.4f;
+  op.inputs = {Random({kTokens * kHeads, d}, rng), Random({kTokens, d}, rng)};
+  auto forward = [=](Backend& b, const Tensors& in, Tensor* lse) {
+    Tensor out({kTokens * kHeads, dv});
+    *lse = Tensor({kTokens * kHeads});
+    b.LatentAttentionForward(in[0].Matrix(), in[1].Matrix(), kKeys.data(),
+                             kTopK, kHeads, scale, out.Matrix(), lse->data());
+    return out;
+  };
+  op.forward = [=](Backend& b, const Tensors& in) {
+    Tensor lse;
+    return Tensors{forward(b, in, &lse)};
+  };
+  op.reference = [=](const Tensors& in) {
+    // The per-head form with every head's rows copied from the latent.
+    Tensor k({kTokens * kHeads, d}), v({kTokens * kHeads, dv});
+    for (int64_t r = 0; r < kTokens * kHeads; ++r) {
+      const float* latent = in[1].Matrix().Row(r / kHeads);
+      std::copy(latent, latent + d, k.Matrix().Row(r));
+      std::copy(latent, latent + dv, v.Matrix().Row(r));
+    }
+    return NaiveAttention({in[0], k, v}, d, dv, scale);
+  };
+  op.backward = [=](Backend& b, const Tensors& in, const Tensors& dout) {
+    Tensor lse;
+    const Tensor out = forward(b, in, &lse);
+    Tensor dq = ZerosLike(in[0]), dkv = ZerosLike(in[1]);
+    b.LatentAttentionBackward(in[0].Matrix(), in[1].Matrix(), kKeys.data(),
+                              kTopK, kHeads, scale, out.Matrix(), lse.data(),
+                              dout[0].Matrix(), dq.Matrix(), dkv.Matrix(),
+                              /*key_weights=*/{});
+    return Tensors{dq, dkv};
+  };
+  return op;
+}
+
 double NaiveIndexScore(const Tensors& in, int64_t t, int64_t s, int64_t heads,
                        int64_t dim, double scale) {
   double total = 0;
@@ -670,6 +712,7 @@ std::vector<OpCase> AllCases() {
                       /*routed_scaling_factor=*/1.5f}),
           CrossEntropyCase(rng),
           SparseAttentionCase(rng),
+          LatentAttentionCase(rng),
           IndexerKlCase(rng)};
 }
 
@@ -902,6 +945,57 @@ TEST(BackendOps, AttentionLseAndKeyWeightsMatchNaiveSoftmax) {
         scale, out.Matrix(), got_lse.data(), dout.Matrix(), dq.Matrix(),
         dk.Matrix(), dvv.Matrix(), backward_weights.Matrix());
     EXPECT_EQ(backward_weights.values(), got_weights.values());
+  }
+}
+
+// The latent form is the per-head form with every head's key row a copy of
+// the token's latent row and its value row that row's first dv columns: the
+// same out, lse and key weights, and dkv the sum over heads of dk plus dv.
+TEST(BackendOps, LatentAttentionEqualsThePerHeadFormOnCopiedRows) {
+  std::mt19937 rng(13);
+  const int64_t d = 6, dv = 4, rows = kTokens * kHeads;
+  const float scale = 0.4f;
+  const Tensor q = Random({rows, d}, rng), kv = Random({kTokens, d}, rng),
+               dout = Random({rows, dv}, rng);
+  Tensor k({rows, d}), v({rows, dv});
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* latent = kv.Matrix().Row(r / kHeads);
+    std::copy(latent, latent + d, k.Matrix().Row(r));
+    std::copy(latent, latent + dv, v.Matrix().Row(r));
+  }
+  for (auto& backend : Backends()) {
+    SCOPED_TRACE(backend->Name());
+    Tensor out({rows, dv}), lse({rows}), latent_out({rows, dv}),
+        latent_lse({rows});
+    backend->SparseAttentionForward(q.Matrix(), k.Matrix(), v.Matrix(),
+                                    kKeys.data(), kTopK, 0, kHeads, scale,
+                                    out.Matrix(), lse.data());
+    backend->LatentAttentionForward(q.Matrix(), kv.Matrix(), kKeys.data(),
+                                    kTopK, kHeads, scale, latent_out.Matrix(),
+                                    latent_lse.data());
+    EXPECT_EQ(latent_out.values(), out.values());
+    EXPECT_EQ(latent_lse.values(), lse.values());
+    Tensor dq({rows, d}), dk({rows, d}), dvv({rows, dv}),
+        weights({kTokens, kTopK}), latent_dq({rows, d}), dkv({kTokens, d}),
+        latent_weights({kTokens, kTopK});
+    backend->SparseAttentionBackward(
+        q.Matrix(), k.Matrix(), v.Matrix(), kKeys.data(), kTopK, 0, kHeads,
+        scale, out.Matrix(), lse.data(), dout.Matrix(), dq.Matrix(),
+        dk.Matrix(), dvv.Matrix(), weights.Matrix());
+    backend->LatentAttentionBackward(
+        q.Matrix(), kv.Matrix(), kKeys.data(), kTopK, kHeads, scale,
+        out.Matrix(), lse.data(), dout.Matrix(), latent_dq.Matrix(),
+        dkv.Matrix(), latent_weights.Matrix());
+    EXPECT_EQ(latent_dq.values(), dq.values());
+    EXPECT_EQ(latent_weights.values(), weights.values());
+    std::vector<double> summed(kTokens * d, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < d; ++c) {
+        summed[r / kHeads * d + c] +=
+            dk.Matrix().Row(r)[c] + (c < dv ? dvv.Matrix().Row(r)[c] : 0.f);
+      }
+    }
+    EXPECT_LE(Nmse(summed, AsDouble(dkv)), 1e-12);
   }
 }
 

@@ -419,6 +419,32 @@ void OpTimingBackend::SparseAttentionKeyWeights(
   });
 }
 
+// The per-head form's products with every head reading the shared rows.
+void OpTimingBackend::LatentAttentionForward(ConstMatrixView q,
+                                             ConstMatrixView kv,
+                                             const int32_t* keys, int64_t topk,
+                                             int64_t heads, float scale,
+                                             MatrixView out, float* lse) {
+  const double flops = 2.0 * q.rows * topk * (q.cols + out.cols);
+  Timed(absl::StrCat("LatentAttentionForward topk ", topk), Flops(flops), [&] {
+    timed_->LatentAttentionForward(q, kv, keys, topk, heads, scale, out, lse);
+  });
+}
+
+void OpTimingBackend::LatentAttentionBackward(
+    ConstMatrixView q, ConstMatrixView kv, const int32_t* keys, int64_t topk,
+    int64_t heads, float scale, ConstMatrixView out, const float* lse,
+    ConstMatrixView dout, MatrixView dq, MatrixView dkv,
+    MatrixView key_weights) {
+  const double flops = 2.0 * q.rows * topk * (3 * q.cols + 2 * out.cols);
+  Timed(absl::StrCat("LatentAttentionBackward topk ", topk,
+                     key_weights.empty() ? "" : " with key weights"),
+        Flops(flops), [&] {
+          timed_->LatentAttentionBackward(q, kv, keys, topk, heads, scale, out,
+                                          lse, dout, dq, dkv, key_weights);
+        });
+}
+
 // Every query head against every key: an upper bound (causal keys are about
 // half of them).
 void OpTimingBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,

@@ -357,6 +357,26 @@ void Bf16ActivationsCpuBackend::SparseAttentionKeyWeights(
   cpu_.SparseAttentionKeyWeights(Widened(q, &qh), Widened(k, &kh), keys, topk,
                                  heads, scale, lse, weights);
 }
+void Bf16ActivationsCpuBackend::LatentAttentionForward(
+    ConstMatrixView q, ConstMatrixView kv, const int32_t* keys, int64_t topk,
+    int64_t heads, float scale, MatrixView out, float* lse) {
+  Tensor qh, kvh;
+  Narrowed on(out);
+  cpu_.LatentAttentionForward(Widened(q, &qh), Widened(kv, &kvh), keys, topk,
+                              heads, scale, on.f32(), lse);
+}
+void Bf16ActivationsCpuBackend::LatentAttentionBackward(
+    ConstMatrixView q, ConstMatrixView kv, const int32_t* keys, int64_t topk,
+    int64_t heads, float scale, ConstMatrixView out, const float* lse,
+    ConstMatrixView dout, MatrixView dq, MatrixView dkv,
+    MatrixView key_weights) {
+  Tensor qh, kvh, oh, dh;
+  Narrowed dqn(dq), dkvn(dkv);
+  cpu_.LatentAttentionBackward(Widened(q, &qh), Widened(kv, &kvh), keys, topk,
+                               heads, scale, Widened(out, &oh), lse,
+                               Widened(dout, &dh), dqn.f32(), dkvn.f32(),
+                               key_weights);
+}
 void Bf16ActivationsCpuBackend::IndexerTopK(
     ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
     const int32_t* seq_start, int64_t query_offset, int64_t topk, float scale,

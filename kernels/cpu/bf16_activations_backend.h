@@ -122,6 +122,15 @@ class Bf16ActivationsCpuBackend : public Backend {
                                  const int32_t* keys, int64_t topk,
                                  int64_t heads, float scale, const float* lse,
                                  MatrixView weights) override;
+  void LatentAttentionForward(ConstMatrixView q, ConstMatrixView kv,
+                              const int32_t* keys, int64_t topk, int64_t heads,
+                              float scale, MatrixView out, float* lse) override;
+  void LatentAttentionBackward(ConstMatrixView q, ConstMatrixView kv,
+                               const int32_t* keys, int64_t topk, int64_t heads,
+                               float scale, ConstMatrixView out,
+                               const float* lse, ConstMatrixView dout,
+                               MatrixView dq, MatrixView dkv,
+                               MatrixView key_weights) override;
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
                    float scale, KeptIndexerScores* keep,

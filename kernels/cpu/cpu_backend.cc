@@ -315,6 +315,34 @@ void CpuBackend::SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
   CheckF32("CpuBackend::SparseAttentionKeyWeights", {q, k, weights});
   cpu::SparseAttentionKeyWeights(q, k, keys, topk, heads, scale, lse, weights);
 }
+void CpuBackend::LatentAttentionForward(ConstMatrixView q, ConstMatrixView kv,
+                                        const int32_t* keys, int64_t topk,
+                                        int64_t heads, float scale,
+                                        MatrixView out, float* lse) {
+  CheckHeld("LatentAttentionForward", {q.data, kv.data, keys, out.data, lse});
+  CheckF32("CpuBackend::LatentAttentionForward", {q, kv, out});
+  cpu::LatentAttentionForward(q, kv, keys, topk, heads, scale, out, lse);
+}
+void CpuBackend::LatentAttentionBackward(ConstMatrixView q, ConstMatrixView kv,
+                                         const int32_t* keys, int64_t topk,
+                                         int64_t heads, float scale,
+                                         ConstMatrixView out, const float* lse,
+                                         ConstMatrixView dout, MatrixView dq,
+                                         MatrixView dkv,
+                                         MatrixView key_weights) {
+  CheckHeld("LatentAttentionBackward",
+            {q.data, kv.data, keys, out.data, lse, dout.data, dq.data, dkv.data,
+             key_weights.data});
+  CheckF32("CpuBackend::LatentAttentionBackward",
+           {q, kv, out, dout, dq, dkv, key_weights});
+  for (MatrixView grad : {dq, dkv}) cpu::Zero(grad);
+  cpu::LatentAttentionBackward(q, kv, keys, topk, heads, scale, lse, dout, dq,
+                               dkv);
+  if (!key_weights.empty()) {
+    cpu::LatentAttentionKeyWeights(q, kv, keys, topk, heads, scale, lse,
+                                   key_weights);
+  }
+}
 void CpuBackend::IndexerTopK(ConstMatrixView iq, ConstMatrixView ik,
                              ConstMatrixView w, const int32_t* seq_start,
                              int64_t query_offset, int64_t topk, float scale,

@@ -32,6 +32,23 @@ void SparseAttentionKeyWeights(ConstMatrixView q, ConstMatrixView k,
                                float scale, const float* lse,
                                MatrixView weights);
 
+// The latent form (Backend::LatentAttentionForward): every head reads key
+// token s's one row kv[s] as its key and kv[s]'s first out.cols columns as
+// its value. The backward adds into dq and dkv (the keys' and the values'
+// gradients in the same rows).
+void LatentAttentionForward(ConstMatrixView q, ConstMatrixView kv,
+                            const int32_t* keys, int64_t topk, int64_t heads,
+                            float scale, MatrixView out, float* lse);
+void LatentAttentionBackward(ConstMatrixView q, ConstMatrixView kv,
+                             const int32_t* keys, int64_t topk, int64_t heads,
+                             float scale, const float* lse,
+                             ConstMatrixView dout, MatrixView dq,
+                             MatrixView dkv);
+void LatentAttentionKeyWeights(ConstMatrixView q, ConstMatrixView kv,
+                               const int32_t* keys, int64_t topk, int64_t heads,
+                               float scale, const float* lse,
+                               MatrixView weights);
+
 }  // namespace glm::cpu
 
 #endif  // GLM_KERNELS_CPU_SPARSE_ATTENTION_H_

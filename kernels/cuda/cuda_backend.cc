@@ -21,6 +21,7 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/grouped_linear.h"
 #include "kernels/cuda/indexer.cuh"
+#include "kernels/cuda/latent_attention.cuh"
 #include "kernels/cuda/layer_norm.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/linear_cross_entropy.h"
@@ -455,6 +456,59 @@ class CudaBackend : public Backend, public cuda::CudaContext {
     cuda::SparseAttentionKeyWeights(*this, q, k, keys, topk, heads, scale, lse,
                                     weights);
   }
+  void LatentAttentionForward(ConstMatrixView q, ConstMatrixView kv,
+                              const int32_t* keys, int64_t topk, int64_t heads,
+                              float scale, MatrixView out,
+                              float* lse) override {
+    CheckActivations("CudaBackend::LatentAttentionForward",
+                     {{"q", q}, {"kv", kv}, {"out", out}});
+    if (cuda::LatentAttentionSupported(q, kv, out, {}, topk, heads)) {
+      cuda::LatentAttentionForward(*this, q, kv, keys, topk, heads, scale, out,
+                                   lse);
+      return;
+    }
+    const Tensor k = PerHeadKeys(kv, heads);
+    SparseAttentionForward(q, k.Matrix(), k.Matrix().Columns(0, out.cols), keys,
+                           topk, 0, heads, scale, out, lse);
+  }
+  void LatentAttentionBackward(ConstMatrixView q, ConstMatrixView kv,
+                               const int32_t* keys, int64_t topk, int64_t heads,
+                               float scale, ConstMatrixView out,
+                               const float* lse, ConstMatrixView dout,
+                               MatrixView dq, MatrixView dkv,
+                               MatrixView key_weights) override {
+    CheckActivations("CudaBackend::LatentAttentionBackward", {{"q", q},
+                                                              {"kv", kv},
+                                                              {"out", out},
+                                                              {"dout", dout},
+                                                              {"dq", dq},
+                                                              {"dkv", dkv}});
+    CheckF32("CudaBackend::LatentAttentionBackward", {key_weights});
+    if (cuda::LatentAttentionSupported(q, kv, out, dout, topk, heads)) {
+      cuda::LatentAttentionBackward(*this, q, kv, keys, topk, heads, scale, out,
+                                    lse, dout, dq, dkv, key_weights);
+      return;
+    }
+    const Tensor k = PerHeadKeys(kv, heads);
+    const int64_t dv = out.cols;
+    Tensor dk, dvh;
+    if (!dkv.empty()) {
+      dk = Tensor({k.dim(0), kv.cols}, allocator_.get());
+      dvh = Tensor({k.dim(0), dv}, allocator_.get());
+    }
+    SparseAttentionBackward(
+        q, k.Matrix(), k.Matrix().Columns(0, dv), keys, topk, 0, heads, scale,
+        out, lse, dout, dq, dkv.empty() ? MatrixView{} : dk.Matrix(),
+        dkv.empty() ? MatrixView{} : dvh.Matrix(), key_weights);
+    if (dkv.empty()) return;
+    // Each latent row's gradient: its heads' key rows and value rows summed.
+    Tensor sum({kv.rows, kv.cols}, allocator_.get()),
+        value_sum({kv.rows, dv}, allocator_.get());
+    cuda::SumRowGroups(*this, dk.Matrix(), heads, sum.Matrix());
+    cuda::SumRowGroups(*this, dvh.Matrix(), heads, value_sum.Matrix());
+    cuda::Axpy(*this, 1.f, value_sum.Matrix(), sum.Matrix().Columns(0, dv));
+    cuda::Copy(*this, sum.Matrix(), dkv);
+  }
   void IndexerTopK(ConstMatrixView iq, ConstMatrixView ik, ConstMatrixView w,
                    const int32_t* seq_start, int64_t query_offset, int64_t topk,
                    float scale, KeptIndexerScores* keep,
@@ -495,6 +549,16 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
 
  private:
+  // Where the latent kernels do not run (F32, more heads, other widths): the
+  // per-head form on every head's copy of the latent rows, [nk*heads, d] in
+  // the activation type.
+  Tensor PerHeadKeys(ConstMatrixView kv, int64_t heads) {
+    Tensor wide({kv.rows, kv.cols}, allocator_.get());
+    cuda::Copy(*this, kv, wide.Matrix());
+    Tensor k({kv.rows * heads, kv.cols}, allocator_.get(), ActivationType());
+    cuda::RepeatRows(*this, wide.Matrix(), heads, k.Matrix());
+    return k;
+  }
   // A grow-only buffer: grows geometrically so that a few calls settle on
   // the largest size.
   struct Grown {

@@ -185,6 +185,11 @@ constexpr OpLimits kLimits[] = {
     {"SparseAttentionForward", {kExact, 4e-5}, {0, 0}, {0, 0}},
     {"SparseAttentionBackward", {kExact, 4e-5}, {0, 0}, {0, 0}},
     {"SparseAttentionKeyWeights", {kExact, 4e-5}, {0, 0}, {0, 0}},
+    // bf16: the latent kernels (bf16 operands, probabilities and score
+    // gradients into the products, as cuDNN's above), else the fp32 kernels
+    // on per-head copies.
+    {"LatentAttentionForward", {kExact, 4e-5}, {0, 0}, {0, 0}},
+    {"LatentAttentionBackward", {kExact, 4e-5}, {0, 0}, {0, 0}},
     {"IndexerTopK", {0, 0}, {0, 0}, {kExactTie, 1e-3}},
     {"IndexerKlLoss", {kExact, 4e-5}, {kExactLoss, 5e-4}, {0, 0}},
     // The loss over the scores its top-k call kept (the bf16 mode), and that
@@ -310,6 +315,9 @@ struct Operand {
   // Float inputs, and the starting contents of accumulated outputs.
   std::vector<float> floats;
   std::vector<int32_t> ints;  // integer inputs
+  // A written output the op sums with atomics, in an order that varies
+  // between runs: the repeat check compares it by NMSE, not bitwise.
+  bool summed_in_any_order = false;
 };
 
 // Where a case's operands live for one run (host or device memory): the same
@@ -413,6 +421,11 @@ class CaseBuilder {
   }
   int Written(const std::string& name, Layout layout) {
     return Add({name, Role::kWritten, false, layout, {}, {}});
+  }
+  int WrittenSummedInAnyOrder(const std::string& name, Layout layout) {
+    Operand operand{name, Role::kWritten, false, layout, {}, {}};
+    operand.summed_in_any_order = true;
+    return Add(std::move(operand));
   }
   int WrittenInts(const std::string& name, int64_t n) {
     return Add({name, Role::kWritten, true, Vec(n), {}, {}});
@@ -614,13 +627,28 @@ std::vector<Outcome> CheckOutputs(const Case& c, const RunOutput& cpu,
   return outcomes;
 }
 
-// Two CUDA runs on the same inputs: every output bitwise equal.
+// The two runs' NMSE of an output summed in any order: fp32 sums of the
+// same terms in another order differ by a few ulps.
+constexpr double kReorderedSumNmse = 1e-12;
+
+// Two CUDA runs on the same inputs: every output bitwise equal (outputs
+// summed in any order within kReorderedSumNmse).
 Outcome CheckRepeatable(const Case& c, const RunOutput& first,
                         const RunOutput& second) {
   Outcome o{"repeatable", "differ"};
   std::string differing;
   for (size_t i = 0; i < c.operands.size(); ++i) {
     if (c.operands[i].role == Role::kInput) continue;
+    if (c.operands[i].summed_in_any_order) {
+      const ErrorSums sums =
+          CompareView(c.operands[i], second.floats[i], first.floats[i]);
+      if (sums.Nmse() > kReorderedSumNmse) {
+        absl::StrAppend(&differing, differing.empty() ? "" : ", ",
+                        c.operands[i].name, " (nmse ", sums.Nmse(), ")");
+        o.value += 1;
+      }
+      continue;
+    }
     const bool integer = c.operands[i].integer;
     const char* a = integer
                         ? reinterpret_cast<const char*>(first.ints[i].data())
@@ -3377,6 +3405,152 @@ void AddIndexerKlAfterTopK(Factories& f, const std::string& tag, IndexerShape s,
 // The tests' five tokens in two sequences, [0, 3) and [3, 5).
 Queries TinyQueries() { return {{0, 1, 2, 3, 4}, {0, 0, 0, 3, 3}}; }
 
+// Latent attention: heads reading one shared row per key token (kv [key
+// tokens, d], the value its first dv columns).
+struct LatentShape {
+  int64_t heads, d, dv, key_tokens, topk;
+  float scale;
+};
+
+std::string LatentLabel(const std::string& tag, const LatentShape& s,
+                        const Queries& q, bool gaps, XType type) {
+  return absl::StrCat(tag, " q", q.size(), " k", s.key_tokens, " h", s.heads,
+                      " d", s.d, " dv", s.dv, " top", s.topk,
+                      gaps ? " gaps" : "",
+                      type == XType::kActivation ? " in activation type" : "");
+}
+
+struct LatentIds {
+  int q, kv, keys;
+};
+
+LatentIds LatentInputs(CaseBuilder& b, const LatentShape& s, const Queries& q,
+                       bool gaps) {
+  return {b.Input("q", Dense(q.size() * s.heads, s.d)),
+          b.Input("kv", Dense(s.key_tokens, s.d)),
+          b.Ints("keys", RandomKeys(q, s.topk, gaps, b.rng()))};
+}
+
+void AddLatentAttention(Factories& f, const std::string& tag, LatentShape s,
+                        Queries q, bool gaps, XType type) {
+  const std::string label = LatentLabel(tag, s, q, gaps, type);
+  f.push_back(
+      {"LatentAttentionForward", label, [=] {
+         CaseBuilder b("LatentAttentionForward", label);
+         const LatentIds in = LatentInputs(b, s, q, gaps);
+         const int64_t rows = q.size() * s.heads;
+         const int io = b.Written("out", Dense(rows, s.dv)),
+                   il = b.Written("lse", Dense(rows, 1));
+         return b.Build([=](Backend& be, const Bound& p) {
+           Tensor qh, kvh;
+           const ConstMatrixView qv = AsActivation(be, type, p.View(in.q), &qh);
+           const ConstMatrixView kv =
+               AsActivation(be, type, p.View(in.kv), &kvh);
+           IntoActivation(be, type, p.View(io), [&](MatrixView out) {
+             be.LatentAttentionForward(qv, kv, p.Ints(in.keys), s.topk, s.heads,
+                                       s.scale, out, p.View(il).data);
+           });
+           return 0.0;
+         });
+       }});
+}
+
+// out and lse from the CPU's forward.
+void AddLatentAttentionBackward(Factories& f, const std::string& tag,
+                                LatentShape s, Queries q, bool gaps,
+                                bool want_dq, bool want_dkv, XType type,
+                                bool want_key_weights) {
+  const std::string label = LatentLabel(tag, s, q, gaps, type) +
+                            (want_dq ? "" : " no dq") +
+                            (want_dkv ? "" : " no dkv") +
+                            (want_key_weights ? " with key weights" : "");
+  f.push_back(
+      {"LatentAttentionBackward", label, [=] {
+         CaseBuilder b("LatentAttentionBackward", label);
+         const LatentIds in = LatentInputs(b, s, q, gaps);
+         const int64_t rows = q.size() * s.heads;
+         std::vector<float> out(rows * s.dv + 1), lse(rows + 1);
+         CpuReference().LatentAttentionForward(
+             b.HostView(in.q), b.HostView(in.kv), b.HostInts(in.keys).data(),
+             s.topk, s.heads, s.scale, {out.data(), rows, s.dv, s.dv},
+             lse.data());
+         const int io = b.Values("out", Dense(rows, s.dv), out),
+                   il = b.Values("lse", Dense(rows, 1), lse),
+                   id = b.Input("dout", Dense(rows, s.dv)),
+                   idq = want_dq ? b.Written("dq", Dense(rows, s.d)) : -1,
+                   idkv = want_dkv ? b.WrittenSummedInAnyOrder(
+                                         "dkv", Dense(s.key_tokens, s.d))
+                                   : -1,
+                   iw = want_key_weights
+                            ? b.Written("key weights", Dense(q.size(), s.topk))
+                            : -1;
+         return b.Build([=](Backend& be, const Bound& p) {
+           Tensor holders[4];
+           const ConstMatrixView qv =
+               AsActivation(be, type, p.View(in.q), &holders[0]);
+           const ConstMatrixView kv =
+               AsActivation(be, type, p.View(in.kv), &holders[1]);
+           const ConstMatrixView outv =
+               AsActivation(be, type, p.View(io), &holders[2]);
+           const ConstMatrixView dout =
+               AsActivation(be, type, p.View(id), &holders[3]);
+           const std::vector<MatrixView> grads = {
+               idq >= 0 ? p.View(idq) : MatrixView{},
+               idkv >= 0 ? p.View(idkv) : MatrixView{}};
+           IntoActivations(be, type, grads,
+                           [&](const std::vector<MatrixView>& g) {
+                             be.LatentAttentionBackward(
+                                 qv, kv, p.Ints(in.keys), s.topk, s.heads,
+                                 s.scale, outv, p.View(il).data, dout, g[0],
+                                 g[1], iw >= 0 ? p.View(iw) : MatrixView{});
+                           });
+           return 0.0;
+         });
+       }});
+}
+
+// The latent kernels take bf16 operands with up to 16 heads and widths that
+// are multiples of 64; the other cases check the per-head fallback.
+void AddLatentAttentionCases(Factories& f) {
+  const ModelConfig& m = Mini();
+  const XType act = XType::kActivation, f32 = XType::kF32;
+  const LatentShape tiny{2, 6, 4, 5, 2, 0.4f};
+  AddLatentAttention(f, "tiny", tiny, TinyQueries(), false, f32);
+  AddLatentAttention(f, "tiny", tiny, TinyQueries(), false, act);
+  AddLatentAttentionBackward(f, "tiny", tiny, TinyQueries(), false, true, true,
+                             act, true);
+  // Three heads (13 padded rows), top-100 (a part-filled last key tile) with
+  // -1 slots anywhere.
+  const LatentShape small{3, 128, 64, 300, 100, 0.125f};
+  const Queries small_q = ShortAndLong(40, 40, 300);
+  for (XType type : {f32, act}) {
+    AddLatentAttention(f, "small", small, small_q, true, type);
+    AddLatentAttentionBackward(f, "small", small, small_q, true, true, true,
+                               type, true);
+  }
+  AddLatentAttentionBackward(f, "small", small, small_q, true, false, true, act,
+                             false);
+  AddLatentAttentionBackward(f, "small", small, small_q, true, true, false, act,
+                             false);
+  // glm5.2-mini's latent (kv_lora_rank + rope) and heads at long context: the
+  // last queries of 16k and 64k tokens, each with top-2048. The scale is the
+  // per-head form's, as the model keeps it.
+  const LatentShape mini{
+      m.num_attention_heads, m.kv_lora_rank + m.qk_rope_head_dim,
+      m.kv_lora_rank,        16384,
+      m.index_topk,          1.f / std::sqrt(float(m.QkHeadDim()))};
+  const Queries mini_q = ShortAndLong(0, 256, mini.key_tokens);
+  AddLatentAttention(f, "glm5.2-mini 16k", mini, mini_q, false, act);
+  AddLatentAttentionBackward(f, "glm5.2-mini 16k", mini, mini_q, false, true,
+                             true, act, true);
+  LatentShape mini_64k = mini;
+  mini_64k.key_tokens = 65536;
+  const Queries mini_64k_q = ShortAndLong(0, 128, mini_64k.key_tokens);
+  AddLatentAttention(f, "glm5.2-mini 64k", mini_64k, mini_64k_q, false, act);
+  AddLatentAttentionBackward(f, "glm5.2-mini 64k", mini_64k, mini_64k_q, false,
+                             true, true, act, true);
+}
+
 void AddAttentionCases(Factories& f) {
   const ModelConfig& m = Mini();
   const int64_t heads = m.num_attention_heads, qk = m.QkHeadDim(),
@@ -3570,6 +3744,7 @@ Factories AllCases() {
   AddLossCases(f);
   AddOptimizerCases(f);
   AddAttentionCases(f);
+  AddLatentAttentionCases(f);
   return f;
 }
 
