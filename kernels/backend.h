@@ -143,7 +143,9 @@ class Backend {
                          ConstMatrixView addend, MatrixView y) = 0;
   // dx += dy w; dw += dy^T x. A dx in ActivationType() other than F32 is
   // written instead: dx = dy w, rounded once (nothing adds into a rounded
-  // gradient).
+  // gradient). x's values are read only for dw: without dw, x may be any view
+  // of its shape (dx itself: dy w as a product of its own, e.g. a query
+  // taken through a key's up-projection).
   virtual void LinearBackward(ConstMatrixView x, ConstMatrixView w,
                               ConstMatrixView dy, MatrixView dx,
                               MatrixView dw) = 0;

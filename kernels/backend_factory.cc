@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   options.precision =
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   options.time_attention_plans = !deterministic;
+  options.atomic_sums = !deterministic;
   options.time_product_algorithms = !deterministic && TimeProductsAsked();
   return TimedIfAsked(MakeCudaBackend(options));
 }

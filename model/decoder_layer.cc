@@ -52,10 +52,12 @@ ElementType MlpInputType(Backend& backend, const DecoderLayerParameters& p,
 }  // namespace
 
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
-                                      float indexer_loss_coeff) {
+                                      float indexer_loss_coeff,
+                                      int64_t latent_attention_from) {
   DecoderLayerSpec spec;
   spec.rms_norm_eps = static_cast<float>(config.rms_norm_eps);
   spec.attention = MakeAttentionSpec(config, indexer_loss_coeff);
+  spec.attention.latent_from = latent_attention_from;
   spec.router = MakeRouterSpec(config);
   return spec;
 }

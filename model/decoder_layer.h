@@ -21,8 +21,10 @@ struct DecoderLayerSpec {
   ExpertDispatcher* experts = nullptr;
 };
 
+// latent_attention_from: AttentionSpec::latent_from.
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
-                                      float indexer_loss_coeff);
+                                      float indexer_loss_coeff,
+                                      int64_t latent_attention_from);
 
 // A copy of a model's `spec` for one pass, its indexer loss formed in the
 // backward or the forward (AttentionSpec::indexer_loss_in_backward) and added

@@ -12,8 +12,8 @@ GlmModel::GlmModel(ModelParameters* params, Backend* backend,
     : params_(params),
       backend_(backend),
       options_(options),
-      spec_(
-          MakeDecoderLayerSpec(params->config(), options.indexer_loss_coeff)) {}
+      spec_(MakeDecoderLayerSpec(params->config(), options.indexer_loss_coeff,
+                                 options.latent_attention_from)) {}
 
 absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
                                                 StepTotals* step) {

@@ -532,6 +532,33 @@ double GradientDistance(const GradientRun& got, const GradientRun& want) {
   return std::sqrt(diff / norm);
 }
 
+// Queries past a row attend in the latent space: the same losses and
+// gradients as the per-head form to fp32 rounding (the same sums in another
+// order), across a sequence boundary in the packed batch, and in the bf16
+// mode to its rounding; recomputing each layer changes nothing, bitwise.
+TEST_F(GlmModelTest, LatentQueriesGiveThePerHeadLossesAndGradients) {
+  const Batch batch = Batch::FromSequences({kSeqA, kSeqB});
+  LossOptions per_head, latent;
+  per_head.latent_attention_from = 0;
+  latent.latent_attention_from = 5;
+  const GradientRun want = RunGradients(params_, backend_, batch, per_head);
+  const GradientRun got = RunGradients(params_, backend_, batch, latent);
+  EXPECT_NEAR(got.result.lm_loss, want.result.lm_loss, 1e-6);
+  EXPECT_NEAR(got.result.mtp_loss, want.result.mtp_loss, 1e-6);
+  EXPECT_NEAR(got.result.indexer_loss, want.result.indexer_loss, 1e-6);
+  EXPECT_LE(GradientDistance(got, want), 1e-5);
+  // The bf16 mode's types through the latent queries (its products' bf16
+  // operands, the attention's bf16 operands and F32 key gradient).
+  Bf16ActivationsCpuBackend bf16;
+  const GradientRun bf16_run = RunGradients(params_, bf16, batch, latent);
+  EXPECT_NEAR(bf16_run.result.lm_loss, want.result.lm_loss,
+              1e-2 * want.result.lm_loss);
+  latent.recompute_layers = true;
+  const GradientRun recomputed = RunGradients(params_, backend_, batch, latent);
+  for (size_t i = 0; i < got.grads.size(); ++i)
+    EXPECT_TRUE(recomputed.grads[i] == got.grads[i]) << "gradient " << i;
+}
+
 // The bf16 mode's paths through the model (its bf16 buffers and views, the
 // fused head's bf16 logits) on the CPU, kernels/cpu/bf16_activations_backend.h:
 // the losses follow fp32's within bf16's rounding (its gradients do not: at

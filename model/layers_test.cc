@@ -257,7 +257,8 @@ TEST_F(LayersTest, IndexerLossGradientsReachOnlyIndexerWeights) {
 }
 
 TEST_F(LayersTest, MtpLayerGradients) {
-  const DecoderLayerSpec spec = MakeDecoderLayerSpec(config_, 0.f);
+  const DecoderLayerSpec spec =
+      MakeDecoderLayerSpec(config_, 0.f, kDefaultLatentAttentionFrom);
   // Keys of a computing layer, as the main model's last top-k would be.
   AttentionActivations source;
   Tensor source_out(x_.shape());

@@ -54,14 +54,15 @@ struct AttentionRows {
 };
 
 // The queries that select every causal key (Backend's full_queries): with
-// the queries every token (one rank, no context split), the first top-k
-// tokens of the first sequence, whose selection holds all their keys.
+// the queries the layout's first tokens and the keys the same tokens (one
+// rank, no context split), the first top-k tokens of the first sequence,
+// whose selection holds all their keys.
 int64_t FullQueries(const TokenLayout& layout, int64_t queries, int64_t keys,
                     int64_t topk) {
-  if (queries != keys || keys != layout.tokens || layout.seq_end.empty()) {
+  if (queries != keys || keys > layout.tokens || layout.seq_end.empty()) {
     return 0;
   }
-  return std::min<int64_t>(topk, layout.seq_end[0]);
+  return std::min({topk, int64_t{layout.seq_end[0]}, queries});
 }
 
 AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
@@ -80,42 +81,123 @@ AttentionRows RowsOf(const AttentionSpec& spec, const TokenLayout& layout,
           std::move(chunk_positions)};
 }
 
+// The first query row that attends in the latent space (n: none): see
+// AttentionSpec::latent_from.
+int64_t LatentFrom(const AttentionParameters& p, const AttentionSpec& spec,
+                   const AttentionRows& rows, int64_t n) {
+  const bool loss_in_forward = p.has_indexer &&
+                               spec.indexer_loss_coeff != 0.f &&
+                               !spec.indexer_loss_in_backward;
+  if (spec.latent_from <= 0 || rows.parallel.tp() > 1 ||
+      rows.parallel.cp() > 1 || loss_in_forward) {
+    return n;
+  }
+  return std::min(n, spec.latent_from);
+}
+
+// Head h's rows of a contiguous [tokens * heads, width] view, columns
+// [start, start + count): [tokens, count], heads * width apart.
+template <typename View>
+View HeadRows(View v, int64_t heads, int64_t h, int64_t start, int64_t count) {
+  assert(v.stride == v.cols && v.rows % heads == 0);
+  View joined = v;
+  joined.rows = v.rows / heads;
+  joined.cols = joined.stride = v.cols * heads;
+  return joined.Columns(h * v.cols + start, count);
+}
+
+// kv_b_proj's rows of head h: W_UK (nope rows, the keys' part) and W_UV (v
+// rows), each [*, kv_lora_rank]; of the weight or of its gradient.
+template <typename View>
+View KeyUp(View w, const AttentionSpec& spec, int64_t h) {
+  return w.Rows(h * (spec.nope_dim + spec.v_dim), spec.nope_dim);
+}
+template <typename View>
+View ValueUp(View w, const AttentionSpec& spec, int64_t h) {
+  return w.Rows(h * (spec.nope_dim + spec.v_dim) + spec.nope_dim, spec.v_dim);
+}
+
 // Keys and values of all tokens from the chunk's compressed latents.
+// The per-head form's keys and values for the first `per_head` tokens; with
+// fewer than all, every token's latent row too (latent | RoPE(k_rope)).
 void KeysForward(Backend& backend, const AttentionParameters& p,
                  const AttentionSpec& spec, ConstMatrixView x_chunk,
                  const TokenLayout& layout, AttentionRows& rows,
-                 AttentionActivations* acts) {
+                 int64_t per_head, AttentionActivations* acts) {
   const int64_t heads = spec.heads, nope = spec.nope_dim, rope = spec.rope_dim,
-                vdim = spec.v_dim, all = layout.tokens;
-  acts->kv_a = Tensor::ForOutput({x_chunk.rows, spec.kv_lora_rank + rope});
+                vdim = spec.v_dim, all = layout.tokens,
+                lora = spec.kv_lora_rank;
+  acts->kv_a = Tensor::ForOutput({x_chunk.rows, lora + rope});
   backend.Linear(x_chunk, p.kv_a_proj_with_mqa.value.Matrix(),
                  acts->kv_a.Matrix(), false);
   if (rows.parallel.cp() > 1) {
     acts->kv_a = rows.parallel.GatherAll(acts->kv_a.Matrix(), all);
   }
   acts->kv_a_rstd = Tensor::ForOutput({all});
-  acts->latent =
-      Tensor::ForOutput({all, spec.kv_lora_rank}, backend.ActivationType());
+  acts->latent = Tensor::ForOutput({all, lora}, backend.ActivationType());
   ConstMatrixView kv_a = acts->kv_a.Matrix();
-  backend.RmsNormForward(kv_a.Columns(0, spec.kv_lora_rank),
-                         p.kv_a_layernorm.value.data(), kLoraNormEps,
-                         acts->latent.Matrix(), acts->kv_a_rstd.data());
+  backend.RmsNormForward(kv_a.Columns(0, lora), p.kv_a_layernorm.value.data(),
+                         kLoraNormEps, acts->latent.Matrix(),
+                         acts->kv_a_rstd.data());
+  Tensor k_rope = Tensor::ForOutput({all, rope});
+  backend.RopeForward(kv_a.Columns(lora, rope), layout.op_positions.data(), 1,
+                      spec.rope_theta, k_rope.Matrix());
   // The attention's operands (kv's value columns, the keys, the queries) and
   // its output are read only by the attention and products: they are kept
   // in the backend's activation type.
   const ElementType type = backend.ActivationType();
-  acts->kv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
-  backend.Linear(acts->latent.Matrix(), p.kv_b_proj.value.Matrix(),
-                 acts->kv.Matrix(), false);
+  if (per_head < all) {
+    acts->kv_latent = Tensor::ForOutput({all, lora + rope}, type);
+    backend.Copy(acts->latent.Matrix(),
+                 acts->kv_latent.Matrix().Columns(0, lora));
+    backend.Copy(k_rope.Matrix(), acts->kv_latent.Matrix().Columns(lora, rope));
+  }
+  acts->kv = Tensor::ForOutput({per_head, heads * (nope + vdim)}, type);
+  acts->key = Tensor::ForOutput({per_head * heads, spec.qk_dim()}, type);
+  if (per_head == 0) return;
+  backend.Linear(acts->latent.Matrix().Rows(0, per_head),
+                 p.kv_b_proj.value.Matrix(), acts->kv.Matrix(), false);
   ConstMatrixView kv_rows = acts->kv.Matrix().SplitRows(heads);
-  acts->key = Tensor::ForOutput({all * heads, spec.qk_dim()}, type);
   backend.Copy(kv_rows.Columns(0, nope), acts->key.Matrix().Columns(0, nope));
-  Tensor k_rope = Tensor::ForOutput({all, rope});
-  backend.RopeForward(kv_a.Columns(spec.kv_lora_rank, rope),
-                      layout.op_positions.data(), 1, spec.rope_theta,
-                      k_rope.Matrix());
-  backend.RepeatRows(k_rope.Matrix(), heads,
+  backend.RepeatRows(k_rope.Matrix().Rows(0, per_head), heads,
                      acts->key.Matrix().Columns(nope, rope));
+}
+
+// Queries [from, n) in the latent space: each head's nope part through its
+// W_UK (q_nope W_UK: the key's up-projection moved onto the query) beside its
+// rope part, attended over the latent rows, and the output up through W_UV
+// into attn's rows.
+void LatentForward(Backend& backend, const AttentionParameters& p,
+                   const AttentionSpec& spec, int64_t from, int64_t n,
+                   AttentionActivations* acts) {
+  const int64_t heads = spec.heads, nope = spec.nope_dim, rope = spec.rope_dim,
+                lora = spec.kv_lora_rank, m = n - from,
+                topk = acts->topk->dim(1);
+  acts->query_latent = WrittenInputGradient(backend, {m * heads, lora + rope});
+  acts->out_latent =
+      Tensor::ForOutput({m * heads, lora}, backend.ActivationType());
+  const MatrixView q_latent = acts->query_latent.Matrix();
+  const ConstMatrixView query =
+      acts->query.Matrix().Rows(from * heads, m * heads);
+  const ConstMatrixView w = p.kv_b_proj.value.Matrix();
+  for (int64_t h = 0; h < heads; ++h) {
+    // q_nope W_UK is LinearBackward's dx = dy w for dy = q_nope (x only
+    // shapes it without dw).
+    const MatrixView q_h = HeadRows(q_latent, heads, h, 0, lora);
+    backend.LinearBackward(q_h, KeyUp(w, spec, h),
+                           HeadRows(query, heads, h, 0, nope), q_h, {});
+  }
+  backend.Copy(query.Columns(nope, rope), q_latent.Columns(lora, rope));
+  backend.LatentAttentionForward(q_latent, acts->kv_latent.Matrix(),
+                                 acts->topk->data() + from * topk, topk, heads,
+                                 Scale(spec), acts->out_latent.Matrix(),
+                                 acts->lse.data() + from * heads);
+  const MatrixView attn = acts->attn.Matrix().Rows(from, m);
+  for (int64_t h = 0; h < heads; ++h) {
+    backend.Linear(HeadRows(acts->out_latent.Matrix(), heads, h, 0, lora),
+                   ValueUp(w, spec, h),
+                   attn.Columns(h * spec.v_dim, spec.v_dim), false);
+  }
 }
 
 // Whether this layer forms an indexer loss (in the pass the spec names).
@@ -142,6 +224,53 @@ void IndexerLoss(Backend& backend, const AttentionSpec& spec,
   IndexerLossForward(backend, spec.indexer, acts.own_topk, target.Matrix(),
                      spec.indexer_loss_coeff, rows.local, layout.tokens,
                      acts.indexer, grads, spec.indexer_loss_sum);
+}
+
+// LatentForward's gradients: W_UV's and the latent output's, the latent
+// attention's (dq into dquery's rows [from, n) through W_UK, with W_UK's
+// gradient; dkv_latent [N, kv_lora_rank + rope] written in F32) and the key
+// weights of the latent queries when given.
+void LatentBackward(Backend& backend, AttentionParameters& p,
+                    const AttentionSpec& spec, const AttentionActivations& acts,
+                    int64_t from, ConstMatrixView dattn, MatrixView dquery,
+                    MatrixView dkv_latent, MatrixView key_weights) {
+  const int64_t heads = spec.heads, nope = spec.nope_dim, rope = spec.rope_dim,
+                lora = spec.kv_lora_rank, m = dattn.rows - from,
+                topk = acts.topk->dim(1);
+  const ConstMatrixView w = p.kv_b_proj.value.Matrix();
+  const MatrixView dw = p.kv_b_proj.grad.Matrix();
+  const ConstMatrixView out_latent = acts.out_latent.Matrix(),
+                        q_latent = acts.query_latent.Matrix(),
+                        query =
+                            acts.query.Matrix().Rows(from * heads, m * heads),
+                        dattn_rows = dattn.Rows(from, m);
+  Tensor dout_latent = WrittenInputGradient(backend, {m * heads, lora});
+  for (int64_t h = 0; h < heads; ++h) {
+    backend.LinearBackward(HeadRows(out_latent, heads, h, 0, lora),
+                           ValueUp(w, spec, h),
+                           dattn_rows.Columns(h * spec.v_dim, spec.v_dim),
+                           HeadRows(dout_latent.Matrix(), heads, h, 0, lora),
+                           ValueUp(dw, spec, h));
+  }
+  Tensor dq_latent =
+      Tensor::ForOutput({m * heads, lora + rope}, backend.ActivationType());
+  backend.LatentAttentionBackward(
+      q_latent, acts.kv_latent.Matrix(), acts.topk->data() + from * topk, topk,
+      heads, Scale(spec), out_latent, acts.lse.data() + from * heads,
+      dout_latent.Matrix(), dq_latent.Matrix(), dkv_latent, key_weights);
+  const MatrixView dq_rows = dquery.Rows(from * heads, m * heads);
+  for (int64_t h = 0; h < heads; ++h) {
+    const ConstMatrixView dq_h =
+        HeadRows(ConstMatrixView(dq_latent.Matrix()), heads, h, 0, lora);
+    backend.Linear(dq_h, KeyUp(w, spec, h),
+                   HeadRows(dq_rows, heads, h, 0, nope), false);
+    // W_UK's gradient: LinearBackward's dw = dy^T x for dy = q_nope.
+    backend.LinearBackward(dq_h, KeyUp(w, spec, h),
+                           HeadRows(query, heads, h, 0, nope), {},
+                           KeyUp(dw, spec, h));
+  }
+  backend.Copy(ConstMatrixView(dq_latent.Matrix()).Columns(lora, rope),
+               dq_rows.Columns(nope, rope));
 }
 
 }  // namespace
@@ -182,8 +311,10 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   backend.Copy(query.Columns(nope, rope), q_rope.Matrix());
   backend.RopeForward(q_rope.Matrix(), pos, heads, spec.rope_theta,
                       query.Columns(nope, rope));
+  const int64_t latent_from = LatentFrom(p, spec, rows, n);
   // Keys and values from the compressed latent; k_rope is shared by all heads.
-  KeysForward(backend, p, spec, xc, layout, rows, acts);
+  KeysForward(backend, p, spec, xc, layout, rows,
+              latent_from < n ? latent_from : layout.tokens, acts);
   // Key selection.
   if (p.has_indexer) {
     // The indexer loss (below, or in the backward) reads the indexer's
@@ -201,12 +332,17 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   const int64_t topk = acts->topk->dim(1);
   acts->attn = Tensor::ForOutput({n, heads * vdim}, backend.ActivationType());
   acts->lse = Tensor::ForOutput({n * heads});
-  backend.SparseAttentionForward(
-      acts->query.Matrix(), acts->key.Matrix(),
-      acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
-      acts->topk->data(), topk,
-      FullQueries(layout, n, acts->key.dim(0) / heads, topk), heads,
-      Scale(spec), acts->attn.Matrix().SplitRows(heads), acts->lse.data());
+  if (latent_from > 0) {
+    const int64_t keys = acts->key.dim(0) / heads;
+    backend.SparseAttentionForward(
+        acts->query.Matrix().Rows(0, latent_from * heads), acts->key.Matrix(),
+        acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
+        acts->topk->data(), topk, FullQueries(layout, latent_from, keys, topk),
+        heads, Scale(spec),
+        acts->attn.Matrix().Rows(0, latent_from).SplitRows(heads),
+        acts->lse.data());
+  }
+  if (latent_from < n) LatentForward(backend, p, spec, latent_from, n, acts);
   if (rows.parallel.tp() > 1) {
     // Row-parallel o_proj: each rank holds a part of every output.
     Tensor partial = Tensor::ForOutput({n, out.cols});
@@ -257,49 +393,72 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   Tensor dattn = WrittenInputGradient(backend, {n, heads * vdim});
   backend.LinearBackward(acts.attn.Matrix(), p.o_proj.value.Matrix(), dout_c,
                          dattn.Matrix(), p.o_proj.grad.Matrix());
+  const int64_t latent_from = LatentFrom(p, spec, rows, n),
+                per_head = acts.key.dim(0) / heads, lora = spec.kv_lora_rank;
   // Written, not added, by the ops below: their buffers start unfilled. The
   // query, key and kv gradients are read only by copies, RoPE, the sum of the
   // keys' rope part over heads (into F32) and the q_b and kv_b products: the
   // activation type.
   const ElementType type = backend.ActivationType();
   Tensor dquery = Tensor::ForOutput({n * heads, qk}, type),
-         dkey = Tensor::ForOutput({all * heads, qk}, type),
-         dkv = Tensor::ForOutput({all, heads * (nope + vdim)}, type);
+         dkey = Tensor::ForOutput({per_head * heads, qk}, type),
+         dkv = Tensor::ForOutput({per_head, heads * (nope + vdim)}, type);
   MatrixView dkv_rows = dkv.Matrix().SplitRows(heads);
   const int64_t topk = acts.topk->dim(1);
   const bool loss_here =
       HasIndexerLoss(p, spec) && spec.indexer_loss_in_backward;
   Tensor head_sum = loss_here ? Tensor::ForOutput({n, topk}) : Tensor();
-  backend.SparseAttentionBackward(
-      acts.query.Matrix(), acts.key.Matrix(),
-      acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim), acts.topk->data(),
-      topk, FullQueries(layout, n, all, topk), heads, Scale(spec),
-      acts.attn.Matrix().SplitRows(heads), acts.lse.data(),
-      dattn.Matrix().SplitRows(heads), dquery.Matrix(), dkey.Matrix(),
-      dkv_rows.Columns(nope, vdim),
-      loss_here ? head_sum.Matrix() : MatrixView());
+  if (latent_from > 0) {
+    backend.SparseAttentionBackward(
+        acts.query.Matrix().Rows(0, latent_from * heads), acts.key.Matrix(),
+        acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim),
+        acts.topk->data(), topk,
+        FullQueries(layout, latent_from, per_head, topk), heads, Scale(spec),
+        acts.attn.Matrix().Rows(0, latent_from).SplitRows(heads),
+        acts.lse.data(), dattn.Matrix().Rows(0, latent_from).SplitRows(heads),
+        dquery.Matrix().Rows(0, latent_from * heads), dkey.Matrix(),
+        dkv_rows.Columns(nope, vdim),
+        RowsOrEmpty(head_sum.Matrix(), 0, latent_from));
+  }
+  // The latent queries' gradient of every token's latent row (F32).
+  Tensor dkv_latent;
+  if (latent_from < n) {
+    dkv_latent = Tensor::ForOutput({all, lora + rope});
+    LatentBackward(
+        backend, p, spec, acts, latent_from, dattn.Matrix(), dquery.Matrix(),
+        dkv_latent.Matrix(),
+        RowsOrEmpty(head_sum.Matrix(), latent_from, n - latent_from));
+  }
   IndexerLossGradients formed_here;
   if (loss_here) {
     IndexerLoss(backend, spec, layout, rows, acts, head_sum.Matrix(),
                 &formed_here);
   }
-  // Keys: nope part to kv_b_proj's output, rope part summed over heads.
+  // Keys: nope part to kv_b_proj's output, rope part summed over heads; the
+  // latent rows' gradient added to both.
   backend.Copy(dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
   Tensor dk_rope({all, rope});
-  backend.SumRowGroups(dkey.Matrix().Columns(nope, rope), heads,
-                       dk_rope.Matrix());
-  Tensor dkv_a({all, spec.kv_lora_rank + rope}),
-      dlatent({all, spec.kv_lora_rank});
+  if (per_head > 0) {
+    backend.SumRowGroups(dkey.Matrix().Columns(nope, rope), heads,
+                         dk_rope.Matrix().Rows(0, per_head));
+  }
+  Tensor dkv_a({all, lora + rope}), dlatent({all, lora});
+  if (!dkv_latent.empty()) {
+    backend.Axpy(1.f, dkv_latent.Matrix().Columns(lora, rope),
+                 dk_rope.Matrix());
+    backend.Axpy(1.f, dkv_latent.Matrix().Columns(0, lora), dlatent.Matrix());
+  }
   backend.RopeBackward(dk_rope.Matrix(), layout.op_positions.data(), 1,
-                       spec.rope_theta,
-                       dkv_a.Matrix().Columns(spec.kv_lora_rank, rope));
-  backend.LinearBackward(acts.latent.Matrix(), p.kv_b_proj.value.Matrix(),
-                         dkv.Matrix(), dlatent.Matrix(),
-                         p.kv_b_proj.grad.Matrix());
-  backend.RmsNormBackward(acts.kv_a.Matrix().Columns(0, spec.kv_lora_rank),
+                       spec.rope_theta, dkv_a.Matrix().Columns(lora, rope));
+  if (per_head > 0) {
+    backend.LinearBackward(acts.latent.Matrix().Rows(0, per_head),
+                           p.kv_b_proj.value.Matrix(), dkv.Matrix(),
+                           dlatent.Matrix().Rows(0, per_head),
+                           p.kv_b_proj.grad.Matrix());
+  }
+  backend.RmsNormBackward(acts.kv_a.Matrix().Columns(0, lora),
                           p.kv_a_layernorm.value.data(), acts.kv_a_rstd.data(),
-                          dlatent.Matrix(), {},
-                          dkv_a.Matrix().Columns(0, spec.kv_lora_rank),
+                          dlatent.Matrix(), {}, dkv_a.Matrix().Columns(0, lora),
                           p.kv_a_layernorm.grad.data());
   // Every chunk's queries read this chunk's keys.
   if (rows.parallel.cp() > 1) {

@@ -15,6 +15,13 @@
 
 namespace glm {
 
+// AttentionSpec::latent_from's default: four times glm5.2-mini's top-k.
+// Per pair the per-head form does about 57 kFLOP (16 heads, forward and
+// backward) and the latent one 123, so by FLOPs a query with more than about
+// 4.4k causal keys is cheaper in the latent space; the dense kernels run
+// nearer the tensor cores' rate, which moves the point later.
+inline constexpr int64_t kDefaultLatentAttentionFrom = 8192;
+
 struct AttentionSpec {
   int64_t heads = 0;
   int64_t q_lora_rank = 0;
@@ -40,6 +47,14 @@ struct AttentionSpec {
   // target is detached: the same loss and gradients). The forward then only
   // keeps what the loss reads.
   bool indexer_loss_in_backward = false;
+  // The micro batch's queries from this row on attend in MLA's latent space
+  // (Backend::LatentAttentionForward): each selected key's one latent row
+  // serves every head, so a query costs top-k rows whatever the length, where
+  // the per-head form's kernels pay for every causal pair. The queries before
+  // it keep the per-head form. Taken on one rank without context or tensor
+  // parallelism, and where the indexer loss is formed in the backward (or not
+  // at all); 0: never.
+  int64_t latent_from = kDefaultLatentAttentionFrom;
 
   int64_t qk_dim() const { return nope_dim + rope_dim; }
 };
@@ -59,10 +74,16 @@ struct AttentionActivations {
   // Keys and values of all N tokens:
   Tensor kv_a, kv_a_rstd;  // [N, kv_lora_rank + rope]
   Tensor latent;           // RMSNorm(kv_a latent part) [N, kv_lora_rank]
-  Tensor kv;               // [N, heads * (nope + v)]
-  Tensor key;   // [N * heads, qk]: k_nope | RoPE(k_rope) shared by heads
-  Tensor attn;  // [n, heads * v]
-  Tensor lse;   // [n * heads]: log-sum-exp of each row's scores
+  // Of the first L tokens (the queries that keep the per-head form; L = N
+  // without latent queries):
+  Tensor kv;   // [L, heads * (nope + v)]
+  Tensor key;  // [L * heads, qk]: k_nope | RoPE(k_rope) shared by heads
+  // The latent queries' (tokens [L, n)):
+  Tensor kv_latent;     // [N, kv_lora_rank + rope]: latent | RoPE(k_rope)
+  Tensor query_latent;  // [(n - L) * heads, kv_lora_rank + rope]
+  Tensor out_latent;    // [(n - L) * heads, kv_lora_rank]
+  Tensor attn;          // [n, heads * v]
+  Tensor lse;           // [n * heads]: log-sum-exp of each row's scores
   IndexerActivations indexer;
   IndexerLossGradients indexer_grads;  // where the forward formed the loss
   IndexTensor own_topk;  // computing layers: the keys this layer chose

@@ -52,6 +52,9 @@ struct LossOptions {
   // bench's A/B switch, GLM_INDEXER_LOSS_IN_FORWARD=1 in a worker's
   // environment).
   bool indexer_loss_in_backward = true;
+  // The micro batch's queries from this row on attend in MLA's latent space
+  // (AttentionSpec::latent_from, model/mla_attention.h); 0: never.
+  int64_t latent_attention_from = kDefaultLatentAttentionFrom;
 };
 
 // What the head keeps for its backward.

@@ -484,7 +484,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                                               {"dq", dq},
                                                               {"dkv", dkv}});
     CheckF32("CudaBackend::LatentAttentionBackward", {key_weights});
-    if (cuda::LatentAttentionSupported(q, kv, out, dout, topk, heads)) {
+    if (options_.atomic_sums &&
+        cuda::LatentAttentionSupported(q, kv, out, dout, topk, heads)) {
       cuda::LatentAttentionBackward(*this, q, kv, keys, topk, heads, scale, out,
                                     lse, dout, dq, dkv, key_weights);
       return;
@@ -549,9 +550,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
   }
 
  private:
-  // Where the latent kernels do not run (F32, more heads, other widths): the
-  // per-head form on every head's copy of the latent rows, [nk*heads, d] in
-  // the activation type.
+  // Where the latent kernels do not run (F32, more heads, other widths; the
+  // backward when sums must keep a fixed order): the per-head form on every
+  // head's copy of the latent rows, [nk*heads, d] in the activation type.
   Tensor PerHeadKeys(ConstMatrixView kv, int64_t heads) {
     Tensor wide({kv.rows, kv.cols}, allocator_.get());
     cuda::Copy(*this, kv, wide.Matrix());

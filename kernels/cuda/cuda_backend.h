@@ -30,6 +30,11 @@ struct CudaBackendOptions {
   // cuBLASLt algorithm their first call timed fastest (kernels/cuda/linear.cu);
   // false keeps the heuristic's first choice (a job's training.deterministic).
   bool time_product_algorithms = false;
+  // Whether ops may sum with atomics, in an order that varies between runs
+  // (the latent attention's key gradient: kernels/cuda/latent_attention.cuh);
+  // false keeps every sum in a fixed order, and the latent attention's
+  // backward runs the per-head form (a job's training.deterministic).
+  bool atomic_sums = true;
 };
 
 // Fails with a message naming the device when it does not exist.
