@@ -33,7 +33,8 @@ python3 - "$out" ${SEQS:-4096 16384 32768 65536} <<'PY'
 import re, sys
 out, seqs = sys.argv[1], [int(s) for s in sys.argv[2:]]
 groups = {"attention": ("SparseAttentionForward", "SparseAttentionBackward",
-                        "SparseAttentionKeyWeights"),
+                        "SparseAttentionKeyWeights", "LatentAttentionForward",
+                        "LatentAttentionBackward"),
           "indexer top-k": ("IndexerTopK",),
           "indexer loss": ("IndexerKlLoss",)}
 print("| seq | step ms | ms per 1k tokens | peak GiB | " +
