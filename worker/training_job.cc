@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/hf_convert.h"
@@ -425,6 +426,15 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
   const char* loss_in_forward = std::getenv("GLM_INDEXER_LOSS_IN_FORWARD");
   o.loss.indexer_loss_in_backward =
       loss_in_forward == nullptr || std::string(loss_in_forward) != "1";
+  // The bench's A/B switch for where queries move to the latent attention
+  // (model/mla_attention.h; 0: never), read when it is a whole number.
+  const char* latent_from = std::getenv("GLM_LATENT_ATTENTION_FROM");
+  int64_t latent_from_value = 0;
+  if (latent_from != nullptr &&
+      absl::SimpleAtoi(latent_from, &latent_from_value) &&
+      latent_from_value >= 0) {
+    o.loss.latent_attention_from = latent_from_value;
+  }
   o.record_micro_batches = t.cuda_graphs();
   o.overlap_grad_reduce = t.overlap_grad_reduce();
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);

@@ -13,13 +13,18 @@
 namespace glm::cuda {
 namespace {
 
-// mma.sync m16n8k16: the heads are the 16 rows; four warps split a tile's 64
-// keys for the scores (16 each) and the output's columns for the products
-// over keys.
+// mma.sync m16n8k16: the heads are the 16 rows; eight warps split a tile's 64
+// keys for the scores (8 each) and the output's columns for the products
+// over keys. In the backward, four warps form the queries' gradient and four
+// the keys' (16 keys each: the product's rows). With one warp per scheduler
+// the products' latencies showed (run2: 1 us a query forward, a quarter of
+// the rows' bandwidth).
 constexpr int kHeadRows = 16;
 constexpr int kTileKeys = 64;
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+constexpr int kScoreKeys = kTileKeys / kWarps;
+constexpr int kGradientWarps = 4;
 constexpr int kMaxD = 576, kMaxDv = 512;
 // Shared rows are padded by 16 bytes: with d a multiple of 64, consecutive
 // rows then start 16 bytes apart in the banks and ldmatrix's eight row reads
@@ -169,24 +174,36 @@ __device__ __forceinline__ int32_t TileKey(const LatentArgs& a,
   return slot < a.topk ? keys[slot] : -1;
 }
 
-// acc[nt] += rows(a) . tile rows: a 16 x k shared operand (ld a_ld) against
-// the 16 tile keys [16 warp, 16 warp + 16) over columns [0, k).
-__device__ __forceinline__ void ScoresOfWarpKeys(const bf16* a, int a_ld,
-                                                 const bf16* tile, int tile_ld,
-                                                 int k, float (&acc)[2][4]) {
+// The warp's scores: rows(a) . tile rows for its 8 tile keys [8 warp, 8 warp +
+// 8) over columns [0, k) (a multiple of 64), a 16 x k shared operand (ld
+// a_ld) against the tile (ld tile_ld). Four independent sums over the k
+// steps keep four products in flight.
+__device__ __forceinline__ void WarpScores(const bf16* a, int a_ld,
+                                           const bf16* tile, int tile_ld, int k,
+                                           float (&acc)[4]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const bf16* a_row =
       a + (lane % 8 + 8 * ((lane / 8) % 2)) * a_ld + 8 * (lane / 16);
-  const bf16* b_row = tile +
-                      (16 * warp + lane % 8 + 8 * (lane / 16)) * tile_ld +
-                      8 * ((lane / 8) % 2);
-  for (int k0 = 0; k0 < k; k0 += 16) {
-    uint32_t af[4], bf[4];
-    LoadFragments(af, a_row + k0);
-    LoadFragments(bf, b_row + k0);
-    Mma(acc[0], af, bf[0], bf[1]);
-    Mma(acc[1], af, bf[2], bf[3]);
+  // x4 over the key rows: columns k0, k0 + 8, k0 + 16, k0 + 24, i.e. the
+  // (b0, b1) of k steps k0 and k0 + 16.
+  const bf16* b_row =
+      tile + (kScoreKeys * warp + lane % 8) * tile_ld + 8 * (lane / 8);
+  float part[4][4] = {};
+  for (int k0 = 0; k0 < k; k0 += 64) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint32_t bf[4];
+      LoadFragments(bf, b_row + k0 + 32 * half);
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+        uint32_t af[4];
+        LoadFragments(af, a_row + k0 + 32 * half + 16 * step);
+        Mma(part[2 * half + step], af, bf[2 * step], bf[2 * step + 1]);
+      }
+    }
   }
+  for (int e = 0; e < 4; ++e)
+    acc[e] = (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
 }
 
 // acc[nt] += P . B: P a 16 x 64 shared operand (the tile's keys as its
@@ -216,12 +233,15 @@ __device__ __forceinline__ void ProductOverKeys(const bf16* p, const bf16* b,
 }
 
 // Fragment coordinates of lane's accumulator element e (0..3) of n8 tile nt:
-// row (head) and column.
+// row (head) and column; ScoreCol: the tile column of the warp's score e.
 __device__ __forceinline__ int FragmentRow(int e) {
   return threadIdx.x % 32 / 4 + 8 * (e / 2);
 }
 __device__ __forceinline__ int FragmentCol(int nt, int e) {
   return 8 * nt + 2 * (threadIdx.x % 4) + e % 2;
+}
+__device__ __forceinline__ int ScoreCol(int e) {
+  return kScoreKeys * (threadIdx.x / 32) + FragmentCol(0, e);
 }
 
 // Maximum over the quad of lanes that share a fragment row.
@@ -234,7 +254,7 @@ __device__ __forceinline__ float QuadSum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Sum over the four warps of each row's partial (lane's rows g and g + 8).
+// Sum over the warps of each row's partial (lane's rows g and g + 8).
 // Ends with a barrier, so `partials` may be reused after it.
 __device__ void RowTotals(float* partials, const float (&mine)[2],
                           float (&total)[2]) {
@@ -311,18 +331,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   for (int tile = 0; tile < tiles; ++tile) {
     const bf16* keys_tile = NextTile(a, s, q_ld, tile, tiles);
-    float score[2][4] = {};
-    ScoresOfWarpKeys(s.q, q_ld, keys_tile, q_ld, a.d, score);
+    float score[4];
+    WarpScores(s.q, q_ld, keys_tile, q_ld, a.d, score);
     // Scores in the log2 domain; -inf where there is no key.
     float tile_max[2] = {-INFINITY, -INFINITY};
-    for (int nt = 0; nt < 2; ++nt) {
-      for (int e = 0; e < 4; ++e) {
-        const int col = 16 * warp + FragmentCol(nt, e);
-        float& x = score[nt][e];
-        x = TileKey(a, s.keys, tile, col) >= 0 ? x * a.scale * kLog2e
-                                               : -INFINITY;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
-      }
+    for (int e = 0; e < 4; ++e) {
+      float& x = score[e];
+      x = TileKey(a, s.keys, tile, ScoreCol(e)) >= 0 ? x * a.scale * kLog2e
+                                                     : -INFINITY;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
     }
     for (float& m : tile_max) m = QuadMax(m);
     float block_max[2];
@@ -335,16 +352,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       row_max[i] = next;
       row_sum[i] *= rescale[i];
     }
-    for (int nt = 0; nt < 2; ++nt) {
-      float p[4];
-      for (int e = 0; e < 4; ++e) {
-        p[e] = exp2f(score[nt][e] - base[e / 2]);
-        row_sum[e / 2] += p[e];
-      }
-      const int col = 16 * warp + FragmentCol(nt, 0);
-      StorePair(s.probs + FragmentRow(0) * kTileLd + col, p[0], p[1]);
-      StorePair(s.probs + FragmentRow(2) * kTileLd + col, p[2], p[3]);
+    float p[4];
+    for (int e = 0; e < 4; ++e) {
+      p[e] = exp2f(score[e] - base[e / 2]);
+      row_sum[e / 2] += p[e];
     }
+    StorePair(s.probs + FragmentRow(0) * kTileLd + ScoreCol(0), p[0], p[1]);
+    StorePair(s.probs + FragmentRow(2) * kTileLd + ScoreCol(0), p[2], p[3]);
 #pragma unroll
     for (int nt = 0; nt < kValueTiles; ++nt) {
       for (int e = 0; e < 4; ++e) o[nt][e] *= rescale[e / 2];
@@ -397,21 +411,21 @@ __device__ void RowStatistics(const LatentArgs& a, int64_t t, float* stats) {
   }
 }
 
-// The tile's key gradient rows of this warp's 16 keys: [dS^T P^T] [q ; dout]
-// over the heads, 64 columns at a time, added to the fp32 buffer.
+// The tile's key gradient rows of keys [16 block, 16 block + 16): [dS^T P^T]
+// [q ; dout] over the heads, 64 columns at a time, added to the fp32 buffer.
 __device__ void AddKeyGradients(const LatentArgs& a, const Shared& s, int q_ld,
-                                int dout_ld, int tile) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+                                int dout_ld, int tile, int block) {
+  const int lane = threadIdx.x % 32;
   // A = dS^T or P^T (keys as rows, heads as k) read transposed from the
   // [head][key] tiles; B = q or dout rows (heads as k).
-  const int a_offset =
-      (lane % 8 + 8 * (lane / 16)) * kTileLd + 16 * warp + 8 * ((lane / 8) % 2);
+  const int a_offset = (lane % 8 + 8 * (lane / 16)) * kTileLd + 16 * block +
+                       8 * ((lane / 8) % 2);
   const int b_row = lane % 8 + 8 * ((lane / 8) % 2), b_col = 8 * (lane / 16);
   uint32_t ds_frag[4], p_frag[4];
   LoadFragmentsTransposed(ds_frag, s.dscores + a_offset);
   LoadFragmentsTransposed(p_frag, s.probs + a_offset);
-  const int32_t key_lo = TileKey(a, s.keys, tile, 16 * warp + lane / 4),
-                key_hi = TileKey(a, s.keys, tile, 16 * warp + lane / 4 + 8);
+  const int32_t key_lo = TileKey(a, s.keys, tile, 16 * block + lane / 4),
+                key_hi = TileKey(a, s.keys, tile, 16 * block + lane / 4 + 8);
   for (int c0 = 0; c0 < a.d; c0 += 64) {
     float acc[8][4] = {};
     for (int nt = 0; nt < 8; nt += 2) {
@@ -426,16 +440,21 @@ __device__ void AddKeyGradients(const LatentArgs& a, const Shared& s, int q_ld,
         Mma(acc[nt + 1], p_frag, bf[2], bf[3]);
       }
     }
+    // Four adjacent columns a lane: each pair of lanes swaps the halves of
+    // their rows g and g + 8, so the even lane adds row g's four and the odd
+    // one row g + 8's (half the atomics of adding pairs).
+    const bool even = lane % 2 == 0;
+    const int32_t key = even ? key_lo : key_hi;
     for (int nt = 0; nt < 8; ++nt) {
-      const int col = c0 + FragmentCol(nt, 0);
-      if (key_lo >= 0) {
-        atomicAdd(reinterpret_cast<float2*>(a.dkv + key_lo * a.dkv_ld + col),
-                  make_float2(acc[nt][0], acc[nt][1]));
-      }
-      if (key_hi >= 0) {
-        atomicAdd(reinterpret_cast<float2*>(a.dkv + key_hi * a.dkv_ld + col),
-                  make_float2(acc[nt][2], acc[nt][3]));
-      }
+      const float send0 = even ? acc[nt][2] : acc[nt][0],
+                  send1 = even ? acc[nt][3] : acc[nt][1];
+      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1),
+                  got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+      const float4 sum = even ? make_float4(acc[nt][0], acc[nt][1], got0, got1)
+                              : make_float4(got0, got1, acc[nt][2], acc[nt][3]);
+      const int col = c0 + 8 * nt + 4 * (lane % 4 / 2);
+      if (key >= 0)
+        atomicAdd(reinterpret_cast<float4*>(a.dkv + key * a.dkv_ld + col), sum);
     }
   }
 }
@@ -448,8 +467,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int q_ld = layout.q_ld, dout_ld = layout.dout_ld;
   const int tiles = (a.topk + kTileKeys - 1) / kTileKeys;
-  constexpr int kQueryTiles = kMaxD / kWarps / 8;  // n8 tiles of a warp's dq
-  const int query_tiles = a.d / kWarps / 8, query_col0 = warp * a.d / kWarps;
+  // n8 tiles of a dq warp's columns.
+  constexpr int kQueryTiles = kMaxD / kGradientWarps / 8;
+  const bool dq_warp = warp < kGradientWarps;
+  const int query_tiles = a.d / kGradientWarps / 8,
+            query_col0 = warp % kGradientWarps * a.d / kGradientWarps;
   LoadHeadRows(a.dout, t * a.heads, a.heads, a.dv, dout_ld, s.dout);
   StartQuery(a, s, q_ld, t);
   RowStatistics(a, t, s.row_stats);
@@ -459,42 +481,41 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool want_weights = a.key_weights.data != nullptr;
   for (int tile = 0; tile < tiles; ++tile) {
     const bf16* keys_tile = NextTile(a, s, q_ld, tile, tiles);
-    float score[2][4] = {}, dprob[2][4] = {};
-    ScoresOfWarpKeys(s.q, q_ld, keys_tile, q_ld, a.d, score);
-    ScoresOfWarpKeys(s.dout, dout_ld, keys_tile, q_ld, a.dv, dprob);
-    for (int nt = 0; nt < 2; ++nt) {
-      float p[4], ds[4];
-      const int col = 16 * warp + FragmentCol(nt, 0);
-      for (int e = 0; e < 4; ++e) {
-        const int row = FragmentRow(e);
-        const bool valid =
-            row < a.heads && TileKey(a, s.keys, tile, col + e % 2) >= 0;
-        p[e] = valid ? exp2f(score[nt][e] * a.scale * kLog2e - lse2[row]) : 0.f;
-        ds[e] = p[e] * (dprob[nt][e] - out_dot[row]) * a.scale;
-      }
-      StorePair(s.probs + FragmentRow(0) * kTileLd + col, p[0], p[1]);
-      StorePair(s.probs + FragmentRow(2) * kTileLd + col, p[2], p[3]);
-      StorePair(s.dscores + FragmentRow(0) * kTileLd + col, ds[0], ds[1]);
-      StorePair(s.dscores + FragmentRow(2) * kTileLd + col, ds[2], ds[3]);
-      if (want_weights) {
-        // The heads' sum per key: the fragment's two rows, then the eight
-        // lanes that share the column, in a fixed butterfly.
-        for (int e = 0; e < 2; ++e) {
-          float w = p[e] + p[e + 2];
-          for (int offset = 4; offset < 32; offset *= 2)
-            w += __shfl_xor_sync(0xffffffffu, w, offset);
-          const int slot = tile * kTileKeys + col + e;
-          if (lane < 4 && slot < a.topk) Store(a.key_weights, t, slot, w);
-        }
+    float score[4], dprob[4], p[4], ds[4];
+    WarpScores(s.q, q_ld, keys_tile, q_ld, a.d, score);
+    WarpScores(s.dout, dout_ld, keys_tile, q_ld, a.dv, dprob);
+    for (int e = 0; e < 4; ++e) {
+      const int row = FragmentRow(e);
+      const bool valid =
+          row < a.heads && TileKey(a, s.keys, tile, ScoreCol(e)) >= 0;
+      p[e] = valid ? exp2f(score[e] * a.scale * kLog2e - lse2[row]) : 0.f;
+      ds[e] = p[e] * (dprob[e] - out_dot[row]) * a.scale;
+    }
+    StorePair(s.probs + FragmentRow(0) * kTileLd + ScoreCol(0), p[0], p[1]);
+    StorePair(s.probs + FragmentRow(2) * kTileLd + ScoreCol(0), p[2], p[3]);
+    StorePair(s.dscores + FragmentRow(0) * kTileLd + ScoreCol(0), ds[0], ds[1]);
+    StorePair(s.dscores + FragmentRow(2) * kTileLd + ScoreCol(0), ds[2], ds[3]);
+    if (want_weights) {
+      // The heads' sum per key: the fragment's two rows, then the eight
+      // lanes that share the column, in a fixed butterfly.
+      for (int e = 0; e < 2; ++e) {
+        float w = p[e] + p[e + 2];
+        for (int offset = 4; offset < 32; offset *= 2)
+          w += __shfl_xor_sync(0xffffffffu, w, offset);
+        const int slot = tile * kTileKeys + ScoreCol(e);
+        if (lane < 4 && slot < a.topk) Store(a.key_weights, t, slot, w);
       }
     }
     __syncthreads();  // every warp's probabilities and score gradients
-    ProductOverKeys<kQueryTiles>(s.dscores, keys_tile, q_ld, query_col0,
-                                 query_tiles, dq);
-    if (a.dkv != nullptr) AddKeyGradients(a, s, q_ld, dout_ld, tile);
+    if (dq_warp) {
+      ProductOverKeys<kQueryTiles>(s.dscores, keys_tile, q_ld, query_col0,
+                                   query_tiles, dq);
+    } else if (a.dkv != nullptr) {
+      AddKeyGradients(a, s, q_ld, dout_ld, tile, warp - kGradientWarps);
+    }
     __syncthreads();  // the buffer and the tiles are rewritten next
   }
-  if (a.dq.data == nullptr) return;
+  if (a.dq.data == nullptr || !dq_warp) return;
 #pragma unroll
   for (int nt = 0; nt < kQueryTiles; ++nt) {
     for (int e = 0; e < 4; ++e) {
@@ -584,10 +605,10 @@ void LatentAttentionBackward(CudaContext& ctx, ConstMatrixView q,
   a.dq = dq;
   a.key_weights = key_weights;
   a.lse_in = lse;
-  // The key gradient's fp32 sums: dkv itself when it is F32 with 8-byte
-  // aligned pairs, else scratch converted into it after.
-  const bool direct = dkv.dtype == ElementType::kF32 && dkv.stride % 2 == 0 &&
-                      AlignedTo(dkv.data, 8);
+  // The key gradient's fp32 sums: dkv itself when it is F32 with 16-byte
+  // aligned quads, else scratch converted into it after.
+  const bool direct = dkv.dtype == ElementType::kF32 && dkv.stride % 4 == 0 &&
+                      AlignedTo(dkv.data, 16);
   MatrixView sums = dkv;
   if (!dkv.empty() && !direct) {
     sums = {static_cast<float*>(ctx.Scratch(kv.rows * kv.cols * sizeof(float))),
