@@ -15,12 +15,14 @@
 
 namespace glm {
 
-// AttentionSpec::latent_from's default: four times glm5.2-mini's top-k.
-// Per pair the per-head form does about 57 kFLOP (16 heads, forward and
-// backward) and the latent one 123, so by FLOPs a query with more than about
-// 4.4k causal keys is cheaper in the latent space; the dense kernels run
-// nearer the tensor cores' rate, which moves the point later.
-inline constexpr int64_t kDefaultLatentAttentionFrom = 8192;
+// AttentionSpec::latent_from's default, measured (bench/NOTES.md, run79 on
+// an H100): a latent query costs about the same whatever the length (0.9 us
+// a layer forward, 2.5-5.4 backward), a per-head one grows with its causal
+// keys (cuDNN's masked kernels visit all of them). At 16k tokens from 8k on
+// was 17% slower than the per-head form (run76's 998 ms a step); at 32k from
+// 16k on was the fastest (3.46 s a step against 3.59 from 8k on and 5.26
+// per-head).
+inline constexpr int64_t kDefaultLatentAttentionFrom = 16384;
 
 struct AttentionSpec {
   int64_t heads = 0;
