@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -62,21 +63,6 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4],
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 16 bytes from global to shared memory, asynchronously; zeros when !valid.
-__device__ __forceinline__ void CopyAsync(bf16* to, const bf16* from,
-                                          bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   SharedAddress(to)),
-               "l"(from), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void CommitCopies() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void WaitCopies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 // The key tiles arrive by the copy engine (TMA's bulk copies, one a row),
@@ -185,7 +171,7 @@ __device__ void LoadHeadRows(const ConstMatrixView& m, int64_t first_row,
   for (int i = threadIdx.x; i < kHeadRows * chunks; i += kThreads) {
     const int r = i / chunks, c = (i % chunks) * 8;
     const bf16* from = &Bf16At(m, first_row + (r < heads ? r : 0), c);
-    CopyAsync(to + r * ld + c, from, r < heads);
+    CopyChunk(to + r * ld + c, from, r < heads);
   }
 }
 
@@ -310,10 +296,12 @@ __device__ __forceinline__ float QuadSum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Sum over the warps of each row's partial (lane's rows g and g + 8).
-// Ends with a barrier, so `partials` may be reused after it.
-__device__ void RowTotals(float* partials, const float (&mine)[2],
-                          float (&total)[2]) {
+// Each row's partials (lane's rows g and g + 8) combined over the warps, in
+// warp order, starting from `start`. Ends with a barrier, so `partials` may
+// be reused after it.
+template <typename Combine>
+__device__ void AcrossWarps(float* partials, const float (&mine)[2],
+                            float start, Combine combine, float (&total)[2]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane % 4 == 0) {
     partials[warp * kHeadRows + lane / 4] = mine[0];
@@ -321,27 +309,22 @@ __device__ void RowTotals(float* partials, const float (&mine)[2],
   }
   __syncthreads();
   for (int i = 0; i < 2; ++i) {
-    total[i] = 0.f;
+    total[i] = start;
     for (int w = 0; w < kWarps; ++w)
-      total[i] += partials[w * kHeadRows + lane / 4 + 8 * i];
+      total[i] = combine(total[i], partials[w * kHeadRows + lane / 4 + 8 * i]);
   }
   __syncthreads();
 }
-
+__device__ void RowTotals(float* partials, const float (&mine)[2],
+                          float (&total)[2]) {
+  AcrossWarps(
+      partials, mine, 0.f, [](float a, float b) { return a + b; }, total);
+}
 __device__ void RowMaxima(float* partials, const float (&mine)[2],
                           float (&total)[2]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane % 4 == 0) {
-    partials[warp * kHeadRows + lane / 4] = mine[0];
-    partials[warp * kHeadRows + lane / 4 + 8] = mine[1];
-  }
-  __syncthreads();
-  for (int i = 0; i < 2; ++i) {
-    total[i] = -INFINITY;
-    for (int w = 0; w < kWarps; ++w)
-      total[i] = fmaxf(total[i], partials[w * kHeadRows + lane / 4 + 8 * i]);
-  }
-  __syncthreads();
+  AcrossWarps(
+      partials, mine, -INFINITY, [](float a, float b) { return fmaxf(a, b); },
+      total);
 }
 
 // Writes two adjacent bf16 values of a shared row.
@@ -592,8 +575,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 bool Bf16Rows(ConstMatrixView m) {
-  return m.dtype == ElementType::kBF16 && m.stride % 8 == 0 &&
-         AlignedTo(m.data, 16);
+  return ChunkAlignedRows(m, ElementType::kBF16);
 }
 
 LatentArgs ArgsFor(ConstMatrixView q, ConstMatrixView kv, const int32_t* keys,

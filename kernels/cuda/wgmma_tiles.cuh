@@ -10,44 +10,18 @@
 #include <cstdint>
 #include <cute/arch/mma_sm90_desc.hpp>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/tensor.h"
 
 namespace glm::cuda {
 
 constexpr int kSwizzleBytes = 128;  // an atom's row
-constexpr int kChunkBytes = 16;     // a cp.async copy
 constexpr int kAtomChunks = kSwizzleBytes / kChunkBytes;
-
-// Whether the rows of `view` are `type` and copyable in 16-byte chunks: the
-// data 16-byte aligned and the rows a whole number of chunks apart.
-inline bool ChunkAlignedRows(ConstMatrixView view, ElementType type) {
-  return view.dtype == type &&
-         reinterpret_cast<uintptr_t>(view.data) % kChunkBytes == 0 &&
-         view.stride * ElementBytes(type) % kChunkBytes == 0;
-}
 
 // Byte offset of 16-byte chunk c of row r in a tile of `rows` rows.
 __device__ __forceinline__ int SwizzledChunk(int rows, int r, int c) {
   return (c / kAtomChunks) * rows * kSwizzleBytes + r * kSwizzleBytes +
          (((c % kAtomChunks) ^ (r & 7)) * kChunkBytes);
-}
-
-// cp.async of 16 bytes, zero-filled (src not read) when !valid.
-__device__ __forceinline__ void CopyChunk(void* dst, const void* src,
-                                          bool valid) {
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void CommitCopies() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// Waits for this thread's copies but the kPending latest groups.
-template <int kPending>
-__device__ __forceinline__ void WaitCopies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 // Makes this thread's shared-memory writes (its landed copies included)
