@@ -17,9 +17,9 @@ namespace {
 // mma.sync m16n8k16: the heads are the 16 rows; eight warps split a tile's 64
 // keys for the scores (8 each) and the output's columns for the products
 // over keys. In the backward, four warps form the queries' gradient and four
-// the keys' (16 keys each: the product's rows). With one warp per scheduler
-// the products' latencies showed (run2: 1 us a query forward, a quarter of
-// the rows' bandwidth).
+// the keys' (16 keys each: the product's rows). Eight warps ran 10% faster
+// than four (run79 against run78 on an H100: 0.93 against 1.03 us a query
+// forward).
 constexpr int kHeadRows = 16;
 constexpr int kTileKeys = 64;
 constexpr int kWarps = 8;
@@ -66,8 +66,10 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4],
 }
 
 // The key tiles arrive by the copy engine (TMA's bulk copies, one a row),
-// counted on a shared-memory barrier: per-thread 16-byte copies held the
-// gather to 2.3-2.5 TB/s (run78-79) whether the rows came from L2 or memory.
+// counted on a shared-memory barrier, which leaves the threads free of the
+// 36 16-byte copies each a tile asked of them. The forward's rate did not
+// move (2.3-2.5 TB/s of rows with either, run79 on an H100, run80 on an
+// H200, from L2 or from memory alike): what holds it is still to be found.
 __device__ __forceinline__ void InitBarrier(uint64_t* barrier) {
   asm volatile(
       "mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(barrier)));
