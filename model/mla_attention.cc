@@ -117,9 +117,9 @@ View ValueUp(View w, const AttentionSpec& spec, int64_t h) {
   return w.Rows(h * (spec.nope_dim + spec.v_dim) + spec.nope_dim, spec.v_dim);
 }
 
-// Keys and values of all tokens from the chunk's compressed latents.
-// The per-head form's keys and values for the first `per_head` tokens; with
-// fewer than all, every token's latent row too (latent | RoPE(k_rope)).
+// Keys and values from the chunk's compressed latents: the per-head form's for
+// the first `per_head` tokens; with fewer than all, every token's latent row
+// too (latent | RoPE(k_rope)).
 void KeysForward(Backend& backend, const AttentionParameters& p,
                  const AttentionSpec& spec, ConstMatrixView x_chunk,
                  const TokenLayout& layout, AttentionRows& rows,
@@ -173,6 +173,7 @@ void LatentForward(Backend& backend, const AttentionParameters& p,
   const int64_t heads = spec.heads, nope = spec.nope_dim, rope = spec.rope_dim,
                 lora = spec.kv_lora_rank, m = n - from,
                 topk = acts->topk->dim(1);
+  // Written by LinearBackward's dx (added to where that is F32: zeroed).
   acts->query_latent = WrittenInputGradient(backend, {m * heads, lora + rope});
   acts->out_latent =
       Tensor::ForOutput({m * heads, lora}, backend.ActivationType());
