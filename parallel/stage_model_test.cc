@@ -46,12 +46,13 @@ struct Outcome {
 
 // The stages in stage order on one set of weights.
 Outcome RunStages(ModelParameters& params,
-                  const std::vector<StageSlice>& slices, bool bf16) {
+                  const std::vector<StageSlice>& slices, bool bf16,
+                  const LossOptions& options) {
   const std::unique_ptr<Backend> backend = MakeCpuTestBackend(bf16);
   std::vector<StageModel> stages;
   for (const StageSlice& slice : slices) {
     absl::StatusOr<StageModel> stage =
-        StageModel::Create(&params, backend.get(), {}, slice);
+        StageModel::Create(&params, backend.get(), options, slice);
     EXPECT_TRUE(stage.ok()) << stage.status();
     if (!stage.ok()) return {};
     stages.push_back(*std::move(stage));
@@ -95,9 +96,11 @@ void ExpectNear(double actual, double expected, const std::string& what) {
   EXPECT_NEAR(actual, expected, 1e-5 * std::abs(expected) + 1e-12) << what;
 }
 
+// stage_options: the stages' (the whole model runs with the defaults).
 void ExpectStagesMatchModel(const std::string& preset,
                             const std::string& layout, int pp,
-                            bool bf16 = false) {
+                            bool bf16 = false,
+                            const LossOptions& stage_options = {}) {
   SCOPED_TRACE(preset + " " + layout);
   ModelParameters whole = Parameters(preset);
   const std::unique_ptr<Backend> backend = MakeCpuTestBackend(bf16);
@@ -110,7 +113,7 @@ void ExpectStagesMatchModel(const std::string& preset,
   const absl::StatusOr<std::vector<StageSlice>> slices =
       PlanForModel(staged.config(), layout, pp);
   ASSERT_TRUE(slices.ok()) << slices.status();
-  const Outcome outcome = RunStages(staged, *slices, bf16);
+  const Outcome outcome = RunStages(staged, *slices, bf16, stage_options);
   ExpectNear(outcome.lm_loss, expected->lm_loss, "lm loss");
   ExpectNear(outcome.mtp_loss, expected->mtp_loss, "mtp loss");
   ExpectNear(outcome.indexer_loss, expected->indexer_loss, "indexer loss");
@@ -140,6 +143,15 @@ TEST(StageModelTest, TwoStagesMatchTheWholeModel) {
 // The same ops on the same values in the bf16 mode's activations too.
 TEST(StageModelTest, TwoStagesMatchTheWholeModelInBf16Activations) {
   ExpectStagesMatchModel("glm5.2-tiny", "Ett|ttttttmL", 2, /*bf16=*/true);
+}
+
+// Stages whose queries from the sixth on attend in the latent space: the whole
+// model's per-head losses and gradients to fp32 rounding.
+TEST(StageModelTest, TwoStagesWithLatentQueriesMatchTheWholeModel) {
+  LossOptions latent;
+  latent.latent_attention_from = 5;
+  ExpectStagesMatchModel("glm5.2-tiny", "Ett|ttttttmL", 2, /*bf16=*/false,
+                         latent);
 }
 
 TEST(StageModelTest, EmbeddingOnlyAndEmptyStagesMatchTheWholeModel) {
