@@ -154,7 +154,6 @@ void KeysForward(Backend& backend, const AttentionParameters& p,
   }
   acts->kv = Tensor::ForOutput({per_head, heads * (nope + vdim)}, type);
   acts->key = Tensor::ForOutput({per_head * heads, spec.qk_dim()}, type);
-  if (per_head == 0) return;
   backend.Linear(acts->latent.Matrix().Rows(0, per_head),
                  p.kv_b_proj.value.Matrix(), acts->kv.Matrix(), false);
   ConstMatrixView kv_rows = acts->kv.Matrix().SplitRows(heads);
@@ -333,16 +332,14 @@ void AttentionForward(Backend& backend, const AttentionParameters& p,
   const int64_t topk = acts->topk->dim(1);
   acts->attn = Tensor::ForOutput({n, heads * vdim}, backend.ActivationType());
   acts->lse = Tensor::ForOutput({n * heads});
-  if (latent_from > 0) {
-    const int64_t keys = acts->key.dim(0) / heads;
-    backend.SparseAttentionForward(
-        acts->query.Matrix().Rows(0, latent_from * heads), acts->key.Matrix(),
-        acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
-        acts->topk->data(), topk, FullQueries(layout, latent_from, keys, topk),
-        heads, Scale(spec),
-        acts->attn.Matrix().Rows(0, latent_from).SplitRows(heads),
-        acts->lse.data());
-  }
+  const int64_t keys = acts->key.dim(0) / heads;
+  backend.SparseAttentionForward(
+      acts->query.Matrix().Rows(0, latent_from * heads), acts->key.Matrix(),
+      acts->kv.Matrix().SplitRows(heads).Columns(nope, vdim),
+      acts->topk->data(), topk, FullQueries(layout, latent_from, keys, topk),
+      heads, Scale(spec),
+      acts->attn.Matrix().Rows(0, latent_from).SplitRows(heads),
+      acts->lse.data());
   if (latent_from < n) LatentForward(backend, p, spec, latent_from, n, acts);
   if (rows.parallel.tp() > 1) {
     // Row-parallel o_proj: each rank holds a part of every output.
@@ -409,18 +406,15 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   const bool loss_here =
       HasIndexerLoss(p, spec) && spec.indexer_loss_in_backward;
   Tensor head_sum = loss_here ? Tensor::ForOutput({n, topk}) : Tensor();
-  if (latent_from > 0) {
-    backend.SparseAttentionBackward(
-        acts.query.Matrix().Rows(0, latent_from * heads), acts.key.Matrix(),
-        acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim),
-        acts.topk->data(), topk,
-        FullQueries(layout, latent_from, per_head, topk), heads, Scale(spec),
-        acts.attn.Matrix().Rows(0, latent_from).SplitRows(heads),
-        acts.lse.data(), dattn.Matrix().Rows(0, latent_from).SplitRows(heads),
-        dquery.Matrix().Rows(0, latent_from * heads), dkey.Matrix(),
-        dkv_rows.Columns(nope, vdim),
-        RowsOrEmpty(head_sum.Matrix(), 0, latent_from));
-  }
+  backend.SparseAttentionBackward(
+      acts.query.Matrix().Rows(0, latent_from * heads), acts.key.Matrix(),
+      acts.kv.Matrix().SplitRows(heads).Columns(nope, vdim), acts.topk->data(),
+      topk, FullQueries(layout, latent_from, per_head, topk), heads,
+      Scale(spec), acts.attn.Matrix().Rows(0, latent_from).SplitRows(heads),
+      acts.lse.data(), dattn.Matrix().Rows(0, latent_from).SplitRows(heads),
+      dquery.Matrix().Rows(0, latent_from * heads), dkey.Matrix(),
+      dkv_rows.Columns(nope, vdim),
+      RowsOrEmpty(head_sum.Matrix(), 0, latent_from));
   // The latent queries' gradient of every token's latent row (F32).
   Tensor dkv_latent;
   if (latent_from < n) {
@@ -439,10 +433,8 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   // latent rows' gradient added to both.
   backend.Copy(dkey.Matrix().Columns(0, nope), dkv_rows.Columns(0, nope));
   Tensor dk_rope({all, rope});
-  if (per_head > 0) {
-    backend.SumRowGroups(dkey.Matrix().Columns(nope, rope), heads,
-                         dk_rope.Matrix().Rows(0, per_head));
-  }
+  backend.SumRowGroups(dkey.Matrix().Columns(nope, rope), heads,
+                       dk_rope.Matrix().Rows(0, per_head));
   Tensor dkv_a({all, lora + rope}), dlatent({all, lora});
   if (!dkv_latent.empty()) {
     backend.Axpy(1.f, dkv_latent.Matrix().Columns(lora, rope),
@@ -451,12 +443,10 @@ void AttentionBackward(Backend& backend, AttentionParameters& p,
   }
   backend.RopeBackward(dk_rope.Matrix(), layout.op_positions.data(), 1,
                        spec.rope_theta, dkv_a.Matrix().Columns(lora, rope));
-  if (per_head > 0) {
-    backend.LinearBackward(acts.latent.Matrix().Rows(0, per_head),
-                           p.kv_b_proj.value.Matrix(), dkv.Matrix(),
-                           dlatent.Matrix().Rows(0, per_head),
-                           p.kv_b_proj.grad.Matrix());
-  }
+  backend.LinearBackward(acts.latent.Matrix().Rows(0, per_head),
+                         p.kv_b_proj.value.Matrix(), dkv.Matrix(),
+                         dlatent.Matrix().Rows(0, per_head),
+                         p.kv_b_proj.grad.Matrix());
   backend.RmsNormBackward(acts.kv_a.Matrix().Columns(0, lora),
                           p.kv_a_layernorm.value.data(), acts.kv_a_rstd.data(),
                           dlatent.Matrix(), {}, dkv_a.Matrix().Columns(0, lora),
