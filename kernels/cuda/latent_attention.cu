@@ -177,6 +177,19 @@ __device__ void LoadHeadRows(const ConstMatrixView& m, int64_t first_row,
   }
 }
 
+// Key token of the tile's column `col` (-1 for none).
+__device__ __forceinline__ int32_t TileKey(const LatentArgs& a,
+                                           const int32_t* keys, int tile,
+                                           int col) {
+  const int slot = tile * kTileKeys + col;
+  return slot < a.topk ? keys[slot] : -1;
+}
+
+// Key tiles of a query: ceil(topk / 64).
+__device__ __forceinline__ int TileCount(const LatentArgs& a) {
+  return (a.topk + kTileKeys - 1) / kTileKeys;
+}
+
 // Warp 0 starts key tile `tile` (slots [64 tile, 64 tile + 64)) into shared
 // buffer `to`, its arrival counted on `barrier`: a bulk copy per selected
 // row; a -1 slot, or one past topk, gets a zero row (stored by the lane, made
@@ -188,12 +201,10 @@ __device__ void IssueKeyTile(const LatentArgs& a, const int32_t* keys, int tile,
   int32_t key[kTileKeys / 32];
   int valid = 0;
   for (int i = 0; i < kTileKeys / 32; ++i) {
-    const int slot = tile * kTileKeys + lane + 32 * i;
-    key[i] = slot < a.topk ? keys[slot] : -1;
+    key[i] = TileKey(a, keys, tile, lane + 32 * i);
     valid += key[i] >= 0;
   }
-  for (int offset = 16; offset > 0; offset /= 2)
-    valid += __shfl_xor_sync(0xffffffffu, valid, offset);
+  valid = WarpSum(valid);
   for (int i = 0; i < kTileKeys / 32; ++i) {
     if (key[i] >= 0) continue;
     uint4* row = reinterpret_cast<uint4*>(to + (lane + 32 * i) * ld);
@@ -208,14 +219,6 @@ __device__ void IssueKeyTile(const LatentArgs& a, const int32_t* keys, int tile,
     BulkCopy(to + (lane + 32 * i) * ld, &Bf16At(a.kv, key[i], 0), row_bytes,
              barrier);
   }
-}
-
-// Key token of the tile's column `col` (-1 for none).
-__device__ __forceinline__ int32_t TileKey(const LatentArgs& a,
-                                           const int32_t* keys, int tile,
-                                           int col) {
-  const int slot = tile * kTileKeys + col;
-  return slot < a.topk ? keys[slot] : -1;
 }
 
 // The warp's scores: rows(a) . tile rows for its 8 tile keys [8 warp, 8 warp +
@@ -334,6 +337,13 @@ __device__ __forceinline__ void StorePair(bf16* at, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(a, b);
 }
 
+// The warp's four values of a [head][tile key] score tile (ScoreCol's
+// columns), in bf16.
+__device__ __forceinline__ void StoreScores(bf16* tile, const float (&v)[4]) {
+  StorePair(tile + FragmentRow(0) * kTileLd + ScoreCol(0), v[0], v[1]);
+  StorePair(tile + FragmentRow(2) * kTileLd + ScoreCol(0), v[2], v[3]);
+}
+
 // Starts the query's loads: its keys, its head rows, and key tile 0.
 __device__ void StartQuery(const LatentArgs& a, const Shared& s, int q_ld,
                            int64_t t) {
@@ -372,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Shared s = Carve(shared, layout);
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, q_ld = layout.q_ld;
-  const int tiles = (a.topk + kTileKeys - 1) / kTileKeys;
+  const int tiles = TileCount(a);
   constexpr int kValueTiles = kMaxDv / kWarps / 8;  // n8 tiles of a warp
   const int value_tiles = a.dv / kWarps / 8, value_col0 = warp * a.dv / kWarps;
   StartQuery(a, s, q_ld, t);
@@ -406,8 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       p[e] = exp2f(score[e] - base[e / 2]);
       row_sum[e / 2] += p[e];
     }
-    StorePair(s.probs + FragmentRow(0) * kTileLd + ScoreCol(0), p[0], p[1]);
-    StorePair(s.probs + FragmentRow(2) * kTileLd + ScoreCol(0), p[2], p[3]);
+    StoreScores(s.probs, p);
 #pragma unroll
     for (int nt = 0; nt < kValueTiles; ++nt) {
       for (int e = 0; e < 4; ++e) o[nt][e] *= rescale[e / 2];
@@ -515,7 +524,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int q_ld = layout.q_ld, dout_ld = layout.dout_ld;
-  const int tiles = (a.topk + kTileKeys - 1) / kTileKeys;
+  const int tiles = TileCount(a);
   // n8 tiles of a dq warp's columns.
   constexpr int kQueryTiles = kMaxD / kGradientWarps / 8;
   const bool dq_warp = warp < kGradientWarps;
@@ -540,10 +549,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       p[e] = valid ? exp2f(score[e] * a.scale * kLog2e - lse2[row]) : 0.f;
       ds[e] = p[e] * (dprob[e] - out_dot[row]) * a.scale;
     }
-    StorePair(s.probs + FragmentRow(0) * kTileLd + ScoreCol(0), p[0], p[1]);
-    StorePair(s.probs + FragmentRow(2) * kTileLd + ScoreCol(0), p[2], p[3]);
-    StorePair(s.dscores + FragmentRow(0) * kTileLd + ScoreCol(0), ds[0], ds[1]);
-    StorePair(s.dscores + FragmentRow(2) * kTileLd + ScoreCol(0), ds[2], ds[3]);
+    StoreScores(s.probs, p);
+    StoreScores(s.dscores, ds);
     if (want_weights) {
       // The heads' sum per key: the fragment's two rows, then the eight
       // lanes that share the column, in a fixed butterfly.
