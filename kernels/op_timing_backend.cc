@@ -52,6 +52,17 @@ OpTimingBackend::OpHook& TheOpHook() {
   return *hook;
 }
 
+// The attention's products over `topk` slots of every query row (q
+// [rows, dqk], values dv wide), either form. Forward: the scores (q.k) and
+// the weighted sum (p.v). Backward: twice the forward's products (dq, dk from
+// dscores; dv, dprobs from dout) and the recomputed scores.
+double AttentionForwardFlops(ConstMatrixView q, int64_t topk, int64_t dv) {
+  return 2.0 * q.rows * topk * (q.cols + dv);
+}
+double AttentionBackwardFlops(ConstMatrixView q, int64_t topk, int64_t dv) {
+  return 2.0 * q.rows * topk * (3 * q.cols + 2 * dv);
+}
+
 }  // namespace
 
 void OpTimingBackend::SetOpHook(OpHook hook) { TheOpHook() = std::move(hook); }
@@ -380,26 +391,23 @@ void OpTimingBackend::LinearCrossEntropy(ConstMatrixView x, ConstMatrixView w,
         });
 }
 
-// Scores (q.k) and the weighted sum (p.v) for every query, head and slot.
 void OpTimingBackend::SparseAttentionForward(
     ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
     const int32_t* keys, int64_t topk, int64_t full_queries, int64_t heads,
     float scale, MatrixView out, float* lse) {
-  const double flops = 2.0 * q.rows * topk * (q.cols + v.cols);
+  const double flops = AttentionForwardFlops(q, topk, v.cols);
   Timed(absl::StrCat("SparseAttentionForward topk ", topk), Flops(flops), [&] {
     timed_->SparseAttentionForward(q, k, v, keys, topk, full_queries, heads,
                                    scale, out, lse);
   });
 }
 
-// Twice the forward's products (dq, dk from dscores; dv, dprobs from dout)
-// and the recomputed scores.
 void OpTimingBackend::SparseAttentionBackward(
     ConstMatrixView q, ConstMatrixView k, ConstMatrixView v,
     const int32_t* keys, int64_t topk, int64_t full_queries, int64_t heads,
     float scale, ConstMatrixView out, const float* lse, ConstMatrixView dout,
     MatrixView dq, MatrixView dk, MatrixView dv, MatrixView key_weights) {
-  const double flops = 2.0 * q.rows * topk * (3 * q.cols + 2 * v.cols);
+  const double flops = AttentionBackwardFlops(q, topk, v.cols);
   Timed(absl::StrCat("SparseAttentionBackward topk ", topk,
                      key_weights.empty() ? "" : " with key weights"),
         Flops(flops), [&] {
@@ -419,13 +427,14 @@ void OpTimingBackend::SparseAttentionKeyWeights(
   });
 }
 
-// The per-head form's products with every head reading the shared rows.
+// The same products as the per-head form's, every head reading the shared
+// rows.
 void OpTimingBackend::LatentAttentionForward(ConstMatrixView q,
                                              ConstMatrixView kv,
                                              const int32_t* keys, int64_t topk,
                                              int64_t heads, float scale,
                                              MatrixView out, float* lse) {
-  const double flops = 2.0 * q.rows * topk * (q.cols + out.cols);
+  const double flops = AttentionForwardFlops(q, topk, out.cols);
   Timed(absl::StrCat("LatentAttentionForward topk ", topk), Flops(flops), [&] {
     timed_->LatentAttentionForward(q, kv, keys, topk, heads, scale, out, lse);
   });
@@ -436,7 +445,7 @@ void OpTimingBackend::LatentAttentionBackward(
     int64_t heads, float scale, ConstMatrixView out, const float* lse,
     ConstMatrixView dout, MatrixView dq, MatrixView dkv,
     MatrixView key_weights) {
-  const double flops = 2.0 * q.rows * topk * (3 * q.cols + 2 * out.cols);
+  const double flops = AttentionBackwardFlops(q, topk, out.cols);
   Timed(absl::StrCat("LatentAttentionBackward topk ", topk,
                      key_weights.empty() ? "" : " with key weights"),
         Flops(flops), [&] {
