@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "base/command_flags.h"
 #include "cli/plan_report.h"
+#include "model/mla_attention.h"
 #include "planner/evaluation.h"
 #include "planner/search.h"
 
@@ -49,6 +50,10 @@ CommandFlags DeclareFlags() {
   flags.Add("logits-chunk",
             "tokens whose logits exist at once (0: the whole micro batch)",
             "0");
+  flags.Add("latent-attention-from",
+            "this trainer's first query of a micro batch in MLA's latent "
+            "form (a worker's GLM_LATENT_ATTENTION_FROM; 0: never)",
+            absl::StrCat(kDefaultLatentAttentionFrom));
   // The cluster.
   flags.Add("cluster", "h100, h200, gb200 or cpu", "h100");
   flags.Add("world", "devices (ranks)");
@@ -105,7 +110,8 @@ absl::Status TrainingOf(const CommandFlags& flags, PlanJob* job) {
         flags.GetInt("global-batch", &job->global_batch_size),
         flags.GetInt("micro-batch", &job->micro_batch_size),
         flags.GetDouble("routing-imbalance", &job->routing_imbalance),
-        flags.GetInt("logits-chunk", &job->logits_chunk_tokens)}) {
+        flags.GetInt("logits-chunk", &job->logits_chunk_tokens),
+        flags.GetInt("latent-attention-from", &job->latent_attention_from)}) {
     if (!status.ok()) return status;
   }
   job->distributed_optimizer = flags.GetBool("distributed-optimizer");

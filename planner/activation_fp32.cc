@@ -65,27 +65,66 @@ bool HasIndexer(const ModelConfig& m, int layer) {
   return m.index_sharing.IsComputingLayer(layer);
 }
 
-// AttentionActivations (model/mla_attention.h, model/indexer.h).
+// Whether `layer` forms its indexer loss in its forward, as Forward and the
+// pipeline stages do; under recomputation a step forms it in the layer's
+// backward (GlmModel::ForwardLoaded), the MTP layer's included.
+bool IndexerLossInForward(const PlanJob& job, int layer) {
+  return HasIndexer(job.model, layer) && job.recompute != Recompute::kFull;
+}
+
+// IndexerLossGradients (model/indexer.h): the indexer queries', keys' and
+// head weights'.
+void AddIndexerLossGradients(const Dims& d, const TokenShare& t, Terms* terms) {
+  terms->Add("indexer loss gradients (queries, keys, head weights)",
+             t.chunk * d.index_heads * (d.index_dim + 1) + t.all * d.index_dim);
+}
+
+// The queries of `layer` that attend in MLA's latent form (LatentFrom in
+// model/mla_attention.cc): the micro batch's from latent_attention_from on,
+// on one rank without tensor or context parallelism, in layers that do not
+// form the indexer loss in their forward.
+int64_t LatentQueries(const PlanJob& job, const Split& split, int layer) {
+  if (job.latent_attention_from <= 0 || split.tp > 1 || split.cp > 1 ||
+      IndexerLossInForward(job, layer)) {
+    return 0;
+  }
+  return std::max<int64_t>(
+      0, TokenShareOf(job, split).chunk - job.latent_attention_from);
+}
+
+// AttentionActivations (model/mla_attention.h, model/indexer.h); `latent`
+// of the chunk's queries in the latent form, whose tokens get no per-head
+// keys and values. An indexer keeps its loss's gradients when the forward
+// formed it.
 void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
-                  Terms* terms) {
-  const int64_t c = t.chunk, all = t.all;
+                  bool loss_in_forward, int64_t latent, Terms* terms) {
+  const int64_t c = t.chunk, all = t.all, per_head = all - latent;
   if (d.tp_split) terms->Add("attention input gathered over tp", c * d.hidden);
   terms->Add("q_a, its norm and q_resid", c * (2 * d.q_lora + 1));
   terms->Add("per-head queries (q_b_proj's output, RoPE'd in place)",
              c * d.heads * d.qk);
   terms->Add("kv_a and its norm", all * (d.kv_lora + d.rope + 1));
   terms->Add("kv latent", all * d.kv_lora);
-  terms->Add("kv (per-head keys and values)", all * d.heads * (d.nope + d.v));
-  terms->Add("RoPE'd keys", all * d.heads * d.qk);
+  terms->Add("kv (per-head keys and values)",
+             per_head * d.heads * (d.nope + d.v));
+  terms->Add("RoPE'd keys", per_head * d.heads * d.qk);
+  if (latent > 0) {
+    terms->Add("latent key rows (kv latent | RoPE'd k_rope)",
+               all * (d.kv_lora + d.rope));
+    terms->Add("latent queries (q_nope W_UK | RoPE'd q_rope)",
+               latent * d.heads * (d.kv_lora + d.rope));
+    terms->Add("latent attention output", latent * d.heads * d.kv_lora);
+  }
   terms->Add("attention output", c * d.heads * d.v);
   terms->Add("attention log-sum-exp", c * d.heads);
   if (!indexer) return;
   const int64_t iq = c * d.index_heads * d.index_dim;
-  terms->Add("indexer queries (raw, RoPE'd, gradient)", 3 * iq);
+  terms->Add("indexer queries (raw, RoPE'd)", 2 * iq);
   terms->Add("indexer keys (raw, normed, statistics)",
              c * (2 * d.index_dim + 2));
-  terms->Add("indexer keys (RoPE'd, gradient)", 2 * all * d.index_dim);
-  terms->Add("indexer head weights and gradient", 2 * c * d.index_heads);
+  terms->Add("indexer keys (RoPE'd)", all * d.index_dim);
+  terms->Add("indexer head weights", c * d.index_heads);
+  if (loss_in_forward) AddIndexerLossGradients(d, t, terms);
   terms->Add("top-k key indices", c * t.topk);
 }
 
@@ -137,7 +176,8 @@ void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
   const Dims d(m, split);
   const TokenShare t = TokenShareOf(job, split);
   terms->Add("attention norm", t.local * (d.hidden + 1));
-  AddAttention(d, t, HasIndexer(m, layer), terms);
+  AddAttention(d, t, HasIndexer(m, layer), IndexerLossInForward(job, layer),
+               LatentQueries(job, split, layer), terms);
   terms->Add("attention residual and MLP norm", t.local * (2 * d.hidden + 1));
   AddMlp(d, t, layer > m.num_hidden_layers || m.IsMoeLayer(layer), split.ep,
          terms);
@@ -236,12 +276,23 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
     mlp.Add("MLP backward", c * 3 * d.dense_inter);
     if (d.tp_split) mlp.Add("MLP chunk gradients", 2 * c * d.hidden);
   }
+  const int64_t latent = LatentQueries(job, split, layer),
+                per_head = all - latent;
   Terms attention;
   attention.Add("layer gradients (dmlp_in, dh_mid, dattn_in)",
                 3 * n * d.hidden);
   attention.Add("attention output, query and key gradients",
-                c * d.heads * (d.v + d.qk) + all * d.heads * d.qk);
-  attention.Add("kv gradient", all * d.heads * (d.nope + d.v));
+                c * d.heads * (d.v + d.qk) + per_head * d.heads * d.qk);
+  attention.Add("kv gradient", per_head * d.heads * (d.nope + d.v));
+  if (latent > 0) {
+    attention.Add("latent key rows' gradient", all * (d.kv_lora + d.rope));
+  }
+  if (HasIndexer(m, layer) && !IndexerLossInForward(job, layer)) {
+    // The loss formed here: its target, summed from the attention's
+    // probabilities, and its gradients.
+    attention.Add("indexer loss target", c * t.topk);
+    AddIndexerLossGradients(d, t, &attention);
+  }
   if (d.tp_split) attention.Add("attention chunk gradients", 2 * c * d.hidden);
   // After the sparse attention's score gradients are freed: the latent and
   // query chains (and the indexer's weight gradients).
@@ -255,13 +306,17 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
                c * (d.index_heads * (1 + d.index_dim) + 2 * d.index_dim));
   }
   const std::vector<MemoryTerm> chain = chains.Take();
-  const int64_t scores = c * d.heads * t.topk;
-  if (TotalBytes(chain) > kElementBytes * 2 * scores) {
-    attention.Append(chain);
-  } else {
-    attention.AddHost("attention probabilities and score gradients",
-                      2 * scores);
+  // While the attention's score gradients exist: the latent queries' output
+  // and query gradients beside them (LatentBackward).
+  Terms attending;
+  attending.AddHost("attention probabilities and score gradients",
+                    2 * c * d.heads * t.topk);
+  if (latent > 0) {
+    attending.Add("latent output and query gradients",
+                  latent * d.heads * (2 * d.kv_lora + d.rope));
   }
+  const std::vector<MemoryTerm> scores = attending.Take();
+  attention.Append(TotalBytes(chain) > TotalBytes(scores) ? chain : scores);
   std::vector<MemoryTerm> a = attention.Take(), b = mlp.Take();
   return TotalBytes(a) >= TotalBytes(b) ? a : b;
 }
@@ -292,7 +347,7 @@ std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
   bool indexer = false;
   for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
        ++layer) {
-    indexer |= HasIndexer(job.model, layer);
+    indexer |= IndexerLossInForward(job, layer);
   }
   Terms terms;
   if (indexer) {

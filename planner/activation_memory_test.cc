@@ -21,6 +21,8 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "model/glm_model.h"
+#include "model/mla_attention.h"
+#include "model/step_totals.h"
 #include "model/token_parallel.h"
 #include "parallel/gloo_collectives.h"
 #include "parallel/rank_tensors.h"
@@ -58,7 +60,8 @@ Batch BatchOf(const PlanJob& job) {
 
 // What a training step asks of the model: losses and expert loads only,
 // the heads' losses fused (training/trainer.cc's StepLossOptions), layers
-// recomputed when the job says so.
+// recomputed when the job says so, queries in the latent form from where it
+// says.
 LossOptions Losses(const PlanJob& job) {
   LossOptions options;
   options.indexer_loss_coeff = 0.001f;
@@ -66,6 +69,7 @@ LossOptions Losses(const PlanJob& job) {
   options.record_selections = false;
   options.fuse_head_loss = true;
   options.recompute_layers = job.recompute == Recompute::kFull;
+  options.latent_attention_from = job.latent_attention_from;
   return options;
 }
 
@@ -76,7 +80,11 @@ Measured MeasureOneModel(const PlanJob& job) {
   params.InitRandom(3);
   CountingCpuBackend backend;
   GlmModel model(&params, &backend, Losses(job));
-  absl::StatusOr<ForwardResult> result = model.Forward(BatchOf(job));
+  // A step's totals, as the trainer passes them (under recomputation each
+  // layer's indexer loss is then formed in its backward); in host memory,
+  // apart from the activations counted.
+  StepTotals step(nullptr);
+  absl::StatusOr<ForwardResult> result = model.Forward(BatchOf(job), &step);
   EXPECT_TRUE(result.ok()) << result.status();
   Measured measured;
   measured.kept = backend.counter().bytes_in_use();
@@ -124,13 +132,15 @@ void ExpectMatches(const Measured& measured,
   EXPECT_NEAR(measured.peak, peak, 0.05 * peak) << where << ": peak";
 }
 
-PlanJob Job(const std::string& preset, int64_t seq, int64_t micro_batch) {
+PlanJob Job(const std::string& preset, int64_t seq, int64_t micro_batch,
+            int64_t latent_attention_from = kDefaultLatentAttentionFrom) {
   PlanJob job;
   job.model = *PresetConfig(preset);
   job.precision = Precision::kFp32;
   job.seq_length = seq;
   job.micro_batch_size = micro_batch;
   job.global_batch_size = micro_batch;
+  job.latent_attention_from = latent_attention_from;
   return job;
 }
 
@@ -248,8 +258,10 @@ Measured MeasureTokenParallelRank(const PlanJob& job, const SplitPlan& plan,
   return measured;
 }
 
+// Latent queries asked for (from the 40th): tensor and context ranks keep the
+// per-head form.
 TEST(ActivationMemoryTest, TokenParallelRanksMatchWhatTheyAllocate) {
-  const PlanJob job = Job("glm5.2-tiny", 64, 2);
+  const PlanJob job = Job("glm5.2-tiny", 64, 2, 40);
   for (const auto& [tp, cp] : {std::pair<int, int>{2, 1}, {1, 2}, {2, 2}}) {
     Split split;
     split.tp = tp;
@@ -272,6 +284,44 @@ TEST(ActivationMemoryTest, TokenParallelRanksMatchWhatTheyAllocate) {
       ExpectMatches(ranks[rank], *predicted,
                     absl::StrCat(SplitName(*plan), " rank ", rank));
     }
+  }
+}
+
+// Queries from latent_attention_from on in the latent form (a micro batch of
+// 2 x 64 tokens from its 40th query on): the layers without an indexer,
+// every layer when they are recomputed (the indexer loss then formed in the
+// backward), none when the form is off; and under tensor or context
+// parallelism, none.
+TEST(ActivationMemoryTest, LatentQueriesMatchWhatTheModelAllocates) {
+  for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
+    for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+      for (const int64_t from : {int64_t{40}, int64_t{0}}) {
+        PlanJob job = Job(preset, 64, 2, from);
+        job.recompute = recompute;
+        const Split one;
+        absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        absl::StatusOr<StageActivationBytes> predicted =
+            StageActivationMemory(job, one, plan->stages[0]);
+        ASSERT_TRUE(predicted.ok()) << predicted.status();
+        ExpectMatches(MeasureOneModel(job), *predicted,
+                      absl::StrCat(preset, " latent from ", from, " ",
+                                   RecomputeName(recompute)));
+      }
+    }
+  }
+  const PlanJob job = Job("glm5.2-tiny", 64, 2, 40);
+  Split split;
+  split.pp = 4;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 4, split);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const StageSlice& stage : plan->stages) {
+    absl::StatusOr<StageActivationBytes> predicted =
+        StageActivationMemory(job, split, stage);
+    ASSERT_TRUE(predicted.ok());
+    ExpectMatches(
+        MeasureStage(job, *plan, stage), *predicted,
+        absl::StrCat("latent from 40, ", StageName(stage.stage, split.pp)));
   }
 }
 

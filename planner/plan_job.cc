@@ -87,6 +87,11 @@ absl::Status ValidatePlanJob(const PlanJob& job) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--logits-chunk: must be >= 0, got ", job.logits_chunk_tokens));
   }
+  if (job.latent_attention_from < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--latent-attention-from: must be >= 0 (0: never), got ",
+                     job.latent_attention_from));
+  }
   if (job.overlap_grad_reduce &&
       (job.kind == TrainingKind::kLora || !IsTrainerStore(job.precision))) {
     return absl::InvalidArgumentError(

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/mla_attention.h"
 #include "training/lora.h"
 
 namespace glm {
@@ -77,6 +78,10 @@ struct PlanJob {
   double routing_imbalance = 1.0;
   // Tokens whose logits exist at once (0: the micro batch's, in one piece).
   int64_t logits_chunk_tokens = 0;
+  // This trainer's micro batch queries from this token on attend in MLA's
+  // latent form (AttentionSpec::latent_from, model/mla_attention.h; a
+  // worker's GLM_LATENT_ATTENTION_FROM; 0: never).
+  int64_t latent_attention_from = kDefaultLatentAttentionFrom;
 
   int64_t micro_batches() const { return global_batch_size / micro_batch_size; }
   int64_t tokens_per_micro_batch() const {
