@@ -525,7 +525,7 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                      MatrixView dik, MatrixView dw, double* sum) override {
     CheckF32("CudaBackend::IndexerKlLoss", {iq, ik, w, target, diq, dik, dw});
     cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, target, coeff, diq,
-                        dik, dw, kept, loss_);
+                        dik, dw, kept, options_.atomic_sums, loss_);
     cuda::AddQuotient(*this, loss_, 1.0, sum);
   }
   void RefreshComputeCopies(

@@ -31,9 +31,11 @@ struct CudaBackendOptions {
   // false keeps the heuristic's first choice (a job's training.deterministic).
   bool time_product_algorithms = false;
   // Whether ops may sum with atomics, in an order that varies between runs
-  // (the latent attention's key gradient: kernels/cuda/latent_attention.cuh);
-  // false keeps every sum in a fixed order, and the latent attention's
-  // backward runs the per-head form (a job's training.deterministic).
+  // (the latent attention's key gradient: kernels/cuda/latent_attention.cuh;
+  // the sparse indexer loss's: kernels/cuda/indexer_sparse_loss.cuh); false
+  // keeps every sum in a fixed order: the latent attention's backward runs
+  // the per-head form and the indexer loss its sorted per-query path (a
+  // job's training.deterministic).
   bool atomic_sums = true;
 };
 

@@ -105,6 +105,14 @@ __device__ __forceinline__ void ForEachElement(int64_t rows, int64_t cols,
   }
 }
 
+// x rounded to TF32 (to nearest, ties away from zero), as cuBLAS's TF32
+// products read their fp32 operands.
+__device__ __forceinline__ float RoundTf32(float x) {
+  uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(x));
+  return __uint_as_float(bits);
+}
+
 // Whether `p` is a multiple of `bytes` (a vector access's alignment).
 __host__ __device__ __forceinline__ bool AlignedTo(const void* p,
                                                    uintptr_t bytes) {

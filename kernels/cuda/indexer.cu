@@ -2,7 +2,6 @@
 #include <cassert>
 #include <climits>
 #include <cmath>
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
@@ -11,6 +10,8 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/indexer_scores.cuh"
+#include "kernels/cuda/indexer_slot_loss.cuh"
+#include "kernels/cuda/indexer_sparse_loss.cuh"
 #include "kernels/cuda/linear.cuh"
 
 namespace glm::cuda {
@@ -388,39 +389,6 @@ int PowerOfTwoAtLeast(int64_t n) {
 
 // ---- KL loss ----
 
-constexpr int kKlThreads = 256;
-
-// Inputs shared by the loss kernels. The per-chunk score gradients live in
-// dot_grad [chunk, heads, topk] (first the dots, then d loss / d dot).
-struct KlProblem {
-  ConstMatrixView iq, ik, w, target;  // target [n, topk]
-  const int32_t* keys;                // [n, topk]
-  int topk, heads;
-  float scale, grad_scale;
-};
-
-// Reduces `value` over the block with `op`; every thread gets the result.
-// CUB's block reduction has a fixed tree, so the result is deterministic.
-template <typename Op>
-__device__ double BlockAllReduce(double value, Op op) {
-  using Reduce = cub::BlockReduce<double, kKlThreads>;
-  __shared__ typename Reduce::TempStorage storage;
-  __shared__ double result;
-  const double total = Reduce(storage).Reduce(value, op);
-  if (threadIdx.x == 0) result = total;
-  __syncthreads();
-  const double broadcast = result;
-  __syncthreads();  // the next call reuses storage and result
-  return broadcast;
-}
-
-struct MaxOp {
-  __device__ double operator()(double a, double b) const { return fmax(a, b); }
-};
-struct SumOp {
-  __device__ double operator()(double a, double b) const { return a + b; }
-};
-
 // dots[h][j] = iq[t,h] . ik[keys[t][j]] for query t = t0 + blockIdx.y and
 // slots j of tile blockIdx.x (-1 slots give 0), bitwise as the CPU's.
 __global__ void DotsKernel(KlProblem p, int64_t t0, float* dot_grad) {
@@ -484,39 +452,6 @@ __device__ float SlotScore(const KlProblem& p, const float* weights, Dot dot) {
     score = MulAdd(weights[h], fmaxf(p.scale * dot(h), 0.f), score);
   }
   return score;
-}
-
-// Query t's loss from its selected slots' scores z[j] (published to the
-// block): writes row_loss[t] and replaces each z[j] by grad_scale * d KL /
-// d z_j. target: topk floats of shared memory (the fp32 targets, widened
-// where they are used). Ends with a barrier.
-__device__ void SlotLoss(const KlProblem& p, int64_t t, const int32_t* selected,
-                         float* target, float* z, double* row_loss) {
-  double max = -INFINITY, mass = 0;
-  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
-    if (selected[j] < 0) continue;
-    target[j] = RowOf(p.target, t)[j];
-    max = fmax(max, static_cast<double>(z[j]));
-    mass += target[j];
-  }
-  max = BlockAllReduce(max, MaxOp());
-  mass = BlockAllReduce(mass, SumOp());
-  double sum = 0;
-  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
-    if (selected[j] >= 0) sum += exp(z[j] - max);
-  }
-  const double log_sum = max + log(BlockAllReduce(sum, SumOp()));
-  double loss = 0;
-  for (int j = threadIdx.x; j < p.topk; j += kKlThreads) {
-    if (selected[j] < 0) continue;
-    const double log_p = z[j] - log_sum;
-    const double q = static_cast<double>(target[j]) / mass;
-    if (q > 0) loss += q * (log(q) - log_p);
-    // d KL / d z_j = p_j - q_j (q sums to one); z[j] now holds it, scaled.
-    z[j] = p.grad_scale * static_cast<float>(exp(log_p) - q);
-  }
-  loss = BlockAllReduce(loss, SumOp());  // its barrier publishes z
-  if (threadIdx.x == 0) row_loss[t] = loss;
 }
 
 // One block per query t = t0 + blockIdx.x, after DotsKernel: its loss into
@@ -1119,7 +1054,8 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
                    MatrixView diq, MatrixView dik, MatrixView dw,
-                   const KeptIndexerScores* kept, double* loss) {
+                   const KeptIndexerScores* kept, bool atomic_sums,
+                   double* loss) {
   const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
   assert(iq.rows == n * heads && iq.cols == dim);
   assert(heads > 0 && heads <= kMaxHeads && topk > 0 && topk <= kMaxTopK);
@@ -1143,6 +1079,14 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
     return;
   }
   cudaStream_t stream = ctx.stream();
+  if (ctx.precision() == Precision::kBf16 && atomic_sums &&
+      SparseIndexerLossSupported(iq, ik, dik, heads, topk)) {
+    auto* row_loss = static_cast<double*>(ctx.Scratch(n * sizeof(double)));
+    SparseIndexerLoss(ctx, p, n, diq, dik, dw, row_loss);
+    LossKernel<<<1, kKlThreads, 0, stream>>>(row_loss, n, coeff, loss);
+    GLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const KlPlan plan = PlanKl(n, ik.rows, dim, topk, heads, !dik.empty());
   auto* scratch = static_cast<char*>(ctx.Scratch(plan.total));
   auto* row_loss = reinterpret_cast<double*>(scratch + plan.row_loss);

@@ -46,19 +46,25 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
 // [nk, d] and dw [n, heads]; an empty view is not computed. The scores are
 // bitwise the CPU's; diq and dw sum over slots in order, as the CPU does; a
 // key's dik row sums, in ascending (query, slot) order, each slot's heads
-// (no atomics: bitwise repeatable). In the bf16 mode, when each query selects
+// (no atomics: bitwise repeatable, but for SparseIndexerLoss's dik below).
+// In the bf16 mode, when each query selects
 // at least one in 8 of the keys, a chunk's scores with every key come from
 // IndexerScores (TF32 tensor-core products, the dots never stored) and the
 // gradients from bf16 products (ctx.CompositeScratch holds the chunk's
 // scores, their positive heads and the dots' bf16 gradients); the queries
 // whose scores `kept` (IndexerTopK's, or null) holds for these operands
-// are read from it, not scored again. topk <= 4096. Takes
-// IndexerKlLossScratchBytes(...) bytes from ctx.Scratch.
+// are read from it, not scored again. Where each query selects fewer than
+// one in 8 of the keys, the bf16 mode with atomic_sums runs
+// SparseIndexerLoss (kernels/cuda/indexer_sparse_loss.cuh: TF32 products
+// over the selected rows only, dik summed with atomics) where its shapes
+// allow. topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes from
+// ctx.Scratch.
 void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
                    MatrixView diq, MatrixView dik, MatrixView dw,
-                   const KeptIndexerScores* kept, double* loss);
+                   const KeptIndexerScores* kept, bool atomic_sums,
+                   double* loss);
 
 // n per-query losses in double, plus per chunk of queries their score
 // gradients per (head, slot) and, when need_dik, each slot's contribution to

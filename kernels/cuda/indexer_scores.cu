@@ -53,14 +53,6 @@ __device__ __forceinline__ int Swizzled(int rows, int r, int c) {
   return SwizzledChunk(rows, r, c) / static_cast<int>(sizeof(float));
 }
 
-// x rounded to TF32 (to nearest, ties away from zero), as cuBLAS's TF32
-// products read their fp32 operands.
-__device__ __forceinline__ float RoundTf32(float x) {
-  uint32_t bits;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(x));
-  return __uint_as_float(bits);
-}
-
 // A thread's share of a tile: chunk c = threadIdx.x % kChunks of rows
 // threadIdx.x / kChunks + kRowStep * k. Those rows all have the same row % 8,
 // so the chunk's swizzled place moves by whole rows from one to the next.

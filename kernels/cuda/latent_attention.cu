@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/fragment_sums.cuh"
 #include "kernels/cuda/latent_attention.cuh"
 
 namespace glm::cuda {
@@ -498,21 +499,8 @@ __device__ void AddKeyGradients(const LatentArgs& a, const Shared& s, int q_ld,
         Mma(acc[nt + 1], p_frag, bf[2], bf[3]);
       }
     }
-    // Four adjacent columns a lane: each pair of lanes swaps the halves of
-    // their rows g and g + 8, so the even lane adds row g's four and the odd
-    // one row g + 8's (half the atomics of adding pairs).
-    const bool even = lane % 2 == 0;
-    const int32_t key = even ? key_lo : key_hi;
     for (int nt = 0; nt < 8; ++nt) {
-      const float send0 = even ? acc[nt][2] : acc[nt][0],
-                  send1 = even ? acc[nt][3] : acc[nt][1];
-      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1),
-                  got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-      const float4 sum = even ? make_float4(acc[nt][0], acc[nt][1], got0, got1)
-                              : make_float4(got0, got1, acc[nt][2], acc[nt][3]);
-      const int col = c0 + 8 * nt + 4 * (lane % 4 / 2);
-      if (key >= 0)
-        atomicAdd(reinterpret_cast<float4*>(a.dkv + key * a.dkv_ld + col), sum);
+      AddFragmentQuads(a.dkv, a.dkv_ld, key_lo, key_hi, c0 + 8 * nt, acc[nt]);
     }
   }
 }

@@ -422,16 +422,17 @@ class CaseBuilder {
   int Written(const std::string& name, Layout layout) {
     return Add({name, Role::kWritten, false, layout, {}, {}});
   }
-  int WrittenSummedInAnyOrder(const std::string& name, Layout layout) {
-    Operand operand{name, Role::kWritten, false, layout, {}, {}};
-    operand.summed_in_any_order = true;
-    return Add(std::move(operand));
-  }
   int WrittenInts(const std::string& name, int64_t n) {
     return Add({name, Role::kWritten, true, Vec(n), {}, {}});
   }
   int Accumulated(const std::string& name, Layout layout) {
     return Add({name, Role::kAccumulated, false, layout, {}, {}});
+  }
+  // Marks output `id` as summed in an order that varies between runs (with
+  // atomics): two runs then agree within kReorderedSumNmse, not bitwise.
+  int SummedInAnyOrder(int id) {
+    case_.operands[id].summed_in_any_order = true;
+    return id;
   }
 
   // The host contents of input `id`, e.g. to derive saved values from a CPU
@@ -3315,6 +3316,9 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
   const std::string label = absl::StrCat(
       tag, " q", nq, " k", s.key_tokens, " h", s.heads, "x", s.dim, " top",
       s.topk, " attn heads ", attn_heads, want_dik ? "" : " no dik");
+  // Fewer than one in 8 keys selected: the bf16 mode's sparse path sums dik
+  // with atomics.
+  const bool sparse = 8 * s.topk < s.key_tokens;
   f.push_back(
       {"IndexerKlLoss", label, [=] {
          CaseBuilder b("IndexerKlLoss", label);
@@ -3337,7 +3341,9 @@ void AddIndexerKl(Factories& f, const std::string& tag, IndexerShape s,
                        KeyTargets(keys, nq, s.topk,
                                   static_cast<float>(attn_heads), b.rng())),
                    idq = b.Accumulated("diq", iq),
-                   idk = want_dik ? b.Accumulated("dik", ik) : -1,
+                   idk = !want_dik ? -1
+                         : sparse ? b.SummedInAnyOrder(b.Accumulated("dik", ik))
+                                  : b.Accumulated("dik", ik),
                    idw = b.Accumulated("dw", Dense(nq, s.heads));
          return b.Build(
              [=](Backend& be, const Bound& p) {
@@ -3482,8 +3488,8 @@ void AddLatentAttentionBackward(Factories& f, const std::string& tag,
                    il = b.Values("lse", Dense(rows, 1), lse),
                    id = b.Input("dout", Dense(rows, s.dv)),
                    idq = want_dq ? b.Written("dq", Dense(rows, s.d)) : -1,
-                   idkv = want_dkv ? b.WrittenSummedInAnyOrder(
-                                         "dkv", Dense(s.key_tokens, s.d))
+                   idkv = want_dkv ? b.SummedInAnyOrder(b.Written(
+                                         "dkv", Dense(s.key_tokens, s.d)))
                                    : -1,
                    iw = want_key_weights
                             ? b.Written("key weights", Dense(q.size(), s.topk))
@@ -3723,6 +3729,17 @@ void AddAttentionCases(Factories& f) {
   }
   AddIndexerKl(f, "packed", IndexerShape{12, 128, 1100, 300, 0.2f}, packed, 8,
                0.5f, false, true);
+  // Fewer than one in 8 keys selected (the bf16 mode's sparse path): the
+  // packed queries at top-100 of 64 dims (partial key tiles and column
+  // blocks, -1 slots); glm5.2-mini's heads at top-2048 of 20k keys.
+  const IndexerShape sparse_small{12, 64, 1100, 100, 0.2f};
+  AddIndexerKl(f, "sparse packed", sparse_small, packed, 8, 0.5f, false, true);
+  AddIndexerKl(f, "sparse packed", sparse_small, packed, 8, 0.5f, false, false);
+  IndexerShape sparse_mini = index_mini;
+  sparse_mini.key_tokens = 20480;
+  AddIndexerKl(f, "glm5.2-mini sparse", sparse_mini,
+               ShortAndLong(16, 48, sparse_mini.key_tokens), heads, 0.3f, false,
+               true);
   // glm5.2-mini's indexer heads over 1,024 tokens at top-256 (768 queries
   // kept); 12 heads of 64 dims over two packed sequences at top-100.
   IndexerShape top256 = index_mini;

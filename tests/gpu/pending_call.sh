@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
 # The next call for one GPU, run from the repository root with
-# `carry: [".gpu"]` after tests/gpu/bundle.sh (about 300 s): the bench against
-# transformers and the kernel table, the oracle, compute-sanitizer's synccheck
-# on the latent attention's kernels alone (run80's stopped in cuDNN's kernels
-# of the fallback cases first), and the latent kernels' times. Results:
-# $OUT/r.tgz.
+# `carry: [".gpu"]` after tests/gpu/bundle.sh (about 450 s), most needed
+# first: the indexer loss's and the latent attention's harness cases (the
+# sparse loss kernel, kernels/cuda/indexer_sparse_loss.cu, has not run on a
+# GPU yet), both kernels' benches, 32k long context (the loss per token in the
+# step), ncu on the latent forward and the sparse loss, then the bench
+# against transformers with the kernel table, the oracle, and
+# compute-sanitizer's synccheck on the latent and sparse loss kernels alone
+# (run80's stopped in cuDNN's kernels of the fallback cases first).
+# Results: $OUT/r.tgz.
 set -u
 tar -xJf .gpu/b.tar.xz -C .gpu && source .gpu/b/env.sh
 R=$OUT/r
 mkdir -p "$R"
+OPS_LIMIT=150 OPS_FILTER="IndexerKlLoss|LatentAttention" \
+  tests/gpu/run_on_device.sh "$R" ops
+timed() {  # name seconds command...
+  local name=$1 limit=$2 start=$SECONDS
+  shift 2
+  timeout --signal=KILL "$limit" "$@" >"$R/$name.txt" 2>&1
+  echo "$name: exit $? in $((SECONDS - start)) s" | tee -a "$R/summary.txt"
+}
+timed indexer_loss_bench 90 indexer_loss_bench --queries=2048
+timed latent_bench 60 latent_attention_bench
+SEQS=32768 LONG_LIMIT=90 tests/gpu/run_on_device.sh "$R" long
+ncu_sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis
+  --section WarpStateStats --section SchedulerStats --section Occupancy
+  --section LaunchStats --section SourceCounters)
+timed latent_ncu 90 ncu "${ncu_sections[@]}" --kernel-name regex:ForwardKernel \
+  --launch-count 1 latent_attention_bench --queries=1024 --seqs=65536 \
+  --iterations=1
+timed sparse_loss_ncu 90 ncu "${ncu_sections[@]}" \
+  --kernel-name regex:SparseLossKernel --launch-count 1 indexer_loss_bench \
+  --queries=1024 --seqs=65536 --iterations=1
 MTP='' BENCH_LIMIT=110 tests/gpu/run_on_device.sh "$R" bench
-GAPS_LIMIT=50 tests/gpu/run_on_device.sh "$R" gaps
 ORACLE_LIMIT=40 tests/gpu/run_on_device.sh "$R" oracle
-latent_cases="LatentAttentionForward small q80 k300 h3 d128 dv64 top100 gaps in activation type"
-latent_cases+="|LatentAttentionBackward small q80 k300 h3 d128 dv64 top100 gaps in activation type"
-timeout --signal=KILL 60 compute-sanitizer --tool synccheck backend_ops_check \
-  --precision=bf16 --filter="$latent_cases" >"$R/latent_synccheck.txt" 2>&1
-echo "latent synccheck: exit $?" | tee -a "$R/summary.txt"
-timeout --signal=KILL 60 latent_attention_bench >"$R/latent_bench.txt" 2>&1
-echo "latent bench: exit $?" | tee -a "$R/summary.txt"
+sync_cases="LatentAttentionForward small q80 k300 h3 d128 dv64 top100 gaps in activation type"
+sync_cases+="|LatentAttentionBackward small q80 k300 h3 d128 dv64 top100 gaps in activation type"
+sync_cases+="|IndexerKlLoss sparse packed"
+timed synccheck 60 compute-sanitizer --tool synccheck backend_ops_check \
+  --precision=bf16 --filter="$sync_cases"
 cd "$OUT" && tar -czf r.tgz r && rm -rf r
