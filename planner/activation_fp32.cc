@@ -65,31 +65,11 @@ bool HasIndexer(const ModelConfig& m, int layer) {
   return m.index_sharing.IsComputingLayer(layer);
 }
 
-// Whether `layer` forms its indexer loss in its forward, as Forward and the
-// pipeline stages do; under recomputation a step forms it in the layer's
-// backward (GlmModel::ForwardLoaded), the MTP layer's included.
-bool IndexerLossInForward(const PlanJob& job, int layer) {
-  return HasIndexer(job.model, layer) && job.recompute != Recompute::kFull;
-}
-
 // IndexerLossGradients (model/indexer.h): the indexer queries', keys' and
 // head weights'.
 void AddIndexerLossGradients(const Dims& d, const TokenShare& t, Terms* terms) {
   terms->Add("indexer loss gradients (queries, keys, head weights)",
              t.chunk * d.index_heads * (d.index_dim + 1) + t.all * d.index_dim);
-}
-
-// The queries of `layer` that attend in MLA's latent form (LatentFrom in
-// model/mla_attention.cc): the micro batch's from latent_attention_from on,
-// on one rank without tensor or context parallelism, in layers that do not
-// form the indexer loss in their forward.
-int64_t LatentQueries(const PlanJob& job, const Split& split, int layer) {
-  if (job.latent_attention_from <= 0 || split.tp > 1 || split.cp > 1 ||
-      IndexerLossInForward(job, layer)) {
-    return 0;
-  }
-  return std::max<int64_t>(
-      0, TokenShareOf(job, split).chunk - job.latent_attention_from);
 }
 
 // AttentionActivations (model/mla_attention.h, model/indexer.h); `latent`
@@ -370,6 +350,26 @@ std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
 }
 
 }  // namespace
+
+// Whether `layer` forms its indexer loss in its forward, as Forward and the
+// pipeline stages do; under recomputation a step forms it in the layer's
+// backward (GlmModel::ForwardLoaded), the MTP layer's included.
+bool IndexerLossInForward(const PlanJob& job, int layer) {
+  return HasIndexer(job.model, layer) && job.recompute != Recompute::kFull;
+}
+
+// The queries of `layer` that attend in MLA's latent form (LatentFrom in
+// model/mla_attention.cc): in this trainer's stores, the micro batch's from
+// latent_attention_from on, on one rank without tensor or context
+// parallelism, in layers that do not form the indexer loss in their forward.
+int64_t LatentQueries(const PlanJob& job, const Split& split, int layer) {
+  if (!IsTrainerStore(job.precision) || job.latent_attention_from <= 0 ||
+      split.tp > 1 || split.cp > 1 || IndexerLossInForward(job, layer)) {
+    return 0;
+  }
+  return std::max<int64_t>(
+      0, TokenShareOf(job, split).chunk - job.latent_attention_from);
+}
 
 StageActivationBytes Fp32StageActivations(const PlanJob& job,
                                           const Split& split,

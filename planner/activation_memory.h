@@ -62,6 +62,13 @@ struct StageActivationBytes {
 // micro batches.
 bool RunsAsOneModel(const Split& split);
 
+// This trainer's rules for one of its layers (1-indexed; past
+// num_hidden_layers the MTP layers): whether the layer forms its indexer
+// loss in its forward, and how many of the micro batch's queries on this
+// rank attend in MLA's latent form (model/mla_attention.h).
+bool IndexerLossInForward(const PlanJob& job, int layer);
+int64_t LatentQueries(const PlanJob& job, const Split& split, int layer);
+
 // InvalidArgument naming --recompute when this store cannot recompute.
 absl::StatusOr<StageActivationBytes> StageActivationMemory(
     const PlanJob& job, const Split& split, const StageSlice& stage);

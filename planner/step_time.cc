@@ -38,6 +38,36 @@ bool IsMoe(const ModelConfig& m, int layer) {
   return layer > m.num_hidden_layers || m.IsMoeLayer(layer);
 }
 
+// The micro batch's attention of `layer`: training/flops.h's count for the
+// queries in the per-head form, and for those in the latent form
+// (LatentQueries) the same keys with every head's scores over the 576-wide
+// latent rows (kv_lora_rank + rope) and its output over their 512 latent
+// columns (kv_lora_rank), where a per-head query reads qk + v of each.
+double AttentionMacs(const PlanJob& job, const Split& split, int layer) {
+  const ModelConfig& m = job.model;
+  auto per_head = [&](int64_t queries) {
+    return queries > 0
+               ? DecoderLayerForwardMacs(m, layer, queries).attention_core
+               : 0.0;
+  };
+  const double whole = per_head(job.seq_length);
+  if (LatentQueries(job, split, layer) == 0) {
+    return whole * static_cast<double>(job.micro_batch_size);
+  }
+  const double latent_over_per_head =
+      static_cast<double>(2 * m.kv_lora_rank + m.qk_rope_head_dim) /
+      (m.QkHeadDim() + m.v_head_dim);
+  double macs = 0;
+  for (int64_t s = 0; s < job.micro_batch_size; ++s) {
+    // The sequence's queries before the micro batch's latent_from.
+    const int64_t first = std::clamp<int64_t>(
+        job.latent_attention_from - s * job.seq_length, 0, job.seq_length);
+    const double before = per_head(first);
+    macs += before + (whole - before) * latent_over_per_head;
+  }
+  return macs;
+}
+
 // One decoder layer on one rank: tensor ranks split heads and the dense
 // MLP, context ranks the queries; both split the tokens of what runs
 // between layers; the down-projections and the indexer run on the whole
@@ -56,7 +86,7 @@ void AddLayer(const PlanJob& job, const Split& split, int layer,
   macs->gemm += (f.attention_projections * sequences - down) / (tp * cp) +
                 down / cp + (f.mlp * sequences - routed) / (tp * cp);
   macs->experts += routed / (tp * cp) * imbalance;
-  macs->attention += f.attention_core * sequences / (tp * cp);
+  macs->attention += AttentionMacs(job, split, layer) / (tp * cp);
   macs->indexer += f.indexer * sequences / cp;
   macs->up_projections += UpProjectionMacs(m) * tokens / (tp * cp);
 }

@@ -1,5 +1,7 @@
 #include "planner/step_time.h"
 
+#include <algorithm>
+
 #include "gtest/gtest.h"
 #include "planner/evaluation.h"
 #include "training/flops.h"
@@ -39,6 +41,36 @@ TEST(StepTimeTest, CountsTheTrainersFlops) {
   const StepTime t = TimeOf(Mini(), 8, Of(1, 2, 1, 4), *ClusterPreset("h200"));
   EXPECT_DOUBLE_EQ(t.model_flops, TrainingFlops(Mini().model, 4096, 64));
   EXPECT_NEAR(t.TflopsPerDevice(8), t.model_flops / t.Total() / 8 / 1e12, 1e-9);
+}
+
+// One 32k sequence, every layer recomputed: the queries from the 16,384th on
+// attend in the latent form, each head reading kv_lora_rank + rope (576)
+// columns of every selected key for its scores and kv_lora_rank (512) for
+// its output, where the per-head form reads qk (256) and v (256).
+TEST(StepTimeTest, LatentQueriesReadTheLatentRows) {
+  PlanJob per_head = Mini(Recompute::kFull);
+  per_head.precision = Precision::kFp32Bf16Copies;
+  per_head.model.num_mtp_layers = 0;
+  per_head.seq_length = 32768;
+  per_head.global_batch_size = 1;
+  per_head.latent_attention_from = 0;
+  PlanJob latent = per_head;
+  latent.latent_attention_from = 16384;
+  // Keys the first n queries select: min(index_topk, t + 1) each.
+  auto selected = [](int64_t n) {
+    double keys = 0;
+    for (int64_t t = 0; t < n; ++t) keys += std::min<int64_t>(2048, t + 1);
+    return keys;
+  };
+  const double first = selected(16384), all = selected(32768);
+  const double expected =
+      (first * (256 + 256) + (all - first) * (512 + 64 + 512)) /
+      (all * (256 + 256));
+  const ClusterSpec h200 = *ClusterPreset("h200");
+  const StepTime a = TimeOf(per_head, 1, Of(1, 1, 1, 1), h200);
+  const StepTime b = TimeOf(latent, 1, Of(1, 1, 1, 1), h200);
+  EXPECT_NEAR(b.slowest.attention / a.slowest.attention, expected, 1e-12);
+  EXPECT_DOUBLE_EQ(b.slowest.gemm, a.slowest.gemm);
 }
 
 TEST(StepTimeTest, ComputeScalesWithTheDevicesRate) {
