@@ -41,14 +41,17 @@ absl::Status CheckPrecision(const std::string& precision, bool gpu) {
       "precision must be fp32 or bf16, got '", precision.substr(0, 32), "'"));
 }
 
+// Whether the environment variable `name` is "1".
+bool Asked(const char* name) {
+  const char* asked = std::getenv(name);
+  return asked != nullptr && std::string(asked) == "1";
+}
+
 // GLM_OP_TIMES=1: the backend times each op and reports to stderr when it is
 // destroyed (kernels/op_timing_backend.h).
 absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
     absl::StatusOr<std::unique_ptr<Backend>> backend) {
-  const char* asked = std::getenv("GLM_OP_TIMES");
-  if (!backend.ok() || asked == nullptr || std::string(asked) != "1") {
-    return backend;
-  }
+  if (!backend.ok() || !Asked("GLM_OP_TIMES")) return backend;
   return std::unique_ptr<Backend>(
       new OpTimingBackend(*std::move(backend), &std::cerr));
 }
@@ -56,19 +59,6 @@ absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
 }  // namespace
 
 #ifdef GLM_WITH_CUDA
-
-namespace {
-
-// GLM_TIME_PRODUCTS=1: the largest writing products time the cuBLASLt
-// algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that are
-// not deterministic; an experiment until the bench has measured it
-// (bench/NOTES.md), so off unless asked.
-bool TimeProductsAsked() {
-  const char* asked = std::getenv("GLM_TIME_PRODUCTS");
-  return asked != nullptr && std::string(asked) == "1";
-}
-
-}  // namespace
 
 absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
@@ -119,7 +109,15 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   options.time_attention_plans = !deterministic;
   options.atomic_sums = !deterministic;
-  options.time_product_algorithms = !deterministic && TimeProductsAsked();
+  // GLM_TIME_PRODUCTS=1: the largest writing products time the cuBLASLt
+  // algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that
+  // are not deterministic; an experiment until the bench has measured it
+  // (bench/NOTES.md), so off unless asked.
+  options.time_product_algorithms =
+      !deterministic && Asked("GLM_TIME_PRODUCTS");
+  // GLM_SPARSE_INDEXER_LOSS=1: the bf16 indexer loss's sparse path, off until
+  // checked on a GPU (CudaBackendOptions::sparse_indexer_loss).
+  options.sparse_indexer_loss = Asked("GLM_SPARSE_INDEXER_LOSS");
   return TimedIfAsked(MakeCudaBackend(options));
 }
 

@@ -524,8 +524,9 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                      const KeptIndexerScores* kept, MatrixView diq,
                      MatrixView dik, MatrixView dw, double* sum) override {
     CheckF32("CudaBackend::IndexerKlLoss", {iq, ik, w, target, diq, dik, dw});
-    cuda::IndexerKlLoss(*this, iq, ik, w, keys, topk, scale, target, coeff, diq,
-                        dik, dw, kept, options_.atomic_sums, loss_);
+    cuda::IndexerKlLoss(
+        *this, iq, ik, w, keys, topk, scale, target, coeff, diq, dik, dw, kept,
+        options_.atomic_sums && options_.sparse_indexer_loss, loss_);
     cuda::AddQuotient(*this, loss_, 1.0, sum);
   }
   void RefreshComputeCopies(

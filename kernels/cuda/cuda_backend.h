@@ -37,6 +37,12 @@ struct CudaBackendOptions {
   // the per-head form and the indexer loss its sorted per-query path (a
   // job's training.deterministic).
   bool atomic_sums = true;
+  // Whether the bf16 mode's indexer loss may take its sparse path (with
+  // atomic_sums) where each query selects fewer than one in 8 of the keys.
+  // Off until the ops harness has checked the kernel on a GPU
+  // (tests/gpu/pending_call.sh); the harness turns it on, and
+  // GLM_SPARSE_INDEXER_LOSS=1 does for workers and benches.
+  bool sparse_indexer_loss = false;
 };
 
 // Fails with a message naming the device when it does not exist.

@@ -1054,7 +1054,7 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
                    MatrixView diq, MatrixView dik, MatrixView dw,
-                   const KeptIndexerScores* kept, bool atomic_sums,
+                   const KeptIndexerScores* kept, bool allow_sparse,
                    double* loss) {
   const int64_t n = w.rows, heads = w.cols, dim = ik.cols;
   assert(iq.rows == n * heads && iq.cols == dim);
@@ -1079,7 +1079,7 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
     return;
   }
   cudaStream_t stream = ctx.stream();
-  if (ctx.precision() == Precision::kBf16 && atomic_sums &&
+  if (ctx.precision() == Precision::kBf16 && allow_sparse &&
       SparseIndexerLossSupported(iq, ik, dik, heads, topk)) {
     auto* row_loss = static_cast<double*>(ctx.Scratch(n * sizeof(double)));
     SparseIndexerLoss(ctx, p, n, diq, dik, dw, row_loss);

@@ -54,7 +54,7 @@ void IndexerTopK(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
 // scores, their positive heads and the dots' bf16 gradients); the queries
 // whose scores `kept` (IndexerTopK's, or null) holds for these operands
 // are read from it, not scored again. Where each query selects fewer than
-// one in 8 of the keys, the bf16 mode with atomic_sums runs
+// one in 8 of the keys, the bf16 mode with allow_sparse runs
 // SparseIndexerLoss (kernels/cuda/indexer_sparse_loss.cuh: TF32 products
 // over the selected rows only, dik summed with atomics) where its shapes
 // allow. topk <= 4096. Takes IndexerKlLossScratchBytes(...) bytes from
@@ -63,7 +63,7 @@ void IndexerKlLoss(CudaContext& ctx, ConstMatrixView iq, ConstMatrixView ik,
                    ConstMatrixView w, const int32_t* keys, int64_t topk,
                    float scale, ConstMatrixView target, float coeff,
                    MatrixView diq, MatrixView dik, MatrixView dw,
-                   const KeptIndexerScores* kept, bool atomic_sums,
+                   const KeptIndexerScores* kept, bool allow_sparse,
                    double* loss);
 
 // n per-query losses in double, plus per chunk of queries their score

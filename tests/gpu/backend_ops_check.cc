@@ -3984,6 +3984,7 @@ int Main(int argc, char** argv) {
     // run the one their first call chose: checked like any other.
     CudaBackendOptions options{flags.device, mode, kAttentionPairsPerCall};
     options.time_product_algorithms = true;
+    options.sparse_indexer_loss = true;
     absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(options);
     if (!backend.ok()) {
       std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The next call for one GPU, run from the repository root with
-# `carry: [".gpu"]` after tests/gpu/bundle.sh (about 450 s), most needed
+# `carry: [".gpu"]` after tests/gpu/bundle.sh (about 500 s), most needed
 # first: the indexer loss's and the latent attention's harness cases (the
 # sparse loss kernel, kernels/cuda/indexer_sparse_loss.cu, has not run on a
-# GPU yet), both kernels' benches, 32k long context (the loss per token in the
-# step), ncu on the latent forward and the sparse loss, then the bench
-# against transformers with the kernel table, the oracle, and
+# GPU yet), both kernels' benches, 32k long context without and with it (the
+# loss per token in the step), ncu on the latent forward and the sparse loss,
+# then the bench against transformers with the kernel table, the oracle, and
 # compute-sanitizer's synccheck on the latent and sparse loss kernels alone
 # (run80's stopped in cuDNN's kernels of the fallback cases first).
 # Results: $OUT/r.tgz.
@@ -21,16 +21,25 @@ timed() {  # name seconds command...
   timeout --signal=KILL "$limit" "$@" >"$R/$name.txt" 2>&1
   echo "$name: exit $? in $((SECONDS - start)) s" | tee -a "$R/summary.txt"
 }
-timed indexer_loss_bench 90 indexer_loss_bench --queries=2048
+# The sparse path is off unless GLM_SPARSE_INDEXER_LOSS=1 (the harness turns
+# it on itself): the bench's "ordered" rows and the first 32k run are the
+# baseline of the same call.
+GLM_SPARSE_INDEXER_LOSS=1 timed indexer_loss_bench 90 indexer_loss_bench \
+  --queries=2048
 timed latent_bench 60 latent_attention_bench
-SEQS=32768 LONG_LIMIT=90 tests/gpu/run_on_device.sh "$R" long
+for sparse in 0 1; do
+  GLM_SPARSE_INDEXER_LOSS=$sparse MTP='' RECOMPUTE=1 SEQS=32768 \
+    timed "long32k_sparse$sparse" 90 bench/gpu_long_context_bench.sh \
+    "/tmp/long_sparse$sparse"
+done
+tar -czf "$R/long-logs.tgz" -C /tmp long_sparse0 long_sparse1
 ncu_sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis
   --section WarpStateStats --section SchedulerStats --section Occupancy
   --section LaunchStats --section SourceCounters)
 timed latent_ncu 90 ncu "${ncu_sections[@]}" --kernel-name regex:ForwardKernel \
   --launch-count 1 latent_attention_bench --queries=1024 --seqs=65536 \
   --iterations=1
-timed sparse_loss_ncu 90 ncu "${ncu_sections[@]}" \
+GLM_SPARSE_INDEXER_LOSS=1 timed sparse_loss_ncu 90 ncu "${ncu_sections[@]}" \
   --kernel-name regex:SparseLossKernel --launch-count 1 indexer_loss_bench \
   --queries=1024 --seqs=65536 --iterations=1
 MTP='' BENCH_LIMIT=110 tests/gpu/run_on_device.sh "$R" bench
