@@ -118,6 +118,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   // GLM_SPARSE_INDEXER_LOSS=1: the bf16 indexer loss's sparse path, off until
   // checked on a GPU (CudaBackendOptions::sparse_indexer_loss).
   options.sparse_indexer_loss = Asked("GLM_SPARSE_INDEXER_LOSS");
+  // GLM_LATENT_SCORES_BY_COLUMNS=1: the latent forward's scores experiment
+  // (CudaBackendOptions::latent_scores_by_columns).
+  options.latent_scores_by_columns = Asked("GLM_LATENT_SCORES_BY_COLUMNS");
   return TimedIfAsked(MakeCudaBackend(options));
 }
 

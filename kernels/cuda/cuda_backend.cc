@@ -462,9 +462,11 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                               float* lse) override {
     CheckActivations("CudaBackend::LatentAttentionForward",
                      {{"q", q}, {"kv", kv}, {"out", out}});
-    if (cuda::LatentAttentionSupported(q, kv, out, {}, topk, heads)) {
+    const bool by_columns = options_.latent_scores_by_columns;
+    if (cuda::LatentAttentionSupported(q, kv, out, {}, topk, heads,
+                                       by_columns)) {
       cuda::LatentAttentionForward(*this, q, kv, keys, topk, heads, scale, out,
-                                   lse);
+                                   lse, by_columns);
       return;
     }
     const Tensor k = PerHeadKeys(kv, heads);
@@ -485,7 +487,8 @@ class CudaBackend : public Backend, public cuda::CudaContext {
                                                               {"dkv", dkv}});
     CheckF32("CudaBackend::LatentAttentionBackward", {key_weights});
     if (options_.atomic_sums &&
-        cuda::LatentAttentionSupported(q, kv, out, dout, topk, heads)) {
+        cuda::LatentAttentionSupported(q, kv, out, dout, topk, heads,
+                                       /*scores_by_columns=*/false)) {
       cuda::LatentAttentionBackward(*this, q, kv, keys, topk, heads, scale, out,
                                     lse, dout, dq, dkv, key_weights);
       return;

@@ -43,6 +43,12 @@ struct CudaBackendOptions {
   // (tests/gpu/pending_call.sh); the harness turns it on, and
   // GLM_SPARSE_INDEXER_LOSS=1 does for workers and benches.
   bool sparse_indexer_loss = false;
+  // Whether the latent attention's forward splits its scores by the query's
+  // columns instead of the tile's keys (kernels/cuda/latent_attention.cuh):
+  // an experiment until the latent bench has timed both in one call
+  // (GLM_LATENT_SCORES_BY_COLUMNS=1 for workers and benches; the ops
+  // harness's --latent-scores-by-columns).
+  bool latent_scores_by_columns = false;
 };
 
 // Fails with a message naming the device when it does not exist.

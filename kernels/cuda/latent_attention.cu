@@ -117,10 +117,22 @@ struct LatentArgs {
 struct SharedLayout {
   int q_ld, dout_ld;
   size_t barriers, keys, q, tiles, probs, dscores, dout, row_stats, partials,
-      total;
+      score_parts, total;
 };
 
-SharedLayout LayoutFor(int64_t topk, int64_t d, int64_t dv, bool backward) {
+// Scores split by columns (the forward's experiment, ScoresByColumns): warp w
+// multiplies query columns of group w % 4 (a quarter of d's k16 steps, nine
+// at d = 576, its A fragments in registers for the whole query) by tile keys
+// [32 (w / 4), +32); the groups' partial [16 x 64] tiles are summed through
+// shared memory. The query is read from shared memory once a query, not once
+// a tile and warp (147 KB a tile at glm5.2-mini's shapes).
+constexpr int kColumnGroups = 4;
+constexpr int kGroupSteps = kMaxD / 16 / kColumnGroups;
+constexpr int kGroupKeys = kTileKeys / (kWarps / kColumnGroups);
+constexpr int kPartLd = kTileKeys + 4;  // floats
+
+SharedLayout LayoutFor(int64_t topk, int64_t d, int64_t dv, bool backward,
+                       bool scores_by_columns) {
   SharedLayout l{};
   l.q_ld = static_cast<int>(d) + kPad;
   l.dout_ld = static_cast<int>(dv) + kPad;
@@ -141,6 +153,9 @@ SharedLayout LayoutFor(int64_t topk, int64_t d, int64_t dv, bool backward) {
   l.row_stats = take(backward ? 2 * kHeadRows * sizeof(float) : 0);
   l.dscores = take(backward ? size_t{kHeadRows} * kTileLd * sizeof(bf16) : 0);
   l.dout = take(backward ? size_t{kHeadRows} * l.dout_ld * sizeof(bf16) : 0);
+  l.score_parts = take(scores_by_columns ? size_t{kColumnGroups} * kHeadRows *
+                                               kPartLd * sizeof(float)
+                                         : 0);
   l.total = at;
   return l;
 }
@@ -149,7 +164,7 @@ struct Shared {
   uint64_t* barriers;
   int32_t* keys;
   bf16 *q, *tiles, *probs, *dscores, *dout;
-  float *row_stats, *partials;
+  float *row_stats, *partials, *score_parts;
 };
 
 __device__ Shared Carve(char* base, const SharedLayout& l) {
@@ -163,6 +178,7 @@ __device__ Shared Carve(char* base, const SharedLayout& l) {
   s.row_stats = reinterpret_cast<float*>(base + l.row_stats);
   s.dscores = reinterpret_cast<bf16*>(base + l.dscores);
   s.dout = reinterpret_cast<bf16*>(base + l.dout);
+  s.score_parts = reinterpret_cast<float*>(base + l.score_parts);
   return s;
 }
 
@@ -345,6 +361,75 @@ __device__ __forceinline__ void StoreScores(bf16* tile, const float (&v)[4]) {
   StorePair(tile + FragmentRow(2) * kTileLd + ScoreCol(0), v[2], v[3]);
 }
 
+// k16 steps of a column group: a quarter of d's, rounded up.
+__device__ __forceinline__ int GroupSteps(int d) {
+  return (d / 16 + kColumnGroups - 1) / kColumnGroups;
+}
+
+// The warp's column group's A fragments of the query's head rows (shared,
+// ld q_ld), a k16 step each; zeros past d.
+__device__ void LoadGroupFragments(const bf16* q, int q_ld, int d,
+                                   uint32_t (&qa)[kGroupSteps][4]) {
+  const int lane = threadIdx.x % 32, group = threadIdx.x / 32 % kColumnGroups;
+  const int steps = GroupSteps(d);
+  const bf16* a_row =
+      q + (lane % 8 + 8 * ((lane / 8) % 2)) * q_ld + 8 * (lane / 16);
+#pragma unroll
+  for (int s = 0; s < kGroupSteps; ++s) {
+    const int col = 16 * (group * steps + s);
+    if (s < steps && col < d) {
+      LoadFragments(qa[s], a_row + col);
+    } else {
+      for (uint32_t& r : qa[s]) r = 0u;
+    }
+  }
+}
+
+// WarpScores' result (the warp's 8 keys, its fragment layout) from the
+// column groups' products: the warp multiplies its group's columns by its
+// 32 tile keys, stores the partial tile, and after a barrier sums the four
+// groups' partials (in group order) at WarpScores' places.
+__device__ void ScoresByColumns(const uint32_t (&qa)[kGroupSteps][4], int d,
+                                const bf16* tile, int tile_ld, float* parts,
+                                float (&score)[4]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = warp % kColumnGroups,
+            keys0 = kGroupKeys * (warp / kColumnGroups);
+  const int steps = GroupSteps(d);
+  // x4 over 16 key rows: (keys 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7),
+  // (8-15, 8-15): the (b0, b1) of two n8 tiles at one k16 step.
+  const bf16* b_row = tile + (keys0 + lane % 8 + 8 * (lane / 16)) * tile_ld +
+                      8 * ((lane / 8) % 2);
+  float acc[kGroupKeys / 8][4] = {};
+#pragma unroll
+  for (int s = 0; s < kGroupSteps; ++s) {
+    const int col = 16 * (group * steps + s);
+    if (s >= steps || col >= d) break;
+#pragma unroll
+    for (int pair = 0; pair < kGroupKeys / 16; ++pair) {
+      uint32_t bf[4];
+      LoadFragments(bf, b_row + 16 * pair * tile_ld + col);
+      Mma(acc[2 * pair], qa[s], bf[0], bf[1]);
+      Mma(acc[2 * pair + 1], qa[s], bf[2], bf[3]);
+    }
+  }
+  float* mine = parts + group * kHeadRows * kPartLd;
+#pragma unroll
+  for (int nt = 0; nt < kGroupKeys / 8; ++nt) {
+    for (int e = 0; e < 4; e += 2) {
+      float* at = mine + FragmentRow(e) * kPartLd + keys0 + FragmentCol(nt, e);
+      *reinterpret_cast<float2*>(at) = make_float2(acc[nt][e], acc[nt][e + 1]);
+    }
+  }
+  __syncthreads();
+  for (int e = 0; e < 4; ++e) {
+    float sum = 0.f;
+    for (int g = 0; g < kColumnGroups; ++g)
+      sum += parts[(g * kHeadRows + FragmentRow(e)) * kPartLd + ScoreCol(e)];
+    score[e] = sum;
+  }
+}
+
 // Starts the query's loads: its keys, its head rows, and key tile 0.
 __device__ void StartQuery(const LatentArgs& a, const Shared& s, int q_ld,
                            int64_t t) {
@@ -377,6 +462,7 @@ __device__ const bf16* NextTile(const LatentArgs& a, const Shared& s, int q_ld,
   return s.tiles + (tile % 2) * buffer;
 }
 
+template <bool kScoresByColumns>
 __global__ void __launch_bounds__(kThreads, 1)
     ForwardKernel(LatentArgs a, SharedLayout layout) {
   extern __shared__ __align__(16) char shared[];
@@ -389,10 +475,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   StartQuery(a, s, q_ld, t);
   float o[kValueTiles][4] = {};
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  uint32_t qa[kScoresByColumns ? kGroupSteps : 1][4];
   for (int tile = 0; tile < tiles; ++tile) {
     const bf16* keys_tile = NextTile(a, s, q_ld, tile, tiles);
     float score[4];
-    WarpScores(s.q, q_ld, keys_tile, q_ld, a.d, score);
+    if constexpr (kScoresByColumns) {
+      if (tile == 0) LoadGroupFragments(s.q, q_ld, a.d, qa);
+      ScoresByColumns(qa, a.d, keys_tile, q_ld, s.score_parts, score);
+    } else {
+      WarpScores(s.q, q_ld, keys_tile, q_ld, a.d, score);
+    }
     // Scores in the log2 domain; -inf where there is no key.
     float tile_max[2] = {-INFINITY, -INFINITY};
     for (int e = 0; e < 4; ++e) {
@@ -606,7 +698,8 @@ void Launch(CudaContext& ctx, Kernel kernel, const LatentArgs& a,
 
 bool LatentAttentionSupported(ConstMatrixView q, ConstMatrixView kv,
                               ConstMatrixView out, ConstMatrixView dout,
-                              int64_t topk, int64_t heads) {
+                              int64_t topk, int64_t heads,
+                              bool scores_by_columns) {
   const int64_t d = q.cols, dv = out.cols;
   const bool shapes = heads >= 1 && heads <= kHeadRows && d % 64 == 0 &&
                       d <= kMaxD && kv.cols == d && dv % 64 == 0 &&
@@ -615,22 +708,32 @@ bool LatentAttentionSupported(ConstMatrixView q, ConstMatrixView kv,
   const bool types = Bf16Rows(q) && Bf16Rows(kv) &&
                      out.dtype == ElementType::kBF16 && out.stride % 2 == 0 &&
                      AlignedTo(out.data, 4) && (dout.empty() || Bf16Rows(dout));
+  const bool backward = !dout.empty();
   return shapes && types &&
-         LayoutFor(topk, d, dv, !dout.empty()).total <= kMaxSharedBytes;
+         LayoutFor(topk, d, dv, backward, scores_by_columns && !backward)
+                 .total <= kMaxSharedBytes;
 }
 
 void LatentAttentionForward(CudaContext& ctx, ConstMatrixView q,
                             ConstMatrixView kv, const int32_t* keys,
                             int64_t topk, int64_t heads, float scale,
-                            MatrixView out, float* lse) {
-  assert(LatentAttentionSupported(q, kv, out, {}, topk, heads));
+                            MatrixView out, float* lse,
+                            bool scores_by_columns) {
+  assert(
+      LatentAttentionSupported(q, kv, out, {}, topk, heads, scores_by_columns));
   assert(q.rows % heads == 0 && out.rows == q.rows);
   const int64_t nq = q.rows / heads;
   if (nq == 0) return;
   LatentArgs a = ArgsFor(q, kv, keys, topk, heads, scale, out);
   a.written_out = out;
   a.lse_out = lse;
-  Launch(ctx, ForwardKernel, a, LayoutFor(topk, q.cols, out.cols, false), nq);
+  const SharedLayout layout =
+      LayoutFor(topk, q.cols, out.cols, false, scores_by_columns);
+  if (scores_by_columns) {
+    Launch(ctx, ForwardKernel<true>, a, layout, nq);
+  } else {
+    Launch(ctx, ForwardKernel<false>, a, layout, nq);
+  }
 }
 
 void LatentAttentionBackward(CudaContext& ctx, ConstMatrixView q,
@@ -639,7 +742,7 @@ void LatentAttentionBackward(CudaContext& ctx, ConstMatrixView q,
                              ConstMatrixView out, const float* lse,
                              ConstMatrixView dout, MatrixView dq,
                              MatrixView dkv, MatrixView key_weights) {
-  assert(LatentAttentionSupported(q, kv, out, dout, topk, heads));
+  assert(LatentAttentionSupported(q, kv, out, dout, topk, heads, false));
   assert(dq.empty() || (dq.rows == q.rows && dq.cols == q.cols));
   assert(dkv.empty() || (dkv.rows == kv.rows && dkv.cols == kv.cols));
   const int64_t nq = q.rows / heads;
@@ -663,7 +766,8 @@ void LatentAttentionBackward(CudaContext& ctx, ConstMatrixView q,
     a.dkv_ld = sums.stride;
   }
   if (nq > 0) {
-    Launch(ctx, BackwardKernel, a, LayoutFor(topk, q.cols, out.cols, true), nq);
+    Launch(ctx, BackwardKernel, a,
+           LayoutFor(topk, q.cols, out.cols, true, false), nq);
   }
   if (!dkv.empty() && !direct) Copy(ctx, sums, dkv);
 }

@@ -18,20 +18,26 @@ namespace glm::cuda {
 // Whether the kernels take these operands: q, kv, out and (for the backward)
 // dout bf16 with 16-byte aligned rows; at most 16 heads; d a multiple of 64
 // up to 576, dv (out's width) a multiple of 64 up to min(d, 512); and the
-// buffers fit a block's shared memory. Elsewhere the backend runs the
-// per-head form on rows copied from the latent.
+// buffers fit a block's shared memory (the forward's with scores_by_columns
+// as LatentAttentionForward's). Elsewhere the backend runs the per-head form
+// on rows copied from the latent.
 bool LatentAttentionSupported(ConstMatrixView q, ConstMatrixView kv,
                               ConstMatrixView out, ConstMatrixView dout,
-                              int64_t topk, int64_t heads);
+                              int64_t topk, int64_t heads,
+                              bool scores_by_columns);
 
 // q [nq*heads, d], kv [nk, d], keys [nq, topk] (contiguous), out [nq*heads,
 // dv], lse [nq*heads] as Backend::LatentAttentionForward. Scores and the
 // softmax in fp32; the probabilities enter the value product in bf16 (as
-// flash attention's).
+// flash attention's). scores_by_columns: the scores' experiment (each warp
+// a quarter of the query's columns over half the tile's keys, the query in
+// registers; CudaBackendOptions::latent_scores_by_columns), to be kept or
+// dropped by its measurement against the default (each warp every column
+// over 8 keys).
 void LatentAttentionForward(CudaContext& ctx, ConstMatrixView q,
                             ConstMatrixView kv, const int32_t* keys,
                             int64_t topk, int64_t heads, float scale,
-                            MatrixView out, float* lse);
+                            MatrixView out, float* lse, bool scores_by_columns);
 
 // Writes dq [nq*heads, d] (F32 or bf16) and dkv [nk, d] (F32 or bf16; either
 // may be empty) and key_weights [nq, topk] F32 when given, as

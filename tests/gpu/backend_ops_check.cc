@@ -7,11 +7,12 @@
 //
 //   bazel run --config=cuda //kernels/cuda:backend_ops_check --
 //       [--precision=fp32|bf16|both] [--device=N] [--filter=SUBSTRING[|...]]
-//       [--verbose]
+//       [--verbose] [--latent-scores-by-columns]
 //
 // --filter keeps the cases whose "op label" contains SUBSTRING (any of
-// several, separated by |); --verbose
-// prints every check of a case, not only the worst.
+// several, separated by |); --verbose prints every check of a case, not only
+// the worst; --latent-scores-by-columns runs the latent forward's scores
+// experiment (CudaBackendOptions::latent_scores_by_columns).
 //
 // How outputs are compared:
 // - Outputs an op writes start as NaN on the GPU, so an element it skips
@@ -3867,11 +3868,15 @@ struct Flags {
   int device = 0;
   std::string filter;
   bool verbose = false;
+  // The latent forward's scores experiment
+  // (CudaBackendOptions::latent_scores_by_columns).
+  bool latent_scores_by_columns = false;
 };
 
 constexpr char kUsage[] =
     "usage: backend_ops_check [--precision=fp32|bf16|both] [--device=N]\n"
-    "                         [--filter=SUBSTRING[|...]] [--verbose]\n";
+    "                         [--filter=SUBSTRING[|...]] [--verbose]\n"
+    "                         [--latent-scores-by-columns]\n";
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
   for (int i = 1; i < argc; ++i) {
@@ -3891,6 +3896,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->filter = arg.substr(9);
     } else if (arg == "--verbose") {
       flags->verbose = true;
+    } else if (arg == "--latent-scores-by-columns") {
+      flags->latent_scores_by_columns = true;
     } else {
       return false;
     }
@@ -3985,6 +3992,7 @@ int Main(int argc, char** argv) {
     CudaBackendOptions options{flags.device, mode, kAttentionPairsPerCall};
     options.time_product_algorithms = true;
     options.sparse_indexer_loss = true;
+    options.latent_scores_by_columns = flags.latent_scores_by_columns;
     absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(options);
     if (!backend.ok()) {
       std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
