@@ -389,6 +389,9 @@ int PowerOfTwoAtLeast(int64_t n) {
 
 // ---- KL loss ----
 
+// The per-query path (bitwise the CPU's): a chunk's score gradients live in
+// dot_grad [chunk, heads, topk], first the dots, then d loss / d dot.
+
 // dots[h][j] = iq[t,h] . ik[keys[t][j]] for query t = t0 + blockIdx.y and
 // slots j of tile blockIdx.x (-1 slots give 0), bitwise as the CPU's.
 __global__ void DotsKernel(KlProblem p, int64_t t0, float* dot_grad) {
