@@ -129,6 +129,8 @@ absl::Status TrainingOf(const CommandFlags& flags, PlanJob* job) {
         "ranks keep no copies (--precision=fp32)");
   }
   job->precision = *parsed;
+  job->device =
+      flags.Get("cluster") == "cpu" ? RankDevice::kCpu : RankDevice::kGpu;
   return absl::OkStatus();
 }
 

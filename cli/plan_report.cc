@@ -54,30 +54,44 @@ std::vector<std::pair<std::string, int64_t>> Summed(
 std::string MemoryTable(const Evaluation& e, const DeviceSpec& device) {
   TextTable table({"pp", "stages", "weights", "bf16 copies", "grads", "master",
                    "moments", "lora", "activations", "in flight", "transient",
-                   "sends", "exchange+kept", "runtime", "slack", "peak",
-                   "fits"});
+                   "sends", "exchange+kept", "scratch", "runtime", "slack",
+                   "peak", "fits"});
   for (const RankMemory& m : e.memory) {
-    table.AddRow(
-        {absl::StrCat(m.pp_rank), StagesOf(e.plan, m.pp_rank),
-         Bytes(m.state.weights), Bytes(m.state.copies),
-         Bytes(m.state.gradients), Bytes(m.state.master),
-         Bytes(m.state.moments), Bytes(m.state.adapters),
-         Bytes(m.schedule.activations), absl::StrCat(m.schedule.in_flight),
-         Bytes(m.schedule.transient), Bytes(m.schedule.sent),
-         Bytes(m.exchange + m.retained), Bytes(m.runtime), Bytes(m.slack),
-         Bytes(m.Peak()), m.Peak() <= device.memory_bytes ? "yes" : "NO"});
+    table.AddRow({absl::StrCat(m.pp_rank), StagesOf(e.plan, m.pp_rank),
+                  Bytes(m.state.weights), Bytes(m.state.copies),
+                  Bytes(m.state.gradients), Bytes(m.state.master),
+                  Bytes(m.state.moments), Bytes(m.state.adapters),
+                  Bytes(m.schedule.activations),
+                  absl::StrCat(m.schedule.in_flight),
+                  Bytes(m.schedule.transient), Bytes(m.schedule.sent),
+                  Bytes(m.exchange + m.retained), Bytes(m.scratch),
+                  Bytes(m.runtime), Bytes(m.slack), Bytes(m.Peak()),
+                  m.Peak() <= device.memory_bytes ? "yes" : "NO"});
   }
   return table.ToString();
 }
 
+// A GPU rank's host vectors are named as such: its peak leaves them out.
 std::string ActivationTerms(const RankMemory& busiest) {
+  const StageActivationBytes& stage = busiest.first_stage;
   TextTable table({"term (one micro batch, first stage)", "bytes"});
-  for (const auto& [name, bytes] : Summed(busiest.first_stage.saved)) {
-    table.AddRow({name, Bytes(bytes)});
-  }
-  for (const auto& [name, bytes] : Summed(busiest.first_stage.transient)) {
-    table.AddRow({"transient: " + name, Bytes(bytes)});
-  }
+  auto add = [&](const char* part, const std::vector<MemoryTerm>& terms) {
+    std::vector<MemoryTerm> device, host;
+    for (const MemoryTerm& term : terms) {
+      (term.host && stage.device == RankDevice::kGpu ? host : device)
+          .push_back(term);
+    }
+    for (const auto& [name, bytes] : Summed(device)) {
+      table.AddRow({part + name, Bytes(bytes)});
+    }
+    for (const auto& [name, bytes] : Summed(host)) {
+      table.AddRow({absl::StrCat("host, not on the device: ", part, name),
+                    Bytes(bytes)});
+    }
+  };
+  add("", stage.saved);
+  add("transient: ", stage.transient);
+  add("", stage.scratch);
   return table.ToString();
 }
 

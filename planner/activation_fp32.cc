@@ -1,9 +1,12 @@
 // This trainer's activations: every tensor the Activations structs of
-// model/*.h and parallel/stage_model.h keep, fp32 values and int32 indices,
-// in the shapes the forward passes allocate them (model/mla_attention.cc,
-// model/indexer.cc, model/moe.cc, model/expert_dispatch.cc,
-// model/mtp_layer.cc). Host vectors (token lists, layouts) are marked: they
-// live in host memory on every backend.
+// model/*.h and parallel/stage_model.h keep, in the shapes and element types
+// the forward passes allocate them (model/mla_attention.cc, model/indexer.cc,
+// model/moe.cc, model/expert_dispatch.cc, model/mtp_layer.cc): fp32 values
+// and int32 indices, and the tensors the model allocates in
+// Backend::ActivationType(), bf16 in the CUDA bf16 mode. Host vectors (token
+// lists, layouts) are marked: they live in host memory on every backend. The
+// kernels' own temporaries depend on the backend: the CPU backend's host
+// vectors, or the CUDA backend's grow-only scratch (CudaScratch below).
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -14,15 +17,55 @@
 namespace glm {
 namespace {
 
-constexpr int64_t kElementBytes = 4;  // fp32 values and int32 indices
+constexpr int64_t kWordBytes = 4;  // fp32 values and int32 indices
+constexpr int64_t kBf16Bytes = 2;
+
+// A tensor's bytes: kernels/tensor.h keeps every element type in 4-byte
+// words.
+int64_t StoredBytes(int64_t elements, int64_t element_bytes) {
+  return (elements * element_bytes + kWordBytes - 1) / kWordBytes * kWordBytes;
+}
+
+// Backend::ActivationType(): bf16 in the CUDA bf16 mode (CudaBackend, and
+// Bf16ActivationsCpuBackend standing in for it), fp32 otherwise.
+int64_t ActivationElementBytes(Precision precision) {
+  return precision == Precision::kFp32Bf16Copies ? kBf16Bytes : kWordBytes;
+}
 
 class Terms {
  public:
+  explicit Terms(const PlanJob& job)
+      : activation_bytes_(ActivationElementBytes(job.precision)),
+        device_(job.device) {}
+
+  // F32 values and int32 indices, any number of tensors.
   void Add(std::string name, int64_t elements) {
-    terms_.push_back({std::move(name), kElementBytes * elements, false});
+    AddBytes(std::move(name), kWordBytes * elements);
   }
+  // One tensor the model allocates in Backend::ActivationType().
+  void AddActivation(std::string name, int64_t elements) {
+    AddBytes(std::move(name), StoredBytes(elements, activation_bytes_));
+  }
+  // One tensor in the activation type, or in F32 where `f32` (what a
+  // tensor-parallel group gathers or reads gathered moves float32).
+  void AddActivationUnless(bool f32, std::string name, int64_t elements) {
+    if (f32) {
+      Add(std::move(name), elements);
+    } else {
+      AddActivation(std::move(name), elements);
+    }
+  }
+  void AddBytes(std::string name, int64_t bytes) {
+    terms_.push_back({std::move(name), bytes, false});
+  }
+  // The model's host bookkeeping, on every backend.
   void AddHost(std::string name, int64_t elements) {
-    terms_.push_back({std::move(name), kElementBytes * elements, true});
+    terms_.push_back({std::move(name), kWordBytes * elements, true});
+  }
+  // A CPU kernel's host vectors (kernels/cpu/): a GPU rank's kernels keep
+  // none, their temporaries are the CUDA backend's scratch.
+  void AddCpuKernelVectors(std::string name, int64_t elements) {
+    if (device_ == RankDevice::kCpu) AddHost(std::move(name), elements);
   }
   void Append(const std::vector<MemoryTerm>& more) {
     terms_.insert(terms_.end(), more.begin(), more.end());
@@ -30,8 +73,17 @@ class Terms {
   std::vector<MemoryTerm> Take() { return std::move(terms_); }
 
  private:
+  int64_t activation_bytes_;
+  RankDevice device_;
   std::vector<MemoryTerm> terms_;
 };
+
+// The larger of two moments on the rank's device (a tie keeps `a`).
+const std::vector<MemoryTerm>& Larger(const PlanJob& job,
+                                      const std::vector<MemoryTerm>& a,
+                                      const std::vector<MemoryTerm>& b) {
+  return RankBytes(b, job.device) > RankBytes(a, job.device) ? b : a;
+}
 
 // The model's sizes as one rank holds them.
 struct Dims {
@@ -80,22 +132,24 @@ void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
                   bool loss_in_forward, int64_t latent, Terms* terms) {
   const int64_t c = t.chunk, all = t.all, per_head = all - latent;
   if (d.tp_split) terms->Add("attention input gathered over tp", c * d.hidden);
-  terms->Add("q_a, its norm and q_resid", c * (2 * d.q_lora + 1));
-  terms->Add("per-head queries (q_b_proj's output, RoPE'd in place)",
-             c * d.heads * d.qk);
+  terms->Add("q_a and its norm", c * (d.q_lora + 1));
+  terms->AddActivation("q_resid (q_a normed)", c * d.q_lora);
+  terms->AddActivation("per-head queries (q_b_proj's output, RoPE'd in place)",
+                       c * d.heads * d.qk);
   terms->Add("kv_a and its norm", all * (d.kv_lora + d.rope + 1));
-  terms->Add("kv latent", all * d.kv_lora);
-  terms->Add("kv (per-head keys and values)",
-             per_head * d.heads * (d.nope + d.v));
-  terms->Add("RoPE'd keys", per_head * d.heads * d.qk);
+  terms->AddActivation("kv latent", all * d.kv_lora);
+  terms->AddActivation("kv (per-head keys and values)",
+                       per_head * d.heads * (d.nope + d.v));
+  terms->AddActivation("RoPE'd keys", per_head * d.heads * d.qk);
   if (latent > 0) {
-    terms->Add("latent key rows (kv latent | RoPE'd k_rope)",
-               all * (d.kv_lora + d.rope));
-    terms->Add("latent queries (q_nope W_UK | RoPE'd q_rope)",
-               latent * d.heads * (d.kv_lora + d.rope));
-    terms->Add("latent attention output", latent * d.heads * d.kv_lora);
+    terms->AddActivation("latent key rows (kv latent | RoPE'd k_rope)",
+                         all * (d.kv_lora + d.rope));
+    terms->AddActivation("latent queries (q_nope W_UK | RoPE'd q_rope)",
+                         latent * d.heads * (d.kv_lora + d.rope));
+    terms->AddActivation("latent attention output",
+                         latent * d.heads * d.kv_lora);
   }
-  terms->Add("attention output", c * d.heads * d.v);
+  terms->AddActivation("attention output", c * d.heads * d.v);
   terms->Add("attention log-sum-exp", c * d.heads);
   if (!indexer) return;
   const int64_t iq = c * d.index_heads * d.index_dim;
@@ -108,6 +162,15 @@ void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
   terms->Add("top-k key indices", c * t.topk);
 }
 
+// A SwiGLU MLP's kept gate|up and hidden rows (model/dense_mlp.cc,
+// model/expert_dispatch.cc's ExpertProducts), two tensors of the activation
+// type.
+void AddSwiGlu(const std::string& what, int64_t rows, int64_t inter,
+               Terms* terms) {
+  terms->AddActivation(what + " gate|up", rows * 2 * inter);
+  terms->AddActivation(what + " SwiGLU output", rows * inter);
+}
+
 // DecoderLayerActivations' MLP part (model/dense_mlp.h, model/moe.h,
 // model/expert_dispatch.h).
 void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
@@ -118,24 +181,26 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
     // Under tensor parallelism the MLP runs on the gathered chunk.
     if (d.tp_split)
       terms->Add("MLP input gathered over tp", t.chunk * d.hidden);
-    terms->Add("MLP gate|up and SwiGLU", t.chunk * 3 * d.dense_inter);
+    AddSwiGlu("MLP", t.chunk, d.dense_inter, terms);
     return;
   }
   terms->Add("router scores, weights and choices",
              n * (d.experts + 2 * d.top_k));
   terms->Add("expert offsets of the layer's choices", d.experts + 1);
-  terms->Add("shared expert gate|up and SwiGLU", n * 3 * d.shared_inter);
+  AddSwiGlu("shared expert", n, d.shared_inter, terms);
   const int64_t rows = t.routed;
   // The first grouped product's rows, gathered from the layer's input once
   // and read again by its backward, and the experts' outputs, which the
   // combine's backward reads. Under expert parallelism: the rows received
   // (the products read them as they came), and the outputs returned for the
   // rows sent (parallel/expert_parallel_dispatch.cc).
-  terms->Add(expert_parallel
-                 ? "routed rows: received inputs and returned outputs"
-                 : "routed rows: gathered inputs and outputs",
-             2 * rows * d.hidden);
-  terms->Add("routed rows: gate|up and SwiGLU", rows * 3 * d.expert_inter);
+  const char* inputs = expert_parallel ? "routed rows: received inputs"
+                                       : "routed rows: gathered inputs";
+  const char* outputs = expert_parallel ? "routed rows: returned outputs"
+                                        : "routed rows: outputs";
+  terms->AddActivation(inputs, rows * d.hidden);
+  terms->AddActivation(outputs, rows * d.hidden);
+  AddSwiGlu("routed rows:", rows, d.expert_inter, terms);
   // Each row's router weight, slot and token, and each token's rows (the
   // grouping's token_rows; under expert parallelism the sent grouping's).
   terms->Add("routed rows: router weights and row indices", rows * 4);
@@ -155,12 +220,17 @@ void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
   const ModelConfig& m = job.model;
   const Dims d(m, split);
   const TokenShare t = TokenShareOf(job, split);
-  terms->Add("attention norm", t.local * (d.hidden + 1));
+  const bool moe = layer > m.num_hidden_layers || m.IsMoeLayer(layer);
+  // model/decoder_layer.cc's AttentionInputType and MlpInputType.
+  terms->AddActivationUnless(d.tp_split, "attention norm output",
+                             t.local * d.hidden);
+  terms->Add("attention norm rstd", t.local);
   AddAttention(d, t, HasIndexer(m, layer), IndexerLossInForward(job, layer),
                LatentQueries(job, split, layer), terms);
-  terms->Add("attention residual and MLP norm", t.local * (2 * d.hidden + 1));
-  AddMlp(d, t, layer > m.num_hidden_layers || m.IsMoeLayer(layer), split.ep,
-         terms);
+  terms->Add("attention residual and MLP norm rstd", t.local * (d.hidden + 1));
+  terms->AddActivationUnless(!moe && d.tp_split, "MLP norm output",
+                             t.local * d.hidden);
+  AddMlp(d, t, moe, split.ep, terms);
 }
 
 // What a recomputed decoder layer keeps from its forward
@@ -181,10 +251,12 @@ void AddLayerRecords(const PlanJob& job, const Split& split, int layer,
 // MtpActivations without its decoder layer.
 void AddMtpInputsAndHead(const Dims& d, const TokenShare& t, Terms* terms) {
   const int64_t n = t.local;
-  terms->Add("MTP next ids, embedding, concat and norms",
-             n * (1 + d.hidden + 2 * d.hidden + 2));
+  terms->Add("MTP next ids, embedding and norms' rstd", n * (1 + d.hidden + 2));
+  terms->AddActivation("MTP concat (normed embedding | normed hidden)",
+                       n * 2 * d.hidden);
   terms->Add("MTP layer input and output", 2 * n * d.hidden);
-  terms->Add("MTP head norm", n * (d.hidden + 1));
+  terms->AddActivation("MTP head norm output", n * d.hidden);
+  terms->Add("MTP head norm rstd", n);
   terms->Add("MTP head input gradient (the fused loss's)", n * d.hidden);
   terms->Add("MTP targets", n);
 }
@@ -196,7 +268,7 @@ void AddMtpInputsAndHead(const Dims& d, const TokenShare& t, Terms* terms) {
 int64_t LoadedBatchBytes(const PlanJob& job, const Split& split,
                          const StageSlice& stage) {
   const TokenShare t = TokenShareOf(job, split);
-  return kElementBytes *
+  return kWordBytes *
          (2 * t.all + t.local + t.local + 2 * stage.mtp_layers * t.local);
 }
 
@@ -204,7 +276,7 @@ std::vector<MemoryTerm> SavedTerms(const PlanJob& job, const Split& split,
                                    const StageSlice& stage) {
   const Dims d(job.model, split);
   const TokenShare t = TokenShareOf(job, split);
-  Terms terms;
+  Terms terms(job);
   terms.AddHost("token ids and layout", 4 * t.all + t.local);
   terms.Add("token ids and positions on the backend", 2 * t.all + t.local);
   terms.Add("hidden states (stage input, layer outputs)",
@@ -218,7 +290,8 @@ std::vector<MemoryTerm> SavedTerms(const PlanJob& job, const Split& split,
     }
   }
   if (!stage.has_loss) return terms.Take();
-  terms.Add("final norm", t.local * (d.hidden + 1));
+  terms.AddActivation("final norm output", t.local * d.hidden);
+  terms.Add("final norm rstd", t.local);
   terms.Add("head input gradient (the fused loss's)", t.local * d.hidden);
   terms.Add("targets", t.local);
   for (int k = 1; k <= stage.mtp_layers; ++k) {
@@ -236,34 +309,47 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   const Dims d(m, split);
   const TokenShare t = TokenShareOf(job, split);
   const int64_t n = t.local, c = t.chunk, all = t.all;
-  Terms mlp;
+  Terms mlp(job);
   mlp.Add("layer gradients (dmlp_in, dh_mid)", 2 * n * d.hidden);
   if (layer > m.num_hidden_layers || m.IsMoeLayer(layer)) {
     mlp.Add("router gradients", n * (d.top_k + d.experts));
-    mlp.Add("shared expert backward", n * 3 * d.shared_inter);
+    // MlpBackward's hidden and gate|up gradients.
+    mlp.AddActivation("shared expert backward (hidden gradient)",
+                      n * d.shared_inter);
+    mlp.AddActivation("shared expert backward (gate|up gradient)",
+                      n * 2 * d.shared_inter);
     // model/expert_dispatch.cc's ExpertsBackward: the routed rows' output,
     // hidden, gate|up and input gradients (their router weights' land in the
     // router gradients).
-    mlp.Add("routed rows' gradients",
-            t.routed * (2 * d.hidden + 3 * d.expert_inter));
+    mlp.AddActivation("routed rows' output gradients", t.routed * d.hidden);
+    mlp.AddActivation("routed rows' input gradients", t.routed * d.hidden);
+    mlp.AddActivation("routed rows' hidden gradients",
+                      t.routed * d.expert_inter);
+    mlp.AddActivation("routed rows' gate|up gradients",
+                      t.routed * 2 * d.expert_inter);
     if (split.ep > 1) {
       // parallel/expert_parallel_dispatch.cc: beside the output and input
       // gradients above (formed on the sender and on the experts' member),
       // the output gradients received and the input gradients returned.
-      mlp.Add("expert-parallel exchange buffers", t.routed * 2 * d.hidden);
+      mlp.AddActivation("expert-parallel exchange: output gradients received",
+                        t.routed * d.hidden);
+      mlp.AddActivation("expert-parallel exchange: input gradients returned",
+                        t.routed * d.hidden);
     }
   } else {
-    mlp.Add("MLP backward", c * 3 * d.dense_inter);
+    mlp.AddActivation("MLP backward (hidden gradient)", c * d.dense_inter);
+    mlp.AddActivation("MLP backward (gate|up gradient)", c * 2 * d.dense_inter);
     if (d.tp_split) mlp.Add("MLP chunk gradients", 2 * c * d.hidden);
   }
   const int64_t latent = LatentQueries(job, split, layer),
                 per_head = all - latent;
-  Terms attention;
+  Terms attention(job);
   attention.Add("layer gradients (dmlp_in, dh_mid, dattn_in)",
                 3 * n * d.hidden);
-  attention.Add("attention output, query and key gradients",
-                c * d.heads * (d.v + d.qk) + per_head * d.heads * d.qk);
-  attention.Add("kv gradient", per_head * d.heads * (d.nope + d.v));
+  attention.AddActivation("attention output gradient", c * d.heads * d.v);
+  attention.AddActivation("query gradient", c * d.heads * d.qk);
+  attention.AddActivation("key gradient", per_head * d.heads * d.qk);
+  attention.AddActivation("kv gradient", per_head * d.heads * (d.nope + d.v));
   if (latent > 0) {
     attention.Add("latent key rows' gradient", all * (d.kv_lora + d.rope));
   }
@@ -276,11 +362,12 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   if (d.tp_split) attention.Add("attention chunk gradients", 2 * c * d.hidden);
   // After the sparse attention's score gradients are freed: the latent and
   // query chains (and the indexer's weight gradients).
-  Terms chains;
+  Terms chains(job);
   chains.Add("latent gradients", all * 2 * (d.rope + d.kv_lora));
   // The query gradient is the attention's (its rope part rotated back in
   // place from a copy) and two latent gradients.
-  chains.Add("query gradients", c * (d.heads * d.rope + 2 * d.q_lora));
+  chains.AddActivation("query gradients (rope copy)", c * d.heads * d.rope);
+  chains.Add("query gradients (q_resid, q_a)", c * 2 * d.q_lora);
   if (HasIndexer(m, layer)) {
     chains.Add("indexer gradients",
                c * (d.index_heads * (1 + d.index_dim) + 2 * d.index_dim));
@@ -288,17 +375,19 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   const std::vector<MemoryTerm> chain = chains.Take();
   // While the attention's score gradients exist: the latent queries' output
   // and query gradients beside them (LatentBackward).
-  Terms attending;
-  attending.AddHost("attention probabilities and score gradients",
-                    2 * c * d.heads * t.topk);
+  Terms attending(job);
+  attending.AddCpuKernelVectors("attention probabilities and score gradients",
+                                2 * c * d.heads * t.topk);
   if (latent > 0) {
-    attending.Add("latent output and query gradients",
-                  latent * d.heads * (2 * d.kv_lora + d.rope));
+    attending.AddActivation("latent output gradient",
+                            latent * d.heads * d.kv_lora);
+    attending.AddActivation("latent query gradient",
+                            latent * d.heads * (d.kv_lora + d.rope));
   }
   const std::vector<MemoryTerm> scores = attending.Take();
-  attention.Append(TotalBytes(chain) > TotalBytes(scores) ? chain : scores);
-  std::vector<MemoryTerm> a = attention.Take(), b = mlp.Take();
-  return TotalBytes(a) >= TotalBytes(b) ? a : b;
+  attention.Append(Larger(job, scores, chain));
+  const std::vector<MemoryTerm> a = attention.Take(), b = mlp.Take();
+  return Larger(job, a, b);
 }
 
 // The head's backward (model/output_head.cc): the fused losses left their
@@ -309,7 +398,7 @@ std::vector<MemoryTerm> HeadBackwardPeak(const PlanJob& job, const Split& split,
   const Dims d(job.model, split);
   const TokenShare t = TokenShareOf(job, split);
   const int64_t n = t.local;
-  Terms terms;
+  Terms terms(job);
   terms.Add("hidden gradient", n * d.hidden);
   if (stage.mtp_layers == 0) return terms.Take();
   terms.Add("MTP layer gradients", 2 * n * d.hidden);
@@ -320,7 +409,8 @@ std::vector<MemoryTerm> HeadBackwardPeak(const PlanJob& job, const Split& split,
 // Forward temporaries: the indexer loss's target (the attention each
 // selected key receives) and score gradients (a host vector in the CPU
 // kernel, kernels/cpu/indexer.cc), or the fused head loss's chunk of logits
-// and their gradient (model/head_loss.h), whichever is larger.
+// and their gradient (model/head_loss.h: fp32 logits and a gradient, or bf16
+// logits whose gradient is written in place), whichever is larger.
 std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
                                     const StageSlice& stage) {
   const TokenShare t = TokenShareOf(job, split);
@@ -329,24 +419,148 @@ std::vector<MemoryTerm> ForwardPeak(const PlanJob& job, const Split& split,
        ++layer) {
     indexer |= IndexerLossInForward(job, layer);
   }
-  Terms terms;
+  Terms terms(job);
   if (indexer) {
     terms.Add("indexer loss target", t.chunk * t.topk);
-    terms.AddHost("indexer loss score gradients",
-                  t.chunk * job.model.index_n_heads * t.topk);
+    terms.AddCpuKernelVectors("indexer loss score gradients",
+                              t.chunk * job.model.index_n_heads * t.topk);
   }
-  std::vector<MemoryTerm> indexer_terms = terms.Take();
+  const std::vector<MemoryTerm> indexer_terms = terms.Take();
   if (!stage.has_loss) return indexer_terms;
   const int64_t vocab = job.model.vocab_size;
-  Terms head;
-  head.Add("fused head loss chunk (logits and their gradient)",
-           2 *
-               FusedChunkRows(t.local, vocab, kDefaultHeadChunkBytes,
-                              kFp32LogitBytes) *
-               vocab);
-  std::vector<MemoryTerm> head_terms = head.Take();
-  return TotalBytes(head_terms) > TotalBytes(indexer_terms) ? head_terms
-                                                            : indexer_terms;
+  const int64_t logit_bytes = job.precision == Precision::kFp32Bf16Copies
+                                  ? kBf16LogitBytes
+                                  : kFp32LogitBytes;
+  Terms head(job);
+  head.AddBytes(
+      "fused head loss chunk (logits and their gradient)",
+      FusedChunkRows(t.local, vocab, kDefaultHeadChunkBytes, logit_bytes) *
+          vocab * logit_bytes);
+  const std::vector<MemoryTerm> head_terms = head.Take();
+  return Larger(job, indexer_terms, head_terms);
+}
+
+// The CUDA backend's scratch (kernels/cuda/cuda_backend.cc: Scratch and
+// CompositeScratch, each one buffer grown to the largest call and held) for
+// the attention backward of a layer's per-head queries: the one op whose
+// scratch grows with the pairs attended. Not counted: the indexer's
+// chunks (kernels/cuda/indexer.cu, 512 MiB a chunk at most), the products'
+// operand conversions and cub's sort space.
+class CudaScratch {
+ public:
+  explicit CudaScratch(const PlanJob& job) : job_(job) {}
+
+  void AddLayer(const Split& split, int layer) {
+    const Dims d(job_.model, split);
+    const TokenShare t = TokenShareOf(job_, split);
+    // The latent queries' backward sums into the model's F32 gradient of the
+    // latent rows (kernels/cuda/latent_attention.cu): no scratch.
+    const int64_t latent = LatentQueries(job_, split, layer);
+    const int64_t queries = t.chunk - latent, keys = t.all - latent;
+    if (queries == 0) return;
+    if (job_.precision == Precision::kFp32Bf16Copies) {
+      AddBf16Attention(d, queries, keys);
+      return;
+    }
+    // kernels/cuda/sparse_attention.cu's SparseAttentionBackward: the
+    // probabilities and score gradients again, F32 [queries, heads, top-k]
+    // each (PlanScratch).
+    Plain("attention backward: probabilities and score gradients",
+          2 * Aligned(queries * d.heads * t.topk * kWordBytes));
+  }
+
+  std::vector<MemoryTerm> Take() {
+    std::vector<MemoryTerm> terms;
+    for (MemoryTerm* largest : {&plain_, &composite_}) {
+      if (largest->bytes > 0) terms.push_back(*largest);
+    }
+    return terms;
+  }
+
+ private:
+  // kernels/cuda/cuda_context.h's Carver: each piece at 256 bytes.
+  static int64_t Aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  void Plain(const std::string& name, int64_t bytes) {
+    if (bytes > plain_.bytes) plain_ = {"scratch: " + name, bytes, false};
+  }
+  void Composite(const std::string& name, int64_t bytes) {
+    if (bytes > composite_.bytes) {
+      composite_ = {"composite scratch: " + name, bytes, false};
+    }
+  }
+
+  // The bf16 mode's attention backward over the per-head queries and keys
+  // (CudaBackend::SparseAttentionBackward): attention products while their
+  // P and dS fit kProductsScratchBytes, else cuDNN's, in chunks of at most
+  // attention_pairs_per_call query-key pairs.
+  void AddBf16Attention(const Dims& d, int64_t queries, int64_t keys) {
+    const int64_t bf16 = kBf16Bytes, f32 = kWordBytes;
+    // kernels/cuda/cuda_backend.cc and self_attention_backward.cc.
+    constexpr int64_t kProductsScratchBytes = int64_t{2} << 30;
+    constexpr int64_t kProductsWorkspaceBytes = int64_t{1} << 20;
+    const int64_t pairs = queries * keys;
+    if (queries == keys &&
+        (pairs + 2 * d.heads * pairs) * bf16 <= kProductsScratchBytes) {
+      Plain("attention products backward (mask, P and dS)",
+            Aligned(pairs * bf16) + Aligned(queries * f32) +
+                2 * Aligned(d.heads * queries * f32) +
+                2 * Aligned(d.heads * pairs * bf16) +
+                Aligned(kProductsWorkspaceBytes));
+      return;
+    }
+    // kernels/cuda/cuda_backend.h's attention_pairs_per_call; the chunks of
+    // CudnnAttention::Chunks, each over the keys up to its last query.
+    constexpr int64_t kPairsPerCall = int64_t{1} << 28;
+    // cuDNN's deterministic backward's workspace, which cuDNN reports at run
+    // time: about 38 bytes a query-key pair for glm5.2-mini's 16 heads
+    // (kernels/cuda/cudnn_attention.h; 41 GB asked at 32k, bench/NOTES.md
+    // 2026-12-02), counted per pair and head.
+    constexpr double kWorkspaceBytesPerPairAndHead = 38.0 / 16;
+    const bool self = queries == keys;
+    const int64_t rows =
+        std::min(queries, std::max<int64_t>(1, kPairsPerCall / keys));
+    const int64_t chunk_keys = self ? queries : keys;
+    const bool several = rows < queries;
+    const int64_t chunk_pairs = rows * chunk_keys;
+    // CudnnAttention's Carve for a backward chunk: the output gradient's bf16
+    // copy, the statistics, the mask and its has-key flags, the workspace;
+    // with several chunks dK and dV land in bf16 buffers and are added into
+    // F32 sums (composite scratch) rather than written in place.
+    int64_t bytes =
+        Aligned(rows * d.heads * d.v * bf16) + Aligned(rows * d.heads * f32) +
+        Aligned(chunk_pairs * bf16) + Aligned(rows * f32) +
+        Aligned(static_cast<int64_t>(kWorkspaceBytesPerPairAndHead * d.heads *
+                                     static_cast<double>(chunk_pairs)));
+    if (several) {
+      bytes += Aligned(chunk_keys * d.heads * d.qk * bf16) +
+               Aligned(chunk_keys * d.heads * (d.nope + d.v) * bf16);
+      Composite("cuDNN attention backward: F32 sums of dK and dV",
+                Aligned(keys * d.heads * d.qk * f32) +
+                    Aligned(keys * d.heads * d.v * f32));
+    }
+    Plain("cuDNN attention backward (mask, workspace)", bytes);
+  }
+
+  const PlanJob& job_;
+  MemoryTerm plain_, composite_;
+};
+
+// What the stage's ops hold in the CUDA backend's scratch buffers.
+std::vector<MemoryTerm> StageScratch(const PlanJob& job, const Split& split,
+                                     const StageSlice& stage) {
+  if (job.device != RankDevice::kGpu) return {};
+  CudaScratch scratch(job);
+  for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
+       ++layer) {
+    scratch.AddLayer(split, layer);
+  }
+  if (stage.has_loss) {
+    for (int k = 1; k <= stage.mtp_layers; ++k) {
+      scratch.AddLayer(split, job.model.num_hidden_layers + k);
+    }
+  }
+  return scratch.Take();
 }
 
 }  // namespace
@@ -375,7 +589,9 @@ StageActivationBytes Fp32StageActivations(const PlanJob& job,
                                           const Split& split,
                                           const StageSlice& stage) {
   StageActivationBytes acts;
+  acts.device = job.device;
   acts.saved = SavedTerms(job, split, stage);
+  acts.scratch = StageScratch(job, split, stage);
   const Dims d(job.model, split);
   const TokenShare t = TokenShareOf(job, split);
   if (RunsAsOneModel(split)) {
@@ -387,19 +603,18 @@ StageActivationBytes Fp32StageActivations(const PlanJob& job,
   if (!stage.has_loss) {
     // The output gradient a stage receives is copied where its ops read it
     // while the first copy still lives.
-    Terms received;
+    Terms received(job);
     received.Add("output gradient and its copy", 2 * t.local * d.hidden);
-    std::vector<MemoryTerm> candidate = received.Take();
-    if (TotalBytes(candidate) > TotalBytes(peak)) peak = std::move(candidate);
+    peak = Larger(job, peak, received.Take());
   }
   for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
        ++layer) {
-    Terms terms;
+    Terms terms(job);
     terms.Add("hidden gradients (dh, dh_in)", 2 * t.local * d.hidden);
     if (job.recompute == Recompute::kFull) {
       // The layer's forward again (GlmModel::RecomputeLayer), its records
       // included, alive through its backward.
-      Terms recomputed;
+      Terms recomputed(job);
       AddDecoderLayer(job, split, layer, &recomputed);
       for (MemoryTerm term : recomputed.Take()) {
         term.name = "recomputed " + term.name;
@@ -407,13 +622,10 @@ StageActivationBytes Fp32StageActivations(const PlanJob& job,
       }
     }
     terms.Append(LayerBackwardPeak(job, split, layer));
-    std::vector<MemoryTerm> candidate = terms.Take();
-    if (TotalBytes(candidate) > TotalBytes(peak)) peak = std::move(candidate);
+    peak = Larger(job, peak, terms.Take());
   }
-  if (stage.has_loss) {
-    std::vector<MemoryTerm> head = HeadBackwardPeak(job, split, stage);
-    if (TotalBytes(head) > TotalBytes(peak)) peak = std::move(head);
-  }
+  if (stage.has_loss)
+    peak = Larger(job, peak, HeadBackwardPeak(job, split, stage));
   acts.transient = std::move(peak);
   return acts;
 }

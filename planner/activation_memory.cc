@@ -36,6 +36,10 @@ int64_t DeviceBytes(const std::vector<MemoryTerm>& terms) {
   return total;
 }
 
+int64_t RankBytes(const std::vector<MemoryTerm>& terms, RankDevice device) {
+  return device == RankDevice::kCpu ? TotalBytes(terms) : DeviceBytes(terms);
+}
+
 bool RunsAsOneModel(const Split& split) {
   return split.pp == 1 && split.tp == 1 && split.cp == 1;
 }

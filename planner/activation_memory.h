@@ -2,8 +2,9 @@
 // from its forward to its backward, by named term, and the most its passes
 // allocate on top at once. Two stores (planner/plan_job.h):
 // - kFp32 and kFp32Bf16Copies: this trainer's tensors as model/*.h and
-//   parallel/stage_model.h keep them (activation_fp32.cc; its CUDA bf16
-//   mode keeps the same fp32 activations);
+//   parallel/stage_model.h keep them (activation_fp32.cc), those of
+//   Backend::ActivationType() in bf16 under kFp32Bf16Copies; the CPU
+//   backend's host vectors or the CUDA backend's scratch by the job's device;
 // - kBf16Mixed: Megatron-Core's bf16 training (activation_bf16.cc).
 // Megatron's recomputation (selective or full) applies to kBf16Mixed; this
 // trainer recomputes whole layers (full), as one model per rank only.
@@ -35,25 +36,35 @@ TokenShare TokenShareOf(const PlanJob& job, const Split& split);
 struct MemoryTerm {
   std::string name;
   int64_t bytes = 0;
-  // Bookkeeping in host vectors: in a CPU rank's memory, never on a device.
+  // In host vectors: in a CPU rank's memory, never on a device.
   bool host = false;
 };
 
 int64_t TotalBytes(const std::vector<MemoryTerm>& terms);
 // Bytes of the terms on the device (host false).
 int64_t DeviceBytes(const std::vector<MemoryTerm>& terms);
+// What the terms add to the peak of a rank on `device`: a CPU rank's memory
+// is the host's, every term; a GPU's peak is its device terms'.
+int64_t RankBytes(const std::vector<MemoryTerm>& terms, RankDevice device);
 
 // Kept from forward to backward for one micro batch of `stage`, and the
 // largest allocation on top of it while the stage runs that micro batch.
 struct StageActivationBytes {
+  // Where the rank runs: which terms its peak counts (RankBytes).
+  RankDevice device = RankDevice::kGpu;
   std::vector<MemoryTerm> saved;
   std::vector<MemoryTerm> transient;  // the peak moment's parts
+  // On a GPU, the CUDA backend's two grow-only scratch buffers at the most
+  // this stage's ops ask of each: allocated at the first such call and held
+  // from then on, under every later moment (not per micro batch).
+  std::vector<MemoryTerm> scratch;
   // Still alive after the micro batch's backward: a GlmModel keeps the
   // last micro batch's index arrays (its backward frees the activations).
   int64_t kept_after_backward = 0;
 
-  int64_t saved_bytes() const { return TotalBytes(saved); }
-  int64_t transient_bytes() const { return TotalBytes(transient); }
+  int64_t saved_bytes() const { return RankBytes(saved, device); }
+  int64_t transient_bytes() const { return RankBytes(transient, device); }
+  int64_t scratch_bytes() const { return TotalBytes(scratch); }
 };
 
 // Whether this trainer runs `split` as one GlmModel (no pipeline, tensor or

@@ -1,7 +1,10 @@
-// The fp32 activation model against what the model really allocates: the
-// CPU backend's ops run unchanged while every tensor a forward or backward
+// This trainer's activation model against what the model really allocates:
+// the CPU backend's ops run unchanged while every tensor a forward or backward
 // pass makes comes from a counting allocator, so the bytes kept after a
-// forward pass and the peak during backward are measured exactly.
+// forward pass and the peak during backward are measured exactly. The fp32
+// store runs on the CPU backend, kFp32Bf16Copies on Bf16ActivationsCpuBackend
+// (the CUDA bf16 mode's activation types on the CPU's kernels, so planned
+// with the CPU's kernel temporaries).
 //
 // Kept activations must match to the byte; the backward peak (the
 // temporaries of the largest moment, which the planner takes from reading
@@ -18,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/bf16_activations_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_allocator.h"
 #include "model/glm_model.h"
@@ -31,13 +35,37 @@
 namespace glm {
 namespace {
 
-class CountingCpuBackend : public CpuBackend {
+// `Base` with its tensors on a counting allocator.
+template <typename Base>
+class Counting : public Base {
  public:
   Allocator* allocator() override { return &counter_; }
   const SeparateMemoryAllocator& counter() const { return counter_; }
 
  private:
   SeparateMemoryAllocator counter_;
+};
+
+// The backend a job's store runs on, counting what it allocates.
+class CountingBackend {
+ public:
+  explicit CountingBackend(const PlanJob& job) {
+    if (job.precision == Precision::kFp32Bf16Copies) {
+      auto bf16 = std::make_unique<Counting<Bf16ActivationsCpuBackend>>();
+      counter_ = &bf16->counter();
+      backend_ = std::move(bf16);
+    } else {
+      auto fp32 = std::make_unique<Counting<CpuBackend>>();
+      counter_ = &fp32->counter();
+      backend_ = std::move(fp32);
+    }
+  }
+  Backend* get() { return backend_.get(); }
+  const SeparateMemoryAllocator& counter() const { return *counter_; }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  const SeparateMemoryAllocator* counter_ = nullptr;
 };
 
 struct Measured {
@@ -78,8 +106,8 @@ LossOptions Losses(const PlanJob& job) {
 Measured MeasureOneModel(const PlanJob& job) {
   ModelParameters params(job.model);
   params.InitRandom(3);
-  CountingCpuBackend backend;
-  GlmModel model(&params, &backend, Losses(job));
+  CountingBackend backend(job);
+  GlmModel model(&params, backend.get(), Losses(job));
   // A step's totals, as the trainer passes them (under recomputation each
   // layer's indexer loss is then formed in its backward); in host memory,
   // apart from the activations counted.
@@ -101,9 +129,9 @@ Measured MeasureStage(const PlanJob& job, const SplitPlan& plan,
   share.pp_rank = stage.pp_rank;
   ModelParameters params(job.model, HeldTensorsOf(job.model, share));
   params.InitRandom(3);
-  CountingCpuBackend backend;
+  CountingBackend backend(job);
   absl::StatusOr<StageModel> model =
-      StageModel::Create(&params, &backend, Losses(job), stage);
+      StageModel::Create(&params, backend.get(), Losses(job), stage);
   EXPECT_TRUE(model.ok()) << model.status();
   const Batch batch = BatchOf(job);
   const int64_t tokens = static_cast<int64_t>(batch.input_ids.size());
@@ -133,10 +161,12 @@ void ExpectMatches(const Measured& measured,
 }
 
 PlanJob Job(const std::string& preset, int64_t seq, int64_t micro_batch,
-            int64_t latent_attention_from = kDefaultLatentAttentionFrom) {
+            int64_t latent_attention_from = kDefaultLatentAttentionFrom,
+            Precision precision = Precision::kFp32) {
   PlanJob job;
   job.model = *PresetConfig(preset);
-  job.precision = Precision::kFp32;
+  job.precision = precision;
+  job.device = RankDevice::kCpu;
   job.seq_length = seq;
   job.micro_batch_size = micro_batch;
   job.global_batch_size = micro_batch;
@@ -238,9 +268,9 @@ Measured MeasureTokenParallelRank(const PlanJob& job, const SplitPlan& plan,
   ModelParameters params(job.model, HeldTensorsOf(job.model, share));
   params.InitRandom(3);
   TokenParallel parallel(tensor.get(), context.get());
-  CountingCpuBackend backend;
+  CountingBackend backend(job);
   absl::StatusOr<StageModel> model =
-      StageModel::Create(&params, &backend, Losses(job), plan.stages[0]);
+      StageModel::Create(&params, backend.get(), Losses(job), plan.stages[0]);
   EXPECT_TRUE(model.ok()) << model.status();
   model->set_token_parallel(&parallel);
   StageActivations acts;
@@ -322,6 +352,45 @@ TEST(ActivationMemoryTest, LatentQueriesMatchWhatTheModelAllocates) {
     ExpectMatches(
         MeasureStage(job, *plan, stage), *predicted,
         absl::StrCat("latent from 40, ", StageName(stage.stage, split.pp)));
+  }
+}
+
+// The CUDA bf16 mode's activation types (Bf16ActivationsCpuBackend): one
+// model with every query per head and with the latent form from the 40th,
+// recomputed or not, and every stage of PP4.
+TEST(ActivationMemoryTest, Bf16ActivationsMatchWhatTheModelAllocates) {
+  for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
+    for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+      for (const int64_t from : {int64_t{40}, int64_t{0}}) {
+        PlanJob job = Job(preset, 64, 2, from, Precision::kFp32Bf16Copies);
+        job.recompute = recompute;
+        const Split one;
+        absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        absl::StatusOr<StageActivationBytes> predicted =
+            StageActivationMemory(job, one, plan->stages[0]);
+        ASSERT_TRUE(predicted.ok()) << predicted.status();
+        ExpectMatches(MeasureOneModel(job), *predicted,
+                      absl::StrCat(preset, " bf16 activations, latent from ",
+                                   from, " ", RecomputeName(recompute)));
+      }
+    }
+  }
+  for (const int64_t from : {int64_t{40}, int64_t{0}}) {
+    const PlanJob job =
+        Job("glm5.2-tiny", 64, 2, from, Precision::kFp32Bf16Copies);
+    Split split;
+    split.pp = 4;
+    absl::StatusOr<SplitPlan> plan = PlanSplit(job, 4, split);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (const StageSlice& stage : plan->stages) {
+      absl::StatusOr<StageActivationBytes> predicted =
+          StageActivationMemory(job, split, stage);
+      ASSERT_TRUE(predicted.ok());
+      ExpectMatches(MeasureStage(job, *plan, stage), *predicted,
+                    absl::StrCat("bf16 activations, latent from ", from, ", ",
+                                 StageName(stage.stage, split.pp)));
+    }
   }
 }
 

@@ -50,6 +50,7 @@ PlanJob JobOf(const Measured& m) {
                   ? *PresetConfig("glm5.2-tiny")
                   : *ReadHfConfigFile("planner/testdata/cpu_bench_config.json");
   job.precision = Precision::kFp32;
+  job.device = RankDevice::kCpu;
   job.seq_length = 512;
   job.global_batch_size = 8;
   job.micro_batch_size = 2;

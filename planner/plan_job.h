@@ -47,6 +47,12 @@ enum class Precision {
   kBf16Mixed,
 };
 
+// Where this trainer's ranks run, which decides where its kernels keep their
+// temporaries: the CPU backend in host vectors, part of a rank's memory; the
+// CUDA backend in two grow-only device scratch buffers
+// (kernels/cuda/cuda_context.h), held at the largest size an op asked.
+enum class RankDevice { kCpu, kGpu };
+
 // Whether `precision` is one of this trainer's stores (fp32 tensors, its
 // activations, recomputation and gradient exchanges), not Megatron-Core's.
 inline bool IsTrainerStore(Precision precision) {
@@ -68,6 +74,8 @@ struct PlanJob {
   int64_t micro_batch_size = 1;
   Recompute recompute = Recompute::kNone;
   Precision precision = Precision::kBf16Mixed;
+  // This trainer's stores only (kFp32Bf16Copies runs on kGpu alone).
+  RankDevice device = RankDevice::kGpu;
   // ZeRO-1 over the data-parallel ranks.
   bool distributed_optimizer = true;
   // This trainer's overlapGradReduce: the data-parallel sums run during the

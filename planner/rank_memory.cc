@@ -49,6 +49,7 @@ absl::StatusOr<RankMemory> PipelineRankMemory(const PlanJob& job,
     if (chunks.empty()) memory.first_stage = *acts;
     chunks.push_back(ChunkOf(job, plan, stage, *acts));
     kept += acts->kept_after_backward;
+    memory.scratch = std::max(memory.scratch, acts->scratch_bytes());
   }
   const int64_t micro_batches = plan.micro_batches_per_rank(job);
   if (plan.split.pp == 1) {

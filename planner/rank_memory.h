@@ -3,7 +3,8 @@
 // schedule keeps in flight with the transient of the pass at the peak
 // (planner/pipeline_memory.h), or, after the micro batches, the gradient
 // exchange's buffers (planner/gradient_exchange.h) with what activations
-// stay alive then; the device runtime and the allocator's slack.
+// stay alive then; the CUDA kernels' scratch, the device runtime and the
+// allocator's slack.
 #ifndef GLM_PLANNER_RANK_MEMORY_H_
 #define GLM_PLANNER_RANK_MEMORY_H_
 
@@ -27,6 +28,9 @@ struct RankMemory {
   SchedulePeak schedule;
   int64_t exchange = 0;  // gradient exchange buffers
   int64_t retained = 0;  // activations alive during the exchange
+  // The CUDA backend's grow-only scratch buffers, held at the largest any of
+  // the rank's stages asks (StageActivationBytes::scratch).
+  int64_t scratch = 0;
   int64_t runtime = 0;
   int64_t slack = 0;
   // One micro batch of the rank's first stage, for explanations.
@@ -36,7 +40,7 @@ struct RankMemory {
     return std::max(schedule.Total(), exchange + retained);
   }
   int64_t Peak() const {
-    return state.Total() + Activations() + runtime + slack;
+    return state.Total() + Activations() + scratch + runtime + slack;
   }
 };
 
