@@ -39,7 +39,8 @@ enum class Precision {
   // This trainer's CUDA bf16 mode (a job's precision "bf16" on "cuda", the
   // default there): the fp32 store plus one bf16 copy of every held product
   // weight (model/weight_copies.h: everything but the embedding and the
-  // norms) in one allocation, which products read.
+  // norms) in one allocation, which products read; the activations of
+  // Backend::ActivationType() in bf16.
   kFp32Bf16Copies,
   // Megatron-Core's and DESIGN.md section 9's mixed precision: bf16 weights
   // and activations, fp32 gradients, master weights and AdamW moments;
