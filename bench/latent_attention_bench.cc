@@ -71,7 +71,7 @@ int Run(int argc, char** argv) {
     Tensor dkv({seq, kLatent}, be.allocator(), ElementType::kBF16);
     for (bool nearest : {false, true}) {
       const IndexTensor keys =
-          SelectionOn(be, Selection(seq, queries, kTopK, nearest, rng));
+          IndicesOn(be, Selection(seq, queries, kTopK, nearest, rng));
       const char* selection = nearest ? "nearest" : "random";
       const double fwd = MillisecondsPerCall(be, iterations, [&] {
         be.LatentAttentionForward(q.Matrix(), kv.Matrix(), keys.data(), kTopK,

@@ -108,7 +108,7 @@ std::vector<int32_t> Selection(int64_t seq, int64_t queries, int64_t topk,
   return keys;
 }
 
-IndexTensor SelectionOn(Backend& be, const std::vector<int32_t>& keys) {
+IndexTensor IndicesOn(Backend& be, const std::vector<int32_t>& keys) {
   IndexTensor on({static_cast<int64_t>(keys.size())}, 0, be.allocator());
   be.allocator()->CopyFromHost(on.data(), keys.data(),
                                keys.size() * sizeof(int32_t));

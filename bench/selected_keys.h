@@ -57,8 +57,8 @@ Tensor RandomTensor(Backend& be, int64_t rows, int64_t cols, ElementType type,
 std::vector<int32_t> Selection(int64_t seq, int64_t queries, int64_t topk,
                                bool nearest, std::mt19937& rng);
 
-// The selection's keys on the backend.
-IndexTensor SelectionOn(Backend& be, const std::vector<int32_t>& keys);
+// int32 values (a selection's keys, sequence starts) on the backend.
+IndexTensor IndicesOn(Backend& be, const std::vector<int32_t>& keys);
 
 // Milliseconds per call over `iterations` calls, after one warm-up call (the
 // kernels' first launch).

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 targets=(//tests/gpu:backend_ops_check //tests/gpu:grouped_gemm_check
          //tests/oracle:oracle_test //:glmctl //:glm-worker //bench:model_flops
          //parallel:nccl_collectives_check //bench:latent_attention_bench
-         //bench:indexer_loss_bench)
+         //bench:indexer_bench)
 bazel build --config=cuda "${targets[@]}"
 rm -rf .gpu/b .gpu/b.tar.xz
 ../shared/tools/device-bundle .gpu/b bazel-bin/tests/gpu/backend_ops_check \
@@ -16,7 +16,7 @@ rm -rf .gpu/b .gpu/b.tar.xz
   bazel-bin/tests/oracle/oracle_test bazel-bin/cli/glmctl \
   bazel-bin/worker/glm-worker bazel-bin/bench/model_flops \
   bazel-bin/parallel/nccl_collectives_check \
-  bazel-bin/bench/latent_attention_bench bazel-bin/bench/indexer_loss_bench
+  bazel-bin/bench/latent_attention_bench bazel-bin/bench/indexer_bench
 # The build's commit, and whether the tree had changes beside it: the GPU
 # machine's results name the code they checked.
 {

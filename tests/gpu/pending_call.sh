@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The next call for one GPU, run from the repository root with
-# `carry: [".gpu"]` after tests/gpu/bundle.sh (about 420 s), most needed
+# `carry: [".gpu"]` after tests/gpu/bundle.sh (about 480 s), most needed
 # first: the indexer loss's and the latent attention's harness cases (the
 # sparse loss kernel, kernels/cuda/indexer_sparse_loss.cu, and the latent
 # forward's scores split by columns have not run on a GPU yet; the latter's
 # cases and bench run a second time with it), both kernels' benches, 32k long
 # context without and with the sparse loss (its time per token in the step),
-# ncu on the latent forward and the sparse loss, and compute-sanitizer's
+# ncu on the latent forward, the sparse loss and the top-k at 64k (its
+# scores and selection, 24 us a token of the 64k step), and compute-sanitizer's
 # synccheck on those kernels alone (run80's stopped in cuDNN's kernels of the
 # fallback cases first). The bench against transformers and the oracle
 # (unchanged by this code at 4k) wait for a later call:
@@ -33,7 +34,7 @@ GLM_LATENT_SCORES_BY_COLUMNS=1 timed latent_bench_by_columns 60 \
 # The sparse path is off unless GLM_SPARSE_INDEXER_LOSS=1 (the harness turns
 # it on itself): the bench's "ordered" rows and the first 32k run are the
 # baseline of the same call.
-GLM_SPARSE_INDEXER_LOSS=1 timed indexer_loss_bench 90 indexer_loss_bench \
+GLM_SPARSE_INDEXER_LOSS=1 timed indexer_bench 90 indexer_bench \
   --queries=2048
 for sparse in 0 1; do
   GLM_SPARSE_INDEXER_LOSS=$sparse MTP='' RECOMPUTE=1 SEQS=32768 \
@@ -48,8 +49,11 @@ timed latent_ncu 90 ncu "${ncu_sections[@]}" --kernel-name regex:ForwardKernel \
   --launch-count 1 latent_attention_bench --queries=1024 --seqs=65536 \
   --iterations=1
 GLM_SPARSE_INDEXER_LOSS=1 timed sparse_loss_ncu 90 ncu "${ncu_sections[@]}" \
-  --kernel-name regex:SparseLossKernel --launch-count 1 indexer_loss_bench \
+  --kernel-name regex:SparseLossKernel --launch-count 1 indexer_bench \
   --queries=1024 --seqs=65536 --iterations=1
+timed topk_ncu 90 ncu "${ncu_sections[@]}" \
+  --kernel-name regex:"IndexerScoresKernel|SelectInKeyOrderKernel" \
+  --launch-count 2 indexer_bench --queries=1024 --seqs=65536 --iterations=1
 sync_cases="LatentAttentionForward small q80 k300 h3 d128 dv64 top100 gaps in activation type"
 sync_cases+="|LatentAttentionBackward small q80 k300 h3 d128 dv64 top100 gaps in activation type"
 sync_cases+="|IndexerKlLoss sparse packed"
