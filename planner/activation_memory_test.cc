@@ -11,6 +11,7 @@
 // the passes) within a few percent of the total.
 #include "planner/activation_memory.h"
 
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -174,18 +175,36 @@ PlanJob Job(const std::string& preset, int64_t seq, int64_t micro_batch,
   return job;
 }
 
+// One model (no split): the planner's prediction against its allocations.
+void ExpectOneModelMatches(const PlanJob& job, const std::string& where) {
+  const Split one;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<StageActivationBytes> predicted =
+      StageActivationMemory(job, one, plan->stages[0]);
+  ASSERT_TRUE(predicted.ok()) << predicted.status();
+  ExpectMatches(MeasureOneModel(job), *predicted, where);
+}
+
+// Every stage of a pp-stage split against what that stage allocates.
+void ExpectStagesMatch(const PlanJob& job, int pp, const std::string& where) {
+  Split split;
+  split.pp = pp;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, pp, split);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const StageSlice& stage : plan->stages) {
+    absl::StatusOr<StageActivationBytes> predicted =
+        StageActivationMemory(job, split, stage);
+    ASSERT_TRUE(predicted.ok()) << predicted.status();
+    ExpectMatches(MeasureStage(job, *plan, stage), *predicted,
+                  absl::StrCat(where, StageName(stage.stage, split.pp)));
+  }
+}
+
 TEST(ActivationMemoryTest, OneModelMatchesWhatTheModelAllocates) {
   for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
     for (const PlanJob& job : {Job(preset, 64, 2), Job(preset, 8, 1)}) {
-      const Split one;
-      absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
-      ASSERT_TRUE(plan.ok()) << plan.status();
-      absl::StatusOr<StageActivationBytes> predicted =
-          StageActivationMemory(job, one, plan->stages[0]);
-      ASSERT_TRUE(predicted.ok());
-      ExpectMatches(
-          MeasureOneModel(job), *predicted,
-          std::string(preset) + " seq " + std::to_string(job.seq_length));
+      ExpectOneModelMatches(job, absl::StrCat(preset, " seq ", job.seq_length));
     }
   }
 }
@@ -196,14 +215,7 @@ TEST(ActivationMemoryTest, RecomputedLayersMatchWhatTheModelAllocates) {
   for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
     PlanJob job = Job(preset, 64, 2);
     job.recompute = Recompute::kFull;
-    const Split one;
-    absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    absl::StatusOr<StageActivationBytes> predicted =
-        StageActivationMemory(job, one, plan->stages[0]);
-    ASSERT_TRUE(predicted.ok()) << predicted.status();
-    ExpectMatches(MeasureOneModel(job), *predicted,
-                  std::string(preset) + " recomputed");
+    ExpectOneModelMatches(job, absl::StrCat(preset, " recomputed"));
   }
   PlanJob job = Job("glm5.2-tiny", 64, 2);
   job.recompute = Recompute::kFull;
@@ -217,18 +229,7 @@ TEST(ActivationMemoryTest, RecomputedLayersMatchWhatTheModelAllocates) {
 }
 
 TEST(ActivationMemoryTest, PipelineStagesMatchWhatTheyAllocate) {
-  const PlanJob job = Job("glm5.2-tiny", 64, 2);
-  Split split;
-  split.pp = 4;
-  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 4, split);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  for (const StageSlice& stage : plan->stages) {
-    absl::StatusOr<StageActivationBytes> predicted =
-        StageActivationMemory(job, split, stage);
-    ASSERT_TRUE(predicted.ok());
-    ExpectMatches(MeasureStage(job, *plan, stage), *predicted,
-                  StageName(stage.stage, split.pp));
-  }
+  ExpectStagesMatch(Job("glm5.2-tiny", 64, 2), 4, "");
 }
 
 // glm5.2-mini's own shapes: the middle stage of a 6-stage layout (two
@@ -317,81 +318,41 @@ TEST(ActivationMemoryTest, TokenParallelRanksMatchWhatTheyAllocate) {
   }
 }
 
-// Queries from latent_attention_from on in the latent form (a micro batch of
-// 2 x 64 tokens from its 40th query on): the layers without an indexer,
-// every layer when they are recomputed (the indexer loss then formed in the
-// backward), none when the form is off; and under tensor or context
-// parallelism, none.
-TEST(ActivationMemoryTest, LatentQueriesMatchWhatTheModelAllocates) {
+// One model with the queries from `from` on in the latent form (a micro batch
+// of 2 x 64 tokens; 0: none), recomputed or not, for both presets; then every
+// stage of PP4 (bf16 activations: with the form off too).
+void ExpectLatentQueriesMatch(Precision precision, const std::string& tag,
+                              std::initializer_list<int64_t> pp4_froms) {
   for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
     for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
       for (const int64_t from : {int64_t{40}, int64_t{0}}) {
-        PlanJob job = Job(preset, 64, 2, from);
+        PlanJob job = Job(preset, 64, 2, from, precision);
         job.recompute = recompute;
-        const Split one;
-        absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        absl::StatusOr<StageActivationBytes> predicted =
-            StageActivationMemory(job, one, plan->stages[0]);
-        ASSERT_TRUE(predicted.ok()) << predicted.status();
-        ExpectMatches(MeasureOneModel(job), *predicted,
-                      absl::StrCat(preset, " latent from ", from, " ",
-                                   RecomputeName(recompute)));
+        ExpectOneModelMatches(
+            job, absl::StrCat(preset, tag, " latent from ", from, " ",
+                              RecomputeName(recompute)));
       }
     }
   }
-  const PlanJob job = Job("glm5.2-tiny", 64, 2, 40);
-  Split split;
-  split.pp = 4;
-  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 4, split);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  for (const StageSlice& stage : plan->stages) {
-    absl::StatusOr<StageActivationBytes> predicted =
-        StageActivationMemory(job, split, stage);
-    ASSERT_TRUE(predicted.ok());
-    ExpectMatches(
-        MeasureStage(job, *plan, stage), *predicted,
-        absl::StrCat("latent from 40, ", StageName(stage.stage, split.pp)));
+  for (const int64_t from : pp4_froms) {
+    ExpectStagesMatch(Job("glm5.2-tiny", 64, 2, from, precision), 4,
+                      absl::StrCat(tag, " latent from ", from, ", "));
   }
 }
 
-// The CUDA bf16 mode's activation types (Bf16ActivationsCpuBackend): one
-// model with every query per head and with the latent form from the 40th,
-// recomputed or not, and every stage of PP4.
+// Queries from latent_attention_from on in the latent form: the layers
+// without an indexer, every layer when they are recomputed (the indexer loss
+// then formed in the backward), none when the form is off; and under tensor
+// or context parallelism, none.
+TEST(ActivationMemoryTest, LatentQueriesMatchWhatTheModelAllocates) {
+  ExpectLatentQueriesMatch(Precision::kFp32, "", {40});
+}
+
+// The CUDA bf16 mode's activation types (Bf16ActivationsCpuBackend), per
+// head and with latent queries.
 TEST(ActivationMemoryTest, Bf16ActivationsMatchWhatTheModelAllocates) {
-  for (const char* preset : {"glm5.2-tiny", "glm5-tiny"}) {
-    for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
-      for (const int64_t from : {int64_t{40}, int64_t{0}}) {
-        PlanJob job = Job(preset, 64, 2, from, Precision::kFp32Bf16Copies);
-        job.recompute = recompute;
-        const Split one;
-        absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        absl::StatusOr<StageActivationBytes> predicted =
-            StageActivationMemory(job, one, plan->stages[0]);
-        ASSERT_TRUE(predicted.ok()) << predicted.status();
-        ExpectMatches(MeasureOneModel(job), *predicted,
-                      absl::StrCat(preset, " bf16 activations, latent from ",
-                                   from, " ", RecomputeName(recompute)));
-      }
-    }
-  }
-  for (const int64_t from : {int64_t{40}, int64_t{0}}) {
-    const PlanJob job =
-        Job("glm5.2-tiny", 64, 2, from, Precision::kFp32Bf16Copies);
-    Split split;
-    split.pp = 4;
-    absl::StatusOr<SplitPlan> plan = PlanSplit(job, 4, split);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    for (const StageSlice& stage : plan->stages) {
-      absl::StatusOr<StageActivationBytes> predicted =
-          StageActivationMemory(job, split, stage);
-      ASSERT_TRUE(predicted.ok());
-      ExpectMatches(MeasureStage(job, *plan, stage), *predicted,
-                    absl::StrCat("bf16 activations, latent from ", from, ", ",
-                                 StageName(stage.stage, split.pp)));
-    }
-  }
+  ExpectLatentQueriesMatch(Precision::kFp32Bf16Copies, " bf16 activations",
+                           {40, 0});
 }
 
 // This trainer recomputes whole layers only.
