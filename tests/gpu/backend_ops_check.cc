@@ -3848,14 +3848,18 @@ void PrintSummary(const std::map<std::pair<std::string, int>, Tally>& tallies,
 // assertion).
 char g_running[512] = "";
 char g_preparing[512] = "";
+char g_checking[512] = "";
 
 void OnAbort(int signal) {
   const char prefix[] = "\nbackend_ops_check: aborted while running ";
   const char preparing[] = " (preparing ";
+  const char checking[] = ", checking ";
   if (write(STDERR_FILENO, prefix, sizeof prefix - 1) < 0 ||
       write(STDERR_FILENO, g_running, std::strlen(g_running)) < 0 ||
       write(STDERR_FILENO, preparing, sizeof preparing - 1) < 0 ||
       write(STDERR_FILENO, g_preparing, std::strlen(g_preparing)) < 0 ||
+      write(STDERR_FILENO, checking, sizeof checking - 1) < 0 ||
+      write(STDERR_FILENO, g_checking, std::strlen(g_checking)) < 0 ||
       write(STDERR_FILENO, ")\n", 2) < 0) {
     // Nothing more can be done while aborting.
   }
@@ -4055,6 +4059,7 @@ int Main(int argc, char** argv) {
     }
     finish_checks();
     checking = std::async(std::launch::async, [&, prepared, runs, name] {
+      std::snprintf(g_checking, sizeof g_checking, "%s", name.c_str());
       Stopwatch check_watch;
       const Case& c = prepared->c;
       for (const ModeRuns& r : *runs) {
