@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "base/command_flags.h"
 #include "cli/plan_report.h"
+#include "kernels/attention_pairs.h"
 #include "model/mla_attention.h"
 #include "planner/evaluation.h"
 #include "planner/search.h"
@@ -54,6 +55,11 @@ CommandFlags DeclareFlags() {
             "this trainer's first query of a micro batch in MLA's latent "
             "form (a worker's GLM_LATENT_ATTENTION_FROM; 0: never)",
             absl::StrCat(kDefaultLatentAttentionFrom));
+  flags.Add("attention-pairs-per-call",
+            "query-key pairs a GPU rank's cuDNN attention call takes at most "
+            "(a worker's GLM_ATTENTION_PAIRS_PER_CALL): its backward's "
+            "scratch",
+            absl::StrCat(kDefaultAttentionPairsPerCall));
   // The cluster.
   flags.Add("cluster", "h100, h200, gb200 or cpu", "h100");
   flags.Add("world", "devices (ranks)");
@@ -111,7 +117,9 @@ absl::Status TrainingOf(const CommandFlags& flags, PlanJob* job) {
         flags.GetInt("micro-batch", &job->micro_batch_size),
         flags.GetDouble("routing-imbalance", &job->routing_imbalance),
         flags.GetInt("logits-chunk", &job->logits_chunk_tokens),
-        flags.GetInt("latent-attention-from", &job->latent_attention_from)}) {
+        flags.GetInt("latent-attention-from", &job->latent_attention_from),
+        flags.GetInt("attention-pairs-per-call",
+                     &job->attention_pairs_per_call)}) {
     if (!status.ok()) return status;
   }
   job->distributed_optimizer = flags.GetBool("distributed-optimizer");

@@ -7,6 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
+#include "kernels/attention_pairs.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/op_timing_backend.h"
 
@@ -58,6 +60,18 @@ absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
 
 }  // namespace
 
+absl::StatusOr<int64_t> AttentionPairsPerCall() {
+  constexpr char kName[] = "GLM_ATTENTION_PAIRS_PER_CALL";
+  const char* value = std::getenv(kName);
+  if (value == nullptr) return kDefaultAttentionPairsPerCall;
+  int64_t pairs = 0;
+  if (!absl::SimpleAtoi(value, &pairs) || pairs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, " must be a whole number of at least 1, got ", Quote(value)));
+  }
+  return pairs;
+}
+
 #ifdef GLM_WITH_CUDA
 
 absl::StatusOr<int> CudaDeviceCount() {
@@ -103,8 +117,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   if (!gpu) return TimedIfAsked(std::unique_ptr<Backend>(new CpuBackend()));
   absl::StatusOr<DeviceDescription> described = DescribeDevice(device);
   if (!described.ok()) return described.status();
+  absl::StatusOr<int64_t> pairs_per_call = AttentionPairsPerCall();
+  if (!pairs_per_call.ok()) return pairs_per_call.status();
   CudaBackendOptions options;
   options.device = *CudaOrdinal(device);
+  options.attention_pairs_per_call = *pairs_per_call;
   options.precision =
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   options.time_attention_plans = !deterministic;

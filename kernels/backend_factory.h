@@ -38,6 +38,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     const std::string& device, const std::string& precision,
     bool deterministic);
 
+// The query-key pairs a CUDA backend's cuDNN attention call takes at most
+// (kernels/attention_pairs.h): GLM_ATTENTION_PAIRS_PER_CALL from the
+// environment, a whole number of at least 1 (smaller chunks hold less
+// scratch: a long sequence then fits a smaller GPU, at some cost in time), or
+// kDefaultAttentionPairsPerCall when unset; an error naming the variable
+// when it is not such a number.
+absl::StatusOr<int64_t> AttentionPairsPerCall();
+
 }  // namespace glm
 
 #endif  // GLM_KERNELS_BACKEND_FACTORY_H_

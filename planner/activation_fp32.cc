@@ -509,9 +509,9 @@ class CudaScratch {
                 Aligned(kProductsWorkspaceBytes));
       return;
     }
-    // kernels/cuda/cuda_backend.h's attention_pairs_per_call; the chunks of
-    // CudnnAttention::Chunks, each over the keys up to its last query.
-    constexpr int64_t kPairsPerCall = int64_t{1} << 28;
+    // The chunks of CudnnAttention::Chunks, each over the keys up to its
+    // last query.
+    const int64_t pairs_per_call = job_.attention_pairs_per_call;
     // cuDNN's deterministic backward's workspace, which cuDNN reports at run
     // time: about 38 bytes a query-key pair for glm5.2-mini's 16 heads
     // (kernels/cuda/cudnn_attention.h; 41 GB asked at 32k, bench/NOTES.md
@@ -519,7 +519,7 @@ class CudaScratch {
     constexpr double kWorkspaceBytesPerPairAndHead = 38.0 / 16;
     const bool self = queries == keys;
     const int64_t rows =
-        std::min(queries, std::max<int64_t>(1, kPairsPerCall / keys));
+        std::min(queries, std::max<int64_t>(1, pairs_per_call / keys));
     const int64_t chunk_keys = self ? queries : keys;
     const bool several = rows < queries;
     const int64_t chunk_pairs = rows * chunk_keys;

@@ -355,6 +355,32 @@ TEST(ActivationMemoryTest, Bf16ActivationsMatchWhatTheModelAllocates) {
                            {40, 0});
 }
 
+// A GPU rank's cuDNN attention backward holds scratch in proportion to the
+// pairs of its largest call (its workspace about 38 bytes a pair, its mask
+// 2): a quarter of the pairs a call cuts it to about a third, the chunks'
+// bf16 dK and dV buffers and their F32 sums added.
+TEST(ActivationMemoryTest, AttentionScratchFollowsThePairsPerCall) {
+  PlanJob job = Job("glm5.2-mini", 16384, 1, kDefaultLatentAttentionFrom,
+                    Precision::kFp32Bf16Copies);
+  job.device = RankDevice::kGpu;
+  job.recompute = Recompute::kFull;
+  const Split one;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto scratch = [&](int64_t pairs_per_call) {
+    job.attention_pairs_per_call = pairs_per_call;
+    absl::StatusOr<StageActivationBytes> bytes =
+        StageActivationMemory(job, one, plan->stages[0]);
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    return bytes.ok() ? static_cast<double>(bytes->scratch_bytes()) : 0.0;
+  };
+  const double whole = scratch(int64_t{1} << 28);  // one 16k call
+  const double quarter = scratch(int64_t{1} << 26);
+  EXPECT_GT(whole, 40.0 * (int64_t{1} << 28));
+  EXPECT_GT(quarter, 40.0 * (int64_t{1} << 26));
+  EXPECT_LT(quarter, whole / 2.5);
+}
+
 // This trainer recomputes whole layers only.
 TEST(ActivationMemoryTest, SelectiveRecomputationIsRefusedForThisTrainer) {
   PlanJob job = Job("glm5.2-tiny", 64, 2);

@@ -92,6 +92,11 @@ absl::Status ValidatePlanJob(const PlanJob& job) {
         absl::StrCat("--latent-attention-from: must be >= 0 (0: never), got ",
                      job.latent_attention_from));
   }
+  if (job.attention_pairs_per_call < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--attention-pairs-per-call: must be >= 1, got ",
+                     job.attention_pairs_per_call));
+  }
   if (job.overlap_grad_reduce &&
       (job.kind == TrainingKind::kLora || !IsTrainerStore(job.precision))) {
     return absl::InvalidArgumentError(

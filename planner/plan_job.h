@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/attention_pairs.h"
 #include "model/config.h"
 #include "model/mla_attention.h"
 #include "training/lora.h"
@@ -91,6 +92,10 @@ struct PlanJob {
   // latent form (AttentionSpec::latent_from, model/mla_attention.h; a
   // worker's GLM_LATENT_ATTENTION_FROM; 0: never).
   int64_t latent_attention_from = kDefaultLatentAttentionFrom;
+  // Query-key pairs a GPU rank's cuDNN attention call takes at most
+  // (kernels/attention_pairs.h; a worker's GLM_ATTENTION_PAIRS_PER_CALL):
+  // the chunk its backward's scratch is sized by.
+  int64_t attention_pairs_per_call = kDefaultAttentionPairsPerCall;
 
   int64_t micro_batches() const { return global_batch_size / micro_batch_size; }
   int64_t tokens_per_micro_batch() const {

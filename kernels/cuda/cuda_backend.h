@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/attention_pairs.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_context.h"
 
@@ -20,7 +21,7 @@ struct CudaBackendOptions {
   // Query-key pairs one cuDNN attention call takes at most; larger calls run
   // a chunk of queries at a time (kernels/cuda/cudnn_attention.h). The ops
   // harness sets it low so its cases cross chunks.
-  int64_t attention_pairs_per_call = int64_t{1} << 28;
+  int64_t attention_pairs_per_call = kDefaultAttentionPairsPerCall;
   // Whether the largest cuDNN attention calls may run the plan their first
   // call timed fastest (kernels/cuda/cudnn_attention.h); false keeps every
   // kernel choice a function of the shapes, so that separate processes

@@ -1,0 +1,19 @@
+// How many query-key pairs one cuDNN attention call of the CUDA backend takes
+// at most (kernels/cuda/cudnn_attention.h): longer calls run a chunk of
+// queries at a time, since the backward's mask and workspace (about 38 bytes
+// a pair) grow with the pairs. The planner counts that scratch from the same
+// figure (planner/activation_fp32.cc).
+#ifndef GLM_KERNELS_ATTENTION_PAIRS_H_
+#define GLM_KERNELS_ATTENTION_PAIRS_H_
+
+#include <cstdint>
+
+namespace glm {
+
+// One 16k-token self-attention: 9.5 GiB of backward workspace at glm5.2-mini's
+// 16 heads.
+inline constexpr int64_t kDefaultAttentionPairsPerCall = int64_t{1} << 28;
+
+}  // namespace glm
+
+#endif  // GLM_KERNELS_ATTENTION_PAIRS_H_
