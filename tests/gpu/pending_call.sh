@@ -19,12 +19,7 @@ R=$OUT/r
 mkdir -p "$R"
 OPS_LIMIT=150 OPS_FILTER="IndexerKlLoss|LatentAttention" \
   tests/gpu/run_on_device.sh "$R" ops
-timed() {  # name seconds command...
-  local name=$1 limit=$2 start=$SECONDS
-  shift 2
-  timeout --signal=KILL "$limit" "$@" >"$R/$name.txt" 2>&1
-  echo "$name: exit $? in $((SECONDS - start)) s" | tee -a "$R/summary.txt"
-}
+source tests/gpu/timed.sh
 # The latent forward's scores experiment: its cases, then both forms timed.
 timed latent_bench 60 latent_attention_bench
 timed ops_latent_by_columns 60 backend_ops_check --precision=bf16 \
