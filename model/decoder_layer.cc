@@ -53,12 +53,14 @@ ElementType MlpInputType(Backend& backend, const DecoderLayerParameters& p,
 
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
                                       float indexer_loss_coeff,
-                                      int64_t latent_attention_from) {
+                                      int64_t latent_attention_from,
+                                      const ExpertChunking& expert_chunking) {
   DecoderLayerSpec spec;
   spec.rms_norm_eps = static_cast<float>(config.rms_norm_eps);
   spec.attention = MakeAttentionSpec(config, indexer_loss_coeff);
   spec.attention.latent_from = latent_attention_from;
   spec.router = MakeRouterSpec(config);
+  spec.expert_chunking = expert_chunking;
   return spec;
 }
 
@@ -99,9 +101,13 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
     // product forming it would round the sum in another order: the CPU's
     // data-parallel steps against one process's then differ past their
     // test's limits, a routing decision tipped).
-    LocalExpertDispatcher local;
-    MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_out,
-               &acts->moe, spec.experts ? *spec.experts : local);
+    if (spec.experts != nullptr) {
+      MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_out,
+                 &acts->moe, *spec.experts);
+    } else {
+      MoeForward(backend, p.moe, spec.router, acts->mlp_in.Matrix(), h_out,
+                 &acts->moe, spec.expert_chunking);
+    }
     backend.Axpy(1.f, h_mid, h_out);
   } else if (TokenParallel* split = TensorSplit(spec)) {
     SplitMlpForward(backend, p.mlp, *split, layout.tokens,
@@ -122,9 +128,13 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
   // Written by the norms' backward, each with its residual branch's gradient.
   Tensor dh_mid = Tensor::ForOutput({n, hidden});
   if (p.is_moe) {
-    LocalExpertDispatcher local;
-    MoeBackward(backend, p.moe, spec.router, acts.mlp_in.Matrix(), acts.moe,
-                dh_out, dmlp_in.Matrix(), spec.experts ? *spec.experts : local);
+    if (spec.experts != nullptr) {
+      MoeBackward(backend, p.moe, spec.router, acts.mlp_in.Matrix(), acts.moe,
+                  dh_out, dmlp_in.Matrix(), *spec.experts);
+    } else {
+      MoeBackward(backend, p.moe, spec.router, acts.mlp_in.Matrix(), acts.moe,
+                  dh_out, dmlp_in.Matrix(), spec.expert_chunking);
+    }
   } else if (TokenParallel* split = TensorSplit(spec)) {
     SplitMlpBackward(backend, p.mlp, *split, layout.tokens, acts, dh_out,
                      dmlp_in.Matrix());

@@ -17,14 +17,17 @@ struct DecoderLayerSpec {
   AttentionSpec attention;
   RouterSpec router;
   // Where the routed experts run (expert parallelism); null: all of them in
-  // this process. Not owned.
+  // this process, long micro batches in chunks (expert_chunking).
+  // Not owned.
   ExpertDispatcher* experts = nullptr;
+  ExpertChunking expert_chunking;
 };
 
 // latent_attention_from: AttentionSpec::latent_from.
 DecoderLayerSpec MakeDecoderLayerSpec(const ModelConfig& config,
                                       float indexer_loss_coeff,
-                                      int64_t latent_attention_from);
+                                      int64_t latent_attention_from,
+                                      const ExpertChunking& expert_chunking);
 
 // A copy of a model's `spec` for one pass, its indexer loss formed in the
 // backward or the forward (AttentionSpec::indexer_loss_in_backward) and added

@@ -103,6 +103,18 @@ void ExpertProductsBackward(Backend& backend, MoeParameters& p,
       /*accumulate_dx=*/false, p.experts_gate_up.grad.Matrix());
 }
 
+void FormExpertRows(Backend& backend, const MoeParameters& p, ConstMatrixView x,
+                    const ExpertGrouping& g, Tensor* inputs,
+                    MlpActivations* mlp, Tensor* out) {
+  const int64_t rows = g.rows();
+  const ElementType activation = backend.ActivationType();
+  *inputs = Tensor::ForOutput({rows, x.cols}, activation);
+  backend.EmbeddingForward(x, g.tokens.data(), inputs->Matrix());
+  *out = Tensor::ForOutput({rows, x.cols}, activation);
+  ExpertProducts(backend, p, inputs->Matrix(), g.offsets.data(), mlp,
+                 out->Matrix());
+}
+
 void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
                     ConstMatrixView weight_rows, ExpertRows* e,
                     MatrixView out) {
@@ -111,30 +123,39 @@ void ExpertsForward(Backend& backend, const MoeParameters& p, ConstMatrixView x,
   const ExpertGrouping& g = e->grouping;
   e->weight = Tensor::ForOutput({rows, 1});
   backend.EmbeddingForward(weight_rows, g.slots.data(), e->weight.Matrix());
-  const ElementType activation = backend.ActivationType();
-  e->inputs = Tensor::ForOutput({rows, x.cols}, activation);
-  backend.EmbeddingForward(x, g.tokens.data(), e->inputs.Matrix());
-  e->out = Tensor::ForOutput({rows, x.cols}, activation);
-  ExpertProducts(backend, p, e->inputs.Matrix(), g.offsets.data(), &e->mlp,
-                 e->out.Matrix());
+  FormExpertRows(backend, p, x, g, &e->inputs, &e->mlp, &e->out);
   AddRowsToTokens(backend, g, e->out.Matrix(), e->weight.data(), out);
+}
+
+void DropExpertRows(ExpertRows* e) {
+  e->inputs = Tensor();
+  e->mlp = MlpActivations();
+  e->out = Tensor();
 }
 
 void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& e,
                      ConstMatrixView dout, MatrixView dx,
                      MatrixView dweight_rows) {
-  const int64_t rows = e.grouping.rows();
+  ExpertsBackward(backend, p, e.grouping, e.weight.data(), e.inputs.Matrix(),
+                  e.mlp, e.out.Matrix(), dout, dx, dweight_rows);
+}
+
+void ExpertsBackward(Backend& backend, MoeParameters& p,
+                     const ExpertGrouping& g, const float* weight,
+                     ConstMatrixView inputs, const MlpActivations& mlp,
+                     ConstMatrixView out, ConstMatrixView dout, MatrixView dx,
+                     MatrixView dweight_rows) {
+  const int64_t rows = g.rows();
   if (rows == 0) return;
-  const ExpertGrouping& g = e.grouping;
   const ElementType activation = backend.ActivationType();
   Tensor dout_rows = Tensor::ForOutput({rows, dout.cols}, activation),
          dx_rows = Tensor::ForOutput({rows, dout.cols}, activation);
   // The routing weights' gradients (each row's written at its slot: the
   // grouping holds every slot once) and, in the same pass over dout, the
   // experts' output gradient: each row's token's dout times its weight.
-  AddRowsToTokensBackward(backend, g, e.out.Matrix(), e.weight.data(), dout,
-                          dout_rows.Matrix(), dweight_rows);
-  ExpertProductsBackward(backend, p, e.inputs.Matrix(), e.mlp, g.offsets.data(),
+  AddRowsToTokensBackward(backend, g, out, weight, dout, dout_rows.Matrix(),
+                          dweight_rows);
+  ExpertProductsBackward(backend, p, inputs, mlp, g.offsets.data(),
                          dout_rows.Matrix(), dx_rows.Matrix());
   AddRowsToTokens(backend, g, dx_rows.Matrix(), nullptr, dx);
 }

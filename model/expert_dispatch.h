@@ -79,11 +79,27 @@ void ExpertProductsBackward(Backend& backend, MoeParameters& p,
                             ConstMatrixView inputs, const MlpActivations& mlp,
                             const int32_t* offsets, ConstMatrixView dout_rows,
                             MatrixView dx_rows);
+// The grouping's rows through the experts, as ExpertsForward forms them:
+// inputs gathered from x, the products' activations and outputs (all
+// written). What ExpertsForward keeps, and what a backward whose forward
+// dropped them (DropExpertRows) forms again, bitwise the same.
+void FormExpertRows(Backend& backend, const MoeParameters& p, ConstMatrixView x,
+                    const ExpertGrouping& g, Tensor* inputs,
+                    MlpActivations* mlp, Tensor* out);
+// Frees what FormExpertRows formed, keeping the grouping and the weights.
+void DropExpertRows(ExpertRows* e);
 // Backward of ExpertsForward: dx[tokens] accumulates, dweight_rows[slots] is
 // written (every slot of the grouping once), and the experts' weight
 // gradients accumulate.
 void ExpertsBackward(Backend& backend, MoeParameters& p, const ExpertRows& rows,
                      ConstMatrixView dout, MatrixView dx,
+                     MatrixView dweight_rows);
+// The same from the grouping, its rows' router weights ([rows] F32) and
+// FormExpertRows' outputs.
+void ExpertsBackward(Backend& backend, MoeParameters& p,
+                     const ExpertGrouping& g, const float* weight,
+                     ConstMatrixView inputs, const MlpActivations& mlp,
+                     ConstMatrixView out, ConstMatrixView dout, MatrixView dx,
                      MatrixView dweight_rows);
 
 // What a dispatcher keeps between forward and backward.

@@ -13,7 +13,8 @@ GlmModel::GlmModel(ModelParameters* params, Backend* backend,
       backend_(backend),
       options_(options),
       spec_(MakeDecoderLayerSpec(params->config(), options.indexer_loss_coeff,
-                                 options.latent_attention_from)) {}
+                                 options.latent_attention_from,
+                                 ExpertChunkingOf(options))) {}
 
 absl::StatusOr<ForwardResult> GlmModel::Forward(const Batch& batch,
                                                 StepTotals* step) {

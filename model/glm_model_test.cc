@@ -532,6 +532,32 @@ double GradientDistance(const GradientRun& got, const GradientRun& want) {
   return std::sqrt(diff / norm);
 }
 
+// A micro batch longer than expert_chunk_tokens runs its routed experts a
+// chunk of tokens at a time (the last chunk shorter): the unchunked losses
+// and gradients to fp32 rounding (the experts' weight gradients sum by chunk)
+// and the same expert loads; with recomputed layers each chunk's expert rows
+// are formed again in the backward, bitwise the chunks a forward keeps.
+TEST_F(GlmModelTest, ExpertChunksGiveTheWholeBatchsGradients) {
+  const Batch batch = Batch::FromSequences({kSeqA, kSeqB});
+  LossOptions whole, chunked;
+  whole.expert_chunk_tokens = 0;
+  chunked.expert_chunk_tokens = 5;  // 12 tokens: 5, 5 and 2
+  ASSERT_EQ(batch.input_ids.size(), 12u);
+  const GradientRun want = RunGradients(params_, backend_, batch, whole);
+  const GradientRun got = RunGradients(params_, backend_, batch, chunked);
+  EXPECT_NEAR(got.result.lm_loss, want.result.lm_loss, 1e-6);
+  EXPECT_NEAR(got.result.indexer_loss, want.result.indexer_loss, 1e-6);
+  EXPECT_EQ(got.result.expert_load, want.result.expert_load);
+  EXPECT_LE(GradientDistance(got, want), 1e-6);
+  chunked.recompute_layers = true;
+  const GradientRun recomputed =
+      RunGradients(params_, backend_, batch, chunked);
+  EXPECT_EQ(recomputed.result.total_loss, got.result.total_loss);
+  ASSERT_EQ(recomputed.grads.size(), got.grads.size());
+  for (size_t i = 0; i < got.grads.size(); ++i)
+    EXPECT_TRUE(recomputed.grads[i] == got.grads[i]) << "gradient " << i;
+}
+
 // Queries past a row attend in the latent space: the same losses and
 // gradients as the per-head form to fp32 rounding (the same sums in another
 // order), across a sequence boundary in the packed batch, and in the bf16

@@ -149,6 +149,41 @@ TEST_F(LayersTest, MoeGradientsThroughRouterExpertsAndSharedExpert) {
       kMoeStep, kTol, kAbsTol, [&] { return last == choice; });
 }
 
+// The routed experts a chunk of tokens at a time (ExpertChunking): a block of
+// grouped rows a chunk, its expert rows kept, or with `recompute` dropped
+// after the forward and formed again in the backward, bitwise the same
+// gradients either way.
+TEST_F(LayersTest, MoeChunksKeepOrRecomputeTheirExpertRows) {
+  MoeParameters& p = params_.layers[1].moe;
+  const RouterSpec spec = MakeRouterSpec(config_);
+  auto run = [&](const ExpertChunking& chunking, MoeActivations* acts) {
+    p.experts_gate_up.grad.SetZero();
+    p.experts_down.grad.SetZero();
+    p.gate.grad.SetZero();
+    Tensor out(x_.shape()), dx(x_.shape());
+    MoeForward(backend_, p, spec, x_.Matrix(), out.Matrix(), acts, chunking);
+    MoeBackward(backend_, p, spec, x_.Matrix(), *acts, r_.Matrix(), dx.Matrix(),
+                chunking);
+    return std::vector<std::vector<float>>{
+        out.HostValues(), dx.HostValues(), p.experts_gate_up.grad.HostValues(),
+        p.experts_down.grad.HostValues(), p.gate.grad.HostValues()};
+  };
+  const int64_t chunk = kTokens / 2 - 1;  // two chunks and a short third
+  MoeActivations kept, recomputed;
+  const auto want = run({chunk, false}, &kept);
+  const auto got = run({chunk, true}, &recomputed);
+  ASSERT_EQ(kept.routed.experts.size(), 3u);
+  ASSERT_EQ(recomputed.routed.experts.size(), 3u);
+  for (size_t c = 0; c < 3; ++c) {
+    EXPECT_FALSE(kept.routed.experts[c].inputs.empty()) << "chunk " << c;
+    EXPECT_TRUE(recomputed.routed.experts[c].inputs.empty()) << "chunk " << c;
+    EXPECT_TRUE(recomputed.routed.experts[c].mlp.gate_up.empty());
+    EXPECT_TRUE(recomputed.routed.experts[c].out.empty());
+  }
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(got[i] == want[i]) << "output " << i;
+}
+
 // Attention of a computing layer (indexer loss off): gradients of every MLA
 // weight and of the input, over two packed sequences.
 TEST_F(LayersTest, AttentionOnComputingLayerGradients) {
@@ -258,7 +293,7 @@ TEST_F(LayersTest, IndexerLossGradientsReachOnlyIndexerWeights) {
 
 TEST_F(LayersTest, MtpLayerGradients) {
   const DecoderLayerSpec spec =
-      MakeDecoderLayerSpec(config_, 0.f, kDefaultLatentAttentionFrom);
+      MakeDecoderLayerSpec(config_, 0.f, kDefaultLatentAttentionFrom, {});
   // Keys of a computing layer, as the main model's last top-k would be.
   AttentionActivations source;
   Tensor source_out(x_.shape());

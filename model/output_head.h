@@ -55,7 +55,17 @@ struct LossOptions {
   // The micro batch's queries from this row on attend in MLA's latent space
   // (AttentionSpec::latent_from, model/mla_attention.h); 0: never.
   int64_t latent_attention_from = kDefaultLatentAttentionFrom;
+  // Micro batches of more tokens than this run their routed experts (in this
+  // process) in chunks of this many, and with recompute_layers form each
+  // chunk's expert rows again in the backward (ExpertChunking, model/moe.h);
+  // 0: never.
+  int64_t expert_chunk_tokens = kDefaultExpertChunkTokens;
 };
+
+// The decoder layers' expert chunking for these options.
+inline ExpertChunking ExpertChunkingOf(const LossOptions& options) {
+  return {options.expert_chunk_tokens, options.recompute_layers};
+}
 
 // What the head keeps for its backward.
 struct HeadActivations {
