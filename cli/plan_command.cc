@@ -9,6 +9,7 @@
 #include "cli/plan_report.h"
 #include "kernels/attention_pairs.h"
 #include "model/mla_attention.h"
+#include "model/moe.h"
 #include "planner/evaluation.h"
 #include "planner/search.h"
 
@@ -60,6 +61,11 @@ CommandFlags DeclareFlags() {
             "(a worker's GLM_ATTENTION_PAIRS_PER_CALL): its backward's "
             "scratch",
             absl::StrCat(kDefaultAttentionPairsPerCall));
+  flags.Add("expert-chunk-tokens",
+            "this trainer's routed experts run a longer micro batch a chunk "
+            "of this many tokens at a time, each chunk's rows formed again "
+            "in a recomputed layer's backward (0: never)",
+            absl::StrCat(kDefaultExpertChunkTokens));
   // The cluster.
   flags.Add("cluster", "h100, h200, gb200 or cpu", "h100");
   flags.Add("world", "devices (ranks)");
@@ -119,7 +125,8 @@ absl::Status TrainingOf(const CommandFlags& flags, PlanJob* job) {
         flags.GetInt("logits-chunk", &job->logits_chunk_tokens),
         flags.GetInt("latent-attention-from", &job->latent_attention_from),
         flags.GetInt("attention-pairs-per-call",
-                     &job->attention_pairs_per_call)}) {
+                     &job->attention_pairs_per_call),
+        flags.GetInt("expert-chunk-tokens", &job->expert_chunk_tokens)}) {
     if (!status.ok()) return status;
   }
   job->distributed_optimizer = flags.GetBool("distributed-optimizer");

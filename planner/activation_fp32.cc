@@ -46,6 +46,16 @@ class Terms {
   void AddActivation(std::string name, int64_t elements) {
     AddBytes(std::move(name), StoredBytes(elements, activation_bytes_));
   }
+  // One tensor a block of `chunks` in the activation type, `row_elements`
+  // a row.
+  void AddActivationPerChunk(std::string name, const ExpertChunks& chunks,
+                             int64_t row_elements) {
+    AddBytes(
+        std::move(name),
+        (chunks.count - 1) *
+                StoredBytes(chunks.rows * row_elements, activation_bytes_) +
+            StoredBytes(chunks.last_rows * row_elements, activation_bytes_));
+  }
   // One tensor in the activation type, or in F32 where `f32` (what a
   // tensor-parallel group gathers or reads gathered moves float32).
   void AddActivationUnless(bool f32, std::string name, int64_t elements) {
@@ -162,19 +172,50 @@ void AddAttention(const Dims& d, const TokenShare& t, bool indexer,
   terms->Add("top-k key indices", c * t.topk);
 }
 
-// A SwiGLU MLP's kept gate|up and hidden rows (model/dense_mlp.cc,
-// model/expert_dispatch.cc's ExpertProducts), two tensors of the activation
-// type.
+// A SwiGLU MLP's kept gate|up and hidden rows (model/dense_mlp.cc), two
+// tensors of the activation type.
 void AddSwiGlu(const std::string& what, int64_t rows, int64_t inter,
                Terms* terms) {
   terms->AddActivation(what + " gate|up", rows * 2 * inter);
   terms->AddActivation(what + " SwiGLU output", rows * inter);
 }
 
+// " (N chunks)" where the routed rows run in several.
+std::string ChunksNote(const ExpertChunks& chunks) {
+  return chunks.count > 1 ? " (" + std::to_string(chunks.count) + " chunks)"
+                          : "";
+}
+
+// The largest block of `chunks` alone: the rows a backward holds at once.
+ExpertChunks LargestChunk(const ExpertChunks& chunks) {
+  return {1, chunks.rows, chunks.rows, chunks.formed_in_backward};
+}
+
+// ExpertRows' rows through the experts (model/expert_dispatch.h), a tensor
+// each a block: the first grouped product's rows, gathered from the layer's
+// input once and read again by its backward (under expert parallelism the
+// rows received, which the products read as they came); gate|up and the
+// SwiGLU output; and the experts' outputs, which the combine's backward
+// reads (under expert parallelism those returned for the rows sent).
+void AddExpertRows(const std::string& what, bool expert_parallel, const Dims& d,
+                   const ExpertChunks& chunks, Terms* terms) {
+  const std::string note = ChunksNote(chunks);
+  terms->AddActivationPerChunk(
+      what + (expert_parallel ? "received inputs" : "gathered inputs") + note,
+      chunks, d.hidden);
+  terms->AddActivationPerChunk(
+      what + (expert_parallel ? "returned outputs" : "outputs") + note, chunks,
+      d.hidden);
+  terms->AddActivationPerChunk(what + "gate|up" + note, chunks,
+                               2 * d.expert_inter);
+  terms->AddActivationPerChunk(what + "SwiGLU output" + note, chunks,
+                               d.expert_inter);
+}
+
 // DecoderLayerActivations' MLP part (model/dense_mlp.h, model/moe.h,
-// model/expert_dispatch.h).
+// model/expert_dispatch.h); the routed rows in `chunks`.
 void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
-            Terms* terms) {
+            const ExpertChunks& chunks, Terms* terms) {
   const bool expert_parallel = ep > 1;
   const int64_t n = t.local;
   if (!moe) {
@@ -188,29 +229,23 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
              n * (d.experts + 2 * d.top_k));
   terms->Add("expert offsets of the layer's choices", d.experts + 1);
   AddSwiGlu("shared expert", n, d.shared_inter, terms);
-  const int64_t rows = t.routed;
-  // The first grouped product's rows, gathered from the layer's input once
-  // and read again by its backward, and the experts' outputs, which the
-  // combine's backward reads. Under expert parallelism: the rows received
-  // (the products read them as they came), and the outputs returned for the
-  // rows sent (parallel/expert_parallel_dispatch.cc).
-  const char* inputs = expert_parallel ? "routed rows: received inputs"
-                                       : "routed rows: gathered inputs";
-  const char* outputs = expert_parallel ? "routed rows: returned outputs"
-                                        : "routed rows: outputs";
-  terms->AddActivation(inputs, rows * d.hidden);
-  terms->AddActivation(outputs, rows * d.hidden);
-  AddSwiGlu("routed rows:", rows, d.expert_inter, terms);
+  // Chunks formed again in the backward keep their groupings and router
+  // weights only (DropExpertRows).
+  if (!chunks.formed_in_backward) {
+    AddExpertRows("routed rows: ", expert_parallel, d, chunks, terms);
+  }
   // Each row's router weight, slot and token, and each token's rows (the
-  // grouping's token_rows; under expert parallelism the sent grouping's).
-  terms->Add("routed rows: router weights and row indices", rows * 4);
+  // grouping's token_rows, a chunk's of its own; under expert parallelism
+  // the sent grouping's).
+  terms->Add("routed rows: router weights and row indices", t.routed * 4);
   if (expert_parallel) {
     // One grouped block per member the rows came from, over the held experts.
     terms->Add("routed rows: expert offsets per block",
                ep * (d.experts / ep + 1));
     terms->AddHost("sent slots", n * d.top_k);
   } else {
-    terms->Add("routed rows: expert offsets", d.experts + 1);
+    terms->Add("routed rows: expert offsets" + ChunksNote(chunks),
+               chunks.count * (d.experts + 1));
   }
 }
 
@@ -230,7 +265,7 @@ void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
   terms->Add("attention residual and MLP norm rstd", t.local * (d.hidden + 1));
   terms->AddActivationUnless(!moe && d.tp_split, "MLP norm output",
                              t.local * d.hidden);
-  AddMlp(d, t, moe, split.ep, terms);
+  AddMlp(d, t, moe, split.ep, ExpertChunksOf(job, split), terms);
 }
 
 // What a recomputed decoder layer keeps from its forward
@@ -301,6 +336,57 @@ std::vector<MemoryTerm> SavedTerms(const PlanJob& job, const Split& split,
   return terms.Take();
 }
 
+// MoeBackward's temporaries at its largest moment (model/moe.cc): the
+// routing weights' gradient throughout, beside the routed experts' backward
+// or, after it, the router logits' gradient and the shared experts'
+// backward.
+std::vector<MemoryTerm> MoeBackwardPeak(const PlanJob& job,
+                                        const Split& split) {
+  const Dims d(job.model, split);
+  const TokenShare t = TokenShareOf(job, split);
+  const int64_t n = t.local;
+  // model/expert_dispatch.cc's ExpertsBackward, a block of rows at a time:
+  // the routed rows' output, hidden, gate|up and input gradients, beside the
+  // block's rows formed again where the forward dropped them.
+  Terms routed(job);
+  const ExpertChunks chunks = ExpertChunksOf(job, split);
+  const ExpertChunks block = LargestChunk(chunks);
+  if (chunks.formed_in_backward) {
+    AddExpertRows("a chunk's routed rows formed again: ", false, d, block,
+                  &routed);
+  }
+  const std::string of = chunks.count > 1 ? " (a chunk's)" : "";
+  routed.AddActivationPerChunk("routed rows' output gradients" + of, block,
+                               d.hidden);
+  routed.AddActivationPerChunk("routed rows' input gradients" + of, block,
+                               d.hidden);
+  routed.AddActivationPerChunk("routed rows' hidden gradients" + of, block,
+                               d.expert_inter);
+  routed.AddActivationPerChunk("routed rows' gate|up gradients" + of, block,
+                               2 * d.expert_inter);
+  if (split.ep > 1) {
+    // parallel/expert_parallel_dispatch.cc: beside the output and input
+    // gradients above (formed on the sender and on the experts' member),
+    // the output gradients received and the input gradients returned.
+    routed.AddActivation("expert-parallel exchange: output gradients received",
+                         t.routed * d.hidden);
+    routed.AddActivation("expert-parallel exchange: input gradients returned",
+                         t.routed * d.hidden);
+  }
+  // MlpBackward's hidden and gate|up gradients.
+  Terms shared(job);
+  shared.Add("router logits' gradient", n * d.experts);
+  shared.AddActivation("shared expert backward (hidden gradient)",
+                       n * d.shared_inter);
+  shared.AddActivation("shared expert backward (gate|up gradient)",
+                       n * 2 * d.shared_inter);
+  Terms terms(job);
+  terms.Add("routing weights' gradient", n * d.top_k);
+  const std::vector<MemoryTerm> a = routed.Take(), b = shared.Take();
+  terms.Append(Larger(job, a, b));
+  return terms.Take();
+}
+
 // DecoderLayerBackward's temporaries at its largest moment: the MLP's
 // backward, or the attention's (model/mla_attention.cc, model/indexer.cc).
 std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
@@ -312,30 +398,7 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   Terms mlp(job);
   mlp.Add("layer gradients (dmlp_in, dh_mid)", 2 * n * d.hidden);
   if (layer > m.num_hidden_layers || m.IsMoeLayer(layer)) {
-    mlp.Add("router gradients", n * (d.top_k + d.experts));
-    // MlpBackward's hidden and gate|up gradients.
-    mlp.AddActivation("shared expert backward (hidden gradient)",
-                      n * d.shared_inter);
-    mlp.AddActivation("shared expert backward (gate|up gradient)",
-                      n * 2 * d.shared_inter);
-    // model/expert_dispatch.cc's ExpertsBackward: the routed rows' output,
-    // hidden, gate|up and input gradients (their router weights' land in the
-    // router gradients).
-    mlp.AddActivation("routed rows' output gradients", t.routed * d.hidden);
-    mlp.AddActivation("routed rows' input gradients", t.routed * d.hidden);
-    mlp.AddActivation("routed rows' hidden gradients",
-                      t.routed * d.expert_inter);
-    mlp.AddActivation("routed rows' gate|up gradients",
-                      t.routed * 2 * d.expert_inter);
-    if (split.ep > 1) {
-      // parallel/expert_parallel_dispatch.cc: beside the output and input
-      // gradients above (formed on the sender and on the experts' member),
-      // the output gradients received and the input gradients returned.
-      mlp.AddActivation("expert-parallel exchange: output gradients received",
-                        t.routed * d.hidden);
-      mlp.AddActivation("expert-parallel exchange: input gradients returned",
-                        t.routed * d.hidden);
-    }
+    mlp.Append(MoeBackwardPeak(job, split));
   } else {
     mlp.AddActivation("MLP backward (hidden gradient)", c * d.dense_inter);
     mlp.AddActivation("MLP backward (gate|up gradient)", c * 2 * d.dense_inter);
@@ -583,6 +646,23 @@ int64_t LatentQueries(const PlanJob& job, const Split& split, int layer) {
   }
   return std::max<int64_t>(
       0, TokenShareOf(job, split).chunk - job.latent_attention_from);
+}
+
+ExpertChunks ExpertChunksOf(const PlanJob& job, const Split& split) {
+  const TokenShare t = TokenShareOf(job, split);
+  const int64_t tokens = job.expert_chunk_tokens;
+  // Expert parallelism's dispatcher runs its blocks by member, unchunked.
+  if (!IsTrainerStore(job.precision) || split.ep > 1 || tokens <= 0 ||
+      t.local <= tokens) {
+    return {1, t.routed, t.routed, false};
+  }
+  const int64_t top_k = job.model.num_experts_per_tok;
+  ExpertChunks chunks;
+  chunks.count = (t.local + tokens - 1) / tokens;
+  chunks.rows = tokens * top_k;
+  chunks.last_rows = (t.local - (chunks.count - 1) * tokens) * top_k;
+  chunks.formed_in_backward = job.recompute == Recompute::kFull;
+  return chunks;
 }
 
 StageActivationBytes Fp32StageActivations(const PlanJob& job,

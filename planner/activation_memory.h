@@ -80,6 +80,21 @@ bool RunsAsOneModel(const Split& split);
 bool IndexerLossInForward(const PlanJob& job, int layer);
 int64_t LatentQueries(const PlanJob& job, const Split& split, int layer);
 
+// How this trainer runs one MoE layer's routed rows in this process
+// (ExpertChunking, model/moe.h): a layer of more tokens than
+// expert_chunk_tokens, without expert parallelism, runs its experts a chunk
+// of that many tokens at a time, each chunk grouped by expert on its own;
+// under recomputation each chunk's expert rows (gathered inputs, gate|up,
+// SwiGLU output, outputs) are dropped after its forward and formed again in
+// its backward. Otherwise one block of every routed row.
+struct ExpertChunks {
+  int64_t count = 1;      // blocks of grouped rows
+  int64_t rows = 0;       // routed rows of each block but the last
+  int64_t last_rows = 0;  // of the last block (every row when count is 1)
+  bool formed_in_backward = false;
+};
+ExpertChunks ExpertChunksOf(const PlanJob& job, const Split& split);
+
 // InvalidArgument naming --recompute when this store cannot recompute.
 absl::StatusOr<StageActivationBytes> StageActivationMemory(
     const PlanJob& job, const Split& split, const StageSlice& stage);

@@ -89,8 +89,8 @@ Batch BatchOf(const PlanJob& job) {
 
 // What a training step asks of the model: losses and expert loads only,
 // the heads' losses fused (training/trainer.cc's StepLossOptions), layers
-// recomputed when the job says so, queries in the latent form from where it
-// says.
+// recomputed when the job says so, queries in the latent form and routed
+// experts in chunks of tokens as it says.
 LossOptions Losses(const PlanJob& job) {
   LossOptions options;
   options.indexer_loss_coeff = 0.001f;
@@ -99,6 +99,7 @@ LossOptions Losses(const PlanJob& job) {
   options.fuse_head_loss = true;
   options.recompute_layers = job.recompute == Recompute::kFull;
   options.latent_attention_from = job.latent_attention_from;
+  options.expert_chunk_tokens = job.expert_chunk_tokens;
   return options;
 }
 
@@ -149,15 +150,21 @@ Measured MeasureStage(const PlanJob& job, const SplitPlan& plan,
   return measured;
 }
 
+// The planner's prediction in the measurement's terms.
+Measured PredictedOf(const StageActivationBytes& predicted) {
+  const int64_t saved = DeviceBytes(predicted.saved);
+  return {saved, saved + DeviceBytes(predicted.transient)};
+}
+
 void ExpectMatches(const Measured& measured,
                    const StageActivationBytes& predicted,
                    const std::string& where) {
-  const int64_t saved = DeviceBytes(predicted.saved);
-  EXPECT_EQ(measured.kept, saved) << where << ": kept after forward";
-  const double peak =
-      static_cast<double>(saved + DeviceBytes(predicted.transient));
-  std::cout << where << ": kept " << measured.kept << " B (predicted " << saved
-            << "), peak " << measured.peak << " B (predicted " << peak << ")\n";
+  const Measured want = PredictedOf(predicted);
+  EXPECT_EQ(measured.kept, want.kept) << where << ": kept after forward";
+  const double peak = static_cast<double>(want.peak);
+  std::cout << where << ": kept " << measured.kept << " B (predicted "
+            << want.kept << "), peak " << measured.peak << " B (predicted "
+            << want.peak << ")\n";
   EXPECT_NEAR(measured.peak, peak, 0.05 * peak) << where << ": peak";
 }
 
@@ -175,15 +182,21 @@ PlanJob Job(const std::string& preset, int64_t seq, int64_t micro_batch,
   return job;
 }
 
-// One model (no split): the planner's prediction against its allocations.
-void ExpectOneModelMatches(const PlanJob& job, const std::string& where) {
+// The planner's activations of `job` run as one model (no split).
+StageActivationBytes PredictOneModel(const PlanJob& job) {
   const Split one;
   absl::StatusOr<SplitPlan> plan = PlanSplit(job, 1, one);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
   absl::StatusOr<StageActivationBytes> predicted =
       StageActivationMemory(job, one, plan->stages[0]);
-  ASSERT_TRUE(predicted.ok()) << predicted.status();
-  ExpectMatches(MeasureOneModel(job), *predicted, where);
+  EXPECT_TRUE(predicted.ok()) << predicted.status();
+  return predicted.ok() ? *std::move(predicted) : StageActivationBytes();
+}
+
+// One model: the planner's prediction against its allocations.
+void ExpectOneModelMatches(const PlanJob& job, const std::string& where) {
+  ExpectMatches(MeasureOneModel(job), PredictOneModel(job), where);
 }
 
 // Every stage of a pp-stage split against what that stage allocates.
@@ -353,6 +366,59 @@ TEST(ActivationMemoryTest, LatentQueriesMatchWhatTheModelAllocates) {
 TEST(ActivationMemoryTest, Bf16ActivationsMatchWhatTheModelAllocates) {
   ExpectLatentQueriesMatch(Precision::kFp32Bf16Copies, " bf16 activations",
                            {40, 0});
+}
+
+// A micro batch of 2 x 64 tokens with its routed experts in chunks of 48
+// tokens (48, 48 and 32), each grouped on its own: one model, recomputed
+// (each chunk's rows formed again in its backward, the MTP layer's too) or
+// not, then every stage of PP4.
+void ExpectExpertChunksMatch(Precision precision, const std::string& tag) {
+  constexpr int64_t kChunkTokens = 48;
+  for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    PlanJob job =
+        Job("glm5.2-tiny", 64, 2, kDefaultLatentAttentionFrom, precision);
+    job.recompute = recompute;
+    job.expert_chunk_tokens = kChunkTokens;
+    ExpectOneModelMatches(job, absl::StrCat(tag, "experts in chunks, ",
+                                            RecomputeName(recompute)));
+  }
+  PlanJob job =
+      Job("glm5.2-tiny", 64, 2, kDefaultLatentAttentionFrom, precision);
+  job.expert_chunk_tokens = kChunkTokens;
+  ExpectStagesMatch(job, 4, absl::StrCat(tag, "experts in chunks, "));
+}
+
+TEST(ActivationMemoryTest, ExpertChunksMatchWhatTheModelAllocates) {
+  ExpectExpertChunksMatch(Precision::kFp32, "");
+  ExpectExpertChunksMatch(Precision::kFp32Bf16Copies, "bf16 activations, ");
+}
+
+// Recomputed layers hold one chunk's expert rows and their gradients at a
+// time: the smaller the chunk, the smaller the backward's peak, predicted
+// and measured (the whole micro batch in one piece first). glm5.2-tiny's
+// experts made eight times as wide, so that the routed rows' moment stays
+// the layer's largest down to small chunks (at its own width the attention's
+// backward takes over from chunks of 48 tokens).
+TEST(ActivationMemoryTest, RecomputedPeakFollowsTheExpertChunk) {
+  PlanJob job = Job("glm5.2-tiny", 64, 2);
+  job.model.moe_intermediate_size *= 8;
+  job.recompute = Recompute::kFull;
+  Measured larger_measured, larger_predicted;
+  for (const int64_t chunk_tokens : {0, 48, 16}) {
+    job.expert_chunk_tokens = chunk_tokens;
+    const Measured measured = MeasureOneModel(job);
+    const StageActivationBytes predicted = PredictOneModel(job);
+    ExpectMatches(measured, predicted,
+                  absl::StrCat("recomputed, experts in chunks of ",
+                               chunk_tokens, " tokens"));
+    if (chunk_tokens != 0) {
+      EXPECT_LT(measured.peak, larger_measured.peak) << chunk_tokens;
+      EXPECT_LT(PredictedOf(predicted).peak, larger_predicted.peak)
+          << chunk_tokens;
+    }
+    larger_measured = measured;
+    larger_predicted = PredictedOf(predicted);
+  }
 }
 
 // A GPU rank's cuDNN attention backward holds scratch in proportion to the

@@ -97,6 +97,11 @@ absl::Status ValidatePlanJob(const PlanJob& job) {
         absl::StrCat("--attention-pairs-per-call: must be >= 1, got ",
                      job.attention_pairs_per_call));
   }
+  if (job.expert_chunk_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--expert-chunk-tokens: must be >= 0 (0: never), got ",
+                     job.expert_chunk_tokens));
+  }
   if (job.overlap_grad_reduce &&
       (job.kind == TrainingKind::kLora || !IsTrainerStore(job.precision))) {
     return absl::InvalidArgumentError(

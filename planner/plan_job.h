@@ -12,6 +12,7 @@
 #include "kernels/attention_pairs.h"
 #include "model/config.h"
 #include "model/mla_attention.h"
+#include "model/moe.h"
 #include "training/lora.h"
 
 namespace glm {
@@ -96,6 +97,12 @@ struct PlanJob {
   // (kernels/attention_pairs.h; a worker's GLM_ATTENTION_PAIRS_PER_CALL):
   // the chunk its backward's scratch is sized by.
   int64_t attention_pairs_per_call = kDefaultAttentionPairsPerCall;
+  // A micro batch of more tokens than this runs its routed experts (in this
+  // process, without expert parallelism) a chunk of this many tokens at a
+  // time, and under recomputation forms each chunk's expert rows again in
+  // its backward (LossOptions::expert_chunk_tokens, ExpertChunking in
+  // model/moe.h; 0: never).
+  int64_t expert_chunk_tokens = kDefaultExpertChunkTokens;
 
   int64_t micro_batches() const { return global_batch_size / micro_batch_size; }
   int64_t tokens_per_micro_batch() const {
