@@ -115,9 +115,9 @@ StageMacs MacsOf(const PlanJob& job, const Split& split,
 }
 
 // Compute and recomputation seconds of `macs` forward and backward.
-void AddCompute(const PlanJob& job, const DeviceSpec& device,
-                const KernelRates& rates, const StageMacs& macs,
-                MicroBatchTime* time) {
+void AddCompute(const PlanJob& job, const Split& split,
+                const DeviceSpec& device, const KernelRates& rates,
+                const StageMacs& macs, MicroBatchTime* time) {
   const double peak = device.matmul_flops;
   auto seconds = [&](double m, double rate) { return 2 * m / (peak * rate); };
   // Backward is twice the forward's work (training/flops.h).
@@ -127,10 +127,15 @@ void AddCompute(const PlanJob& job, const DeviceSpec& device,
                      2 * seconds(macs.attention, rates.attention_backward);
   time->indexer += 3 * seconds(macs.indexer, rates.indexer);
   if (job.recompute == Recompute::kFull) {
-    time->recompute += seconds(macs.gemm, rates.gemm) +
-                       seconds(macs.experts, rates.grouped_gemm) +
-                       seconds(macs.attention, rates.attention_forward) +
-                       seconds(macs.indexer, rates.indexer);
+    // Routed experts in chunks run each chunk's forward once more, in the
+    // chunk's backward, where its dropped rows are formed again.
+    const int expert_forwards =
+        ExpertChunksOf(job, split).formed_in_backward ? 2 : 1;
+    time->recompute +=
+        seconds(macs.gemm, rates.gemm) +
+        expert_forwards * seconds(macs.experts, rates.grouped_gemm) +
+        seconds(macs.attention, rates.attention_forward) +
+        seconds(macs.indexer, rates.indexer);
   } else if (job.recompute == Recompute::kSelective) {
     time->recompute += seconds(macs.up_projections, rates.gemm);
   }
@@ -211,8 +216,8 @@ MicroBatchTime RankMicroBatch(const PlanJob& job, const SplitPlan& plan,
   const double bandwidth = cluster.device.memory_bandwidth * rates.memory;
   time.memory += WeightTraffic(memory.state) / bandwidth;
   for (const StageSlice& stage : plan.StagesOf(pp_rank)) {
-    AddCompute(job, cluster.device, rates, MacsOf(job, plan.split, stage),
-               &time);
+    AddCompute(job, plan.split, cluster.device, rates,
+               MacsOf(job, plan.split, stage), &time);
     AddLayerCollectives(job, plan, cluster, rates, rank, stage, &time);
     absl::StatusOr<StageActivationBytes> acts =
         StageActivationMemory(job, plan.split, stage);

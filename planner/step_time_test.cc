@@ -73,6 +73,26 @@ TEST(StepTimeTest, LatentQueriesReadTheLatentRows) {
   EXPECT_DOUBLE_EQ(b.slowest.gemm, a.slowest.gemm);
 }
 
+// One 32k sequence, every layer recomputed, its routed experts in two chunks
+// of 16,384 tokens: each chunk's rows are formed once more in its backward,
+// the experts' forward work again; in one piece they are not.
+TEST(StepTimeTest, ExpertChunksRunTheExpertsForwardAgain) {
+  PlanJob whole = Mini(Recompute::kFull);
+  whole.precision = Precision::kFp32Bf16Copies;
+  whole.seq_length = 32768;
+  whole.global_batch_size = 1;
+  whole.expert_chunk_tokens = 0;
+  PlanJob chunked = whole;
+  chunked.expert_chunk_tokens = 16384;
+  const ClusterSpec h200 = *ClusterPreset("h200");
+  const StepTime a = TimeOf(whole, 1, Of(1, 1, 1, 1), h200);
+  const StepTime b = TimeOf(chunked, 1, Of(1, 1, 1, 1), h200);
+  EXPECT_DOUBLE_EQ(b.slowest.experts, a.slowest.experts);
+  // The experts' time is forward and backward, three forwards' work.
+  EXPECT_NEAR(b.slowest.recompute - a.slowest.recompute, a.slowest.experts / 3,
+              1e-9 * a.slowest.experts);
+}
+
 TEST(StepTimeTest, ComputeScalesWithTheDevicesRate) {
   ClusterSpec slow = *ClusterPreset("h200");
   ClusterSpec fast = slow;
