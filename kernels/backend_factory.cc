@@ -1,13 +1,13 @@
 #include "kernels/backend_factory.h"
 
-#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "base/quote.h"
+#include "base/environment.h"
 #include "kernels/attention_pairs.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/op_timing_backend.h"
@@ -43,17 +43,14 @@ absl::Status CheckPrecision(const std::string& precision, bool gpu) {
       "precision must be fp32 or bf16, got '", precision.substr(0, 32), "'"));
 }
 
-// Whether the environment variable `name` is "1".
-bool Asked(const char* name) {
-  const char* asked = std::getenv(name);
-  return asked != nullptr && std::string(asked) == "1";
-}
-
 // GLM_OP_TIMES=1: the backend times each op and reports to stderr when it is
 // destroyed (kernels/op_timing_backend.h).
 absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
     absl::StatusOr<std::unique_ptr<Backend>> backend) {
-  if (!backend.ok() || !Asked("GLM_OP_TIMES")) return backend;
+  if (!backend.ok()) return backend;
+  absl::StatusOr<bool> asked = EnvironmentSwitch("GLM_OP_TIMES");
+  if (!asked.ok()) return asked.status();
+  if (!*asked) return backend;
   return std::unique_ptr<Backend>(
       new OpTimingBackend(*std::move(backend), &std::cerr));
 }
@@ -61,15 +58,8 @@ absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
 }  // namespace
 
 absl::StatusOr<int64_t> AttentionPairsPerCall() {
-  constexpr char kName[] = "GLM_ATTENTION_PAIRS_PER_CALL";
-  const char* value = std::getenv(kName);
-  if (value == nullptr) return kDefaultAttentionPairsPerCall;
-  int64_t pairs = 0;
-  if (!absl::SimpleAtoi(value, &pairs) || pairs < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, " must be a whole number of at least 1, got ", Quote(value)));
-  }
-  return pairs;
+  return EnvironmentWholeNumber("GLM_ATTENTION_PAIRS_PER_CALL", 1,
+                                kDefaultAttentionPairsPerCall);
 }
 
 #ifdef GLM_WITH_CUDA
@@ -107,6 +97,36 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
                            static_cast<int64_t>(props.totalGlobalMem)};
 }
 
+namespace {
+
+// What a worker's environment sets of a CUDA backend: the attention's pairs
+// a call (AttentionPairsPerCall) and three switches, each off unless set to
+// 1 (CudaBackendOptions says what each does):
+// - GLM_TIME_PRODUCTS: the largest writing products time the cuBLASLt
+//   algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that
+//   are not deterministic; an experiment until the bench has measured it
+//   (bench/NOTES.md);
+// - GLM_SPARSE_INDEXER_LOSS: the bf16 indexer loss's sparse path, until
+//   checked on a GPU;
+// - GLM_LATENT_SCORES_BY_COLUMNS: the latent forward's scores experiment.
+absl::Status ReadEnvironment(CudaBackendOptions* options) {
+  absl::StatusOr<int64_t> pairs_per_call = AttentionPairsPerCall();
+  if (!pairs_per_call.ok()) return pairs_per_call.status();
+  options->attention_pairs_per_call = *pairs_per_call;
+  const std::pair<const char*, bool*> switches[] = {
+      {"GLM_TIME_PRODUCTS", &options->time_product_algorithms},
+      {"GLM_SPARSE_INDEXER_LOSS", &options->sparse_indexer_loss},
+      {"GLM_LATENT_SCORES_BY_COLUMNS", &options->latent_scores_by_columns}};
+  for (const auto& [name, field] : switches) {
+    absl::StatusOr<bool> on = EnvironmentSwitch(name);
+    if (!on.ok()) return on.status();
+    *field = *on;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     const std::string& device, const std::string& precision,
     bool deterministic) {
@@ -117,27 +137,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   if (!gpu) return TimedIfAsked(std::unique_ptr<Backend>(new CpuBackend()));
   absl::StatusOr<DeviceDescription> described = DescribeDevice(device);
   if (!described.ok()) return described.status();
-  absl::StatusOr<int64_t> pairs_per_call = AttentionPairsPerCall();
-  if (!pairs_per_call.ok()) return pairs_per_call.status();
   CudaBackendOptions options;
   options.device = *CudaOrdinal(device);
-  options.attention_pairs_per_call = *pairs_per_call;
   options.precision =
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   options.time_attention_plans = !deterministic;
   options.atomic_sums = !deterministic;
-  // GLM_TIME_PRODUCTS=1: the largest writing products time the cuBLASLt
-  // algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that
-  // are not deterministic; an experiment until the bench has measured it
-  // (bench/NOTES.md), so off unless asked.
-  options.time_product_algorithms =
-      !deterministic && Asked("GLM_TIME_PRODUCTS");
-  // GLM_SPARSE_INDEXER_LOSS=1: the bf16 indexer loss's sparse path, off until
-  // checked on a GPU (CudaBackendOptions::sparse_indexer_loss).
-  options.sparse_indexer_loss = Asked("GLM_SPARSE_INDEXER_LOSS");
-  // GLM_LATENT_SCORES_BY_COLUMNS=1: the latent forward's scores experiment
-  // (CudaBackendOptions::latent_scores_by_columns).
-  options.latent_scores_by_columns = Asked("GLM_LATENT_SCORES_BY_COLUMNS");
+  if (absl::Status read = ReadEnvironment(&options); !read.ok()) return read;
+  options.time_product_algorithms &= !deterministic;
   return TimedIfAsked(MakeCudaBackend(options));
 }
 

@@ -26,8 +26,7 @@ TEST(BackendFactoryTest, AttentionPairsPerCallReadsAWholeNumber) {
 }
 
 TEST(BackendFactoryTest, AttentionPairsPerCallRefusesOtherValues) {
-  for (const char* bad :
-       {"0", "-4", "2^26", "", "1e8", "99999999999999999999"}) {
+  for (const char* bad : {"0", "-4", "2^26", "1e8", "99999999999999999999"}) {
     setenv(kPairs, bad, 1);
     absl::StatusOr<int64_t> pairs = AttentionPairsPerCall();
     EXPECT_EQ(pairs.status().code(), absl::StatusCode::kInvalidArgument)
@@ -36,6 +35,20 @@ TEST(BackendFactoryTest, AttentionPairsPerCallRefusesOtherValues) {
         << pairs.status();
   }
   unsetenv(kPairs);
+}
+
+// A switch set to anything but 0 or 1 fails the backend, naming it, rather
+// than leaving it off unnoticed.
+TEST(BackendFactoryTest, ASwitchOfAnotherValueIsAnError) {
+  setenv("GLM_OP_TIMES", "yes", 1);
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeBackend("cpu", "", /*deterministic=*/true);
+  unsetenv("GLM_OP_TIMES");
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(backend.status().message().find("GLM_OP_TIMES"),
+            absl::string_view::npos)
+      << backend.status();
+  EXPECT_TRUE(MakeBackend("cpu", "", true).ok());
 }
 
 }  // namespace

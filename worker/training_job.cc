@@ -1,13 +1,12 @@
 #include "worker/training_job.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/environment.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_name_map.h"
 #include "checkpoint/hf_weight_loader.h"
@@ -76,13 +75,33 @@ absl::StatusOr<std::unique_ptr<ModelParameters>> InitialWeights(
   return params;
 }
 
+// The benches' A/B switches in a worker's environment: where a step forms
+// the indexer loss (GLM_INDEXER_LOSS_IN_FORWARD=1: in the forward) and where
+// queries move to the latent attention (GLM_LATENT_ATTENTION_FROM, a token
+// row; 0: never; model/mla_attention.h). A value of neither form fails the
+// job, naming the variable.
+absl::Status ReadEnvironment(LossOptions* loss) {
+  absl::StatusOr<bool> in_forward =
+      EnvironmentSwitch("GLM_INDEXER_LOSS_IN_FORWARD");
+  if (!in_forward.ok()) return in_forward.status();
+  loss->indexer_loss_in_backward = !*in_forward;
+  absl::StatusOr<int64_t> latent_from = EnvironmentWholeNumber(
+      "GLM_LATENT_ATTENTION_FROM", 0, loss->latent_attention_from);
+  if (!latent_from.ok()) return latent_from.status();
+  loss->latent_attention_from = *latent_from;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
     const v1::JobSpec& spec, const ModelConfig& model,
     const std::string& device, Collectives* data_parallel,
     std::optional<PipelineRank> pipeline,
     std::optional<ExpertParallelRank> expert_parallel,
     std::optional<TokenParallelRank> token_parallel) {
-  const TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
+  TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
+  if (absl::Status read = ReadEnvironment(&options.loss); !read.ok()) {
+    return read;
+  }
   absl::StatusOr<std::string> data_path = DataPathFromSpec(spec.data());
   if (!data_path.ok()) return data_path.status();
   GptDatasetConfig data_config;
@@ -422,19 +441,6 @@ TrainerOptions TrainerOptionsFromSpec(const ModelConfig& model,
   o.loss.indexer_loss_coeff =
       static_cast<float>(OrDefault(t.indexer_loss_coeff(), 0.001));
   o.loss.recompute_layers = t.recompute_activations();
-  // The bench's A/B switch for where a step forms the indexer loss.
-  const char* loss_in_forward = std::getenv("GLM_INDEXER_LOSS_IN_FORWARD");
-  o.loss.indexer_loss_in_backward =
-      loss_in_forward == nullptr || std::string(loss_in_forward) != "1";
-  // The bench's A/B switch for where queries move to the latent attention
-  // (model/mla_attention.h; 0: never), read when it is a whole number.
-  const char* latent_from = std::getenv("GLM_LATENT_ATTENTION_FROM");
-  int64_t latent_from_value = 0;
-  if (latent_from != nullptr &&
-      absl::SimpleAtoi(latent_from, &latent_from_value) &&
-      latent_from_value >= 0) {
-    o.loss.latent_attention_from = latent_from_value;
-  }
   o.record_micro_batches = t.cuda_graphs();
   o.overlap_grad_reduce = t.overlap_grad_reduce();
   o.router_bias_update_rate = OrDefault(t.router_bias_update_rate(), 1e-3);

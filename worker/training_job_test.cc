@@ -205,5 +205,21 @@ TEST(TrainingJobTest, UnsupportedSetupsAreClearErrors) {
   EXPECT_NE(status.message().find("data.sources"), std::string::npos);
 }
 
+// The benches' switches in a worker's environment: a value of neither form
+// fails the job, naming the variable, before it trains.
+TEST(TrainingJobTest, BadEnvironmentSwitchesAreClearErrors) {
+  const v1::Assignment job = TinyJob(TempDir("environment"), 2);
+  for (const auto& [name, value] :
+       {std::pair{"GLM_LATENT_ATTENTION_FROM", "16k"},
+        std::pair{"GLM_INDEXER_LOSS_IN_FORWARD", "yes"},
+        std::pair{"GLM_OP_TIMES", "true"}}) {
+    setenv(name, value, 1);
+    const absl::Status status = RunJob(job).status;
+    unsetenv(name);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(status.message().find(name), std::string::npos) << status;
+  }
+}
+
 }  // namespace
 }  // namespace glm
