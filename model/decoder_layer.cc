@@ -118,15 +118,16 @@ void DecoderLayerForward(Backend& backend, const DecoderLayerParameters& p,
   }
 }
 
-void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
-                          const DecoderLayerSpec& spec, ConstMatrixView h_in,
-                          const TokenLayout& layout,
-                          const DecoderLayerActivations& acts,
-                          ConstMatrixView dh_out, MatrixView dh_in) {
-  const int64_t n = h_in.rows, hidden = h_in.cols;
+namespace {
+
+// The MLP half of a layer's backward (the MLP or MoE, then the post-attention
+// norm with its residual): writes dh_mid.
+void MlpHalfBackward(Backend& backend, DecoderLayerParameters& p,
+                     const DecoderLayerSpec& spec, const TokenLayout& layout,
+                     const DecoderLayerActivations& acts,
+                     ConstMatrixView dh_out, MatrixView dh_mid) {
+  const int64_t n = dh_out.rows, hidden = dh_out.cols;
   Tensor dmlp_in({n, hidden});
-  // Written by the norms' backward, each with its residual branch's gradient.
-  Tensor dh_mid = Tensor::ForOutput({n, hidden});
   if (p.is_moe) {
     if (spec.experts != nullptr) {
       MoeBackward(backend, p.moe, spec.router, acts.mlp_in.Matrix(), acts.moe,
@@ -144,16 +145,55 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
   }
   backend.RmsNormBackward(
       acts.h_mid.Matrix(), p.post_attention_layernorm.value.data(),
-      acts.mlp_rstd.data(), dmlp_in.Matrix(), /*residual=*/dh_out,
-      dh_mid.Matrix(), p.post_attention_layernorm.grad.data());
+      acts.mlp_rstd.data(), dmlp_in.Matrix(), /*residual=*/dh_out, dh_mid,
+      p.post_attention_layernorm.grad.data());
+}
 
-  Tensor dattn_in({n, hidden});
+// The attention half (the attention, then the input norm with its residual).
+void AttentionHalfBackward(Backend& backend, DecoderLayerParameters& p,
+                           const DecoderLayerSpec& spec, ConstMatrixView h_in,
+                           const TokenLayout& layout,
+                           const DecoderLayerActivations& acts,
+                           ConstMatrixView dh_mid, MatrixView dh_in) {
+  Tensor dattn_in({h_in.rows, h_in.cols});
   AttentionBackward(backend, p.self_attn, spec.attention, acts.attn_in.Matrix(),
-                    layout, acts.attn, dh_mid.Matrix(), dattn_in.Matrix());
+                    layout, acts.attn, dh_mid, dattn_in.Matrix());
   backend.RmsNormBackward(h_in, p.input_layernorm.value.data(),
                           acts.attn_rstd.data(), dattn_in.Matrix(),
-                          /*residual=*/dh_mid.Matrix(), dh_in,
+                          /*residual=*/dh_mid, dh_in,
                           p.input_layernorm.grad.data());
+}
+
+}  // namespace
+
+void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
+                          const DecoderLayerSpec& spec, ConstMatrixView h_in,
+                          const TokenLayout& layout,
+                          const DecoderLayerActivations& acts,
+                          ConstMatrixView dh_out, MatrixView dh_in) {
+  // Written by the norms' backward, each with its residual branch's gradient.
+  Tensor dh_mid = Tensor::ForOutput({h_in.rows, h_in.cols});
+  MlpHalfBackward(backend, p, spec, layout, acts, dh_out, dh_mid.Matrix());
+  AttentionHalfBackward(backend, p, spec, h_in, layout, acts, dh_mid.Matrix(),
+                        dh_in);
+}
+
+void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
+                          const DecoderLayerSpec& spec, ConstMatrixView h_in,
+                          const TokenLayout& layout,
+                          DecoderLayerActivations* acts, ConstMatrixView dh_out,
+                          MatrixView dh_in) {
+  Tensor dh_mid = Tensor::ForOutput({h_in.rows, h_in.cols});
+  MlpHalfBackward(backend, p, spec, layout, *acts, dh_out, dh_mid.Matrix());
+  // What only the MLP half reads.
+  acts->h_mid = Tensor();
+  acts->mlp_in = Tensor();
+  acts->mlp_rstd = Tensor();
+  acts->mlp = MlpActivations();
+  acts->mlp_chunk_in = Tensor();
+  acts->moe = MoeActivations();
+  AttentionHalfBackward(backend, p, spec, h_in, layout, *acts, dh_mid.Matrix(),
+                        dh_in);
 }
 
 }  // namespace glm

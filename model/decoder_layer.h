@@ -58,6 +58,15 @@ void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
                           const TokenLayout& layout,
                           const DecoderLayerActivations& acts,
                           ConstMatrixView dh_out, MatrixView dh_in);
+// The same for a layer whose activations nothing reads after its backward:
+// frees what only the MLP half reads (the MLP's or MoE's activations, its
+// input and norm statistics, the attention's residual sum) before the
+// attention's backward, whose peak then holds none of them.
+void DecoderLayerBackward(Backend& backend, DecoderLayerParameters& p,
+                          const DecoderLayerSpec& spec, ConstMatrixView h_in,
+                          const TokenLayout& layout,
+                          DecoderLayerActivations* acts, ConstMatrixView dh_out,
+                          MatrixView dh_in);
 
 }  // namespace glm
 

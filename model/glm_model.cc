@@ -241,7 +241,7 @@ absl::Status GlmModel::Backward() {
     Tensor dh_in = Tensor::ForOutput({n, hidden});
     DecoderLayerBackward(*backend_, params_->layers[i], layer_spec,
                          hidden_[i].Matrix(), layout_,
-                         options_.recompute_layers ? recomputed : layers_[i],
+                         options_.recompute_layers ? &recomputed : &layers_[i],
                          dh.Matrix(), dh_in.Matrix());
     dh = std::move(dh_in);
     // No later backward reads this layer's activations (a skip layer reads
