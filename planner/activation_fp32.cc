@@ -95,6 +95,23 @@ const std::vector<MemoryTerm>& Larger(const PlanJob& job,
   return RankBytes(b, job.device) > RankBytes(a, job.device) ? b : a;
 }
 
+// A layer's activations formed again in its backward.
+std::vector<MemoryTerm> Recomputed(std::vector<MemoryTerm> terms) {
+  for (MemoryTerm& term : terms) term.name = "recomputed " + term.name;
+  return terms;
+}
+
+// Kept activations a moment no longer holds: `terms` taken off the kept
+// bytes, each name prefixed with `why`.
+std::vector<MemoryTerm> Freed(const std::string& why,
+                              std::vector<MemoryTerm> terms) {
+  for (MemoryTerm& term : terms) {
+    term.name = why + term.name;
+    term.bytes = -term.bytes;
+  }
+  return terms;
+}
+
 // The model's sizes as one rank holds them.
 struct Dims {
   int64_t hidden, q_lora, kv_lora, rope, nope, v, qk, heads;
@@ -249,23 +266,40 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
   }
 }
 
-// One decoder layer without its output (the stage keeps that).
-void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
-                     Terms* terms) {
+// A decoder layer's attention half: its input norm and the attention
+// (model/decoder_layer.cc's AttentionInputType).
+void AddLayerAttentionHalf(const PlanJob& job, const Split& split, int layer,
+                           Terms* terms) {
   const ModelConfig& m = job.model;
   const Dims d(m, split);
   const TokenShare t = TokenShareOf(job, split);
-  const bool moe = layer > m.num_hidden_layers || m.IsMoeLayer(layer);
-  // model/decoder_layer.cc's AttentionInputType and MlpInputType.
   terms->AddActivationUnless(d.tp_split, "attention norm output",
                              t.local * d.hidden);
   terms->Add("attention norm rstd", t.local);
   AddAttention(d, t, HasIndexer(m, layer), IndexerLossInForward(job, layer),
                LatentQueries(job, split, layer), terms);
+}
+
+// Its MLP half, what only the MLP half's backward reads: the attention's
+// residual sum (h_mid), the post-attention norm's output and statistics,
+// and the MLP's or MoE's activations (MlpInputType).
+void AddLayerMlpHalf(const PlanJob& job, const Split& split, int layer,
+                     Terms* terms) {
+  const ModelConfig& m = job.model;
+  const Dims d(m, split);
+  const TokenShare t = TokenShareOf(job, split);
+  const bool moe = layer > m.num_hidden_layers || m.IsMoeLayer(layer);
   terms->Add("attention residual and MLP norm rstd", t.local * (d.hidden + 1));
   terms->AddActivationUnless(!moe && d.tp_split, "MLP norm output",
                              t.local * d.hidden);
   AddMlp(d, t, moe, split.ep, ExpertChunksOf(job, split), terms);
+}
+
+// One decoder layer without its output (the stage keeps that).
+void AddDecoderLayer(const PlanJob& job, const Split& split, int layer,
+                     Terms* terms) {
+  AddLayerAttentionHalf(job, split, layer, terms);
+  AddLayerMlpHalf(job, split, layer, terms);
 }
 
 // What a recomputed decoder layer keeps from its forward
@@ -387,10 +421,16 @@ std::vector<MemoryTerm> MoeBackwardPeak(const PlanJob& job,
   return terms.Take();
 }
 
-// DecoderLayerBackward's temporaries at its largest moment: the MLP's
-// backward, or the attention's (model/mla_attention.cc, model/indexer.cc).
-std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
-                                          const Split& split, int layer) {
+// DecoderLayerBackward's temporaries at the largest moment of each half
+// (model/decoder_layer.cc), the MLP's backward first, then the attention's.
+struct LayerBackwardMoments {
+  std::vector<MemoryTerm> mlp;
+  // model/mla_attention.cc, model/indexer.cc.
+  std::vector<MemoryTerm> attention;
+};
+
+LayerBackwardMoments LayerBackward(const PlanJob& job, const Split& split,
+                                   int layer) {
   const ModelConfig& m = job.model;
   const Dims d(m, split);
   const TokenShare t = TokenShareOf(job, split);
@@ -407,8 +447,8 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   const int64_t latent = LatentQueries(job, split, layer),
                 per_head = all - latent;
   Terms attention(job);
-  attention.Add("layer gradients (dmlp_in, dh_mid, dattn_in)",
-                3 * n * d.hidden);
+  // The MLP half's dmlp_in is freed with that half (MlpHalfBackward).
+  attention.Add("layer gradients (dh_mid, dattn_in)", 2 * n * d.hidden);
   attention.AddActivation("attention output gradient", c * d.heads * d.v);
   attention.AddActivation("query gradient", c * d.heads * d.qk);
   attention.AddActivation("key gradient", per_head * d.heads * d.qk);
@@ -449,8 +489,7 @@ std::vector<MemoryTerm> LayerBackwardPeak(const PlanJob& job,
   }
   const std::vector<MemoryTerm> scores = attending.Take();
   attention.Append(Larger(job, scores, chain));
-  const std::vector<MemoryTerm> a = attention.Take(), b = mlp.Take();
-  return Larger(job, a, b);
+  return {mlp.Take(), attention.Take()};
 }
 
 // The head's backward (model/output_head.cc): the fused losses left their
@@ -465,7 +504,11 @@ std::vector<MemoryTerm> HeadBackwardPeak(const PlanJob& job, const Split& split,
   terms.Add("hidden gradient", n * d.hidden);
   if (stage.mtp_layers == 0) return terms.Take();
   terms.Add("MTP layer gradients", 2 * n * d.hidden);
-  terms.Append(LayerBackwardPeak(job, split, job.model.num_hidden_layers + 1));
+  // The MTP layer's activations stay kept through its backward (the const
+  // DecoderLayerBackward): the larger half's moment.
+  const LayerBackwardMoments mtp =
+      LayerBackward(job, split, job.model.num_hidden_layers + 1);
+  terms.Append(Larger(job, mtp.attention, mtp.mlp));
   return terms.Take();
 }
 
@@ -687,22 +730,39 @@ StageActivationBytes Fp32StageActivations(const PlanJob& job,
     received.Add("output gradient and its copy", 2 * t.local * d.hidden);
     peak = Larger(job, peak, received.Take());
   }
+  // One model (GlmModel::Backward) frees what only a layer's MLP half reads
+  // once that half's backward is done, before the attention's; a pipeline
+  // stage keeps every layer's activations through its backward.
+  const bool frees_mlp_half = RunsAsOneModel(split);
   for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
        ++layer) {
-    Terms terms(job);
-    terms.Add("hidden gradients (dh, dh_in)", 2 * t.local * d.hidden);
+    Terms mlp_moment(job), attention_moment(job);
+    for (Terms* moment : {&mlp_moment, &attention_moment}) {
+      moment->Add("hidden gradients (dh, dh_in)", 2 * t.local * d.hidden);
+    }
+    Terms mlp_half(job);
+    AddLayerMlpHalf(job, split, layer, &mlp_half);
     if (job.recompute == Recompute::kFull) {
       // The layer's forward again (GlmModel::RecomputeLayer), its records
-      // included, alive through its backward.
-      Terms recomputed(job);
-      AddDecoderLayer(job, split, layer, &recomputed);
-      for (MemoryTerm term : recomputed.Take()) {
-        term.name = "recomputed " + term.name;
-        terms.Append({term});
-      }
+      // included: the attention half alive through the layer's backward, the
+      // MLP half through the MLP's (recomputation runs as one model only).
+      Terms attention_half(job);
+      AddLayerAttentionHalf(job, split, layer, &attention_half);
+      const std::vector<MemoryTerm> attention =
+          Recomputed(attention_half.Take());
+      mlp_moment.Append(attention);
+      mlp_moment.Append(Recomputed(mlp_half.Take()));
+      attention_moment.Append(attention);
+    } else if (frees_mlp_half) {
+      // The kept activations (saved) less the layer's MLP half.
+      attention_moment.Append(
+          Freed("freed before the attention backward: ", mlp_half.Take()));
     }
-    terms.Append(LayerBackwardPeak(job, split, layer));
-    peak = Larger(job, peak, terms.Take());
+    const LayerBackwardMoments backward = LayerBackward(job, split, layer);
+    mlp_moment.Append(backward.mlp);
+    attention_moment.Append(backward.attention);
+    peak = Larger(job, peak, mlp_moment.Take());
+    peak = Larger(job, peak, attention_moment.Take());
   }
   if (stage.has_loss)
     peak = Larger(job, peak, HeadBackwardPeak(job, split, stage));
