@@ -3,7 +3,7 @@
 # repository root with `carry: [".gpu"]` after tests/gpu/bundle.sh (about
 # 400 s): 64k long context with cuDNN's attention in chunks of 2^25
 # query-key pairs (GLM_ATTENTION_PAIRS_PER_CALL) and the routed experts in
-# chunks of 16k tokens (the planner predicts 77.5 GiB against 90.8 with
+# chunks of 16k tokens (the planner predicts 73.6 GiB against 90.8 with
 # neither, and overestimated the H200's peaks by 1-7%), 16k with 2^28 and
 # 2^25 (what the smaller chunks cost in time), then
 # the bench against transformers and the oracle. If the first call's sparse
