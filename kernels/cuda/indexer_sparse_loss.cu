@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/fragment_sums.cuh"
+#include "kernels/cuda/indexer_scores.cuh"
 #include "kernels/cuda/indexer_sparse_loss.cuh"
 
 namespace glm::cuda {
@@ -402,10 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool SparseIndexerLossSupported(ConstMatrixView iq, ConstMatrixView ik,
                                 MatrixView dik, int64_t heads, int64_t topk) {
-  return heads > 0 && heads <= kMaxHeads && iq.cols == ik.cols && iq.cols > 0 &&
-         iq.cols % 8 == 0 && iq.cols <= kMaxDim &&
-         ChunkAlignedRows(iq, ElementType::kF32) &&
-         ChunkAlignedRows(ik, ElementType::kF32) &&
+  return IndexerScoresSupported(iq, ik, heads) &&
          (dik.empty() || ChunkAlignedRows(dik, ElementType::kF32)) &&
          topk > 0 && topk <= kMaxTopK &&
          LayoutFor(topk).total <= kMaxSharedBytes;
