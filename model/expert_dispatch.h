@@ -128,9 +128,14 @@ struct RoutedActivations {
 class ExpertDispatcher {
  public:
   virtual ~ExpertDispatcher() = default;
+  // Whether Forward groups the router's choices itself, a block of tokens at
+  // a time (each block's grouping in RoutedActivations::experts); else the
+  // caller groups them all once and passes the grouping.
+  virtual bool GroupsChoices() const { return false; }
   // out[t] += sum_k weights[t, k] * expert_{choice[t * top_k + k]}(x[t]),
   // top_k = weights.cols; `grouping` is the router's choices [n, top_k]
-  // grouped by expert, in the backend's memory (the dispatcher may keep it).
+  // grouped by expert, in the backend's memory (the dispatcher may keep it;
+  // empty where GroupsChoices()).
   virtual void Forward(Backend& backend, const MoeParameters& p,
                        ConstMatrixView x, ExpertGrouping grouping,
                        ConstMatrixView weights, MatrixView out,

@@ -202,7 +202,8 @@ void GlmModel::Record(const DecoderLayerActivations& layer, size_t index,
     result->expert_choice.push_back(layer.moe.choice);
   }
   if (step != nullptr) {
-    step->AddExpertLoads(*backend_, index, layer.moe.expert_offsets);
+    for (const IndexTensor& offsets : layer.moe.expert_offsets)
+      step->AddExpertLoads(*backend_, index, offsets);
   } else {
     result->expert_load.push_back(ExpertLoad(layer.moe));
   }

@@ -182,6 +182,14 @@ TEST_F(LayersTest, MoeChunksKeepOrRecomputeTheirExpertRows) {
   }
   for (size_t i = 0; i < want.size(); ++i)
     EXPECT_TRUE(got[i] == want[i]) << "output " << i;
+  // The layer's loads are the chunks' groupings summed: no grouping of the
+  // whole micro batch beside them.
+  MoeActivations whole;
+  run({0, false}, &whole);
+  EXPECT_EQ(whole.expert_offsets.size(), 1u);
+  EXPECT_EQ(kept.expert_offsets.size(), 3u);
+  EXPECT_EQ(ExpertLoad(kept), ExpertLoad(whole));
+  EXPECT_EQ(ExpertLoad(recomputed), ExpertLoad(whole));
 }
 
 // Attention of a computing layer (indexer loss off): gradients of every MLA

@@ -28,21 +28,31 @@ void MoeForward(Backend& backend, const MoeParameters& p,
                         acts->scores.Matrix(), acts->weights.Matrix(),
                         acts->choice.data());
   // The choices grouped by expert on the backend; the sizes stay there.
-  ExpertGrouping grouping = GroupRowsByExpert(
-      backend, acts->choice.data(), n * spec.top_k, spec.top_k, num_experts);
-  acts->expert_offsets = grouping.offsets;
+  ExpertGrouping grouping;
+  acts->expert_offsets.clear();
+  if (!experts.GroupsChoices()) {
+    grouping = GroupRowsByExpert(backend, acts->choice.data(), n * spec.top_k,
+                                 spec.top_k, num_experts);
+    acts->expert_offsets.push_back(grouping.offsets);
+  }
   // Shared experts write `out`; routed experts add their weighted rows to it.
   MlpForward(backend, p.shared_experts, x, {}, out, &acts->shared);
   experts.Forward(backend, p, x, std::move(grouping), acts->weights.Matrix(),
                   out, &acts->routed);
+  if (experts.GroupsChoices()) {
+    for (const ExpertRows& block : acts->routed.experts)
+      acts->expert_offsets.push_back(block.grouping.offsets);
+  }
 }
 
 std::vector<int64_t> ExpertLoad(const MoeActivations& acts) {
-  if (acts.expert_offsets.numel() == 0) return {};
-  const std::vector<int32_t> offsets = acts.expert_offsets.HostValues();
-  std::vector<int64_t> load(offsets.size() - 1);
-  for (size_t e = 0; e < load.size(); ++e)
-    load[e] = offsets[e + 1] - offsets[e];
+  std::vector<int64_t> load;
+  for (const IndexTensor& block : acts.expert_offsets) {
+    const std::vector<int32_t> offsets = block.HostValues();
+    load.resize(offsets.size() - 1, 0);
+    for (size_t e = 0; e < load.size(); ++e)
+      load[e] += offsets[e + 1] - offsets[e];
+  }
   return load;
 }
 
@@ -73,8 +83,10 @@ class ChunkedExpertDispatcher : public ExpertDispatcher {
                           const ExpertChunking& chunking)
       : acts_(acts), x_(x), chunking_(chunking) {}
 
-  // The whole grouping is the layer's loads' (MoeActivations::
-  // expert_offsets); each chunk groups its own choices.
+  // Each chunk groups its own choices (no grouping of the whole micro batch:
+  // the layer's loads are the chunks' summed).
+  bool GroupsChoices() const override { return true; }
+
   void Forward(Backend& backend, const MoeParameters& p, ConstMatrixView,
                ExpertGrouping, ConstMatrixView weights, MatrixView out,
                RoutedActivations* acts) override {

@@ -21,7 +21,10 @@ struct MoeActivations {
   IndexTensor choice;        // [n, top_k] expert per slot
   RoutedActivations routed;  // the routed experts
   MlpActivations shared;
-  IndexTensor expert_offsets;  // [E + 1]: the choices grouped by expert
+  // The choices grouped by expert: the offsets ([E + 1]) of each block of
+  // tokens grouped on its own (one for the micro batch; one a chunk under
+  // ExpertChunking). The layer's loads are their differences summed.
+  std::vector<IndexTensor> expert_offsets;
 };
 
 // Tokens per expert of a forward (read from the backend's memory).
