@@ -203,6 +203,14 @@ std::string ChunksNote(const ExpertChunks& chunks) {
                           : "";
 }
 
+// A MoE layer's loads (MoeActivations::expert_offsets): the offsets of each
+// block of tokens grouped on its own.
+void AddLayerExpertOffsets(const Dims& d, const ExpertChunks& chunks,
+                           Terms* terms) {
+  terms->Add("expert offsets of the layer's choices" + ChunksNote(chunks),
+             chunks.count * (d.experts + 1));
+}
+
 // The largest block of `chunks` alone: the rows a backward holds at once.
 ExpertChunks LargestChunk(const ExpertChunks& chunks) {
   return {1, chunks.rows, chunks.rows, chunks.formed_in_backward};
@@ -244,7 +252,7 @@ void AddMlp(const Dims& d, const TokenShare& t, bool moe, int64_t ep,
   }
   terms->Add("router scores, weights and choices",
              n * (d.experts + 2 * d.top_k));
-  terms->Add("expert offsets of the layer's choices", d.experts + 1);
+  AddLayerExpertOffsets(d, chunks, terms);
   AddSwiGlu("shared expert", n, d.shared_inter, terms);
   // Chunks formed again in the backward keep their groupings and router
   // weights only (DropExpertRows).
@@ -313,7 +321,7 @@ void AddLayerRecords(const PlanJob& job, const Split& split, int layer,
   if (HasIndexer(m, layer)) terms->Add("top-k key indices", t.chunk * t.topk);
   if (m.IsMoeLayer(layer)) {
     terms->Add("router choices", t.local * d.top_k);
-    terms->Add("expert offsets of the layer's choices", d.experts + 1);
+    AddLayerExpertOffsets(d, ExpertChunksOf(job, split), terms);
   }
 }
 
