@@ -3,9 +3,10 @@
 # `carry: [".gpu"]` after tests/gpu/bundle.sh (about 480 s), most needed
 # first: the indexer loss's and the latent attention's harness cases (the
 # sparse loss kernel, kernels/cuda/indexer_sparse_loss.cu, and the latent
-# forward's scores split by columns have not run on a GPU yet; the latter's
-# cases and bench run a second time with it), both kernels' benches, 32k long
-# context without and with the sparse loss (its time per token in the step),
+# forward's scores split by columns have not run on a GPU yet), the indexer
+# bench and 32k long context without and with the sparse loss (its time per
+# token in the step), then the column split's cases and the latent bench
+# without and with it,
 # ncu on the latent forward, the sparse loss and the top-k at 64k (its
 # scores and selection, 24 us a token of the 64k step), and compute-sanitizer's
 # synccheck on those kernels alone (run80's stopped in cuDNN's kernels of the
@@ -20,12 +21,6 @@ mkdir -p "$R"
 OPS_LIMIT=150 OPS_FILTER="IndexerKlLoss|LatentAttention" \
   tests/gpu/run_on_device.sh "$R" ops
 source tests/gpu/timed.sh
-# The latent forward's scores experiment: its cases, then both forms timed.
-timed latent_bench 60 latent_attention_bench
-timed ops_latent_by_columns 60 backend_ops_check --precision=bf16 \
-  --filter=LatentAttentionForward --latent-scores-by-columns
-GLM_LATENT_SCORES_BY_COLUMNS=1 timed latent_bench_by_columns 60 \
-  latent_attention_bench
 # The sparse path is off unless GLM_SPARSE_INDEXER_LOSS=1 (the harness turns
 # it on itself): the bench's "ordered" rows and the first 32k run are the
 # baseline of the same call.
@@ -37,6 +32,12 @@ for sparse in 0 1; do
     "/tmp/long_sparse$sparse"
 done
 tar -czf "$R/long-logs.tgz" -C /tmp long_sparse0 long_sparse1
+# The latent forward's scores experiment: its cases, then both forms timed.
+timed latent_bench 60 latent_attention_bench
+timed ops_latent_by_columns 60 backend_ops_check --precision=bf16 \
+  --filter=LatentAttentionForward --latent-scores-by-columns
+GLM_LATENT_SCORES_BY_COLUMNS=1 timed latent_bench_by_columns 60 \
+  latent_attention_bench
 ncu_sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis
   --section WarpStateStats --section SchedulerStats --section Occupancy
   --section LaunchStats --section SourceCounters)
