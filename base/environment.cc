@@ -9,10 +9,11 @@
 
 namespace glm {
 
-absl::StatusOr<bool> EnvironmentSwitch(const char* name) {
+absl::StatusOr<bool> EnvironmentSwitch(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   const std::string text = value == nullptr ? "" : value;
-  if (text.empty() || text == "0") return false;
+  if (text.empty()) return fallback;
+  if (text == "0") return false;
   if (text == "1") return true;
   return absl::InvalidArgumentError(
       absl::StrCat(name, " must be 1 (on) or 0 (off), got ", Quote(text)));

@@ -11,9 +11,9 @@
 
 namespace glm {
 
-// Whether switch `name` is on: "1" on, unset, empty or "0" off; any other
-// value an error naming the variable and quoting the value.
-absl::StatusOr<bool> EnvironmentSwitch(const char* name);
+// Whether switch `name` is on: "1" on, "0" off, unset or empty `fallback`;
+// any other value an error naming the variable and quoting the value.
+absl::StatusOr<bool> EnvironmentSwitch(const char* name, bool fallback = false);
 
 // The whole number `name` holds, at least `minimum`; `fallback` when it is
 // unset or empty; any other value an error naming the variable and quoting

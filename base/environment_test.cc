@@ -23,6 +23,20 @@ TEST(EnvironmentTest, SwitchIsOnAtOneOnly) {
   unsetenv(kName);
 }
 
+// A switch that defaults on is off at "0" only.
+TEST(EnvironmentTest, SwitchFallsBackWhenUnset) {
+  unsetenv(kName);
+  EXPECT_TRUE(*EnvironmentSwitch(kName, /*fallback=*/true));
+  for (const auto& [text, on] :
+       {std::pair{"", true}, std::pair{"0", false}, std::pair{"1", true}}) {
+    setenv(kName, text, 1);
+    absl::StatusOr<bool> value = EnvironmentSwitch(kName, /*fallback=*/true);
+    ASSERT_TRUE(value.ok()) << value.status();
+    EXPECT_EQ(*value, on) << "'" << text << "'";
+  }
+  unsetenv(kName);
+}
+
 TEST(EnvironmentTest, SwitchRefusesOtherValues) {
   for (const char* text : {"true", "yes", "2", " 1", "on"}) {
     setenv(kName, text, 1);

@@ -100,8 +100,8 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
 namespace {
 
 // What a worker's environment sets of a CUDA backend: the attention's pairs
-// a call (AttentionPairsPerCall) and three switches, each off unless set to
-// 1 (CudaBackendOptions says what each does):
+// a call (AttentionPairsPerCall) and three switches, 1 on and 0 off, each at
+// CudaBackendOptions' default when unset (which says what each does):
 // - GLM_TIME_PRODUCTS: the largest writing products time the cuBLASLt
 //   algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that
 //   are not deterministic; an experiment until the bench has measured it
@@ -118,7 +118,7 @@ absl::Status ReadEnvironment(CudaBackendOptions* options) {
       {"GLM_SPARSE_INDEXER_LOSS", &options->sparse_indexer_loss},
       {"GLM_LATENT_SCORES_BY_COLUMNS", &options->latent_scores_by_columns}};
   for (const auto& [name, field] : switches) {
-    absl::StatusOr<bool> on = EnvironmentSwitch(name);
+    absl::StatusOr<bool> on = EnvironmentSwitch(name, *field);
     if (!on.ok()) return on.status();
     *field = *on;
   }
