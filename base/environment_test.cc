@@ -10,30 +10,24 @@ namespace {
 
 constexpr char kName[] = "GLM_ENVIRONMENT_TEST_VALUE";
 
-TEST(EnvironmentTest, SwitchIsOnAtOneOnly) {
+// "1" on, "0" off, unset or empty the fallback (off unless given).
+TEST(EnvironmentTest, SwitchIsOnAtOneOffAtZeroElseItsFallback) {
   unsetenv(kName);
   EXPECT_FALSE(*EnvironmentSwitch(kName));
-  for (const auto& [text, on] :
-       {std::pair{"", false}, std::pair{"0", false}, std::pair{"1", true}}) {
-    setenv(kName, text, 1);
-    absl::StatusOr<bool> value = EnvironmentSwitch(kName);
-    ASSERT_TRUE(value.ok()) << value.status();
-    EXPECT_EQ(*value, on) << "'" << text << "'";
+  for (const bool fallback : {false, true}) {
+    unsetenv(kName);
+    EXPECT_EQ(*EnvironmentSwitch(kName, fallback), fallback);
+    for (const auto& [text, on] :
+         {std::pair{"", fallback}, std::pair{"0", false},
+          std::pair{"1", true}}) {
+      setenv(kName, text, 1);
+      absl::StatusOr<bool> value = EnvironmentSwitch(kName, fallback);
+      ASSERT_TRUE(value.ok()) << value.status();
+      EXPECT_EQ(*value, on) << "'" << text << "', fallback " << fallback;
+    }
   }
-  unsetenv(kName);
-}
-
-// A switch that defaults on is off at "0" only.
-TEST(EnvironmentTest, SwitchFallsBackWhenUnset) {
-  unsetenv(kName);
-  EXPECT_TRUE(*EnvironmentSwitch(kName, /*fallback=*/true));
-  for (const auto& [text, on] :
-       {std::pair{"", true}, std::pair{"0", false}, std::pair{"1", true}}) {
-    setenv(kName, text, 1);
-    absl::StatusOr<bool> value = EnvironmentSwitch(kName, /*fallback=*/true);
-    ASSERT_TRUE(value.ok()) << value.status();
-    EXPECT_EQ(*value, on) << "'" << text << "'";
-  }
+  setenv(kName, "", 1);
+  EXPECT_FALSE(*EnvironmentSwitch(kName));
   unsetenv(kName);
 }
 
