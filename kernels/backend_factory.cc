@@ -106,8 +106,8 @@ namespace {
 //   algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that
 //   are not deterministic; an experiment until the bench has measured it
 //   (bench/NOTES.md);
-// - GLM_SPARSE_INDEXER_LOSS: the bf16 indexer loss's sparse path, until
-//   checked on a GPU;
+// - GLM_SPARSE_INDEXER_LOSS: the bf16 indexer loss's sparse path (on
+//   unless 0);
 // - GLM_LATENT_SCORES_BY_COLUMNS: the latent forward's scores experiment.
 absl::Status ReadEnvironment(CudaBackendOptions* options) {
   absl::StatusOr<int64_t> pairs_per_call = AttentionPairsPerCall();

@@ -39,11 +39,10 @@ struct CudaBackendOptions {
   // job's training.deterministic).
   bool atomic_sums = true;
   // Whether the bf16 mode's indexer loss may take its sparse path (with
-  // atomic_sums) where each query selects fewer than one in 8 of the keys.
-  // Off until the ops harness has checked the kernel on a GPU
-  // (tests/gpu/pending_call.sh); the harness turns it on, and
-  // GLM_SPARSE_INDEXER_LOSS=1 does for workers and benches.
-  bool sparse_indexer_loss = false;
+  // atomic_sums) where each query selects fewer than one in 8 of the keys
+  // (kernels/cuda/indexer_sparse_loss.cuh; checked against the CPU on an
+  // H200, run84). GLM_SPARSE_INDEXER_LOSS=0 keeps the sorted per-query path.
+  bool sparse_indexer_loss = true;
   // Whether the latent attention's forward splits its scores by the query's
   // columns instead of the tile's keys (kernels/cuda/latent_attention.cuh):
   // an experiment until the latent bench has timed both in one call
