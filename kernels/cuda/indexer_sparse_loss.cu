@@ -13,22 +13,27 @@ namespace {
 
 // One block of eight warps a query (SlotLoss's block), mma.sync m16n8k8 on
 // TF32. The query's head rows are two m16 blocks (heads [0, 16) and [16,
-// 32), zeros past the last head); its selected key rows arrive 64 at a time
-// into one of two shared buffers while the other is multiplied.
+// 32), zeros past the last head); its selected key rows arrive 32 at a time
+// into one of two shared buffers while the other is multiplied. Tiles of 32
+// keys keep a top-2048 block under half the SM's shared memory, so two
+// blocks share an SM (ncu, 2026-12-05: one block of 64-key tiles an SM
+// stalled on its mma chains' fixed latencies, with nothing else to issue).
 constexpr int kThreads = kKlThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeads = 32, kMaxDim = 128, kMaxTopK = 4096;
 constexpr int kHeadBlocks = kMaxHeads / 16;
-constexpr int kTileKeys = 64;
+constexpr int kTileKeys = 32;
+constexpr int kBlocksPerSm = 2;  // where the layout fits (top-k <= 2048)
 constexpr int kDimSteps = kMaxDim / 8;  // k8 steps over a row
-// Scores: warp w multiplies head block w / 4 by tile keys [16 (w % 4), +16).
+// Scores: warp w multiplies head block w / 4 by tile keys [8 (w % 4), +8).
 constexpr int kWarpsPerHeadBlock = kWarps / kHeadBlocks;
 constexpr int kDotKeys = kTileKeys / kWarpsPerHeadBlock;
+constexpr int kDotTiles = kDotKeys / 8;  // n8 tiles of a warp's dots
 // The query gradients' product e . K: warp w forms head block w / 4's
 // columns [32 (w % 4), +32); the key gradients' e^T . (w iq): warp w the
-// rows of tile keys [16 (w / 2), +16), columns [64 (w % 2), +64).
+// rows of tile keys [16 (w / 4), +16), columns [32 (w % 4), +32).
 constexpr int kQueryCols = kMaxDim / kWarpsPerHeadBlock;
-constexpr int kKeyColBlocks = 2;
+constexpr int kKeyColBlocks = 4;
 constexpr int kKeyCols = kMaxDim / kKeyColBlocks;
 static_assert(kTileKeys / 16 * kKeyColBlocks == kWarps, "a warp a key block");
 // Row pitches in floats. Key and weighted query rows 4 banks apart, so that
@@ -83,6 +88,9 @@ LossLayout LayoutFor(int64_t topk) {
   l.weighted_q = take(size_t{kMaxHeads} * kRowLd * sizeof(float));
   // Each head block's slot scores and positive bits of a tile; later the
   // head weights' gradient parts of the query gradient's warps.
+  static_assert(kWarpsPerHeadBlock * kMaxHeads * sizeof(float) <=
+                    kHeadBlocks * kTileKeys * (sizeof(float) + sizeof(uint32_t)),
+                "the dw parts fit the partials");
   l.partials = take(size_t{kHeadBlocks} * kTileKeys *
                     (sizeof(float) + sizeof(uint32_t)));
   l.total = at;
@@ -172,22 +180,24 @@ __device__ void LoadQueryFragments(const KlProblem& p, int64_t t, int block,
   }
 }
 
-// The warp's dots of its head block with tile keys [16 q, 16 q + 16) (two n8
-// tiles), two sums over alternate k steps for two products in flight.
+// The warp's dots of its head block with tile keys [kDotKeys q, +kDotKeys),
+// two sums over alternate k steps for two products in flight.
+using WarpDotTiles = float[kDotTiles][4];
+
 __device__ void WarpDots(const uint32_t (&qa)[kDimSteps][4], const float* tile,
-                         int dim, int q, float (&dots)[2][4]) {
-  float part[2][2][4] = {};
+                         int dim, int q, WarpDotTiles& dots) {
+  float part[2][kDotTiles][4] = {};
 #pragma unroll
   for (int ks = 0; ks < kDimSteps; ++ks) {
     if (8 * ks >= dim) break;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+    for (int nt = 0; nt < kDotTiles; ++nt) {
       const float* row =
           tile + (kDotKeys * q + 8 * nt + Group()) * kRowLd + 8 * ks + Quad();
       MmaTf32(part[ks % 2][nt], qa[ks], Tf32(row[0]), Tf32(row[4]));
     }
   }
-  for (int nt = 0; nt < 2; ++nt) {
+  for (int nt = 0; nt < kDotTiles; ++nt) {
     for (int e = 0; e < 4; ++e) dots[nt][e] = part[0][nt][e] + part[1][nt][e];
   }
 }
@@ -196,9 +206,9 @@ __device__ void WarpDots(const uint32_t (&qa)[kDimSteps][4], const float* tile,
 // sum over heads h of w[h] relu(scale dot), and the bits of the heads whose
 // scaled dot is positive; lanes 0-3 store them for the tile's columns.
 __device__ void FoldHeads(const KlProblem& p, const float (&weight)[2],
-                          int block, int q, const float (&dots)[2][4],
+                          int block, int q, const WarpDotTiles& dots,
                           float* part_z, uint32_t* part_bits) {
-  for (int nt = 0; nt < 2; ++nt) {
+  for (int nt = 0; nt < kDotTiles; ++nt) {
     for (int col = 0; col < 2; ++col) {
       float z = 0.f;
       uint32_t bits = 0;
@@ -236,7 +246,7 @@ __device__ void ScoreSlots(const KlProblem& p, const Shared& s, int64_t t) {
     weight[half] = h < p.heads ? At(p.w, t, h) : 0.f;
   }
   ForEachKeyTile(p, s, [&](int tile, const float* keys_tile) {
-    float dots[2][4];
+    WarpDotTiles dots;
     WarpDots(qa, keys_tile, dim, q, dots);
     FoldHeads(p, weight, block, q, dots, s.part_z, s.part_bits);
     __syncthreads();  // both head blocks' parts
@@ -382,7 +392,7 @@ __device__ void AddGradients(const LossArgs& a, const Shared& s, int64_t t) {
   if (query_grads) AddQueryGrads(a, s, t, acc);
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     SparseLossKernel(LossArgs a, LossLayout layout) {
   extern __shared__ __align__(16) char shared[];
   const Shared s = Carve(shared, layout);
