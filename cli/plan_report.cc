@@ -102,8 +102,9 @@ std::string TimeTable(const StepTime& t) {
   const std::pair<const char*, double> terms[] = {
       {"dense GEMMs", mb.gemm},
       {"routed experts", mb.experts},
-      {"sparse attention", mb.attention},
-      {"DSA indexer", mb.indexer},
+      {"attention core", mb.attention},
+      {"DSA indexer scores and top-k", mb.indexer},
+      {"DSA indexer loss", mb.indexer_loss},
       {"recomputation", mb.recompute},
       {"memory-bound passes and weight traffic", mb.memory},
       {"tensor-parallel collectives", mb.tensor_parallel},
@@ -174,9 +175,7 @@ std::string SearchText(const SearchResult& result, const ClusterSpec& cluster) {
   for (const Evaluation& e : result.best) {
     const MicroBatchTime& mb = e.time.slowest;
     const double m = e.time.micro_batches;
-    const double compute = (mb.gemm + mb.experts + mb.attention + mb.indexer +
-                            mb.recompute + mb.memory) *
-                           m;
+    const double compute = mb.Compute() * m;
     const double comm = (mb.tensor_parallel + mb.context_parallel +
                          mb.expert_parallel + mb.pipeline_send) *
                         m;

@@ -76,9 +76,7 @@ void TimeTable(const std::vector<SeedRun>& runs) {
     const MicroBatchTime& mb = t.slowest;
     const double megatron_flops =
         run.tflops_per_gpu * 1e12 * run.world * run.step_ms / 1e3;
-    const double compute = (mb.gemm + mb.experts + mb.attention + mb.indexer +
-                            mb.recompute + mb.memory) *
-                           t.micro_batches;
+    const double compute = mb.Compute() * t.micro_batches;
     absl::PrintF(
         "| %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f s | %.1f s | "
         "%.1f s |\n",

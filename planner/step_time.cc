@@ -12,11 +12,15 @@ namespace glm {
 namespace {
 
 // A rank's forward multiply-adds of one micro batch of one stage, by the
-// kernel that runs them.
-struct StageMacs {
-  double gemm = 0, experts = 0, attention = 0, indexer = 0;
+// kernel that runs them, and the seconds of its attention and indexer
+// kernels, by pass.
+struct StageWork {
+  double gemm = 0, experts = 0;
   double up_projections = 0;  // what selective recomputation redoes
-  double Total() const { return gemm + experts + attention + indexer; }
+  double attention_forward = 0, attention_backward = 0;
+  double indexer_forward = 0;   // scores and top-k, recomputed with the layer
+  double indexer_backward = 0;  // Megatron's: the scoring's backward
+  double indexer_loss = 0;      // this trainer's KL loss, once a micro batch
 };
 
 // Per token: the MLA down-projections (every tensor rank runs them on its
@@ -38,34 +42,126 @@ bool IsMoe(const ModelConfig& m, int layer) {
   return layer > m.num_hidden_layers || m.IsMoeLayer(layer);
 }
 
-// The micro batch's attention of `layer`: training/flops.h's count for the
-// queries in the per-head form, and for those in the latent form
-// (LatentQueries) the same keys with every head's scores over the 576-wide
-// latent rows (kv_lora_rank + rope) and its output over their 512 latent
-// columns (kv_lora_rank), where a per-head query reads qk + v of each.
-double AttentionMacs(const PlanJob& job, const Split& split, int layer) {
-  const ModelConfig& m = job.model;
-  auto per_head = [&](int64_t queries) {
-    return queries > 0
-               ? DecoderLayerForwardMacs(m, layer, queries).attention_core
-               : 0.0;
-  };
-  const double whole = per_head(job.seq_length);
-  if (LatentQueries(job, split, layer) == 0) {
-    return whole * static_cast<double>(job.micro_batch_size);
+// Query-key pairs of a sequence's first `queries` queries over their causal
+// keys.
+double CausalPairs(int64_t queries) {
+  return static_cast<double>(queries) * (queries + 1) / 2;
+}
+
+// Keys queries [from, to) of a sequence select: min(topk, t + 1) each.
+double SelectedKeys(int64_t from, int64_t to, int64_t topk) {
+  const int64_t growing_end = std::clamp(topk, from, to);
+  return CausalPairs(growing_end) - CausalPairs(from) +
+         static_cast<double>(to - growing_end) * topk;
+}
+
+// The per-head backward's pairs of a sequence's first `queries` queries as
+// this trainer's cuDNN calls take them (CudnnAttention::CallChunks): calls
+// of pairs_per_call / queries queries each, the first over its causal keys,
+// each later one masked over every key up to its last query.
+struct PerHeadBackwardPairs {
+  double first_call = 0, later_calls = 0;
+};
+PerHeadBackwardPairs BackwardPairsOf(int64_t queries, int64_t pairs_per_call) {
+  if (queries == 0) return {};
+  const int64_t rows = std::max<int64_t>(1, pairs_per_call / queries);
+  const int64_t calls = (queries + rows - 1) / rows;
+  PerHeadBackwardPairs pairs;
+  pairs.first_call = CausalPairs(std::min(rows, queries));
+  if (calls > 1) {
+    // Calls 2..calls-1 end at 2, 3, ... calls-1 times rows queries; the
+    // last at `queries`.
+    const double r = static_cast<double>(rows);
+    pairs.later_calls =
+        r * r * (static_cast<double>(calls - 1) * calls / 2 - 1) +
+        static_cast<double>(queries - (calls - 1) * rows) * queries;
   }
-  const double latent_over_per_head =
-      static_cast<double>(2 * m.kv_lora_rank + m.qk_rope_head_dim) /
-      (m.QkHeadDim() + m.v_head_dim);
-  double macs = 0;
+  return pairs;
+}
+
+// The dense indexer loss scores every key of its call while each query
+// selects at least one in this many (DenseKlApplies, kernels/cuda/
+// indexer.cu); past that the sparse loss takes the selected keys.
+constexpr int64_t kDenseIndexerLossKeysPerSelected = 8;
+
+// This trainer's attention and indexer kernels of `layer` for one micro
+// batch on a rank (rates of kernel_rates.h). Tensor ranks split the heads and
+// context ranks the queries of the attention; the indexer runs on the whole
+// chunk of every tensor rank.
+void AddTrainerAttention(const PlanJob& job, const Split& split,
+                         const DeviceSpec& device, const KernelRates& rates,
+                         int layer, bool has_indexer, StageWork* work) {
+  const ModelConfig& m = job.model;
+  const double peak = device.matmul_flops;
+  const double bandwidth = device.memory_bandwidth;
+  const double tp = split.tp, cp = split.cp;
+  const double head_macs = static_cast<double>(m.num_attention_heads) *
+                           (m.QkHeadDim() + m.v_head_dim);
+  const double row_bytes =
+      static_cast<double>(m.kv_lora_rank + m.qk_rope_head_dim) *
+      (job.precision == Precision::kFp32Bf16Copies ? 2 : 4);
+  const bool latent = LatentQueries(job, split, layer) > 0;
   for (int64_t s = 0; s < job.micro_batch_size; ++s) {
     // The sequence's queries before the micro batch's latent_from.
-    const int64_t first = std::clamp<int64_t>(
-        job.latent_attention_from - s * job.seq_length, 0, job.seq_length);
-    const double before = per_head(first);
-    macs += before + (whole - before) * latent_over_per_head;
+    const int64_t per_head =
+        latent ? std::clamp<int64_t>(
+                     job.latent_attention_from - s * job.seq_length, 0,
+                     job.seq_length)
+               : job.seq_length;
+    const PerHeadBackwardPairs backward =
+        BackwardPairsOf(per_head, job.attention_pairs_per_call);
+    const double latent_bytes =
+        SelectedKeys(per_head, job.seq_length, m.index_topk) * row_bytes;
+    work->attention_forward +=
+        (2 * head_macs * CausalPairs(per_head) /
+             (peak * rates.per_head_attention) +
+         latent_bytes / (bandwidth * rates.latent_attention_forward)) /
+        (tp * cp);
+    work->attention_backward +=
+        (4 * head_macs *
+             (backward.first_call / rates.per_head_attention +
+              backward.later_calls / rates.per_head_attention_later_calls) /
+             peak +
+         latent_bytes / (bandwidth * rates.latent_attention_backward)) /
+        (tp * cp);
   }
-  return macs;
+  if (!has_indexer) return;
+  const double sequences = static_cast<double>(job.micro_batch_size);
+  const double score_macs =
+      static_cast<double>(m.index_n_heads) * m.index_head_dim;
+  const double pairs = CausalPairs(job.seq_length) * sequences;
+  work->indexer_forward +=
+      2 * score_macs * pairs / (peak * rates.indexer_scores) / cp;
+  if (TokenShareOf(job, split).all <=
+      kDenseIndexerLossKeysPerSelected * m.index_topk) {
+    work->indexer_loss +=
+        2 * score_macs * pairs / (peak * rates.indexer_loss_dense) / cp;
+  } else {
+    // Each selected key's fp32 row read twice and its gradient row added.
+    const double key_bytes = 3.0 * m.index_head_dim * 4;
+    const double keys =
+        SelectedKeys(0, job.seq_length, m.index_topk) * sequences;
+    work->indexer_loss +=
+        keys * key_bytes / (bandwidth * rates.indexer_loss_sparse) / cp;
+  }
+}
+
+// Megatron's DSA kernels of `layer`: training/flops.h's attention core over
+// the selected keys and the indexer (projections and scoring), forward and
+// twice that backward, at the published sparse rates.
+void AddSparseAttention(const PlanJob& job, const Split& split,
+                        const DeviceSpec& device, const KernelRates& rates,
+                        const ForwardMacs& f, StageWork* work) {
+  const double sequences = static_cast<double>(job.micro_batch_size);
+  const double peak = device.matmul_flops;
+  const double attention = f.attention_core * sequences / (split.tp * split.cp);
+  const double indexer = f.indexer * sequences / split.cp;
+  work->attention_forward +=
+      2 * attention / (peak * rates.sparse_attention_forward);
+  work->attention_backward +=
+      4 * attention / (peak * rates.sparse_attention_backward);
+  work->indexer_forward += 2 * indexer / (peak * rates.sparse_indexer);
+  work->indexer_backward += 4 * indexer / (peak * rates.sparse_indexer);
 }
 
 // One decoder layer on one rank: tensor ranks split heads and the dense
@@ -73,8 +169,8 @@ double AttentionMacs(const PlanJob& job, const Split& split, int layer) {
 // between layers; the down-projections and the indexer run on the whole
 // chunk of every tensor rank; the busiest expert rank runs the imbalance
 // times the mean of routed rows.
-void AddLayer(const PlanJob& job, const Split& split, int layer,
-              StageMacs* macs) {
+void AddLayer(const PlanJob& job, const Split& split, const DeviceSpec& device,
+              const KernelRates& rates, int layer, StageWork* work) {
   const ModelConfig& m = job.model;
   const double tokens = static_cast<double>(job.tokens_per_micro_batch());
   const double sequences = static_cast<double>(job.micro_batch_size);
@@ -83,61 +179,69 @@ void AddLayer(const PlanJob& job, const Split& split, int layer,
   const double down = DownProjectionMacs(m) * tokens;
   const double routed = IsMoe(m, layer) ? RoutedMacs(m) * tokens : 0.0;
   const double imbalance = split.ep > 1 ? job.routing_imbalance : 1.0;
-  macs->gemm += (f.attention_projections * sequences - down) / (tp * cp) +
+  work->gemm += (f.attention_projections * sequences - down) / (tp * cp) +
                 down / cp + (f.mlp * sequences - routed) / (tp * cp);
-  macs->experts += routed / (tp * cp) * imbalance;
-  macs->attention += AttentionMacs(job, split, layer) / (tp * cp);
-  macs->indexer += f.indexer * sequences / cp;
-  macs->up_projections += UpProjectionMacs(m) * tokens / (tp * cp);
+  work->experts += routed / (tp * cp) * imbalance;
+  work->up_projections += UpProjectionMacs(m) * tokens / (tp * cp);
+  if (!IsTrainerStore(job.precision)) {
+    AddSparseAttention(job, split, device, rates, f, work);
+    return;
+  }
+  // training/flops.h's indexer count is its projections, GEMMs here, and
+  // its scores over every causal pair, which the indexer's kernels run.
+  const double scores = static_cast<double>(m.index_n_heads) *
+                        m.index_head_dim * CausalPairs(job.seq_length);
+  if (f.indexer > 0) work->gemm += (f.indexer - scores) * sequences / cp;
+  AddTrainerAttention(job, split, device, rates, layer, f.indexer > 0, work);
 }
 
-StageMacs MacsOf(const PlanJob& job, const Split& split,
+StageWork WorkOf(const PlanJob& job, const Split& split,
+                 const DeviceSpec& device, const KernelRates& rates,
                  const StageSlice& stage) {
   const ModelConfig& m = job.model;
-  StageMacs macs;
+  StageWork work;
   for (int layer = stage.first_layer; layer > 0 && layer <= stage.last_layer;
        ++layer) {
-    AddLayer(job, split, layer, &macs);
+    AddLayer(job, split, device, rates, layer, &work);
   }
-  if (!stage.has_loss) return macs;
+  if (!stage.has_loss) return work;
   const double tokens = static_cast<double>(job.tokens_per_micro_batch());
   const double logits = static_cast<double>(m.hidden_size) * m.vocab_size *
                         tokens / (split.tp * split.cp);
-  macs.gemm += logits;
+  work.gemm += logits;
   for (int k = 1; k <= stage.mtp_layers; ++k) {
-    AddLayer(job, split, m.num_hidden_layers + k, &macs);
+    AddLayer(job, split, device, rates, m.num_hidden_layers + k, &work);
     // eh_proj and the MTP head's logits.
-    macs.gemm +=
+    work.gemm +=
         (2.0 * m.hidden_size * m.hidden_size * tokens) / (split.tp * split.cp) +
         logits;
   }
-  return macs;
+  return work;
 }
 
-// Compute and recomputation seconds of `macs` forward and backward.
+// Compute and recomputation seconds of `work` forward and backward.
 void AddCompute(const PlanJob& job, const Split& split,
                 const DeviceSpec& device, const KernelRates& rates,
-                const StageMacs& macs, MicroBatchTime* time) {
+                const StageWork& work, MicroBatchTime* time) {
   const double peak = device.matmul_flops;
   auto seconds = [&](double m, double rate) { return 2 * m / (peak * rate); };
   // Backward is twice the forward's work (training/flops.h).
-  time->gemm += 3 * seconds(macs.gemm, rates.gemm);
-  time->experts += 3 * seconds(macs.experts, rates.grouped_gemm);
-  time->attention += seconds(macs.attention, rates.attention_forward) +
-                     2 * seconds(macs.attention, rates.attention_backward);
-  time->indexer += 3 * seconds(macs.indexer, rates.indexer);
+  time->gemm += 3 * seconds(work.gemm, rates.gemm);
+  time->experts += 3 * seconds(work.experts, rates.grouped_gemm);
+  time->attention += work.attention_forward + work.attention_backward;
+  time->indexer += work.indexer_forward + work.indexer_backward;
+  time->indexer_loss += work.indexer_loss;
   if (job.recompute == Recompute::kFull) {
     // Routed experts in chunks run each chunk's forward once more, in the
     // chunk's backward, where its dropped rows are formed again.
     const int expert_forwards =
         ExpertChunksOf(job, split).formed_in_backward ? 2 : 1;
     time->recompute +=
-        seconds(macs.gemm, rates.gemm) +
-        expert_forwards * seconds(macs.experts, rates.grouped_gemm) +
-        seconds(macs.attention, rates.attention_forward) +
-        seconds(macs.indexer, rates.indexer);
+        seconds(work.gemm, rates.gemm) +
+        expert_forwards * seconds(work.experts, rates.grouped_gemm) +
+        work.attention_forward + work.indexer_forward;
   } else if (job.recompute == Recompute::kSelective) {
-    time->recompute += seconds(macs.up_projections, rates.gemm);
+    time->recompute += seconds(work.up_projections, rates.gemm);
   }
 }
 
@@ -207,6 +311,22 @@ double WeightTraffic(const StateBytes& state) {
          2.0 * static_cast<double>(state.gradients);
 }
 
+// Bytes the memory-bound kernels of a stage's micro batch move: every
+// activation its layers form (those a step without recomputation keeps)
+// written in forward, read and its gradient written in backward, and what
+// recomputation drops written once more when it is formed again.
+double MemoryBoundBytes(const PlanJob& job, const Split& split,
+                        const StageSlice& stage) {
+  absl::StatusOr<StageActivationBytes> kept =
+      StageActivationMemory(job, split, stage);
+  if (!kept.ok()) return 0;
+  PlanJob kept_whole = job;
+  kept_whole.recompute = Recompute::kNone;
+  const double formed = static_cast<double>(
+      StageActivationMemory(kept_whole, split, stage)->saved_bytes());
+  return 3 * formed + (formed - static_cast<double>(kept->saved_bytes()));
+}
+
 MicroBatchTime RankMicroBatch(const PlanJob& job, const SplitPlan& plan,
                               const ClusterSpec& cluster,
                               const KernelRates& rates,
@@ -217,12 +337,9 @@ MicroBatchTime RankMicroBatch(const PlanJob& job, const SplitPlan& plan,
   time.memory += WeightTraffic(memory.state) / bandwidth;
   for (const StageSlice& stage : plan.StagesOf(pp_rank)) {
     AddCompute(job, plan.split, cluster.device, rates,
-               MacsOf(job, plan.split, stage), &time);
+               WorkOf(job, plan.split, cluster.device, rates, stage), &time);
     AddLayerCollectives(job, plan, cluster, rates, rank, stage, &time);
-    absl::StatusOr<StageActivationBytes> acts =
-        StageActivationMemory(job, plan.split, stage);
-    // Written in forward, read and their gradients written in backward.
-    if (acts.ok()) time.memory += 3.0 * acts->saved_bytes() / bandwidth;
+    time.memory += MemoryBoundBytes(job, plan.split, stage) / bandwidth;
     if (plan.split.pp > 1) {
       // The output forward and its gradient back, to and from neighbours.
       const int next = rank + plan.world / plan.split.pp;

@@ -19,10 +19,11 @@ PlanJob Mini(Recompute recompute = Recompute::kNone) {
 }
 
 StepTime TimeOf(const PlanJob& job, int world, Split split,
-                const ClusterSpec& cluster) {
+                const ClusterSpec& cluster,
+                const KernelRates& rates = KernelRates()) {
   absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, split);
   EXPECT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<Evaluation> e = Evaluate(job, *plan, cluster, KernelRates());
+  absl::StatusOr<Evaluation> e = Evaluate(job, *plan, cluster, rates);
   EXPECT_TRUE(e.ok()) << e.status();
   return e->time;
 }
@@ -43,34 +44,93 @@ TEST(StepTimeTest, CountsTheTrainersFlops) {
   EXPECT_NEAR(t.TflopsPerDevice(8), t.model_flops / t.Total() / 8 / 1e12, 1e-9);
 }
 
-// One 32k sequence, every layer recomputed: the queries from the 16,384th on
-// attend in the latent form, each head reading kv_lora_rank + rope (576)
-// columns of every selected key for its scores and kv_lora_rank (512) for
-// its output, where the per-head form reads qk (256) and v (256).
-TEST(StepTimeTest, LatentQueriesReadTheLatentRows) {
-  PlanJob per_head = Mini(Recompute::kFull);
-  per_head.precision = Precision::kFp32Bf16Copies;
-  per_head.model.num_mtp_layers = 0;
-  per_head.seq_length = 32768;
-  per_head.global_batch_size = 1;
-  per_head.latent_attention_from = 0;
-  PlanJob latent = per_head;
-  latent.latent_attention_from = 16384;
-  // Keys the first n queries select: min(index_topk, t + 1) each.
-  auto selected = [](int64_t n) {
-    double keys = 0;
-    for (int64_t t = 0; t < n; ++t) keys += std::min<int64_t>(2048, t + 1);
-    return keys;
-  };
-  const double first = selected(16384), all = selected(32768);
-  const double expected =
-      (first * (256 + 256) + (all - first) * (512 + 64 + 512)) /
-      (all * (256 + 256));
+// One sequence a step, every layer recomputed, in the CUDA bf16 mode: the
+// long-context bench's job (bench/gpu_long_context_bench.sh).
+PlanJob LongSequence(int64_t seq_length, int64_t latent_attention_from) {
+  PlanJob job = Mini(Recompute::kFull);
+  job.precision = Precision::kFp32Bf16Copies;
+  job.model.num_mtp_layers = 0;
+  job.seq_length = seq_length;
+  job.global_batch_size = 1;
+  job.latent_attention_from = latent_attention_from;
+  return job;
+}
+
+MicroBatchTime LongSequenceTime(int64_t seq_length,
+                                int64_t latent_attention_from,
+                                const KernelRates& rates = KernelRates()) {
+  return TimeOf(LongSequence(seq_length, latent_attention_from), 1,
+                Of(1, 1, 1, 1), *ClusterPreset("h200"), rates)
+      .slowest;
+}
+
+double CausalPairs(double queries) { return queries * (queries + 1) / 2; }
+
+// Every query per head: cuDNN's attention over every causal key, its cost
+// the causal pairs (8k and 16k each in one call of 2^28 pairs).
+TEST(StepTimeTest, PerHeadAttentionFollowsTheCausalPairs) {
+  const MicroBatchTime a = LongSequenceTime(8192, 0);
+  const MicroBatchTime b = LongSequenceTime(16384, 0);
+  EXPECT_NEAR(b.attention / a.attention, CausalPairs(16384) / CausalPairs(8192),
+              1e-9);
+}
+
+// Queries from the 16,384th on read their top-k latent rows, a cost a query
+// that does not grow with the length: 32k and 64k add the same per query
+// over 16k, whose queries are all per head.
+TEST(StepTimeTest, LatentAttentionCostsTheSameAQueryAtAnyLength) {
+  const double per_head = LongSequenceTime(16384, 16384).attention;
+  const double at_32k = LongSequenceTime(32768, 16384).attention;
+  const double at_64k = LongSequenceTime(65536, 16384).attention;
+  EXPECT_NEAR((at_64k - per_head) / 49152, (at_32k - per_head) / 16384,
+              1e-9 * at_64k / 49152);
+  // Far below the per-head form's cost over the same queries.
+  EXPECT_LT(at_64k, 0.5 * LongSequenceTime(65536, 0).attention);
+}
+
+// Backward calls after the first cover every key up to their last query:
+// 16k in two calls of 8,192 queries computes the second's whole 8,192 x
+// 16,384 rectangle where one call computes its causal half. At the one-call
+// rate (forward one third of the attention, backward two) that is the
+// extra pairs at the backward's cost a pair.
+TEST(StepTimeTest, LaterAttentionCallsCoverTheirRectangle) {
+  KernelRates rates;
+  rates.per_head_attention_later_calls = rates.per_head_attention;
+  PlanJob one_call = LongSequence(16384, 0);
+  PlanJob two_calls = one_call;
+  two_calls.attention_pairs_per_call = int64_t{1} << 27;
   const ClusterSpec h200 = *ClusterPreset("h200");
-  const StepTime a = TimeOf(per_head, 1, Of(1, 1, 1, 1), h200);
-  const StepTime b = TimeOf(latent, 1, Of(1, 1, 1, 1), h200);
-  EXPECT_NEAR(b.slowest.attention / a.slowest.attention, expected, 1e-12);
-  EXPECT_DOUBLE_EQ(b.slowest.gemm, a.slowest.gemm);
+  const double one =
+      TimeOf(one_call, 1, Of(1, 1, 1, 1), h200, rates).slowest.attention;
+  const double two =
+      TimeOf(two_calls, 1, Of(1, 1, 1, 1), h200, rates).slowest.attention;
+  const double extra_pairs =
+      CausalPairs(8192) + 8192.0 * 16384 - CausalPairs(16384);
+  EXPECT_NEAR(two - one, 2.0 / 3 * one / CausalPairs(16384) * extra_pairs,
+              1e-9 * one);
+  // At the measured rate of the later calls they cost more still.
+  EXPECT_GT(TimeOf(two_calls, 1, Of(1, 1, 1, 1), h200).slowest.attention, two);
+}
+
+// The indexer scores every causal key; its KL loss too up to 8 x top-k keys
+// (16,384 here), past that only each query's selected keys.
+TEST(StepTimeTest, IndexerScoresAreQuadraticAndItsLossTurnsSparse) {
+  const MicroBatchTime at_8k = LongSequenceTime(8192, 16384);
+  const MicroBatchTime at_16k = LongSequenceTime(16384, 16384);
+  const MicroBatchTime at_32k = LongSequenceTime(32768, 16384);
+  const MicroBatchTime at_64k = LongSequenceTime(65536, 16384);
+  const double quadratic = CausalPairs(16384) / CausalPairs(8192);
+  EXPECT_NEAR(at_16k.indexer / at_8k.indexer, quadratic, 1e-9);
+  EXPECT_NEAR(at_64k.indexer / at_32k.indexer,
+              CausalPairs(65536) / CausalPairs(32768), 1e-9);
+  EXPECT_NEAR(at_16k.indexer_loss / at_8k.indexer_loss, quadratic, 1e-9);
+  // Selected keys: 2,048 a query past the first 2,048.
+  auto selected = [](double n) {
+    return CausalPairs(2048) + (n - 2048) * 2048;
+  };
+  EXPECT_NEAR(at_64k.indexer_loss / at_32k.indexer_loss,
+              selected(65536) / selected(32768), 1e-9);
+  EXPECT_LT(at_32k.indexer_loss, 4 * at_16k.indexer_loss);
 }
 
 // One 32k sequence, every layer recomputed, its routed experts in two chunks
