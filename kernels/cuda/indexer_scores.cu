@@ -16,32 +16,27 @@ namespace {
 // are loaded once, each key tile's copy is in flight while the tile before it
 // is multiplied (two buffers). Two warpgroups: warpgroup g multiplies rows
 // [64 g, 64 g + 64) (queries 2g and 2g + 1) by the key tile with Hopper's
-// wgmma (m64n32k8, TF32, both operands read from shared memory); in its
+// wgmma (m64n64k8, TF32, both operands read from shared memory); in its
 // accumulators warp w of the group holds heads 16 (w % 2) + [0, 16) of query
 // 2g + w / 2, so a score sums a warp's heads by a reduce-scatter of shuffles
 // and the two warps' halves through shared memory. Rows are kMaxDim floats,
 // zeros past dim. Each tile's copies, swizzles and sums are a few hundred
 // instructions a warp against sixteen wgmma: their address work is hoisted
 // out of the loops (ncu, 2026-12-03: the first wgmma version issued about
-// 1,100 instructions a warp a tile). Tiles of 32 keys keep the block under
-// half the SM's shared memory, so two blocks share an SM and one's copies,
-// barriers and sums overlap the other's products (ncu, 2026-12-05: one
-// block of 64-key tiles an SM waited out most of its cycles, an instruction
-// every 4.95 a warp).
+// 1,100 instructions a warp a tile and was issue-bound at 8 warps an SM).
 constexpr int kMaxHeads = 32;
 constexpr int kQueries = 4;
 constexpr int kRows = kQueries * kMaxHeads;
-constexpr int kKeys = 32;
+constexpr int kKeys = 64;
 constexpr int kMaxDim = 128;
 constexpr int kChunks = kMaxDim / 4;  // 16-byte chunks a row
 constexpr int kAtomFloats = 32;       // a 128-byte swizzle atom's row
 constexpr int kAtoms = kMaxDim / kAtomFloats;
 constexpr int kSteps = kMaxDim / 8;  // k8 steps of a product
-constexpr int kTilesPerBlock = 32;
+constexpr int kTilesPerBlock = 16;
 constexpr int kThreads = 256;
 constexpr int kGroupRows = 64;  // rows a warpgroup multiplies
 static_assert(kThreads / 128 * kGroupRows == kRows, "a warpgroup per 64 rows");
-constexpr int kBlocksPerSm = 2;
 
 // Operand tiles in wgmma_tiles.cuh's swizzled layout (dims [32 a, 32 a + 32)
 // of a row in atom a).
@@ -52,9 +47,6 @@ struct SharedTiles {
   uint32_t half_bits[kQueries][kKeys];
 };
 constexpr size_t kSharedBytes = sizeof(SharedTiles) + 1024;  // + alignment
-// sm_90: 228 KB of shared memory an SM, 1 KB of it reserved a block.
-static_assert(kBlocksPerSm * (kSharedBytes + 1024) <= 228 * 1024,
-              "two blocks an SM");
 
 // Float offset of 16-byte chunk c (of kChunks) of row r in a tile of `rows`.
 __device__ __forceinline__ int Swizzled(int rows, int r, int c) {
@@ -109,11 +101,10 @@ __device__ void RoundTile(float* tile, int rows) {
 // lane % 4). a, b: descriptors of the group's 64 rows of atom 0 and of the
 // key tile's atom 0; step k reads atom k / 4, 32 bytes further per step
 // inside it (descriptor addresses count 16 bytes).
-constexpr int kKeyBlocks = kKeys / 8;  // j's range
-using GroupAcc = float[4 * kKeyBlocks];
+using GroupAcc = float[32];
 
 __device__ void GroupDots(uint64_t a, uint64_t b, GroupAcc& d) {
-  using Mma = cute::SM90::GMMA::MMA_64x32x8_F32TF32TF32_SS_TN<>;
+  using Mma = cute::SM90::GMMA::MMA_64x64x8_F32TF32TF32_SS_TN<>;
   constexpr uint64_t kAtomA = kRows * kAtomFloats * sizeof(float) / 16;
   constexpr uint64_t kAtomB = kKeys * kAtomFloats * sizeof(float) / 16;
   for (float& x : d) x = 0.f;
@@ -124,7 +115,9 @@ __device__ void GroupDots(uint64_t a, uint64_t b, GroupAcc& d) {
     const uint64_t step = (k % 4) * 2;
     Mma::fma(a + (k / 4) * kAtomA + step, b + (k / 4) * kAtomB + step, d[0],
              d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
-             d[12], d[13], d[14], d[15],
+             d[12], d[13], d[14], d[15], d[16], d[17], d[18], d[19], d[20],
+             d[21], d[22], d[23], d[24], d[25], d[26], d[27], d[28], d[29],
+             d[30], d[31],
              k == 0 ? cute::SM90::GMMA::ScaleOut::Zero
                     : cute::SM90::GMMA::ScaleOut::One);
   }
@@ -136,9 +129,8 @@ __device__ void GroupDots(uint64_t a, uint64_t b, GroupAcc& d) {
 // Sums v[i] (i < 2 n) over the lanes that differ in lane bit `bit` and
 // keeps half of them: lanes with the bit set the upper n, the others the
 // lower n, in v[0, n).
-template <int n, typename T, int size, typename Op>
-__device__ __forceinline__ void ReduceHalf(T (&v)[size], int bit, Op op) {
-  static_assert(2 * n <= size, "halves v's first 2 n");
+template <int n, typename T, typename Op>
+__device__ __forceinline__ void ReduceHalf(T (&v)[16], int bit, Op op) {
   const bool upper = (threadIdx.x >> bit) & 1;
 #pragma unroll
   for (int i = 0; i < n; ++i) {
@@ -148,21 +140,14 @@ __device__ __forceinline__ void ReduceHalf(T (&v)[size], int bit, Op op) {
   }
 }
 
-// A warp's 16 heads summed for key LaneKey() of the tile (its share of the
-// warp's 32 keys after a reduce-scatter over the eight lanes that hold one
-// key's heads), with those heads' positive-dot bits when kBits (first_head:
-// the warp's first head).
+// A warp's 16 heads summed for key 8 g + 2 t + col of the tile (its share
+// of the warp's 64 keys after a reduce-scatter over the eight lanes that
+// hold one key's heads), with those heads' positive-dot bits when kBits
+// (first_head: the warp's first head).
 struct WarpScores {
-  float score;
-  uint32_t bits;
+  float score[2];
+  uint32_t bits[2];
 };
-
-// The tile key whose score a lane holds after SumWarpHeads: the halvings by
-// lane bits 4, 3 and 2 pick j's two bits and the column, t stays.
-__device__ __forceinline__ int LaneKey(int lane) {
-  return 16 * ((lane >> 4) & 1) + 8 * ((lane >> 3) & 1) + 2 * (lane & 3) +
-         ((lane >> 2) & 1);
-}
 
 template <bool kBits>
 __device__ WarpScores SumWarpHeads(const GroupAcc& d, const float* weights,
@@ -174,10 +159,10 @@ __device__ WarpScores SumWarpHeads(const GroupAcc& d, const float* weights,
     weight[half] = h < heads ? weights[h] : 0.f;
   }
   // v[2 j + col]: this lane's two heads' part for key 8 j + 2 t + col.
-  float v[2 * kKeyBlocks];
-  uint32_t bits[2 * kKeyBlocks];
+  float v[16];
+  uint32_t bits[16];
 #pragma unroll
-  for (int j = 0; j < kKeyBlocks; ++j) {
+  for (int j = 0; j < 8; ++j) {
 #pragma unroll
     for (int col = 0; col < 2; ++col) {
       float score = 0.f;
@@ -192,19 +177,19 @@ __device__ WarpScores SumWarpHeads(const GroupAcc& d, const float* weights,
       bits[2 * j + col] = b;
     }
   }
-  // Lane bits 4, 3, 2 (g's) halve the keys each (LaneKey).
-  static_assert(kKeyBlocks == 4, "three halvings leave a key a lane");
+  // Lane bits 4, 3, 2 (g's) halve the keys each: j ends as g.
   auto add = [](float a, float b) { return a + b; };
   auto join = [](uint32_t a, uint32_t b) { return a | b; };
-  ReduceHalf<4>(v, 4, add);
-  ReduceHalf<2>(v, 3, add);
-  ReduceHalf<1>(v, 2, add);
-  WarpScores out{v[0], 0};
+  ReduceHalf<8>(v, 4, add);
+  ReduceHalf<4>(v, 3, add);
+  ReduceHalf<2>(v, 2, add);
+  WarpScores out{{v[0], v[1]}, {0, 0}};
   if (kBits) {
-    ReduceHalf<4>(bits, 4, join);
-    ReduceHalf<2>(bits, 3, join);
-    ReduceHalf<1>(bits, 2, join);
-    out.bits = bits[0];
+    ReduceHalf<8>(bits, 4, join);
+    ReduceHalf<4>(bits, 3, join);
+    ReduceHalf<2>(bits, 2, join);
+    out.bits[0] = bits[0];
+    out.bits[1] = bits[1];
   }
   return out;
 }
@@ -214,7 +199,7 @@ __device__ WarpScores SumWarpHeads(const GroupAcc& d, const float* weights,
 // first), keys of tiles [y * kTilesPerBlock, +kTilesPerBlock). kBits:
 // positive is written.
 template <bool kBits>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, 1)
     IndexerScoresKernel(ConstMatrixView iq, ConstMatrixView ik,
                         ConstMatrixView w, int64_t t0, int64_t count,
                         int64_t key_end, int64_t causal_offset, float scale,
@@ -261,7 +246,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       SwizzledDescriptor(sh.a[0] + group * kGroupRows * kAtomFloats);
   const uint64_t b0 = SwizzledDescriptor(sh.b[0][0]),
                  b1 = SwizzledDescriptor(sh.b[1][0]);
-  const int key = LaneKey(lane);  // this lane's key of a tile
+  // This lane's keys of a tile after SumWarpHeads: key0 and key0 + 1.
+  const int key0 = 8 * (lane / 4) + 2 * (lane % 4);
   for (int tile = 0; tile < tiles; ++tile) {
     if (tile + 1 < tiles) {
       start_keys(tile + 1);
@@ -280,17 +266,23 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       GroupDots(a, tile % 2 == 0 ? b0 : b1, d);
       half = SumWarpHeads<kBits>(d, weights, heads, 16 * (warp % 2), scale);
       if (warp % 2 == 1) {
-        sh.half_scores[query][key] = half.score;
-        if (kBits) sh.half_bits[query][key] = half.bits;
+        for (int col = 0; col < 2; ++col) {
+          sh.half_scores[query][key0 + col] = half.score[col];
+          if (kBits) sh.half_bits[query][key0 + col] = half.bits[col];
+        }
       }
     }
     __syncthreads();
     if (active && warp % 2 == 0 && query < queries) {
-      const int64_t row = q0 + query, s = s0 + key;
-      if (s < query_end) {
-        scores[row * ld + s] = half.score + sh.half_scores[query][key];
+      const int64_t row = q0 + query;
+      for (int col = 0; col < 2; ++col) {
+        const int64_t s = s0 + key0 + col;
+        if (s >= query_end) continue;
+        scores[row * ld + s] =
+            half.score[col] + sh.half_scores[query][key0 + col];
         if (kBits) {
-          positive[row * ld + s] = half.bits | sh.half_bits[query][key];
+          positive[row * ld + s] =
+              half.bits[col] | sh.half_bits[query][key0 + col];
         }
       }
     }

@@ -23,7 +23,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeads = 32, kMaxDim = 128, kMaxTopK = 4096;
 constexpr int kHeadBlocks = kMaxHeads / 16;
 constexpr int kTileKeys = 32;
-constexpr int kBlocksPerSm = 2;  // where the layout fits (top-k <= 2048)
+constexpr int kBlocksPerSm = 2;         // where the layout fits (top-k <= 2048)
 constexpr int kDimSteps = kMaxDim / 8;  // k8 steps over a row
 // Scores: warp w multiplies head block w / 4 by tile keys [8 (w % 4), +8).
 constexpr int kWarpsPerHeadBlock = kWarps / kHeadBlocks;
@@ -88,9 +88,10 @@ LossLayout LayoutFor(int64_t topk) {
   l.weighted_q = take(size_t{kMaxHeads} * kRowLd * sizeof(float));
   // Each head block's slot scores and positive bits of a tile; later the
   // head weights' gradient parts of the query gradient's warps.
-  static_assert(kWarpsPerHeadBlock * kMaxHeads * sizeof(float) <=
-                    kHeadBlocks * kTileKeys * (sizeof(float) + sizeof(uint32_t)),
-                "the dw parts fit the partials");
+  static_assert(
+      kWarpsPerHeadBlock * kMaxHeads * sizeof(float) <=
+          kHeadBlocks * kTileKeys * (sizeof(float) + sizeof(uint32_t)),
+      "the dw parts fit the partials");
   l.partials = take(size_t{kHeadBlocks} * kTileKeys *
                     (sizeof(float) + sizeof(uint32_t)));
   l.total = at;
