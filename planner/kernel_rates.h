@@ -62,8 +62,10 @@ struct KernelRates {
   double indexer_loss_dense = 0.0503;
   // Sparse (past 8 x top-k keys) over each query's selected keys, whose fp32
   // key rows it reads twice and adds gradients into: 10.1 us a token at 64k
-  // (2.0 us a query and layer), 1.56 TB/s of those bytes.
-  double indexer_loss_sparse = 0.324;
+  // (2.0 us a query and layer), 1.56 TB/s of those bytes, with 64-key tiles;
+  // 32-key tiles (two blocks an SM) took the same step's loss from 9.8 to
+  // 7.0 us a token in one call (run87, H100), 1.4x: 0.324 x 1.4.
+  double indexer_loss_sparse = 0.454;
   // Memory-bound work (norms, RoPE, SwiGLU, permutes, the optimizer):
   // stated fraction of the device's bandwidth.
   double memory = 0.8;
