@@ -2651,6 +2651,8 @@ void AddRopeCases(Factories& f) {
                index_q = Cols(tokens * index_heads, index_dim, 0, rope);
   AddRope(f, "tiny", Dense(6, 8), Dense(6, 8), 2, 100.f, tiny);
   AddRope(f, "misaligned", Cols(33, 9, 1, 6), Cols(33, 7, 1, 6), 3, 1e4f, odd);
+  // The last position's rows cut short (7 rows, 3 a position).
+  AddRope(f, "short last group", Dense(7, 8), Dense(7, 8), 3, 100.f, tiny);
   AddRope(f, "far positions", Dense(64, rope), Dense(64, rope), 1, theta, far);
   AddRope(f, "q", q_rope, q_rope, heads, theta, packed);
   AddRope(f, "k", k_rope, Dense(tokens, rope), 1, theta, packed);
@@ -2665,6 +2667,8 @@ void AddRopeCases(Factories& f) {
   AddRopeBackward(f, "tiny", Dense(6, 8), Dense(6, 8), 2, 100.f, tiny);
   AddRopeBackward(f, "misaligned", Cols(33, 7, 1, 6), Cols(33, 9, 1, 6), 3,
                   1e4f, odd);
+  AddRopeBackward(f, "short last group", Dense(7, 8), Dense(7, 8), 3, 100.f,
+                  tiny);
   AddRopeBackward(f, "far positions", Dense(64, rope), Dense(64, rope), 1,
                   theta, far);
   AddRopeBackward(f, "q", q_rope, q_rope, heads, theta, packed);
