@@ -1,7 +1,7 @@
 // The indexer's KL loss for queries that select few of their keys (past 8 x
 // top-k keys, where scoring every key, as the dense path does, costs more
 // than the selected ones): one block a query reads its selected key rows
-// twice, 64 at a time through shared memory, once for the slot scores and
+// twice, 32 at a time through shared memory, once for the slot scores and
 // once for the gradients, with every product on the tensor cores (TF32). The
 // key rows' gradients are summed with atomics: not bitwise repeatable.
 #ifndef GLM_KERNELS_CUDA_INDEXER_SPARSE_LOSS_CUH_
