@@ -26,8 +26,10 @@ InverseFrequencies MakeInverseFrequencies(int64_t rotary_dim, float theta) {
 
 // The angle is a float product, as on the CPU; its sine and cosine are taken
 // in double and rounded once, which matches a correctly rounded sinf/cosf.
-__device__ __forceinline__ void SinCos(float pos, float inv_freq, float* s,
-                                       float* c) {
+__device__ __forceinline__ void SinCos(const int32_t* positions,
+                                       int64_t rows_per_position, int64_t r,
+                                       float inv_freq, float* s, float* c) {
+  const float pos = static_cast<float>(positions[r / rows_per_position]);
   const float angle = pos * inv_freq;
   double sd, cd;
   sincos(static_cast<double>(angle), &sd, &cd);
@@ -35,48 +37,31 @@ __device__ __forceinline__ void SinCos(float pos, float inv_freq, float* s,
   *c = static_cast<float>(cd);
 }
 
-// Calls body(r, i, s, c) for every row r and pair i, with s and c the sine
-// and cosine of pair i at row r's position: one thread per (position, pair),
-// so the double-precision sincos and the row's position are worked out once
-// for the rows sharing a position (a query's heads), not once per row (the
-// per-row form ran at 31% of the copy rate in the op table, run88).
-template <typename Body>
-__device__ __forceinline__ void ForEachRotation(int64_t rows, int64_t half,
-                                                const int32_t* positions,
-                                                int64_t rows_per_position,
-                                                const InverseFrequencies& inv,
-                                                const Body& body) {
-  const int64_t groups = (rows + rows_per_position - 1) / rows_per_position;
-  ForEachElement(groups, half, [&](int64_t p, int64_t i) {
-    float s, c;
-    SinCos(static_cast<float>(positions[p]), inv.value[i], &s, &c);
-    const int64_t end = min(rows, (p + 1) * rows_per_position);
-    for (int64_t r = p * rows_per_position; r < end; ++r) body(r, i, s, c);
-  });
-}
-
+// One thread per (row, pair i).
 __global__ void RopeForwardKernel(ConstMatrixView x, const int32_t* positions,
                                   int64_t rows_per_position,
                                   InverseFrequencies inv, MatrixView y) {
   const int64_t half = x.cols / 2;
-  ForEachRotation(x.rows, half, positions, rows_per_position, inv,
-                  [&](int64_t r, int64_t i, float s, float c) {
-                    const float x0 = At(x, r, 2 * i), x1 = At(x, r, 2 * i + 1);
-                    Store(y, r, i, x0 * c - x1 * s);
-                    Store(y, r, half + i, x1 * c + x0 * s);
-                  });
+  ForEachElement(x.rows, half, [&](int64_t r, int64_t i) {
+    float s, c;
+    SinCos(positions, rows_per_position, r, inv.value[i], &s, &c);
+    const float x0 = At(x, r, 2 * i), x1 = At(x, r, 2 * i + 1);
+    Store(y, r, i, x0 * c - x1 * s);
+    Store(y, r, half + i, x1 * c + x0 * s);
+  });
 }
 
 __global__ void RopeBackwardKernel(ConstMatrixView dy, const int32_t* positions,
                                    int64_t rows_per_position,
                                    InverseFrequencies inv, MatrixView dx) {
   const int64_t half = dy.cols / 2;
-  ForEachRotation(dy.rows, half, positions, rows_per_position, inv,
-                  [&](int64_t r, int64_t i, float s, float c) {
-                    const float d0 = Load(dy, r, i), d1 = Load(dy, r, half + i);
-                    Store(dx, r, 2 * i, d0 * c + d1 * s);
-                    Store(dx, r, 2 * i + 1, -d0 * s + d1 * c);
-                  });
+  ForEachElement(dy.rows, half, [&](int64_t r, int64_t i) {
+    float s, c;
+    SinCos(positions, rows_per_position, r, inv.value[i], &s, &c);
+    const float d0 = Load(dy, r, i), d1 = Load(dy, r, half + i);
+    Store(dx, r, 2 * i, d0 * c + d1 * s);
+    Store(dx, r, 2 * i + 1, -d0 * s + d1 * c);
+  });
 }
 
 }  // namespace
@@ -86,8 +71,7 @@ void RopeForward(CudaContext& ctx, ConstMatrixView x, const int32_t* positions,
   assert(x.rows == y.rows && x.cols == y.cols);
   assert(x.cols % 2 == 0 && x.cols <= kMaxRotaryDim && rows_per_position > 0);
   if (x.rows == 0 || x.cols == 0) return;
-  const int64_t groups = (x.rows + rows_per_position - 1) / rows_per_position;
-  RopeForwardKernel<<<GridStrideBlocks(groups * x.cols / 2), kBlockThreads, 0,
+  RopeForwardKernel<<<GridStrideBlocks(x.rows * x.cols / 2), kBlockThreads, 0,
                       ctx.stream()>>>(x, positions, rows_per_position,
                                       MakeInverseFrequencies(x.cols, theta), y);
   GLM_CUDA_CHECK_LAUNCH();
@@ -99,11 +83,10 @@ void RopeBackward(CudaContext& ctx, ConstMatrixView dy,
   assert(dy.rows == dx.rows && dy.cols == dx.cols);
   assert(dy.cols % 2 == 0 && dy.cols <= kMaxRotaryDim && rows_per_position > 0);
   if (dy.rows == 0 || dy.cols == 0) return;
-  const int64_t groups = (dy.rows + rows_per_position - 1) / rows_per_position;
-  RopeBackwardKernel<<<GridStrideBlocks(groups * dy.cols / 2), kBlockThreads, 0,
-                       ctx.stream()>>>(dy, positions, rows_per_position,
-                                       MakeInverseFrequencies(dy.cols, theta),
-                                       dx);
+  RopeBackwardKernel<<<GridStrideBlocks(dy.rows * dy.cols / 2), kBlockThreads,
+                       0, ctx.stream()>>>(
+      dy, positions, rows_per_position, MakeInverseFrequencies(dy.cols, theta),
+      dx);
   GLM_CUDA_CHECK_LAUNCH();
 }
 
