@@ -128,8 +128,8 @@ absl::Status ReadEnvironment(CudaBackendOptions* options) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
-    const std::string& device, const std::string& precision,
-    bool deterministic) {
+    const std::string& device, const std::string& precision, bool deterministic,
+    int64_t attention_pairs_per_call) {
   const bool gpu = device != "cpu";
   if (absl::Status status = CheckPrecision(precision, gpu); !status.ok()) {
     return status;
@@ -144,6 +144,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
   options.time_attention_plans = !deterministic;
   options.atomic_sums = !deterministic;
   if (absl::Status read = ReadEnvironment(&options); !read.ok()) return read;
+  if (attention_pairs_per_call > 0) {
+    options.attention_pairs_per_call = attention_pairs_per_call;
+  }
   options.time_product_algorithms &= !deterministic;
   return TimedIfAsked(MakeCudaBackend(options));
 }
@@ -165,7 +168,7 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
-    const std::string& device, const std::string& precision, bool) {
+    const std::string& device, const std::string& precision, bool, int64_t) {
   if (absl::Status status = CheckPrecision(precision, device != "cpu");
       !status.ok()) {
     return status;

@@ -34,9 +34,12 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device);
 // kernel choice a function of the shapes (a job's training.deterministic),
 // so that separate processes round alike; else a GPU backend may time
 // alternatives on their first call and keep the fastest.
+// `attention_pairs_per_call`: what a GPU backend's cuDNN attention takes a
+// call (a worker's choice, worker/attention_pairs_choice.h); 0 reads
+// AttentionPairsPerCall().
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
-    const std::string& device, const std::string& precision,
-    bool deterministic);
+    const std::string& device, const std::string& precision, bool deterministic,
+    int64_t attention_pairs_per_call = 0);
 
 // The query-key pairs a CUDA backend's cuDNN attention call takes at most
 // (kernels/attention_pairs.h): GLM_ATTENTION_PAIRS_PER_CALL from the

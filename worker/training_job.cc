@@ -17,6 +17,7 @@
 #include "kernels/op_timing_backend.h"
 #include "parallel/rank_tensors.h"
 #include "training/log_line.h"
+#include "worker/attention_pairs_choice.h"
 #include "worker/job_groups.h"
 
 #ifdef GLM_WITH_CUDA
@@ -94,8 +95,8 @@ absl::Status ReadEnvironment(LossOptions* loss) {
 
 absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
     const v1::JobSpec& spec, const ModelConfig& model,
-    const std::string& device, Collectives* data_parallel,
-    std::optional<PipelineRank> pipeline,
+    const std::string& device, const TrainingJobHooks& hooks,
+    Collectives* data_parallel, std::optional<PipelineRank> pipeline,
     std::optional<ExpertParallelRank> expert_parallel,
     std::optional<TokenParallelRank> token_parallel) {
   TrainerOptions options = TrainerOptionsFromSpec(model, spec.training());
@@ -117,8 +118,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> BuildTrainer(
       HeldTensorsOf(model,
                     RankShareOf(pipeline, expert_parallel, token_parallel)));
   if (!params.ok()) return params.status();
+  absl::StatusOr<DeviceDescription> described = DescribeDevice(device);
+  if (!described.ok()) return described.status();
+  absl::StatusOr<AttentionPairsChoice> pairs =
+      ChooseAttentionPairsPerCall(spec, options, *described);
+  if (!pairs.ok()) return pairs.status();
+  if (!pairs->note.empty()) hooks.log(pairs->note);
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      MakeBackend(device, spec.precision(), spec.training().deterministic());
+      MakeBackend(device, spec.precision(), spec.training().deterministic(),
+                  pairs->pairs_per_call);
   if (!backend.ok()) return backend.status();
   return Trainer::Create(options, std::move(*data), std::move(*params),
                          *std::move(backend), data_parallel,
@@ -564,7 +572,7 @@ absl::Status RunTrainingJob(const v1::Assignment& assignment,
   StepActivity activity;
   activity.Start(device, hooks);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      BuildTrainer(assignment.spec(), plan->model, device,
+      BuildTrainer(assignment.spec(), plan->model, device, hooks,
                    groups ? &groups->group(GroupKind::kDp) : nullptr, pipeline,
                    ExpertParallelRankOf(groups ? &*groups : nullptr),
                    TokenParallelRankOf(groups ? &*groups : nullptr));
