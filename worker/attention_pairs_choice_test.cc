@@ -1,15 +1,21 @@
 #include "worker/attention_pairs_choice.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "jobspec/device_rules.h"
 #include "kernels/attention_pairs.h"
 #include "planner/attention_cap.h"
 #include "planner/long_context_options.h"
 #include "proto/job_spec.pb.h"
 #include "training/trainer.h"
+#include "worker/training_job.h"
 
 namespace glm {
 namespace {
@@ -115,6 +121,35 @@ TEST_F(AttentionPairsChoiceTest, TheEnvironmentWins) {
       ChooseAttentionPairsPerCall(OneGpu(), LongContextOptions(4096), kH100);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(kVariable), std::string::npos);
+}
+
+// Every GPU job the training checks and the examples run (SFT, LoRA, graphs,
+// recomputation, data parallelism, a 16k sequence, model splits) gets a
+// choice from the planner without an error on an H100, and, all of them
+// fitting it with room, the default without a note.
+TEST_F(AttentionPairsChoiceTest, EveryGpuJobOfTheChecksKeepsTheDefault) {
+  std::vector<std::string> files = {"examples/pretrain_cuda.json"};
+  for (const auto& entry :
+       std::filesystem::directory_iterator("tests/gpu/jobs"))
+    files.push_back(entry.path().string());
+  ASSERT_GT(files.size(), 20u);
+  for (const std::string& file : files) {
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    v1::JobSpec spec;
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(text.str(), &spec).ok())
+        << file;
+    if (spec.device() == "cpu") continue;  // the checks' CPU references
+    absl::StatusOr<JobPlan> plan = ValidateForWorker(spec, "cuda:0");
+    ASSERT_TRUE(plan.ok()) << file << ": " << plan.status();
+    const TrainerOptions options =
+        TrainerOptionsFromSpec(plan->model, spec.training());
+    const AttentionPairsChoice choice = Choose(spec, options, kH100);
+    EXPECT_EQ(choice.pairs_per_call, kDefaultAttentionPairsPerCall) << file;
+    EXPECT_EQ(choice.note, "") << file;
+  }
 }
 
 }  // namespace
