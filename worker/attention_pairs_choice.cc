@@ -33,6 +33,16 @@ absl::StatusOr<DeviceSpec> DeviceSpecOf(const DeviceDescription& device) {
   return spec;
 }
 
+// The planner's fit of `job` on `world` ranks of one model each to `device`.
+absl::StatusOr<FittedAttentionPairs> FitToDevice(
+    const PlanJob& job, int world, const DeviceDescription& device) {
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, Split{});
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<DeviceSpec> device_spec = DeviceSpecOf(device);
+  if (!device_spec.ok()) return device_spec.status();
+  return FitAttentionPairsPerCall(job, *plan, *device_spec);
+}
+
 }  // namespace
 
 absl::StatusOr<AttentionPairsChoice> ChooseAttentionPairsPerCall(
@@ -47,16 +57,9 @@ absl::StatusOr<AttentionPairsChoice> ChooseAttentionPairsPerCall(
   if (device.memory_bytes == 0 || !OneModelPerRank(spec.parallel())) {
     return standing;
   }
-  const PlanJob job =
-      TrainerPlanJob(options, spec.precision() != "fp32", RankDevice::kGpu);
-  absl::StatusOr<SplitPlan> plan =
-      PlanSplit(job, ParallelSize(spec.parallel().world_size()), Split{});
-  absl::StatusOr<DeviceSpec> device_spec = DeviceSpecOf(device);
-  absl::StatusOr<FittedAttentionPairs> fitted =
-      plan.ok() && device_spec.ok()
-          ? FitAttentionPairsPerCall(job, *plan, *device_spec)
-          : absl::StatusOr<FittedAttentionPairs>(
-                plan.ok() ? device_spec.status() : plan.status());
+  absl::StatusOr<FittedAttentionPairs> fitted = FitToDevice(
+      TrainerPlanJob(options, spec.precision() != "fp32", RankDevice::kGpu),
+      ParallelSize(spec.parallel().world_size()), device);
   if (!fitted.ok()) {
     return AttentionPairsChoice{
         kDefaultAttentionPairsPerCall,
