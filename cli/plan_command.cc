@@ -56,11 +56,15 @@ CommandFlags DeclareFlags() {
             "this trainer's first query of a micro batch in MLA's latent "
             "form (a worker's GLM_LATENT_ATTENTION_FROM; 0: never)",
             absl::StrCat(kDefaultLatentAttentionFrom));
-  flags.Add("attention-pairs-per-call",
-            "query-key pairs a GPU rank's cuDNN attention call takes at most "
-            "(a worker's GLM_ATTENTION_PAIRS_PER_CALL): its backward's "
-            "scratch",
-            absl::StrCat(kDefaultAttentionPairsPerCall));
+  flags.Add(
+      "attention-pairs-per-call",
+      absl::StrCat("query-key pairs a GPU rank's cuDNN attention call takes at "
+                   "most (a worker's GLM_ATTENTION_PAIRS_PER_CALL): its "
+                   "backward's scratch (default: as a worker without the "
+                   "variable, ",
+                   kDefaultAttentionPairsPerCall,
+                   " or, for one model per GPU rank, the largest halving of it "
+                   "that fits the device)"));
   flags.Add("expert-chunk-tokens",
             "this trainer's routed experts run a longer micro batch a chunk "
             "of this many tokens at a time, each chunk's rows formed again "
@@ -124,10 +128,16 @@ absl::Status TrainingOf(const CommandFlags& flags, PlanJob* job) {
         flags.GetDouble("routing-imbalance", &job->routing_imbalance),
         flags.GetInt("logits-chunk", &job->logits_chunk_tokens),
         flags.GetInt("latent-attention-from", &job->latent_attention_from),
-        flags.GetInt("attention-pairs-per-call",
-                     &job->attention_pairs_per_call),
         flags.GetInt("expert-chunk-tokens", &job->expert_chunk_tokens)}) {
     if (!status.ok()) return status;
+  }
+  job->fit_attention_pairs = !flags.Has("attention-pairs-per-call");
+  if (!job->fit_attention_pairs) {
+    if (absl::Status status = flags.GetInt("attention-pairs-per-call",
+                                           &job->attention_pairs_per_call);
+        !status.ok()) {
+      return status;
+    }
   }
   job->distributed_optimizer = flags.GetBool("distributed-optimizer");
   job->overlap_grad_reduce = flags.GetBool("overlap-grad-reduce");

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/text_table.h"
+#include "kernels/attention_pairs.h"
 
 namespace glm {
 namespace {
@@ -132,6 +133,19 @@ std::string Throughput(const Evaluation& e) {
       e.time.model_flops, e.time.TflopsPerDevice(e.plan.world), tokens);
 }
 
+// A line when the attention's pairs a call were fitted below the default.
+std::string FittedPairsLine(const PlanJob& job) {
+  if (!job.fit_attention_pairs ||
+      job.attention_pairs_per_call == kDefaultAttentionPairsPerCall) {
+    return "";
+  }
+  return absl::StrCat("attention: ", job.attention_pairs_per_call,
+                      " query-key pairs a cuDNN call, the largest halving of ",
+                      kDefaultAttentionPairsPerCall,
+                      " that fits (as a worker picks it without "
+                      "GLM_ATTENTION_PAIRS_PER_CALL)\n");
+}
+
 }  // namespace
 
 std::string PlanHeader(const PlanJob& job, int world,
@@ -158,7 +172,8 @@ std::string ExplainText(const Evaluation& e, const ClusterSpec& cluster) {
   return absl::StrCat("split ", SplitName(e.plan), ", recomputation ",
                       RecomputeName(e.job.recompute), ", layout ",
                       e.plan.layout.empty() ? "(one stage)" : e.plan.layout,
-                      "\n\n", "memory of each pp rank's busiest rank (device: ",
+                      "\n", FittedPairsLine(e.job), "\n",
+                      "memory of each pp rank's busiest rank (device: ",
                       Bytes(cluster.device.memory_bytes), "):\n",
                       MemoryTable(e, cluster.device), "\n",
                       "activations of pp rank ", busiest.pp_rank, ":\n",

@@ -4,7 +4,9 @@
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
+#include "planner/evaluation.h"
 #include "planner/hardware.h"
+#include "planner/kernel_rates.h"
 #include "planner/long_context_options.h"
 #include "planner/plan_job.h"
 #include "planner/split.h"
@@ -70,6 +72,36 @@ TEST(AttentionCapTest, SaysWhenNoPairsFit) {
   const FittedAttentionPairs fitted = Fit(LongContextJob(262144), "h100");
   EXPECT_FALSE(fitted.fits);
   EXPECT_EQ(fitted.pairs_per_call, kMinFittedAttentionPairsPerCall);
+}
+
+// glmctl plan without --attention-pairs-per-call evaluates a split as the
+// worker will run it: 64k on an H100 fits with the fitted pairs, not with
+// the default; splits of the model over ranks keep the job's pairs.
+TEST(AttentionCapTest, EvaluateFitsThePairsAsAWorkerDoes) {
+  absl::StatusOr<ClusterSpec> h100 = ClusterPreset("h100");
+  ASSERT_TRUE(h100.ok());
+  PlanJob job = LongContextJob(65536);
+  absl::StatusOr<SplitPlan> one = PlanSplit(job, 1, Split{});
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<Evaluation> as_given =
+      Evaluate(job, *one, *h100, KernelRates());
+  ASSERT_TRUE(as_given.ok()) << as_given.status();
+  EXPECT_FALSE(as_given->Fits(h100->device));
+  job.fit_attention_pairs = true;
+  absl::StatusOr<Evaluation> fitted = Evaluate(job, *one, *h100, KernelRates());
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_TRUE(fitted->Fits(h100->device));
+  EXPECT_EQ(fitted->job.attention_pairs_per_call,
+            Fit(LongContextJob(65536), "h100").pairs_per_call);
+  job.recompute = Recompute::kNone;  // recomputation needs one model a rank
+  Split tensor_parallel;
+  tensor_parallel.tp = 2;
+  absl::StatusOr<SplitPlan> two = PlanSplit(job, 2, tensor_parallel);
+  ASSERT_TRUE(two.ok()) << two.status();
+  absl::StatusOr<Evaluation> split =
+      Evaluate(job, *two, *h100, KernelRates(), /*with_time=*/false);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->job.attention_pairs_per_call, kDefaultPairs);
 }
 
 // The worker's options carry over: the batch, recomputation, the store and

@@ -97,6 +97,11 @@ struct PlanJob {
   // (kernels/attention_pairs.h; a worker's GLM_ATTENTION_PAIRS_PER_CALL):
   // the chunk its backward's scratch is sized by.
   int64_t attention_pairs_per_call = kDefaultAttentionPairsPerCall;
+  // As a GPU worker does where GLM_ATTENTION_PAIRS_PER_CALL is unset: in this
+  // trainer's store on GPUs, a split of one model per rank (tp, pp, cp and
+  // ep 1) runs the largest halving of attention_pairs_per_call its busiest
+  // rank fits the device at (planner/attention_cap.h; Evaluate).
+  bool fit_attention_pairs = false;
   // A micro batch of more tokens than this runs its routed experts (in this
   // process, without expert parallelism) a chunk of this many tokens at a
   // time, and under recomputation forms each chunk's expert rows again in
