@@ -57,9 +57,8 @@ absl::StatusOr<std::unique_ptr<Backend>> TimedIfAsked(
 
 }  // namespace
 
-absl::StatusOr<int64_t> AttentionPairsPerCall() {
-  return EnvironmentWholeNumber("GLM_ATTENTION_PAIRS_PER_CALL", 1,
-                                kDefaultAttentionPairsPerCall);
+absl::StatusOr<int64_t> AttentionPairsPerCall(int64_t fallback) {
+  return EnvironmentWholeNumber("GLM_ATTENTION_PAIRS_PER_CALL", 1, fallback);
 }
 
 #ifdef GLM_WITH_CUDA
@@ -101,7 +100,7 @@ namespace {
 
 // What a worker's environment sets of a CUDA backend: the attention's pairs
 // a call (AttentionPairsPerCall) and three switches, 1 on and 0 off, each at
-// CudaBackendOptions' default when unset (which says what each does):
+// `options`' value when unset (CudaBackendOptions says what each does):
 // - GLM_TIME_PRODUCTS: the largest writing products time the cuBLASLt
 //   algorithms the heuristic lists (kernels/cuda/linear.cu), for jobs that
 //   are not deterministic; an experiment until the bench has measured it
@@ -110,7 +109,8 @@ namespace {
 //   unless 0);
 // - GLM_LATENT_SCORES_BY_COLUMNS: the latent forward's scores experiment.
 absl::Status ReadEnvironment(CudaBackendOptions* options) {
-  absl::StatusOr<int64_t> pairs_per_call = AttentionPairsPerCall();
+  absl::StatusOr<int64_t> pairs_per_call =
+      AttentionPairsPerCall(options->attention_pairs_per_call);
   if (!pairs_per_call.ok()) return pairs_per_call.status();
   options->attention_pairs_per_call = *pairs_per_call;
   const std::pair<const char*, bool*> switches[] = {
@@ -143,10 +143,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
       precision == "fp32" ? cuda::Precision::kFp32 : cuda::Precision::kBf16;
   options.time_attention_plans = !deterministic;
   options.atomic_sums = !deterministic;
-  if (absl::Status read = ReadEnvironment(&options); !read.ok()) return read;
   if (attention_pairs_per_call > 0) {
     options.attention_pairs_per_call = attention_pairs_per_call;
   }
+  if (absl::Status read = ReadEnvironment(&options); !read.ok()) return read;
   options.time_product_algorithms &= !deterministic;
   return TimedIfAsked(MakeCudaBackend(options));
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/attention_pairs.h"
 #include "kernels/backend.h"
 
 namespace glm {
@@ -35,8 +36,8 @@ absl::StatusOr<DeviceDescription> DescribeDevice(const std::string& device);
 // so that separate processes round alike; else a GPU backend may time
 // alternatives on their first call and keep the fastest.
 // `attention_pairs_per_call`: what a GPU backend's cuDNN attention takes a
-// call (a worker's choice, worker/attention_pairs_choice.h); 0 reads
-// AttentionPairsPerCall().
+// call where GLM_ATTENTION_PAIRS_PER_CALL is unset (a worker's choice,
+// worker/attention_pairs_choice.h); 0: kDefaultAttentionPairsPerCall.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     const std::string& device, const std::string& precision, bool deterministic,
     int64_t attention_pairs_per_call = 0);
@@ -45,9 +46,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
 // (kernels/attention_pairs.h): GLM_ATTENTION_PAIRS_PER_CALL from the
 // environment, a whole number of at least 1 (smaller chunks hold less
 // scratch: a long sequence then fits a smaller GPU, at some cost in time), or
-// kDefaultAttentionPairsPerCall when unset; an error naming the variable
-// when it is not such a number.
-absl::StatusOr<int64_t> AttentionPairsPerCall();
+// `fallback` when unset; an error naming the variable when it is not such a
+// number.
+absl::StatusOr<int64_t> AttentionPairsPerCall(
+    int64_t fallback = kDefaultAttentionPairsPerCall);
 
 }  // namespace glm
 

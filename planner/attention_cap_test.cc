@@ -48,8 +48,8 @@ TEST(AttentionCapTest, LowersThePairsWhereTheDefaultDoesNotFit) {
   EXPECT_TRUE(h100.fits);
   EXPECT_LT(h100.pairs_per_call, kDefaultPairs);
   EXPECT_GE(h100.pairs_per_call, kMinFittedAttentionPairsPerCall);
-  EXPECT_LE(h100.peak_bytes, spec->device.memory_bytes);
-  EXPECT_LT(h100.peak_bytes, h100.job_peak_bytes);
+  EXPECT_LE(h100.PeakBytes(), spec->device.memory_bytes);
+  EXPECT_LT(h100.PeakBytes(), h100.job_peak_bytes);
   PlanJob doubled = job;
   doubled.attention_pairs_per_call = 2 * h100.pairs_per_call;
   const FittedAttentionPairs larger = Fit(doubled, "h100");
@@ -63,7 +63,7 @@ TEST(AttentionCapTest, KeepsTheJobsPairsWhereTheyFit) {
     const FittedAttentionPairs fitted = Fit(LongContextJob(seq), cluster);
     EXPECT_TRUE(fitted.fits) << seq << " on " << cluster;
     EXPECT_EQ(fitted.pairs_per_call, kDefaultPairs) << seq << " on " << cluster;
-    EXPECT_EQ(fitted.peak_bytes, fitted.job_peak_bytes);
+    EXPECT_EQ(fitted.PeakBytes(), fitted.job_peak_bytes);
   }
 }
 

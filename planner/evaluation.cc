@@ -13,18 +13,6 @@ const RankMemory& Evaluation::Busiest() const {
                            });
 }
 
-namespace {
-
-// Whether a worker would fit this split's attention pairs to its device
-// (PlanJob::fit_attention_pairs).
-bool FitsAttentionPairs(const PlanJob& job, const Split& split) {
-  return job.fit_attention_pairs && IsTrainerStore(job.precision) &&
-         job.device == RankDevice::kGpu && split.tp == 1 && split.pp == 1 &&
-         split.cp == 1 && split.ep == 1;
-}
-
-}  // namespace
-
 absl::StatusOr<Evaluation> Evaluate(const PlanJob& job, const SplitPlan& plan,
                                     const ClusterSpec& cluster,
                                     const KernelRates& rates, bool with_time) {
@@ -36,11 +24,13 @@ absl::StatusOr<Evaluation> Evaluate(const PlanJob& job, const SplitPlan& plan,
         FitAttentionPairsPerCall(job, plan, cluster.device);
     if (!fitted.ok()) return fitted.status();
     evaluation.job.attention_pairs_per_call = fitted->pairs_per_call;
+    evaluation.memory = std::move(fitted->memory);
+  } else {
+    absl::StatusOr<std::vector<RankMemory>> memory =
+        SplitMemory(job, plan, cluster.device);
+    if (!memory.ok()) return memory.status();
+    evaluation.memory = *std::move(memory);
   }
-  absl::StatusOr<std::vector<RankMemory>> memory =
-      SplitMemory(evaluation.job, plan, cluster.device);
-  if (!memory.ok()) return memory.status();
-  evaluation.memory = *std::move(memory);
   if (!with_time) return evaluation;
   if (absl::Status timed = AddStepTime(cluster, rates, &evaluation);
       !timed.ok()) {

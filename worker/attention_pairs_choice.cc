@@ -2,7 +2,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/environment.h"
 #include "jobspec/job_spec_validator.h"
 #include "kernels/attention_pairs.h"
 #include "planner/attention_cap.h"
@@ -17,9 +16,14 @@ std::string GiB(int64_t bytes) {
   return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1 << 30));
 }
 
-bool OneModelPerRank(const v1::ParallelSpec& parallel) {
-  return ParallelSize(parallel.tp()) == 1 && ParallelSize(parallel.pp()) == 1 &&
-         ParallelSize(parallel.cp()) == 1 && ParallelSize(parallel.ep()) == 1;
+// The spec's split of the model over ranks.
+Split SplitOf(const v1::ParallelSpec& parallel) {
+  Split split;
+  split.tp = ParallelSize(parallel.tp());
+  split.pp = ParallelSize(parallel.pp());
+  split.cp = ParallelSize(parallel.cp());
+  split.ep = ParallelSize(parallel.ep());
+  return split;
 }
 
 // The planner's H100 device (its runtime bytes and allocator slack) with
@@ -33,10 +37,11 @@ absl::StatusOr<DeviceSpec> DeviceSpecOf(const DeviceDescription& device) {
   return spec;
 }
 
-// The planner's fit of `job` on `world` ranks of one model each to `device`.
+// The planner's fit of `job` split as `split` over `world` ranks to `device`.
 absl::StatusOr<FittedAttentionPairs> FitToDevice(
-    const PlanJob& job, int world, const DeviceDescription& device) {
-  absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, Split{});
+    const PlanJob& job, int world, const Split& split,
+    const DeviceDescription& device) {
+  absl::StatusOr<SplitPlan> plan = PlanSplit(job, world, split);
   if (!plan.ok()) return plan.status();
   absl::StatusOr<DeviceSpec> device_spec = DeviceSpecOf(device);
   if (!device_spec.ok()) return device_spec.status();
@@ -49,17 +54,19 @@ absl::StatusOr<AttentionPairsChoice> ChooseAttentionPairsPerCall(
     const v1::JobSpec& spec, const TrainerOptions& options,
     const DeviceDescription& device) {
   // 0: unset (a set value is at least 1).
-  absl::StatusOr<int64_t> set =
-      EnvironmentWholeNumber("GLM_ATTENTION_PAIRS_PER_CALL", 1, 0);
+  absl::StatusOr<int64_t> set = AttentionPairsPerCall(0);
   if (!set.ok()) return set.status();
   if (*set > 0) return AttentionPairsChoice{*set, ""};
   const AttentionPairsChoice standing{kDefaultAttentionPairsPerCall, ""};
-  if (device.memory_bytes == 0 || !OneModelPerRank(spec.parallel())) {
+  PlanJob job =
+      TrainerPlanJob(options, spec.precision() != "fp32", RankDevice::kGpu);
+  job.fit_attention_pairs = true;
+  const Split split = SplitOf(spec.parallel());
+  if (device.memory_bytes == 0 || !FitsAttentionPairs(job, split)) {
     return standing;
   }
   absl::StatusOr<FittedAttentionPairs> fitted = FitToDevice(
-      TrainerPlanJob(options, spec.precision() != "fp32", RankDevice::kGpu),
-      ParallelSize(spec.parallel().world_size()), device);
+      job, ParallelSize(spec.parallel().world_size()), split, device);
   if (!fitted.ok()) {
     return AttentionPairsChoice{
         kDefaultAttentionPairsPerCall,
@@ -78,7 +85,7 @@ absl::StatusOr<AttentionPairsChoice> ChooseAttentionPairsPerCall(
         absl::StrCat("attention: ", fitted->pairs_per_call,
                      " query-key pairs a call, the fewest tried; glmctl plan "
                      "predicts ",
-                     GiB(fitted->peak_bytes), " at it, over ", memory,
+                     GiB(fitted->PeakBytes()), " at it, over ", memory,
                      ": the job may run out of memory (more devices or a "
                      "shorter sequence)")};
   }
@@ -87,7 +94,7 @@ absl::StatusOr<AttentionPairsChoice> ChooseAttentionPairsPerCall(
       absl::StrCat("attention: ", fitted->pairs_per_call,
                    " query-key pairs a call (GLM_ATTENTION_PAIRS_PER_CALL "
                    "unset): glmctl plan predicts ",
-                   GiB(fitted->peak_bytes), " of ", memory, " at it, ",
+                   GiB(fitted->PeakBytes()), " of ", memory, " at it, ",
                    GiB(fitted->job_peak_bytes), " at the default ",
                    kDefaultAttentionPairsPerCall)};
 }
