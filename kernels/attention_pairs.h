@@ -6,6 +6,7 @@
 #ifndef GLM_KERNELS_ATTENTION_PAIRS_H_
 #define GLM_KERNELS_ATTENTION_PAIRS_H_
 
+#include <algorithm>
 #include <cstdint>
 
 namespace glm {
@@ -13,6 +14,14 @@ namespace glm {
 // One 16k-token self-attention: 9.5 GiB of backward workspace at glm5.2-mini's
 // 16 heads.
 inline constexpr int64_t kDefaultAttentionPairsPerCall = int64_t{1} << 28;
+
+// The queries of one call over `keys` keys each: as many as keep the call
+// within pairs_per_call pairs, at least one. The backend cuts its calls so
+// (CudnnAttention::Chunks), and the planner counts their scratch and time
+// from the same cut.
+inline int64_t QueriesPerAttentionCall(int64_t pairs_per_call, int64_t keys) {
+  return std::max<int64_t>(1, pairs_per_call / keys);
+}
 
 }  // namespace glm
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/attention_pairs.h"
 #include "model/head_loss.h"
 #include "planner/activation_memory.h"
 
@@ -633,7 +634,7 @@ class CudaScratch {
     constexpr double kWorkspaceBytesPerPairAndHead = 38.0 / 16;
     const bool self = queries == keys;
     const int64_t rows =
-        std::min(queries, std::max<int64_t>(1, pairs_per_call / keys));
+        std::min(queries, QueriesPerAttentionCall(pairs_per_call, keys));
     const int64_t chunk_keys = self ? queries : keys;
     const bool several = rows < queries;
     const int64_t chunk_pairs = rows * chunk_keys;

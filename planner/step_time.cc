@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/attention_pairs.h"
 #include "planner/activation_memory.h"
 #include "planner/collective_time.h"
 #include "planner/rank_tensor_list.h"
@@ -64,7 +65,7 @@ struct PerHeadBackwardPairs {
 };
 PerHeadBackwardPairs BackwardPairsOf(int64_t queries, int64_t pairs_per_call) {
   if (queries == 0) return {};
-  const int64_t rows = std::max<int64_t>(1, pairs_per_call / queries);
+  const int64_t rows = QueriesPerAttentionCall(pairs_per_call, queries);
   const int64_t calls = (queries + rows - 1) / rows;
   PerHeadBackwardPairs pairs;
   pairs.first_call = CausalPairs(std::min(rows, queries));

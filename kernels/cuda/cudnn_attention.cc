@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/attention_pairs.h"
 #include "kernels/cuda/attention_mask.cuh"
 #include "kernels/cuda/bf16_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -510,7 +511,7 @@ std::vector<CudnnAttention::Chunk> CudnnAttention::Chunks(
   auto cut = [&](int64_t begin, int64_t end, bool masked) {
     if (begin >= end) return;
     const int64_t rows =
-        std::max<int64_t>(1, max_pairs_per_call_ / (self ? end : nk));
+        QueriesPerAttentionCall(max_pairs_per_call_, self ? end : nk);
     for (int64_t q0 = begin; q0 < end; q0 += rows) {
       const int64_t q1 = std::min(end, q0 + rows);
       chunks.push_back({q0, q1, self ? q1 : nk, masked, self});
