@@ -321,11 +321,15 @@ double MemoryBoundBytes(const PlanJob& job, const Split& split,
   absl::StatusOr<StageActivationBytes> kept =
       StageActivationMemory(job, split, stage);
   if (!kept.ok()) return 0;
+  const double kept_bytes = static_cast<double>(kept->saved_bytes());
+  if (job.recompute == Recompute::kNone) return 3 * kept_bytes;
   PlanJob kept_whole = job;
   kept_whole.recompute = Recompute::kNone;
-  const double formed = static_cast<double>(
-      StageActivationMemory(kept_whole, split, stage)->saved_bytes());
-  return 3 * formed + (formed - static_cast<double>(kept->saved_bytes()));
+  absl::StatusOr<StageActivationBytes> whole =
+      StageActivationMemory(kept_whole, split, stage);
+  if (!whole.ok()) return 3 * kept_bytes;
+  const double formed = static_cast<double>(whole->saved_bytes());
+  return 3 * formed + (formed - kept_bytes);
 }
 
 MicroBatchTime RankMicroBatch(const PlanJob& job, const SplitPlan& plan,
